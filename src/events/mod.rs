@@ -1,0 +1,347 @@
+//! The event stream: one tagged enum, persisted as a contract.
+//!
+//! Every run produces a totally ordered sequence of [`Event`]s. The SSE
+//! bridge, the store, resume, replay and the CLI all read this one stream, so
+//! its serialized form is a contract: variants are added, never changed in
+//! meaning, and readers skip variants they do not know ([`EventKind::Unknown`]).
+//! The format version is carried by [`EventKind::RunStarted`].
+
+mod sink;
+
+pub use sink::now_micros;
+
+use std::sync::Arc;
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use uuid::Uuid;
+
+use crate::state::Patch;
+
+pub use sink::{EventSink, NodeEvents};
+
+/// Version of the serialized event format, stored in `run_started`.
+pub const EVENT_FORMAT: u32 = 1;
+
+/// One event with its envelope.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Event {
+    /// The run it belongs to.
+    pub run_id: Uuid,
+    /// Position in the run's stream, from 1, without gaps. SSE `id:`.
+    pub seq: u64,
+    /// Wall-clock time, microseconds since the Unix epoch.
+    pub at: u64,
+    /// Superstep (0 before the first step).
+    pub step: u32,
+    /// The node that emitted it, if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node: Option<Arc<str>>,
+    /// Task index within the step (map fan-out item), 0 otherwise.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub task: u32,
+    /// What happened.
+    pub event: EventKind,
+}
+
+fn is_zero(v: &u32) -> bool {
+    *v == 0
+}
+
+/// Token counts reported by a model.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Usage {
+    /// Tokens in the prompt.
+    pub prompt_tokens: u64,
+    /// Tokens generated.
+    pub completion_tokens: u64,
+}
+
+impl Usage {
+    /// Prompt plus completion tokens.
+    pub fn total(&self) -> u64 {
+        self.prompt_tokens + self.completion_tokens
+    }
+}
+
+impl std::ops::AddAssign for Usage {
+    fn add_assign(&mut self, rhs: Self) {
+        self.prompt_tokens += rhs.prompt_tokens;
+        self.completion_tokens += rhs.completion_tokens;
+    }
+}
+
+/// A tool call as the model asked for it.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ToolCallRecord {
+    /// The model's id for the call.
+    pub id: String,
+    /// Tool name.
+    pub name: String,
+    /// Arguments as the model wrote them (JSON text, possibly invalid).
+    pub arguments: String,
+}
+
+/// Everything a model call produced; recorded so a run can be re-executed
+/// without the model.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct LlmOutput {
+    /// Text content.
+    pub text: String,
+    /// Reasoning text, for models that stream it separately.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub reasoning: String,
+    /// Tool calls requested.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tool_calls: Vec<ToolCallRecord>,
+    /// Why generation stopped: `stop`, `length`, `tool_calls`, `content_filter`.
+    pub finish_reason: String,
+}
+
+/// A tool failure as given back to the model.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ToolFailure {
+    /// `validation_error`, `not_found`, `timeout`, `not_allowed` or `execution_error`.
+    #[serde(rename = "type")]
+    pub kind: String,
+    /// What went wrong, for the model and the log.
+    pub message: String,
+    /// Structured details (e.g. the available choices).
+    #[serde(default, skip_serializing_if = "Value::is_null")]
+    pub details: Value,
+}
+
+/// A failure summary safe to persist and show to the operator.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ErrorInfo {
+    /// Stable machine-readable code, e.g. `recursion_limit`.
+    pub code: String,
+    /// Human-readable message.
+    pub message: String,
+}
+
+/// Where a forked run came from.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ForkOrigin {
+    /// The parent run.
+    pub run_id: Uuid,
+    /// The step whose checkpoint it started from.
+    pub step: u32,
+}
+
+/// What happened. Serialized with a `type` tag in snake_case.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum EventKind {
+    /// The run began.
+    RunStarted {
+        /// Graph id (file stem).
+        graph: String,
+        /// Content hash of the graph file and prompts the run used.
+        graph_version: String,
+        /// The input state.
+        input: Value,
+        /// [`EVENT_FORMAT`] at the time of writing.
+        format: u32,
+        /// Set when this run was forked from another.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        forked_from: Option<ForkOrigin>,
+    },
+    /// The run reached END.
+    RunFinished {
+        /// Supersteps executed.
+        steps: u32,
+        /// Tokens used by all model calls.
+        usage: Usage,
+    },
+    /// The run stopped with an error.
+    RunFailed {
+        /// What went wrong.
+        error: ErrorInfo,
+    },
+    /// The run was cancelled before it finished.
+    RunCancelled {
+        /// Why (e.g. `stop requested`).
+        reason: String,
+    },
+    /// A task started (or restarted after a retry).
+    NodeStarted {
+        /// 1 for the first attempt.
+        attempt: u32,
+        /// The map item this task received, if any.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        item: Option<Value>,
+    },
+    /// A task finished; its patch is applied at the end of the step.
+    NodeFinished {
+        /// Its writes.
+        patch: Patch,
+        /// Wall time of the successful attempt.
+        duration_us: u64,
+    },
+    /// An attempt failed and will be retried.
+    NodeRetrying {
+        /// The attempt that failed.
+        attempt: u32,
+        /// Why it failed.
+        error: String,
+        /// Backoff before the next attempt.
+        delay_ms: u64,
+    },
+    /// A task failed for good; the run fails.
+    NodeFailed {
+        /// Attempts made.
+        attempts: u32,
+        /// The last error.
+        error: String,
+    },
+    /// A model call began.
+    LlmStarted {
+        /// Call number within the task, from 0.
+        call: u32,
+        /// Model role from the graph file.
+        role: String,
+        /// Model name actually used.
+        model: String,
+        /// Fingerprint of the request (messages, tools, format), to detect
+        /// when a re-execution asks something different.
+        request: String,
+    },
+    /// Streamed answer text.
+    TextDelta {
+        /// The call.
+        call: u32,
+        /// The text.
+        delta: String,
+    },
+    /// Streamed reasoning text.
+    ReasoningDelta {
+        /// The call.
+        call: u32,
+        /// The text.
+        delta: String,
+    },
+    /// A model call completed.
+    LlmFinished {
+        /// The call.
+        call: u32,
+        /// What it produced (recorded for re-execution).
+        output: LlmOutput,
+        /// Tokens used.
+        usage: Usage,
+        /// Wall time.
+        duration_us: u64,
+    },
+    /// A model call failed.
+    LlmFailed {
+        /// The call.
+        call: u32,
+        /// What went wrong.
+        error: String,
+    },
+    /// The model started a tool call.
+    ToolCallStarted {
+        /// The model's call id.
+        call_id: String,
+        /// Tool name.
+        tool: String,
+    },
+    /// A fragment of a tool call's arguments.
+    ToolCallDelta {
+        /// The call id.
+        call_id: String,
+        /// Argument text fragment.
+        delta: String,
+    },
+    /// Arguments are complete and about to be executed.
+    ToolCallReady {
+        /// The call id.
+        call_id: String,
+        /// Tool name.
+        tool: String,
+        /// Parsed arguments.
+        args: Value,
+    },
+    /// A tool returned.
+    ToolResult {
+        /// The call id.
+        call_id: String,
+        /// Tool name.
+        tool: String,
+        /// The result given to the model.
+        output: Value,
+        /// Served from the result cache.
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        cached: bool,
+        /// Wall time.
+        duration_us: u64,
+    },
+    /// A tool failed; the failure is given to the model as data.
+    ToolError {
+        /// The call id.
+        call_id: String,
+        /// Tool name.
+        tool: String,
+        /// The structured failure.
+        error: ToolFailure,
+    },
+    /// A node explains what it is doing (the thinking panel).
+    Thinking {
+        /// The explanation.
+        text: String,
+    },
+    /// Application data from a node (`data-<name>` in the UI stream).
+    Custom {
+        /// Data name.
+        name: String,
+        /// Payload.
+        data: Value,
+    },
+    /// The state after a step was handed to the checkpoint store.
+    CheckpointSaved {
+        /// The step stored.
+        checkpoint: u32,
+    },
+    /// A variant written by a newer version; readers skip it.
+    #[serde(other)]
+    Unknown,
+}
+
+impl EventKind {
+    /// Whether the run ends with this event.
+    pub fn is_terminal(&self) -> bool {
+        matches!(
+            self,
+            EventKind::RunFinished { .. } | EventKind::RunFailed { .. } | EventKind::RunCancelled { .. }
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn events_serialize_with_a_type_tag_and_skip_unknown_kinds() {
+        let e = Event {
+            run_id: Uuid::nil(),
+            seq: 3,
+            at: 7,
+            step: 1,
+            node: Some("router".into()),
+            task: 0,
+            event: EventKind::TextDelta { call: 0, delta: "hi".into() },
+        };
+        let text = serde_json::to_string(&e).unwrap();
+        assert_eq!(
+            text,
+            r#"{"run_id":"00000000-0000-0000-0000-000000000000","seq":3,"at":7,"step":1,"node":"router","event":{"type":"text_delta","call":0,"delta":"hi"}}"#
+        );
+        assert_eq!(serde_json::from_str::<Event>(&text).unwrap(), e);
+        let future = json!({"run_id": Uuid::nil(), "seq": 4, "at": 8, "step": 1,
+            "event": {"type": "hologram", "beam": 1}});
+        let parsed: Event = serde_json::from_value(future).unwrap();
+        assert_eq!(parsed.event, EventKind::Unknown);
+    }
+}

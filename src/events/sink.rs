@@ -1,0 +1,177 @@
+//! Stamping and delivering events.
+//!
+//! A run has one [`EventSink`]. It assigns `seq` and the timestamp, keeps the
+//! current superstep's events for the checkpoint hook, and sends each event on
+//! a bounded channel. Stamping and sending happen under one short lock after a
+//! channel slot has been reserved, so channel order always equals `seq` order
+//! even when parallel tasks emit at once; a full channel makes emitters wait
+//! (backpressure) instead of growing memory.
+
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use tokio::sync::mpsc;
+use uuid::Uuid;
+
+use super::{Event, EventKind};
+
+/// Per-run event stamping and delivery. Cheap to share behind an `Arc`.
+#[derive(Debug)]
+pub struct EventSink {
+    run_id: Uuid,
+    tx: Option<mpsc::Sender<Arc<Event>>>,
+    inner: Mutex<Inner>,
+}
+
+#[derive(Debug)]
+struct Inner {
+    seq: u64,
+    keep: bool,
+    pending: Vec<Arc<Event>>,
+}
+
+/// Microseconds since the Unix epoch.
+pub fn now_micros() -> u64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_micros() as u64).unwrap_or(0)
+}
+
+impl EventSink {
+    /// A sink for `run_id` whose first event gets `seq = last_seq + 1`.
+    ///
+    /// `tx` receives every event; `None` discards them (the pending buffer
+    /// still collects them when `keep` is set, for the checkpoint hook).
+    pub fn new(run_id: Uuid, tx: Option<mpsc::Sender<Arc<Event>>>, last_seq: u64, keep: bool) -> Self {
+        Self { run_id, tx, inner: Mutex::new(Inner { seq: last_seq, keep, pending: Vec::new() }) }
+    }
+
+    /// The run this sink stamps.
+    pub fn run_id(&self) -> Uuid {
+        self.run_id
+    }
+
+    /// Stamps and delivers one event. Waits while the channel is full.
+    ///
+    /// A closed channel (nobody listening) is not an error: the run goes on
+    /// and its events still reach the checkpoint hook.
+    pub async fn emit(&self, step: u32, node: Option<&Arc<str>>, task: u32, event: EventKind) {
+        let permit = match &self.tx {
+            Some(tx) => tx.reserve().await.ok(),
+            None => None,
+        };
+        let mut inner = self.inner.lock().unwrap_or_else(PoisonError::into_inner);
+        inner.seq += 1;
+        let ev = Arc::new(Event {
+            run_id: self.run_id,
+            seq: inner.seq,
+            at: now_micros(),
+            step,
+            node: node.cloned(),
+            task,
+            event,
+        });
+        if inner.keep {
+            inner.pending.push(Arc::clone(&ev));
+        }
+        if let Some(permit) = permit {
+            permit.send(ev);
+        }
+    }
+
+    /// The events emitted since the last call (for the checkpoint hook).
+    pub fn take_pending(&self) -> Vec<Arc<Event>> {
+        std::mem::take(&mut self.inner.lock().unwrap_or_else(PoisonError::into_inner).pending)
+    }
+
+    /// The last `seq` assigned.
+    pub fn last_seq(&self) -> u64 {
+        self.inner.lock().unwrap_or_else(PoisonError::into_inner).seq
+    }
+}
+
+/// A node's view of the sink: stamps its step, name and task.
+#[derive(Clone, Debug)]
+pub struct NodeEvents {
+    sink: Arc<EventSink>,
+    step: u32,
+    node: Arc<str>,
+    task: u32,
+}
+
+impl NodeEvents {
+    /// A handle for one task.
+    pub fn new(sink: Arc<EventSink>, step: u32, node: Arc<str>, task: u32) -> Self {
+        Self { sink, step, node, task }
+    }
+
+    /// Emits an event as this task.
+    pub async fn emit(&self, event: EventKind) {
+        self.sink.emit(self.step, Some(&self.node), self.task, event).await;
+    }
+
+    /// The node id.
+    pub fn node(&self) -> &Arc<str> {
+        &self.node
+    }
+
+    /// The superstep.
+    pub fn step(&self) -> u32 {
+        self.step
+    }
+
+    /// The task index within the step.
+    pub fn task(&self) -> u32 {
+        self.task
+    }
+
+    /// The run id.
+    pub fn run_id(&self) -> Uuid {
+        self.sink.run_id()
+    }
+
+    /// The shared sink (subgraphs emit through it with their own names).
+    pub fn sink(&self) -> &Arc<EventSink> {
+        &self.sink
+    }
+
+    /// Emits a [`EventKind::Thinking`] note.
+    pub async fn thinking(&self, text: impl Into<String>) {
+        self.emit(EventKind::Thinking { text: text.into() }).await;
+    }
+
+    /// Emits [`EventKind::Custom`] data.
+    pub async fn custom(&self, name: impl Into<String>, data: serde_json::Value) {
+        self.emit(EventKind::Custom { name: name.into(), data }).await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn seq_is_gapless_and_matches_channel_order_under_concurrency() {
+        let (tx, mut rx) = mpsc::channel(2);
+        let sink = Arc::new(EventSink::new(Uuid::nil(), Some(tx), 10, true));
+        let node: Arc<str> = "n".into();
+        let producers = (0..4).map(|t| {
+            let sink = Arc::clone(&sink);
+            let node = Arc::clone(&node);
+            tokio::spawn(async move {
+                for i in 0..50 {
+                    sink.emit(1, Some(&node), t, EventKind::TextDelta { call: 0, delta: i.to_string() }).await;
+                }
+            })
+        });
+        let handles: Vec<_> = producers.collect();
+        let mut seqs = Vec::new();
+        while seqs.len() < 200 {
+            seqs.push(rx.recv().await.unwrap().seq);
+        }
+        for h in handles {
+            h.await.unwrap();
+        }
+        assert_eq!(seqs, (11..=210).collect::<Vec<_>>());
+        assert_eq!(sink.take_pending().len(), 200);
+        assert!(sink.take_pending().is_empty());
+    }
+}

@@ -1,0 +1,215 @@
+//! Reading graph files into spec types.
+//!
+//! Anything a developer can put in a file — nothing, not-YAML, the wrong
+//! types, 10 MB, deep nesting, odd Unicode — comes back as diagnostics,
+//! never a panic. Limits are enforced before and during parsing.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use super::diagnostic::{Diagnostic, Diagnostics};
+use super::loc::{Loc, Sp};
+use super::spec::{EdgeSpec, GraphSpec};
+
+/// Largest graph file accepted. Real graphs are a few KB.
+pub const MAX_GRAPH_FILE_BYTES: usize = 1024 * 1024;
+
+/// Deepest YAML nesting accepted.
+const MAX_DEPTH: usize = 32;
+
+/// A parsed graph file.
+#[derive(Debug)]
+pub struct GraphFile {
+    /// Graph id: the file stem.
+    pub id: String,
+    /// Path as given.
+    pub path: PathBuf,
+    /// Path for diagnostics.
+    pub display: Arc<str>,
+    /// The file text.
+    pub source: String,
+    /// The parsed spec.
+    pub spec: GraphSpec,
+}
+
+/// Reads and parses a graph file.
+///
+/// # Errors
+/// Every problem found while reading or parsing, as diagnostics.
+pub fn load_file(path: &Path) -> Result<GraphFile, Vec<Diagnostic>> {
+    let display: Arc<str> = path.display().to_string().into();
+    let mut diags = Diagnostics::new(Arc::clone(&display));
+    let bytes = match std::fs::read(path) {
+        Ok(b) => b,
+        Err(e) => {
+            diags.error(Loc::new(1, 1), "io", format!("cannot read graph file: {e}"), None);
+            return Err(diags.into_vec());
+        }
+    };
+    let id = path.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default();
+    parse(path, &id, &bytes)
+}
+
+/// Parses graph-file bytes; `id` is the graph id (file stem).
+///
+/// # Errors
+/// Every problem found, as diagnostics.
+pub fn parse(path: &Path, id: &str, bytes: &[u8]) -> Result<GraphFile, Vec<Diagnostic>> {
+    let display: Arc<str> = path.display().to_string().into();
+    let mut diags = Diagnostics::new(Arc::clone(&display));
+    if bytes.len() > MAX_GRAPH_FILE_BYTES {
+        diags.error(
+            Loc::new(1, 1),
+            "file-too-large",
+            format!(
+                "graph file is {:.1} MB; the limit is {} KB",
+                bytes.len() as f64 / 1e6,
+                MAX_GRAPH_FILE_BYTES / 1024
+            ),
+            Some("split it into subgraphs (`kind: subgraph`)".into()),
+        );
+        return Err(diags.into_vec());
+    }
+    let source = match std::str::from_utf8(bytes) {
+        Ok(s) => s.to_owned(),
+        Err(e) => {
+            let loc = offset_to_loc(&String::from_utf8_lossy(&bytes[..e.valid_up_to()]), e.valid_up_to());
+            diags.error(loc, "invalid-utf8", "graph file is not valid UTF-8", None);
+            return Err(diags.into_vec());
+        }
+    };
+    if !valid_id(id) {
+        diags.error(
+            Loc::new(1, 1),
+            "invalid-graph-id",
+            format!("graph id `{id}` (the file name) must be ASCII letters, digits, `_` or `-`"),
+            Some("rename the file, e.g. `my_graph.yaml`".into()),
+        );
+    }
+    if source.trim().is_empty() || source.lines().all(|l| l.trim().is_empty() || l.trim_start().starts_with('#')) {
+        diags.error(
+            Loc::new(1, 1),
+            "empty-file",
+            "graph file is empty",
+            Some("a graph needs at least `state`, `entry` and `nodes`".into()),
+        );
+        return Err(diags.into_vec());
+    }
+    let mut options = serde_saphyr::Options::default();
+    options.with_snippet = false;
+    if let Some(budget) = options.budget.as_mut() {
+        budget.max_depth = MAX_DEPTH;
+    }
+    let spec: GraphSpec = match serde_saphyr::from_str_with_options(&source, options) {
+        Ok(spec) => spec,
+        Err(e) => {
+            let loc = e.location().map(Loc::from).filter(Loc::is_known).unwrap_or(Loc::new(1, 1));
+            let (message, hint) = describe_yaml_error(&e);
+            diags.error(loc, "yaml", message, hint);
+            return Err(diags.into_vec());
+        }
+    };
+    let mut file = GraphFile { id: id.to_owned(), path: path.to_owned(), display, source, spec };
+    place_short_edges(&mut file);
+    if diags.has_errors() { Err(diags.into_vec()) } else { Ok(file) }
+}
+
+/// Node and graph ids: ASCII identifiers (they become Mermaid ids, metric
+/// labels and URL segments).
+pub fn valid_id(id: &str) -> bool {
+    let mut chars = id.chars();
+    matches!(chars.next(), Some(c) if c.is_ascii_alphabetic() || c == '_')
+        && chars.all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
+        && id.len() <= 64
+}
+
+fn describe_yaml_error(e: &serde_saphyr::Error) -> (String, Option<String>) {
+    let text = e.to_string();
+    // The library appends its own location; ours is in the diagnostic.
+    let message = text.split(" at line ").next().unwrap_or(&text).trim().to_owned();
+    let mut message = message.lines().next().unwrap_or_default().to_owned();
+    if let Some(i) = message.find(", set DuplicateKeyPolicy") {
+        message.truncate(i);
+    }
+    if message.starts_with("invalid u") || message.starts_with("invalid i") {
+        message = format!("{message}: expected a whole number");
+    }
+    if message == "expected mapping start" {
+        message = "expected a mapping (`key: value` lines) here".into();
+    }
+    let hint = if message.contains("unknown field") {
+        Some("see docs/graph-files.md for the settings a graph, node or edge accepts".into())
+    } else if message.contains("missing field") {
+        Some("add the field; see docs/graph-files.md".into())
+    } else if message.contains("depth") || message.contains("nesting") {
+        Some("graph files never need deep nesting; flatten the structure".into())
+    } else {
+        None
+    };
+    (message, hint)
+}
+
+/// Gives `a -> b` edge names their real locations. The parser records the
+/// names' offsets within the scalar; the scalar's own location is on the
+/// enclosing `Sp`, and a quoted scalar starts one column later.
+fn place_short_edges(file: &mut GraphFile) {
+    let lines: Vec<&str> = file.source.lines().collect();
+    for edge in &mut file.spec.edges {
+        let Sp { value: EdgeSpec::Short { from, to }, loc } = edge else { continue };
+        let quoted = lines
+            .get((loc.line as usize).saturating_sub(1))
+            .and_then(|l| l.chars().nth((loc.column as usize).saturating_sub(1)))
+            .is_some_and(|c| c == '"' || c == '\'');
+        let base = loc.column + u32::from(quoted);
+        from.loc = Loc::new(loc.line, base + from.loc.column);
+        to.loc = Loc::new(loc.line, base + to.loc.column);
+    }
+}
+
+fn offset_to_loc(prefix: &str, _offset: usize) -> Loc {
+    let line = prefix.matches('\n').count() as u32 + 1;
+    let column = prefix.rsplit('\n').next().map(|l| l.chars().count()).unwrap_or(0) as u32 + 1;
+    Loc::new(line, column)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn errs(src: &[u8]) -> Vec<String> {
+        match parse(Path::new("g.yaml"), "g", src) {
+            Ok(_) => vec![],
+            Err(d) => d.iter().map(|d| d.to_string()).collect(),
+        }
+    }
+
+    #[test]
+    fn bad_files_become_diagnostics() {
+        assert!(errs(b"").join("").contains("g.yaml:1:1: error[empty-file]"));
+        assert!(errs(b"# only a comment\n").join("").contains("empty-file"));
+        let e = errs(b"state: chat\nentry: a\nnodes: [\n");
+        assert!(e[0].starts_with("g.yaml:") && e[0].contains("error[yaml]"), "{e:?}");
+        let e = errs(b"state: chat\nentry: a\nnodes:\n  - id: a\n    kind: noop\n    retry: {attempts: many}\n");
+        assert!(e[0].starts_with("g.yaml:6:"), "{e:?}");
+        let e = errs(b"state: chat\nentry: a\nnodes:\n  - id: a\n    knd: noop\n");
+        assert!(e[0].starts_with("g.yaml:5:") && e[0].contains("unknown field"), "{e:?}");
+        let e = errs(b"state: chat\n\xff\xfe: x\n");
+        assert!(e[0].starts_with("g.yaml:2:1: error[invalid-utf8]"), "{e:?}");
+        let big = vec![b'#'; 10 * 1024 * 1024];
+        assert!(errs(&big)[0].contains("file-too-large"));
+        let deep = format!("state: chat\nentry: a\nnodes:\n  - id: a\n    kind: noop\n    params: {}1{}\n", "[".repeat(5000), "]".repeat(5000));
+        assert!(errs(deep.as_bytes())[0].contains("error[yaml]"));
+        let e = errs(b"state: chat\nstate: x\n");
+        assert_eq!(e, ["g.yaml:2:1: error[yaml]: duplicate mapping key: state"]);
+    }
+
+    #[test]
+    fn short_edges_point_at_each_name() {
+        let src = "state: chat\nentry: a\nnodes: []\nedges:\n  - a ->  bee\n  - \"a -> END\"\n";
+        let f = parse(Path::new("g.yaml"), "g", src.as_bytes()).unwrap();
+        let EdgeSpec::Short { from, to } = &f.spec.edges[0].value else { panic!() };
+        assert_eq!((from.loc, to.loc), (Loc::new(5, 5), Loc::new(5, 11)));
+        let EdgeSpec::Short { to, .. } = &f.spec.edges[1].value else { panic!() };
+        assert_eq!(to.loc, Loc::new(6, 11));
+    }
+}

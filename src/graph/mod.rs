@@ -1,0 +1,5 @@
+//! Graph files: spec → validate → compile.
+pub mod diagnostic;
+pub mod load;
+pub mod loc;
+pub mod spec;

@@ -1,0 +1,12 @@
+//! stategraph
+#![allow(missing_docs)]
+pub mod events;
+pub mod graph;
+pub mod llm;
+pub mod state;
+pub mod tools;
+#[doc(hidden)]
+pub mod __private {
+    pub use minijinja;
+    pub use serde_json;
+}

@@ -1,0 +1,99 @@
+//! Driving one model call and turning it into run events.
+
+use std::time::Instant;
+
+use futures::StreamExt;
+
+use super::{ChatModel, ChatRequest, LlmChunk, LlmError};
+use crate::events::{EventKind, LlmOutput, NodeEvents, ToolCallRecord, Usage};
+
+/// What a node passes to [`call_model`] besides the request.
+#[derive(Debug)]
+pub struct ModelCall<'a> {
+    /// The task's event handle.
+    pub events: &'a NodeEvents,
+    /// The model role (for events and metrics).
+    pub role: &'a str,
+    /// Call number within the task, from 0.
+    pub call: u32,
+}
+
+/// Runs one model call: emits `llm_started`, every delta and tool-call
+/// fragment as it arrives, then `llm_finished` (or `llm_failed`), and returns
+/// the assembled output with its token usage.
+///
+/// # Errors
+/// The model failed; the failure has been emitted as `llm_failed`.
+pub async fn call_model(
+    model: &dyn ChatModel,
+    cx: ModelCall<'_>,
+    request: ChatRequest,
+) -> Result<(LlmOutput, Usage), LlmError> {
+    let started = Instant::now();
+    let call = cx.call;
+    cx.events
+        .emit(EventKind::LlmStarted {
+            call,
+            role: cx.role.to_owned(),
+            model: model.name().to_owned(),
+            request: request.fingerprint(),
+        })
+        .await;
+    let mut stream = model.stream(request);
+    let mut out = LlmOutput::default();
+    let mut usage = Usage::default();
+    // Tool calls by stream index: fragments after the first carry only the index.
+    let mut calls: Vec<(u32, ToolCallRecord)> = Vec::new();
+    while let Some(chunk) = stream.next().await {
+        match chunk {
+            Ok(LlmChunk::Text(delta)) => {
+                out.text.push_str(&delta);
+                cx.events.emit(EventKind::TextDelta { call, delta }).await;
+            }
+            Ok(LlmChunk::Reasoning(delta)) => {
+                out.reasoning.push_str(&delta);
+                cx.events.emit(EventKind::ReasoningDelta { call, delta }).await;
+            }
+            Ok(LlmChunk::ToolCallStart { index, id, name }) => {
+                let id = if id.is_empty() { format!("call_{call}_{index}") } else { id };
+                cx.events.emit(EventKind::ToolCallStarted { call_id: id.clone(), tool: name.clone() }).await;
+                calls.push((index, ToolCallRecord { id, name, arguments: String::new() }));
+            }
+            Ok(LlmChunk::ToolCallArgs { index, delta }) => {
+                let pos = match calls.iter().position(|(i, _)| *i == index) {
+                    Some(pos) => pos,
+                    None => {
+                        // Arguments without a start: some servers omit it.
+                        let id = format!("call_{call}_{index}");
+                        cx.events.emit(EventKind::ToolCallStarted { call_id: id.clone(), tool: String::new() }).await;
+                        calls.push((index, ToolCallRecord { id, name: String::new(), arguments: String::new() }));
+                        calls.len() - 1
+                    }
+                };
+                let record = &mut calls[pos].1;
+                record.arguments.push_str(&delta);
+                let call_id = record.id.clone();
+                cx.events.emit(EventKind::ToolCallDelta { call_id, delta }).await;
+            }
+            Ok(LlmChunk::Usage(u)) => usage = u,
+            Ok(LlmChunk::Finish(reason)) => out.finish_reason = reason,
+            Err(e) => {
+                cx.events.emit(EventKind::LlmFailed { call, error: e.to_string() }).await;
+                return Err(e);
+            }
+        }
+    }
+    out.tool_calls = calls.into_iter().map(|(_, c)| c).collect();
+    if out.finish_reason.is_empty() {
+        out.finish_reason = if out.tool_calls.is_empty() { "stop" } else { "tool_calls" }.to_owned();
+    }
+    cx.events
+        .emit(EventKind::LlmFinished {
+            call,
+            output: out.clone(),
+            usage,
+            duration_us: started.elapsed().as_micros() as u64,
+        })
+        .await;
+    Ok((out, usage))
+}

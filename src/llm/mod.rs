@@ -1,0 +1,253 @@
+//! Language models behind one trait.
+//!
+//! A [`ChatModel`] turns a [`ChatRequest`] into a stream of [`LlmChunk`]s.
+//! Nodes never talk to a model directly: they call [`call_model`], which
+//! emits the run's LLM events (start, deltas, tool-call fragments, finish)
+//! while it assembles the [`LlmOutput`]. Implementations: the
+//! OpenAI-compatible HTTP client, the built-in offline model, a scripted
+//! model for tests and a recorded model for replay.
+
+mod call;
+pub mod offline;
+pub mod scripted;
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::sync::Arc;
+
+use futures::stream::BoxStream;
+use serde::Serialize;
+use serde_json::Value;
+
+use crate::events::{ToolCallRecord, Usage};
+
+pub use call::{ModelCall, call_model};
+
+/// One message sent to a model.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+#[serde(tag = "role", rename_all = "lowercase")]
+pub enum ChatMessage {
+    /// Instructions.
+    System {
+        /// Text.
+        content: String,
+    },
+    /// The user.
+    User {
+        /// Text.
+        content: String,
+    },
+    /// An earlier model turn, possibly with tool calls.
+    Assistant {
+        /// Text.
+        content: String,
+        /// Tool calls it made.
+        #[serde(skip_serializing_if = "Vec::is_empty")]
+        tool_calls: Vec<ToolCallRecord>,
+    },
+    /// A tool result answering one tool call.
+    Tool {
+        /// The call answered.
+        call_id: String,
+        /// The result as JSON text.
+        content: String,
+    },
+}
+
+/// A tool offered to the model.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct ToolDef {
+    /// Name.
+    pub name: String,
+    /// What it does.
+    pub description: String,
+    /// JSON schema of the arguments.
+    pub parameters: Value,
+}
+
+/// Ask for JSON matching a schema (OpenAI `response_format: json_schema`).
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct JsonSchemaFormat {
+    /// Schema name (`[a-zA-Z0-9_-]{1,64}`).
+    pub name: String,
+    /// The schema.
+    pub schema: Value,
+}
+
+/// A request to a model.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct ChatRequest {
+    /// The conversation.
+    pub messages: Vec<ChatMessage>,
+    /// Tools the model may call.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub tools: Vec<ToolDef>,
+    /// Structured output, if wanted.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub response_format: Option<JsonSchemaFormat>,
+    /// Sampling temperature.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub temperature: Option<f32>,
+    /// Output token limit.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max_tokens: Option<u32>,
+}
+
+impl ChatRequest {
+    /// A stable fingerprint of the request (xxh3 over its content), stored in
+    /// `llm_started` so a re-execution can tell when it asks something else.
+    pub fn fingerprint(&self) -> String {
+        let mut h = xxhash_rust::xxh3::Xxh3::new();
+        for m in &self.messages {
+            let (tag, text): (&[u8], &str) = match m {
+                ChatMessage::System { content } => (b"s", content),
+                ChatMessage::User { content } => (b"u", content),
+                ChatMessage::Assistant { content, tool_calls } => {
+                    for c in tool_calls {
+                        h.update(c.name.as_bytes());
+                        h.update(c.arguments.as_bytes());
+                    }
+                    (b"a", content)
+                }
+                ChatMessage::Tool { call_id, content } => {
+                    h.update(call_id.as_bytes());
+                    (b"t", content)
+                }
+            };
+            h.update(tag);
+            h.update(&(text.len() as u64).to_le_bytes());
+            h.update(text.as_bytes());
+        }
+        for t in &self.tools {
+            h.update(t.name.as_bytes());
+        }
+        if let Some(f) = &self.response_format {
+            h.update(f.name.as_bytes());
+        }
+        format!("{:016x}", h.digest())
+    }
+}
+
+/// One piece of a streamed model response.
+#[derive(Clone, Debug, PartialEq)]
+pub enum LlmChunk {
+    /// Answer text.
+    Text(String),
+    /// Reasoning text.
+    Reasoning(String),
+    /// The first fragment of tool call `index`.
+    ToolCallStart {
+        /// Position among this response's tool calls.
+        index: u32,
+        /// The model's call id.
+        id: String,
+        /// Tool name.
+        name: String,
+    },
+    /// More argument text for tool call `index`.
+    ToolCallArgs {
+        /// Position among this response's tool calls.
+        index: u32,
+        /// Argument fragment.
+        delta: String,
+    },
+    /// Token usage (usually last).
+    Usage(Usage),
+    /// Why generation stopped.
+    Finish(String),
+}
+
+/// Errors from a model call.
+#[derive(Clone, Debug, thiserror::Error)]
+pub enum LlmError {
+    /// The endpoint answered with an error status.
+    #[error("model endpoint returned HTTP {status}: {message}")]
+    Http {
+        /// Status code.
+        status: u16,
+        /// Error message from the body.
+        message: String,
+    },
+    /// Could not connect or the connection broke.
+    #[error("model endpoint unreachable: {0}")]
+    Connect(String),
+    /// A time limit passed.
+    #[error("model call timed out ({0})")]
+    Timeout(&'static str),
+    /// The stream was malformed or carried an error.
+    #[error("model stream broke: {0}")]
+    Stream(String),
+    /// No model is configured for a role.
+    #[error("no model configured for role `{0}`")]
+    NoModel(String),
+    /// A scripted model ran out of turns or was told to fail.
+    #[error("scripted model: {0}")]
+    Scripted(String),
+    /// A recorded call is missing during re-execution.
+    #[error("recording has no model call here: {0}")]
+    NotRecorded(String),
+}
+
+impl LlmError {
+    /// Whether trying again may succeed.
+    pub fn is_transient(&self) -> bool {
+        match self {
+            LlmError::Http { status, .. } => *status == 408 || *status == 409 || *status == 429 || *status >= 500,
+            LlmError::Connect(_) | LlmError::Timeout(_) | LlmError::Stream(_) => true,
+            LlmError::NoModel(_) | LlmError::Scripted(_) | LlmError::NotRecorded(_) => false,
+        }
+    }
+}
+
+/// The streamed response of a model.
+pub type ChunkStream = BoxStream<'static, Result<LlmChunk, LlmError>>;
+
+/// A chat model.
+pub trait ChatModel: Send + Sync + fmt::Debug {
+    /// The model name reported in events and response metadata.
+    fn name(&self) -> &str;
+
+    /// Whether this is the built-in offline model (never a real LLM).
+    fn is_offline(&self) -> bool {
+        false
+    }
+
+    /// Starts a call. Errors (including connection errors) arrive in the stream.
+    fn stream(&self, request: ChatRequest) -> ChunkStream;
+}
+
+/// Models by role (`chat`, `routing`, …). Roles without their own model use
+/// the default.
+#[derive(Clone, Debug)]
+pub struct Models {
+    default: Arc<dyn ChatModel>,
+    roles: BTreeMap<String, Arc<dyn ChatModel>>,
+}
+
+impl Models {
+    /// Every role uses `model`.
+    pub fn single(model: Arc<dyn ChatModel>) -> Self {
+        Self { default: model, roles: BTreeMap::new() }
+    }
+
+    /// Gives `role` its own model.
+    pub fn with_role(mut self, role: impl Into<String>, model: Arc<dyn ChatModel>) -> Self {
+        self.roles.insert(role.into(), model);
+        self
+    }
+
+    /// The model for `role`.
+    pub fn for_role(&self, role: &str) -> &Arc<dyn ChatModel> {
+        self.roles.get(role).unwrap_or(&self.default)
+    }
+
+    /// Whether any model in use is the offline model.
+    pub fn any_offline(&self) -> bool {
+        self.default.is_offline() || self.roles.values().any(|m| m.is_offline())
+    }
+
+    /// The roles with their own model.
+    pub fn roles(&self) -> impl Iterator<Item = &str> {
+        self.roles.keys().map(String::as_str)
+    }
+}

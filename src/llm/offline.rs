@@ -1,0 +1,173 @@
+//! The built-in offline model: deterministic, needs no key, never mistaken
+//! for a real model.
+//!
+//! It lets the whole pipeline run on a fresh machine. Every answer says what
+//! it is, its name is `stategraph-offline`, and the server announces it in
+//! the startup log and in each response's metadata. Structured-output calls
+//! get JSON that satisfies the requested schema (intents are picked by
+//! keywords in the user's text), so routing, follow-ups and summaries work.
+
+use futures::StreamExt;
+use serde_json::{Map, Value, json};
+
+use super::scripted::tokens;
+use super::{ChatMessage, ChatModel, ChatRequest, ChunkStream, LlmChunk};
+use crate::events::Usage;
+
+/// The offline model.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct OfflineModel;
+
+/// Name reported for the offline model.
+pub const OFFLINE_MODEL_NAME: &str = "stategraph-offline";
+
+impl OfflineModel {
+    fn last_user(req: &ChatRequest) -> &str {
+        req.messages
+            .iter()
+            .rev()
+            .find_map(|m| match m {
+                ChatMessage::User { content } => Some(content.as_str()),
+                _ => None,
+            })
+            .unwrap_or("")
+    }
+
+    fn answer(req: &ChatRequest) -> Vec<LlmChunk> {
+        let user = Self::last_user(req);
+        if let Some(format) = &req.response_format {
+            let v = fill(&format.schema, user, &format.name);
+            return tokens(&v.to_string()).into_iter().map(LlmChunk::Text).collect();
+        }
+        let has_tool_result = req.messages.iter().any(|m| matches!(m, ChatMessage::Tool { .. }));
+        if !has_tool_result {
+            if let Some(tool) = req.tools.iter().find(|t| required(&t.parameters).is_empty()) {
+                return vec![
+                    LlmChunk::ToolCallStart { index: 0, id: "call_offline_0".into(), name: tool.name.clone() },
+                    LlmChunk::ToolCallArgs { index: 0, delta: "{}".into() },
+                    LlmChunk::Finish("tool_calls".into()),
+                ];
+            }
+        }
+        let short: String = user.chars().take(120).collect();
+        let text = format!(
+            "[offline model] You asked: \u{201c}{short}\u{201d}. This is stategraph's built-in offline \
+             model, which answers deterministically without an LLM. Set OPENAI_BASE_URL and \
+             OPENAI_API_KEY (or configure [llm] in stategraph.toml) to use a real model."
+        );
+        tokens(&text).into_iter().map(LlmChunk::Text).collect()
+    }
+}
+
+fn required(schema: &Value) -> Vec<&str> {
+    schema["required"].as_array().map(|a| a.iter().filter_map(Value::as_str).collect()).unwrap_or_default()
+}
+
+/// Builds a value satisfying `schema`, choosing enum values by keyword.
+fn fill(schema: &Value, user: &str, name: &str) -> Value {
+    if let Some(options) = schema["enum"].as_array() {
+        return pick(options, user);
+    }
+    match schema["type"].as_str() {
+        Some("object") => {
+            let mut out = Map::new();
+            if let Some(props) = schema["properties"].as_object() {
+                for (k, s) in props {
+                    out.insert(k.clone(), fill(s, user, k));
+                }
+            }
+            Value::Object(out)
+        }
+        Some("array") => {
+            let n = schema["minItems"].as_u64().unwrap_or(0).max(2).min(schema["maxItems"].as_u64().unwrap_or(3));
+            let topic: String = user.split_whitespace().take(6).collect::<Vec<_>>().join(" ");
+            let items = &schema["items"];
+            Value::Array(
+                (0..n)
+                    .map(|i| match items["type"].as_str() {
+                        Some("string") | None => json!(format!("(offline) follow-up {} on: {topic}", i + 1)),
+                        _ => fill(items, user, name),
+                    })
+                    .collect(),
+            )
+        }
+        Some("boolean") => json!(false),
+        Some("integer") | Some("number") => json!(0),
+        _ => json!(match name {
+            "detected_language" | "language" => "en",
+            "reasoning" => "offline model: intent chosen by keyword match",
+            "summary" => "(offline model) summary of the earlier conversation",
+            _ => "offline",
+        }),
+    }
+}
+
+fn pick(options: &[Value], user: &str) -> Value {
+    let text = user.to_lowercase();
+    let keyword = |o: &str| match o {
+        "RESEARCH" => ["research", "compare", "find", "latest", "sources"].iter().any(|k| text.contains(k)),
+        "EXPLAIN" => ["explain", "why", "how does", "what is"].iter().any(|k| text.contains(k)),
+        "CLARIFY" => text.trim().ends_with("??") || text.split_whitespace().count() <= 1,
+        "SUGGEST" => ["suggest", "ideas", "recommend"].iter().any(|k| text.contains(k)),
+        "DIRECT" => ["hello", "hi", "thanks", "thank you"].iter().any(|k| text.trim() == *k),
+        other => text.contains(&other.to_lowercase()),
+    };
+    options
+        .iter()
+        .find(|o| o.as_str().is_some_and(keyword))
+        .or_else(|| options.iter().find(|o| o.as_str() == Some("QUICK_ANSWER")))
+        .or(options.first())
+        .cloned()
+        .unwrap_or(Value::Null)
+}
+
+impl ChatModel for OfflineModel {
+    fn name(&self) -> &str {
+        OFFLINE_MODEL_NAME
+    }
+
+    fn is_offline(&self) -> bool {
+        true
+    }
+
+    fn stream(&self, request: ChatRequest) -> ChunkStream {
+        let mut chunks = Self::answer(&request);
+        let completion = chunks.len() as u64;
+        if !chunks.iter().any(|c| matches!(c, LlmChunk::Finish(_))) {
+            chunks.push(LlmChunk::Finish("stop".into()));
+        }
+        chunks.push(LlmChunk::Usage(Usage { prompt_tokens: 0, completion_tokens: completion }));
+        futures::stream::iter(chunks.into_iter().map(Ok)).boxed()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::llm::JsonSchemaFormat;
+
+    #[tokio::test]
+    async fn structured_answers_satisfy_the_schema_and_pick_by_keyword() {
+        let req = ChatRequest {
+            messages: vec![ChatMessage::User { content: "Please research the latest EV sales".into() }],
+            response_format: Some(JsonSchemaFormat {
+                name: "route".into(),
+                schema: json!({"type": "object", "properties": {
+                    "intent": {"type": "string", "enum": ["QUICK_ANSWER", "RESEARCH"]},
+                    "missing_slots": {"type": "array", "items": {"type": "string"}}}}),
+            }),
+            ..Default::default()
+        };
+        let chunks: Vec<_> = OfflineModel.stream(req).collect().await;
+        let text: String = chunks
+            .iter()
+            .filter_map(|c| match c {
+                Ok(LlmChunk::Text(t)) => Some(t.as_str()),
+                _ => None,
+            })
+            .collect();
+        let v: Value = serde_json::from_str(&text).unwrap();
+        assert_eq!(v["intent"], "RESEARCH");
+        assert!(v["missing_slots"].is_array());
+    }
+}

@@ -1,0 +1,139 @@
+//! Applying one superstep's patches: validation, conflicts, deterministic order.
+//!
+//! Tasks of a superstep run concurrently and finish in any order. Their
+//! patches are sorted by task order (node declaration order, then map item
+//! index) before anything is applied, so the resulting state never depends on
+//! completion order. Everything is checked before the first write lands.
+
+use std::collections::HashMap;
+
+use super::{DynState, FieldId, Patch, Reducer, StateError};
+
+/// One task's patch, with what the merge needs to know about the task.
+#[derive(Debug)]
+pub struct TaskPatch<'a> {
+    /// Position in task order: (node index, map item index).
+    pub order: (u32, u32),
+    /// How the task is named in errors: `node` or `node[item]`.
+    pub label: &'a str,
+    /// Fields the node declares it writes.
+    pub writes: &'a [FieldId],
+    /// The patch.
+    pub patch: &'a Patch,
+}
+
+/// Applies the patches of one superstep to `state`.
+///
+/// # Errors
+/// An unknown or undeclared field, two tasks writing one last-value field,
+/// or a value of the wrong type. On a type error the state may hold the
+/// writes that came before it in task order; the executor fails the run.
+pub fn apply_step(state: &mut dyn DynState, patches: &mut [TaskPatch<'_>]) -> Result<(), StateError> {
+    patches.sort_by_key(|p| p.order);
+    let schema = state.schema();
+    let mut resolved: Vec<(usize, FieldId, &serde_json::Value)> = Vec::new();
+    let mut last_writer: HashMap<FieldId, usize> = HashMap::new();
+    for (t, task) in patches.iter().enumerate() {
+        for (name, value) in task.patch.iter() {
+            let Some(field) = schema.field(name) else {
+                return Err(StateError::UnknownField {
+                    node: task.label.to_owned(),
+                    field: name.to_owned(),
+                    state: schema.name,
+                });
+            };
+            if !task.writes.contains(&field) {
+                return Err(StateError::Undeclared { node: task.label.to_owned(), field: name.to_owned() });
+            }
+            if schema.spec(field).reducer == Reducer::Last {
+                if let Some(&first) = last_writer.get(&field) {
+                    if first != t {
+                        return Err(StateError::Conflict {
+                            field: name.to_owned(),
+                            first: patches[first].label.to_owned(),
+                            second: task.label.to_owned(),
+                        });
+                    }
+                }
+                last_writer.insert(field, t);
+            }
+            resolved.push((t, field, value));
+        }
+    }
+    for (t, field, value) in resolved {
+        state.apply(field, value).map_err(|source| StateError::Type {
+            node: patches[t].label.to_owned(),
+            field: schema.spec(field).name.to_owned(),
+            source,
+        })?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::state::{ChatState, State};
+    use proptest::prelude::*;
+    use serde_json::json;
+
+    fn f(name: &str) -> FieldId {
+        <ChatState as State>::schema().field(name).unwrap()
+    }
+
+    #[test]
+    fn conflicting_last_value_writes_name_both_nodes() {
+        let mut s = ChatState::default();
+        let w = [f("answer")];
+        let (a, b) = (Patch::new().set("answer", "x"), Patch::new().set("answer", "y"));
+        let mut ps = [
+            TaskPatch { order: (2, 0), label: "beta", writes: &w, patch: &b },
+            TaskPatch { order: (1, 0), label: "alpha", writes: &w, patch: &a },
+        ];
+        let err = apply_step(&mut s, &mut ps).unwrap_err().to_string();
+        assert!(err.contains("`alpha` and `beta`"), "{err}");
+        assert_eq!(s.answer, "", "nothing is applied when the step is rejected");
+    }
+
+    #[test]
+    fn unknown_and_undeclared_fields_are_errors() {
+        let mut s = ChatState::default();
+        let w = [f("answer")];
+        let p = Patch::new().set("answr", "x");
+        let err = apply_step(&mut s, &mut [TaskPatch { order: (0, 0), label: "n", writes: &w, patch: &p }]);
+        assert!(matches!(err, Err(StateError::UnknownField { .. })));
+        let p = Patch::new().set("summary", "x");
+        let err = apply_step(&mut s, &mut [TaskPatch { order: (0, 0), label: "n", writes: &w, patch: &p }]);
+        assert!(matches!(err, Err(StateError::Undeclared { .. })));
+    }
+
+    proptest! {
+        /// Whatever order the tasks finish in, the merged state is the same.
+        #[test]
+        fn merge_is_independent_of_completion_order(
+            items in proptest::collection::vec("[a-z]{0,4}", 1..12),
+            seed in any::<u64>(),
+        ) {
+            let w = [f("tool_results"), f("followups"), f("messages")];
+            let patches: Vec<Patch> = items.iter().enumerate().map(|(i, it)| {
+                let mut p = Patch::new().set("tool_results", json!([{ "i": i, "v": it }]));
+                p.insert("messages", json!({"id": format!("m{}", i % 3), "role": "user", "content": it}));
+                if i == 0 { p.insert("followups", json!([it])); }
+                p
+            }).collect();
+            let labels: Vec<String> = (0..items.len()).map(|i| format!("t{i}")).collect();
+            let run = |order: &[usize]| {
+                let mut s = ChatState::default();
+                let mut ps: Vec<TaskPatch<'_>> = order.iter().map(|&i| TaskPatch {
+                    order: (1, i as u32), label: &labels[i], writes: &w, patch: &patches[i],
+                }).collect();
+                apply_step(&mut s, &mut ps).unwrap();
+                s
+            };
+            let forward: Vec<usize> = (0..items.len()).collect();
+            let mut shuffled = forward.clone();
+            fastrand::Rng::with_seed(seed).shuffle(&mut shuffled);
+            prop_assert_eq!(run(&forward), run(&shuffled));
+        }
+    }
+}

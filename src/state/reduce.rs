@@ -1,0 +1,127 @@
+//! Reducers: how one write combines with a field's current value.
+//!
+//! Each reducer is a module with a `KIND` constant (for the schema) and an
+//! `apply` function (for the generated [`crate::state::State::apply`]), so the
+//! [`crate::state!`] macro can name it by the identifier written in the state
+//! declaration. Every `apply` decodes the whole write before touching the
+//! field: a write that fails leaves the field unchanged.
+
+use serde::de::DeserializeOwned;
+use serde_json::Value;
+
+/// Items merged by [`merge_by_id`] expose a stable id.
+pub trait HasId {
+    /// The id; items with equal ids are the same item.
+    fn id(&self) -> &str;
+}
+
+fn decode<T: DeserializeOwned>(value: &Value) -> Result<T, serde_json::Error> {
+    T::deserialize(value)
+}
+
+/// Decodes a write for a list field: a JSON array is a list of items, any
+/// other value is a single item.
+fn decode_items<T: DeserializeOwned>(value: &Value) -> Result<Vec<T>, serde_json::Error> {
+    match value {
+        Value::Array(items) => items.iter().map(decode).collect(),
+        single => Ok(vec![decode(single)?]),
+    }
+}
+
+/// The write replaces the value.
+pub mod last {
+    use super::*;
+
+    /// The schema's name for this reducer.
+    pub const KIND: crate::state::Reducer = crate::state::Reducer::Last;
+
+    /// Replaces `slot` with the decoded value.
+    ///
+    /// # Errors
+    /// The value does not decode as `T`.
+    pub fn apply<T: DeserializeOwned>(slot: &mut T, value: &Value) -> Result<(), serde_json::Error> {
+        *slot = decode(value)?;
+        Ok(())
+    }
+}
+
+/// The written items are appended.
+pub mod append {
+    use super::*;
+
+    /// The schema's name for this reducer.
+    pub const KIND: crate::state::Reducer = crate::state::Reducer::Append;
+
+    /// Appends the decoded items (an array) or item (anything else).
+    ///
+    /// # Errors
+    /// An item does not decode as `T`.
+    pub fn apply<T: DeserializeOwned>(slot: &mut Vec<T>, value: &Value) -> Result<(), serde_json::Error> {
+        let items = decode_items(value)?;
+        slot.extend(items);
+        Ok(())
+    }
+}
+
+/// Items replace the item with the same id, or are appended.
+pub mod merge_by_id {
+    use super::*;
+
+    /// The schema's name for this reducer.
+    pub const KIND: crate::state::Reducer = crate::state::Reducer::MergeById;
+
+    /// Merges the decoded items into `slot` by id.
+    ///
+    /// # Errors
+    /// An item does not decode as `T`.
+    pub fn apply<T: DeserializeOwned + HasId>(
+        slot: &mut Vec<T>,
+        value: &Value,
+    ) -> Result<(), serde_json::Error> {
+        for item in decode_items::<T>(value)? {
+            match slot.iter_mut().find(|old| !item.id().is_empty() && old.id() == item.id()) {
+                Some(old) => *old = item,
+                None => slot.push(item),
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::state::Message;
+    use serde_json::json;
+
+    #[test]
+    fn last_replaces_and_keeps_old_value_on_bad_input() {
+        let mut s = String::from("old");
+        last::apply(&mut s, &json!("new")).unwrap();
+        assert_eq!(s, "new");
+        assert!(last::apply(&mut s, &json!(3)).is_err());
+        assert_eq!(s, "new");
+    }
+
+    #[test]
+    fn append_accepts_items_or_one_item_and_is_atomic() {
+        let mut v: Vec<u32> = vec![1];
+        append::apply(&mut v, &json!([2, 3])).unwrap();
+        append::apply(&mut v, &json!(4)).unwrap();
+        assert_eq!(v, [1, 2, 3, 4]);
+        assert!(append::apply(&mut v, &json!([5, "x"])).is_err());
+        assert_eq!(v, [1, 2, 3, 4], "a failed write must not leave half its items");
+    }
+
+    #[test]
+    fn merge_by_id_replaces_in_place_and_appends_new() {
+        let mut v = vec![Message::user("a", "hi"), Message::assistant("b", "yo")];
+        merge_by_id::apply(&mut v, &json!([
+            {"id": "b", "role": "assistant", "content": "hello"},
+            {"id": "c", "role": "user", "content": "more"}
+        ]))
+        .unwrap();
+        let ids: Vec<_> = v.iter().map(|m| (m.id.as_str(), m.content.as_str())).collect();
+        assert_eq!(ids, [("a", "hi"), ("b", "hello"), ("c", "more")]);
+    }
+}
