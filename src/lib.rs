@@ -3,6 +3,8 @@
 pub mod events;
 pub mod graph;
 pub mod llm;
+pub mod nodes;
+pub mod runtime;
 pub mod state;
 pub mod tools;
 #[doc(hidden)]
@@ -10,3 +12,4 @@ pub mod __private {
     pub use minijinja;
     pub use serde_json;
 }
+pub mod cli;

@@ -1,1 +1,121 @@
-fn main() {}
+//! The `stategraph` command: parses arguments and calls the library.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use clap::{Parser, Subcommand, ValueEnum};
+use stategraph::cli::{self, GraphFormat, RunArgs};
+use stategraph::graph::catalog::{Catalog, Registries};
+use stategraph::llm::Models;
+use stategraph::llm::offline::OfflineModel;
+use stategraph::runtime::Services;
+
+#[derive(Parser)]
+#[command(name = "stategraph", version, about = "Explicit state-machine graph runtime for LLM applications")]
+struct Cli {
+    /// Directory of graph files.
+    #[arg(long, global = true, env = "STATEGRAPH_GRAPHS", default_value = "graphs")]
+    graphs: PathBuf,
+    /// Directory of prompt templates.
+    #[arg(long, global = true, env = "STATEGRAPH_PROMPTS", default_value = "prompts")]
+    prompts: PathBuf,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Validate graph files; exit 1 on any error.
+    Check {
+        /// Graph files or directories (default: the graph directory).
+        paths: Vec<PathBuf>,
+    },
+    /// Draw a graph.
+    Graph {
+        /// Graph id.
+        name: String,
+        /// Output format.
+        #[arg(long, value_enum, default_value = "mermaid")]
+        format: Format,
+    },
+    /// Run a graph once and stream its events.
+    Run {
+        /// Graph id.
+        graph: String,
+        /// The user's message.
+        message: String,
+        /// Force an intent (chat graph).
+        #[arg(long)]
+        intent: Option<String>,
+        /// Print events as JSON lines.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum Format {
+    Mermaid,
+    Dot,
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let reg = Registries::default();
+    match cli.command {
+        Command::Check { paths } => {
+            let paths = if paths.is_empty() { vec![cli.graphs.clone()] } else { paths };
+            match cli::check(&paths, &cli.prompts, &reg, &mut std::io::stdout()) {
+                Ok(true) => ExitCode::SUCCESS,
+                Ok(false) => ExitCode::FAILURE,
+                Err(e) => {
+                    eprintln!("error: {e}");
+                    ExitCode::FAILURE
+                }
+            }
+        }
+        Command::Graph { name, format } => {
+            let catalog = Catalog::load(&cli.graphs, &cli.prompts, &reg);
+            let Some(g) = catalog.get(&name) else {
+                return not_found(&catalog, &name);
+            };
+            let format = match format {
+                Format::Mermaid => GraphFormat::Mermaid,
+                Format::Dot => GraphFormat::Dot,
+            };
+            print!("{}", cli::graph(g, format));
+            ExitCode::SUCCESS
+        }
+        Command::Run { graph, message, intent, json } => {
+            let catalog = Catalog::load(&cli.graphs, &cli.prompts, &reg);
+            let Some(g) = catalog.get(&graph).cloned() else {
+                return not_found(&catalog, &graph);
+            };
+            let models = Models::single(Arc::new(OfflineModel));
+            eprintln!("note: no LLM endpoint configured; using the built-in offline model");
+            let services = Arc::new(Services { models, tools: Arc::clone(&reg.tools) });
+            let rt = match tokio::runtime::Runtime::new() {
+                Ok(rt) => rt,
+                Err(e) => {
+                    eprintln!("error: {e}");
+                    return ExitCode::FAILURE;
+                }
+            };
+            let args = RunArgs { message, forced_intent: intent, json };
+            match rt.block_on(cli::run(g, services, args, &mut std::io::stdout())) {
+                Ok(true) => ExitCode::SUCCESS,
+                _ => ExitCode::FAILURE,
+            }
+        }
+    }
+}
+
+fn not_found(catalog: &Catalog, name: &str) -> ExitCode {
+    for d in &catalog.diagnostics {
+        eprintln!("{d}");
+    }
+    let known: Vec<&str> = catalog.graphs.keys().map(String::as_str).collect();
+    eprintln!("error: no valid graph `{name}` (valid graphs: {})", known.join(", "));
+    ExitCode::FAILURE
+}

@@ -13,7 +13,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use tokio::sync::mpsc;
 use uuid::Uuid;
 
-use super::{Event, EventKind};
+use super::{Event, EventKind, Usage};
 
 /// Per-run event stamping and delivery. Cheap to share behind an `Arc`.
 #[derive(Debug)]
@@ -26,6 +26,7 @@ pub struct EventSink {
 #[derive(Debug)]
 struct Inner {
     seq: u64,
+    usage: Usage,
     keep: bool,
     pending: Vec<Arc<Event>>,
 }
@@ -41,7 +42,7 @@ impl EventSink {
     /// `tx` receives every event; `None` discards them (the pending buffer
     /// still collects them when `keep` is set, for the checkpoint hook).
     pub fn new(run_id: Uuid, tx: Option<mpsc::Sender<Arc<Event>>>, last_seq: u64, keep: bool) -> Self {
-        Self { run_id, tx, inner: Mutex::new(Inner { seq: last_seq, keep, pending: Vec::new() }) }
+        Self { run_id, tx, inner: Mutex::new(Inner { seq: last_seq, usage: Usage::default(), keep, pending: Vec::new() }) }
     }
 
     /// The run this sink stamps.
@@ -53,12 +54,15 @@ impl EventSink {
     ///
     /// A closed channel (nobody listening) is not an error: the run goes on
     /// and its events still reach the checkpoint hook.
-    pub async fn emit(&self, step: u32, node: Option<&Arc<str>>, task: u32, event: EventKind) {
+    pub async fn emit(&self, step: u32, node: Option<&Arc<str>>, task: u32, event: EventKind) -> Arc<Event> {
         let permit = match &self.tx {
             Some(tx) => tx.reserve().await.ok(),
             None => None,
         };
         let mut inner = self.inner.lock().unwrap_or_else(PoisonError::into_inner);
+        if let EventKind::LlmFinished { usage, .. } = &event {
+            inner.usage += *usage;
+        }
         inner.seq += 1;
         let ev = Arc::new(Event {
             run_id: self.run_id,
@@ -73,13 +77,19 @@ impl EventSink {
             inner.pending.push(Arc::clone(&ev));
         }
         if let Some(permit) = permit {
-            permit.send(ev);
+            permit.send(Arc::clone(&ev));
         }
+        ev
     }
 
     /// The events emitted since the last call (for the checkpoint hook).
     pub fn take_pending(&self) -> Vec<Arc<Event>> {
         std::mem::take(&mut self.inner.lock().unwrap_or_else(PoisonError::into_inner).pending)
+    }
+
+    /// Tokens used by the model calls emitted so far.
+    pub fn usage(&self) -> Usage {
+        self.inner.lock().unwrap_or_else(PoisonError::into_inner).usage
     }
 
     /// The last `seq` assigned.
@@ -103,9 +113,9 @@ impl NodeEvents {
         Self { sink, step, node, task }
     }
 
-    /// Emits an event as this task.
-    pub async fn emit(&self, event: EventKind) {
-        self.sink.emit(self.step, Some(&self.node), self.task, event).await;
+    /// Emits an event as this task; returns it as stamped.
+    pub async fn emit(&self, event: EventKind) -> Arc<Event> {
+        self.sink.emit(self.step, Some(&self.node), self.task, event).await
     }
 
     /// The node id.
@@ -135,12 +145,12 @@ impl NodeEvents {
 
     /// Emits a [`EventKind::Thinking`] note.
     pub async fn thinking(&self, text: impl Into<String>) {
-        self.emit(EventKind::Thinking { text: text.into() }).await;
+        let _ = self.emit(EventKind::Thinking { text: text.into() }).await;
     }
 
     /// Emits [`EventKind::Custom`] data.
     pub async fn custom(&self, name: impl Into<String>, data: serde_json::Value) {
-        self.emit(EventKind::Custom { name: name.into(), data }).await;
+        let _ = self.emit(EventKind::Custom { name: name.into(), data }).await;
     }
 }
 

@@ -160,9 +160,8 @@ pub fn one_of<'a>(candidates: impl IntoIterator<Item = &'a str>) -> String {
 }
 
 /// A hint naming the closest candidate, or listing them all when few.
-pub fn name_hint<'a>(name: &str, candidates: impl IntoIterator<Item = &'a str> + Clone) -> Option<String> {
-    did_you_mean(name, candidates.clone()).or_else(|| {
-        let n = candidates.clone().into_iter().count();
-        (n <= 12).then(|| format!("expected {}", one_of(candidates)))
-    })
+pub fn name_hint<'a>(name: &str, candidates: impl IntoIterator<Item = &'a str>) -> Option<String> {
+    let candidates: Vec<&str> = candidates.into_iter().collect();
+    did_you_mean(name, candidates.iter().copied())
+        .or_else(|| (candidates.len() <= 12).then(|| format!("expected {}", one_of(candidates))))
 }

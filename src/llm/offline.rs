@@ -79,7 +79,12 @@ fn fill(schema: &Value, user: &str, name: &str) -> Value {
             Value::Object(out)
         }
         Some("array") => {
-            let n = schema["minItems"].as_u64().unwrap_or(0).max(2).min(schema["maxItems"].as_u64().unwrap_or(3));
+            // Lists the caller asks to be filled (questions) get items; optional lists stay empty.
+            let wanted = schema["minItems"].as_u64().unwrap_or(0);
+            if wanted == 0 {
+                return json!([]);
+            }
+            let n = wanted.max(2).min(schema["maxItems"].as_u64().unwrap_or(3));
             let topic: String = user.split_whitespace().take(6).collect::<Vec<_>>().join(" ");
             let items = &schema["items"];
             Value::Array(

@@ -13,6 +13,7 @@ mod patch;
 pub mod reduce;
 mod schema;
 
+use std::any::Any;
 use std::collections::BTreeMap;
 use std::fmt;
 
@@ -98,6 +99,10 @@ pub trait State:
 
     /// The field's value for prompt templates.
     fn template_value(&self, field: FieldId) -> minijinja::Value;
+
+    /// The field itself, for typed reads without a JSON round trip
+    /// (see [`DynState::text`] and [`DynState::messages`]).
+    fn field_ref(&self, field: FieldId) -> &dyn Any;
 }
 
 /// The object-safe face of a [`State`], used by the executor.
@@ -113,6 +118,8 @@ pub trait DynState: Send + Sync + fmt::Debug {
     fn get(&self, field: FieldId) -> Value;
     /// See [`State::template_value`].
     fn template_value(&self, field: FieldId) -> minijinja::Value;
+    /// See [`State::field_ref`].
+    fn field_ref(&self, field: FieldId) -> &dyn Any;
     /// The whole state as JSON (snapshots, run output).
     fn to_json(&self) -> Value;
     /// A deep copy.
@@ -132,11 +139,26 @@ impl<S: State> DynState for S {
     fn template_value(&self, field: FieldId) -> minijinja::Value {
         State::template_value(self, field)
     }
+    fn field_ref(&self, field: FieldId) -> &dyn Any {
+        State::field_ref(self, field)
+    }
     fn to_json(&self) -> Value {
         serde_json::to_value(self).unwrap_or(Value::Null)
     }
     fn clone_box(&self) -> Box<dyn DynState> {
         Box::new(self.clone())
+    }
+}
+
+impl dyn DynState + '_ {
+    /// A text field's value without copying; `None` for other types.
+    pub fn text(&self, field: FieldId) -> Option<&str> {
+        self.field_ref(field).downcast_ref::<String>().map(String::as_str)
+    }
+
+    /// A list-of-messages field without copying; `None` for other types.
+    pub fn messages(&self, field: FieldId) -> Option<&[Message]> {
+        self.field_ref(field).downcast_ref::<Vec<Message>>().map(Vec::as_slice)
     }
 }
 
@@ -149,6 +171,9 @@ impl Clone for Box<dyn DynState> {
 /// The value a conditional edge routes on: strings as themselves, booleans
 /// and integers as their JSON text, `null` as no value.
 pub fn route_key(state: &dyn DynState, field: FieldId) -> Option<String> {
+    if let Some(s) = state.text(field) {
+        return Some(s.to_owned());
+    }
     match state.get(field) {
         Value::String(s) => Some(s),
         Value::Bool(b) => Some(b.to_string()),
@@ -316,6 +341,18 @@ macro_rules! state {
                     i += 1;
                 )*
                 $crate::__private::serde_json::Value::Null
+            }
+
+            #[allow(unused_assignments)]
+            fn field_ref(&self, field: $crate::state::FieldId) -> &dyn ::std::any::Any {
+                let mut i = 0u16;
+                $(
+                    if field.0 == i {
+                        return &self.$field;
+                    }
+                    i += 1;
+                )*
+                &()
             }
 
             #[allow(unused_assignments)]

@@ -1,0 +1,169 @@
+//! A directory of graph files and prompts, compiled together.
+//!
+//! Subgraphs are compiled before the graphs that run them; a file that fails
+//! leaves its diagnostics and is absent from the catalog, while every other
+//! graph still compiles. The server swaps whole catalogs on reload and keeps
+//! serving the previous version of a graph that no longer validates.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use super::compile::{CompileEnv, compile};
+use super::compiled::CompiledGraph;
+use super::diagnostic::{Diagnostic, Diagnostics};
+use super::load::{GraphFile, load_file};
+use super::prompts::Prompts;
+use crate::nodes::NodeRegistry;
+use crate::state::StateTypes;
+use crate::tools::ToolRegistry;
+
+/// What graph files are checked against: state types, Rust node kinds, tools.
+#[derive(Clone, Debug)]
+pub struct Registries {
+    /// State types.
+    pub states: StateTypes,
+    /// Registered Rust node kinds.
+    pub kinds: NodeRegistry,
+    /// Tools.
+    pub tools: Arc<ToolRegistry>,
+}
+
+impl Default for Registries {
+    /// Built-in state types, no extra kinds, built-in tools.
+    fn default() -> Self {
+        Self { states: StateTypes::default(), kinds: NodeRegistry::default(), tools: Arc::new(ToolRegistry::with_builtins()) }
+    }
+}
+
+/// Compiled graphs by id, with the diagnostics of every file.
+#[derive(Debug)]
+pub struct Catalog {
+    /// Graphs that compiled.
+    pub graphs: BTreeMap<String, Arc<CompiledGraph>>,
+    /// Errors and warnings of all files (prompt files included).
+    pub diagnostics: Vec<Diagnostic>,
+    /// Graph ids whose files have errors.
+    pub failed: BTreeSet<String>,
+    /// The prompts.
+    pub prompts: Arc<Prompts>,
+}
+
+impl Catalog {
+    /// Loads and compiles every `*.yaml` / `*.yml` file in `graphs_dir`.
+    pub fn load(graphs_dir: &Path, prompts_dir: &Path, reg: &Registries) -> Self {
+        let mut files: Vec<PathBuf> = std::fs::read_dir(graphs_dir)
+            .map(|rd| rd.flatten().map(|e| e.path()).filter(|p| is_graph_file(p)).collect())
+            .unwrap_or_default();
+        files.sort();
+        let mut cat = Self::load_files(&files, prompts_dir, reg);
+        if !graphs_dir.is_dir() {
+            cat.diagnostics.push(missing(graphs_dir, "graph directory does not exist"));
+        }
+        cat
+    }
+
+    /// Loads and compiles the given files.
+    pub fn load_files(files: &[PathBuf], prompts_dir: &Path, reg: &Registries) -> Self {
+        let prompts = Arc::new(Prompts::load(prompts_dir));
+        let mut diagnostics = Vec::new();
+        let mut failed = BTreeSet::new();
+        let mut parsed: BTreeMap<String, GraphFile> = BTreeMap::new();
+        for path in files {
+            match load_file(path) {
+                Ok(file) => {
+                    if let Some(other) = parsed.get(&file.id) {
+                        let mut d = Diagnostics::new(Arc::clone(&file.display));
+                        d.error(
+                            super::loc::Loc::new(1, 1),
+                            "duplicate-graph",
+                            format!("graph id `{}` is also defined by {}", file.id, other.display),
+                            Some("graph ids are file stems and must be unique".into()),
+                        );
+                        diagnostics.extend(d.into_vec());
+                        failed.insert(file.id.clone());
+                    } else {
+                        parsed.insert(file.id.clone(), file);
+                    }
+                }
+                Err(d) => {
+                    let id = path.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default();
+                    failed.insert(id);
+                    diagnostics.extend(d);
+                }
+            }
+        }
+        let mut graphs: BTreeMap<String, Arc<CompiledGraph>> = BTreeMap::new();
+        // Compile in dependency order: a graph waits for the subgraphs it runs.
+        let deps: BTreeMap<String, BTreeSet<String>> = parsed
+            .iter()
+            .map(|(id, f)| {
+                let d = f.spec.nodes.iter().filter_map(|n| n.value.graph.as_ref().map(|g| g.value.clone())).collect();
+                (id.clone(), d)
+            })
+            .collect();
+        let mut pending: BTreeSet<String> = parsed.keys().cloned().collect();
+        loop {
+            let ready: Vec<String> = pending
+                .iter()
+                .filter(|id| deps[*id].iter().all(|d| !pending.contains(d) || d == *id && false))
+                .cloned()
+                .collect();
+            if ready.is_empty() {
+                break;
+            }
+            for id in ready {
+                pending.remove(&id);
+                let file = &parsed[&id];
+                let env = CompileEnv { states: &reg.states, kinds: &reg.kinds, tools: &reg.tools, prompts: &prompts, graphs: &graphs };
+                match compile(file, &env) {
+                    Ok((graph, warnings)) => {
+                        diagnostics.extend(warnings);
+                        graphs.insert(id, Arc::new(graph));
+                    }
+                    Err(d) => {
+                        diagnostics.extend(d);
+                        failed.insert(id);
+                    }
+                }
+            }
+        }
+        // What is left runs itself, directly or through other graphs.
+        for id in pending {
+            let file = &parsed[&id];
+            let mut d = Diagnostics::new(Arc::clone(&file.display));
+            for n in &file.spec.nodes {
+                if let Some(g) = &n.value.graph {
+                    if deps.get(&g.value).is_some_and(|_| true) {
+                        d.error(g.loc, "subgraph-cycle", format!("graph `{id}` runs `{}`, which (indirectly) runs `{id}` again", g.value), None);
+                    }
+                }
+            }
+            diagnostics.extend(d.into_vec());
+            failed.insert(id);
+        }
+        diagnostics.sort_by(|a, b| (&a.file, a.line, a.column).cmp(&(&b.file, b.line, b.column)));
+        diagnostics.dedup();
+        Self { graphs, diagnostics, failed, prompts }
+    }
+
+    /// A graph by id.
+    pub fn get(&self, id: &str) -> Option<&Arc<CompiledGraph>> {
+        self.graphs.get(id)
+    }
+
+    /// Whether any file has an error.
+    pub fn has_errors(&self) -> bool {
+        self.diagnostics.iter().any(Diagnostic::is_error)
+    }
+}
+
+fn is_graph_file(p: &Path) -> bool {
+    p.is_file() && matches!(p.extension().and_then(|e| e.to_str()), Some("yaml" | "yml"))
+}
+
+fn missing(path: &Path, message: &str) -> Diagnostic {
+    let mut d = Diagnostics::new(path.display().to_string());
+    d.error(super::loc::Loc::new(1, 1), "io", message, None);
+    d.into_vec().remove(0)
+}

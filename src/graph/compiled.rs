@@ -1,0 +1,201 @@
+//! What the executor runs: a compiled graph.
+//!
+//! Compilation resolves every name to an index, so the executor never
+//! consults spec types or does string lookups on its hot path. The petgraph
+//! [`Topology`] is the graph itself (used for validation, drawing and
+//! analysis); each node's outgoing [`Transition`]s are the same edges grouped
+//! by decision, in the form the executor evaluates after every step.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use petgraph::graph::DiGraph;
+
+use super::prompts::Prompts;
+use super::spec::Surface;
+use crate::nodes::NodeImpl;
+use crate::state::{FieldId, StateType};
+
+/// Index of a node in [`CompiledGraph::nodes`].
+pub type NodeIdx = u32;
+
+/// Where an edge leads.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Target {
+    /// A node.
+    Node(NodeIdx),
+    /// The end of the graph.
+    End,
+}
+
+/// One decision taken after a node finishes.
+#[derive(Clone, Debug)]
+pub enum Transition {
+    /// Always go there.
+    Goto(Target),
+    /// Go where the field's value says.
+    Route(Route),
+    /// One task of `to` per item of the list field `over`.
+    Map {
+        /// The list field.
+        over: FieldId,
+        /// The node run per item.
+        to: NodeIdx,
+    },
+    /// Count towards join number `.0`.
+    Join(usize),
+}
+
+/// A conditional edge.
+#[derive(Clone, Debug)]
+pub struct Route {
+    /// Field routed on.
+    pub field: FieldId,
+    /// Its name, for errors.
+    pub field_name: Arc<str>,
+    /// Value → target.
+    pub cases: Vec<(String, Target)>,
+    /// Target for other values.
+    pub default: Option<Target>,
+}
+
+impl Route {
+    /// The target for a value, if any.
+    pub fn target(&self, value: Option<&str>) -> Option<Target> {
+        value
+            .and_then(|v| self.cases.iter().find(|(k, _)| k == v).map(|(_, t)| *t))
+            .or(self.default)
+    }
+}
+
+/// A node that waits for several sources.
+#[derive(Clone, Debug)]
+pub struct Join {
+    /// The node that runs when all sources have finished.
+    pub target: NodeIdx,
+    /// The sources.
+    pub sources: Vec<NodeIdx>,
+}
+
+/// When and how often to retry a failing node.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RetryPolicy {
+    /// Total attempts (1 = no retry).
+    pub attempts: u32,
+    /// Delay before the first retry; doubles each time.
+    pub backoff: Duration,
+    /// Upper bound on the delay.
+    pub max_backoff: Duration,
+}
+
+impl Default for RetryPolicy {
+    fn default() -> Self {
+        Self { attempts: 1, backoff: Duration::from_millis(250), max_backoff: Duration::from_secs(10) }
+    }
+}
+
+impl RetryPolicy {
+    /// Delay after failed attempt `attempt` (1-based), with ±20 % jitter.
+    pub fn delay(&self, attempt: u32) -> Duration {
+        let base = self.backoff.saturating_mul(1u32 << attempt.saturating_sub(1).min(16)).min(self.max_backoff);
+        base.mul_f64(0.8 + fastrand::f64() * 0.4)
+    }
+}
+
+/// A compiled node.
+#[derive(Debug)]
+pub struct CompiledNode {
+    /// Id from the graph file.
+    pub id: Arc<str>,
+    /// Kind name.
+    pub kind: Arc<str>,
+    /// Behaviour.
+    pub imp: NodeImpl,
+    /// Fields it may write.
+    pub writes: Vec<FieldId>,
+    /// UI surface for its streamed output.
+    pub surface: Surface,
+    /// Retry policy.
+    pub retry: RetryPolicy,
+    /// Time limit per attempt.
+    pub timeout: Option<Duration>,
+    /// What happens after it finishes.
+    pub out: Vec<Transition>,
+    /// Description from the file.
+    pub description: Option<String>,
+}
+
+/// Node weights of the petgraph topology.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Slot {
+    /// A node (same index as in [`CompiledGraph::nodes`]).
+    Node(NodeIdx),
+    /// END.
+    End,
+}
+
+/// Edge weights of the petgraph topology.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum EdgeKind {
+    /// Unconditional.
+    Plain,
+    /// Conditional, taken for this value.
+    Case(String),
+    /// Conditional default.
+    Default,
+    /// Map fan-out over this field.
+    Map(String),
+    /// Into a join.
+    Join,
+}
+
+impl EdgeKind {
+    /// Whether the edge is taken only for some values.
+    pub fn is_conditional(&self) -> bool {
+        matches!(self, EdgeKind::Case(_) | EdgeKind::Default)
+    }
+}
+
+/// The graph as petgraph sees it: node `i` is node `i` of the graph, the
+/// last node is END.
+pub type Topology = DiGraph<Slot, EdgeKind>;
+
+/// A graph ready to run.
+#[derive(Debug)]
+pub struct CompiledGraph {
+    /// Graph id (file stem).
+    pub id: Arc<str>,
+    /// Content hash of the graph file and its prompts.
+    pub version: String,
+    /// Description from the file.
+    pub description: Option<String>,
+    /// The state type.
+    pub state: StateType,
+    /// Nodes in file order.
+    pub nodes: Vec<CompiledNode>,
+    /// Nodes of the first superstep.
+    pub entry: Vec<NodeIdx>,
+    /// Joins.
+    pub joins: Vec<Join>,
+    /// Maximum supersteps.
+    pub recursion_limit: u32,
+    /// The petgraph graph.
+    pub topology: Topology,
+    /// The prompts the nodes render.
+    pub prompts: Arc<Prompts>,
+    /// Source file.
+    pub file: PathBuf,
+}
+
+impl CompiledGraph {
+    /// A node's index by id.
+    pub fn node_index(&self, id: &str) -> Option<NodeIdx> {
+        self.nodes.iter().position(|n| &*n.id == id).map(|i| i as NodeIdx)
+    }
+
+    /// The surface of a node (by id), `hidden` for unknown ids.
+    pub fn surface(&self, id: &str) -> Surface {
+        self.node_index(id).map_or(Surface::Hidden, |i| self.nodes[i as usize].surface)
+    }
+}

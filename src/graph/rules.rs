@@ -1,0 +1,185 @@
+//! Structural rules on the resolved topology: what LangGraph lets slip.
+//!
+//! Every node must be reachable from the entry and able to reach END; a
+//! cycle must have a conditional way out; a join's sources must be able to
+//! all arrive in one run.
+
+use std::collections::HashSet;
+
+use petgraph::Direction;
+use petgraph::algo::tarjan_scc;
+use petgraph::graph::NodeIndex;
+use petgraph::visit::{Bfs, EdgeRef, Reversed};
+
+use super::compiled::{Join, NodeIdx, Slot, Target, Topology, Transition};
+use super::diagnostic::Diagnostics;
+use super::loc::Loc;
+
+/// What the rules need to know about the graph.
+pub(crate) struct Shape<'a> {
+    pub topo: &'a Topology,
+    pub entry: &'a [NodeIdx],
+    pub out: &'a [Vec<Transition>],
+    pub joins: &'a [Join],
+    pub ids: &'a [&'a str],
+    pub locs: &'a [Loc],
+    pub join_locs: &'a [Loc],
+}
+
+impl Shape<'_> {
+    fn end(&self) -> NodeIndex {
+        NodeIndex::new(self.ids.len())
+    }
+}
+
+/// Runs every structural rule.
+pub(crate) fn check(shape: &Shape<'_>, d: &mut Diagnostics) {
+    reachability(shape, d);
+    cycles(shape, d);
+    joins(shape, d);
+}
+
+fn reachability(s: &Shape<'_>, d: &mut Diagnostics) {
+    let n = s.ids.len();
+    let mut reached = vec![false; n + 1];
+    for &e in s.entry {
+        let mut bfs = Bfs::new(s.topo, NodeIndex::new(e as usize));
+        while let Some(x) = bfs.next(s.topo) {
+            reached[x.index()] = true;
+        }
+    }
+    let mut to_end = vec![false; n + 1];
+    let rev = Reversed(s.topo);
+    let mut bfs = Bfs::new(rev, s.end());
+    while let Some(x) = bfs.next(rev) {
+        to_end[x.index()] = true;
+    }
+    for i in 0..n {
+        if !reached[i] {
+            d.error(
+                s.locs[i],
+                "unreachable-node",
+                format!("node `{}` is unreachable from the entry", s.ids[i]),
+                Some("add an edge to it, or remove the node".into()),
+            );
+        } else if !to_end[i] {
+            let dead_end = s.topo.edges_directed(NodeIndex::new(i), Direction::Outgoing).next().is_none();
+            let (message, hint) = if dead_end {
+                (format!("node `{}` has no outgoing edge", s.ids[i]), format!("add `{} -> END` or an edge to the next node", s.ids[i]))
+            } else {
+                (format!("node `{}` has no path to END", s.ids[i]), "every path must be able to finish; add a route to END".into())
+            };
+            d.error(s.locs[i], "no-path-to-end", message, Some(hint));
+        }
+    }
+}
+
+fn cycles(s: &Shape<'_>, d: &mut Diagnostics) {
+    for scc in tarjan_scc(s.topo) {
+        let members: HashSet<NodeIndex> = scc.iter().copied().collect();
+        let is_cycle = scc.len() > 1 || s.topo.edges_connecting(scc[0], scc[0]).next().is_some();
+        if !is_cycle || members.contains(&s.end()) {
+            continue;
+        }
+        let has_exit = scc.iter().any(|&x| {
+            s.topo.edges_directed(x, Direction::Outgoing).any(|e| e.weight().is_conditional() && !members.contains(&e.target()))
+        });
+        if !has_exit {
+            let mut nodes: Vec<usize> = scc.iter().map(|x| x.index()).collect();
+            nodes.sort_unstable();
+            let path: Vec<&str> = nodes.iter().map(|&i| s.ids[i]).chain([s.ids[nodes[0]]]).collect();
+            d.error(
+                s.locs[nodes[0]],
+                "cycle-without-exit",
+                format!("the cycle {} has no conditional exit", path.join(" → ")),
+                Some("route out of the cycle on a state field (a conditional edge with a target outside it, or END)".into()),
+            );
+        }
+    }
+}
+
+/// Nodes reachable from `from` (inclusive) without passing through `skip`.
+fn reach(s: &Shape<'_>, from: usize, skip: usize) -> Vec<bool> {
+    let mut seen = vec![false; s.ids.len() + 1];
+    if from == skip {
+        return seen;
+    }
+    let mut stack = vec![from];
+    seen[from] = true;
+    while let Some(x) = stack.pop() {
+        for e in s.topo.edges_directed(NodeIndex::new(x), Direction::Outgoing) {
+            let t = e.target().index();
+            if t != skip && !seen[t] {
+                seen[t] = true;
+                stack.push(t);
+            }
+        }
+    }
+    seen
+}
+
+/// Targets of one transition (a route's alternatives are one group).
+fn targets(t: &Transition, joins: &[Join]) -> Vec<usize> {
+    let node = |t: &Target| match t {
+        Target::Node(n) => Some(*n as usize),
+        Target::End => None,
+    };
+    match t {
+        Transition::Goto(t) => node(t).into_iter().collect(),
+        Transition::Route(r) => r.cases.iter().map(|(_, t)| t).chain(r.default.iter()).filter_map(node).collect(),
+        Transition::Map { to, .. } => vec![*to as usize],
+        Transition::Join(j) => vec![joins[*j].target as usize],
+    }
+}
+
+fn joins(s: &Shape<'_>, d: &mut Diagnostics) {
+    for (j, join) in s.joins.iter().enumerate() {
+        let skip = join.target as usize;
+        let reach_from: Vec<Vec<bool>> = (0..s.ids.len()).map(|i| reach(s, i, skip)).collect();
+        let co = |a: usize, b: usize| -> bool {
+            if reach_from[a][b] || reach_from[b][a] {
+                return true;
+            }
+            // A fork: two different transitions of one node (all of which
+            // fire) lead to a and to b. The entry list is a fork too.
+            let mut forks: Vec<Vec<Vec<usize>>> = s
+                .out
+                .iter()
+                .enumerate()
+                .filter(|(f, _)| *f != skip)
+                .map(|(_, ts)| ts.iter().map(|t| targets(t, s.joins)).collect())
+                .collect();
+            forks.push(s.entry.iter().map(|&e| vec![e as usize]).collect());
+            forks.iter().any(|groups| {
+                groups.iter().enumerate().any(|(g1, xs)| {
+                    groups.iter().enumerate().any(|(g2, ys)| {
+                        g1 != g2
+                            && xs.iter().any(|&x| reach_from[x][a])
+                            && ys.iter().any(|&y| reach_from[y][b])
+                    })
+                })
+            })
+        };
+        'pairs: for (i, &a) in join.sources.iter().enumerate() {
+            for &b in &join.sources[i + 1..] {
+                if !co(a as usize, b as usize) {
+                    d.error(
+                        s.join_locs[j],
+                        "join-never-fires",
+                        format!(
+                            "join into `{}` waits for `{}` and `{}`, which can never both run (they are alternatives)",
+                            s.ids[skip], s.ids[a as usize], s.ids[b as usize]
+                        ),
+                        Some("join only branches that run in parallel (a fan-out or several entry nodes)".into()),
+                    );
+                    break 'pairs;
+                }
+            }
+        }
+    }
+}
+
+/// The slot of a node index, for building the topology.
+pub(crate) fn slot(i: usize, n: usize) -> Slot {
+    if i == n { Slot::End } else { Slot::Node(i as NodeIdx) }
+}

@@ -1,0 +1,155 @@
+//! `agent`: a model with tools, looping tool calls → results → model until
+//! it answers or reaches its iteration cap.
+//!
+//! The node only offers, and the registry only executes, the tools the graph
+//! file lists for it. A failed tool call is given back to the model as
+//! structured data so it can correct itself. The cap counts model calls; the
+//! last allowed call is made without tools, so the model has to answer.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use serde_json::{Value, json};
+
+use super::{BuildCx, NodeContext, NodeError, PromptRef, history};
+use crate::events::{EventKind, ToolCallRecord};
+use crate::llm::{ChatMessage, ChatRequest, ModelCall, call_model};
+use crate::state::{FieldId, FieldType, Patch, Reducer};
+use crate::tools::{failure_payload, parse_arguments};
+
+const SETTINGS: &[&str] =
+    &["prompt", "model", "tools", "input", "output", "history", "history_window", "max_iterations", "trace"];
+
+/// Default cap on model calls.
+const DEFAULT_MAX_ITERATIONS: u32 = 5;
+
+/// A tool-using model loop.
+#[derive(Debug)]
+pub struct Agent {
+    prompt: PromptRef,
+    role: Arc<str>,
+    input: Option<FieldId>,
+    history: (Option<FieldId>, usize),
+    tools: Vec<String>,
+    max_iterations: u32,
+    output: Arc<str>,
+    trace: Option<Arc<str>>,
+}
+
+impl Agent {
+    pub(super) fn build(cx: &mut BuildCx<'_>) -> Option<Self> {
+        let n = cx.node;
+        cx.accept(SETTINGS);
+        let prompt = cx.prompt(true);
+        let tools = cx.tools();
+        let input = match &n.input {
+            Some(_) => cx.input(&n.input, "query").map(Some).ok_or(()),
+            None => Ok(None),
+        };
+        let history = cx.history(12);
+        let output = cx.output(&n.output, "answer", "a text field", |f| f.ty == FieldType::Text);
+        let trace = cx.optional_output(&n.trace, "a list field with the append reducer", |f| {
+            f.ty == FieldType::List && f.reducer == Reducer::Append
+        });
+        let max_iterations = n.max_iterations.as_ref().map_or(DEFAULT_MAX_ITERATIONS, |m| m.value);
+        if max_iterations == 0 || max_iterations > 100 {
+            let loc = n.max_iterations.as_ref().map_or(n.kind.loc, |m| m.loc);
+            cx.error(loc, "invalid-setting", "`max_iterations` must be between 1 and 100", None);
+            return None;
+        }
+        output?;
+        Some(Self {
+            prompt: prompt.ok()??,
+            role: cx.role(),
+            input: input.ok()?,
+            history: history.ok()?,
+            tools: tools.ok()?,
+            max_iterations,
+            output: n.output.as_ref().map_or("answer", |o| o.value.as_str()).into(),
+            trace: trace.ok()?.and(n.trace.as_ref()).map(|t| t.value.as_str().into()),
+        })
+    }
+
+    pub(super) async fn run(&self, cx: NodeContext<'_>) -> Result<Patch, NodeError> {
+        let mut messages = vec![ChatMessage::System { content: self.prompt.render(&cx)? }];
+        messages.extend(history(cx.state, self.history.0, self.history.1));
+        if let Some(text) = self.input.and_then(|f| cx.state.text(f)) {
+            if !matches!(messages.last(), Some(ChatMessage::User { content }) if content == text) {
+                messages.push(ChatMessage::User { content: text.to_owned() });
+            }
+        }
+        let defs = cx.services.tools.defs(&self.tools);
+        let model = cx.services.models.for_role(&self.role);
+        let mut trace = Vec::new();
+        let mut answer = String::new();
+        for call in 0..self.max_iterations {
+            let last = call + 1 == self.max_iterations;
+            let request = ChatRequest {
+                messages: messages.clone(),
+                tools: if last { Vec::new() } else { defs.clone() },
+                ..Default::default()
+            };
+            let (out, _) =
+                call_model(model.as_ref(), ModelCall { events: cx.events, role: &self.role, call }, request).await?;
+            if out.tool_calls.is_empty() || last {
+                answer = out.text;
+                if !out.tool_calls.is_empty() {
+                    cx.events
+                        .thinking(format!("Stopped after {} model calls (the iteration cap).", self.max_iterations))
+                        .await;
+                }
+                break;
+            }
+            let results = futures::future::join_all(out.tool_calls.iter().map(|tc| self.execute(&cx, tc))).await;
+            messages.push(ChatMessage::Assistant { content: out.text, tool_calls: out.tool_calls.clone() });
+            for (tc, (content, record)) in out.tool_calls.iter().zip(results) {
+                messages.push(ChatMessage::Tool { call_id: tc.id.clone(), content });
+                trace.push(record);
+            }
+        }
+        let mut patch = Patch::new().set(Arc::clone(&self.output), answer);
+        if let Some(field) = &self.trace {
+            if !trace.is_empty() {
+                patch.insert(Arc::clone(field), Value::Array(trace));
+            }
+        }
+        Ok(patch)
+    }
+
+    /// Runs one tool call; returns the content for the model and a trace record.
+    async fn execute(&self, cx: &NodeContext<'_>, tc: &ToolCallRecord) -> (String, Value) {
+        let started = Instant::now();
+        let result = match parse_arguments(&tc.arguments) {
+            Ok(args) => {
+                cx.events
+                    .emit(EventKind::ToolCallReady { call_id: tc.id.clone(), tool: tc.name.clone(), args: args.clone() })
+                    .await;
+                cx.services.tools.call(&tc.name, args.clone(), &self.tools).await.map(|out| (args, out))
+            }
+            Err(e) => Err(e),
+        };
+        match result {
+            Ok((args, output)) => {
+                let content = output.to_string();
+                cx.events
+                    .emit(EventKind::ToolResult {
+                        call_id: tc.id.clone(),
+                        tool: tc.name.clone(),
+                        output: output.clone(),
+                        cached: false,
+                        duration_us: started.elapsed().as_micros() as u64,
+                    })
+                    .await;
+                (content, json!({ "node": &**cx.events.node(), "tool": tc.name, "args": args, "output": output }))
+            }
+            Err(e) => {
+                let failure = e.to_failure();
+                let payload = failure_payload(&failure);
+                cx.events
+                    .emit(EventKind::ToolError { call_id: tc.id.clone(), tool: tc.name.clone(), error: failure })
+                    .await;
+                (payload.to_string(), json!({ "node": &**cx.events.node(), "tool": tc.name, "error": payload }))
+            }
+        }
+    }
+}

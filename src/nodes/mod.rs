@@ -1,0 +1,262 @@
+//! Node kinds: one file per kind, one enum dispatches.
+//!
+//! A kind has two halves. `build` reads the node's settings from the graph
+//! file, resolves every field, prompt and tool it names (reporting problems
+//! as diagnostics) and returns the compiled node. `run` executes it against a
+//! state snapshot and returns a [`Patch`]. A new kind is one file plus one
+//! arm in [`NodeImpl`] and [`build`]; application code can also register
+//! Rust nodes by name ([`NodeRegistry`]).
+
+mod agent;
+mod build;
+mod followup;
+mod llm;
+mod noop;
+mod router;
+mod subgraph;
+mod summarizer;
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::future::BoxFuture;
+use serde_json::Value;
+use tokio_util::sync::CancellationToken;
+
+use crate::events::NodeEvents;
+use crate::graph::prompts::Prompts;
+use crate::llm::{ChatMessage, LlmError};
+use crate::runtime::Services;
+use crate::state::{DynState, FieldId, Message, Patch, Role};
+
+pub use build::{BuildCx, PromptRef};
+
+/// The built-in kinds.
+pub const BUILTIN_KINDS: &[&str] = &["agent", "followup", "llm", "noop", "router", "subgraph", "summarizer"];
+
+/// What a running node sees.
+#[derive(Clone, Copy)]
+pub struct NodeContext<'a> {
+    /// The state as of the start of the superstep.
+    pub state: &'a dyn DynState,
+    /// The map item, for map fan-out tasks.
+    pub item: Option<&'a Value>,
+    /// Where the node's events go.
+    pub events: &'a NodeEvents,
+    /// Models and tools.
+    pub services: &'a Services,
+    /// The graph's prompt templates.
+    pub prompts: &'a Prompts,
+    /// 1 for the first attempt.
+    pub attempt: u32,
+    /// Cancelled when the run is stopped.
+    pub cancel: &'a CancellationToken,
+}
+
+impl fmt::Debug for NodeContext<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("NodeContext").field("node", self.events.node()).field("attempt", &self.attempt).finish()
+    }
+}
+
+/// Why a node failed.
+#[derive(Debug, thiserror::Error)]
+pub enum NodeError {
+    /// A model call failed.
+    #[error(transparent)]
+    Llm(#[from] LlmError),
+    /// A prompt failed to render.
+    #[error("prompt `{prompt}` failed to render: {message}")]
+    Prompt {
+        /// The template.
+        prompt: String,
+        /// Why.
+        message: String,
+    },
+    /// The attempt exceeded the node's timeout.
+    #[error("node timed out after {0:?}")]
+    Timeout(Duration),
+    /// A subgraph run failed.
+    #[error("subgraph `{graph}` failed: {message}")]
+    Subgraph {
+        /// The subgraph.
+        graph: String,
+        /// Its error.
+        message: String,
+    },
+    /// The node's own failure.
+    #[error("{0}")]
+    Failed(String),
+}
+
+impl NodeError {
+    /// Whether a retry may succeed.
+    pub fn is_transient(&self) -> bool {
+        match self {
+            NodeError::Llm(e) => e.is_transient(),
+            NodeError::Timeout(_) => true,
+            NodeError::Prompt { .. } | NodeError::Subgraph { .. } | NodeError::Failed(_) => false,
+        }
+    }
+}
+
+/// A node implemented in Rust and registered by name.
+pub trait Node: Send + Sync {
+    /// Runs the node.
+    fn run<'a>(&'a self, cx: NodeContext<'a>) -> BoxFuture<'a, Result<Patch, NodeError>>;
+}
+
+type Factory = dyn Fn(&Value) -> Result<Arc<dyn Node>, String> + Send + Sync;
+
+/// Rust node kinds available to graph files, by kind name.
+#[derive(Clone, Default)]
+pub struct NodeRegistry {
+    kinds: BTreeMap<String, Arc<Factory>>,
+}
+
+impl fmt::Debug for NodeRegistry {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_list().entries(self.kinds.keys()).finish()
+    }
+}
+
+impl NodeRegistry {
+    /// Registers `kind`; `factory` gets the node's `params` (or `null`) and
+    /// returns the node or a message explaining what is wrong with them.
+    pub fn register(
+        &mut self,
+        kind: impl Into<String>,
+        factory: impl Fn(&Value) -> Result<Arc<dyn Node>, String> + Send + Sync + 'static,
+    ) -> &mut Self {
+        self.kinds.insert(kind.into(), Arc::new(factory));
+        self
+    }
+
+    /// Registered kind names.
+    pub fn names(&self) -> impl Iterator<Item = &str> + Clone {
+        self.kinds.keys().map(String::as_str)
+    }
+
+    fn get(&self, kind: &str) -> Option<&Arc<Factory>> {
+        self.kinds.get(kind)
+    }
+}
+
+/// A compiled node's behaviour.
+pub enum NodeImpl {
+    /// Does nothing, or writes constants.
+    Noop(noop::Noop),
+    /// One prompt, streamed into a field.
+    Llm(llm::LlmNode),
+    /// Intent classification.
+    Router(router::Router),
+    /// Model with tools in a loop.
+    Agent(agent::Agent),
+    /// Rolling summary of history.
+    Summarizer(summarizer::Summarizer),
+    /// Suggested follow-up questions.
+    Followup(followup::Followup),
+    /// Runs another graph.
+    Subgraph(subgraph::Subgraph),
+    /// A registered Rust node.
+    Custom(Arc<dyn Node>),
+}
+
+impl fmt::Debug for NodeImpl {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            NodeImpl::Noop(_) => "noop",
+            NodeImpl::Llm(_) => "llm",
+            NodeImpl::Router(_) => "router",
+            NodeImpl::Agent(_) => "agent",
+            NodeImpl::Summarizer(_) => "summarizer",
+            NodeImpl::Followup(_) => "followup",
+            NodeImpl::Subgraph(_) => "subgraph",
+            NodeImpl::Custom(_) => "custom",
+        })
+    }
+}
+
+impl NodeImpl {
+    /// Runs the node once.
+    ///
+    /// # Errors
+    /// The node failed; see [`NodeError::is_transient`].
+    pub async fn run(&self, cx: NodeContext<'_>) -> Result<Patch, NodeError> {
+        match self {
+            NodeImpl::Noop(n) => Ok(n.run()),
+            NodeImpl::Llm(n) => n.run(cx).await,
+            NodeImpl::Router(n) => n.run(cx).await,
+            NodeImpl::Agent(n) => n.run(cx).await,
+            NodeImpl::Summarizer(n) => n.run(cx).await,
+            NodeImpl::Followup(n) => n.run(cx).await,
+            NodeImpl::Subgraph(n) => n.run(cx).await,
+            NodeImpl::Custom(n) => n.run(cx).await,
+        }
+    }
+
+    /// The values this node can write to a field, when it declares them
+    /// (a router's intents): conditional edges on that field must map them.
+    pub fn declared_values(&self) -> Option<(FieldId, &[String])> {
+        match self {
+            NodeImpl::Router(r) => Some(r.declared_values()),
+            _ => None,
+        }
+    }
+
+    /// The subgraph this node runs, if any.
+    pub fn subgraph(&self) -> Option<&Arc<crate::graph::CompiledGraph>> {
+        match self {
+            NodeImpl::Subgraph(s) => Some(s.graph()),
+            _ => None,
+        }
+    }
+}
+
+/// Builds the node `cx.node` of kind `kind`.
+pub fn build(kind: &str, cx: &mut BuildCx<'_>, registry: &NodeRegistry) -> Option<NodeImpl> {
+    match kind {
+        "noop" => noop::Noop::build(cx).map(NodeImpl::Noop),
+        "llm" => llm::LlmNode::build(cx).map(NodeImpl::Llm),
+        "router" => router::Router::build(cx).map(NodeImpl::Router),
+        "agent" => agent::Agent::build(cx).map(NodeImpl::Agent),
+        "summarizer" => summarizer::Summarizer::build(cx).map(NodeImpl::Summarizer),
+        "followup" => followup::Followup::build(cx).map(NodeImpl::Followup),
+        "subgraph" => subgraph::Subgraph::build(cx).map(NodeImpl::Subgraph),
+        other => {
+            let factory = registry.get(other)?;
+            cx.accept(&["params"]);
+            let params = cx.node.params.as_ref().map(|p| p.value.clone()).unwrap_or(Value::Null);
+            match factory(&params) {
+                Ok(node) => Some(NodeImpl::Custom(node)),
+                Err(message) => {
+                    let loc = cx.node.params.as_ref().map(|p| p.loc).unwrap_or(cx.node.kind.loc);
+                    cx.error(loc, "invalid-params", format!("node `{}` of kind `{other}`: {message}", cx.node.id.value), None);
+                    None
+                }
+            }
+        }
+    }
+}
+
+/// Whether `kind` names a built-in or registered kind.
+pub fn kind_exists(kind: &str, registry: &NodeRegistry) -> bool {
+    BUILTIN_KINDS.contains(&kind) || registry.get(kind).is_some()
+}
+
+/// The newest `window` messages of a history field as model messages.
+pub(crate) fn history(state: &dyn DynState, field: Option<FieldId>, window: usize) -> Vec<ChatMessage> {
+    let Some(msgs) = field.and_then(|f| state.messages(f)) else { return Vec::new() };
+    let start = msgs.len().saturating_sub(window);
+    msgs[start..].iter().map(to_chat).collect()
+}
+
+fn to_chat(m: &Message) -> ChatMessage {
+    match m.role {
+        Role::System => ChatMessage::System { content: m.content.clone() },
+        Role::User => ChatMessage::User { content: m.content.clone() },
+        Role::Assistant => ChatMessage::Assistant { content: m.content.clone(), tool_calls: Vec::new() },
+    }
+}

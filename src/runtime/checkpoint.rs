@@ -1,0 +1,143 @@
+//! The checkpoint hook: each superstep's patches and events go to a store.
+//!
+//! The executor hands a [`StepBatch`] to a [`Checkpointer`] at the end of
+//! every superstep (and once at the start and end of a run). A batch holds
+//! what changed — the patches — plus a full snapshot every few steps, the
+//! events of the step, and the frontier (the next step's tasks and join
+//! progress), which is all a run needs to resume or fork from that step.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, PoisonError};
+
+use futures::future::BoxFuture;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use uuid::Uuid;
+
+use crate::events::Event;
+use crate::state::{DynState, Patch, StateType};
+
+/// One task's write, in the order it was applied.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct TaskWrite {
+    /// The task's node.
+    pub node: String,
+    /// Task index within the step.
+    pub task: u32,
+    /// The patch.
+    pub patch: Patch,
+}
+
+/// A task waiting to run in the next step.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct PendingTask {
+    /// Node id.
+    pub node: String,
+    /// Map item, if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub item: Option<Value>,
+}
+
+/// How a run ended, for the final batch.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RunStatus {
+    /// Still running.
+    Running,
+    /// Reached END.
+    Finished,
+    /// Failed.
+    Failed,
+    /// Cancelled.
+    Cancelled,
+}
+
+/// What one superstep changed.
+#[derive(Clone, Debug)]
+pub struct StepBatch {
+    /// The run.
+    pub run_id: Uuid,
+    /// The step (0 = the input, before the first step).
+    pub step: u32,
+    /// Patches applied in this step, in order.
+    pub writes: Vec<TaskWrite>,
+    /// Events emitted since the previous batch.
+    pub events: Vec<Arc<Event>>,
+    /// Tasks of the next step.
+    pub next: Vec<PendingTask>,
+    /// Per join, the sources that have arrived.
+    pub joins: Vec<Vec<String>>,
+    /// The full state after this step, every few steps (always at step 0).
+    pub snapshot: Option<Value>,
+    /// Running, or how the run ended (the final batch).
+    pub status: RunStatus,
+}
+
+/// Errors from a checkpoint store.
+#[derive(Debug, Clone, thiserror::Error)]
+#[error("checkpoint store: {0}")]
+pub struct CheckpointError(pub String);
+
+/// Where the executor puts each step.
+pub trait Checkpointer: Send + Sync {
+    /// Stores one batch. The executor waits for it before the next step.
+    fn save(&self, batch: StepBatch) -> BoxFuture<'_, Result<(), CheckpointError>>;
+}
+
+/// Keeps every batch in memory (tests, and runs without a store).
+#[derive(Debug, Default)]
+pub struct MemoryCheckpointer {
+    runs: Mutex<HashMap<Uuid, Vec<StepBatch>>>,
+}
+
+impl MemoryCheckpointer {
+    /// An empty store.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// The batches of a run, in order.
+    pub fn batches(&self, run: Uuid) -> Vec<StepBatch> {
+        self.runs.lock().unwrap_or_else(PoisonError::into_inner).get(&run).cloned().unwrap_or_default()
+    }
+
+    /// The state after `step`: the newest snapshot at or before it plus the
+    /// patches after the snapshot.
+    ///
+    /// # Errors
+    /// No snapshot, or a patch that no longer applies.
+    pub fn state_at(&self, run: Uuid, state: StateType, step: u32) -> Result<Box<dyn DynState>, CheckpointError> {
+        let batches = self.batches(run);
+        rebuild_state(&batches, state, step)
+    }
+}
+
+/// Rebuilds the state after `step` from batches (snapshot + patches).
+///
+/// # Errors
+/// No snapshot at or before `step`, or a patch that no longer applies.
+pub fn rebuild_state(batches: &[StepBatch], state: StateType, step: u32) -> Result<Box<dyn DynState>, CheckpointError> {
+    let base = batches
+        .iter()
+        .filter(|b| b.step <= step && b.snapshot.is_some())
+        .max_by_key(|b| b.step)
+        .ok_or_else(|| CheckpointError(format!("no snapshot at or before step {step}")))?;
+    let snapshot = base.snapshot.as_ref().map_or(Value::Null, Clone::clone);
+    let mut s = state.from_json(&snapshot).map_err(|e| CheckpointError(e.to_string()))?;
+    for b in batches.iter().filter(|b| b.step > base.step && b.step <= step) {
+        for w in &b.writes {
+            for (field, value) in w.patch.iter() {
+                let id = s.schema().field(field).ok_or_else(|| CheckpointError(format!("unknown field `{field}`")))?;
+                s.apply(id, value).map_err(|e| CheckpointError(e.to_string()))?;
+            }
+        }
+    }
+    Ok(s)
+}
+
+impl Checkpointer for MemoryCheckpointer {
+    fn save(&self, batch: StepBatch) -> BoxFuture<'_, Result<(), CheckpointError>> {
+        self.runs.lock().unwrap_or_else(PoisonError::into_inner).entry(batch.run_id).or_default().push(batch);
+        Box::pin(async { Ok(()) })
+    }
+}

@@ -1,0 +1,421 @@
+//! The superstep loop.
+
+use std::borrow::Cow;
+use std::collections::VecDeque;
+use std::sync::Arc;
+
+use futures::StreamExt;
+use futures::stream::FuturesUnordered;
+use serde_json::Value;
+use tokio_util::sync::CancellationToken;
+
+use super::task::{TaskEnv, run_task};
+use super::{
+    Checkpointer, PendingTask, RunError, RunOptions, RunOutcome, RunStatus, Services, StepBatch, TaskWrite, input_state,
+};
+use crate::events::{EVENT_FORMAT, Event, EventKind, EventSink, NodeEvents};
+use crate::graph::{CompiledGraph, NodeIdx, Target, Transition};
+use crate::state::{DynState, TaskPatch, apply_step, route_key};
+
+/// How many recent steps the recursion-limit error looks at.
+const TRAIL: usize = 64;
+
+/// One task of a superstep.
+#[derive(Debug, Clone)]
+struct Task {
+    node: NodeIdx,
+    item: Option<Value>,
+    /// Task order: (node index, 0 for a plain trigger or 1 + map item number).
+    order: (u32, u32),
+}
+
+/// Where a run continues from: a checkpoint's state and frontier.
+#[derive(Debug)]
+pub struct Resume {
+    /// State after `step`.
+    pub state: Box<dyn DynState>,
+    /// The last completed step.
+    pub step: u32,
+    /// Tasks of the next step.
+    pub next: Vec<PendingTask>,
+    /// Per join, sources that have arrived.
+    pub joins: Vec<Vec<String>>,
+    /// Last event seq already in the log.
+    pub last_seq: u64,
+}
+
+/// Runs `graph` on `input` until END, failure or cancellation.
+///
+/// # Errors
+/// The run failed or was cancelled; the failure was emitted as
+/// `run_failed` / `run_cancelled`.
+pub async fn run(graph: Arc<CompiledGraph>, services: Arc<Services>, input: Value, opts: RunOptions) -> Result<RunOutcome, RunError> {
+    let keep = opts.checkpointer.is_some();
+    let sink = Arc::new(EventSink::new(opts.run_id, opts.events.clone(), 0, keep));
+    let state = match input_state(&graph, &input) {
+        Ok(s) => s,
+        Err(e) => {
+            sink.emit(0, None, 0, EventKind::RunFailed { error: e.info() }).await;
+            return Err(e);
+        }
+    };
+    sink.emit(
+        0,
+        None,
+        0,
+        EventKind::RunStarted {
+            graph: graph.id.to_string(),
+            graph_version: graph.version.clone(),
+            input,
+            format: EVENT_FORMAT,
+            forked_from: opts.forked_from.clone(),
+        },
+    )
+    .await;
+    let tasks = graph.entry.iter().map(|&n| Task { node: n, item: None, order: (n, 0) }).collect();
+    let mut exec = Exec::new(&graph, &services, sink, &opts.cancel, String::new(), state, tasks, opts.checkpointer.as_deref(), opts.snapshot_every);
+    exec.checkpoint(Vec::new(), true).await.map_err(RunError::Checkpoint)?;
+    let result = exec_result(&mut exec).await;
+    exec.finish(result, opts.run_id).await
+}
+
+/// Continues a run from a checkpoint (crash recovery, forks).
+///
+/// # Errors
+/// As [`run`]; also a frontier naming nodes the graph no longer has.
+pub async fn resume(graph: Arc<CompiledGraph>, services: Arc<Services>, from: Resume, opts: RunOptions) -> Result<RunOutcome, RunError> {
+    let keep = opts.checkpointer.is_some();
+    let sink = Arc::new(EventSink::new(opts.run_id, opts.events.clone(), from.last_seq, keep));
+    let mut tasks = Vec::new();
+    let mut counters = std::collections::HashMap::<u32, u32>::new();
+    for p in &from.next {
+        let node = graph.node_index(&p.node).ok_or_else(|| RunError::Input(unknown_node(&p.node)))?;
+        let k = match &p.item {
+            None => 0,
+            Some(_) => {
+                let c = counters.entry(node).or_default();
+                *c += 1;
+                *c
+            }
+        };
+        tasks.push(Task { node, item: p.item.clone(), order: (node, k) });
+    }
+    let mut exec = Exec::new(&graph, &services, sink, &opts.cancel, String::new(), from.state, tasks, opts.checkpointer.as_deref(), opts.snapshot_every);
+    exec.step = from.step;
+    for (j, arrived) in from.joins.iter().enumerate() {
+        if let Some(join) = graph.joins.get(j) {
+            for (pos, src) in join.sources.iter().enumerate() {
+                exec.joins[j][pos] = arrived.iter().any(|a| *a == *graph.nodes[*src as usize].id);
+            }
+        }
+    }
+    let result = exec_result(&mut exec).await;
+    exec.finish(result, opts.run_id).await
+}
+
+fn unknown_node(node: &str) -> crate::state::StateError {
+    crate::state::StateError::UnknownField { node: node.to_owned(), field: "(node)".into(), state: "graph" }
+}
+
+/// Runs a graph inside a node (a subgraph): events go to the parent's sink
+/// under `prefix/node` names; no run events, no checkpoints.
+///
+/// # Errors
+/// As [`run`].
+pub async fn run_nested(
+    graph: Arc<CompiledGraph>,
+    services: &Services,
+    state: Box<dyn DynState>,
+    sink: Arc<EventSink>,
+    prefix: &str,
+    cancel: &CancellationToken,
+) -> Result<Box<dyn DynState>, RunError> {
+    let tasks = graph.entry.iter().map(|&n| Task { node: n, item: None, order: (n, 0) }).collect();
+    let mut exec = Exec::new(&graph, services, sink, cancel, format!("{prefix}/"), state, tasks, None, 0);
+    exec_result(&mut exec).await?;
+    Ok(exec.state)
+}
+
+async fn exec_result(exec: &mut Exec<'_>) -> Result<(), RunError> {
+    while !exec.tasks.is_empty() {
+        exec.step().await?;
+    }
+    Ok(())
+}
+
+struct Exec<'a> {
+    graph: &'a CompiledGraph,
+    services: &'a Services,
+    sink: Arc<EventSink>,
+    cancel: &'a CancellationToken,
+    /// Node names as they appear in events.
+    names: Vec<Arc<str>>,
+    state: Box<dyn DynState>,
+    step: u32,
+    tasks: Vec<Task>,
+    /// Per join, per source: arrived since the join last fired.
+    joins: Vec<Vec<bool>>,
+    trail: VecDeque<Vec<NodeIdx>>,
+    checkpointer: Option<&'a dyn Checkpointer>,
+    snapshot_every: u32,
+    /// Scratch: nodes triggered for the next step.
+    triggered: Vec<bool>,
+}
+
+impl<'a> Exec<'a> {
+    #[allow(clippy::too_many_arguments)]
+    fn new(
+        graph: &'a CompiledGraph,
+        services: &'a Services,
+        sink: Arc<EventSink>,
+        cancel: &'a CancellationToken,
+        prefix: String,
+        state: Box<dyn DynState>,
+        tasks: Vec<Task>,
+        checkpointer: Option<&'a dyn Checkpointer>,
+        snapshot_every: u32,
+    ) -> Self {
+        let names = graph
+            .nodes
+            .iter()
+            .map(|n| if prefix.is_empty() { Arc::clone(&n.id) } else { Arc::from(format!("{prefix}{}", n.id)) })
+            .collect();
+        Self {
+            graph,
+            services,
+            sink,
+            cancel,
+            names,
+            state,
+            step: 0,
+            tasks,
+            joins: graph.joins.iter().map(|j| vec![false; j.sources.len()]).collect(),
+            trail: VecDeque::new(),
+            checkpointer,
+            snapshot_every: snapshot_every.max(1),
+            triggered: vec![false; graph.nodes.len()],
+        }
+    }
+
+    async fn step(&mut self) -> Result<(), RunError> {
+        self.step += 1;
+        if self.trail.len() == TRAIL {
+            self.trail.pop_front();
+        }
+        self.trail.push_back(self.tasks.iter().map(|t| t.node).collect());
+        if self.step > self.graph.recursion_limit {
+            return Err(RunError::RecursionLimit { limit: self.graph.recursion_limit, path: self.looping_path() });
+        }
+        let finished = self.run_tasks().await?;
+        let labels: Vec<Cow<'_, str>> = self
+            .tasks
+            .iter()
+            .map(|t| match t.order.1 {
+                0 => Cow::Borrowed(&*self.graph.nodes[t.node as usize].id),
+                k => Cow::Owned(format!("{}[{}]", self.graph.nodes[t.node as usize].id, k - 1)),
+            })
+            .collect();
+        let mut patches: Vec<TaskPatch<'_>> = Vec::with_capacity(finished.len());
+        for (i, ev) in finished.iter().enumerate() {
+            if let EventKind::NodeFinished { patch, .. } = &ev.event {
+                if !patch.is_empty() {
+                    let t = &self.tasks[i];
+                    patches.push(TaskPatch {
+                        order: t.order,
+                        label: &labels[i],
+                        writes: &self.graph.nodes[t.node as usize].writes,
+                        patch,
+                    });
+                }
+            }
+        }
+        if !patches.is_empty() {
+            apply_step(&mut *self.state, &mut patches).map_err(RunError::State)?;
+        }
+        let writes: Vec<TaskWrite> = if self.checkpointer.is_some() {
+            patches.iter().map(|p| TaskWrite { node: p.label.to_owned(), task: p.order.1, patch: p.patch.clone() }).collect()
+        } else {
+            Vec::new()
+        };
+        drop(patches);
+        let next = self.route()?;
+        self.tasks = next;
+        self.checkpoint(writes, false).await.map_err(RunError::Checkpoint)?;
+        Ok(())
+    }
+
+    /// Runs the current tasks; returns their `node_finished` events in task order.
+    async fn run_tasks(&self) -> Result<Vec<Arc<Event>>, RunError> {
+        let env = TaskEnv { state: &*self.state, services: self.services, prompts: &self.graph.prompts, cancel: self.cancel };
+        let task_future = |i: usize| {
+            let t = &self.tasks[i];
+            let node = &self.graph.nodes[t.node as usize];
+            let events = NodeEvents::new(Arc::clone(&self.sink), self.step, Arc::clone(&self.names[t.node as usize]), i as u32);
+            async move { (i, run_task(node, env, events, t.item.as_ref()).await) }
+        };
+        let fail = |i: usize, e| RunError::Node { node: self.names[self.tasks[i].node as usize].to_string(), source: e };
+        if self.tasks.len() == 1 {
+            return tokio::select! {
+                biased;
+                _ = self.cancel.cancelled() => Err(RunError::Cancelled),
+                (i, r) = task_future(0) => r.map(|ev| vec![ev]).map_err(|e| fail(i, e)),
+            };
+        }
+        let mut running: FuturesUnordered<_> = (0..self.tasks.len()).map(task_future).collect();
+        let mut done: Vec<Option<Arc<Event>>> = vec![None; self.tasks.len()];
+        loop {
+            tokio::select! {
+                biased;
+                _ = self.cancel.cancelled() => return Err(RunError::Cancelled),
+                next = running.next() => match next {
+                    Some((i, Ok(ev))) => done[i] = Some(ev),
+                    Some((i, Err(e))) => return Err(fail(i, e)),
+                    None => break,
+                },
+            }
+        }
+        Ok(done.into_iter().flatten().collect())
+    }
+
+    /// Evaluates the finished tasks' transitions into the next step's tasks.
+    fn route(&mut self) -> Result<Vec<Task>, RunError> {
+        let mut sends: Vec<Task> = Vec::new();
+        let mut map_count = std::collections::HashMap::<NodeIdx, u32>::new();
+        let state = &*self.state;
+        for t in &self.tasks {
+            for tr in &self.graph.nodes[t.node as usize].out {
+                match tr {
+                    Transition::Goto(Target::Node(n)) => self.triggered[*n as usize] = true,
+                    Transition::Goto(Target::End) => {}
+                    Transition::Route(r) => {
+                        let key = route_key(state, r.field);
+                        match r.target(key.as_deref()) {
+                            Some(Target::Node(n)) => self.triggered[n as usize] = true,
+                            Some(Target::End) => {}
+                            None => {
+                                return Err(RunError::NoRoute {
+                                    node: self.names[t.node as usize].to_string(),
+                                    field: r.field_name.to_string(),
+                                    value: key.map_or("null".into(), |k| format!("`{k}`")),
+                                });
+                            }
+                        }
+                    }
+                    Transition::Map { over, to } => {
+                        if let Value::Array(items) = state.get(*over) {
+                            let c = map_count.entry(*to).or_default();
+                            for item in items {
+                                *c += 1;
+                                sends.push(Task { node: *to, item: Some(item), order: (*to, *c) });
+                            }
+                        }
+                    }
+                    Transition::Join(j) => {
+                        let join = &self.graph.joins[*j];
+                        if let Some(pos) = join.sources.iter().position(|s| *s == t.node) {
+                            self.joins[*j][pos] = true;
+                        }
+                        if self.joins[*j].iter().all(|&a| a) {
+                            self.joins[*j].iter_mut().for_each(|a| *a = false);
+                            self.triggered[join.target as usize] = true;
+                        }
+                    }
+                }
+            }
+        }
+        let mut next: Vec<Task> = Vec::new();
+        for (n, hit) in self.triggered.iter_mut().enumerate() {
+            if std::mem::take(hit) {
+                next.push(Task { node: n as NodeIdx, item: None, order: (n as NodeIdx, 0) });
+            }
+        }
+        if !sends.is_empty() {
+            next.extend(sends);
+            next.sort_by_key(|t| t.order);
+        }
+        Ok(next)
+    }
+
+    /// Hands the step to the checkpointer (if any).
+    async fn checkpoint(&mut self, writes: Vec<TaskWrite>, initial: bool) -> Result<(), super::CheckpointError> {
+        let Some(cp) = self.checkpointer else { return Ok(()) };
+        let snapshot = (initial || self.step % self.snapshot_every == 0).then(|| self.state.to_json());
+        let batch = StepBatch {
+            run_id: self.sink.run_id(),
+            step: self.step,
+            writes,
+            events: self.sink.take_pending(),
+            next: self.pending(),
+            joins: self.join_progress(),
+            snapshot,
+            status: RunStatus::Running,
+        };
+        cp.save(batch).await?;
+        if !initial {
+            self.sink.emit(self.step, None, 0, EventKind::CheckpointSaved { checkpoint: self.step }).await;
+        }
+        Ok(())
+    }
+
+    fn pending(&self) -> Vec<PendingTask> {
+        self.tasks.iter().map(|t| PendingTask { node: self.graph.nodes[t.node as usize].id.to_string(), item: t.item.clone() }).collect()
+    }
+
+    fn join_progress(&self) -> Vec<Vec<String>> {
+        self.graph
+            .joins
+            .iter()
+            .zip(&self.joins)
+            .map(|(j, arrived)| {
+                j.sources.iter().zip(arrived).filter(|(_, a)| **a).map(|(s, _)| self.graph.nodes[*s as usize].id.to_string()).collect()
+            })
+            .collect()
+    }
+
+    /// Emits the run's last event, stores the final batch and returns the outcome.
+    async fn finish(&mut self, result: Result<(), RunError>, run_id: uuid::Uuid) -> Result<RunOutcome, RunError> {
+        let (event, status) = match &result {
+            Ok(()) => (EventKind::RunFinished { steps: self.step, usage: self.sink.usage() }, RunStatus::Finished),
+            Err(RunError::Cancelled) => (EventKind::RunCancelled { reason: "cancelled".into() }, RunStatus::Cancelled),
+            Err(e) => (EventKind::RunFailed { error: e.info() }, RunStatus::Failed),
+        };
+        self.sink.emit(self.step, None, 0, event).await;
+        if let Some(cp) = self.checkpointer {
+            let batch = StepBatch {
+                run_id,
+                step: self.step,
+                writes: Vec::new(),
+                events: self.sink.take_pending(),
+                next: if status == RunStatus::Finished { Vec::new() } else { self.pending() },
+                joins: self.join_progress(),
+                snapshot: Some(self.state.to_json()),
+                status,
+            };
+            if let Err(e) = cp.save(batch).await {
+                tracing::error!(run_id = %run_id, error = %e, "could not store the final batch");
+                if result.is_ok() {
+                    return Err(RunError::Checkpoint(e));
+                }
+            }
+        }
+        result?;
+        let state = std::mem::replace(&mut self.state, self.graph.state.default_state());
+        Ok(RunOutcome { run_id, state, steps: self.step, usage: self.sink.usage() })
+    }
+
+    /// The repeating part of the recent path, e.g. `a → b → c → a`.
+    fn looping_path(&self) -> String {
+        let label = |nodes: &Vec<NodeIdx>| -> String {
+            nodes.iter().map(|n| &*self.graph.nodes[*n as usize].id).collect::<Vec<_>>().join("+")
+        };
+        let steps: Vec<String> = self.trail.iter().map(label).collect();
+        let len = steps.len();
+        for period in 1..=len / 2 {
+            if (0..period).all(|i| steps[len - 1 - i] == steps[len - 1 - i - period]) {
+                let cycle = &steps[len - period..];
+                return cycle.iter().chain(std::iter::once(&cycle[0])).cloned().collect::<Vec<_>>().join(" → ");
+            }
+        }
+        steps[len.saturating_sub(12)..].join(" → ")
+    }
+}

@@ -1,0 +1,162 @@
+//! The executor: supersteps over a compiled graph.
+//!
+//! Each superstep runs every ready task concurrently against the same state
+//! snapshot, applies their patches in task order (never completion order),
+//! then evaluates each finished node's transitions to find the next step's
+//! tasks, until no task is left (END). Everything it does is emitted as
+//! events; the checkpoint hook receives each step's patches and events.
+//!
+//! Concurrency: a step's tasks are polled together inside the run's own
+//! task (no spawning per node), which is what keeps a node step under a
+//! microsecond. Node work is I/O-bound (models, tools); a node that needs CPU
+//! for long should move it to `spawn_blocking`.
+
+mod checkpoint;
+mod executor;
+mod task;
+
+use std::sync::Arc;
+
+use serde_json::Value;
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+use uuid::Uuid;
+
+use crate::events::{ErrorInfo, Event, ForkOrigin, Usage};
+use crate::graph::CompiledGraph;
+use crate::llm::Models;
+use crate::nodes::NodeError;
+use crate::state::{DynState, StateError};
+use crate::tools::ToolRegistry;
+
+pub use checkpoint::{
+    CheckpointError, Checkpointer, MemoryCheckpointer, PendingTask, RunStatus, StepBatch, TaskWrite, rebuild_state,
+};
+pub use executor::{Resume, resume, run, run_nested};
+
+/// What nodes can call at run time.
+#[derive(Debug, Clone)]
+pub struct Services {
+    /// Models by role.
+    pub models: Models,
+    /// Tools.
+    pub tools: Arc<ToolRegistry>,
+}
+
+/// Options of one run.
+#[derive(Clone)]
+pub struct RunOptions {
+    /// The run's id.
+    pub run_id: Uuid,
+    /// Where events go (bounded; a full channel slows the run down).
+    pub events: Option<mpsc::Sender<Arc<Event>>>,
+    /// Cancels the run.
+    pub cancel: CancellationToken,
+    /// Receives each step's batch.
+    pub checkpointer: Option<Arc<dyn Checkpointer>>,
+    /// A full state snapshot every this many steps (patches in between).
+    pub snapshot_every: u32,
+    /// Set when this run is a fork.
+    pub forked_from: Option<ForkOrigin>,
+}
+
+impl std::fmt::Debug for RunOptions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RunOptions").field("run_id", &self.run_id).finish_non_exhaustive()
+    }
+}
+
+impl Default for RunOptions {
+    fn default() -> Self {
+        Self {
+            run_id: Uuid::now_v7(),
+            events: None,
+            cancel: CancellationToken::new(),
+            checkpointer: None,
+            snapshot_every: 10,
+            forked_from: None,
+        }
+    }
+}
+
+/// A finished run.
+#[derive(Debug)]
+pub struct RunOutcome {
+    /// The run id.
+    pub run_id: Uuid,
+    /// The final state.
+    pub state: Box<dyn DynState>,
+    /// Supersteps executed.
+    pub steps: u32,
+    /// Tokens used.
+    pub usage: Usage,
+}
+
+/// Why a run failed.
+#[derive(Debug, thiserror::Error)]
+pub enum RunError {
+    /// The input did not decode as the graph's state type.
+    #[error("invalid input: {0}")]
+    Input(StateError),
+    /// Too many supersteps.
+    #[error("recursion limit of {limit} steps reached; the path that looped: {path}")]
+    RecursionLimit {
+        /// The limit.
+        limit: u32,
+        /// The repeating path.
+        path: String,
+    },
+    /// A node failed (after its retries).
+    #[error("node `{node}` failed: {source}")]
+    Node {
+        /// The node.
+        node: String,
+        /// Its error.
+        source: NodeError,
+    },
+    /// Patches could not be applied.
+    #[error(transparent)]
+    State(StateError),
+    /// A conditional edge had no target for the value.
+    #[error("node `{node}`: no route for `{field}` = {value}")]
+    NoRoute {
+        /// The node.
+        node: String,
+        /// The field.
+        field: String,
+        /// The value found.
+        value: String,
+    },
+    /// The run was cancelled.
+    #[error("run cancelled")]
+    Cancelled,
+    /// The checkpoint store failed.
+    #[error(transparent)]
+    Checkpoint(CheckpointError),
+}
+
+impl RunError {
+    /// Stable error code for events and APIs.
+    pub fn code(&self) -> &'static str {
+        match self {
+            RunError::Input(_) => "invalid_input",
+            RunError::RecursionLimit { .. } => "recursion_limit",
+            RunError::Node { .. } => "node_failed",
+            RunError::State(StateError::Conflict { .. }) => "write_conflict",
+            RunError::State(_) => "invalid_patch",
+            RunError::NoRoute { .. } => "no_route",
+            RunError::Cancelled => "cancelled",
+            RunError::Checkpoint(_) => "checkpoint_failed",
+        }
+    }
+
+    /// The error as stored in `run_failed`.
+    pub fn info(&self) -> ErrorInfo {
+        ErrorInfo { code: self.code().into(), message: self.to_string() }
+    }
+}
+
+/// Starts a run and returns its input as JSON for `run_started`.
+pub(crate) fn input_state(graph: &CompiledGraph, input: &Value) -> Result<Box<dyn DynState>, RunError> {
+    graph.state.from_json(input).map_err(RunError::Input)
+}
