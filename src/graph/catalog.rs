@@ -66,11 +66,28 @@ impl Catalog {
     /// Loads and compiles the given files.
     pub fn load_files(files: &[PathBuf], prompts_dir: &Path, reg: &Registries) -> Self {
         let prompts = Arc::new(Prompts::load(prompts_dir));
+        let loaded = files.iter().map(|p| (p.clone(), load_file(p))).collect();
+        Self::compile_all(loaded, prompts, reg)
+    }
+
+    /// Compiles graphs given as text (`(id, yaml)`), for tests and embedding.
+    pub fn from_sources(graphs: &[(&str, &str)], prompts: Prompts, reg: &Registries) -> Self {
+        let loaded = graphs
+            .iter()
+            .map(|(id, yaml)| {
+                let path = PathBuf::from(format!("{id}.yaml"));
+                (path.clone(), super::load::parse(&path, id, yaml.as_bytes()))
+            })
+            .collect();
+        Self::compile_all(loaded, Arc::new(prompts), reg)
+    }
+
+    fn compile_all(loaded: Vec<(PathBuf, Result<GraphFile, Vec<Diagnostic>>)>, prompts: Arc<Prompts>, reg: &Registries) -> Self {
         let mut diagnostics = Vec::new();
         let mut failed = BTreeSet::new();
         let mut parsed: BTreeMap<String, GraphFile> = BTreeMap::new();
-        for path in files {
-            match load_file(path) {
+        for (path, result) in loaded {
+            match result {
                 Ok(file) => {
                     if let Some(other) = parsed.get(&file.id) {
                         let mut d = Diagnostics::new(Arc::clone(&file.display));
@@ -106,7 +123,7 @@ impl Catalog {
         loop {
             let ready: Vec<String> = pending
                 .iter()
-                .filter(|id| deps[*id].iter().all(|d| !pending.contains(d) || d == *id && false))
+                .filter(|id| deps[*id].iter().all(|d| !pending.contains(d)))
                 .cloned()
                 .collect();
             if ready.is_empty() {
@@ -129,18 +146,18 @@ impl Catalog {
             }
         }
         // What is left runs itself, directly or through other graphs.
-        for id in pending {
-            let file = &parsed[&id];
+        for id in &pending {
+            let file = &parsed[id];
             let mut d = Diagnostics::new(Arc::clone(&file.display));
             for n in &file.spec.nodes {
                 if let Some(g) = &n.value.graph {
-                    if deps.get(&g.value).is_some_and(|_| true) {
+                    if pending.contains(&g.value) {
                         d.error(g.loc, "subgraph-cycle", format!("graph `{id}` runs `{}`, which (indirectly) runs `{id}` again", g.value), None);
                     }
                 }
             }
             diagnostics.extend(d.into_vec());
-            failed.insert(id);
+            failed.insert(id.clone());
         }
         diagnostics.sort_by(|a, b| (&a.file, a.line, a.column).cmp(&(&b.file, b.line, b.column)));
         diagnostics.dedup();

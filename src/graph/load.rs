@@ -97,6 +97,9 @@ pub fn parse(path: &Path, id: &str, bytes: &[u8]) -> Result<GraphFile, Vec<Diagn
     }
     let mut options = serde_saphyr::Options::default();
     options.with_snippet = false;
+    // YAML 1.2 booleans only: `y`, `no`, `on` are names here (an intent `NO`,
+    // a node `y`), not booleans.
+    options.strict_booleans = true;
     if let Some(budget) = options.budget.as_mut() {
         budget.max_depth = MAX_DEPTH;
     }

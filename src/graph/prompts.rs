@@ -53,6 +53,9 @@ impl std::fmt::Debug for Prompts {
 fn environment() -> Environment<'static> {
     let mut env = Environment::new();
     env.set_auto_escape_callback(|_| AutoEscape::None);
+    // State fields may be empty (null, missing keys): `routing.missing_slots`
+    // on an empty field renders as nothing instead of failing the node.
+    env.set_undefined_behavior(minijinja::UndefinedBehavior::Chainable);
     if let Ok(syntax) = minijinja::syntax::SyntaxConfig::builder().trim_blocks(true).lstrip_blocks(true).build() {
         env.set_syntax(syntax);
     }

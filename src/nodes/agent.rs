@@ -84,6 +84,14 @@ impl Agent {
         let mut answer = String::new();
         for call in 0..self.max_iterations {
             let last = call + 1 == self.max_iterations;
+            if last && call > 0 {
+                cx.events
+                    .thinking(format!(
+                        "Reached the iteration cap ({} model calls); asking for a final answer without tools.",
+                        self.max_iterations
+                    ))
+                    .await;
+            }
             let request = ChatRequest {
                 messages: messages.clone(),
                 tools: if last { Vec::new() } else { defs.clone() },
@@ -93,11 +101,6 @@ impl Agent {
                 call_model(model.as_ref(), ModelCall { events: cx.events, role: &self.role, call }, request).await?;
             if out.tool_calls.is_empty() || last {
                 answer = out.text;
-                if !out.tool_calls.is_empty() {
-                    cx.events
-                        .thinking(format!("Stopped after {} model calls (the iteration cap).", self.max_iterations))
-                        .await;
-                }
                 break;
             }
             let results = futures::future::join_all(out.tool_calls.iter().map(|tc| self.execute(&cx, tc))).await;

@@ -278,12 +278,12 @@ impl PromptRef {
     /// # Errors
     /// The template fails at render time.
     pub fn render(&self, cx: &NodeContext<'_>) -> Result<String, NodeError> {
-        let mut ctx: Vec<(&str, minijinja::Value)> =
+        let mut ctx: std::collections::BTreeMap<&str, minijinja::Value> =
             self.vars.iter().map(|(n, f)| (&**n, cx.state.template_value(*f))).collect();
         if self.uses_item {
-            ctx.push(("item", cx.item.map(minijinja::Value::from_serialize_json).unwrap_or_default()));
+            ctx.insert("item", cx.item.map(minijinja::Value::from_serialize_json).unwrap_or_default());
         }
-        let ctx: minijinja::Value = ctx.into_iter().collect();
+        let ctx = minijinja::Value::from(ctx);
         cx.prompts
             .render(&self.name, ctx)
             .map_err(|e| NodeError::Prompt { prompt: self.name.to_string(), message: e.to_string() })

@@ -78,7 +78,7 @@ mod tests {
     use serde_json::json;
 
     fn f(name: &str) -> FieldId {
-        <ChatState as State>::schema().field(name).unwrap()
+        ChatState::SCHEMA.field(name).unwrap()
     }
 
     #[test]

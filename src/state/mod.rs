@@ -86,7 +86,7 @@ pub trait State:
     Clone + Default + fmt::Debug + Send + Sync + Serialize + DeserializeOwned + 'static
 {
     /// The static schema graph files are checked against.
-    fn schema() -> &'static StateSchema;
+    const SCHEMA: &'static StateSchema;
 
     /// Applies one write to `field` with its reducer.
     ///
@@ -128,7 +128,7 @@ pub trait DynState: Send + Sync + fmt::Debug {
 
 impl<S: State> DynState for S {
     fn schema(&self) -> &'static StateSchema {
-        S::schema()
+        S::SCHEMA
     }
     fn apply(&mut self, field: FieldId, value: &Value) -> Result<(), serde_json::Error> {
         State::apply(self, field, value)
@@ -153,7 +153,11 @@ impl<S: State> DynState for S {
 impl dyn DynState + '_ {
     /// A text field's value without copying; `None` for other types.
     pub fn text(&self, field: FieldId) -> Option<&str> {
-        self.field_ref(field).downcast_ref::<String>().map(String::as_str)
+        let any = self.field_ref(field);
+        match any.downcast_ref::<String>() {
+            Some(s) => Some(s),
+            None => any.downcast_ref::<Option<String>>().and_then(Option::as_deref),
+        }
     }
 
     /// A list-of-messages field without copying; `None` for other types.
@@ -200,10 +204,10 @@ impl StateType {
     /// The entry for `S`.
     pub fn of<S: State>() -> Self {
         fn from_json<S: State>(v: &Value) -> Result<Box<dyn DynState>, StateError> {
-            let s = S::deserialize(v).map_err(|source| StateError::Decode { state: S::schema().name, source })?;
+            let s = S::deserialize(v).map_err(|source| StateError::Decode { state: S::SCHEMA.name, source })?;
             Ok(Box::new(s))
         }
-        Self { schema: S::schema(), from_json: from_json::<S> }
+        Self { schema: S::SCHEMA, from_json: from_json::<S> }
     }
 
     /// Builds a state from JSON; missing fields take their defaults.
@@ -250,7 +254,7 @@ impl Default for StateTypes {
 impl StateTypes {
     /// Adds (or replaces) a state type.
     pub fn register<S: State>(&mut self) -> &mut Self {
-        self.types.insert(S::schema().name, StateType::of::<S>());
+        self.types.insert(S::SCHEMA.name, StateType::of::<S>());
         self
     }
 
@@ -278,7 +282,7 @@ impl StateTypes {
 ///     }
 /// }
 /// use stategraph::state::State;
-/// assert_eq!(Counter::schema().fields.len(), 2);
+/// assert_eq!(Counter::SCHEMA.fields.len(), 2);
 /// ```
 ///
 /// Reducers: `last` (replace), `append` (extend a list), `merge_by_id`
@@ -299,8 +303,7 @@ macro_rules! state {
         }
 
         impl $crate::state::State for $name {
-            fn schema() -> &'static $crate::state::StateSchema {
-                static SCHEMA: $crate::state::StateSchema = $crate::state::StateSchema {
+            const SCHEMA: &'static $crate::state::StateSchema = &$crate::state::StateSchema {
                     name: $tyname,
                     fields: &[$(
                         $crate::state::FieldSpec {
@@ -312,8 +315,6 @@ macro_rules! state {
                         },
                     )*],
                 };
-                &SCHEMA
-            }
 
             #[allow(unused_assignments)]
             fn apply(

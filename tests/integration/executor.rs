@@ -1,0 +1,524 @@
+//! Executor behaviour on small graphs with Rust test nodes: parallel merge
+//! determinism, joins, map fan-out, cycles and the recursion limit, retries,
+//! timeouts, cancellation, checkpoints, resume and subgraphs.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::Duration;
+
+use futures::future::BoxFuture;
+use proptest::prelude::*;
+use serde_json::{Value, json};
+use stategraph::events::{Event, EventKind};
+use stategraph::graph::catalog::{Catalog, Registries};
+use stategraph::graph::prompts::Prompts;
+use stategraph::llm::Models;
+use stategraph::llm::offline::OfflineModel;
+use stategraph::nodes::{Node, NodeContext, NodeError};
+use stategraph::runtime::{self, MemoryCheckpointer, Resume, RunError, RunOptions, RunStatus, Services};
+use stategraph::state::{DynState, Patch, State};
+use tokio::sync::mpsc;
+
+stategraph::state! {
+    /// State for executor tests.
+    pub struct TestState as "test" {
+        /// Appended labels.
+        log: Vec<String> => append,
+        /// A counter.
+        n: i64 => last,
+        /// Loop exit flag.
+        done: bool => last,
+        /// Items for map fan-out.
+        items: Vec<String> => last,
+        /// Free text.
+        note: String => last,
+    }
+}
+
+/// Appends its label to `log` after a delay (random up to `max_delay_ms`,
+/// or the map item's length in ms when `item_delay` is set).
+struct Push {
+    label: String,
+    max_delay_ms: u64,
+}
+
+impl Node for Push {
+    fn run<'a>(&'a self, cx: NodeContext<'a>) -> BoxFuture<'a, Result<Patch, NodeError>> {
+        Box::pin(async move {
+            if self.max_delay_ms > 0 {
+                tokio::time::sleep(Duration::from_millis(fastrand::u64(0..=self.max_delay_ms))).await;
+            }
+            let label = match cx.item {
+                Some(item) => format!("{}:{}", self.label, item.as_str().unwrap_or_default()),
+                None => self.label.clone(),
+            };
+            Ok(Patch::new().set("log", json!([label])))
+        })
+    }
+}
+
+/// n += 1; done = n >= target.
+struct Count {
+    target: i64,
+}
+
+impl Node for Count {
+    fn run<'a>(&'a self, cx: NodeContext<'a>) -> BoxFuture<'a, Result<Patch, NodeError>> {
+        Box::pin(async move {
+            let schema = cx.state.schema();
+            let n = cx.state.get(schema.field("n").unwrap()).as_i64().unwrap_or(0) + 1;
+            Ok(Patch::new().set("n", n).set("done", n >= self.target))
+        })
+    }
+}
+
+/// Fails with a transient error `fails` times, then writes `note`.
+struct Flaky {
+    fails: AtomicU32,
+}
+
+impl Node for Flaky {
+    fn run<'a>(&'a self, _cx: NodeContext<'a>) -> BoxFuture<'a, Result<Patch, NodeError>> {
+        Box::pin(async move {
+            if self.fails.load(Ordering::SeqCst) > 0 {
+                self.fails.fetch_sub(1, Ordering::SeqCst);
+                return Err(NodeError::Llm(stategraph::llm::LlmError::Connect("flaky".into())));
+            }
+            Ok(Patch::new().set("note", "recovered"))
+        })
+    }
+}
+
+/// Sleeps for `ms`, then writes `note`.
+struct Sleep {
+    ms: u64,
+}
+
+impl Node for Sleep {
+    fn run<'a>(&'a self, _cx: NodeContext<'a>) -> BoxFuture<'a, Result<Patch, NodeError>> {
+        Box::pin(async move {
+            tokio::time::sleep(Duration::from_millis(self.ms)).await;
+            Ok(Patch::new().set("note", "slept"))
+        })
+    }
+}
+
+/// Writes a field the state does not have.
+struct Bogus;
+
+impl Node for Bogus {
+    fn run<'a>(&'a self, _cx: NodeContext<'a>) -> BoxFuture<'a, Result<Patch, NodeError>> {
+        Box::pin(async { Ok(Patch::new().set("bogus", 1)) })
+    }
+}
+
+fn param_u64(p: &Value, key: &str) -> u64 {
+    p[key].as_u64().unwrap_or(0)
+}
+
+fn registries(flaky_fails: u32) -> Registries {
+    let mut reg = Registries::default();
+    reg.states.register::<TestState>();
+    let fails = Arc::new(AtomicU32::new(flaky_fails));
+    reg.kinds
+        .register("push", |p| Ok(Arc::new(Push { label: p["label"].as_str().unwrap_or("?").into(), max_delay_ms: param_u64(p, "max_delay_ms") })))
+        .register("count", |p| Ok(Arc::new(Count { target: p["target"].as_i64().unwrap_or(3) })))
+        .register("flaky", move |_| Ok(Arc::new(Flaky { fails: AtomicU32::new(fails.load(Ordering::SeqCst)) })))
+        .register("sleep", |p| Ok(Arc::new(Sleep { ms: param_u64(p, "ms") })))
+        .register("bogus", |_| Ok(Arc::new(Bogus)));
+    reg
+}
+
+fn compile(yaml: &str, reg: &Registries) -> Arc<stategraph::graph::CompiledGraph> {
+    compile_many(&[("g", yaml)], reg, "g")
+}
+
+fn compile_many(graphs: &[(&str, &str)], reg: &Registries, main: &str) -> Arc<stategraph::graph::CompiledGraph> {
+    let cat = Catalog::from_sources(graphs, Prompts::from_sources(std::path::Path::new("prompts"), []), reg);
+    assert!(!cat.has_errors(), "{}", cat.diagnostics.iter().map(|d| d.to_string()).collect::<Vec<_>>().join("\n"));
+    Arc::clone(cat.get(main).unwrap())
+}
+
+fn services(reg: &Registries) -> Arc<Services> {
+    Arc::new(Services { models: Models::single(Arc::new(OfflineModel)), tools: Arc::clone(&reg.tools) })
+}
+
+/// Runs to the end, collecting every event.
+async fn run_collect(
+    graph: Arc<stategraph::graph::CompiledGraph>,
+    services: Arc<Services>,
+    input: Value,
+    mut opts: RunOptions,
+) -> (Result<runtime::RunOutcome, RunError>, Vec<Arc<Event>>) {
+    let (tx, mut rx) = mpsc::channel(64);
+    opts.events = Some(tx);
+    let collector = tokio::spawn(async move {
+        let mut all = Vec::new();
+        while let Some(e) = rx.recv().await {
+            all.push(e);
+        }
+        all
+    });
+    let result = runtime::run(graph, services, input, opts).await;
+    (result, collector.await.unwrap())
+}
+
+fn log_of(state: &dyn DynState) -> Vec<String> {
+    serde_json::from_value(state.get(state.schema().field("log").unwrap())).unwrap()
+}
+
+const FAN_OUT: &str = r#"
+state: test
+entry: start
+nodes:
+  - {id: start, kind: noop}
+  - {id: a, kind: push, writes: [log], params: {label: a, max_delay_ms: 15}}
+  - {id: b, kind: push, writes: [log], params: {label: b, max_delay_ms: 15}}
+  - {id: c, kind: push, writes: [log], params: {label: c, max_delay_ms: 15}}
+  - {id: joined, kind: push, writes: [log], params: {label: joined}}
+edges:
+  - from: start
+    to: [c, a, b]
+  - from: [a, b, c]
+    to: joined
+  - joined -> END
+"#;
+
+#[tokio::test]
+async fn fan_out_merges_in_task_order_and_join_waits_for_all_branches() {
+    let reg = registries(0);
+    let g = compile(FAN_OUT, &reg);
+    for _ in 0..15 {
+        let (r, events) = run_collect(Arc::clone(&g), services(&reg), json!({}), RunOptions::default()).await;
+        let out = r.unwrap();
+        // Declaration order a, b, c regardless of random completion order.
+        assert_eq!(log_of(&*out.state), ["a", "b", "c", "joined"]);
+        assert_eq!(out.steps, 3);
+        let joined_starts = events.iter().filter(|e| e.node.as_deref() == Some("joined") && matches!(e.event, EventKind::NodeStarted { .. })).count();
+        assert_eq!(joined_starts, 1, "the join fires once, after all three branches");
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(12))]
+    /// Parallel branches finishing in any order give the same state.
+    #[test]
+    fn parallel_completion_order_never_changes_the_state(delays in proptest::collection::vec(0u64..20, 3)) {
+        let yaml = format!(r#"
+state: test
+entry: [x, y, z]
+nodes:
+  - {{id: x, kind: sleep, writes: [note], params: {{ms: {}}}}}
+  - {{id: y, kind: push, writes: [log], params: {{label: y, max_delay_ms: {}}}}}
+  - {{id: z, kind: push, writes: [log], params: {{label: z, max_delay_ms: {}}}}}
+edges:
+  - x -> END
+  - y -> END
+  - z -> END
+"#, delays[0], delays[1], delays[2]);
+        let rt = tokio::runtime::Builder::new_current_thread().enable_time().build().unwrap();
+        let reg = registries(0);
+        let g = compile(&yaml, &reg);
+        let out = rt.block_on(runtime::run(g, services(&reg), json!({}), RunOptions::default())).unwrap();
+        prop_assert_eq!(log_of(&*out.state), vec!["y".to_owned(), "z".to_owned()]);
+        prop_assert_eq!(out.state.get(out.state.schema().field("note").unwrap()), json!("slept"));
+    }
+}
+
+#[tokio::test]
+async fn two_branches_writing_one_last_value_field_fail_naming_both() {
+    let reg = registries(0);
+    let g = compile(
+        r#"
+state: test
+entry: [left, right]
+nodes:
+  - {id: left, kind: noop, set: {note: L}}
+  - {id: right, kind: noop, set: {note: R}}
+edges: [left -> END, right -> END]
+"#,
+        &reg,
+    );
+    let (r, events) = run_collect(g, services(&reg), json!({}), RunOptions::default()).await;
+    let err = r.unwrap_err();
+    assert_eq!(err.code(), "write_conflict");
+    let msg = err.to_string();
+    assert!(msg.contains("`left`") && msg.contains("`right`") && msg.contains("note"), "{msg}");
+    assert!(matches!(&events.last().unwrap().event, EventKind::RunFailed { error } if error.code == "write_conflict"));
+}
+
+#[tokio::test]
+async fn map_fan_out_runs_one_task_per_item_in_item_order() {
+    let reg = registries(0);
+    let g = compile(
+        r#"
+state: test
+entry: plan
+nodes:
+  - {id: plan, kind: noop, set: {items: [q1, q2, q3, q4]}}
+  - {id: search, kind: push, writes: [log], params: {label: s, max_delay_ms: 10}}
+  - {id: merge, kind: push, writes: [log], params: {label: merged}}
+edges:
+  - from: plan
+    map: {over: items, to: search}
+  - search -> merge
+  - merge -> END
+"#,
+        &reg,
+    );
+    let (r, events) = run_collect(g, services(&reg), json!({}), RunOptions::default()).await;
+    let out = r.unwrap();
+    assert_eq!(log_of(&*out.state), ["s:q1", "s:q2", "s:q3", "s:q4", "merged"]);
+    let items: Vec<Value> = events
+        .iter()
+        .filter_map(|e| match &e.event {
+            EventKind::NodeStarted { item: Some(i), .. } => Some(i.clone()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(items.len(), 4);
+    let tasks: Vec<u32> = events.iter().filter(|e| matches!(e.event, EventKind::NodeStarted { item: Some(_), .. })).map(|e| e.task).collect();
+    let mut sorted = tasks.clone();
+    sorted.sort();
+    assert_eq!(sorted, [0, 1, 2, 3], "each map task has its own task index");
+}
+
+const LOOP: &str = r#"
+state: test
+entry: count
+recursion_limit: RL
+nodes:
+  - {id: count, kind: count, writes: [n, done], params: {target: TARGET}}
+  - {id: check, kind: push, writes: [log], params: {label: check}}
+edges:
+  - count -> check
+  - from: check
+    route:
+      on: done
+      cases: {true: END, false: count}
+"#;
+
+#[tokio::test]
+async fn cycles_run_until_their_conditional_exit() {
+    let reg = registries(0);
+    let g = compile(&LOOP.replace("RL", "25").replace("TARGET", "3"), &reg);
+    let out = runtime::run(g, services(&reg), json!({}), RunOptions::default()).await.unwrap();
+    assert_eq!(out.state.get(out.state.schema().field("n").unwrap()), json!(3));
+    assert_eq!(out.steps, 6);
+}
+
+#[tokio::test]
+async fn recursion_limit_names_the_path_that_looped() {
+    let reg = registries(0);
+    let g = compile(&LOOP.replace("RL", "9").replace("TARGET", "1000"), &reg);
+    let (r, events) = run_collect(g, services(&reg), json!({}), RunOptions::default()).await;
+    let err = r.unwrap_err();
+    assert_eq!(err.code(), "recursion_limit");
+    let msg = err.to_string();
+    assert!(msg.contains("limit of 9 steps"), "{msg}");
+    assert!(msg.contains("count → check → count") || msg.contains("check → count → check"), "{msg}");
+    let steps = events.iter().filter(|e| matches!(e.event, EventKind::NodeStarted { .. })).count();
+    assert_eq!(steps, 9);
+}
+
+#[tokio::test(start_paused = true)]
+async fn transient_failures_are_retried_with_backoff() {
+    let reg = registries(2);
+    let g = compile(
+        r#"
+state: test
+entry: flaky
+nodes:
+  - {id: flaky, kind: flaky, writes: [note], retry: {attempts: 3, backoff: 100ms}}
+edges: [flaky -> END]
+"#,
+        &reg,
+    );
+    let started = tokio::time::Instant::now();
+    let (r, events) = run_collect(g, services(&reg), json!({}), RunOptions::default()).await;
+    let out = r.unwrap();
+    assert_eq!(out.state.get(out.state.schema().field("note").unwrap()), json!("recovered"));
+    let retries: Vec<u64> = events
+        .iter()
+        .filter_map(|e| match &e.event {
+            EventKind::NodeRetrying { delay_ms, .. } => Some(*delay_ms),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(retries.len(), 2);
+    assert!((80..=120).contains(&retries[0]) && (160..=240).contains(&retries[1]), "{retries:?}");
+    assert!(started.elapsed() >= Duration::from_millis(240));
+}
+
+#[tokio::test(start_paused = true)]
+async fn retries_are_bounded_and_the_last_error_fails_the_run() {
+    let reg = registries(5);
+    let g = compile(
+        r#"
+state: test
+entry: flaky
+nodes:
+  - {id: flaky, kind: flaky, writes: [note], retry: {attempts: 2, backoff: 10ms}}
+edges: [flaky -> END]
+"#,
+        &reg,
+    );
+    let (r, events) = run_collect(g, services(&reg), json!({}), RunOptions::default()).await;
+    assert_eq!(r.unwrap_err().code(), "node_failed");
+    assert!(events.iter().any(|e| matches!(e.event, EventKind::NodeFailed { attempts: 2, .. })));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_node_exceeding_its_timeout_fails() {
+    let reg = registries(0);
+    let g = compile(
+        r#"
+state: test
+entry: slow
+nodes:
+  - {id: slow, kind: sleep, writes: [note], timeout: 50ms, params: {ms: 10000}}
+edges: [slow -> END]
+"#,
+        &reg,
+    );
+    let started = tokio::time::Instant::now();
+    let err = runtime::run(g, services(&reg), json!({}), RunOptions::default()).await.unwrap_err();
+    assert!(err.to_string().contains("timed out"), "{err}");
+    assert!(started.elapsed() < Duration::from_secs(1));
+}
+
+#[tokio::test]
+async fn cancellation_stops_in_flight_nodes_promptly() {
+    let reg = registries(0);
+    let g = compile(
+        r#"
+state: test
+entry: [slow, slower]
+nodes:
+  - {id: slow, kind: sleep, writes: [note], params: {ms: 30000}}
+  - {id: slower, kind: push, writes: [log], params: {label: x, max_delay_ms: 0}}
+edges: [slow -> END, slower -> END]
+"#,
+        &reg,
+    );
+    let opts = RunOptions::default();
+    let cancel = opts.cancel.clone();
+    let started = std::time::Instant::now();
+    let run = tokio::spawn(run_collect(g, services(&reg), json!({}), opts));
+    tokio::time::sleep(Duration::from_millis(30)).await;
+    cancel.cancel();
+    let (r, events) = run.await.unwrap();
+    assert!(matches!(r, Err(RunError::Cancelled)));
+    assert!(started.elapsed() < Duration::from_secs(2), "took {:?}", started.elapsed());
+    assert!(matches!(events.last().unwrap().event, EventKind::RunCancelled { .. }));
+}
+
+#[tokio::test]
+async fn unknown_fields_in_a_patch_fail_the_run() {
+    let reg = registries(0);
+    let g = compile("state: test\nentry: b\nnodes:\n  - {id: b, kind: bogus}\nedges: [b -> END]\n", &reg);
+    let err = runtime::run(g, services(&reg), json!({}), RunOptions::default()).await.unwrap_err();
+    assert_eq!(err.code(), "invalid_patch");
+    assert!(err.to_string().contains("unknown field `bogus`"), "{err}");
+}
+
+#[tokio::test]
+async fn invalid_input_is_rejected_before_any_step() {
+    let reg = registries(0);
+    let g = compile(FAN_OUT, &reg);
+    let (r, events) = run_collect(g, services(&reg), json!({"n": "not a number"}), RunOptions::default()).await;
+    assert_eq!(r.unwrap_err().code(), "invalid_input");
+    assert_eq!(events.len(), 1);
+}
+
+#[tokio::test]
+async fn events_are_gapless_stamped_and_paired() {
+    let reg = registries(0);
+    let g = compile(FAN_OUT, &reg);
+    let opts = RunOptions::default();
+    let run_id = opts.run_id;
+    let (_, events) = run_collect(g, services(&reg), json!({}), opts).await;
+    let seqs: Vec<u64> = events.iter().map(|e| e.seq).collect();
+    assert_eq!(seqs, (1..=events.len() as u64).collect::<Vec<_>>());
+    assert!(events.iter().all(|e| e.run_id == run_id && e.at > 0));
+    assert!(events.windows(2).all(|w| w[0].at <= w[1].at));
+    assert!(matches!(events[0].event, EventKind::RunStarted { .. }));
+    assert!(matches!(events.last().unwrap().event, EventKind::RunFinished { steps: 3, .. }));
+    let started = events.iter().filter(|e| matches!(e.event, EventKind::NodeStarted { .. })).count();
+    let finished = events.iter().filter(|e| matches!(e.event, EventKind::NodeFinished { .. })).count();
+    assert_eq!((started, finished), (5, 5));
+    // Every event round-trips through its persisted JSON form.
+    for e in &events {
+        let back: Event = serde_json::from_str(&serde_json::to_string(&**e).unwrap()).unwrap();
+        assert_eq!(&back, &**e);
+    }
+}
+
+#[tokio::test]
+async fn checkpoints_hold_patches_and_rebuild_every_step_then_resume() {
+    let reg = registries(0);
+    let g = compile(&LOOP.replace("RL", "25").replace("TARGET", "3"), &reg);
+    let store = Arc::new(MemoryCheckpointer::new());
+    let opts = RunOptions { checkpointer: Some(store.clone()), snapshot_every: 4, ..Default::default() };
+    let run_id = opts.run_id;
+    let (r, events) = run_collect(Arc::clone(&g), services(&reg), json!({}), opts).await;
+    let out = r.unwrap();
+    let batches = store.batches(run_id);
+    // Step 0 (input) + 6 steps + the final batch.
+    assert_eq!(batches.len(), 8);
+    assert_eq!(batches.iter().filter(|b| b.snapshot.is_some()).map(|b| b.step).collect::<Vec<_>>(), [0, 4, 6]);
+    assert_eq!(batches.last().unwrap().status, RunStatus::Finished);
+    // Every event is in exactly one batch, in order.
+    let stored: Vec<u64> = batches.iter().flat_map(|b| b.events.iter().map(|e| e.seq)).collect();
+    assert_eq!(stored, events.iter().map(|e| e.seq).collect::<Vec<_>>());
+    // State at step 3 = snapshot 0 + patches 1..=3: count ran twice, check once.
+    let at3 = store.state_at(run_id, g.state, 3).unwrap();
+    assert_eq!(at3.get(at3.schema().field("n").unwrap()), json!(2));
+    assert_eq!(log_of(&*at3), ["check"]);
+    let at6 = store.state_at(run_id, g.state, 6).unwrap();
+    assert_eq!(at6.to_json(), out.state.to_json());
+    // Resume from step 3's frontier: the rest of the run gives the same final state.
+    let b3 = batches.iter().find(|b| b.step == 3).unwrap();
+    let resume = Resume { state: at3, step: 3, next: b3.next.clone(), joins: b3.joins.clone(), last_seq: 100 };
+    let resumed = runtime::resume(g, services(&reg), resume, RunOptions::default()).await.unwrap();
+    assert_eq!(resumed.state.to_json(), out.state.to_json());
+    assert_eq!(resumed.steps, 6);
+}
+
+#[tokio::test]
+async fn subgraphs_run_with_their_own_state_and_prefixed_events() {
+    let reg = registries(0);
+    let child = r#"
+state: test
+entry: inner
+nodes:
+  - {id: inner, kind: push, writes: [log], params: {label: inner}}
+  - {id: inner2, kind: noop, set: {note: from-child}}
+edges: [inner -> inner2, inner2 -> END]
+"#;
+    let parent = r#"
+state: test
+entry: before
+nodes:
+  - {id: before, kind: push, writes: [log], params: {label: before}}
+  - id: sub
+    kind: subgraph
+    graph: child
+    inputs: {log: log}
+    outputs: {note: note}
+edges: [before -> sub, sub -> END]
+"#;
+    let g = compile_many(&[("child", child), ("parent", parent)], &reg, "parent");
+    let (r, events) = run_collect(g, services(&reg), json!({}), RunOptions::default()).await;
+    let out = r.unwrap();
+    assert_eq!(out.state.get(out.state.schema().field("note").unwrap()), json!("from-child"));
+    assert_eq!(log_of(&*out.state), ["before"], "only `outputs` flow back to the parent");
+    let nodes: Vec<&str> = events.iter().filter(|e| matches!(e.event, EventKind::NodeStarted { .. })).filter_map(|e| e.node.as_deref()).collect();
+    assert_eq!(nodes, ["before", "sub", "sub/inner", "sub/inner2"]);
+}
+
+#[test]
+fn the_test_state_schema_is_generated() {
+    let s = TestState::SCHEMA;
+    assert_eq!(s.names().collect::<Vec<_>>(), ["log", "n", "done", "items", "note"]);
+}
