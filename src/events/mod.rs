@@ -18,7 +18,7 @@ use uuid::Uuid;
 
 use crate::state::Patch;
 
-pub use sink::{EventSink, NodeEvents};
+pub use sink::{Emit, EventSink, NodeEvents};
 
 /// Version of the serialized event format, stored in `run_started`.
 pub const EVENT_FORMAT: u32 = 1;
@@ -139,8 +139,8 @@ pub enum EventKind {
         graph: String,
         /// Content hash of the graph file and prompts the run used.
         graph_version: String,
-        /// The input state.
-        input: Value,
+        /// The input state (shared with the caller, which built it).
+        input: Arc<Value>,
         /// [`EVENT_FORMAT`] at the time of writing.
         format: u32,
         /// Set when this run was forked from another.
@@ -200,7 +200,7 @@ pub enum EventKind {
         /// Call number within the task, from 0.
         call: u32,
         /// Model role from the graph file.
-        role: String,
+        role: Arc<str>,
         /// Model name actually used.
         model: String,
         /// Fingerprint of the request (messages, tools, format), to detect

@@ -7,10 +7,14 @@
 //! even when parallel tasks emit at once; a full channel makes emitters wait
 //! (backpressure) instead of growing memory.
 
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::{Arc, Mutex, PoisonError};
+use std::task::{Context, Poll};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use tokio::sync::mpsc;
+use tokio::sync::mpsc::error::TrySendError;
 use uuid::Uuid;
 
 use super::{Event, EventKind, Usage};
@@ -33,7 +37,8 @@ struct Inner {
 
 /// Microseconds since the Unix epoch.
 pub fn now_micros() -> u64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_micros() as u64).unwrap_or(0)
+    // Seconds and sub-second micros separately: `as_micros` goes through u128.
+    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs() * 1_000_000 + u64::from(d.subsec_micros())).unwrap_or(0)
 }
 
 impl EventSink {
@@ -54,11 +59,37 @@ impl EventSink {
     ///
     /// A closed channel (nobody listening) is not an error: the run goes on
     /// and its events still reach the checkpoint hook.
-    pub async fn emit(&self, step: u32, node: Option<&Arc<str>>, task: u32, event: EventKind) -> Arc<Event> {
+    pub fn emit(&self, step: u32, node: Option<&Arc<str>>, task: u32, event: EventKind) -> Emit<'_> {
+        // Fast path, taken unless the channel is full: stamp and send now,
+        // without building a future around the event.
         let permit = match &self.tx {
-            Some(tx) => tx.reserve().await.ok(),
+            Some(tx) => match tx.try_reserve() {
+                Ok(permit) => Some(permit),
+                Err(TrySendError::Closed(())) => None,
+                Err(TrySendError::Full(())) => {
+                    let node = node.cloned();
+                    return Emit::Waiting(Box::pin(async move {
+                        let permit = match &self.tx {
+                            Some(tx) => tx.reserve().await.ok(),
+                            None => None,
+                        };
+                        self.stamp(step, node.as_ref(), task, event, permit)
+                    }));
+                }
+            },
             None => None,
         };
+        Emit::Ready(Some(self.stamp(step, node, task, event, permit)))
+    }
+
+    fn stamp(
+        &self,
+        step: u32,
+        node: Option<&Arc<str>>,
+        task: u32,
+        event: EventKind,
+        permit: Option<mpsc::Permit<'_, Arc<Event>>>,
+    ) -> Arc<Event> {
         let mut inner = self.inner.lock().unwrap_or_else(PoisonError::into_inner);
         if let EventKind::LlmFinished { usage, .. } = &event {
             inner.usage += *usage;
@@ -98,6 +129,29 @@ impl EventSink {
     }
 }
 
+/// The future of [`EventSink::emit`]: already done unless the channel was
+/// full, in which case it waits for room (backpressure).
+pub enum Emit<'a> {
+    /// Stamped and sent.
+    Ready(Option<Arc<Event>>),
+    /// Waiting for a channel slot.
+    Waiting(Pin<Box<dyn Future<Output = Arc<Event>> + Send + 'a>>),
+}
+
+impl Future for Emit<'_> {
+    type Output = Arc<Event>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Arc<Event>> {
+        match self.get_mut() {
+            Emit::Ready(ev) => match ev.take() {
+                Some(ev) => Poll::Ready(ev),
+                None => Poll::Pending,
+            },
+            Emit::Waiting(fut) => fut.as_mut().poll(cx),
+        }
+    }
+}
+
 /// A node's view of the sink: stamps its step, name and task.
 #[derive(Clone, Debug)]
 pub struct NodeEvents {
@@ -113,9 +167,9 @@ impl NodeEvents {
         Self { sink, step, node, task }
     }
 
-    /// Emits an event as this task; returns it as stamped.
-    pub async fn emit(&self, event: EventKind) -> Arc<Event> {
-        self.sink.emit(self.step, Some(&self.node), self.task, event).await
+    /// Emits an event as this task; resolves to it as stamped.
+    pub fn emit(&self, event: EventKind) -> Emit<'_> {
+        self.sink.emit(self.step, Some(&self.node), self.task, event)
     }
 
     /// The node id.

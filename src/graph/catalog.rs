@@ -120,14 +120,44 @@ impl Catalog {
             })
             .collect();
         let mut pending: BTreeSet<String> = parsed.keys().cloned().collect();
-        loop {
+        while !pending.is_empty() {
             let ready: Vec<String> = pending
                 .iter()
                 .filter(|id| deps[*id].iter().all(|d| !pending.contains(d)))
                 .cloned()
                 .collect();
             if ready.is_empty() {
-                break;
+                // Every graph left waits for another one left, so some run
+                // themselves (directly or through others). Those fail here;
+                // a graph that only runs one of them compiles next round and
+                // reports the subgraph as missing.
+                let cyclic: Vec<String> =
+                    pending.iter().filter(|id| runs_itself(id, &deps, &pending)).cloned().collect();
+                if cyclic.is_empty() {
+                    break;
+                }
+                for id in &cyclic {
+                    let file = &parsed[id];
+                    let mut d = Diagnostics::new(Arc::clone(&file.display));
+                    for g in file.spec.nodes.iter().filter_map(|n| n.value.graph.as_ref()) {
+                        if g.value == *id {
+                            d.error(g.loc, "subgraph-cycle", format!("graph `{id}` runs itself"), None);
+                        } else if pending.contains(&g.value) && reaches(&g.value, id, &deps, &pending) {
+                            d.error(
+                                g.loc,
+                                "subgraph-cycle",
+                                format!("graph `{id}` runs `{}`, which (indirectly) runs `{id}` again", g.value),
+                                None,
+                            );
+                        }
+                    }
+                    diagnostics.extend(d.into_vec());
+                }
+                for id in cyclic {
+                    pending.remove(&id);
+                    failed.insert(id);
+                }
+                continue;
             }
             for id in ready {
                 pending.remove(&id);
@@ -145,20 +175,6 @@ impl Catalog {
                 }
             }
         }
-        // What is left runs itself, directly or through other graphs.
-        for id in &pending {
-            let file = &parsed[id];
-            let mut d = Diagnostics::new(Arc::clone(&file.display));
-            for n in &file.spec.nodes {
-                if let Some(g) = &n.value.graph {
-                    if pending.contains(&g.value) {
-                        d.error(g.loc, "subgraph-cycle", format!("graph `{id}` runs `{}`, which (indirectly) runs `{id}` again", g.value), None);
-                    }
-                }
-            }
-            diagnostics.extend(d.into_vec());
-            failed.insert(id.clone());
-        }
         diagnostics.sort_by(|a, b| (&a.file, a.line, a.column).cmp(&(&b.file, b.line, b.column)));
         diagnostics.dedup();
         Self { graphs, diagnostics, failed, prompts }
@@ -173,6 +189,26 @@ impl Catalog {
     pub fn has_errors(&self) -> bool {
         self.diagnostics.iter().any(Diagnostic::is_error)
     }
+}
+
+/// Whether `id` runs itself through graphs still in `pending`.
+fn runs_itself(id: &str, deps: &BTreeMap<String, BTreeSet<String>>, pending: &BTreeSet<String>) -> bool {
+    deps[id].iter().any(|d| pending.contains(d) && reaches(d, id, deps, pending))
+}
+
+/// Whether `from` runs `to`, directly or through graphs in `pending`.
+fn reaches(from: &str, to: &str, deps: &BTreeMap<String, BTreeSet<String>>, pending: &BTreeSet<String>) -> bool {
+    let mut seen = BTreeSet::new();
+    let mut stack = vec![from];
+    while let Some(x) = stack.pop() {
+        if x == to {
+            return true;
+        }
+        if seen.insert(x) {
+            stack.extend(deps.get(x).into_iter().flatten().map(String::as_str).filter(|d| pending.contains(*d)));
+        }
+    }
+    false
 }
 
 fn is_graph_file(p: &Path) -> bool {

@@ -9,7 +9,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::Arc;
 
 use petgraph::graph::NodeIndex;
-use sha2::{Digest, Sha256};
+use xxhash_rust::xxh3::Xxh3;
 
 use super::compiled::{CompiledGraph, CompiledNode, EdgeKind, Join, NodeIdx, RetryPolicy, Route, Target, Topology, Transition};
 use super::diagnostic::{Diagnostic, Diagnostics, name_hint};
@@ -68,6 +68,7 @@ pub fn compile(file: &GraphFile, env: &CompileEnv<'_>) -> Result<(CompiledGraph,
     // Node ids and kinds.
     let n = spec.nodes.len();
     let mut index: HashMap<&str, NodeIdx> = HashMap::new();
+    let mut duplicates = false;
     for (i, node) in spec.nodes.iter().enumerate() {
         let id = &node.value.id;
         if id.value == "END" || id.value == "START" {
@@ -81,6 +82,7 @@ pub fn compile(file: &GraphFile, env: &CompileEnv<'_>) -> Result<(CompiledGraph,
             );
         }
         if let Some(&first) = index.get(id.value.as_str()) {
+            duplicates = true;
             let first_loc = spec.nodes[first as usize].value.id.loc;
             d.error(id.loc, "duplicate-node", format!("node `{}` is already defined at line {}", id.value, first_loc.line), Some("node ids must be unique; rename one".into()));
         } else {
@@ -156,7 +158,10 @@ pub fn compile(file: &GraphFile, env: &CompileEnv<'_>) -> Result<(CompiledGraph,
         }
     }
 
-    if resolved {
+    // The structural rules need every name to resolve to exactly one node
+    // and an entry to start from; otherwise they only repeat the problem
+    // (every node "unreachable", a duplicate never reached).
+    if resolved && !duplicates && !entry.is_empty() {
         let ids: Vec<&str> = spec.nodes.iter().map(|n| n.value.id.value.as_str()).collect();
         let locs: Vec<Loc> = spec.nodes.iter().map(|n| n.value.id.loc).collect();
         let shape = Shape { topo: &topo, entry: &entry, out: &out, joins: &joins, ids: &ids, locs: &locs, join_locs: &join_locs };
@@ -211,20 +216,20 @@ fn retry_policy(spec: Option<&Sp<super::spec::RetrySpec>>, d: &mut Diagnostics) 
     }
 }
 
-/// The version of a compiled graph: a hash of its file, its prompts and the
-/// versions of its subgraphs.
+/// The version of a compiled graph: a hash (xxh3-128: versions identify
+/// content, they do not protect it) of its file, its prompts and the versions
+/// of its subgraphs.
 fn version_hash(file: &GraphFile, env: &CompileEnv<'_>, prompts: &BTreeSet<String>, nodes: &[CompiledNode]) -> String {
-    let mut h = Sha256::new();
+    let mut h = Xxh3::new();
     h.update(file.source.as_bytes());
-    h.update([0]);
+    h.update(&[0]);
     env.prompts.hash_into(prompts, &mut h);
     for node in nodes {
         if let Some(sub) = node.imp.subgraph() {
             h.update(sub.version.as_bytes());
         }
     }
-    let digest = h.finalize();
-    digest.iter().take(8).map(|b| format!("{b:02x}")).collect()
+    format!("{:032x}", h.digest128())
 }
 
 fn check_route_values(
@@ -413,8 +418,12 @@ impl<'a, 'd> EdgeBuilder<'a, 'd> {
                         self.resolved = false;
                         self.d.error(map.value.to.loc, "edge-form", "a map edge must lead to a node, not END", None);
                     }
-                    if let (Some(src), Some(over), Some(Target::Node(to))) = (sources[0], over, to) {
-                        self.out[src as usize].push(Transition::Map { over, to });
+                    // The edge exists even when `over` is wrong (already
+                    // reported), so the structural rules see the target.
+                    if let (Some(src), Some(Target::Node(to))) = (sources[0], to) {
+                        if let Some(over) = over {
+                            self.out[src as usize].push(Transition::Map { over, to });
+                        }
                         self.map_targets.insert(to);
                         self.edge(src, Target::Node(to), EdgeKind::Map(map.value.over.value.clone()));
                     }

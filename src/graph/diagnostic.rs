@@ -159,9 +159,19 @@ pub fn one_of<'a>(candidates: impl IntoIterator<Item = &'a str>) -> String {
     if v.is_empty() { "none are defined".into() } else { format!("one of {}", v.join(", ")) }
 }
 
-/// A hint naming the closest candidate, or listing them all when few.
+/// A hint naming the closest candidate, or listing them all (once each)
+/// when few; none when there are no candidates, so the caller's own hint
+/// applies.
 pub fn name_hint<'a>(name: &str, candidates: impl IntoIterator<Item = &'a str>) -> Option<String> {
-    let candidates: Vec<&str> = candidates.into_iter().collect();
-    did_you_mean(name, candidates.iter().copied())
-        .or_else(|| (candidates.len() <= 12).then(|| format!("expected {}", one_of(candidates))))
+    let mut unique: Vec<&str> = Vec::new();
+    for c in candidates {
+        if !unique.contains(&c) {
+            unique.push(c);
+        }
+    }
+    if unique.is_empty() {
+        return None;
+    }
+    did_you_mean(name, unique.iter().copied())
+        .or_else(|| (unique.len() <= 12).then(|| format!("expected {}", one_of(unique))))
 }

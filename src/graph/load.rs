@@ -7,7 +7,7 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use super::diagnostic::{Diagnostic, Diagnostics};
+use super::diagnostic::{Diagnostic, Diagnostics, did_you_mean};
 use super::loc::{Loc, Sp};
 use super::spec::{EdgeSpec, GraphSpec};
 
@@ -134,11 +134,31 @@ fn describe_yaml_error(e: &serde_saphyr::Error) -> (String, Option<String>) {
     if let Some(i) = message.find(", set DuplicateKeyPolicy") {
         message.truncate(i);
     }
-    if message.starts_with("invalid u") || message.starts_with("invalid i") {
+    // `invalid u32`: an integer setting holding something else.
+    let integer = |ty: &str| {
+        ty.strip_prefix(['u', 'i'])
+            .is_some_and(|bits| bits == "size" || !bits.is_empty() && bits.bytes().all(|b| b.is_ascii_digit()))
+    };
+    if message.strip_prefix("invalid ").is_some_and(integer) {
         message = format!("{message}: expected a whole number");
+    }
+    // The budget's `Depth { depth: 33 }`, or the scanner's own limit on
+    // very deep flow nesting, which it reaches before the budget does.
+    if message.starts_with("budget breached: Depth") || message == "recursion limit exceeded" {
+        message = format!("nesting is deeper than {MAX_DEPTH} levels");
     }
     if message == "expected mapping start" {
         message = "expected a mapping (`key: value` lines) here".into();
+    }
+    // `unknown field `promt`, expected one of id, kind, …`: when a name is
+    // close, say which instead of listing them all.
+    let suggestion = ["unknown field `", "unknown variant `"].into_iter().find_map(|prefix| {
+        let (name, expected) = message.strip_prefix(prefix)?.split_once("`, expected one of ")?;
+        let hint = did_you_mean(name, expected.split(", ").map(|e| e.trim_matches('`')))?;
+        Some((format!("{prefix}{name}`"), hint))
+    });
+    if let Some((short, hint)) = suggestion {
+        return (short, Some(hint));
     }
     let hint = if message.contains("unknown field") {
         Some("see docs/graph-files.md for the settings a graph, node or edge accepts".into())
@@ -156,7 +176,7 @@ fn describe_yaml_error(e: &serde_saphyr::Error) -> (String, Option<String>) {
 /// names' offsets within the scalar; the scalar's own location is on the
 /// enclosing `Sp`, and a quoted scalar starts one column later.
 fn place_short_edges(file: &mut GraphFile) {
-    let lines: Vec<&str> = file.source.lines().collect();
+    let lines = yaml_lines(&file.source);
     for edge in &mut file.spec.edges {
         let Sp { value: EdgeSpec::Short { from, to }, loc } = edge else { continue };
         let quoted = lines
@@ -170,9 +190,23 @@ fn place_short_edges(file: &mut GraphFile) {
 }
 
 fn offset_to_loc(prefix: &str, _offset: usize) -> Loc {
-    let line = prefix.matches('\n').count() as u32 + 1;
-    let column = prefix.rsplit('\n').next().map(|l| l.chars().count()).unwrap_or(0) as u32 + 1;
-    Loc::new(line, column)
+    let lines = yaml_lines(prefix);
+    let column = lines.last().map_or(0, |l| l.chars().count()) as u32 + 1;
+    Loc::new(lines.len() as u32, column)
+}
+
+/// The lines of `text` as the YAML parser (and editors) count them: broken
+/// at `\n`, `\r\n` or a lone `\r`, so locations agree with the parser's.
+fn yaml_lines(text: &str) -> Vec<&str> {
+    let mut out = Vec::new();
+    let mut rest = text;
+    while let Some(i) = rest.find(['\n', '\r']) {
+        out.push(&rest[..i]);
+        let skip = if rest[i..].starts_with("\r\n") { 2 } else { 1 };
+        rest = &rest[i + skip..];
+    }
+    out.push(rest);
+    out
 }
 
 #[cfg(test)]

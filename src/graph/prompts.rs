@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use minijinja::{AutoEscape, Environment};
-use sha2::{Digest, Sha256};
+use xxhash_rust::xxh3::Xxh3;
 
 use super::diagnostic::{Diagnostic, Severity};
 
@@ -162,14 +162,14 @@ impl Prompts {
     }
 
     /// Content hash of the named templates (part of a graph's version).
-    pub fn hash_into(&self, names: &BTreeSet<String>, hasher: &mut Sha256) {
+    pub fn hash_into(&self, names: &BTreeSet<String>, hasher: &mut Xxh3) {
         for n in names {
             hasher.update(n.as_bytes());
-            hasher.update([0]);
+            hasher.update(&[0]);
             if let Some(f) = self.files.get(n) {
                 hasher.update(f.source.as_bytes());
             }
-            hasher.update([0]);
+            hasher.update(&[0]);
         }
     }
 

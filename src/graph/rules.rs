@@ -98,24 +98,19 @@ fn cycles(s: &Shape<'_>, d: &mut Diagnostics) {
     }
 }
 
-/// Nodes reachable from `from` (inclusive) without passing through `skip`.
-fn reach(s: &Shape<'_>, from: usize, skip: usize) -> Vec<bool> {
-    let mut seen = vec![false; s.ids.len() + 1];
-    if from == skip {
-        return seen;
-    }
-    let mut stack = vec![from];
-    seen[from] = true;
-    while let Some(x) = stack.pop() {
-        for e in s.topo.edges_directed(NodeIndex::new(x), Direction::Outgoing) {
-            let t = e.target().index();
-            if t != skip && !seen[t] {
-                seen[t] = true;
-                stack.push(t);
-            }
-        }
-    }
-    seen
+/// A set of join sources, by position.
+type Bits = Vec<u64>;
+
+fn bit(b: &Bits, i: usize) -> bool {
+    b[i / 64] & (1 << (i % 64)) != 0
+}
+
+fn set_bit(b: &mut Bits, i: usize) {
+    b[i / 64] |= 1 << (i % 64);
+}
+
+fn or_into(dst: &mut Bits, src: &Bits) {
+    dst.iter_mut().zip(src).for_each(|(d, s)| *d |= s);
 }
 
 /// Targets of one transition (a route's alternatives are one group).
@@ -132,43 +127,106 @@ fn targets(t: &Transition, joins: &[Join]) -> Vec<usize> {
     }
 }
 
+/// Checks that every pair of a join's sources can run in one execution:
+/// one reaches the other, or a fork — two different transitions of one
+/// node, all of which fire, or two entry nodes — leads to each. Pairs of
+/// sources that are only alternatives of a route can never both arrive.
+/// Bitsets over the sources keep this linear enough for 1,000-way joins.
 fn joins(s: &Shape<'_>, d: &mut Diagnostics) {
     for (j, join) in s.joins.iter().enumerate() {
         let skip = join.target as usize;
-        let reach_from: Vec<Vec<bool>> = (0..s.ids.len()).map(|i| reach(s, i, skip)).collect();
-        let co = |a: usize, b: usize| -> bool {
-            if reach_from[a][b] || reach_from[b][a] {
-                return true;
+        let k = join.sources.len();
+        let words = k.div_ceil(64);
+        let pos: std::collections::HashMap<usize, usize> =
+            join.sources.iter().enumerate().map(|(i, &n)| (n as usize, i)).collect();
+        let mut cache: std::collections::HashMap<usize, Bits> = std::collections::HashMap::new();
+        // Sources reachable from `from` (inclusive) without passing the join.
+        let mut reach = |from: usize| -> Bits {
+            if let Some(b) = cache.get(&from) {
+                return b.clone();
             }
-            // A fork: two different transitions of one node (all of which
-            // fire) lead to a and to b. The entry list is a fork too.
-            let mut forks: Vec<Vec<Vec<usize>>> = s
-                .out
-                .iter()
-                .enumerate()
-                .filter(|(f, _)| *f != skip)
-                .map(|(_, ts)| ts.iter().map(|t| targets(t, s.joins)).collect())
-                .collect();
-            forks.push(s.entry.iter().map(|&e| vec![e as usize]).collect());
-            forks.iter().any(|groups| {
-                groups.iter().enumerate().any(|(g1, xs)| {
-                    groups.iter().enumerate().any(|(g2, ys)| {
-                        g1 != g2
-                            && xs.iter().any(|&x| reach_from[x][a])
-                            && ys.iter().any(|&y| reach_from[y][b])
-                    })
-                })
-            })
+            let mut bits = vec![0u64; words];
+            let mut seen = vec![false; s.ids.len() + 1];
+            let mut stack = vec![from];
+            if from != skip {
+                seen[from] = true;
+            } else {
+                stack.clear();
+            }
+            while let Some(x) = stack.pop() {
+                if let Some(&p) = pos.get(&x) {
+                    set_bit(&mut bits, p);
+                }
+                for e in s.topo.edges_directed(NodeIndex::new(x), Direction::Outgoing) {
+                    let t = e.target().index();
+                    if t != skip && !seen[t] {
+                        seen[t] = true;
+                        stack.push(t);
+                    }
+                }
+            }
+            cache.insert(from, bits.clone());
+            bits
         };
-        'pairs: for (i, &a) in join.sources.iter().enumerate() {
-            for &b in &join.sources[i + 1..] {
-                if !co(a as usize, b as usize) {
+        let mut co: Vec<Bits> = vec![vec![0u64; words]; k];
+        for (a, &src) in join.sources.iter().enumerate() {
+            let r = reach(src as usize);
+            for b in 0..k {
+                if b != a && bit(&r, b) {
+                    set_bit(&mut co[a], b);
+                    set_bit(&mut co[b], a);
+                }
+            }
+        }
+        let mut forks: Vec<Vec<Vec<usize>>> = s
+            .out
+            .iter()
+            .enumerate()
+            .filter(|(f, ts)| *f != skip && ts.len() >= 2)
+            .map(|(_, ts)| ts.iter().map(|t| targets(t, s.joins)).collect())
+            .collect();
+        if s.entry.len() >= 2 {
+            forks.push(s.entry.iter().map(|&e| vec![e as usize]).collect());
+        }
+        for groups in forks {
+            let sets: Vec<Bits> = groups
+                .iter()
+                .map(|xs| {
+                    let mut b = vec![0u64; words];
+                    for &x in xs {
+                        or_into(&mut b, &reach(x));
+                    }
+                    b
+                })
+                .collect();
+            // others[i] = union of every other group's sources.
+            let m = sets.len();
+            let mut suffix = vec![vec![0u64; words]; m + 1];
+            for i in (0..m).rev() {
+                let mut u = suffix[i + 1].clone();
+                or_into(&mut u, &sets[i]);
+                suffix[i] = u;
+            }
+            let mut prefix = vec![0u64; words];
+            for i in 0..m {
+                let mut others = prefix.clone();
+                or_into(&mut others, &suffix[i + 1]);
+                for a in (0..k).filter(|&a| bit(&sets[i], a)) {
+                    or_into(&mut co[a], &others);
+                }
+                or_into(&mut prefix, &sets[i]);
+            }
+        }
+        'pairs: for a in 0..k {
+            for b in a + 1..k {
+                if !bit(&co[a], b) {
+                    let (na, nb) = (join.sources[a] as usize, join.sources[b] as usize);
                     d.error(
                         s.join_locs[j],
                         "join-never-fires",
                         format!(
                             "join into `{}` waits for `{}` and `{}`, which can never both run (they are alternatives)",
-                            s.ids[skip], s.ids[a as usize], s.ids[b as usize]
+                            s.ids[skip], s.ids[na], s.ids[nb]
                         ),
                         Some("join only branches that run in parallel (a fan-out or several entry nodes)".into()),
                     );

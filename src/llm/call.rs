@@ -1,11 +1,12 @@
 //! Driving one model call and turning it into run events.
 
+use std::sync::Arc;
 use std::time::Instant;
 
 use futures::StreamExt;
 
 use super::{ChatModel, ChatRequest, LlmChunk, LlmError};
-use crate::events::{EventKind, LlmOutput, NodeEvents, ToolCallRecord, Usage};
+use crate::events::{Event, EventKind, LlmOutput, NodeEvents, ToolCallRecord, Usage};
 
 /// What a node passes to [`call_model`] besides the request.
 #[derive(Debug)]
@@ -13,10 +14,36 @@ pub struct ModelCall<'a> {
     /// The task's event handle.
     pub events: &'a NodeEvents,
     /// The model role (for events and metrics).
-    pub role: &'a str,
+    pub role: &'a Arc<str>,
     /// Call number within the task, from 0.
     pub call: u32,
 }
+
+/// A finished model call: its `llm_finished` event, which owns the output
+/// (no copy is made for the caller).
+#[derive(Debug, Clone)]
+pub struct LlmReply(Arc<Event>);
+
+impl LlmReply {
+    /// What the model produced.
+    pub fn output(&self) -> &LlmOutput {
+        match &self.0.event {
+            EventKind::LlmFinished { output, .. } => output,
+            _ => &EMPTY_OUTPUT,
+        }
+    }
+
+    /// Tokens used.
+    pub fn usage(&self) -> Usage {
+        match &self.0.event {
+            EventKind::LlmFinished { usage, .. } => *usage,
+            _ => Usage::default(),
+        }
+    }
+}
+
+static EMPTY_OUTPUT: LlmOutput =
+    LlmOutput { text: String::new(), reasoning: String::new(), tool_calls: Vec::new(), finish_reason: String::new() };
 
 /// Runs one model call: emits `llm_started`, every delta and tool-call
 /// fragment as it arrives, then `llm_finished` (or `llm_failed`), and returns
@@ -24,17 +51,13 @@ pub struct ModelCall<'a> {
 ///
 /// # Errors
 /// The model failed; the failure has been emitted as `llm_failed`.
-pub async fn call_model(
-    model: &dyn ChatModel,
-    cx: ModelCall<'_>,
-    request: ChatRequest,
-) -> Result<(LlmOutput, Usage), LlmError> {
+pub async fn call_model(model: &dyn ChatModel, cx: ModelCall<'_>, request: &ChatRequest) -> Result<LlmReply, LlmError> {
     let started = Instant::now();
     let call = cx.call;
     cx.events
         .emit(EventKind::LlmStarted {
             call,
-            role: cx.role.to_owned(),
+            role: Arc::clone(cx.role),
             model: model.name().to_owned(),
             request: request.fingerprint(),
         })
@@ -87,13 +110,9 @@ pub async fn call_model(
     if out.finish_reason.is_empty() {
         out.finish_reason = if out.tool_calls.is_empty() { "stop" } else { "tool_calls" }.to_owned();
     }
-    cx.events
-        .emit(EventKind::LlmFinished {
-            call,
-            output: out.clone(),
-            usage,
-            duration_us: started.elapsed().as_micros() as u64,
-        })
+    let ev = cx
+        .events
+        .emit(EventKind::LlmFinished { call, output: out, usage, duration_us: started.elapsed().as_micros() as u64 })
         .await;
-    Ok((out, usage))
+    Ok(LlmReply(ev))
 }

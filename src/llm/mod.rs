@@ -8,7 +8,10 @@
 //! model for tests and a recorded model for replay.
 
 mod call;
+pub mod config;
+pub mod fallback;
 pub mod offline;
+pub mod openai;
 pub mod scripted;
 
 use std::collections::BTreeMap;
@@ -21,7 +24,10 @@ use serde_json::Value;
 
 use crate::events::{ToolCallRecord, Usage};
 
-pub use call::{ModelCall, call_model};
+pub use call::{LlmReply, ModelCall, call_model};
+pub use config::{LlmConfig, LlmConfigError};
+pub use fallback::FallbackModel;
+pub use openai::{EndpointError, EndpointSettings, OpenAiEndpoint, OpenAiModel, RetryPolicy, Timeouts};
 
 /// One message sent to a model.
 #[derive(Clone, Debug, PartialEq, Serialize)]
@@ -61,8 +67,8 @@ pub struct ToolDef {
     pub name: String,
     /// What it does.
     pub description: String,
-    /// JSON schema of the arguments.
-    pub parameters: Value,
+    /// JSON schema of the arguments (shared: offered on every call).
+    pub parameters: Arc<Value>,
 }
 
 /// Ask for JSON matching a schema (OpenAI `response_format: json_schema`).
@@ -70,8 +76,8 @@ pub struct ToolDef {
 pub struct JsonSchemaFormat {
     /// Schema name (`[a-zA-Z0-9_-]{1,64}`).
     pub name: String,
-    /// The schema.
-    pub schema: Value,
+    /// The schema (shared: built once per node).
+    pub schema: Arc<Value>,
 }
 
 /// A request to a model.
@@ -97,35 +103,43 @@ impl ChatRequest {
     /// A stable fingerprint of the request (xxh3 over its content), stored in
     /// `llm_started` so a re-execution can tell when it asks something else.
     pub fn fingerprint(&self) -> String {
-        let mut h = xxhash_rust::xxh3::Xxh3::new();
+        use xxhash_rust::xxh3::xxh3_64_with_seed as hash;
+        // Each piece is hashed in one shot, seeded with the hash so far and
+        // a tag for its kind, so moving text between messages changes it.
+        let mut h = 0u64;
         for m in &self.messages {
-            let (tag, text): (&[u8], &str) = match m {
-                ChatMessage::System { content } => (b"s", content),
-                ChatMessage::User { content } => (b"u", content),
+            let (tag, text) = match m {
+                ChatMessage::System { content } => (1, content),
+                ChatMessage::User { content } => (2, content),
                 ChatMessage::Assistant { content, tool_calls } => {
                     for c in tool_calls {
-                        h.update(c.name.as_bytes());
-                        h.update(c.arguments.as_bytes());
+                        h = hash(c.name.as_bytes(), h ^ 5);
+                        h = hash(c.arguments.as_bytes(), h ^ 6);
                     }
-                    (b"a", content)
+                    (3, content)
                 }
                 ChatMessage::Tool { call_id, content } => {
-                    h.update(call_id.as_bytes());
-                    (b"t", content)
+                    h = hash(call_id.as_bytes(), h ^ 7);
+                    (4, content)
                 }
             };
-            h.update(tag);
-            h.update(&(text.len() as u64).to_le_bytes());
-            h.update(text.as_bytes());
+            h = hash(text.as_bytes(), h ^ tag);
         }
         for t in &self.tools {
-            h.update(t.name.as_bytes());
+            h = hash(t.name.as_bytes(), h ^ 8);
         }
         if let Some(f) = &self.response_format {
-            h.update(f.name.as_bytes());
+            h = hash(f.name.as_bytes(), h ^ 9);
         }
-        format!("{:016x}", h.digest())
+        hex16(h)
     }
+}
+
+/// `h` as 16 lowercase hex digits (without the formatting machinery: this
+/// runs once per model call).
+fn hex16(h: u64) -> String {
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
+    (0..16).rev().map(|i| DIGITS[((h >> (i * 4)) & 0xf) as usize] as char).collect()
 }
 
 /// One piece of a streamed model response.
@@ -212,8 +226,11 @@ pub trait ChatModel: Send + Sync + fmt::Debug {
         false
     }
 
-    /// Starts a call. Errors (including connection errors) arrive in the stream.
-    fn stream(&self, request: ChatRequest) -> ChunkStream;
+    /// Starts a call. Errors (including connection errors) arrive in the
+    /// stream. The request is borrowed: callers such as the agent loop keep
+    /// growing one request instead of copying it per call; implementations
+    /// that need it later (for retries) copy what they need.
+    fn stream(&self, request: &ChatRequest) -> ChunkStream;
 }
 
 /// Models by role (`chat`, `routing`, …). Roles without their own model use

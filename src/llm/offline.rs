@@ -135,8 +135,8 @@ impl ChatModel for OfflineModel {
         true
     }
 
-    fn stream(&self, request: ChatRequest) -> ChunkStream {
-        let mut chunks = Self::answer(&request);
+    fn stream(&self, request: &ChatRequest) -> ChunkStream {
+        let mut chunks = Self::answer(request);
         let completion = chunks.len() as u64;
         if !chunks.iter().any(|c| matches!(c, LlmChunk::Finish(_))) {
             chunks.push(LlmChunk::Finish("stop".into()));
@@ -150,6 +150,7 @@ impl ChatModel for OfflineModel {
 mod tests {
     use super::*;
     use crate::llm::JsonSchemaFormat;
+    use std::sync::Arc;
 
     #[tokio::test]
     async fn structured_answers_satisfy_the_schema_and_pick_by_keyword() {
@@ -157,13 +158,13 @@ mod tests {
             messages: vec![ChatMessage::User { content: "Please research the latest EV sales".into() }],
             response_format: Some(JsonSchemaFormat {
                 name: "route".into(),
-                schema: json!({"type": "object", "properties": {
+                schema: Arc::new(json!({"type": "object", "properties": {
                     "intent": {"type": "string", "enum": ["QUICK_ANSWER", "RESEARCH"]},
-                    "missing_slots": {"type": "array", "items": {"type": "string"}}}}),
+                    "missing_slots": {"type": "array", "items": {"type": "string"}}}})),
             }),
             ..Default::default()
         };
-        let chunks: Vec<_> = OfflineModel.stream(req).collect().await;
+        let chunks: Vec<_> = OfflineModel.stream(&req).collect().await;
         let text: String = chunks
             .iter()
             .filter_map(|c| match c {

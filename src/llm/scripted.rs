@@ -177,8 +177,8 @@ impl ChatModel for ScriptedModel {
         &self.name
     }
 
-    fn stream(&self, request: ChatRequest) -> ChunkStream {
-        let turn = self.next_turn(&request);
+    fn stream(&self, request: &ChatRequest) -> ChunkStream {
+        let turn = self.next_turn(request);
         let prompt_tokens = request
             .messages
             .iter()
@@ -220,9 +220,9 @@ mod tests {
     #[tokio::test]
     async fn plays_turns_in_order_then_fails() {
         let m = ScriptedModel::new([Turn::text("a b"), Turn::tool("calc", serde_json::json!({"x": 1}))]);
-        let first: Vec<_> = m.stream(ChatRequest::default()).collect().await;
+        let first: Vec<_> = m.stream(&ChatRequest::default()).collect().await;
         assert_eq!(first[0].as_ref().unwrap(), &LlmChunk::Text("a".into()));
-        let second: Vec<_> = m.stream(ChatRequest::default()).collect().await;
+        let second: Vec<_> = m.stream(&ChatRequest::default()).collect().await;
         let args: String = second
             .iter()
             .filter_map(|c| match c {
@@ -231,7 +231,7 @@ mod tests {
             })
             .collect();
         assert_eq!(args, r#"{"x":1}"#);
-        let third: Vec<_> = m.stream(ChatRequest::default()).collect().await;
+        let third: Vec<_> = m.stream(&ChatRequest::default()).collect().await;
         assert!(matches!(third[0], Err(LlmError::Scripted(_))));
         assert_eq!(m.requests().len(), 3);
     }

@@ -80,6 +80,7 @@ impl Agent {
         }
         let defs = cx.services.tools.defs(&self.tools);
         let model = cx.services.models.for_role(&self.role);
+        let mut request = ChatRequest { messages, tools: defs, ..Default::default() };
         let mut trace = Vec::new();
         let mut answer = String::new();
         for call in 0..self.max_iterations {
@@ -92,21 +93,20 @@ impl Agent {
                     ))
                     .await;
             }
-            let request = ChatRequest {
-                messages: messages.clone(),
-                tools: if last { Vec::new() } else { defs.clone() },
-                ..Default::default()
-            };
-            let (out, _) =
-                call_model(model.as_ref(), ModelCall { events: cx.events, role: &self.role, call }, request).await?;
+            if last {
+                request.tools.clear();
+            }
+            let reply =
+                call_model(model.as_ref(), ModelCall { events: cx.events, role: &self.role, call }, &request).await?;
+            let out = reply.output();
             if out.tool_calls.is_empty() || last {
-                answer = out.text;
+                answer = out.text.clone();
                 break;
             }
             let results = futures::future::join_all(out.tool_calls.iter().map(|tc| self.execute(&cx, tc))).await;
-            messages.push(ChatMessage::Assistant { content: out.text, tool_calls: out.tool_calls.clone() });
+            request.messages.push(ChatMessage::Assistant { content: out.text.clone(), tool_calls: out.tool_calls.clone() });
             for (tc, (content, record)) in out.tool_calls.iter().zip(results) {
-                messages.push(ChatMessage::Tool { call_id: tc.id.clone(), content });
+                request.messages.push(ChatMessage::Tool { call_id: tc.id.clone(), content });
                 trace.push(record);
             }
         }

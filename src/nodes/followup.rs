@@ -65,18 +65,18 @@ impl Followup {
         messages.push(ChatMessage::User { content: self.prompt.render(&cx)? });
         let format = JsonSchemaFormat {
             name: "followups".into(),
-            schema: json!({
+            schema: Arc::new(json!({
                 "type": "object",
                 "properties": {"questions": {"type": "array", "minItems": 2, "maxItems": self.count,
                     "items": {"type": "string", "maxLength": 160}}},
                 "required": ["questions"],
                 "additionalProperties": false
-            }),
+            })),
         };
         let request = ChatRequest { messages, response_format: Some(format), ..Default::default() };
         let model = cx.services.models.for_role(&self.role);
-        let questions = match call_model(model.as_ref(), ModelCall { events: cx.events, role: &self.role, call: 0 }, request).await {
-            Ok((out, _)) => parse_questions(&out.text, self.count),
+        let questions = match call_model(model.as_ref(), ModelCall { events: cx.events, role: &self.role, call: 0 }, &request).await {
+            Ok(reply) => parse_questions(&reply.output().text, self.count),
             Err(e) => {
                 cx.events.thinking(format!("No follow-up questions: {e}")).await;
                 Vec::new()

@@ -50,7 +50,7 @@ impl LlmNode {
         }
         let model = cx.services.models.for_role(&self.role);
         let call = ModelCall { events: cx.events, role: &self.role, call: 0 };
-        let (out, _) = call_model(model.as_ref(), call, ChatRequest { messages, ..Default::default() }).await?;
-        Ok(Patch::new().set(Arc::clone(&self.output), out.text))
+        let reply = call_model(model.as_ref(), call, &ChatRequest { messages, ..Default::default() }).await?;
+        Ok(Patch::new().set(Arc::clone(&self.output), reply.output().text.as_str()))
     }
 }

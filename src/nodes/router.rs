@@ -34,6 +34,7 @@ pub struct Router {
     output: (FieldId, Arc<str>),
     details: Option<Arc<str>>,
     language: Option<Arc<str>>,
+    format: JsonSchemaFormat,
 }
 
 #[derive(Deserialize)]
@@ -121,7 +122,9 @@ impl Router {
         if !ok {
             return None;
         }
+        let format = schema_for(&intents);
         Some(Self {
+            format,
             prompt: prompt.ok()??,
             role: cx.role(),
             input: input?,
@@ -140,22 +143,27 @@ impl Router {
         (self.output.0, &self.intents)
     }
 
-    fn schema(&self) -> JsonSchemaFormat {
+}
+
+/// The structured-output schema of a classification.
+fn schema_for(intents: &[String]) -> JsonSchemaFormat {
         JsonSchemaFormat {
             name: "intent_classification".into(),
-            schema: json!({
+            schema: Arc::new(json!({
                 "type": "object",
                 "properties": {
-                    "intent": {"type": "string", "enum": self.intents},
+                    "intent": {"type": "string", "enum": intents},
                     "reasoning": {"type": "string", "maxLength": 400},
                     "missing_slots": {"type": "array", "items": {"type": "string", "maxLength": 60}},
                     "detected_language": {"type": "string", "maxLength": 12}
                 },
                 "required": ["intent", "reasoning", "missing_slots", "detected_language"],
                 "additionalProperties": false
-            }),
+            })),
         }
-    }
+}
+
+impl Router {
 
     pub(super) async fn run(&self, cx: NodeContext<'_>) -> Result<Patch, NodeError> {
         let text = cx.state.text(self.input).unwrap_or_default();
@@ -200,14 +208,14 @@ impl Router {
         if !matches!(messages.last(), Some(ChatMessage::User { content }) if content == text) {
             messages.push(ChatMessage::User { content: text.to_owned() });
         }
-        let request = ChatRequest { messages, response_format: Some(self.schema()), temperature: Some(0.0), ..Default::default() };
+        let request = ChatRequest { messages, response_format: Some(self.format.clone()), temperature: Some(0.0), ..Default::default() };
         let model = cx.services.models.for_role(&self.role);
         let fallback = |why: String| (self.fallback.clone(), Source::Fallback, json!({ "reasoning": why }));
-        let out = match call_model(model.as_ref(), ModelCall { events: cx.events, role: &self.role, call: 0 }, request).await {
-            Ok((out, _)) => out,
+        let reply = match call_model(model.as_ref(), ModelCall { events: cx.events, role: &self.role, call: 0 }, &request).await {
+            Ok(reply) => reply,
             Err(e) => return Ok(fallback(format!("classification failed ({e}); using the fallback intent"))),
         };
-        let parsed: Classification = match serde_json::from_str(extract_json(&out.text)) {
+        let parsed: Classification = match serde_json::from_str(extract_json(&reply.output().text)) {
             Ok(c) => c,
             Err(e) => return Ok(fallback(format!("the model's answer was not valid JSON ({e}); using the fallback intent"))),
         };

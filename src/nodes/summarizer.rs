@@ -87,7 +87,8 @@ impl Summarizer {
         ];
         let model = cx.services.models.for_role(&self.role);
         let call = ModelCall { events: cx.events, role: &self.role, call: 0 };
-        let (out, _) = call_model(model.as_ref(), call, ChatRequest { messages, ..Default::default() }).await?;
-        Ok(Patch::new().set(Arc::clone(&self.output.1), out.text.trim().to_owned()).set(Arc::clone(&self.covered.1), msgs.len()))
+        let reply = call_model(model.as_ref(), call, &ChatRequest { messages, ..Default::default() }).await?;
+        let summary = reply.output().text.trim();
+        Ok(Patch::new().set(Arc::clone(&self.output.1), summary).set(Arc::clone(&self.covered.1), msgs.len()))
     }
 }

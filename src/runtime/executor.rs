@@ -49,7 +49,13 @@ pub struct Resume {
 /// # Errors
 /// The run failed or was cancelled; the failure was emitted as
 /// `run_failed` / `run_cancelled`.
-pub async fn run(graph: Arc<CompiledGraph>, services: Arc<Services>, input: Value, opts: RunOptions) -> Result<RunOutcome, RunError> {
+pub async fn run(
+    graph: Arc<CompiledGraph>,
+    services: Arc<Services>,
+    input: impl Into<Arc<Value>>,
+    opts: RunOptions,
+) -> Result<RunOutcome, RunError> {
+    let input: Arc<Value> = input.into();
     let keep = opts.checkpointer.is_some();
     let sink = Arc::new(EventSink::new(opts.run_id, opts.events.clone(), 0, keep));
     let state = match input_state(&graph, &input) {
@@ -155,11 +161,13 @@ struct Exec<'a> {
     tasks: Vec<Task>,
     /// Per join, per source: arrived since the join last fired.
     joins: Vec<Vec<bool>>,
-    trail: VecDeque<Vec<NodeIdx>>,
+    trail: VecDeque<(NodeIdx, u32)>,
     checkpointer: Option<&'a dyn Checkpointer>,
     snapshot_every: u32,
-    /// Scratch: nodes triggered for the next step.
+    /// Scratch: nodes triggered for the next step (marks, and the list of
+    /// marked nodes so a step costs what it triggers, not the graph size).
     triggered: Vec<bool>,
+    triggered_list: Vec<NodeIdx>,
 }
 
 impl<'a> Exec<'a> {
@@ -194,6 +202,7 @@ impl<'a> Exec<'a> {
             checkpointer,
             snapshot_every: snapshot_every.max(1),
             triggered: vec![false; graph.nodes.len()],
+            triggered_list: Vec::new(),
         }
     }
 
@@ -202,11 +211,22 @@ impl<'a> Exec<'a> {
         if self.trail.len() == TRAIL {
             self.trail.pop_front();
         }
-        self.trail.push_back(self.tasks.iter().map(|t| t.node).collect());
+        // The trail keeps the first node of each step and how many ran.
+        self.trail.push_back((self.tasks.first().map_or(0, |t| t.node), self.tasks.len() as u32));
         if self.step > self.graph.recursion_limit {
             return Err(RunError::RecursionLimit { limit: self.graph.recursion_limit, path: self.looping_path() });
         }
         let finished = self.run_tasks().await?;
+        let any_writes = finished.iter().any(|ev| matches!(&ev.event, EventKind::NodeFinished { patch, .. } if !patch.is_empty()));
+        let writes = if any_writes { self.apply(&finished)? } else { Vec::new() };
+        drop(finished);
+        self.route()?;
+        self.checkpoint(writes, false).await.map_err(RunError::Checkpoint)?;
+        Ok(())
+    }
+
+    /// Applies the step's patches; returns them for the checkpoint.
+    fn apply(&mut self, finished: &[Arc<Event>]) -> Result<Vec<TaskWrite>, RunError> {
         let labels: Vec<Cow<'_, str>> = self
             .tasks
             .iter()
@@ -229,19 +249,12 @@ impl<'a> Exec<'a> {
                 }
             }
         }
-        if !patches.is_empty() {
-            apply_step(&mut *self.state, &mut patches).map_err(RunError::State)?;
-        }
-        let writes: Vec<TaskWrite> = if self.checkpointer.is_some() {
+        apply_step(&mut *self.state, &mut patches).map_err(RunError::State)?;
+        Ok(if self.checkpointer.is_some() {
             patches.iter().map(|p| TaskWrite { node: p.label.to_owned(), task: p.order.1, patch: p.patch.clone() }).collect()
         } else {
             Vec::new()
-        };
-        drop(patches);
-        let next = self.route()?;
-        self.tasks = next;
-        self.checkpoint(writes, false).await.map_err(RunError::Checkpoint)?;
-        Ok(())
+        })
     }
 
     /// Runs the current tasks; returns their `node_finished` events in task order.
@@ -277,24 +290,33 @@ impl<'a> Exec<'a> {
         Ok(done.into_iter().flatten().collect())
     }
 
-    /// Evaluates the finished tasks' transitions into the next step's tasks.
-    fn route(&mut self) -> Result<Vec<Task>, RunError> {
+    /// Evaluates the finished tasks' transitions into the next step's tasks
+    /// (replacing `self.tasks`).
+    fn route(&mut self) -> Result<(), RunError> {
+        let Exec { graph, state, tasks, joins, triggered, triggered_list, names, .. } = self;
+        let state = &**state;
+        let mut trigger = |n: NodeIdx| {
+            let mark = &mut triggered[n as usize];
+            if !*mark {
+                *mark = true;
+                triggered_list.push(n);
+            }
+        };
         let mut sends: Vec<Task> = Vec::new();
         let mut map_count = std::collections::HashMap::<NodeIdx, u32>::new();
-        let state = &*self.state;
-        for t in &self.tasks {
-            for tr in &self.graph.nodes[t.node as usize].out {
+        for t in tasks.iter() {
+            for tr in &graph.nodes[t.node as usize].out {
                 match tr {
-                    Transition::Goto(Target::Node(n)) => self.triggered[*n as usize] = true,
+                    Transition::Goto(Target::Node(n)) => trigger(*n),
                     Transition::Goto(Target::End) => {}
                     Transition::Route(r) => {
                         let key = route_key(state, r.field);
                         match r.target(key.as_deref()) {
-                            Some(Target::Node(n)) => self.triggered[n as usize] = true,
+                            Some(Target::Node(n)) => trigger(n),
                             Some(Target::End) => {}
                             None => {
                                 return Err(RunError::NoRoute {
-                                    node: self.names[t.node as usize].to_string(),
+                                    node: names[t.node as usize].to_string(),
                                     field: r.field_name.to_string(),
                                     value: key.map_or("null".into(), |k| format!("`{k}`")),
                                 });
@@ -311,29 +333,30 @@ impl<'a> Exec<'a> {
                         }
                     }
                     Transition::Join(j) => {
-                        let join = &self.graph.joins[*j];
+                        let join = &graph.joins[*j];
                         if let Some(pos) = join.sources.iter().position(|s| *s == t.node) {
-                            self.joins[*j][pos] = true;
+                            joins[*j][pos] = true;
                         }
-                        if self.joins[*j].iter().all(|&a| a) {
-                            self.joins[*j].iter_mut().for_each(|a| *a = false);
-                            self.triggered[join.target as usize] = true;
+                        if joins[*j].iter().all(|&a| a) {
+                            joins[*j].iter_mut().for_each(|a| *a = false);
+                            trigger(join.target);
                         }
                     }
                 }
             }
         }
-        let mut next: Vec<Task> = Vec::new();
-        for (n, hit) in self.triggered.iter_mut().enumerate() {
-            if std::mem::take(hit) {
-                next.push(Task { node: n as NodeIdx, item: None, order: (n as NodeIdx, 0) });
-            }
+        triggered_list.sort_unstable();
+        // Reuse the task list's allocation for the next step.
+        tasks.clear();
+        for n in triggered_list.drain(..) {
+            triggered[n as usize] = false;
+            tasks.push(Task { node: n, item: None, order: (n, 0) });
         }
         if !sends.is_empty() {
-            next.extend(sends);
-            next.sort_by_key(|t| t.order);
+            tasks.extend(sends);
+            tasks.sort_by_key(|t| t.order);
         }
-        Ok(next)
+        Ok(())
     }
 
     /// Hands the step to the checkpointer (if any).
@@ -405,8 +428,9 @@ impl<'a> Exec<'a> {
 
     /// The repeating part of the recent path, e.g. `a → b → c → a`.
     fn looping_path(&self) -> String {
-        let label = |nodes: &Vec<NodeIdx>| -> String {
-            nodes.iter().map(|n| &*self.graph.nodes[*n as usize].id).collect::<Vec<_>>().join("+")
+        let label = |&(first, count): &(NodeIdx, u32)| -> String {
+            let id = &*self.graph.nodes[first as usize].id;
+            if count > 1 { format!("{id}+{} more", count - 1) } else { id.to_owned() }
         };
         let steps: Vec<String> = self.trail.iter().map(label).collect();
         let len = steps.len();

@@ -5,8 +5,6 @@
 //! index) before anything is applied, so the resulting state never depends on
 //! completion order. Everything is checked before the first write lands.
 
-use std::collections::HashMap;
-
 use super::{DynState, FieldId, Patch, Reducer, StateError};
 
 /// One task's patch, with what the merge needs to know about the task.
@@ -32,7 +30,9 @@ pub fn apply_step(state: &mut dyn DynState, patches: &mut [TaskPatch<'_>]) -> Re
     patches.sort_by_key(|p| p.order);
     let schema = state.schema();
     let mut resolved: Vec<(usize, FieldId, &serde_json::Value)> = Vec::new();
-    let mut last_writer: HashMap<FieldId, usize> = HashMap::new();
+    // (field, task) of last-value writes; a step writes few fields, so a
+    // linear scan beats a map.
+    let mut last_writer: Vec<(FieldId, usize)> = Vec::new();
     for (t, task) in patches.iter().enumerate() {
         for (name, value) in task.patch.iter() {
             let Some(field) = schema.field(name) else {
@@ -46,7 +46,7 @@ pub fn apply_step(state: &mut dyn DynState, patches: &mut [TaskPatch<'_>]) -> Re
                 return Err(StateError::Undeclared { node: task.label.to_owned(), field: name.to_owned() });
             }
             if schema.spec(field).reducer == Reducer::Last {
-                if let Some(&first) = last_writer.get(&field) {
+                if let Some(&(_, first)) = last_writer.iter().find(|(f, _)| *f == field) {
                     if first != t {
                         return Err(StateError::Conflict {
                             field: name.to_owned(),
@@ -55,7 +55,7 @@ pub fn apply_step(state: &mut dyn DynState, patches: &mut [TaskPatch<'_>]) -> Re
                         });
                     }
                 }
-                last_writer.insert(field, t);
+                last_writer.push((field, t));
             }
             resolved.push((t, field, value));
         }

@@ -186,6 +186,16 @@ pub fn route_key(state: &dyn DynState, field: FieldId) -> Option<String> {
     }
 }
 
+/// A field's value for prompt templates. Text converts directly; other
+/// types go through serde.
+#[doc(hidden)]
+pub fn to_template<T: Serialize + 'static>(value: &T) -> minijinja::Value {
+    match (value as &dyn Any).downcast_ref::<String>() {
+        Some(s) => minijinja::Value::from(s.as_str()),
+        None => minijinja::Value::from(minijinja::value::Serde(value)),
+    }
+}
+
 /// A registered state type: its schema and how to build one from JSON.
 #[derive(Clone, Copy)]
 pub struct StateType {
@@ -361,7 +371,7 @@ macro_rules! state {
                 let mut i = 0u16;
                 $(
                     if field.0 == i {
-                        return $crate::__private::minijinja::Value::from($crate::__private::minijinja::value::Serde(&self.$field));
+                        return $crate::state::to_template(&self.$field);
                     }
                     i += 1;
                 )*

@@ -6,6 +6,8 @@
 //! declaration. Every `apply` decodes the whole write before touching the
 //! field: a write that fails leaves the field unchanged.
 
+use std::any::Any;
+
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 
@@ -15,13 +17,25 @@ pub trait HasId {
     fn id(&self) -> &str;
 }
 
-fn decode<T: DeserializeOwned>(value: &Value) -> Result<T, serde_json::Error> {
-    T::deserialize(value)
+fn decode<T: DeserializeOwned + 'static>(value: &Value) -> Result<T, serde_json::Error> {
+    // JSON and text fields take a plain clone, much cheaper than going
+    // through `Deserialize` for a `&Value`.
+    let mut out: Option<T> = None;
+    let any = &mut out as &mut dyn Any;
+    if let Some(slot) = any.downcast_mut::<Option<Value>>() {
+        *slot = Some(value.clone());
+    } else if let (Some(slot), Value::String(s)) = (any.downcast_mut::<Option<String>>(), value) {
+        *slot = Some(s.clone());
+    }
+    match out {
+        Some(v) => Ok(v),
+        None => T::deserialize(value),
+    }
 }
 
 /// Decodes a write for a list field: a JSON array is a list of items, any
 /// other value is a single item.
-fn decode_items<T: DeserializeOwned>(value: &Value) -> Result<Vec<T>, serde_json::Error> {
+fn decode_items<T: DeserializeOwned + 'static>(value: &Value) -> Result<Vec<T>, serde_json::Error> {
     match value {
         Value::Array(items) => items.iter().map(decode).collect(),
         single => Ok(vec![decode(single)?]),
@@ -39,7 +53,7 @@ pub mod last {
     ///
     /// # Errors
     /// The value does not decode as `T`.
-    pub fn apply<T: DeserializeOwned>(slot: &mut T, value: &Value) -> Result<(), serde_json::Error> {
+    pub fn apply<T: DeserializeOwned + 'static>(slot: &mut T, value: &Value) -> Result<(), serde_json::Error> {
         *slot = decode(value)?;
         Ok(())
     }
@@ -56,7 +70,7 @@ pub mod append {
     ///
     /// # Errors
     /// An item does not decode as `T`.
-    pub fn apply<T: DeserializeOwned>(slot: &mut Vec<T>, value: &Value) -> Result<(), serde_json::Error> {
+    pub fn apply<T: DeserializeOwned + 'static>(slot: &mut Vec<T>, value: &Value) -> Result<(), serde_json::Error> {
         let items = decode_items(value)?;
         slot.extend(items);
         Ok(())
@@ -74,7 +88,7 @@ pub mod merge_by_id {
     ///
     /// # Errors
     /// An item does not decode as `T`.
-    pub fn apply<T: DeserializeOwned + HasId>(
+    pub fn apply<T: DeserializeOwned + HasId + 'static>(
         slot: &mut Vec<T>,
         value: &Value,
     ) -> Result<(), serde_json::Error> {

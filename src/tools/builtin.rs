@@ -24,12 +24,12 @@ impl Calculator {
             spec: ToolSpec {
                 name: "calculator".into(),
                 description: "Evaluate an arithmetic expression with + - * / ^ and parentheses.".into(),
-                input_schema: json!({
+                input_schema: Arc::new(json!({
                     "type": "object",
                     "properties": {"expression": {"type": "string", "maxLength": 1000}},
                     "required": ["expression"],
                     "additionalProperties": false
-                }),
+                })),
                 partition: "basic".into(),
                 timeout: None,
             },
@@ -63,7 +63,7 @@ impl CurrentTime {
             spec: ToolSpec {
                 name: "current_time".into(),
                 description: "The current date and time in UTC (RFC 3339) and as a Unix timestamp.".into(),
-                input_schema: json!({"type": "object", "properties": {}, "additionalProperties": false}),
+                input_schema: Arc::new(json!({"type": "object", "properties": {}, "additionalProperties": false})),
                 partition: "basic".into(),
                 timeout: None,
             },

@@ -31,7 +31,7 @@ pub struct ToolSpec {
     /// What it does (shown to the model).
     pub description: String,
     /// JSON schema of its arguments.
-    pub input_schema: Value,
+    pub input_schema: Arc<Value>,
     /// The partition it belongs to (`basic`, `data`, `viz`, …).
     pub partition: String,
     /// Time limit per call (default [`DEFAULT_TOOL_TIMEOUT`]).
@@ -210,7 +210,7 @@ impl ToolRegistry {
             .filter_map(|n| self.tools.get(n))
             .map(|e| {
                 let s = e.tool.spec();
-                ToolDef { name: s.name.clone(), description: s.description.clone(), parameters: s.input_schema.clone() }
+                ToolDef { name: s.name.clone(), description: s.description.clone(), parameters: Arc::clone(&s.input_schema) }
             })
             .collect()
     }
@@ -230,13 +230,13 @@ impl ToolRegistry {
                 details: json!({ "available": allowed }),
             });
         };
-        let problems: Vec<Value> = entry
-            .validator
-            .iter_errors(&args)
-            .map(|e| json!({ "path": e.instance_path().to_string(), "message": e.to_string() }))
-            .collect();
-        if !problems.is_empty() {
-            let first = problems[0]["message"].as_str().unwrap_or_default().to_owned();
+        if !entry.validator.is_valid(&args) {
+            let problems: Vec<Value> = entry
+                .validator
+                .iter_errors(&args)
+                .map(|e| json!({ "path": e.instance_path().to_string(), "message": e.to_string() }))
+                .collect();
+            let first = problems.first().and_then(|p| p["message"].as_str()).unwrap_or("invalid").to_owned();
             return Err(ToolError::Validation { message: first, details: json!({ "errors": problems }) });
         }
         let limit = entry.tool.spec().timeout.unwrap_or(DEFAULT_TOOL_TIMEOUT);

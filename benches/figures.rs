@@ -1,0 +1,119 @@
+//! Prints the runtime's benchmark figures next to their targets, measuring
+//! thread CPU time (`/proc/thread-self/schedstat`, nanoseconds) on a
+//! single-threaded runtime, so the figure is CPU per run, not wall time.
+//! Run: `cargo bench --bench figures`.
+
+mod support;
+
+use std::time::Instant;
+
+use serde_json::json;
+use support::*;
+
+fn thread_cpu_ns() -> u64 {
+    std::fs::read_to_string("/proc/thread-self/schedstat")
+        .ok()
+        .and_then(|s| s.split_whitespace().next().and_then(|v| v.parse().ok()))
+        .unwrap_or(0)
+}
+
+/// Runs `f` `n` times after warming up; returns (CPU ns per run, wall ns per run).
+fn measure(n: u32, mut f: impl FnMut()) -> (f64, f64) {
+    for _ in 0..(n / 10).max(3) {
+        f();
+    }
+    let (cpu0, wall0) = (thread_cpu_ns(), Instant::now());
+    for _ in 0..n {
+        f();
+    }
+    ((thread_cpu_ns() - cpu0) as f64 / f64::from(n), wall0.elapsed().as_nanos() as f64 / f64::from(n))
+}
+
+fn row(name: &str, value: f64, unit: &str, target: &str, ok: bool) {
+    println!("{name:<58} {value:>10.2} {unit:<4} target {target:<10} {}", if ok { "met" } else { "MISSED" });
+}
+
+fn main() {
+    if std::env::args().any(|a| a == "--list") {
+        return;
+    }
+    let rt = current_thread();
+    // `FIGURES_ONLY=research` runs just the chat path (for profilers).
+    let only = std::env::var("FIGURES_ONLY").unwrap_or_default();
+    println!("stategraph runtime figures (release build, 1 thread, CPU time per run)\n");
+    if only == "chain" {
+        let chain = compile(&chain_yaml(1000));
+        let svc = services(research_model(0));
+        let (cpu, _) = measure(100, || {
+            rt.block_on(run_consumed(chain.clone(), svc.clone(), json!({})));
+        });
+        row("chain step", cpu / 1e6, "µs", "-", true);
+        return;
+    }
+    if only == "compile" {
+        let fixture = CompileFixture::new();
+        let file = fixture.load(&mixed_yaml(100));
+        let (cpu, _) = measure(300, || {
+            std::hint::black_box(fixture.compile(&file));
+        });
+        row("compile 100", cpu / 1e6, "ms", "-", true);
+        return;
+    }
+    if only == "research" {
+        let (graph, input) = (chat_graph(), research_input());
+        let tokens = std::env::var("FIGURES_TOKENS").ok().and_then(|t| t.parse().ok()).unwrap_or(0);
+        let svc = services(research_model(tokens));
+        let (cpu, _) = measure(2000, || {
+            rt.block_on(run_consumed(graph.clone(), svc.clone(), input.clone()));
+        });
+        row("chat RESEARCH path", cpu / 1e3, "µs", "-", true);
+        return;
+    }
+
+    let chain = compile(&chain_yaml(1000));
+    let svc = services(research_model(0));
+    let (cpu, _) = measure(300, || {
+        rt.block_on(run_consumed(chain.clone(), svc.clone(), json!({})));
+    });
+    row("node step overhead (chain of 1,000 no-op nodes, events consumed)", cpu / 1000.0 / 1000.0, "µs", "≤ 1 µs", cpu / 1e6 <= 1.0);
+
+    let fan = compile(&fanout_yaml(1000));
+    let (cpu, _) = measure(100, || {
+        rt.block_on(run_consumed(fan.clone(), svc.clone(), json!({})));
+    });
+    row("fan-out to 1,000 branches and join", cpu / 1e6, "ms", "≤ 2 ms", cpu / 1e6 <= 2.0);
+
+    for (n, reps, target) in [(100usize, 500u32, Some(0.5)), (1000, 50, None)] {
+        let yaml = mixed_yaml(n);
+        let fixture = CompileFixture::new();
+        let file = fixture.load(&yaml);
+        let (cpu, _) = measure(reps, || {
+            std::hint::black_box(fixture.compile(&file));
+        });
+        match target {
+            Some(t) => row(&format!("compile a {n}-node graph (validate + build petgraph)"), cpu / 1e6, "ms", "≤ 0.5 ms", cpu / 1e6 <= t),
+            None => row(&format!("compile a {n}-node graph (validate + build petgraph)"), cpu / 1e6, "ms", "(report)", true),
+        }
+        let (cpu, _) = measure(reps, || {
+            std::hint::black_box(fixture.load(&yaml));
+        });
+        row(&format!("load a {n}-node graph file (YAML parse with locations)"), cpu / 1e6, "ms", "(report)", true);
+    }
+
+    let graph = chat_graph();
+    let input = research_input();
+    for (tokens, target_us) in [(50usize, 100.0), (0, 20.0)] {
+        let svc = services(research_model(tokens));
+        let events = rt.block_on(run_consumed(graph.clone(), svc.clone(), input.clone()));
+        let (cpu, _) = measure(2000, || {
+            rt.block_on(run_consumed(graph.clone(), svc.clone(), input.clone()));
+        });
+        row(
+            &format!("chat RESEARCH path, {tokens} tokens/call ({events} events consumed)"),
+            cpu / 1e3,
+            "µs",
+            &format!("≤ {target_us} µs"),
+            cpu / 1e3 <= target_us,
+        );
+    }
+}

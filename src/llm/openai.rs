@@ -1,0 +1,545 @@
+//! The production model client: any OpenAI-compatible chat-completions
+//! endpoint (OpenAI, Azure's OpenAI-compatible path, Ollama, vLLM,
+//! llama.cpp server), streamed.
+//!
+//! It is built on async-openai's `byot` API with lenient types of our own
+//! (module `wire`), because compatible servers break async-openai's closed types
+//! (numeric error codes, unknown finish reasons, error events mid-stream).
+//! Reliability lives in two places:
+//!
+//! * before a response arrives, module `retry` (a tower layer under the client)
+//!   retries 408/409/429/5xx and connection errors with backoff and jitter,
+//!   honouring `retry-after(-ms)`;
+//! * after HTTP 200, an error event, a malformed chunk or a broken body ends
+//!   the call with [`LlmError::Stream`] / [`LlmError::Connect`] — unless no
+//!   answer chunk has been streamed yet, in which case the call is quietly
+//!   made again.
+//!
+//! Both draw on one attempt budget per call, and on its deadlines: the
+//! first-token timeout (from the start of each attempt to the first text,
+//! reasoning or tool-call chunk, retry waits included) and the total timeout.
+//! A call never panics; every failure arrives as an error in the stream.
+
+mod retry;
+mod wire;
+
+use std::collections::VecDeque;
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_openai::Client;
+use async_openai::config::OpenAIConfig;
+use async_openai::error::{OpenAIError, StreamError};
+use async_openai::middleware::ReqwestService;
+use futures::StreamExt;
+use futures::stream::BoxStream;
+use tokio::time::Instant;
+use tower::Layer;
+
+use super::{ChatModel, ChatRequest, ChunkStream, LlmChunk, LlmError};
+use retry::{Attempts, HttpFailure, RetryLayer};
+use wire::{ChunkParser, WireChunk, WireRequest};
+
+/// How long a call may take.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Timeouts {
+    /// Establishing a TCP/TLS connection (default 10 s).
+    pub connect: Duration,
+    /// From the start of an attempt to the first text, reasoning or
+    /// tool-call chunk, retry waits included (default 60 s).
+    pub first_token: Duration,
+    /// The whole call, retries included (default 10 min, as OpenAI's SDK).
+    pub total: Duration,
+}
+
+impl Default for Timeouts {
+    fn default() -> Self {
+        Self {
+            connect: Duration::from_secs(10),
+            first_token: Duration::from_secs(60),
+            total: Duration::from_secs(600),
+        }
+    }
+}
+
+/// When and how often a call is made again.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RetryPolicy {
+    /// Attempts per call, the first included (default 3; 1 = no retry).
+    pub attempts: u32,
+    /// Wait before the first retry (default 500 ms); doubles each time,
+    /// minus up to 25 % jitter.
+    pub backoff: Duration,
+    /// Upper bound on the computed wait (default 8 s).
+    pub max_backoff: Duration,
+    /// Longest `retry-after` honoured (default 60 s); a server asking for
+    /// more is not retried, so the error (and any fallback) comes at once.
+    pub max_retry_after: Duration,
+}
+
+impl Default for RetryPolicy {
+    fn default() -> Self {
+        Self {
+            attempts: 3,
+            backoff: Duration::from_millis(500),
+            max_backoff: Duration::from_secs(8),
+            max_retry_after: Duration::from_secs(60),
+        }
+    }
+}
+
+impl RetryPolicy {
+    /// The wait before retry number `retry` (from 1): exponential, capped at
+    /// `max_backoff`, minus up to 25 % random jitter so that many clients
+    /// failing together do not come back together.
+    pub fn backoff(&self, retry: u32) -> Duration {
+        let doubling = 2u32.saturating_pow(retry.saturating_sub(1));
+        let base = self.backoff.saturating_mul(doubling).min(self.max_backoff);
+        base.mul_f64(1.0 - 0.25 * fastrand::f64())
+    }
+}
+
+/// Where an endpoint is and how calls to it behave.
+#[derive(Clone, Default, PartialEq, Eq)]
+pub struct EndpointSettings {
+    /// Base URL including the version path, e.g. `https://api.openai.com/v1`.
+    pub base_url: String,
+    /// Bearer token; `None` for local servers that need none.
+    pub api_key: Option<String>,
+    /// Time limits.
+    pub timeouts: Timeouts,
+    /// Retries.
+    pub retry: RetryPolicy,
+}
+
+impl fmt::Debug for EndpointSettings {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("EndpointSettings")
+            .field("base_url", &self.base_url)
+            .field("api_key", &self.api_key.as_ref().map(|_| "<redacted>"))
+            .field("timeouts", &self.timeouts)
+            .field("retry", &self.retry)
+            .finish()
+    }
+}
+
+/// Why an endpoint could not be set up.
+#[derive(Debug, thiserror::Error)]
+pub enum EndpointError {
+    /// The base URL does not parse or is not http(s).
+    #[error("base URL `{url}` is not a valid http(s) URL: {reason}")]
+    BaseUrl {
+        /// The URL given.
+        url: String,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// The key cannot be sent in an HTTP header.
+    #[error(
+        "the API key contains characters that cannot be sent in an HTTP header (a stray newline?)"
+    )]
+    ApiKey,
+    /// The HTTP client could not be built (TLS set-up).
+    #[error("cannot build the HTTP client: {0}")]
+    Http(String),
+}
+
+/// One OpenAI-compatible endpoint: a connection pool, credentials and
+/// policies shared by every model served from it. Cheap to clone.
+#[derive(Clone)]
+pub struct OpenAiEndpoint {
+    inner: Arc<EndpointInner>,
+}
+
+struct EndpointInner {
+    http: reqwest::Client,
+    config: OpenAIConfig,
+    base_url: String,
+    timeouts: Timeouts,
+    retry: RetryPolicy,
+}
+
+impl fmt::Debug for OpenAiEndpoint {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("OpenAiEndpoint")
+            .field("base_url", &self.inner.base_url)
+            .finish_non_exhaustive()
+    }
+}
+
+impl OpenAiEndpoint {
+    /// Sets up an endpoint (no request is made).
+    ///
+    /// # Errors
+    /// The base URL is invalid, the key cannot be a header value, or the
+    /// HTTP client cannot be built.
+    pub fn new(settings: EndpointSettings) -> Result<Self, EndpointError> {
+        let base_url = settings.base_url.trim().trim_end_matches('/').to_owned();
+        let bad_url = |reason: String| EndpointError::BaseUrl {
+            url: settings.base_url.clone(),
+            reason,
+        };
+        let url = reqwest::Url::parse(&base_url).map_err(|e| bad_url(e.to_string()))?;
+        if !matches!(url.scheme(), "http" | "https") {
+            return Err(bad_url(format!(
+                "scheme `{}` is not http or https",
+                url.scheme()
+            )));
+        }
+        let key = settings.api_key.unwrap_or_default();
+        // async-openai builds the Authorization header with `unwrap`; check first.
+        if reqwest::header::HeaderValue::from_str(&format!("Bearer {key}")).is_err() {
+            return Err(EndpointError::ApiKey);
+        }
+        let http = reqwest::Client::builder()
+            .connect_timeout(settings.timeouts.connect)
+            .build()
+            .map_err(|e| EndpointError::Http(error_chain(&e)))?;
+        // Organisation and project stay empty: async-openai would otherwise
+        // read them from the environment and `unwrap` them into headers.
+        let config = OpenAIConfig::new()
+            .with_api_base(base_url.clone())
+            .with_api_key(key)
+            .with_org_id("")
+            .with_project_id("");
+        Ok(Self {
+            inner: Arc::new(EndpointInner {
+                http,
+                config,
+                base_url,
+                timeouts: settings.timeouts,
+                retry: settings.retry,
+            }),
+        })
+    }
+
+    /// The base URL requests go to.
+    pub fn base_url(&self) -> &str {
+        &self.inner.base_url
+    }
+
+    /// A model served by this endpoint.
+    pub fn model(&self, name: impl Into<String>) -> OpenAiModel {
+        OpenAiModel {
+            endpoint: self.clone(),
+            name: Arc::from(name.into()),
+        }
+    }
+}
+
+/// A chat model on an OpenAI-compatible endpoint.
+#[derive(Clone, Debug)]
+pub struct OpenAiModel {
+    endpoint: OpenAiEndpoint,
+    name: Arc<str>,
+}
+
+impl OpenAiModel {
+    /// A model on a new endpoint of its own (see [`OpenAiEndpoint::model`]
+    /// to share one endpoint between models).
+    ///
+    /// # Errors
+    /// As [`OpenAiEndpoint::new`].
+    pub fn new(settings: EndpointSettings, name: impl Into<String>) -> Result<Self, EndpointError> {
+        Ok(OpenAiEndpoint::new(settings)?.model(name))
+    }
+
+    /// The endpoint serving this model.
+    pub fn endpoint(&self) -> &OpenAiEndpoint {
+        &self.endpoint
+    }
+}
+
+impl ChatModel for OpenAiModel {
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn stream(&self, request: &ChatRequest) -> ChunkStream {
+        let call = Call::new(self.endpoint.inner.clone(), Arc::clone(&self.name), request.clone());
+        futures::stream::unfold(call, |mut call| async move {
+            call.next().await.map(|item| (item, call))
+        })
+        .boxed()
+    }
+}
+
+/// Waiting this long after `finish_reason` for the usage chunk and the end
+/// of the stream; a server that then stalls does not fail a finished answer.
+const AFTER_FINISH_GRACE: Duration = Duration::from_secs(5);
+
+/// One call in progress: a small state machine polled by the chunk stream.
+struct Call {
+    endpoint: Arc<EndpointInner>,
+    model: Arc<str>,
+    request: ChatRequest,
+    attempts: Arc<Attempts>,
+    total_deadline: Instant,
+    first_token_deadline: Instant,
+    finish_deadline: Option<Instant>,
+    stream: Option<BoxStream<'static, Result<WireChunk, OpenAIError>>>,
+    parser: ChunkParser,
+    pending: VecDeque<LlmChunk>,
+    done: bool,
+}
+
+impl Call {
+    fn new(endpoint: Arc<EndpointInner>, model: Arc<str>, request: ChatRequest) -> Self {
+        let now = Instant::now();
+        let attempts = Arc::new(Attempts::new(endpoint.retry.attempts));
+        Self {
+            total_deadline: after(now, endpoint.timeouts.total),
+            first_token_deadline: after(now, endpoint.timeouts.first_token),
+            finish_deadline: None,
+            attempts,
+            endpoint,
+            model,
+            request,
+            stream: None,
+            parser: ChunkParser::default(),
+            pending: VecDeque::new(),
+            done: false,
+        }
+    }
+
+    /// The deadline that applies now, and its name for [`LlmError::Timeout`].
+    fn deadline(&self) -> (Instant, &'static str) {
+        if let Some(d) = self.finish_deadline {
+            return (d.min(self.total_deadline), "total");
+        }
+        if !self.parser.produced_output() && self.first_token_deadline < self.total_deadline {
+            (self.first_token_deadline, "first token")
+        } else {
+            (self.total_deadline, "total")
+        }
+    }
+
+    /// The next chunk, error, or the end.
+    async fn next(&mut self) -> Option<Result<LlmChunk, LlmError>> {
+        loop {
+            if let Some(chunk) = self.pending.pop_front() {
+                return Some(Ok(chunk));
+            }
+            if self.done {
+                return None;
+            }
+            let (deadline, which) = self.deadline();
+            let Some(stream) = self.stream.as_mut() else {
+                let opening = open(
+                    &self.endpoint,
+                    &self.model,
+                    &self.request,
+                    &self.attempts,
+                    deadline,
+                );
+                match tokio::time::timeout_at(deadline, opening).await {
+                    Ok(Ok(stream)) => self.stream = Some(stream),
+                    // The retry layer has already retried what deserved it.
+                    Ok(Err(e)) => return self.fail(open_error(e)),
+                    Err(_) => return self.fail(LlmError::Timeout(which)),
+                }
+                continue;
+            };
+            let event = match tokio::time::timeout_at(deadline, stream.next()).await {
+                Ok(event) => event,
+                Err(_) if self.finish_deadline.is_some() => return self.end(),
+                Err(_) => return self.fail(LlmError::Timeout(which)),
+            };
+            let (error, retryable) = match event {
+                Some(Ok(chunk)) => {
+                    let mut out = Vec::new();
+                    match self.parser.push(chunk, &mut out) {
+                        Ok(()) => {
+                            if self.parser.finished() && self.finish_deadline.is_none() {
+                                self.finish_deadline =
+                                    Some(after(Instant::now(), AFTER_FINISH_GRACE));
+                            }
+                            self.pending.extend(out);
+                            continue;
+                        }
+                        Err(fault) => (LlmError::Stream(fault.message), fault.retryable),
+                    }
+                }
+                Some(Err(e)) => (stream_error(e), true),
+                None if self.parser.finished() => return self.end(),
+                None => (
+                    LlmError::Stream("the stream ended before a finish_reason".into()),
+                    true,
+                ),
+            };
+            if self.parser.finished() {
+                // The answer is complete; only the usage chunk can be missing.
+                tracing::warn!(model = %self.model, %error, "model stream broke after finish_reason; keeping the answer");
+                return self.end();
+            }
+            if !retryable || self.parser.produced_output() || !self.attempts.left() {
+                return self.fail(error);
+            }
+            let delay = self.endpoint.retry.backoff(self.attempts.used());
+            if after(Instant::now(), delay) >= self.total_deadline {
+                return self.fail(error);
+            }
+            tracing::warn!(
+                model = %self.model,
+                attempt = self.attempts.used(),
+                max_attempts = self.attempts.max(),
+                delay_ms = delay.as_millis() as u64,
+                %error,
+                "model stream failed before any output; retrying"
+            );
+            self.stream = None;
+            self.parser = ChunkParser::default();
+            tokio::time::sleep(delay).await;
+            self.first_token_deadline = after(Instant::now(), self.endpoint.timeouts.first_token);
+        }
+    }
+
+    fn fail(&mut self, error: LlmError) -> Option<Result<LlmChunk, LlmError>> {
+        self.done = true;
+        self.stream = None;
+        Some(Err(error))
+    }
+
+    fn end(&mut self) -> Option<Result<LlmChunk, LlmError>> {
+        self.done = true;
+        self.stream = None;
+        self.pending.pop_front().map(Ok)
+    }
+}
+
+/// `from + d`, saturating: a configured `Duration::MAX` means "no limit",
+/// not a panic.
+fn after(from: Instant, d: Duration) -> Instant {
+    const CENTURY: Duration = Duration::from_secs(100 * 365 * 24 * 3600);
+    from.checked_add(d.min(CENTURY)).unwrap_or(from)
+}
+
+/// Sends the request (with HTTP-level retries) and returns the event stream.
+async fn open(
+    ep: &EndpointInner,
+    model: &Arc<str>,
+    request: &ChatRequest,
+    attempts: &Arc<Attempts>,
+    deadline: Instant,
+) -> Result<BoxStream<'static, Result<WireChunk, OpenAIError>>, OpenAIError> {
+    let layer = RetryLayer::new(
+        ep.retry.clone(),
+        Arc::clone(attempts),
+        deadline,
+        Arc::clone(model),
+    );
+    // A client per call is cheap (it shares the connection pool) and lets
+    // the retry layer carry this call's budget and deadline.
+    let client = Client::build(ep.http.clone(), ep.config.clone())
+        .with_http_service(layer.layer(ReqwestService::new(ep.http.clone())));
+    let stream = client
+        .chat()
+        .create_stream_byot(WireRequest::new(model, request))
+        .await?;
+    Ok(stream.boxed())
+}
+
+/// An error before the stream started.
+fn open_error(e: OpenAIError) -> LlmError {
+    match e {
+        OpenAIError::Boxed(b) => match b.downcast::<HttpFailure>() {
+            Ok(h) => LlmError::Http {
+                status: h.status,
+                message: h.message,
+            },
+            Err(other) => LlmError::Connect(other.to_string()),
+        },
+        OpenAIError::Reqwest(e) if e.is_connect() && e.is_timeout() => LlmError::Timeout("connect"),
+        OpenAIError::Reqwest(e) => LlmError::Connect(error_chain(&e)),
+        OpenAIError::ApiError(a) => LlmError::Http {
+            status: a.status_code.as_u16(),
+            message: a.api_error.message,
+        },
+        other => stream_error(other),
+    }
+}
+
+/// An error after the stream started.
+fn stream_error(e: OpenAIError) -> LlmError {
+    match e {
+        OpenAIError::JSONDeserialize(e, content) => {
+            let content: String = content.chars().take(200).collect();
+            LlmError::Stream(format!("malformed chunk ({e}): {content}"))
+        }
+        OpenAIError::StreamError(s) => match *s {
+            StreamError::EventStream(msg) => LlmError::Connect(format!("the stream broke: {msg}")),
+            other => LlmError::Stream(other.to_string()),
+        },
+        OpenAIError::Reqwest(e) => LlmError::Connect(error_chain(&e)),
+        other => LlmError::Stream(other.to_string()),
+    }
+}
+
+/// An error with its causes (`reqwest` hides the useful part in them).
+fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut out = e.to_string();
+    let mut source = e.source();
+    while let Some(s) = source {
+        let text = s.to_string();
+        if !out.contains(&text) {
+            out.push_str(": ");
+            out.push_str(&text);
+        }
+        source = s.source();
+    }
+    out
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backoff_doubles_caps_and_jitters_down() {
+        let p = RetryPolicy {
+            backoff: Duration::from_millis(400),
+            max_backoff: Duration::from_secs(1),
+            ..Default::default()
+        };
+        for _ in 0..50 {
+            let first = p.backoff(1);
+            assert!(
+                first > Duration::from_millis(299) && first <= Duration::from_millis(400),
+                "{first:?}"
+            );
+            let second = p.backoff(2);
+            assert!(
+                second > Duration::from_millis(599) && second <= Duration::from_millis(800),
+                "{second:?}"
+            );
+            assert!(p.backoff(30) <= Duration::from_secs(1));
+        }
+    }
+
+    #[test]
+    fn endpoint_rejects_bad_urls_and_keys_without_panicking() {
+        let settings = |url: &str, key: &str| EndpointSettings {
+            base_url: url.into(),
+            api_key: Some(key.into()),
+            ..Default::default()
+        };
+        assert!(matches!(
+            OpenAiEndpoint::new(settings("not a url", "k")),
+            Err(EndpointError::BaseUrl { .. })
+        ));
+        assert!(matches!(
+            OpenAiEndpoint::new(settings("ftp://x/v1", "k")),
+            Err(EndpointError::BaseUrl { .. })
+        ));
+        assert!(matches!(
+            OpenAiEndpoint::new(settings("http://x/v1", "k\n")),
+            Err(EndpointError::ApiKey)
+        ));
+        let ep = OpenAiEndpoint::new(settings("http://127.0.0.1:1/v1/", "k")).unwrap();
+        assert_eq!(ep.base_url(), "http://127.0.0.1:1/v1");
+        assert_eq!(ep.model("m").name(), "m");
+        assert!(!format!("{:?}", settings("http://x", "secret")).contains("secret"));
+    }
+}

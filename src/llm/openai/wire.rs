@@ -1,0 +1,733 @@
+//! What goes over the wire to an OpenAI-compatible chat-completions
+//! endpoint, and the parser that turns streamed chunks into [`LlmChunk`]s.
+//!
+//! Servers that call themselves OpenAI-compatible differ in small ways:
+//! numeric error codes, finish reasons outside OpenAI's list, reasoning in
+//! `reasoning_content` or `reasoning`, content sent as a list of parts, tool
+//! calls without `index`, error events after HTTP 200. So every incoming
+//! field is optional and unknown fields are ignored; a chunk is malformed
+//! only when it is not JSON or a field has an impossible type.
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::events::Usage;
+use crate::llm::{ChatMessage, ChatRequest, LlmChunk};
+
+/// The request body (`POST {base}/chat/completions`), borrowing the request.
+#[derive(Debug, Serialize)]
+pub(super) struct WireRequest<'a> {
+    model: &'a str,
+    messages: Vec<WireMessage<'a>>,
+    stream: bool,
+    stream_options: StreamOptions,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    tools: Vec<WireTool<'a>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    response_format: Option<ResponseFormat<'a>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    temperature: Option<f32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    max_tokens: Option<u32>,
+}
+
+#[derive(Debug, Serialize)]
+struct StreamOptions {
+    include_usage: bool,
+}
+
+#[derive(Debug, Serialize)]
+#[serde(tag = "role", rename_all = "lowercase")]
+enum WireMessage<'a> {
+    System {
+        content: &'a str,
+    },
+    User {
+        content: &'a str,
+    },
+    Assistant {
+        /// `null` when the turn only calls tools.
+        content: Option<&'a str>,
+        #[serde(skip_serializing_if = "Vec::is_empty")]
+        tool_calls: Vec<WireToolCall<'a>>,
+    },
+    Tool {
+        tool_call_id: &'a str,
+        content: &'a str,
+    },
+}
+
+#[derive(Debug, Serialize)]
+struct WireToolCall<'a> {
+    id: &'a str,
+    r#type: &'static str,
+    function: WireFunctionCall<'a>,
+}
+
+#[derive(Debug, Serialize)]
+struct WireFunctionCall<'a> {
+    name: &'a str,
+    arguments: &'a str,
+}
+
+#[derive(Debug, Serialize)]
+struct WireTool<'a> {
+    r#type: &'static str,
+    function: WireFunction<'a>,
+}
+
+#[derive(Debug, Serialize)]
+struct WireFunction<'a> {
+    name: &'a str,
+    #[serde(skip_serializing_if = "str::is_empty")]
+    description: &'a str,
+    #[serde(skip_serializing_if = "Value::is_null")]
+    parameters: &'a Value,
+}
+
+#[derive(Debug, Serialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+enum ResponseFormat<'a> {
+    JsonSchema { json_schema: JsonSchema<'a> },
+}
+
+#[derive(Debug, Serialize)]
+struct JsonSchema<'a> {
+    name: &'a str,
+    schema: &'a Value,
+    strict: bool,
+}
+
+impl<'a> WireRequest<'a> {
+    /// The streaming request for `model`; usage is always asked for.
+    pub(super) fn new(model: &'a str, request: &'a ChatRequest) -> Self {
+        let messages = request.messages.iter().map(WireMessage::from).collect();
+        let tools = request
+            .tools
+            .iter()
+            .map(|t| WireTool {
+                r#type: "function",
+                function: WireFunction {
+                    name: &t.name,
+                    description: &t.description,
+                    parameters: &t.parameters,
+                },
+            })
+            .collect();
+        let response_format =
+            request
+                .response_format
+                .as_ref()
+                .map(|f| ResponseFormat::JsonSchema {
+                    json_schema: JsonSchema {
+                        name: &f.name,
+                        schema: &f.schema,
+                        strict: true,
+                    },
+                });
+        Self {
+            model,
+            messages,
+            stream: true,
+            stream_options: StreamOptions {
+                include_usage: true,
+            },
+            tools,
+            response_format,
+            temperature: request.temperature,
+            max_tokens: request.max_tokens,
+        }
+    }
+}
+
+impl<'a> From<&'a ChatMessage> for WireMessage<'a> {
+    fn from(m: &'a ChatMessage) -> Self {
+        match m {
+            ChatMessage::System { content } => WireMessage::System { content },
+            ChatMessage::User { content } => WireMessage::User { content },
+            ChatMessage::Assistant {
+                content,
+                tool_calls,
+            } => WireMessage::Assistant {
+                content: (!content.is_empty() || tool_calls.is_empty()).then_some(content.as_str()),
+                tool_calls: tool_calls
+                    .iter()
+                    .map(|c| WireToolCall {
+                        id: &c.id,
+                        r#type: "function",
+                        function: WireFunctionCall {
+                            name: &c.name,
+                            // Servers that render chat templates parse these; "" is not JSON.
+                            arguments: if c.arguments.trim().is_empty() {
+                                "{}"
+                            } else {
+                                &c.arguments
+                            },
+                        },
+                    })
+                    .collect(),
+            },
+            ChatMessage::Tool { call_id, content } => WireMessage::Tool {
+                tool_call_id: call_id,
+                content,
+            },
+        }
+    }
+}
+
+/// One streamed event: a `chat.completion.chunk`, or an error object.
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+pub(super) struct WireChunk {
+    choices: Option<Vec<WireChoice>>,
+    usage: Option<WireUsage>,
+    /// OpenAI-style `{"error": {...}}`.
+    error: Option<Value>,
+    /// vLLM-style `{"object": "error", "message": ..., "code": 400}`.
+    object: Option<String>,
+    message: Option<Value>,
+    code: Option<Value>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+struct WireChoice {
+    index: Option<u32>,
+    delta: Option<WireDelta>,
+    finish_reason: Option<String>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+struct WireDelta {
+    /// A string, or (some servers) a list of `{type, text}` parts.
+    content: Option<Value>,
+    reasoning_content: Option<String>,
+    reasoning: Option<String>,
+    refusal: Option<String>,
+    tool_calls: Option<Vec<WireToolFragment>>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+struct WireToolFragment {
+    index: Option<u32>,
+    id: Option<String>,
+    function: Option<WireFunctionFragment>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+struct WireFunctionFragment {
+    name: Option<String>,
+    /// A string; a few servers send the arguments as a JSON object.
+    arguments: Option<Value>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+struct WireUsage {
+    prompt_tokens: Option<u64>,
+    completion_tokens: Option<u64>,
+}
+
+/// What an error object (an HTTP error body or a mid-stream error event) says.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) struct ErrorInfo {
+    /// The human-readable message.
+    pub(super) message: String,
+    /// `type` or string `code`, e.g. `rate_limit_exceeded`.
+    kind: Option<String>,
+    /// A numeric `code`, as vLLM-style servers send.
+    status: Option<u16>,
+}
+
+impl ErrorInfo {
+    /// Reads an error object: `{"error":{message,type,code}}`, `{"error":"…"}`,
+    /// `{"object":"error","message":…,"code":400}` or `{"detail":…}`.
+    pub(super) fn from_value(v: &Value) -> Self {
+        let obj = v.get("error").filter(|e| !e.is_null()).unwrap_or(v);
+        let text = |x: &Value| match x {
+            Value::String(s) => Some(s.clone()),
+            Value::Null => None,
+            other => Some(other.to_string()),
+        };
+        let message = obj
+            .get("message")
+            .and_then(text)
+            .or_else(|| obj.as_str().map(str::to_owned))
+            .or_else(|| obj.get("detail").and_then(text))
+            .or_else(|| v.get("detail").and_then(text))
+            .unwrap_or_else(|| truncate(&v.to_string()));
+        let code = obj.get("code");
+        let kind = obj
+            .get("type")
+            .and_then(Value::as_str)
+            .filter(|t| !t.is_empty())
+            .or_else(|| code.and_then(Value::as_str))
+            .map(str::to_owned);
+        let status = code
+            .and_then(Value::as_u64)
+            .and_then(|c| u16::try_from(c).ok());
+        let mut info = Self {
+            message,
+            kind,
+            status,
+        };
+        if code.and_then(Value::as_str) == Some(INSUFFICIENT_QUOTA) {
+            info.kind = Some(INSUFFICIENT_QUOTA.to_owned());
+        }
+        info
+    }
+
+    /// Reads an HTTP error body: JSON if it is JSON, else its text.
+    pub(super) fn from_body(body: &[u8], status: u16) -> Self {
+        if let Ok(v) = serde_json::from_slice::<Value>(body) {
+            return Self::from_value(&v);
+        }
+        let text = String::from_utf8_lossy(body);
+        let text = text.trim();
+        let message = if text.is_empty() {
+            http_reason(status).to_owned()
+        } else {
+            truncate(text)
+        };
+        Self {
+            message,
+            kind: None,
+            status: None,
+        }
+    }
+
+    /// OpenAI's permanent 429: the account has no credit left.
+    pub(super) fn is_insufficient_quota(&self) -> bool {
+        self.kind.as_deref() == Some(INSUFFICIENT_QUOTA)
+    }
+
+    /// Whether asking again could help (for error events in a stream).
+    pub(super) fn is_retryable(&self) -> bool {
+        let permanent_status = self
+            .status
+            .is_some_and(|s| (400..500).contains(&s) && !matches!(s, 408 | 409 | 429));
+        let permanent_kind = matches!(
+            self.kind.as_deref(),
+            Some(
+                INSUFFICIENT_QUOTA
+                    | "invalid_request_error"
+                    | "context_length_exceeded"
+                    | "invalid_api_key"
+            )
+        );
+        !(permanent_status || permanent_kind)
+    }
+}
+
+const INSUFFICIENT_QUOTA: &str = "insufficient_quota";
+
+fn truncate(s: &str) -> String {
+    const MAX: usize = 500;
+    match s.char_indices().nth(MAX) {
+        Some((i, _)) => format!("{}…", &s[..i]),
+        None => s.to_owned(),
+    }
+}
+
+fn http_reason(status: u16) -> &'static str {
+    reqwest::StatusCode::from_u16(status)
+        .ok()
+        .and_then(|s| s.canonical_reason())
+        .unwrap_or("no error message")
+}
+
+/// A stream that went wrong: the server sent an error event.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) struct StreamFault {
+    /// What the server said.
+    pub(super) message: String,
+    /// Whether a new attempt could succeed.
+    pub(super) retryable: bool,
+}
+
+/// Tool call fragments seen so far for one index.
+#[derive(Debug)]
+struct ToolSlot {
+    index: u32,
+    id: Option<String>,
+    started: bool,
+    /// Arguments that arrived before the name (emitted once it does).
+    pending_args: String,
+}
+
+/// Turns the chunks of one response into [`LlmChunk`]s.
+#[derive(Debug, Default)]
+pub(super) struct ChunkParser {
+    slots: Vec<ToolSlot>,
+    finished: bool,
+    output: bool,
+}
+
+impl ChunkParser {
+    /// Whether a `finish_reason` has arrived.
+    pub(super) fn finished(&self) -> bool {
+        self.finished
+    }
+
+    /// Whether any answer (text, reasoning or a tool call) has been produced.
+    pub(super) fn produced_output(&self) -> bool {
+        self.output
+    }
+
+    /// Parses one chunk, appending what it carries to `out`.
+    ///
+    /// # Errors
+    /// The chunk is an error event.
+    pub(super) fn push(
+        &mut self,
+        chunk: WireChunk,
+        out: &mut Vec<LlmChunk>,
+    ) -> Result<(), StreamFault> {
+        if let Some(fault) = chunk_error(&chunk) {
+            return Err(fault);
+        }
+        let start = out.len();
+        // Only the first choice: requests never ask for `n > 1`.
+        for choice in chunk
+            .choices
+            .unwrap_or_default()
+            .into_iter()
+            .filter(|c| c.index.unwrap_or(0) == 0)
+        {
+            if let Some(delta) = choice.delta {
+                self.delta(delta, out);
+            }
+            if let Some(reason) = choice.finish_reason.filter(|r| !r.is_empty()) {
+                self.flush_nameless(out);
+                self.finished = true;
+                out.push(LlmChunk::Finish(reason));
+            }
+        }
+        if let Some(u) = chunk.usage {
+            out.push(LlmChunk::Usage(Usage {
+                prompt_tokens: u.prompt_tokens.unwrap_or(0),
+                completion_tokens: u.completion_tokens.unwrap_or(0),
+            }));
+        }
+        self.output |= out[start..].iter().any(crate::llm::fallback::is_answer);
+        Ok(())
+    }
+
+    fn delta(&mut self, delta: WireDelta, out: &mut Vec<LlmChunk>) {
+        for r in [delta.reasoning_content, delta.reasoning]
+            .into_iter()
+            .flatten()
+        {
+            if !r.is_empty() {
+                out.push(LlmChunk::Reasoning(r));
+            }
+        }
+        match delta.content {
+            Some(Value::String(s)) if !s.is_empty() => out.push(LlmChunk::Text(s)),
+            Some(Value::Array(parts)) => {
+                for part in parts {
+                    let text = part.get("text").and_then(Value::as_str).unwrap_or_default();
+                    if text.is_empty() {
+                        continue;
+                    }
+                    match part.get("type").and_then(Value::as_str) {
+                        Some("thinking" | "reasoning") => {
+                            out.push(LlmChunk::Reasoning(text.to_owned()))
+                        }
+                        _ => out.push(LlmChunk::Text(text.to_owned())),
+                    }
+                }
+            }
+            _ => {}
+        }
+        // A refusal is the answer the user gets; there is no separate chunk kind for it.
+        if let Some(r) = delta.refusal.filter(|r| !r.is_empty()) {
+            out.push(LlmChunk::Text(r));
+        }
+        for fragment in delta.tool_calls.unwrap_or_default() {
+            self.tool_fragment(fragment, out);
+        }
+    }
+
+    fn tool_fragment(&mut self, f: WireToolFragment, out: &mut Vec<LlmChunk>) {
+        let id = f.id.filter(|s| !s.is_empty());
+        let index = match f.index {
+            Some(i) => i,
+            // No index (some servers): a new id opens a new call, anything else continues the last.
+            None => match self.slots.last() {
+                Some(last) if id.is_some() && last.id.is_some() && last.id != id => last.index + 1,
+                Some(last) => last.index,
+                None => 0,
+            },
+        };
+        let pos = match self.slots.iter().position(|s| s.index == index) {
+            Some(pos) => pos,
+            None => {
+                self.slots.push(ToolSlot {
+                    index,
+                    id: None,
+                    started: false,
+                    pending_args: String::new(),
+                });
+                self.slots.len() - 1
+            }
+        };
+        let (name, args) = match f.function {
+            Some(func) => (
+                func.name.filter(|n| !n.is_empty()),
+                match func.arguments {
+                    Some(Value::String(s)) => s,
+                    Some(Value::Null) | None => String::new(),
+                    Some(other) => other.to_string(),
+                },
+            ),
+            None => (None, String::new()),
+        };
+        let slot = &mut self.slots[pos];
+        if !slot.started {
+            if id.is_some() {
+                slot.id = id;
+            }
+            if let Some(name) = name {
+                slot.started = true;
+                out.push(LlmChunk::ToolCallStart {
+                    index,
+                    id: slot.id.clone().unwrap_or_default(),
+                    name,
+                });
+                if !slot.pending_args.is_empty() {
+                    out.push(LlmChunk::ToolCallArgs {
+                        index,
+                        delta: std::mem::take(&mut slot.pending_args),
+                    });
+                }
+            }
+        }
+        if !args.is_empty() {
+            if slot.started {
+                out.push(LlmChunk::ToolCallArgs { index, delta: args });
+            } else {
+                slot.pending_args.push_str(&args);
+            }
+        }
+    }
+
+    /// Arguments whose call never got a name still reach the caller.
+    fn flush_nameless(&mut self, out: &mut Vec<LlmChunk>) {
+        for slot in &mut self.slots {
+            if !slot.started && !slot.pending_args.is_empty() {
+                out.push(LlmChunk::ToolCallArgs {
+                    index: slot.index,
+                    delta: std::mem::take(&mut slot.pending_args),
+                });
+            }
+        }
+    }
+}
+
+fn chunk_error(chunk: &WireChunk) -> Option<StreamFault> {
+    let info = if let Some(err) = chunk.error.as_ref().filter(|e| !e.is_null()) {
+        ErrorInfo::from_value(&serde_json::json!({ "error": err }))
+    } else if chunk.object.as_deref() == Some("error") {
+        ErrorInfo::from_value(&serde_json::json!({
+            "message": chunk.message.clone().unwrap_or(Value::Null),
+            "code": chunk.code.clone().unwrap_or(Value::Null),
+        }))
+    } else {
+        return None;
+    };
+    let retryable = info.is_retryable();
+    let message = match (&info.kind, info.status) {
+        (Some(kind), _) => format!("server sent an error event ({kind}): {}", info.message),
+        (None, Some(code)) => format!("server sent an error event (code {code}): {}", info.message),
+        (None, None) => format!("server sent an error event: {}", info.message),
+    };
+    Some(StreamFault { message, retryable })
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+    use crate::events::ToolCallRecord;
+    use crate::llm::{JsonSchemaFormat, ToolDef};
+
+    fn parse(lines: &[Value]) -> (Vec<LlmChunk>, Option<StreamFault>) {
+        let mut p = ChunkParser::default();
+        let mut out = Vec::new();
+        for l in lines {
+            let chunk: WireChunk = serde_json::from_value(l.clone()).unwrap();
+            if let Err(f) = p.push(chunk, &mut out) {
+                return (out, Some(f));
+            }
+        }
+        (out, None)
+    }
+
+    #[test]
+    fn request_maps_messages_tools_and_schema() {
+        let req = ChatRequest {
+            messages: vec![
+                ChatMessage::System {
+                    content: "be brief".into(),
+                },
+                ChatMessage::User {
+                    content: "hi".into(),
+                },
+                ChatMessage::Assistant {
+                    content: String::new(),
+                    tool_calls: vec![ToolCallRecord {
+                        id: "c1".into(),
+                        name: "now".into(),
+                        arguments: String::new(),
+                    }],
+                },
+                ChatMessage::Tool {
+                    call_id: "c1".into(),
+                    content: "\"noon\"".into(),
+                },
+            ],
+            tools: vec![ToolDef {
+                name: "now".into(),
+                description: String::new(),
+                parameters: Value::Null.into(),
+            }],
+            response_format: Some(JsonSchemaFormat {
+                name: "out".into(),
+                schema: json!({"type": "object"}).into(),
+            }),
+            temperature: None,
+            max_tokens: Some(5),
+        };
+        let v = serde_json::to_value(WireRequest::new("m", &req)).unwrap();
+        assert_eq!(
+            v,
+            json!({
+                "model": "m",
+                "messages": [
+                    {"role": "system", "content": "be brief"},
+                    {"role": "user", "content": "hi"},
+                    {"role": "assistant", "content": null, "tool_calls": [
+                        {"id": "c1", "type": "function", "function": {"name": "now", "arguments": "{}"}}]},
+                    {"role": "tool", "tool_call_id": "c1", "content": "\"noon\""},
+                ],
+                "stream": true,
+                "stream_options": {"include_usage": true},
+                "tools": [{"type": "function", "function": {"name": "now"}}],
+                "response_format": {"type": "json_schema", "json_schema": {"name": "out", "schema": {"type": "object"}, "strict": true}},
+                "max_tokens": 5,
+            })
+        );
+    }
+
+    #[test]
+    fn fragments_without_index_and_args_before_name_are_assembled() {
+        let (out, fault) = parse(&[
+            json!({"choices": [{"delta": {"tool_calls": [{"id": "a", "function": {"arguments": "{\"x\""}}]}}]}),
+            json!({"choices": [{"delta": {"tool_calls": [{"function": {"name": "f", "arguments": ":1}"}}]}}]}),
+            json!({"choices": [{"delta": {"tool_calls": [{"id": "b", "function": {"name": "g", "arguments": {"y": 2}}}]}}]}),
+            json!({"choices": [{"delta": {}, "finish_reason": "tool_calls"}]}),
+        ]);
+        assert_eq!(fault, None);
+        assert_eq!(
+            out,
+            vec![
+                LlmChunk::ToolCallStart {
+                    index: 0,
+                    id: "a".into(),
+                    name: "f".into()
+                },
+                LlmChunk::ToolCallArgs {
+                    index: 0,
+                    delta: "{\"x\"".into()
+                },
+                LlmChunk::ToolCallArgs {
+                    index: 0,
+                    delta: ":1}".into()
+                },
+                LlmChunk::ToolCallStart {
+                    index: 1,
+                    id: "b".into(),
+                    name: "g".into()
+                },
+                LlmChunk::ToolCallArgs {
+                    index: 1,
+                    delta: "{\"y\":2}".into()
+                },
+                LlmChunk::Finish("tool_calls".into()),
+            ]
+        );
+    }
+
+    #[test]
+    fn content_parts_reasoning_refusal_and_odd_finish_reasons_are_accepted() {
+        let (out, fault) = parse(&[
+            json!({"choices": [{"index": 0, "delta": {"role": "assistant", "reasoning": "hmm"}}], "usage": null}),
+            json!({"choices": [{"delta": {"content": [{"type": "thinking", "text": "so"}, {"type": "text", "text": "Hi"}]}}]}),
+            json!({"choices": [{"delta": {"refusal": "no"}}, {"index": 1, "delta": {"content": "other choice"}}]}),
+            json!({"choices": [{"delta": {}, "finish_reason": "eos"}]}),
+            json!({"choices": [], "usage": {"prompt_tokens": 3, "completion_tokens": 2, "total_tokens": 5}}),
+        ]);
+        assert_eq!(fault, None);
+        assert_eq!(
+            out,
+            vec![
+                LlmChunk::Reasoning("hmm".into()),
+                LlmChunk::Reasoning("so".into()),
+                LlmChunk::Text("Hi".into()),
+                LlmChunk::Text("no".into()),
+                LlmChunk::Finish("eos".into()),
+                LlmChunk::Usage(Usage {
+                    prompt_tokens: 3,
+                    completion_tokens: 2
+                }),
+            ]
+        );
+    }
+
+    #[test]
+    fn error_events_in_both_styles_say_whether_to_retry() {
+        let (_, fault) = parse(&[
+            json!({"error": {"message": "overloaded", "type": "server_error", "code": null}}),
+        ]);
+        let fault = fault.unwrap();
+        assert!(fault.retryable);
+        assert!(fault.message.contains("overloaded"), "{}", fault.message);
+        let (_, fault) = parse(&[json!({"object": "error", "message": "too long", "code": 400})]);
+        let fault = fault.unwrap();
+        assert!(!fault.retryable);
+        assert_eq!(
+            fault.message,
+            "server sent an error event (code 400): too long"
+        );
+    }
+
+    #[test]
+    fn error_bodies_give_their_message() {
+        let quota = ErrorInfo::from_body(
+            br#"{"error":{"message":"no credit","type":"insufficient_quota"}}"#,
+            429,
+        );
+        assert!(quota.is_insufficient_quota());
+        assert_eq!(quota.message, "no credit");
+        let vllm = ErrorInfo::from_body(br#"{"object":"error","message":"bad","code":400}"#, 400);
+        assert_eq!((vllm.message.as_str(), vllm.status), ("bad", Some(400)));
+        assert_eq!(
+            ErrorInfo::from_body(br#"{"detail":"Not Found"}"#, 404).message,
+            "Not Found"
+        );
+        assert_eq!(
+            ErrorInfo::from_body(b"  upstream down \n", 502).message,
+            "upstream down"
+        );
+        assert_eq!(
+            ErrorInfo::from_body(b"", 503).message,
+            "Service Unavailable"
+        );
+    }
+}
