@@ -13,3 +13,4 @@ pub mod __private {
     pub use serde_json;
 }
 pub mod cli;
+pub mod store;

@@ -2,4 +2,6 @@
 
 mod chat_graph;
 mod executor;
+mod openai_client;
 mod support;
+mod validation;

@@ -1,0 +1,227 @@
+//! Persistence: chats, messages, runs, the event log and checkpoints.
+//!
+//! Three narrow traits, one per concern, and one conformance suite that
+//! every backend passes (`tests/integration/store_conformance.rs`):
+//! - [`ChatStore`]: chats and their messages (UI parts as JSON);
+//! - [`RunStore`]: runs — graph, version, status, timings, usage, leases;
+//! - [`EventLog`]: the append-only event log and the checkpoints, written
+//!   together one superstep at a time ([`StepBatch`]), which is what resume,
+//!   replay and the debugging API read.
+//!
+//! Backends: [`memory`] (tests), SQLite (the embedded default) and
+//! PostgreSQL. A [`Store`] is anything implementing all three.
+
+pub mod memory;
+
+use std::sync::Arc;
+
+use futures::future::BoxFuture;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use uuid::Uuid;
+
+use crate::events::{ErrorInfo, Event, ForkOrigin, Usage};
+use crate::runtime::{CheckpointError, Checkpointer, RunStatus, StepBatch};
+
+/// Errors from a store.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum StoreError {
+    /// The backend could not be reached (retrying may help).
+    #[error("store unavailable: {0}")]
+    Unavailable(String),
+    /// A record that must exist does not.
+    #[error("not found: {0}")]
+    NotFound(String),
+    /// A write conflicts with existing data (e.g. a duplicate event seq).
+    #[error("conflict: {0}")]
+    Conflict(String),
+    /// Stored data could not be decoded, or another backend failure.
+    #[error("store error: {0}")]
+    Backend(String),
+}
+
+impl StoreError {
+    /// Whether retrying the operation may succeed.
+    pub fn is_transient(&self) -> bool {
+        matches!(self, StoreError::Unavailable(_))
+    }
+}
+
+/// Result of store operations.
+pub type StoreResult<T> = Result<T, StoreError>;
+
+/// A chat.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ChatRecord {
+    /// Chat id (chosen by the client).
+    pub id: String,
+    /// Owner.
+    pub user_id: String,
+    /// Title (the first user message, shortened).
+    pub title: String,
+    /// Creation time, µs since the epoch.
+    pub created_at: u64,
+    /// Last change, µs since the epoch.
+    pub updated_at: u64,
+    /// The run currently streaming for this chat, if any.
+    pub active_run: Option<Uuid>,
+}
+
+/// A stored message: what `useChat` shows, as UI parts.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct MessageRecord {
+    /// The chat.
+    pub chat_id: String,
+    /// Message id.
+    pub id: String,
+    /// `user`, `assistant` or `system`.
+    pub role: String,
+    /// UI message parts (JSON array).
+    pub parts: Value,
+    /// UI message metadata (JSON object or null).
+    pub metadata: Value,
+    /// Position in the chat, from 0.
+    pub position: i64,
+    /// Creation time, µs since the epoch.
+    pub created_at: u64,
+}
+
+/// A run.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct RunRecord {
+    /// Run id.
+    pub id: Uuid,
+    /// The chat it answers, if any.
+    pub chat_id: Option<String>,
+    /// Who started it.
+    pub user_id: String,
+    /// Graph id.
+    pub graph: String,
+    /// Content hash of the graph and prompts it ran with.
+    pub graph_version: String,
+    /// Status.
+    pub status: RunStatus,
+    /// The input state.
+    pub input: Value,
+    /// Start time, µs since the epoch.
+    pub created_at: u64,
+    /// End time, µs since the epoch.
+    pub finished_at: Option<u64>,
+    /// Why it failed.
+    pub error: Option<ErrorInfo>,
+    /// Tokens used.
+    pub usage: Usage,
+    /// Set for forks.
+    pub parent: Option<ForkOrigin>,
+    /// Correlation id of the request that started it.
+    pub request_id: Option<String>,
+    /// The assistant message this run produces (chat runs).
+    pub message_id: Option<String>,
+    /// Highest event seq stored.
+    pub last_seq: u64,
+    /// Highest step checkpointed.
+    pub last_step: u32,
+}
+
+/// One stored checkpoint (a [`StepBatch`] without its events).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct CheckpointRecord {
+    /// The step.
+    pub step: u32,
+    /// Patches applied in the step.
+    pub writes: Vec<crate::runtime::TaskWrite>,
+    /// Tasks of the next step.
+    pub next: Vec<crate::runtime::PendingTask>,
+    /// Join progress.
+    pub joins: Vec<Vec<String>>,
+    /// Full state, every few steps.
+    pub snapshot: Option<Value>,
+}
+
+impl CheckpointRecord {
+    /// The checkpoint part of a batch.
+    pub fn from_batch(b: &StepBatch) -> Self {
+        Self { step: b.step, writes: b.writes.clone(), next: b.next.clone(), joins: b.joins.clone(), snapshot: b.snapshot.clone() }
+    }
+
+    /// Back to a batch (without events), for [`crate::runtime::rebuild_state`].
+    pub fn to_batch(&self, run_id: Uuid) -> StepBatch {
+        StepBatch {
+            run_id,
+            step: self.step,
+            writes: self.writes.clone(),
+            events: Vec::new(),
+            next: self.next.clone(),
+            joins: self.joins.clone(),
+            snapshot: self.snapshot.clone(),
+            status: RunStatus::Running,
+        }
+    }
+}
+
+/// Chats and messages.
+pub trait ChatStore: Send + Sync {
+    /// Creates the chat unless it exists; returns the stored chat.
+    fn ensure_chat(&self, chat: ChatRecord) -> BoxFuture<'_, StoreResult<ChatRecord>>;
+    /// A chat by id.
+    fn get_chat(&self, id: &str) -> BoxFuture<'_, StoreResult<Option<ChatRecord>>>;
+    /// A user's chats, most recently updated first.
+    fn list_chats(&self, user_id: &str, limit: usize) -> BoxFuture<'_, StoreResult<Vec<ChatRecord>>>;
+    /// Deletes a chat with its messages (runs and events stay until pruned).
+    fn delete_chat(&self, id: &str) -> BoxFuture<'_, StoreResult<bool>>;
+    /// Sets (or clears) the chat's active run; bumps `updated_at`.
+    fn set_active_run(&self, chat_id: &str, run: Option<Uuid>) -> BoxFuture<'_, StoreResult<()>>;
+    /// Replaces the messages from `position` on with `messages` (one
+    /// transaction): appending, editing and regenerating are all this.
+    fn replace_messages_from(&self, chat_id: &str, position: i64, messages: Vec<MessageRecord>) -> BoxFuture<'_, StoreResult<()>>;
+    /// Inserts or replaces one message (by chat and id).
+    fn upsert_message(&self, message: MessageRecord) -> BoxFuture<'_, StoreResult<()>>;
+    /// A chat's messages in order.
+    fn messages(&self, chat_id: &str) -> BoxFuture<'_, StoreResult<Vec<MessageRecord>>>;
+}
+
+/// Runs.
+pub trait RunStore: Send + Sync {
+    /// Records a new run.
+    fn create_run(&self, run: RunRecord) -> BoxFuture<'_, StoreResult<()>>;
+    /// A run by id.
+    fn get_run(&self, id: Uuid) -> BoxFuture<'_, StoreResult<Option<RunRecord>>>;
+    /// Runs, newest first, optionally of one chat.
+    fn list_runs(&self, chat_id: Option<&str>, limit: usize) -> BoxFuture<'_, StoreResult<Vec<RunRecord>>>;
+    /// Records how a run ended.
+    fn finish_run(
+        &self,
+        id: Uuid,
+        status: RunStatus,
+        error: Option<ErrorInfo>,
+        usage: Usage,
+    ) -> BoxFuture<'_, StoreResult<()>>;
+}
+
+/// The event log and checkpoints.
+pub trait EventLog: Send + Sync {
+    /// Stores a step's events and checkpoint atomically, and advances the
+    /// run's `last_seq` / `last_step` (and status, for a final batch).
+    fn append(&self, batch: &StepBatch) -> BoxFuture<'_, StoreResult<()>>;
+    /// Events of a run with `seq > after`, in order, at most `limit`.
+    fn events(&self, run: Uuid, after: u64, limit: usize) -> BoxFuture<'_, StoreResult<Vec<Event>>>;
+    /// Checkpoints of a run with `step <= upto`, in order.
+    fn checkpoints(&self, run: Uuid, upto: u32) -> BoxFuture<'_, StoreResult<Vec<CheckpointRecord>>>;
+}
+
+/// A complete store.
+pub trait Store: ChatStore + RunStore + EventLog {
+    /// Backend name for logs and `/readyz`.
+    fn backend(&self) -> &'static str;
+    /// Checks that the backend answers.
+    fn ping(&self) -> BoxFuture<'_, StoreResult<()>>;
+}
+
+/// Adapts an [`EventLog`] to the executor's checkpoint hook.
+pub struct LogCheckpointer(pub Arc<dyn Store>);
+
+impl Checkpointer for LogCheckpointer {
+    fn save(&self, batch: StepBatch) -> BoxFuture<'_, Result<(), CheckpointError>> {
+        Box::pin(async move { self.0.append(&batch).await.map_err(|e| CheckpointError(e.to_string())) })
+    }
+}
