@@ -5,6 +5,7 @@ pub mod graph;
 pub mod llm;
 pub mod nodes;
 pub mod runtime;
+pub mod sse;
 pub mod state;
 pub mod tools;
 #[doc(hidden)]

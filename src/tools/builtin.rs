@@ -46,6 +46,8 @@ impl Tool for Calculator {
         Box::pin(async move {
             let expr = args["expression"].as_str().unwrap_or_default();
             let result = eval(expr).map_err(ToolError::Execution)?;
+            // Whole numbers as integers: `4`, not `4.0`, as people (and JSON in JavaScript) write them.
+            let result = if result.fract() == 0.0 && result.abs() < 9e15 { json!(result as i64) } else { json!(result) };
             Ok(json!({ "expression": expr, "result": result }))
         })
     }

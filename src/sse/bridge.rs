@@ -1,0 +1,488 @@
+//! The bridge: run events → UI message stream chunks, as a pure state
+//! machine.
+//!
+//! Given the same events it always produces the same chunks — live, on
+//! resume and in `stategraph replay --sse` — because it reads nothing but the
+//! events and its configuration (throttling uses the events' own
+//! timestamps). Which node streams where is graph configuration:
+//! - `answer` nodes: each model call is a step (`start-step` …
+//!   `finish-step`); text streams as `text-*`, reasoning as `reasoning-*`,
+//!   tool calls as `tool-*` chunks (dynamic tools);
+//! - `thinking` nodes: one `data-thinking` part per task, updated in place
+//!   (same id) with its text, tool calls and status — text-only updates at
+//!   most every [`BridgeConfig::thinking_interval_us`] of event time;
+//! - `hidden` nodes: nothing, except their explicit `thinking` notes (the
+//!   router's reasoning) and custom data, which always reach the UI.
+//!
+//! Every node's token usage is kept in one `data-usage` part; follow-up
+//! questions and other custom data become `data-<name>` parts.
+
+use std::collections::{BTreeMap, HashMap};
+
+use serde_json::{Value, json};
+
+use super::chunk::Chunk;
+use crate::events::{Event, EventKind, ToolFailure};
+use crate::graph::spec::Surface;
+
+/// What the bridge needs to know about the graph and the response.
+#[derive(Clone, Debug)]
+pub struct BridgeConfig {
+    /// The assistant message id (fresh per response).
+    pub message_id: String,
+    /// `start.messageMetadata`: run id, request id, graph, model facts.
+    pub metadata: Value,
+    /// Surface by node id.
+    pub surfaces: HashMap<String, Surface>,
+    /// Kind by node id (shown in thinking parts).
+    pub kinds: HashMap<String, String>,
+    /// Minimum event time between text-only updates of a thinking part.
+    pub thinking_interval_us: u64,
+}
+
+impl BridgeConfig {
+    /// Surfaces and kinds taken from a compiled graph.
+    pub fn for_graph(graph: &crate::graph::CompiledGraph, message_id: String, metadata: Value) -> Self {
+        Self {
+            message_id,
+            metadata,
+            surfaces: graph.nodes.iter().map(|n| (n.id.to_string(), n.surface)).collect(),
+            kinds: graph.nodes.iter().map(|n| (n.id.to_string(), n.kind.to_string())).collect(),
+            thinking_interval_us: 250_000,
+        }
+    }
+
+    /// A node's surface; nested subgraph nodes (`parent/child`) take their
+    /// parent's.
+    fn surface(&self, node: &str) -> Surface {
+        let top = node.split('/').next().unwrap_or(node);
+        self.surfaces.get(top).copied().unwrap_or(Surface::Hidden)
+    }
+
+    fn kind(&self, node: &str) -> &str {
+        let top = node.split('/').next().unwrap_or(node);
+        self.kinds.get(top).map_or("node", String::as_str)
+    }
+}
+
+/// A thinking-panel part being built.
+#[derive(Debug)]
+struct Thinking {
+    id: String,
+    node: String,
+    kind: String,
+    status: &'static str,
+    text: String,
+    notes: Vec<String>,
+    tools: Vec<Value>,
+    started_at: u64,
+    finished_at: Option<u64>,
+    last_emit: u64,
+    dirty: bool,
+}
+
+impl Thinking {
+    fn payload(&self) -> Value {
+        let mut v = json!({
+            "node": self.node,
+            "kind": self.kind,
+            "status": self.status,
+            "text": self.text,
+            "notes": self.notes,
+            "toolCalls": self.tools,
+            "startedAt": self.started_at / 1000,
+        });
+        if let Some(end) = self.finished_at {
+            v["durationMs"] = json!(end.saturating_sub(self.started_at) / 1000);
+        }
+        v
+    }
+
+    fn tool(&mut self, call_id: &str) -> Option<&mut Value> {
+        self.tools.iter_mut().find(|t| t["toolCallId"] == call_id)
+    }
+}
+
+/// Which UI surface a tool call was shown on.
+#[derive(Debug, Clone)]
+enum ToolOwner {
+    Answer,
+    Thinking(String),
+}
+
+/// The event → chunk state machine for one assistant message.
+#[derive(Debug)]
+pub struct Bridge {
+    cfg: BridgeConfig,
+    step_open: bool,
+    text: Option<String>,
+    reasoning: Option<String>,
+    thinking: HashMap<String, Thinking>,
+    tools: HashMap<String, ToolOwner>,
+    usage: BTreeMap<String, (String, u64, u64)>,
+    finish_reason: &'static str,
+    done: bool,
+}
+
+impl Bridge {
+    /// A bridge for one response.
+    pub fn new(cfg: BridgeConfig) -> Self {
+        Self {
+            cfg,
+            step_open: false,
+            text: None,
+            reasoning: None,
+            thinking: HashMap::new(),
+            tools: HashMap::new(),
+            usage: BTreeMap::new(),
+            finish_reason: "stop",
+            done: false,
+        }
+    }
+
+    /// Whether the message has been closed (finish, error or abort sent).
+    pub fn is_done(&self) -> bool {
+        self.done
+    }
+
+    /// The chunks for one event, appended to `out`.
+    pub fn on_event(&mut self, ev: &Event, out: &mut Vec<Chunk>) {
+        if self.done {
+            return;
+        }
+        let node = ev.node.as_deref().unwrap_or("");
+        let surface = if node.is_empty() { Surface::Hidden } else { self.cfg.surface(node) };
+        let key = || format!("{node}#{}#{}", ev.step, ev.task);
+        match &ev.event {
+            EventKind::RunStarted { .. } => out.push(Chunk::Start {
+                message_id: self.cfg.message_id.clone(),
+                message_metadata: self.cfg.metadata.clone(),
+            }),
+            EventKind::NodeStarted { attempt, .. } => {
+                if surface == Surface::Thinking {
+                    let k = key();
+                    if *attempt > 1 {
+                        if let Some(t) = self.thinking.get_mut(&k) {
+                            t.status = "running";
+                            t.text.clear();
+                            t.tools.clear();
+                            out.push(emit(t, ev.at));
+                        }
+                    } else {
+                        let t = self.thinking_part(&k, node, ev);
+                        out.push(emit(t, ev.at));
+                    }
+                }
+            }
+            EventKind::LlmStarted { .. } if surface == Surface::Answer => {
+                self.close_parts(out);
+                self.close_step(out);
+                out.push(Chunk::StartStep);
+                self.step_open = true;
+            }
+            EventKind::TextDelta { delta, .. } => match surface {
+                Surface::Answer => {
+                    let id = match &self.text {
+                        Some(id) => id.clone(),
+                        None => {
+                            let id = format!("text-{}", ev.seq);
+                            out.push(Chunk::TextStart { id: id.clone() });
+                            self.text = Some(id.clone());
+                            id
+                        }
+                    };
+                    out.push(Chunk::TextDelta { id, delta: delta.clone() });
+                }
+                Surface::Thinking => {
+                    let interval = self.cfg.thinking_interval_us;
+                    if let Some(t) = self.thinking.get_mut(&key()) {
+                        t.text.push_str(delta);
+                        t.dirty = true;
+                        if ev.at >= t.last_emit + interval {
+                            out.push(emit(t, ev.at));
+                        }
+                    }
+                }
+                Surface::Hidden => {}
+            },
+            EventKind::ReasoningDelta { delta, .. } => match surface {
+                Surface::Answer => {
+                    let id = match &self.reasoning {
+                        Some(id) => id.clone(),
+                        None => {
+                            let id = format!("reasoning-{}", ev.seq);
+                            out.push(Chunk::ReasoningStart { id: id.clone() });
+                            self.reasoning = Some(id.clone());
+                            id
+                        }
+                    };
+                    out.push(Chunk::ReasoningDelta { id, delta: delta.clone() });
+                }
+                Surface::Thinking => {
+                    if let Some(t) = self.thinking.get_mut(&key()) {
+                        t.text.push_str(delta);
+                        t.dirty = true;
+                    }
+                }
+                Surface::Hidden => {}
+            },
+            EventKind::LlmFinished { output, usage, .. } => {
+                let entry = self.usage.entry(node.to_owned()).or_insert_with(|| (String::new(), 0, 0));
+                entry.1 += usage.prompt_tokens;
+                entry.2 += usage.completion_tokens;
+                if surface == Surface::Answer {
+                    self.close_parts(out);
+                    self.finish_reason = match output.finish_reason.as_str() {
+                        "length" => "length",
+                        "content_filter" => "content-filter",
+                        _ => "stop",
+                    };
+                }
+                out.push(self.usage_chunk());
+            }
+            EventKind::ToolCallStarted { call_id, tool } => self.tool_started(surface, &key(), call_id, tool, out),
+            EventKind::ToolCallDelta { call_id, delta } => {
+                if let Some(ToolOwner::Answer) = self.tools.get(call_id) {
+                    out.push(Chunk::ToolInputDelta { tool_call_id: call_id.clone(), input_text_delta: delta.clone() });
+                }
+            }
+            EventKind::ToolCallReady { call_id, tool, args } => {
+                if !self.tools.contains_key(call_id) {
+                    self.tool_started(surface, &key(), call_id, tool, out);
+                }
+                match self.tools.get(call_id).cloned() {
+                    Some(ToolOwner::Answer) => out.push(Chunk::ToolInputAvailable {
+                        tool_call_id: call_id.clone(),
+                        tool_name: tool.clone(),
+                        input: args.clone(),
+                        dynamic: true,
+                    }),
+                    Some(ToolOwner::Thinking(k)) => self.update_tool(&k, call_id, ev.at, out, |v| {
+                        v["state"] = json!("input-available");
+                        v["input"] = args.clone();
+                    }),
+                    None => {}
+                }
+            }
+            EventKind::ToolResult { call_id, output, .. } => match self.tools.get(call_id).cloned() {
+                Some(ToolOwner::Answer) => {
+                    out.push(Chunk::ToolOutputAvailable { tool_call_id: call_id.clone(), output: output.clone(), dynamic: true })
+                }
+                Some(ToolOwner::Thinking(k)) => self.update_tool(&k, call_id, ev.at, out, |v| {
+                    v["state"] = json!("output-available");
+                    v["output"] = output.clone();
+                }),
+                None => {}
+            },
+            EventKind::ToolError { call_id, tool, error } => {
+                if !self.tools.contains_key(call_id) {
+                    self.tool_started(surface, &key(), call_id, tool, out);
+                }
+                match self.tools.get(call_id).cloned() {
+                    Some(ToolOwner::Answer) => out.push(Chunk::ToolOutputError {
+                        tool_call_id: call_id.clone(),
+                        error_text: tool_error_text(error),
+                        dynamic: true,
+                    }),
+                    Some(ToolOwner::Thinking(k)) => self.update_tool(&k, call_id, ev.at, out, |v| {
+                        v["state"] = json!("output-error");
+                        v["errorText"] = json!(tool_error_text(error));
+                    }),
+                    None => {}
+                }
+            }
+            EventKind::NodeRetrying { attempt, .. } => match surface {
+                Surface::Answer => {
+                    self.close_parts(out);
+                    self.close_step(out);
+                }
+                Surface::Thinking => {
+                    if let Some(t) = self.thinking.get_mut(&key()) {
+                        t.status = "retrying";
+                        t.notes.push(format!("attempt {attempt} failed; retrying"));
+                        out.push(emit(t, ev.at));
+                    }
+                }
+                Surface::Hidden => {}
+            },
+            EventKind::NodeFinished { .. } => match surface {
+                Surface::Answer => {
+                    self.close_parts(out);
+                    self.close_step(out);
+                }
+                Surface::Thinking => {
+                    if let Some(t) = self.thinking.get_mut(&key()) {
+                        t.status = "done";
+                        t.finished_at = Some(ev.at);
+                        out.push(emit(t, ev.at));
+                    }
+                }
+                Surface::Hidden => {}
+            },
+            EventKind::NodeFailed { .. } => {
+                if let Some(t) = self.thinking.get_mut(&key()) {
+                    t.status = "failed";
+                    t.finished_at = Some(ev.at);
+                    out.push(emit(t, ev.at));
+                }
+            }
+            EventKind::Thinking { text } => {
+                let k = key();
+                let t = self.thinking_part(&k, node, ev);
+                if t.status == "running" && surface == Surface::Thinking {
+                    t.notes.push(text.clone());
+                } else {
+                    // A note from a node without a thinking surface (the
+                    // router's reasoning): a finished part of its own.
+                    t.status = "done";
+                    t.text = text.clone();
+                    t.finished_at = Some(ev.at);
+                }
+                out.push(emit(t, ev.at));
+            }
+            EventKind::Custom { name, data } => out.push(Chunk::Data {
+                name: data_name(name),
+                id: Some(format!("{}-{}-{}", node.replace('/', "-"), ev.step, ev.task)),
+                data: data.clone(),
+                transient: false,
+            }),
+            EventKind::RunFinished { steps, usage } => {
+                self.flush(out);
+                self.close_parts(out);
+                self.close_step(out);
+                out.push(Chunk::Finish {
+                    finish_reason: self.finish_reason.to_owned(),
+                    message_metadata: json!({
+                        "steps": steps,
+                        "usage": {
+                            "promptTokens": usage.prompt_tokens,
+                            "completionTokens": usage.completion_tokens,
+                            "totalTokens": usage.total(),
+                        },
+                    }),
+                });
+                self.done = true;
+            }
+            EventKind::RunFailed { .. } => {
+                self.flush(out);
+                let reference = self.cfg.metadata["runId"].as_str().map_or_else(|| ev.run_id.to_string(), str::to_owned);
+                out.push(Chunk::Error {
+                    error_text: format!("The assistant could not finish this answer (reference {reference})."),
+                });
+                self.close_step(out);
+                out.push(Chunk::Finish { finish_reason: "error".into(), message_metadata: json!({ "reference": reference }) });
+                self.done = true;
+            }
+            EventKind::RunCancelled { reason } => {
+                self.flush(out);
+                self.close_parts(out);
+                self.close_step(out);
+                out.push(Chunk::Abort { reason: reason.clone() });
+                self.done = true;
+            }
+            _ => {}
+        }
+    }
+
+    fn thinking_part(&mut self, key: &str, node: &str, ev: &Event) -> &mut Thinking {
+        let kind = self.cfg.kind(node).to_owned();
+        self.thinking.entry(key.to_owned()).or_insert_with(|| Thinking {
+            id: format!("thinking-{}-{}-{}", node.replace('/', "-"), ev.step, ev.task),
+            node: node.to_owned(),
+            kind,
+            status: "running",
+            text: String::new(),
+            notes: Vec::new(),
+            tools: Vec::new(),
+            started_at: ev.at,
+            finished_at: None,
+            last_emit: 0,
+            dirty: false,
+        })
+    }
+
+    fn tool_started(&mut self, surface: Surface, key: &str, call_id: &str, tool: &str, out: &mut Vec<Chunk>) {
+        match surface {
+            Surface::Answer => {
+                self.tools.insert(call_id.to_owned(), ToolOwner::Answer);
+                out.push(Chunk::ToolInputStart { tool_call_id: call_id.to_owned(), tool_name: tool.to_owned(), dynamic: true });
+            }
+            Surface::Thinking => {
+                if let Some(t) = self.thinking.get_mut(key) {
+                    t.tools.push(json!({"toolCallId": call_id, "toolName": tool, "state": "input-streaming", "input": null}));
+                    t.dirty = true;
+                    self.tools.insert(call_id.to_owned(), ToolOwner::Thinking(key.to_owned()));
+                }
+            }
+            Surface::Hidden => {}
+        }
+    }
+
+    fn update_tool(&mut self, key: &str, call_id: &str, at: u64, out: &mut Vec<Chunk>, f: impl FnOnce(&mut Value)) {
+        if let Some(t) = self.thinking.get_mut(key) {
+            if let Some(v) = t.tool(call_id) {
+                f(v);
+            }
+            out.push(emit(t, at));
+        }
+    }
+
+    fn usage_chunk(&self) -> Chunk {
+        let nodes: serde_json::Map<String, Value> = self
+            .usage
+            .iter()
+            .map(|(n, (_, p, c))| (n.clone(), json!({"promptTokens": p, "completionTokens": c})))
+            .collect();
+        let (p, c) = self.usage.values().fold((0, 0), |(p, c), (_, a, b)| (p + a, c + b));
+        Chunk::Data {
+            name: "usage".into(),
+            id: Some("usage".into()),
+            data: json!({"nodes": nodes, "total": {"promptTokens": p, "completionTokens": c}}),
+            transient: false,
+        }
+    }
+
+    /// Sends thinking parts with unsent text, in a stable order.
+    fn flush(&mut self, out: &mut Vec<Chunk>) {
+        let mut dirty: Vec<&mut Thinking> = self.thinking.values_mut().filter(|t| t.dirty).collect();
+        dirty.sort_by(|a, b| a.id.cmp(&b.id));
+        for t in dirty {
+            let at = t.last_emit;
+            out.push(emit(t, at));
+        }
+    }
+
+    fn close_parts(&mut self, out: &mut Vec<Chunk>) {
+        if let Some(id) = self.reasoning.take() {
+            out.push(Chunk::ReasoningEnd { id });
+        }
+        if let Some(id) = self.text.take() {
+            out.push(Chunk::TextEnd { id });
+        }
+    }
+
+    fn close_step(&mut self, out: &mut Vec<Chunk>) {
+        if std::mem::take(&mut self.step_open) {
+            out.push(Chunk::FinishStep);
+        }
+    }
+}
+
+fn emit(t: &mut Thinking, at: u64) -> Chunk {
+    t.last_emit = at;
+    t.dirty = false;
+    Chunk::Data { name: "thinking".into(), id: Some(t.id.clone()), data: t.payload(), transient: false }
+}
+
+fn tool_error_text(e: &ToolFailure) -> String {
+    format!("{}: {}", e.kind, e.message)
+}
+
+/// A custom event name as a data part name: lowercase letters, digits, `-`.
+fn data_name(name: &str) -> String {
+    let s: String = name
+        .chars()
+        .map(|c| if c.is_ascii_alphanumeric() || c == '-' { c.to_ascii_lowercase() } else { '-' })
+        .collect();
+    if s.is_empty() { "custom".into() } else { s }
+}
