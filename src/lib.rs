@@ -3,10 +3,13 @@
 pub mod events;
 pub mod graph;
 pub mod llm;
+pub mod otlp;
 pub mod nodes;
 pub mod runtime;
+pub mod server;
 pub mod sse;
 pub mod state;
+pub mod telemetry;
 pub mod tools;
 #[doc(hidden)]
 pub mod __private {
@@ -14,4 +17,5 @@ pub mod __private {
     pub use serde_json;
 }
 pub mod cli;
+pub mod config;
 pub mod store;

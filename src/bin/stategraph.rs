@@ -9,7 +9,9 @@ use stategraph::cli::{self, GraphFormat, RunArgs};
 use stategraph::graph::catalog::{Catalog, Registries};
 use stategraph::llm::Models;
 use stategraph::llm::offline::OfflineModel;
+use stategraph::config::Config;
 use stategraph::runtime::Services;
+use stategraph::server;
 
 /// mimalloc: the runtime allocates many small, short-lived objects (events,
 /// tokens, patches); glibc malloc spent a third of a run's CPU on them.
@@ -31,6 +33,15 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
+    /// Serve the chat API (POST /api/chat) and the graph API.
+    Serve {
+        /// Config file (default: stategraph.toml if present).
+        #[arg(long, env = "STATEGRAPH_CONFIG")]
+        config: Option<PathBuf>,
+        /// Listen address (overrides the config).
+        #[arg(long)]
+        bind: Option<std::net::SocketAddr>,
+    },
     /// Validate graph files; exit 1 on any error.
     Check {
         /// Graph files or directories (default: the graph directory).
@@ -69,6 +80,7 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let reg = Registries::default();
     match cli.command {
+        Command::Serve { config, bind } => serve(config, bind, &cli.graphs, &cli.prompts),
         Command::Check { paths } => {
             let paths = if paths.is_empty() { vec![cli.graphs.clone()] } else { paths };
             match cli::check(&paths, &cli.prompts, &reg, &mut std::io::stdout()) {
@@ -113,6 +125,83 @@ fn main() -> ExitCode {
                 _ => ExitCode::FAILURE,
             }
         }
+    }
+}
+
+/// `stategraph serve`.
+fn serve(config: Option<PathBuf>, bind: Option<std::net::SocketAddr>, graphs: &std::path::Path, prompts: &std::path::Path) -> ExitCode {
+    let mut config = match Config::load(config.as_deref()) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    if let Some(b) = bind {
+        config.server.bind = b;
+    }
+    // Flags win over the file for the directories only when given explicitly.
+    if graphs != std::path::Path::new("graphs") {
+        config.paths.graphs = graphs.to_owned();
+    }
+    if prompts != std::path::Path::new("prompts") {
+        config.paths.prompts = prompts.to_owned();
+    }
+    let _telemetry = match stategraph::telemetry::init(&config.telemetry) {
+        Ok(g) => g,
+        Err(e) => {
+            eprintln!("error: telemetry: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let rt = match tokio::runtime::Runtime::new() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let result: anyhow::Result<()> = rt.block_on(async move {
+        let bind = config.server.bind;
+        let state = server::build_state(config).await.map_err(anyhow::Error::msg)?;
+        let listener = tokio::net::TcpListener::bind(bind).await.map_err(|e| anyhow::anyhow!("cannot listen on {bind}: {e}"))?;
+        let addr = listener.local_addr()?;
+        tracing::info!(%addr, "listening");
+        println!("stategraph is serving on http://{addr}");
+        println!("  point a useChat front end (DefaultChatTransport) at http://{addr}/api/chat");
+        println!("  try it: curl -N http://{addr}/api/chat -H 'content-type: application/json' \\");
+        println!("            -d '{{\"id\":\"demo\",\"messages\":[{{\"id\":\"m1\",\"role\":\"user\",\"parts\":[{{\"type\":\"text\",\"text\":\"hello\"}}]}}]}}'");
+        server::serve(state, listener, shutdown_signal()).await?;
+        Ok(())
+    });
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// Resolves on Ctrl-C or SIGTERM.
+async fn shutdown_signal() {
+    let ctrl_c = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    #[cfg(unix)]
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    #[cfg(not(unix))]
+    let term = std::future::pending::<()>();
+    tokio::select! {
+        _ = ctrl_c => {}
+        _ = term => {}
     }
 }
 

@@ -10,6 +10,7 @@ pub mod catalog;
 mod compile;
 mod compiled;
 pub mod diagnostic;
+pub mod embedded;
 pub mod load;
 pub mod loc;
 pub mod mermaid;

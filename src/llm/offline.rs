@@ -22,15 +22,19 @@ pub struct OfflineModel;
 pub const OFFLINE_MODEL_NAME: &str = "stategraph-offline";
 
 impl OfflineModel {
+    /// The user's question: the newest user message, or the `Question:`
+    /// line a prompt quotes it on (follow-up prompts do).
     fn last_user(req: &ChatRequest) -> &str {
-        req.messages
+        let last = req
+            .messages
             .iter()
             .rev()
             .find_map(|m| match m {
                 ChatMessage::User { content } => Some(content.as_str()),
                 _ => None,
             })
-            .unwrap_or("")
+            .unwrap_or("");
+        last.lines().find_map(|l| l.strip_prefix("Question:")).map_or(last, str::trim)
     }
 
     fn answer(req: &ChatRequest) -> Vec<LlmChunk> {

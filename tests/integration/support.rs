@@ -55,3 +55,106 @@ pub fn validate_args(args: &[&str]) -> (bool, String) {
     let report = format!("{}\n{}", String::from_utf8_lossy(&out.stderr), String::from_utf8_lossy(&out.stdout));
     (out.status.success(), report)
 }
+
+pub mod server {
+    //! A real server on a real socket, for HTTP tests.
+
+    use std::net::SocketAddr;
+    use std::sync::Arc;
+
+    use stategraph::config::Config;
+    use stategraph::graph::catalog::{Catalog, Registries};
+    use stategraph::graph::prompts::Prompts;
+    use stategraph::llm::{ChatModel, Models};
+    use stategraph::runtime::Services;
+    use stategraph::server::{AppState, Graphs};
+    use stategraph::store::Store;
+    use stategraph::store::memory::MemoryStore;
+
+    use super::root;
+
+    /// A graph whose answer node calls tools (the chat graph's tools run on
+    /// thinking nodes).
+    pub const TOOLS_GRAPH: &str = r#"
+state: chat
+entry: helper
+nodes:
+  - id: helper
+    kind: agent
+    prompt: chat/direct.md
+    surface: answer
+    tools: [basic]
+    input: query
+    max_iterations: 3
+    output: answer
+edges: [helper -> END]
+"#;
+
+    /// A running server.
+    pub struct TestServer {
+        /// Its address.
+        pub addr: SocketAddr,
+        /// Its state.
+        pub state: Arc<AppState>,
+        stop: Option<tokio::sync::oneshot::Sender<()>>,
+        task: Option<tokio::task::JoinHandle<std::io::Result<()>>>,
+    }
+
+    impl TestServer {
+        /// Starts a server on 127.0.0.1:0 with `model`, the shipped graphs
+        /// (plus `tools`), a memory store and `tweak`ed config.
+        pub async fn start(model: Arc<dyn ChatModel>, tweak: impl FnOnce(&mut Config)) -> Self {
+            Self::start_with_store(model, Arc::new(MemoryStore::new()), tweak).await
+        }
+
+        /// As [`TestServer::start`] with a given store.
+        pub async fn start_with_store(model: Arc<dyn ChatModel>, store: Arc<dyn Store>, tweak: impl FnOnce(&mut Config)) -> Self {
+            let mut config = Config::default();
+            config.server.keep_alive.0 = std::time::Duration::from_secs(5);
+            tweak(&mut config);
+            let reg = Registries::default();
+            let chat = std::fs::read_to_string(root().join("graphs/chat.yaml")).expect("chat graph");
+            let prompts = Prompts::load(&root().join("prompts"));
+            let cat = Catalog::from_sources(&[("chat", &chat), ("tools", TOOLS_GRAPH)], prompts, &reg);
+            assert!(!cat.has_errors(), "{:?}", cat.diagnostics);
+            let services = Services { models: Models::single(model), tools: Arc::clone(&reg.tools) };
+            let state = AppState::new(config, store, Graphs::from_catalog(cat, reg), services);
+            let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
+            let addr = listener.local_addr().expect("addr");
+            let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+            let task = tokio::spawn(stategraph::server::serve(Arc::clone(&state), listener, async move {
+                let _ = stopped.await;
+            }));
+            Self { addr, state, stop: Some(stop), task: Some(task) }
+        }
+
+        /// `http://addr{path}`.
+        pub fn url(&self, path: &str) -> String {
+            format!("http://{}{path}", self.addr)
+        }
+
+        /// Stops the server and waits for it (graceful shutdown).
+        pub async fn shutdown(mut self) {
+            if let Some(s) = self.stop.take() {
+                let _ = s.send(());
+            }
+            if let Some(t) = self.task.take() {
+                let _ = t.await;
+            }
+        }
+    }
+}
+
+/// A one-message chat request body.
+pub fn chat_body(chat: &str, text: &str) -> serde_json::Value {
+    serde_json::json!({
+        "id": chat,
+        "messages": [{"id": format!("u-{chat}"), "role": "user", "parts": [{"type": "text", "text": text}]}],
+        "trigger": "submit-message"
+    })
+}
+
+/// POSTs JSON, returning the response.
+pub async fn post_json(client: &reqwest::Client, url: &str, body: &serde_json::Value) -> reqwest::Response {
+    client.post(url).header("content-type", "application/json").body(body.to_string()).send().await.expect("request")
+}

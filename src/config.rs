@@ -1,0 +1,351 @@
+//! Server configuration: a TOML file, then the environment, then flags.
+//!
+//! Every setting has a default, so `stategraph serve` runs with no file at
+//! all (SQLite under `./data`, the offline model, the graphs and prompts in
+//! the working directory or the copies embedded in the binary). See the
+//! README for the full file; environment variables override the file:
+//! `STATEGRAPH_BIND`, `STATEGRAPH_GRAPHS`, `STATEGRAPH_PROMPTS`,
+//! `STATEGRAPH_DATA_DIR`, `STATEGRAPH_API_KEYS` (`key=user,key2=user2`),
+//! `STATEGRAPH_CORS_ORIGINS` (comma-separated), `OTEL_EXPORTER_OTLP_ENDPOINT`,
+//! `STATEGRAPH_LOG_FORMAT`, plus `OPENAI_*` / `STATEGRAPH_MODEL` for the
+//! model ([`crate::llm::LlmConfig`]) and `DATABASE_URL` for the store.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde::{Deserialize, Deserializer};
+
+use crate::graph::spec::DurationSpec;
+use crate::llm::LlmConfig;
+
+/// Errors reading the configuration.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// The file could not be read.
+    #[error("cannot read config file {path}: {source}")]
+    Read {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// The file is not valid TOML or has unknown or mistyped keys.
+    #[error("invalid config file {path}: {message}")]
+    Parse {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong, with its position.
+        message: String,
+    },
+    /// An environment variable has an invalid value.
+    #[error("invalid value for {var}: {message}")]
+    Env {
+        /// The variable.
+        var: &'static str,
+        /// Why.
+        message: String,
+    },
+}
+
+/// A duration read as `500ms` / `30s` / `2m` or milliseconds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Dur(pub Duration);
+
+impl<'de> Deserialize<'de> for Dur {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        DurationSpec::deserialize(d).map(|s| Dur(s.0))
+    }
+}
+
+/// A byte size read as `1MiB`, `512KiB`, `1000000` or `2MB`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Bytes(pub usize);
+
+impl Bytes {
+    /// Parses a size.
+    pub fn parse(s: &str) -> Option<usize> {
+        let s = s.trim();
+        let split = s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len());
+        let (n, unit) = s.split_at(split);
+        let n: usize = n.parse().ok()?;
+        let mult = match unit.trim().to_ascii_lowercase().as_str() {
+            "" | "b" => 1,
+            "kb" => 1000,
+            "kib" | "k" => 1024,
+            "mb" => 1_000_000,
+            "mib" | "m" => 1024 * 1024,
+            "gib" | "g" => 1024 * 1024 * 1024,
+            _ => return None,
+        };
+        n.checked_mul(mult)
+    }
+}
+
+impl<'de> Deserialize<'de> for Bytes {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        #[derive(Deserialize)]
+        #[serde(untagged)]
+        enum Raw {
+            N(usize),
+            S(String),
+        }
+        match Raw::deserialize(d)? {
+            Raw::N(n) => Ok(Bytes(n)),
+            Raw::S(s) => Bytes::parse(&s)
+                .map(Bytes)
+                .ok_or_else(|| serde::de::Error::custom(format!("`{s}` is not a size; write e.g. 1MiB or 512KiB"))),
+        }
+    }
+}
+
+/// What happens to a run when its client disconnects.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum OnDisconnect {
+    /// The run goes on; the client can resume the stream (default).
+    Finish,
+    /// The run is cancelled when its last stream closes.
+    Cancel,
+}
+
+/// `[server]`.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ServerConfig {
+    /// Address to listen on.
+    pub bind: SocketAddr,
+    /// Largest request body (413 beyond).
+    pub body_limit: Bytes,
+    /// Time limit for non-streaming requests.
+    pub request_timeout: Dur,
+    /// Interval of keep-alive comments on idle streams.
+    pub keep_alive: Dur,
+    /// Runs outlive their HTTP connection unless this says `cancel`.
+    pub on_disconnect: OnDisconnect,
+    /// How long a finished run's stream stays resumable.
+    pub linger: Dur,
+    /// On shutdown, how long in-flight runs may take to finish.
+    pub shutdown_grace: Dur,
+    /// Origins allowed by CORS (`*` for any); empty sends no CORS headers.
+    pub cors_origins: Vec<String>,
+    /// How often graph files and prompts are checked for changes (0 = never).
+    pub reload_interval: Dur,
+    /// Runs allowed at once (429 beyond).
+    pub max_concurrent_runs: usize,
+}
+
+impl Default for ServerConfig {
+    fn default() -> Self {
+        Self {
+            bind: SocketAddr::from(([127, 0, 0, 1], 8080)),
+            body_limit: Bytes(1024 * 1024),
+            request_timeout: Dur(Duration::from_secs(30)),
+            keep_alive: Dur(Duration::from_secs(15)),
+            on_disconnect: OnDisconnect::Finish,
+            linger: Dur(Duration::from_secs(30)),
+            shutdown_grace: Dur(Duration::from_secs(30)),
+            cors_origins: Vec::new(),
+            reload_interval: Dur(Duration::from_secs(2)),
+            max_concurrent_runs: 10_000,
+        }
+    }
+}
+
+/// `[paths]`.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct PathsConfig {
+    /// Graph files.
+    pub graphs: PathBuf,
+    /// Prompt templates.
+    pub prompts: PathBuf,
+    /// Data directory (the SQLite database).
+    pub data: PathBuf,
+}
+
+impl Default for PathsConfig {
+    fn default() -> Self {
+        Self { graphs: "graphs".into(), prompts: "prompts".into(), data: "data".into() }
+    }
+}
+
+/// `[auth]`: who is calling.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct AuthConfig {
+    /// Bearer API key → user id.
+    pub api_keys: BTreeMap<String, String>,
+    /// Requests without a key from a loopback address act as this user
+    /// (empty to require a key everywhere).
+    pub local_user: String,
+}
+
+impl Default for AuthConfig {
+    fn default() -> Self {
+        Self { api_keys: BTreeMap::new(), local_user: "local".into() }
+    }
+}
+
+/// Log output format.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum LogFormat {
+    /// Human-readable.
+    Pretty,
+    /// One JSON object per line.
+    Json,
+}
+
+/// `[telemetry]`.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct TelemetryConfig {
+    /// Log format.
+    pub log_format: LogFormat,
+    /// Default log filter (`RUST_LOG` overrides).
+    pub log_filter: String,
+    /// OTLP/HTTP endpoint for spans (e.g. `http://127.0.0.1:4318`); none disables export.
+    pub otlp_endpoint: Option<String>,
+    /// Service name in exported spans.
+    pub service_name: String,
+}
+
+impl Default for TelemetryConfig {
+    fn default() -> Self {
+        Self {
+            log_format: LogFormat::Pretty,
+            log_filter: "info".into(),
+            otlp_endpoint: None,
+            service_name: "stategraph".into(),
+        }
+    }
+}
+
+/// The whole configuration.
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Config {
+    /// HTTP server.
+    pub server: ServerConfig,
+    /// Directories.
+    pub paths: PathsConfig,
+    /// Models.
+    pub llm: LlmConfig,
+    // STORE-PENDING /// Persistence.
+    // STORE-PENDING pub store: crate::store::config::StoreConfig,
+    /// Authentication.
+    pub auth: AuthConfig,
+    /// Logs and traces.
+    pub telemetry: TelemetryConfig,
+}
+
+impl Config {
+    /// Reads `path` (if given; `stategraph.toml` in the working directory
+    /// if it exists otherwise), then applies the process environment.
+    ///
+    /// # Errors
+    /// Unreadable or invalid file, invalid environment values.
+    pub fn load(path: Option<&Path>) -> Result<Self, ConfigError> {
+        let default = Path::new("stategraph.toml");
+        let path = path.or_else(|| default.exists().then_some(default));
+        let config = match path {
+            Some(p) => Self::from_file(p)?,
+            None => Self::default(),
+        };
+        config.with_env(|k| std::env::var(k).ok())
+    }
+
+    /// Parses a config file.
+    ///
+    /// # Errors
+    /// Unreadable or invalid file.
+    pub fn from_file(path: &Path) -> Result<Self, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read { path: path.to_owned(), source })?;
+        Self::from_toml(&text).map_err(|message| ConfigError::Parse { path: path.to_owned(), message })
+    }
+
+    /// Parses TOML text.
+    ///
+    /// # Errors
+    /// The message, with line and column.
+    pub fn from_toml(text: &str) -> Result<Self, String> {
+        toml::from_str(text).map_err(|e| e.to_string().trim().to_owned())
+    }
+
+    /// Applies environment overrides (`env` looks variables up).
+    ///
+    /// # Errors
+    /// A variable has an invalid value.
+    pub fn with_env(mut self, env: impl Fn(&str) -> Option<String>) -> Result<Self, ConfigError> {
+        if let Some(v) = env("STATEGRAPH_BIND") {
+            self.server.bind = v.parse().map_err(|e| ConfigError::Env { var: "STATEGRAPH_BIND", message: format!("{e}") })?;
+        }
+        if let Some(v) = env("STATEGRAPH_GRAPHS") {
+            self.paths.graphs = v.into();
+        }
+        if let Some(v) = env("STATEGRAPH_PROMPTS") {
+            self.paths.prompts = v.into();
+        }
+        if let Some(v) = env("STATEGRAPH_DATA_DIR") {
+            self.paths.data = v.into();
+        }
+        if let Some(v) = env("STATEGRAPH_API_KEYS") {
+            for pair in v.split(',').filter(|p| !p.trim().is_empty()) {
+                let (key, user) = pair.split_once('=').ok_or(ConfigError::Env {
+                    var: "STATEGRAPH_API_KEYS",
+                    message: "expected key=user pairs separated by commas".into(),
+                })?;
+                self.auth.api_keys.insert(key.trim().to_owned(), user.trim().to_owned());
+            }
+        }
+        if let Some(v) = env("STATEGRAPH_CORS_ORIGINS") {
+            self.server.cors_origins = v.split(',').map(|s| s.trim().to_owned()).filter(|s| !s.is_empty()).collect();
+        }
+        if let Some(v) = env("OTEL_EXPORTER_OTLP_ENDPOINT") {
+            self.telemetry.otlp_endpoint = Some(v);
+        }
+        if let Some(v) = env("STATEGRAPH_LOG_FORMAT") {
+            self.telemetry.log_format = match v.as_str() {
+                "json" => LogFormat::Json,
+                "pretty" => LogFormat::Pretty,
+                other => return Err(ConfigError::Env { var: "STATEGRAPH_LOG_FORMAT", message: format!("`{other}`: use json or pretty") }),
+            };
+        }
+        self.llm = std::mem::take(&mut self.llm).with_env_from(&env);
+        // STORE-PENDING self.store = std::mem::take(&mut self.store).with_env_from(&env, &self.paths.data);
+        Ok(self)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_file_and_env_layer_in_that_order() {
+        let c = Config::from_toml("[server]\nbind = \"0.0.0.0:9000\"\nbody_limit = \"2MiB\"\nkeep_alive = \"5s\"\n[auth.api_keys]\nk1 = \"alice\"\n").unwrap();
+        assert_eq!(c.server.bind.port(), 9000);
+        assert_eq!(c.server.body_limit.0, 2 * 1024 * 1024);
+        assert_eq!(c.server.keep_alive.0, Duration::from_secs(5));
+        let env = |k: &str| match k {
+            "STATEGRAPH_BIND" => Some("127.0.0.1:7000".to_owned()),
+            "STATEGRAPH_API_KEYS" => Some("k2=bob, k3=carol".to_owned()),
+            _ => None,
+        };
+        let c = c.with_env(env).unwrap();
+        assert_eq!(c.server.bind.port(), 7000);
+        assert_eq!(c.auth.api_keys.len(), 3);
+        assert_eq!(c.auth.api_keys["k3"], "carol");
+        assert_eq!(Config::default().server.body_limit.0, 1024 * 1024);
+    }
+
+    #[test]
+    fn bad_files_say_where() {
+        let e = Config::from_toml("[server]\nbnd = 1\n").unwrap_err();
+        assert!(e.contains("bnd") && e.contains("line 2"), "{e}");
+        let e = Config::from_toml("[server]\nbody_limit = \"lots\"\n").unwrap_err();
+        assert!(e.contains("not a size"), "{e}");
+    }
+}

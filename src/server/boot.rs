@@ -1,0 +1,47 @@
+//! Building the server from its configuration.
+
+use std::sync::Arc;
+
+use super::{AppState, Graphs};
+use crate::config::Config;
+use crate::graph::catalog::Registries;
+use crate::runtime::Services;
+use crate::store::Store;
+
+/// Everything `serve` sets up before listening, or why it could not.
+pub async fn build_state(config: Config) -> Result<Arc<AppState>, String> {
+    let registries = Registries::default();
+    let models = config.llm.build_models().map_err(|e| format!("model configuration: {e}"))?;
+    if models.any_offline() {
+        tracing::warn!(
+            "no LLM endpoint configured: answering with the built-in OFFLINE model (deterministic, not a real LLM); \
+             set OPENAI_API_KEY / OPENAI_BASE_URL or [llm] in stategraph.toml"
+        );
+    }
+    let store: Arc<dyn Store> = open_store(&config).await?;
+    tracing::info!(backend = store.backend(), "store ready");
+    let (graphs_dir, prompts_dir) = (config.paths.graphs.clone(), config.paths.prompts.clone());
+    let reg = registries.clone();
+    let graphs = tokio::task::spawn_blocking(move || Graphs::load(&graphs_dir, &prompts_dir, reg))
+        .await
+        .map_err(|e| format!("loading graphs: {e}"))?;
+    let cat = graphs.catalog();
+    for d in &cat.diagnostics {
+        if d.is_error() {
+            tracing::error!(diagnostic = %d, "graph file rejected");
+        } else {
+            tracing::warn!(diagnostic = %d, "graph file warning");
+        }
+    }
+    if graphs.embedded {
+        tracing::info!(dir = %config.paths.graphs.display(), "no graph directory; serving the graphs built into the binary");
+    }
+    tracing::info!(graphs = ?cat.graphs.keys().collect::<Vec<_>>(), "graphs loaded");
+    let services = Services { models, tools: Arc::clone(&registries.tools) };
+    Ok(AppState::new(config, store, graphs, services))
+}
+
+async fn open_store(_config: &Config) -> Result<Arc<dyn Store>, String> {
+    // STORE-PENDING: SQLite / PostgreSQL from [store].
+    Ok(Arc::new(crate::store::memory::MemoryStore::new()))
+}

@@ -1,0 +1,218 @@
+//! The HTTP server: the AI SDK chat endpoint and everything around it.
+//!
+//! [`app`] builds the router (testable with `oneshot`), [`serve`] runs it on
+//! a listener until shutdown. Routes:
+//! - `POST /api/chat`, `GET /api/chat/{id}/stream`, `POST /api/chat/{id}/stop`
+//! - `GET /api/chats`, `GET|DELETE /api/chat/{id}`
+//! - `GET /api/graphs`, `GET /api/graphs/{name}`, `POST /api/graphs/reload`
+//! - `GET /healthz`, `GET /readyz`, `GET /metrics`
+//!
+//! Every request gets a correlation id (`x-request-id`, accepted or made
+//! up), which is on its log lines and spans, its run's, the response header
+//! and the stream's `start` metadata.
+
+mod auth;
+mod boot;
+mod catalog;
+mod chat;
+mod error;
+mod graphs;
+mod health;
+mod metrics;
+mod runs;
+mod stream;
+mod ui;
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use axum::extract::{DefaultBodyLimit, MatchedPath, Request, State};
+use axum::http::{HeaderValue, Method, header};
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::Router;
+use tokio::net::TcpListener;
+use tower_http::cors::{AllowOrigin, Any, CorsLayer};
+use tracing::Instrument;
+
+use crate::config::Config;
+use crate::runtime::Services;
+use crate::store::Store;
+
+pub use auth::User;
+pub use boot::build_state;
+pub use catalog::{Graphs, ReloadReport};
+pub use error::ApiError;
+pub use metrics::Metrics;
+pub use runs::RunManager;
+
+/// The correlation id of a request.
+#[derive(Clone, Debug)]
+pub struct RequestId(pub String);
+
+/// Everything handlers share.
+pub struct AppState {
+    /// Configuration.
+    pub config: Config,
+    /// Persistence.
+    pub store: Arc<dyn Store>,
+    /// Graphs served.
+    pub graphs: Arc<Graphs>,
+    /// Models and tools.
+    pub services: Arc<Services>,
+    /// Runs in flight.
+    pub runs: RunManager,
+    /// Metrics.
+    pub metrics: Metrics,
+}
+
+impl std::fmt::Debug for AppState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AppState").field("store", &self.store.backend()).finish_non_exhaustive()
+    }
+}
+
+impl AppState {
+    /// State from its parts.
+    pub fn new(config: Config, store: Arc<dyn Store>, graphs: Graphs, services: Services) -> Arc<Self> {
+        Arc::new(Self {
+            config,
+            store,
+            graphs: Arc::new(graphs),
+            services: Arc::new(services),
+            runs: RunManager::default(),
+            metrics: Metrics::default(),
+        })
+    }
+}
+
+/// The router.
+pub fn app(state: Arc<AppState>) -> Router {
+    let body_limit = state.config.server.body_limit.0;
+    let api = Router::new()
+        .route("/api/chat", post(chat::post))
+        .route("/api/chat/{id}/stream", get(chat::resume))
+        .route("/api/chat/{id}/stop", post(chat::stop))
+        .route("/api/chats", get(chat::list))
+        .route("/api/chat/{id}", get(chat::get).delete(chat::delete))
+        .route("/api/graphs", get(graphs::list))
+        .route("/api/graphs/reload", post(graphs::reload))
+        .route("/api/graphs/{name}", get(graphs::get))
+        .route("/healthz", get(health::healthz))
+        .route("/readyz", get(health::readyz))
+        .route("/metrics", get(health::metrics))
+        .route_layer(middleware::from_fn_with_state(Arc::clone(&state), observe))
+        .fallback(|| async { ApiError::not_found("no such endpoint") })
+        .method_not_allowed_fallback(|| async {
+            ApiError::new(axum::http::StatusCode::METHOD_NOT_ALLOWED, "method_not_allowed", "method not allowed here")
+        })
+        .layer(DefaultBodyLimit::max(body_limit))
+        .layer(middleware::from_fn(request_id));
+    let router = match cors(&state.config.server.cors_origins) {
+        Some(c) => api.layer(c),
+        None => api,
+    };
+    router.with_state(state)
+}
+
+fn cors(origins: &[String]) -> Option<CorsLayer> {
+    if origins.is_empty() {
+        return None;
+    }
+    let allow = if origins.iter().any(|o| o == "*") {
+        AllowOrigin::from(Any)
+    } else {
+        AllowOrigin::list(origins.iter().filter_map(|o| HeaderValue::from_str(o).ok()))
+    };
+    Some(
+        CorsLayer::new()
+            .allow_origin(allow)
+            .allow_methods([Method::GET, Method::POST, Method::DELETE, Method::OPTIONS])
+            .allow_headers([header::CONTENT_TYPE, header::AUTHORIZATION, "x-request-id".parse().unwrap_or(header::ACCEPT), "last-event-id".parse().unwrap_or(header::ACCEPT)])
+            .expose_headers(["x-request-id".parse().unwrap_or(header::ACCEPT)]),
+    )
+}
+
+/// Accepts or creates the correlation id and returns it as a header.
+async fn request_id(mut req: Request, next: Next) -> Response {
+    let id = req
+        .headers()
+        .get("x-request-id")
+        .and_then(|v| v.to_str().ok())
+        .filter(|v| !v.is_empty() && v.len() <= 128 && v.chars().all(|c| c.is_ascii_graphic()))
+        .map_or_else(|| uuid::Uuid::now_v7().simple().to_string(), str::to_owned);
+    req.extensions_mut().insert(RequestId(id.clone()));
+    let mut resp = next.run(req).await;
+    if let Ok(v) = HeaderValue::from_str(&id) {
+        resp.headers_mut().insert("x-request-id", v);
+    }
+    resp
+}
+
+/// Span, time limit and metrics for matched routes.
+async fn observe(State(state): State<Arc<AppState>>, req: Request, next: Next) -> Response {
+    let route = req.extensions().get::<MatchedPath>().map_or("unmatched", MatchedPath::as_str).to_owned();
+    let id = req.extensions().get::<RequestId>().map_or_else(String::new, |r| r.0.clone());
+    let method = req.method().clone();
+    let span = tracing::info_span!("request", request_id = %id, method = %method, route = %route);
+    let started = Instant::now();
+    let limit = state.config.server.request_timeout.0;
+    let resp = match tokio::time::timeout(limit, next.run(req).instrument(span.clone())).await {
+        Ok(r) => r,
+        Err(_) => ApiError::new(axum::http::StatusCode::GATEWAY_TIMEOUT, "timeout", "the request took too long").into_response(),
+    };
+    let status = resp.status().as_u16();
+    span.in_scope(|| tracing::debug!(status, elapsed_ms = started.elapsed().as_millis() as u64, "request"));
+    state.metrics.request(method.as_str(), &route, status, started.elapsed().as_secs_f64());
+    resp
+}
+
+/// Serves until `shutdown` resolves, then finishes (or, past the grace
+/// period, cancels) the runs in flight.
+///
+/// # Errors
+/// The listener failed.
+pub async fn serve(
+    state: Arc<AppState>,
+    listener: TcpListener,
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    let reload = spawn_reloader(Arc::clone(&state));
+    let draining = Arc::new(tokio::sync::Notify::new());
+    let (stop_state, stop_notify) = (Arc::clone(&state), Arc::clone(&draining));
+    let stopper = tokio::spawn(async move {
+        shutdown.await;
+        tracing::info!("shutting down: no new requests; finishing runs in flight");
+        stop_notify.notify_waiters();
+        stop_state.runs.shutdown(stop_state.config.server.shutdown_grace.0).await;
+    });
+    let wait = Arc::clone(&draining);
+    let result = axum::serve(listener, app(Arc::clone(&state)).into_make_service_with_connect_info::<SocketAddr>())
+        .with_graceful_shutdown(async move { wait.notified().await })
+        .await;
+    let _ = stopper.await;
+    if let Some(r) = reload {
+        r.abort();
+    }
+    result
+}
+
+fn spawn_reloader(state: Arc<AppState>) -> Option<tokio::task::JoinHandle<()>> {
+    let every = state.config.server.reload_interval.0;
+    if every.is_zero() || state.graphs.embedded {
+        return None;
+    }
+    Some(tokio::spawn(async move {
+        let mut tick = tokio::time::interval(every.max(Duration::from_millis(100)));
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tick.tick().await;
+            let graphs = Arc::clone(&state.graphs);
+            if let Ok(Some(report)) = tokio::task::spawn_blocking(move || graphs.reload_if_changed()).await {
+                tracing::info!(updated = ?report.updated, rejected = ?report.rejected, "graph files changed");
+            }
+        }
+    }))
+}

@@ -1,0 +1,190 @@
+//! The `POST /api/chat` request body as `DefaultChatTransport` sends it,
+//! checked strictly, and its conversion into a graph's input state.
+
+use serde::Deserialize;
+use serde_json::{Map, Value, json};
+
+use super::error::ApiError;
+use crate::state::StateSchema;
+
+/// Longest chat or message id accepted.
+const MAX_ID: usize = 256;
+
+/// `trigger` values.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Trigger {
+    /// A new user message.
+    Submit,
+    /// Regenerate the last assistant message.
+    Regenerate,
+}
+
+/// A UI message from the client.
+#[derive(Clone, Debug, Deserialize)]
+pub(super) struct UiMessage {
+    /// Message id.
+    pub id: String,
+    /// `user`, `assistant` or `system`.
+    pub role: String,
+    /// Parts (validated by [`check_part`]).
+    #[serde(default)]
+    pub parts: Vec<Value>,
+    /// Client metadata.
+    #[serde(default)]
+    pub metadata: Option<Value>,
+}
+
+/// The request body.
+#[derive(Clone, Debug, Deserialize)]
+pub(super) struct ChatBody {
+    /// Chat id.
+    pub id: String,
+    /// The whole history, including the new user message.
+    pub messages: Vec<UiMessage>,
+    /// `submit-message` (default) or `regenerate-message`.
+    #[serde(default)]
+    pub trigger: Option<String>,
+    /// The message edited / continued.
+    #[serde(default, rename = "messageId")]
+    pub message_id: Option<String>,
+    /// Graph to run (default `chat`).
+    #[serde(default)]
+    pub graph: Option<String>,
+    /// Intent to force (chat graph).
+    #[serde(default)]
+    pub forced_intent: Option<String>,
+}
+
+/// Parses and checks a request body.
+///
+/// # Errors
+/// 400 with a code saying what is wrong: `invalid_utf8`, `invalid_json`,
+/// `invalid_request`, `empty_messages`, `invalid_role`, `invalid_part`,
+/// `invalid_id`, `unknown_trigger`, `no_user_message`.
+pub(super) fn parse(bytes: &[u8]) -> Result<(ChatBody, Trigger), ApiError> {
+    let text = std::str::from_utf8(bytes).map_err(|e| {
+        ApiError::bad_request("invalid_utf8", format!("request body is not valid UTF-8 (at byte {})", e.valid_up_to()))
+    })?;
+    let value: Value = serde_json::from_str(text).map_err(|e| ApiError::bad_request("invalid_json", format!("request body is not valid JSON: {e}")))?;
+    if !value.is_object() {
+        return Err(ApiError::bad_request("invalid_request", "request body must be a JSON object"));
+    }
+    let body: ChatBody = serde_json::from_value(value).map_err(|e| ApiError::bad_request("invalid_request", format!("invalid request body: {e}")))?;
+    check_id(&body.id, "chat id")?;
+    if body.messages.is_empty() {
+        return Err(ApiError::bad_request("empty_messages", "`messages` must contain at least one message"));
+    }
+    for (i, m) in body.messages.iter().enumerate() {
+        check_id(&m.id, "message id")?;
+        if !matches!(m.role.as_str(), "user" | "assistant" | "system") {
+            return Err(ApiError::bad_request(
+                "invalid_role",
+                format!("messages[{i}].role is `{}`; expected user, assistant or system", m.role),
+            ));
+        }
+        for (j, p) in m.parts.iter().enumerate() {
+            check_part(p).map_err(|why| ApiError::bad_request("invalid_part", format!("messages[{i}].parts[{j}]: {why}")))?;
+        }
+    }
+    let trigger = match body.trigger.as_deref() {
+        None | Some("submit-message") => Trigger::Submit,
+        Some("regenerate-message") => Trigger::Regenerate,
+        Some(other) => {
+            return Err(ApiError::bad_request(
+                "unknown_trigger",
+                format!("unknown trigger `{other}`; expected submit-message or regenerate-message"),
+            ));
+        }
+    };
+    if !body.messages.iter().any(|m| m.role == "user") {
+        return Err(ApiError::bad_request("no_user_message", "`messages` contains no user message"));
+    }
+    if let Some(id) = &body.message_id {
+        check_id(id, "messageId")?;
+    }
+    Ok((body, trigger))
+}
+
+fn check_id(id: &str, what: &str) -> Result<(), ApiError> {
+    if id.is_empty() || id.len() > MAX_ID || id.chars().any(char::is_control) || id == "." || id == ".." {
+        return Err(ApiError::bad_request("invalid_id", format!("{what} must be 1–{MAX_ID} printable characters")));
+    }
+    Ok(())
+}
+
+/// Checks one UI message part against the AI SDK's part types.
+fn check_part(p: &Value) -> Result<(), String> {
+    let Some(ty) = p.get("type").and_then(Value::as_str) else {
+        return Err("a part needs a string `type`".into());
+    };
+    let need_str = |k: &str| p.get(k).and_then(Value::as_str).map(|_| ()).ok_or_else(|| format!("`{ty}` part needs a string `{k}`"));
+    match ty {
+        "text" | "reasoning" => need_str("text"),
+        "step-start" => Ok(()),
+        "source-url" => need_str("url").and(need_str("sourceId")),
+        "source-document" => need_str("sourceId"),
+        "file" => need_str("url").and(need_str("mediaType")),
+        "dynamic-tool" => need_str("toolCallId").and(need_str("toolName")),
+        t if t.starts_with("tool-") => need_str("toolCallId"),
+        t if t.starts_with("data-") => Ok(()),
+        other => Err(format!("unknown part type `{other}`")),
+    }
+}
+
+/// The plain text of a message (its text parts).
+pub(super) fn text_of(m: &UiMessage) -> String {
+    let texts: Vec<&str> = m.parts.iter().filter(|p| p["type"] == "text").filter_map(|p| p["text"].as_str()).collect();
+    texts.join("\n")
+}
+
+/// A chat title from the first user message.
+pub(super) fn title(messages: &[UiMessage]) -> String {
+    let first = messages.iter().find(|m| m.role == "user").map(text_of).unwrap_or_default();
+    let line = first.lines().next().unwrap_or("").trim();
+    if line.chars().count() > 80 { format!("{}…", line.chars().take(79).collect::<String>()) } else { line.to_owned() }
+}
+
+/// The graph input: `messages` (id, role, text), `query` (the newest user
+/// text) and `forced_intent`, for whichever of those fields the graph's
+/// state has.
+pub(super) fn input_state(schema: &StateSchema, body: &ChatBody) -> Value {
+    let mut input = Map::new();
+    if schema.field("messages").is_some() {
+        let msgs: Vec<Value> =
+            body.messages.iter().map(|m| json!({"id": m.id, "role": m.role, "content": text_of(m)})).collect();
+        input.insert("messages".into(), Value::Array(msgs));
+    }
+    if schema.field("query").is_some() {
+        let query = body.messages.iter().rev().find(|m| m.role == "user").map(text_of).unwrap_or_default();
+        input.insert("query".into(), json!(query));
+    }
+    if let (Some(_), Some(intent)) = (schema.field("forced_intent"), &body.forced_intent) {
+        input.insert("forced_intent".into(), json!(intent));
+    }
+    Value::Object(input)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn code(body: &str) -> &'static str {
+        parse(body.as_bytes()).err().map_or("ok", |e| e.code)
+    }
+
+    #[test]
+    fn bad_bodies_get_specific_codes() {
+        let ok = r#"{"id":"c1","messages":[{"id":"m1","role":"user","parts":[{"type":"text","text":"hi"}]}],"trigger":"submit-message"}"#;
+        assert_eq!(code(ok), "ok");
+        assert_eq!(code("{nope"), "invalid_json");
+        assert_eq!(code("[]"), "invalid_request");
+        assert_eq!(code(r#"{"id":"c1"}"#), "invalid_request");
+        assert_eq!(code(r#"{"id":"c1","messages":[]}"#), "empty_messages");
+        assert_eq!(code(&ok.replace("\"user\"", "\"robot\"")), "invalid_role");
+        assert_eq!(code(&ok.replace("\"text\",\"text\"", "\"bogus\",\"text\"")), "invalid_part");
+        assert_eq!(code(&ok.replace("submit-message", "resubmit")), "unknown_trigger");
+        assert_eq!(code(&ok.replace("\"c1\"", "\"\"")), "invalid_id");
+        assert_eq!(code(&ok.replace("\"user\"", "\"assistant\"")), "no_user_message");
+        assert_eq!(parse(b"{\"id\":\"\xff\"}").unwrap_err().code, "invalid_utf8");
+    }
+}
