@@ -400,3 +400,85 @@ impl JsonBody for reqwest::Response {
         serde_json::from_str(&text).unwrap_or_else(|e| panic!("not JSON ({e}): {text}"))
     }
 }
+
+/// Copies the shipped graphs and prompts into a temp dir the test can edit.
+fn editable_graphs() -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    let root = crate::support::root();
+    std::fs::create_dir_all(dir.path().join("graphs")).unwrap();
+    std::fs::create_dir_all(dir.path().join("prompts/chat")).unwrap();
+    std::fs::copy(root.join("graphs/chat.yaml"), dir.path().join("graphs/chat.yaml")).unwrap();
+    for e in std::fs::read_dir(root.join("prompts/chat")).unwrap().flatten() {
+        std::fs::copy(e.path(), dir.path().join("prompts/chat").join(e.file_name())).unwrap();
+    }
+    dir
+}
+
+#[tokio::test]
+async fn graph_files_reload_on_change_and_a_broken_file_keeps_the_previous_version() {
+    let dir = editable_graphs();
+    let (g, p) = (dir.path().join("graphs"), dir.path().join("prompts"));
+    let server = TestServer::start(model(false, None), move |c| {
+        c.paths.graphs = g;
+        c.paths.prompts = p;
+        c.server.reload_interval.0 = Duration::from_millis(100);
+    })
+    .await;
+    let client = reqwest::Client::new();
+    let version = |v: &Value| v["graphs"][0]["version"].as_str().unwrap().to_owned();
+    let v1 = version(&client.get(server.url("/api/graphs")).send().await.unwrap().json_value().await);
+    // A prompt edit is picked up by the watcher and changes the version.
+    let prompt = dir.path().join("prompts/chat/direct.md");
+    let text = std::fs::read_to_string(&prompt).unwrap();
+    std::fs::write(&prompt, format!("{text}\nBe brief.\n")).unwrap();
+    let mut v2 = v1.clone();
+    for _ in 0..50 {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        v2 = version(&client.get(server.url("/api/graphs")).send().await.unwrap().json_value().await);
+        if v2 != v1 {
+            break;
+        }
+    }
+    assert_ne!(v1, v2, "the edited prompt was reloaded");
+    // A broken file is rejected with its diagnostics; the previous version keeps serving.
+    let graph = dir.path().join("graphs/chat.yaml");
+    let yaml = std::fs::read_to_string(&graph).unwrap();
+    std::fs::write(&graph, yaml.replace("narrator -> followup", "narrator -> folowup")).unwrap();
+    let resp = client.post(server.url("/api/graphs/reload")).send().await.unwrap();
+    assert_eq!(resp.status(), 422);
+    let report = resp.json_value().await;
+    assert_eq!(report["rejected"], json!(["chat"]));
+    let d = &report["diagnostics"][0];
+    assert_eq!(d["code"], "unknown-node");
+    assert!(d["hint"].as_str().unwrap().contains("followup"));
+    let listed = client.get(server.url("/api/graphs")).send().await.unwrap().json_value().await;
+    assert_eq!(version(&listed), v2, "the last good version serves");
+    assert_eq!(listed["graphs"][0]["stale"], true);
+    assert_eq!(client.get(server.url("/readyz")).send().await.unwrap().status(), 503, "not ready while a graph file is invalid");
+    let text = post_json(&client, &server.url("/api/chat"), &chat_body("reload-1", "hi")).await.text().await.unwrap();
+    assert!(text.contains(&format!(r#""graphVersion":"{v2}""#)));
+    // Fixing the file brings it back.
+    std::fs::write(&graph, yaml).unwrap();
+    let resp = client.post(server.url("/api/graphs/reload")).send().await.unwrap();
+    assert_eq!(resp.status(), 200);
+    assert_eq!(client.get(server.url("/readyz")).send().await.unwrap().status(), 200);
+    server.shutdown().await;
+}
+
+#[tokio::test]
+async fn shutdown_lets_runs_in_flight_finish() {
+    let server = TestServer::start(model(false, Some(Duration::from_millis(20))), |_| {}).await;
+    let client = reqwest::Client::new();
+    let url = server.url("/api/chat");
+    let stream = tokio::spawn({
+        let client = client.clone();
+        async move { post_json(&client, &url, &chat_body("sd-1", "research a lot")).await.text().await.unwrap() }
+    });
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let state = Arc::clone(&server.state);
+    tokio::time::timeout(Duration::from_secs(20), server.shutdown()).await.expect("shutdown completes");
+    let text = stream.await.unwrap();
+    assert!(text.contains(r#""finishReason":"stop""#), "the run finished rather than being cut: {}", &text[text.len().saturating_sub(300)..]);
+    let chat = state.store.messages("sd-1").await.unwrap();
+    assert_eq!(chat.len(), 2, "the answer was stored before the server stopped");
+}

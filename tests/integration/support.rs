@@ -113,12 +113,18 @@ edges: [helper -> END]
             config.server.keep_alive.0 = std::time::Duration::from_secs(5);
             tweak(&mut config);
             let reg = Registries::default();
-            let chat = std::fs::read_to_string(root().join("graphs/chat.yaml")).expect("chat graph");
-            let prompts = Prompts::load(&root().join("prompts"));
-            let cat = Catalog::from_sources(&[("chat", &chat), ("tools", TOOLS_GRAPH)], prompts, &reg);
-            assert!(!cat.has_errors(), "{:?}", cat.diagnostics);
+            let graphs = if config.paths.graphs.is_absolute() {
+                // A test that edits files serves them from its own directories.
+                Graphs::load(&config.paths.graphs, &config.paths.prompts, reg.clone())
+            } else {
+                let chat = std::fs::read_to_string(root().join("graphs/chat.yaml")).expect("chat graph");
+                let prompts = Prompts::load(&root().join("prompts"));
+                let cat = Catalog::from_sources(&[("chat", &chat), ("tools", TOOLS_GRAPH)], prompts, &reg);
+                assert!(!cat.has_errors(), "{:?}", cat.diagnostics);
+                Graphs::from_catalog(cat, reg.clone())
+            };
             let services = Services { models: Models::single(model), tools: Arc::clone(&reg.tools) };
-            let state = AppState::new(config, store, Graphs::from_catalog(cat, reg), services);
+            let state = AppState::new(config, store, graphs, services);
             let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
             let addr = listener.local_addr().expect("addr");
             let (stop, stopped) = tokio::sync::oneshot::channel::<()>();

@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# The test command (README, .ci/run): installs and starts what the tests need
+# on a fresh machine, then runs every test.
+#
+#   - PostgreSQL on 127.0.0.1:5432 (started if it is not running; tests create
+#     and drop their own databases);
+#   - the AI SDK stream validator (npm ci in ../shared/tools/aisdk-validate);
+#   - cargo-nextest (installed if missing).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+root=$(pwd)
+log() { printf '\033[1m[tests]\033[0m %s\n' "$*" >&2; }
+
+# PostgreSQL
+if ! pg_isready -q -h 127.0.0.1 -p 5432 2>/dev/null; then
+  log "starting PostgreSQL"
+  pg_ctlcluster --skip-systemctl-redirect "$(ls /etc/postgresql | head -n1)" main start
+  for _ in $(seq 1 60); do pg_isready -q -h 127.0.0.1 -p 5432 && break; sleep 0.5; done
+fi
+pg_isready -h 127.0.0.1 -p 5432 >/dev/null || { log "PostgreSQL is not reachable on 127.0.0.1:5432"; exit 1; }
+
+# The AI SDK validator (its own lockfile pins ai@6.0.326).
+validator="$root/../shared/tools/aisdk-validate"
+if [ ! -d "$validator/node_modules/ai" ]; then
+  log "installing the AI SDK validator (npm ci)"
+  (cd "$validator" && npm ci --no-audit --no-fund --loglevel=error)
+fi
+
+# cargo-nextest
+if ! cargo nextest --version >/dev/null 2>&1; then
+  log "installing cargo-nextest"
+  cargo install --locked cargo-nextest
+fi
+
+log "running tests"
+cargo nextest run --workspace --all-targets --no-fail-fast "$@"
+cargo test --doc --quiet
