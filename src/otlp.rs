@@ -102,9 +102,9 @@ fn export_loop(shared: &Shared, url: &str, service: &str, stopped: &std::sync::m
         let last = matches!(stopped.recv_timeout(Duration::from_millis(500)), Err(std::sync::mpsc::RecvTimeoutError::Disconnected) | Ok(()));
         let batch: Vec<SpanData> = std::mem::take(&mut *shared.queue.lock().unwrap_or_else(PoisonError::into_inner));
         if !batch.is_empty() {
-            let body = encode(&batch, service);
-            let send = client.post(url).header("content-type", "application/json").body(body.to_string()).send();
-            if let Err(e) = rt.block_on(send).and_then(|r| r.error_for_status()) {
+            let body = encode(&batch, service).to_string();
+            let send = async { client.post(url).header("content-type", "application/json").body(body).send().await?.error_for_status() };
+            if let Err(e) = rt.block_on(send) {
                 shared.dropped.fetch_add(batch.len() as u64, Ordering::Relaxed);
                 eprintln!("otlp: could not export {} spans: {e}", batch.len());
             }

@@ -30,9 +30,13 @@ pub fn init(cfg: &TelemetryConfig) -> Result<TelemetryGuard, String> {
     let otlp_layer = otlp.as_ref().map(crate::otlp::Exporter::layer);
     let registry = tracing_subscriber::registry().with(filter).with(otlp_layer);
     let result = match cfg.log_format {
-        LogFormat::Pretty => registry.with(tracing_subscriber::fmt::layer().with_target(false)).try_init(),
+        // Logs go to stderr; stdout is for what the command itself prints.
+        LogFormat::Pretty => {
+            let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
+            registry.with(tracing_subscriber::fmt::layer().with_target(false).with_ansi(ansi).with_writer(std::io::stderr)).try_init()
+        }
         LogFormat::Json => registry
-            .with(tracing_subscriber::fmt::layer().json().with_current_span(true).with_span_list(false))
+            .with(tracing_subscriber::fmt::layer().json().with_current_span(true).with_span_list(false).with_writer(std::io::stderr))
             .try_init(),
     };
     result.map_err(|e| e.to_string())?;

@@ -1,0 +1,155 @@
+//! The `stategraph` binary as a user runs it: `serve` on its defaults
+//! (offline model announced), span export to an OTLP collector, graceful
+//! shutdown on SIGTERM; `check`, `graph` and `run`.
+
+use std::process::Stdio;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use axum::Router;
+use axum::routing::post;
+use serde_json::{Value, json};
+use tokio::io::{AsyncBufReadExt, BufReader};
+
+use crate::support::{chat_body, post_json, root};
+
+fn bin() -> &'static str {
+    env!("CARGO_BIN_EXE_stategraph")
+}
+
+/// A fake OTLP/HTTP collector collecting the JSON bodies it receives.
+async fn collector() -> (String, Arc<Mutex<Vec<Value>>>) {
+    let got: Arc<Mutex<Vec<Value>>> = Arc::default();
+    let sink = Arc::clone(&got);
+    let app = Router::new().route(
+        "/v1/traces",
+        post(move |body: String| {
+            let sink = Arc::clone(&sink);
+            async move {
+                if let Ok(v) = serde_json::from_str(&body) {
+                    sink.lock().unwrap().push(v);
+                }
+                "{}"
+            }
+        }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    (url, got)
+}
+
+fn spans(batches: &[Value]) -> Vec<Value> {
+    batches
+        .iter()
+        .flat_map(|b| b["resourceSpans"].as_array().cloned().unwrap_or_default())
+        .flat_map(|r| r["scopeSpans"].as_array().cloned().unwrap_or_default())
+        .flat_map(|s| s["spans"].as_array().cloned().unwrap_or_default())
+        .collect()
+}
+
+fn attr<'a>(span: &'a Value, key: &str) -> Option<&'a str> {
+    span["attributes"].as_array()?.iter().find(|a| a["key"] == key)?["value"]["stringValue"].as_str()
+}
+
+#[tokio::test]
+async fn serve_on_defaults_exports_spans_and_stops_gracefully_on_sigterm() {
+    let (otlp, received) = collector().await;
+    let data = tempfile::tempdir().unwrap();
+    let mut child = tokio::process::Command::new(bin())
+        .args(["serve", "--bind", "127.0.0.1:0"])
+        .current_dir(root())
+        .env("STATEGRAPH_DATA_DIR", data.path())
+        .env("OTEL_EXPORTER_OTLP_ENDPOINT", &otlp)
+        .env("RUST_LOG", "info")
+        .env_remove("OPENAI_API_KEY")
+        .env_remove("OPENAI_BASE_URL")
+        .env_remove("DATABASE_URL")
+        .env_remove("STATEGRAPH_CONFIG")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let mut base = None;
+    while let Ok(Ok(Some(line))) = tokio::time::timeout(Duration::from_secs(60), lines.next_line()).await {
+        if let Some(url) = line.strip_prefix("stategraph is serving on ") {
+            base = Some(url.trim().to_owned());
+            break;
+        }
+    }
+    let base = base.expect("the server announces its address");
+    let stderr = child.stderr.take().unwrap();
+    let log = tokio::spawn(async move {
+        let mut lines = BufReader::new(stderr).lines();
+        let mut all = String::new();
+        while let Ok(Some(l)) = lines.next_line().await {
+            all.push_str(&l);
+            all.push('\n');
+        }
+        all
+    });
+
+    let client = reqwest::Client::new();
+    let resp = client
+        .post(format!("{base}/api/chat"))
+        .header("content-type", "application/json")
+        .header("x-request-id", "otlp-test-1")
+        .body(chat_body("bin-1", "explain how tides work").to_string())
+        .send()
+        .await
+        .unwrap();
+    let text = resp.text().await.unwrap();
+    assert!(text.contains(r#""offlineModel":true"#), "the offline model is announced in the metadata");
+    assert!(text.ends_with("data: [DONE]\n\n"));
+    let chats = post_json(&client, &format!("{base}/api/chat"), &json!({})).await;
+    assert_eq!(chats.status(), 400);
+
+    // SIGTERM: the server finishes and exits cleanly.
+    let pid = child.id().unwrap().to_string();
+    let status = std::process::Command::new("kill").args(["-TERM", &pid]).status().unwrap();
+    assert!(status.success());
+    let exit = tokio::time::timeout(Duration::from_secs(30), child.wait()).await.expect("exits after SIGTERM").unwrap();
+    assert!(exit.success(), "exit status {exit:?}");
+    let log = log.await.unwrap();
+    assert!(log.contains("OFFLINE model"), "the startup log announces the offline model:\n{log}");
+    assert!(log.contains("request_id") && log.contains("otlp-test-1"), "log lines carry the correlation id:\n{log}");
+
+    // Spans were exported with the correlation id, the run inside the request's trace.
+    let batches = received.lock().unwrap().clone();
+    let spans = spans(&batches);
+    let request = spans.iter().find(|s| s["name"] == "request" && attr(s, "request_id") == Some("otlp-test-1")).expect("request span");
+    let run = spans.iter().find(|s| s["name"] == "run" && attr(s, "request_id") == Some("otlp-test-1")).expect("run span");
+    assert_eq!(run["traceId"], request["traceId"]);
+    assert_eq!(batches[0]["resourceSpans"][0]["resource"]["attributes"][0]["value"]["stringValue"], "stategraph");
+}
+
+#[test]
+fn check_graph_and_run_commands() {
+    let out = std::process::Command::new(bin()).args(["check"]).current_dir(root()).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stdout));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("0 error(s)"));
+    let bad = std::process::Command::new(bin())
+        .args(["check", "tests/fixtures/invalid/dead_end.yaml", "--prompts", "tests/fixtures/prompts"])
+        .current_dir(root())
+        .output()
+        .unwrap();
+    assert_eq!(bad.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&bad.stdout).contains("dead_end.yaml:7:9: error[no-path-to-end]"));
+    let graph = std::process::Command::new(bin()).args(["graph", "chat"]).current_dir(root()).output().unwrap();
+    assert!(String::from_utf8_lossy(&graph.stdout).starts_with("flowchart TD"));
+    let dot = std::process::Command::new(bin()).args(["graph", "chat", "--format", "dot"]).current_dir(root()).output().unwrap();
+    assert!(String::from_utf8_lossy(&dot.stdout).starts_with("digraph \"chat\""));
+    let run = std::process::Command::new(bin())
+        .args(["run", "chat", "hello there", "--json"])
+        .current_dir(root())
+        .env_remove("OPENAI_API_KEY")
+        .env_remove("OPENAI_BASE_URL")
+        .output()
+        .unwrap();
+    assert!(run.status.success());
+    let events: Vec<Value> = String::from_utf8_lossy(&run.stdout).lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    assert_eq!(events[0]["event"]["type"], "run_started");
+    assert_eq!(events.last().unwrap()["event"]["type"], "run_finished");
+}
