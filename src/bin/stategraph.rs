@@ -109,7 +109,7 @@ fn main() -> ExitCode {
             let Some(g) = catalog.get(&graph).cloned() else {
                 return not_found(&catalog, &graph);
             };
-            let models = Models::single(Arc::new(OfflineModel));
+            let models = Models::single(Arc::new(OfflineModel::default()));
             eprintln!("note: no LLM endpoint configured; using the built-in offline model");
             let services = Arc::new(Services { models, tools: Arc::clone(&reg.tools) });
             let rt = match tokio::runtime::Runtime::new() {
@@ -164,7 +164,7 @@ fn serve(config: Option<PathBuf>, bind: Option<std::net::SocketAddr>, graphs: &s
     let result: anyhow::Result<()> = rt.block_on(async move {
         let bind = config.server.bind;
         let state = server::build_state(config).await.map_err(anyhow::Error::msg)?;
-        let listener = tokio::net::TcpListener::bind(bind).await.map_err(|e| anyhow::anyhow!("cannot listen on {bind}: {e}"))?;
+        let listener = listen(bind).map_err(|e| anyhow::anyhow!("cannot listen on {bind}: {e}"))?;
         let addr = listener.local_addr()?;
         tracing::info!(%addr, "listening");
         println!("stategraph is serving on http://{addr}");
@@ -181,6 +181,14 @@ fn serve(config: Option<PathBuf>, bind: Option<std::net::SocketAddr>, graphs: &s
             ExitCode::FAILURE
         }
     }
+}
+
+/// A listener with a deep accept backlog: many clients connect at once.
+fn listen(addr: std::net::SocketAddr) -> std::io::Result<tokio::net::TcpListener> {
+    let socket = if addr.is_ipv4() { tokio::net::TcpSocket::new_v4()? } else { tokio::net::TcpSocket::new_v6()? };
+    socket.set_reuseaddr(true)?;
+    socket.bind(addr)?;
+    socket.listen(4096)
 }
 
 /// Resolves on Ctrl-C or SIGTERM.

@@ -75,6 +75,18 @@ pub struct LlmConfig {
     pub timeouts: TimeoutsConfig,
     /// Retries for every call.
     pub retry: RetryConfig,
+    /// The built-in offline model (used when no endpoint is configured).
+    pub offline: OfflineConfig,
+}
+
+/// `[llm.offline]`: how the built-in offline model streams.
+#[derive(Clone, Copy, Debug, Default, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct OfflineConfig {
+    /// Delay before each streamed token (e.g. `50ms` = 20 tokens/s).
+    pub token_delay: Option<DurationSpec>,
+    /// Text answers padded or cut to this many tokens.
+    pub answer_tokens: Option<usize>,
 }
 
 /// `[llm.endpoints.NAME]`.
@@ -382,7 +394,10 @@ impl LlmConfig {
                     known: "none".into(),
                 });
             }
-            return Ok(Models::single(Arc::new(OfflineModel)));
+            return Ok(Models::single(Arc::new(OfflineModel {
+                token_delay: self.offline.token_delay.map(|d| d.0),
+                answer_tokens: self.offline.answer_tokens,
+            })));
         }
         let mut endpoints = BTreeMap::new();
         for (name, settings) in self.endpoint_settings(env)? {

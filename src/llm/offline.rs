@@ -16,7 +16,13 @@ use crate::events::Usage;
 
 /// The offline model.
 #[derive(Debug, Default, Clone, Copy)]
-pub struct OfflineModel;
+pub struct OfflineModel {
+    /// Delay before each streamed chunk (to try a UI or load-test at a
+    /// realistic generation speed); none by default.
+    pub token_delay: Option<std::time::Duration>,
+    /// Pad or cut text answers to exactly this many tokens.
+    pub answer_tokens: Option<usize>,
+}
 
 /// Name reported for the offline model.
 pub const OFFLINE_MODEL_NAME: &str = "stategraph-offline";
@@ -37,7 +43,7 @@ impl OfflineModel {
         last.lines().find_map(|l| l.strip_prefix("Question:")).map_or(last, str::trim)
     }
 
-    fn answer(req: &ChatRequest) -> Vec<LlmChunk> {
+    fn answer(&self, req: &ChatRequest) -> Vec<LlmChunk> {
         let user = Self::last_user(req);
         if let Some(format) = &req.response_format {
             let v = fill(&format.schema, user, &format.name);
@@ -59,7 +65,17 @@ impl OfflineModel {
              model, which answers deterministically without an LLM. Set OPENAI_BASE_URL and \
              OPENAI_API_KEY (or configure [llm] in stategraph.toml) to use a real model."
         );
-        tokens(&text).into_iter().map(LlmChunk::Text).collect()
+        let mut toks = tokens(&text);
+        if let Some(n) = self.answer_tokens {
+            let filler = [" and", " so", " on"];
+            let mut i = 0;
+            while toks.len() < n {
+                toks.push(filler[i % filler.len()].to_owned());
+                i += 1;
+            }
+            toks.truncate(n);
+        }
+        toks.into_iter().map(LlmChunk::Text).collect()
     }
 }
 
@@ -140,13 +156,22 @@ impl ChatModel for OfflineModel {
     }
 
     fn stream(&self, request: &ChatRequest) -> ChunkStream {
-        let mut chunks = Self::answer(request);
+        let mut chunks = self.answer(request);
         let completion = chunks.len() as u64;
         if !chunks.iter().any(|c| matches!(c, LlmChunk::Finish(_))) {
             chunks.push(LlmChunk::Finish("stop".into()));
         }
         chunks.push(LlmChunk::Usage(Usage { prompt_tokens: 0, completion_tokens: completion }));
-        futures::stream::iter(chunks.into_iter().map(Ok)).boxed()
+        let items = futures::stream::iter(chunks.into_iter().map(Ok));
+        match self.token_delay {
+            None => items.boxed(),
+            Some(delay) => items
+                .then(move |c| async move {
+                    tokio::time::sleep(delay).await;
+                    c
+                })
+                .boxed(),
+        }
     }
 }
 
@@ -168,7 +193,7 @@ mod tests {
             }),
             ..Default::default()
         };
-        let chunks: Vec<_> = OfflineModel.stream(&req).collect().await;
+        let chunks: Vec<_> = OfflineModel::default().stream(&req).collect().await;
         let text: String = chunks
             .iter()
             .filter_map(|c| match c {

@@ -154,7 +154,7 @@ pub(super) async fn post(
             });
         }
     };
-    Ok(stream::response(Arc::clone(&state), hub, 0))
+    Ok(stream::response(Arc::clone(&state), hub, 0, true))
 }
 
 /// `GET /api/chat/{id}/stream`: the active run's stream from its start (or
@@ -177,7 +177,7 @@ pub(super) async fn resume(
             .and_then(|s| s.trim().parse::<u64>().ok())
             .ok_or_else(|| ApiError::bad_request("invalid_last_event_id", "Last-Event-ID must be an event sequence number"))?,
     };
-    Ok(stream::response(Arc::clone(&state), hub, after))
+    Ok(stream::response(Arc::clone(&state), hub, after, false))
 }
 
 /// `POST /api/chat/{id}/stop`: cancels the active run.

@@ -14,8 +14,12 @@ use crate::events::{Event, EventKind};
 
 const BUCKETS: &[f64] = &[0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0];
 
+/// Fine buckets for the token delay (a target of 1 ms at p99).
+const FINE_BUCKETS: &[f64] = &[0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1];
+
 #[derive(Default)]
 struct Histogram {
+    limits: &'static [f64],
     buckets: Vec<AtomicU64>,
     count: AtomicU64,
     sum_micros: AtomicU64,
@@ -23,11 +27,15 @@ struct Histogram {
 
 impl Histogram {
     fn new() -> Self {
-        Self { buckets: BUCKETS.iter().map(|_| AtomicU64::new(0)).collect(), ..Default::default() }
+        Self::with(BUCKETS)
+    }
+
+    fn with(limits: &'static [f64]) -> Self {
+        Self { limits, buckets: limits.iter().map(|_| AtomicU64::new(0)).collect(), ..Default::default() }
     }
 
     fn observe(&self, seconds: f64) {
-        for (b, limit) in self.buckets.iter().zip(BUCKETS) {
+        for (b, limit) in self.buckets.iter().zip(self.limits) {
             if seconds <= *limit {
                 b.fetch_add(1, Ordering::Relaxed);
             }
@@ -69,6 +77,7 @@ pub struct Metrics {
     llm_seconds: Family<Histogram>,
     tokens: Family<AtomicU64>,
     tool_calls: Family<AtomicU64>,
+    token_delay: Family<Histogram>,
 }
 
 impl std::fmt::Debug for Metrics {
@@ -93,6 +102,12 @@ impl Metrics {
     /// Counts a finished run.
     pub fn run_finished(&self, graph: &str, outcome: &str) {
         self.runs.get(vec![("graph", graph.to_owned()), ("outcome", outcome.to_owned())], Default::default).fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Records how long a streamed token took from the model to the client
+    /// stream (event timestamp → SSE bytes handed to the connection).
+    pub fn token_delay(&self, seconds: f64) {
+        self.token_delay.get(Vec::new(), || Histogram::with(FINE_BUCKETS)).observe(seconds);
     }
 
     /// Updates node, model and tool figures from one event of `graph`.
@@ -141,7 +156,8 @@ impl Metrics {
         ] {
             let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} gauge\n{name} {}", v.load(Ordering::Relaxed));
         }
-        let histograms: [(&str, &str, &Family<Histogram>); 3] = [
+        let histograms: [(&str, &str, &Family<Histogram>); 4] = [
+            ("stategraph_sse_token_delay_seconds", "Time from a model token to its SSE bytes (live streams).", &self.token_delay),
             ("stategraph_http_request_duration_seconds", "HTTP request latency (to headers for streams).", &self.request_seconds),
             ("stategraph_node_duration_seconds", "Node execution time.", &self.node_seconds),
             ("stategraph_llm_call_duration_seconds", "Model call time.", &self.llm_seconds),
@@ -149,7 +165,7 @@ impl Metrics {
         for (name, help, fam) in histograms {
             let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} histogram");
             for (labels, h) in fam.snapshot() {
-                for (b, limit) in h.buckets.iter().zip(BUCKETS) {
+                for (b, limit) in h.buckets.iter().zip(h.limits) {
                     let mut l = labels.clone();
                     l.push(("le", format!("{limit}")));
                     let _ = writeln!(out, "{name}_bucket{} {}", label_text(&l), b.load(Ordering::Relaxed));

@@ -34,6 +34,8 @@ struct Reader {
     progress: watch::Receiver<Progress>,
     keep_alive: Duration,
     finished: bool,
+    /// Record token delays (the original response, not resumes).
+    live: bool,
     scratch: Vec<Chunk>,
     _subscription: Subscription,
     _gauge: StreamGauge,
@@ -55,6 +57,12 @@ impl Reader {
                 break;
             }
             self.cursor = ev.seq;
+            if self.live {
+                if let crate::events::EventKind::TextDelta { .. } = ev.event {
+                    let delay = crate::events::now_micros().saturating_sub(ev.at);
+                    self.state.metrics.token_delay(delay as f64 / 1e6);
+                }
+            }
             if sse::render_event(&mut self.bridge, ev, self.after, &mut self.scratch, out) {
                 out.push_str(sse::DONE);
                 self.finished = true;
@@ -125,7 +133,7 @@ impl Reader {
 }
 
 /// The SSE response for `hub`, sending events after `after`.
-pub(super) fn response(state: Arc<AppState>, hub: Arc<RunHub>, after: u64) -> Response {
+pub(super) fn response(state: Arc<AppState>, hub: Arc<RunHub>, after: u64, live: bool) -> Response {
     state.metrics.active_streams.fetch_add(1, Ordering::Relaxed);
     let reader = Reader {
         bridge: Bridge::new(hub.bridge.clone()),
@@ -138,6 +146,7 @@ pub(super) fn response(state: Arc<AppState>, hub: Arc<RunHub>, after: u64) -> Re
         cursor: 0,
         after,
         finished: false,
+        live: after == 0 && live,
         scratch: Vec::new(),
     };
     let stream = futures::stream::unfold(reader, |mut r| async move {
