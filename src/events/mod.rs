@@ -273,6 +273,9 @@ pub enum EventKind {
         /// Served from the result cache.
         #[serde(default, skip_serializing_if = "std::ops::Not::not")]
         cached: bool,
+        /// Display-ready: shown to the user verbatim (pass-through).
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        display: bool,
         /// Wall time.
         duration_us: u64,
     },

@@ -30,6 +30,7 @@ pub struct Agent {
     role: Arc<str>,
     input: Option<FieldId>,
     history: (Option<FieldId>, usize),
+    /// Tool and partition names from the graph file, expanded per run.
     tools: Vec<String>,
     max_iterations: u32,
     output: Arc<str>,
@@ -78,7 +79,8 @@ impl Agent {
                 messages.push(ChatMessage::User { content: text.to_owned() });
             }
         }
-        let defs = cx.services.tools.defs(&self.tools);
+        let allowed = cx.services.tools.expand(&self.tools);
+        let defs = cx.services.tools.defs(&allowed);
         let model = cx.services.models.for_role(&self.role);
         let mut request = ChatRequest { messages, tools: defs, ..Default::default() };
         let mut trace = Vec::new();
@@ -103,11 +105,21 @@ impl Agent {
                 answer = out.text.clone();
                 break;
             }
-            let results = futures::future::join_all(out.tool_calls.iter().map(|tc| self.execute(&cx, tc))).await;
+            let results = futures::future::join_all(out.tool_calls.iter().map(|tc| self.execute(&cx, tc, &allowed))).await;
             request.messages.push(ChatMessage::Assistant { content: out.text.clone(), tool_calls: out.tool_calls.clone() });
-            for (tc, (content, record)) in out.tool_calls.iter().zip(results) {
+            let mut shown = Vec::new();
+            for (tc, (content, record, display)) in out.tool_calls.iter().zip(results) {
+                if let Some(text) = display {
+                    shown.push(text);
+                }
                 request.messages.push(ChatMessage::Tool { call_id: tc.id.clone(), content });
                 trace.push(record);
+            }
+            if !shown.is_empty() {
+                // Pass-through results are the answer, verbatim: the model
+                // does not restate them.
+                answer = shown.join("\n\n");
+                break;
             }
         }
         let mut patch = Patch::new().set(Arc::clone(&self.output), answer);
@@ -119,31 +131,38 @@ impl Agent {
         Ok(patch)
     }
 
-    /// Runs one tool call; returns the content for the model and a trace record.
-    async fn execute(&self, cx: &NodeContext<'_>, tc: &ToolCallRecord) -> (String, Value) {
+    /// Runs one tool call; returns the content for the model, a trace
+    /// record and, for a pass-through tool, the text shown to the user.
+    async fn execute(&self, cx: &NodeContext<'_>, tc: &ToolCallRecord, allowed: &[String]) -> (String, Value, Option<String>) {
         let started = Instant::now();
         let result = match parse_arguments(&tc.arguments) {
             Ok(args) => {
                 cx.events
                     .emit(EventKind::ToolCallReady { call_id: tc.id.clone(), tool: tc.name.clone(), args: args.clone() })
                     .await;
-                cx.services.tools.call(&tc.name, args.clone(), &self.tools).await.map(|out| (args, out))
+                cx.services.tools.call(&tc.name, args.clone(), allowed).await.map(|out| (args, out))
             }
             Err(e) => Err(e),
         };
         match result {
-            Ok((args, output)) => {
-                let content = output.to_string();
+            Ok((args, outcome)) => {
+                let content = outcome.output.to_string();
+                let display = outcome.display.then(|| match &outcome.output {
+                    Value::String(s) => s.clone(),
+                    other => serde_json::to_string_pretty(other).unwrap_or_default(),
+                });
                 cx.events
                     .emit(EventKind::ToolResult {
                         call_id: tc.id.clone(),
                         tool: tc.name.clone(),
-                        output: output.clone(),
-                        cached: false,
+                        output: outcome.output.clone(),
+                        cached: outcome.cached,
+                        display: outcome.display,
                         duration_us: started.elapsed().as_micros() as u64,
                     })
                     .await;
-                (content, json!({ "node": &**cx.events.node(), "tool": tc.name, "args": args, "output": output }))
+                let record = json!({ "node": &**cx.events.node(), "tool": tc.name, "args": args, "output": outcome.output });
+                (content, record, display)
             }
             Err(e) => {
                 let failure = e.to_failure();
@@ -151,7 +170,7 @@ impl Agent {
                 cx.events
                     .emit(EventKind::ToolError { call_id: tc.id.clone(), tool: tc.name.clone(), error: failure })
                     .await;
-                (payload.to_string(), json!({ "node": &**cx.events.node(), "tool": tc.name, "error": payload }))
+                (payload.to_string(), json!({ "node": &**cx.events.node(), "tool": tc.name, "error": payload }), None)
             }
         }
     }

@@ -224,22 +224,22 @@ impl<'a> BuildCx<'a> {
         Ok(Some(PromptRef { name: name.value.as_str().into(), vars, uses_item }))
     }
 
-    /// The tools the node may call (partitions expanded).
+    /// The tool and partition names the node may call, each checked to be
+    /// known to the registry (a partition's tools are looked up per call, so
+    /// MCP servers can come and go).
     pub fn tools(&mut self) -> Result<Vec<String>, ()> {
         let mut out: Vec<String> = Vec::new();
         let mut ok = true;
         for entry in &self.node.tools {
-            match self.tools.expand(&entry.value) {
-                Some(names) => {
-                    for n in names {
-                        if !out.contains(&n) {
-                            out.push(n);
-                        }
-                    }
+            if self.tools.knows(&entry.value) {
+                if !out.contains(&entry.value) {
+                    out.push(entry.value.clone());
                 }
-                None => {
+            } else {
+                {
                     let partitions = self.tools.partitions();
-                    let candidates: Vec<&str> = self.tools.names().chain(partitions.keys().map(String::as_str)).collect();
+                    let names = self.tools.names();
+                    let candidates: Vec<&str> = names.iter().map(String::as_str).chain(partitions.keys().map(String::as_str)).collect();
                     self.error(
                         entry.loc,
                         "unknown-tool",

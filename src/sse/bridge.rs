@@ -264,16 +264,33 @@ impl Bridge {
                     None => {}
                 }
             }
-            EventKind::ToolResult { call_id, output, .. } => match self.tools.get(call_id).cloned() {
-                Some(ToolOwner::Answer) => {
-                    out.push(Chunk::ToolOutputAvailable { tool_call_id: call_id.clone(), output: output.clone(), dynamic: true })
+            EventKind::ToolResult { call_id, output, display, .. } => {
+                match self.tools.get(call_id).cloned() {
+                    Some(ToolOwner::Answer) => out.push(Chunk::ToolOutputAvailable {
+                        tool_call_id: call_id.clone(),
+                        output: output.clone(),
+                        dynamic: true,
+                    }),
+                    Some(ToolOwner::Thinking(k)) => self.update_tool(&k, call_id, ev.at, out, |v| {
+                        v["state"] = json!("output-available");
+                        v["output"] = output.clone();
+                    }),
+                    None => {}
                 }
-                Some(ToolOwner::Thinking(k)) => self.update_tool(&k, call_id, ev.at, out, |v| {
-                    v["state"] = json!("output-available");
-                    v["output"] = output.clone();
-                }),
-                None => {}
-            },
+                if *display {
+                    // Pass-through: the result is part of the answer, verbatim,
+                    // whichever surface the node streams to.
+                    self.close_parts(out);
+                    let id = format!("text-{}", ev.seq);
+                    let text = match output {
+                        Value::String(s) => s.clone(),
+                        other => serde_json::to_string_pretty(other).unwrap_or_default(),
+                    };
+                    out.push(Chunk::TextStart { id: id.clone() });
+                    out.push(Chunk::TextDelta { id: id.clone(), delta: text });
+                    out.push(Chunk::TextEnd { id });
+                }
+            }
             EventKind::ToolError { call_id, tool, error } => {
                 if !self.tools.contains_key(call_id) {
                     self.tool_started(surface, &key(), call_id, tool, out);

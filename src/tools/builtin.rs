@@ -5,7 +5,7 @@ use std::sync::Arc;
 use futures::future::BoxFuture;
 use serde_json::{Value, json};
 
-use super::{Tool, ToolError, ToolSpec};
+use super::{Tool, ToolError, ToolPolicy, ToolSpec};
 
 /// All built-in tools.
 pub fn all() -> Vec<Arc<dyn Tool>> {
@@ -31,7 +31,7 @@ impl Calculator {
                     "additionalProperties": false
                 })),
                 partition: "basic".into(),
-                timeout: None,
+                policy: ToolPolicy::default(),
             },
         }
     }
@@ -67,7 +67,7 @@ impl CurrentTime {
                 description: "The current date and time in UTC (RFC 3339) and as a Unix timestamp.".into(),
                 input_schema: Arc::new(json!({"type": "object", "properties": {}, "additionalProperties": false})),
                 partition: "basic".into(),
-                timeout: None,
+                policy: ToolPolicy::default(),
             },
         }
     }

@@ -8,9 +8,11 @@
 //! — a failing tool never fails the run.
 
 pub mod builtin;
+mod cache;
+mod registry;
 
-use std::collections::BTreeMap;
-use std::fmt;
+pub use registry::{RegistryError, ToolOutcome, ToolRegistry};
+
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -18,10 +20,33 @@ use futures::future::BoxFuture;
 use serde_json::{Value, json};
 
 use crate::events::ToolFailure;
-use crate::llm::ToolDef;
 
 /// Default time limit of a tool call.
 pub const DEFAULT_TOOL_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Default limit on a tool result given to the model.
+pub const DEFAULT_MAX_OUTPUT_BYTES: usize = 64 * 1024;
+
+/// How the registry treats calls to a tool.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ToolPolicy {
+    /// Time limit per call.
+    pub timeout: Duration,
+    /// Results are cached this long, keyed by tool and arguments (none:
+    /// never cached — clocks, writes).
+    pub cache_ttl: Option<Duration>,
+    /// Results longer than this (as JSON text) are cut, with a marker.
+    pub max_output_bytes: usize,
+    /// The result is display-ready (a table, a chart): it goes to the user
+    /// verbatim instead of through the model.
+    pub pass_through: bool,
+}
+
+impl Default for ToolPolicy {
+    fn default() -> Self {
+        Self { timeout: DEFAULT_TOOL_TIMEOUT, cache_ttl: None, max_output_bytes: DEFAULT_MAX_OUTPUT_BYTES, pass_through: false }
+    }
+}
 
 /// What a tool is, as the registry and the model see it.
 #[derive(Clone, Debug)]
@@ -34,8 +59,8 @@ pub struct ToolSpec {
     pub input_schema: Arc<Value>,
     /// The partition it belongs to (`basic`, `data`, `viz`, …).
     pub partition: String,
-    /// Time limit per call (default [`DEFAULT_TOOL_TIMEOUT`]).
-    pub timeout: Option<Duration>,
+    /// How calls are treated (config may override per tool).
+    pub policy: ToolPolicy,
 }
 
 /// Why a tool call failed.
@@ -74,6 +99,18 @@ pub enum ToolError {
 }
 
 impl ToolError {
+    /// The failure type: `validation_error`, `not_found`, `timeout`,
+    /// `not_allowed` or `execution_error`.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            ToolError::Validation { .. } => "validation_error",
+            ToolError::NotFound { .. } => "not_found",
+            ToolError::Timeout(_) => "timeout",
+            ToolError::NotAllowed { .. } => "not_allowed",
+            ToolError::Execution(_) => "execution_error",
+        }
+    }
+
     /// The structured failure given back to the model.
     pub fn to_failure(&self) -> ToolFailure {
         let (kind, details) = match self {
@@ -105,148 +142,6 @@ pub trait Tool: Send + Sync {
     fn call(&self, args: Value) -> BoxFuture<'_, Result<Value, ToolError>>;
 }
 
-struct Entry {
-    tool: Arc<dyn Tool>,
-    validator: jsonschema::Validator,
-}
-
-/// Errors registering a tool.
-#[derive(Debug, thiserror::Error)]
-pub enum RegistryError {
-    /// Two tools (or a tool and a partition) share a name.
-    #[error("tool name `{0}` is already taken by a tool or partition")]
-    Duplicate(String),
-    /// The input schema is not a valid JSON schema.
-    #[error("tool `{tool}` has an invalid input schema: {message}")]
-    Schema {
-        /// The tool.
-        tool: String,
-        /// Why.
-        message: String,
-    },
-}
-
-/// All tools, by name, grouped into partitions.
-#[derive(Default)]
-pub struct ToolRegistry {
-    tools: BTreeMap<String, Entry>,
-}
-
-impl fmt::Debug for ToolRegistry {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("ToolRegistry").field("tools", &self.tools.keys().collect::<Vec<_>>()).finish()
-    }
-}
-
-impl ToolRegistry {
-    /// An empty registry.
-    pub fn new() -> Self {
-        Self::default()
-    }
-
-    /// A registry with the built-in tools ([`builtin`]).
-    pub fn with_builtins() -> Self {
-        let mut r = Self::new();
-        for tool in builtin::all() {
-            // Built-in names are distinct and their schemas are valid.
-            if let Err(e) = r.register(tool) {
-                tracing::error!(error = %e, "built-in tool rejected");
-            }
-        }
-        r
-    }
-
-    /// Adds a tool.
-    ///
-    /// # Errors
-    /// Its name is taken (by a tool or a partition) or its schema is invalid.
-    pub fn register(&mut self, tool: Arc<dyn Tool>) -> Result<(), RegistryError> {
-        let spec = tool.spec();
-        let name = spec.name.clone();
-        if self.tools.contains_key(&name) || self.partitions().contains_key(&name) {
-            return Err(RegistryError::Duplicate(name));
-        }
-        if self.tools.values().any(|e| e.tool.spec().partition == name) {
-            return Err(RegistryError::Duplicate(name));
-        }
-        let validator = jsonschema::validator_for(&spec.input_schema)
-            .map_err(|e| RegistryError::Schema { tool: name.clone(), message: e.to_string() })?;
-        self.tools.insert(name, Entry { tool, validator });
-        Ok(())
-    }
-
-    /// Tool names.
-    pub fn names(&self) -> impl Iterator<Item = &str> {
-        self.tools.keys().map(String::as_str)
-    }
-
-    /// Partition → tool names.
-    pub fn partitions(&self) -> BTreeMap<String, Vec<String>> {
-        let mut out: BTreeMap<String, Vec<String>> = BTreeMap::new();
-        for (name, e) in &self.tools {
-            out.entry(e.tool.spec().partition.clone()).or_default().push(name.clone());
-        }
-        out
-    }
-
-    /// The tools a graph-file entry names: itself if it is a tool, all of
-    /// its tools if it is a partition, `None` if it is neither.
-    pub fn expand(&self, entry: &str) -> Option<Vec<String>> {
-        if self.tools.contains_key(entry) {
-            return Some(vec![entry.to_owned()]);
-        }
-        self.partitions().remove(entry)
-    }
-
-    /// The spec of a tool.
-    pub fn spec(&self, name: &str) -> Option<&ToolSpec> {
-        self.tools.get(name).map(|e| e.tool.spec())
-    }
-
-    /// Definitions to offer the model.
-    pub fn defs(&self, names: &[String]) -> Vec<ToolDef> {
-        names
-            .iter()
-            .filter_map(|n| self.tools.get(n))
-            .map(|e| {
-                let s = e.tool.spec();
-                ToolDef { name: s.name.clone(), description: s.description.clone(), parameters: Arc::clone(&s.input_schema) }
-            })
-            .collect()
-    }
-
-    /// Calls `name` with `args` on behalf of a node allowed to use `allowed`.
-    ///
-    /// # Errors
-    /// A [`ToolError`] for the model: not allowed, not found, invalid
-    /// arguments, timeout or the tool's own failure.
-    pub async fn call(&self, name: &str, args: Value, allowed: &[String]) -> Result<Value, ToolError> {
-        if !allowed.iter().any(|a| a == name) {
-            return Err(ToolError::NotAllowed { tool: name.to_owned(), allowed: allowed.to_vec() });
-        }
-        let Some(entry) = self.tools.get(name) else {
-            return Err(ToolError::NotFound {
-                message: format!("no tool named `{name}`"),
-                details: json!({ "available": allowed }),
-            });
-        };
-        if !entry.validator.is_valid(&args) {
-            let problems: Vec<Value> = entry
-                .validator
-                .iter_errors(&args)
-                .map(|e| json!({ "path": e.instance_path().to_string(), "message": e.to_string() }))
-                .collect();
-            let first = problems.first().and_then(|p| p["message"].as_str()).unwrap_or("invalid").to_owned();
-            return Err(ToolError::Validation { message: first, details: json!({ "errors": problems }) });
-        }
-        let limit = entry.tool.spec().timeout.unwrap_or(DEFAULT_TOOL_TIMEOUT);
-        match tokio::time::timeout(limit, entry.tool.call(args)).await {
-            Ok(result) => result,
-            Err(_) => Err(ToolError::Timeout(limit)),
-        }
-    }
-}
-
 /// Parses a model's argument text; empty text means `{}`.
 ///
 /// # Errors
@@ -261,25 +156,3 @@ pub fn parse_arguments(text: &str) -> Result<Value, ToolError> {
     })
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[tokio::test]
-    async fn calls_are_checked_and_failures_are_structured() {
-        let r = ToolRegistry::with_builtins();
-        let allowed = r.expand("basic").unwrap();
-        assert!(allowed.contains(&"calculator".to_owned()));
-        let ok = r.call("calculator", json!({"expression": "2 * (3 + 4)"}), &allowed).await.unwrap();
-        assert_eq!(ok["result"], 14);
-        let bad = r.call("calculator", json!({"expr": 1}), &allowed).await.unwrap_err();
-        assert_eq!(bad.to_failure().kind, "validation_error");
-        let denied = r.call("calculator", json!({"expression": "1"}), &[]).await.unwrap_err();
-        assert_eq!(denied.to_failure().kind, "not_allowed");
-        let missing = r.call("nope", json!({}), &["nope".into()]).await.unwrap_err();
-        assert_eq!(missing.to_failure().kind, "not_found");
-        let payload = failure_payload(&bad.to_failure());
-        assert_eq!(payload["error"], true);
-        assert!(payload["details"]["errors"].is_array());
-    }
-}
