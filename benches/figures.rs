@@ -3,6 +3,8 @@
 //! single-threaded runtime, so the figure is CPU per run, not wall time.
 //! Run: `cargo bench --bench figures`.
 
+#![allow(missing_docs, unreachable_pub, clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
 mod support;
 
 use std::time::Instant;

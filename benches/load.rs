@@ -12,6 +12,8 @@
 //! Arguments: `paced`, `throughput` (default both); `--chats N`,
 //! `--seconds S`, `--clients C`, `--store memory|sqlite`.
 
+#![allow(missing_docs, unreachable_pub, clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
 use std::io::Write as _;
 use std::process::Stdio;
 use std::sync::Arc;

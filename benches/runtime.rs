@@ -5,6 +5,8 @@
 //! per call, ≤ 20 µs with none). Single-threaded runtime: wall time is CPU
 //! time. `cargo bench --bench figures` prints the same targets as a table.
 
+#![allow(missing_docs, unreachable_pub, clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
 mod support;
 
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};

@@ -5,6 +5,7 @@ pub mod graph;
 pub mod llm;
 pub mod otlp;
 pub mod nodes;
+pub mod replay;
 pub mod runtime;
 pub mod server;
 pub mod sse;

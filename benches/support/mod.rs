@@ -181,7 +181,7 @@ pub fn research_input() -> Arc<Value> {
 }
 
 pub fn services(model: Arc<ScriptedModel>) -> Arc<Services> {
-    Arc::new(Services { models: Models::single(model), tools: Arc::clone(&Registries::default().tools) })
+    Arc::new(Services::new(Models::single(model), Arc::clone(&Registries::default().tools)))
 }
 
 /// Runs once with every event consumed; returns the number of events.

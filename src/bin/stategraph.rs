@@ -111,7 +111,7 @@ fn main() -> ExitCode {
             };
             let models = Models::single(Arc::new(OfflineModel::default()));
             eprintln!("note: no LLM endpoint configured; using the built-in offline model");
-            let services = Arc::new(Services { models, tools: Arc::clone(&reg.tools) });
+            let services = Arc::new(Services::new(models, Arc::clone(&reg.tools)));
             let rt = match tokio::runtime::Runtime::new() {
                 Ok(rt) => rt,
                 Err(e) => {

@@ -146,6 +146,10 @@ pub enum EventKind {
         /// Set when this run was forked from another.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         forked_from: Option<ForkOrigin>,
+        /// How the run was streamed to a client (message id, metadata,
+        /// surfaces), so a replay can reproduce the stream exactly.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        stream: Option<Value>,
     },
     /// The run reached END.
     RunFinished {

@@ -52,17 +52,25 @@ static EMPTY_OUTPUT: LlmOutput =
 /// # Errors
 /// The model failed; the failure has been emitted as `llm_failed`.
 pub async fn call_model(model: &dyn ChatModel, cx: ModelCall<'_>, request: &ChatRequest) -> Result<LlmReply, LlmError> {
+    stream_call(model.name(), model.stream(request), cx, request).await
+}
+
+/// As [`call_model`], over an already started stream (a recorded one, when
+/// re-executing or resuming).
+///
+/// # Errors
+/// The stream failed; emitted as `llm_failed`.
+pub async fn stream_call(
+    model: &str,
+    mut stream: super::ChunkStream,
+    cx: ModelCall<'_>,
+    request: &ChatRequest,
+) -> Result<LlmReply, LlmError> {
     let started = Instant::now();
     let call = cx.call;
     cx.events
-        .emit(EventKind::LlmStarted {
-            call,
-            role: Arc::clone(cx.role),
-            model: model.name().to_owned(),
-            request: request.fingerprint(),
-        })
+        .emit(EventKind::LlmStarted { call, role: Arc::clone(cx.role), model: model.to_owned(), request: request.fingerprint() })
         .await;
-    let mut stream = model.stream(request);
     let mut out = LlmOutput::default();
     let mut usage = Usage::default();
     // Tool calls by stream index: fragments after the first carry only the index.

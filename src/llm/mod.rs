@@ -24,7 +24,7 @@ use serde_json::Value;
 
 use crate::events::{ToolCallRecord, Usage};
 
-pub use call::{LlmReply, ModelCall, call_model};
+pub use call::{LlmReply, ModelCall, call_model, stream_call};
 pub use config::{LlmConfig, LlmConfigError};
 pub use fallback::FallbackModel;
 pub use openai::{EndpointError, EndpointSettings, OpenAiEndpoint, OpenAiModel, RetryPolicy, Timeouts};

@@ -13,7 +13,7 @@ use serde_json::{Value, json};
 
 use super::{BuildCx, NodeContext, NodeError, PromptRef, history};
 use crate::events::{EventKind, ToolCallRecord};
-use crate::llm::{ChatMessage, ChatRequest, ModelCall, call_model};
+use crate::llm::{ChatMessage, ChatRequest};
 use crate::state::{FieldId, FieldType, Patch, Reducer};
 use crate::tools::{failure_payload, parse_arguments};
 
@@ -81,7 +81,6 @@ impl Agent {
         }
         let allowed = cx.services.tools.expand(&self.tools);
         let defs = cx.services.tools.defs(&allowed);
-        let model = cx.services.models.for_role(&self.role);
         let mut request = ChatRequest { messages, tools: defs, ..Default::default() };
         let mut trace = Vec::new();
         let mut answer = String::new();
@@ -98,8 +97,7 @@ impl Agent {
             if last {
                 request.tools.clear();
             }
-            let reply =
-                call_model(model.as_ref(), ModelCall { events: cx.events, role: &self.role, call }, &request).await?;
+            let reply = cx.llm(&self.role, call, &request).await?;
             let out = reply.output();
             if out.tool_calls.is_empty() || last {
                 answer = out.text.clone();
@@ -140,7 +138,7 @@ impl Agent {
                 cx.events
                     .emit(EventKind::ToolCallReady { call_id: tc.id.clone(), tool: tc.name.clone(), args: args.clone() })
                     .await;
-                cx.services.tools.call(&tc.name, args.clone(), allowed).await.map(|out| (args, out))
+                cx.tool(&tc.id, &tc.name, args.clone(), allowed).await.map(|out| (args, out))
             }
             Err(e) => Err(e),
         };

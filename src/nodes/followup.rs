@@ -10,7 +10,7 @@ use std::sync::Arc;
 use serde_json::{Value, json};
 
 use super::{BuildCx, NodeContext, NodeError, PromptRef, history};
-use crate::llm::{ChatMessage, ChatRequest, JsonSchemaFormat, ModelCall, call_model};
+use crate::llm::{ChatMessage, ChatRequest, JsonSchemaFormat};
 use crate::state::{FieldId, FieldType, Patch};
 
 const SETTINGS: &[&str] = &["prompt", "model", "input", "output", "count", "history", "history_window"];
@@ -74,8 +74,7 @@ impl Followup {
             })),
         };
         let request = ChatRequest { messages, response_format: Some(format), ..Default::default() };
-        let model = cx.services.models.for_role(&self.role);
-        let questions = match call_model(model.as_ref(), ModelCall { events: cx.events, role: &self.role, call: 0 }, &request).await {
+        let questions = match cx.llm(&self.role, 0, &request).await {
             Ok(reply) => parse_questions(&reply.output().text, self.count),
             Err(e) => {
                 cx.events.thinking(format!("No follow-up questions: {e}")).await;

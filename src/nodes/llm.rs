@@ -5,7 +5,7 @@
 use std::sync::Arc;
 
 use super::{BuildCx, NodeContext, NodeError, PromptRef, history};
-use crate::llm::{ChatMessage, ChatRequest, ModelCall, call_model};
+use crate::llm::{ChatMessage, ChatRequest};
 use crate::state::{FieldId, FieldType, Patch};
 
 /// Settings this kind accepts.
@@ -48,9 +48,7 @@ impl LlmNode {
         if let Some(text) = self.input.and_then(|f| cx.state.text(f)) {
             messages.push(ChatMessage::User { content: text.to_owned() });
         }
-        let model = cx.services.models.for_role(&self.role);
-        let call = ModelCall { events: cx.events, role: &self.role, call: 0 };
-        let reply = call_model(model.as_ref(), call, &ChatRequest { messages, ..Default::default() }).await?;
+        let reply = cx.llm(&self.role, 0, &ChatRequest { messages, ..Default::default() }).await?;
         Ok(Patch::new().set(Arc::clone(&self.output), reply.output().text.as_str()))
     }
 }

@@ -27,7 +27,8 @@ use tokio_util::sync::CancellationToken;
 
 use crate::events::NodeEvents;
 use crate::graph::prompts::Prompts;
-use crate::llm::{ChatMessage, LlmError};
+use crate::llm::{ChatMessage, ChatRequest, LlmError, LlmReply, ModelCall, call_model, stream_call};
+use crate::tools::{ToolError, ToolOutcome};
 use crate::runtime::Services;
 use crate::state::{DynState, FieldId, Message, Patch, Role};
 
@@ -53,6 +54,39 @@ pub struct NodeContext<'a> {
     pub attempt: u32,
     /// Cancelled when the run is stopped.
     pub cancel: &'a CancellationToken,
+}
+
+impl NodeContext<'_> {
+    /// Calls the model for `role` (call number `call` within this task),
+    /// streaming its events — or serves the call from the recording when
+    /// the run is being re-executed or resumed.
+    ///
+    /// # Errors
+    /// The model failed (emitted as `llm_failed`).
+    pub async fn llm(&self, role: &Arc<str>, call: u32, request: &ChatRequest) -> Result<LlmReply, LlmError> {
+        let cx = ModelCall { events: self.events, role, call };
+        if let Some(rec) = &self.services.recording {
+            if let Some((model, stream)) = rec.llm(self.events.node(), self.events.step(), self.events.task(), call) {
+                return stream_call(&model, stream, cx, request).await;
+            }
+        }
+        let model = self.services.models.for_role(role);
+        call_model(model.as_ref(), cx, request).await
+    }
+
+    /// Calls a tool on behalf of this node (allowed: `allowed`) — or serves
+    /// the result from the recording.
+    ///
+    /// # Errors
+    /// The structured failure for the model.
+    pub async fn tool(&self, call_id: &str, name: &str, args: Value, allowed: &[String]) -> Result<ToolOutcome, ToolError> {
+        if let Some(rec) = &self.services.recording {
+            if let Some(r) = rec.tool(self.events.node(), self.events.step(), self.events.task(), call_id) {
+                return r;
+            }
+        }
+        self.services.tools.call(name, args, allowed).await
+    }
 }
 
 impl fmt::Debug for NodeContext<'_> {

@@ -13,7 +13,7 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 
 use super::{BuildCx, NodeContext, NodeError, PromptRef, history};
-use crate::llm::{ChatMessage, ChatRequest, JsonSchemaFormat, ModelCall, call_model};
+use crate::llm::{ChatMessage, ChatRequest, JsonSchemaFormat};
 use crate::state::{FieldId, FieldType, Patch};
 
 const SETTINGS: &[&str] =
@@ -209,9 +209,8 @@ impl Router {
             messages.push(ChatMessage::User { content: text.to_owned() });
         }
         let request = ChatRequest { messages, response_format: Some(self.format.clone()), temperature: Some(0.0), ..Default::default() };
-        let model = cx.services.models.for_role(&self.role);
         let fallback = |why: String| (self.fallback.clone(), Source::Fallback, json!({ "reasoning": why }));
-        let reply = match call_model(model.as_ref(), ModelCall { events: cx.events, role: &self.role, call: 0 }, &request).await {
+        let reply = match cx.llm(&self.role, 0, &request).await {
             Ok(reply) => reply,
             Err(e) => return Ok(fallback(format!("classification failed ({e}); using the fallback intent"))),
         };

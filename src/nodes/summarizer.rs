@@ -12,7 +12,7 @@ use std::sync::Arc;
 
 use super::{BuildCx, NodeContext, NodeError, PromptRef, build::is_messages};
 use crate::graph::loc::Sp;
-use crate::llm::{ChatMessage, ChatRequest, ModelCall, call_model};
+use crate::llm::{ChatMessage, ChatRequest};
 use crate::state::{FieldId, FieldType, Patch, Role};
 
 const SETTINGS: &[&str] = &["prompt", "model", "history", "output", "covered", "first_after", "every", "window"];
@@ -85,9 +85,7 @@ impl Summarizer {
             ChatMessage::System { content: self.prompt.render(&cx)? },
             ChatMessage::User { content: transcript },
         ];
-        let model = cx.services.models.for_role(&self.role);
-        let call = ModelCall { events: cx.events, role: &self.role, call: 0 };
-        let reply = call_model(model.as_ref(), call, &ChatRequest { messages, ..Default::default() }).await?;
+        let reply = cx.llm(&self.role, 0, &ChatRequest { messages, ..Default::default() }).await?;
         let summary = reply.output().text.trim();
         Ok(Patch::new().set(Arc::clone(&self.output.1), summary).set(Arc::clone(&self.covered.1), msgs.len()))
     }

@@ -75,6 +75,7 @@ pub async fn run(
             input,
             format: EVENT_FORMAT,
             forked_from: opts.forked_from.clone(),
+            stream: opts.stream.clone(),
         },
     )
     .await;

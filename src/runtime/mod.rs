@@ -23,6 +23,8 @@ use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
 use crate::events::{ErrorInfo, Event, ForkOrigin, Usage};
+#[allow(unused_imports)]
+use crate::events::EventKind;
 use crate::graph::CompiledGraph;
 use crate::llm::Models;
 use crate::nodes::NodeError;
@@ -41,6 +43,16 @@ pub struct Services {
     pub models: Models,
     /// Tools.
     pub tools: Arc<ToolRegistry>,
+    /// Model outputs and tool results served instead of calling them
+    /// (re-execution, crash recovery).
+    pub recording: Option<Arc<crate::replay::Recording>>,
+}
+
+impl Services {
+    /// Live models and tools.
+    pub fn new(models: Models, tools: Arc<ToolRegistry>) -> Self {
+        Self { models, tools, recording: None }
+    }
 }
 
 /// Options of one run.
@@ -58,6 +70,8 @@ pub struct RunOptions {
     pub snapshot_every: u32,
     /// Set when this run is a fork.
     pub forked_from: Option<ForkOrigin>,
+    /// Stream settings recorded in `run_started` (see [`EventKind::RunStarted`]).
+    pub stream: Option<Value>,
 }
 
 impl std::fmt::Debug for RunOptions {
@@ -75,6 +89,7 @@ impl Default for RunOptions {
             checkpointer: None,
             snapshot_every: 10,
             forked_from: None,
+            stream: None,
         }
     }
 }

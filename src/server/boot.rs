@@ -37,7 +37,7 @@ pub async fn build_state(config: Config) -> Result<Arc<AppState>, String> {
         tracing::info!(dir = %config.paths.graphs.display(), "no graph directory; serving the graphs built into the binary");
     }
     tracing::info!(graphs = ?cat.graphs.keys().collect::<Vec<_>>(), "graphs loaded");
-    let services = Services { models, tools: Arc::clone(&registries.tools) };
+    let services = Services::new(models, Arc::clone(&registries.tools));
     Ok(AppState::new(config, store, graphs, services))
 }
 

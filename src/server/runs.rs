@@ -271,6 +271,7 @@ async fn drive(state: Arc<AppState>, hub: Arc<RunHub>, start: RunStart) {
         events: Some(tx),
         cancel: hub.cancel.clone(),
         checkpointer: Some(Arc::new(LogCheckpointer(Arc::clone(&state.store)))),
+        stream: Some(hub.bridge.to_json()),
         ..Default::default()
     };
     let graph_id = start.graph.id.to_string();

@@ -52,6 +52,28 @@ impl BridgeConfig {
         }
     }
 
+    /// The settings as recorded in `run_started.stream`.
+    pub fn to_json(&self) -> Value {
+        json!({
+            "messageId": self.message_id,
+            "metadata": self.metadata,
+            "surfaces": self.surfaces,
+            "kinds": self.kinds,
+            "thinkingIntervalUs": self.thinking_interval_us,
+        })
+    }
+
+    /// Settings recorded with [`BridgeConfig::to_json`].
+    pub fn from_json(v: &Value) -> Option<Self> {
+        Some(Self {
+            message_id: v["messageId"].as_str()?.to_owned(),
+            metadata: v["metadata"].clone(),
+            surfaces: serde_json::from_value(v["surfaces"].clone()).ok()?,
+            kinds: serde_json::from_value(v["kinds"].clone()).ok()?,
+            thinking_interval_us: v["thinkingIntervalUs"].as_u64().unwrap_or(250_000),
+        })
+    }
+
     /// A node's surface; nested subgraph nodes (`parent/child`) take their
     /// parent's.
     fn surface(&self, node: &str) -> Surface {

@@ -96,6 +96,9 @@ pub enum ToolError {
     /// The tool ran and failed.
     #[error("{0}")]
     Execution(String),
+    /// A failure served from a recording, exactly as it was.
+    #[error("{}", .0.message)]
+    Recorded(ToolFailure),
 }
 
 impl ToolError {
@@ -108,17 +111,21 @@ impl ToolError {
             ToolError::Timeout(_) => "timeout",
             ToolError::NotAllowed { .. } => "not_allowed",
             ToolError::Execution(_) => "execution_error",
+            ToolError::Recorded(_) => "recorded",
         }
     }
 
     /// The structured failure given back to the model.
     pub fn to_failure(&self) -> ToolFailure {
+        if let ToolError::Recorded(f) = self {
+            return f.clone();
+        }
         let (kind, details) = match self {
             ToolError::Validation { details, .. } => ("validation_error", details.clone()),
             ToolError::NotFound { details, .. } => ("not_found", details.clone()),
             ToolError::Timeout(d) => ("timeout", json!({ "timeout_ms": d.as_millis() as u64 })),
             ToolError::NotAllowed { allowed, .. } => ("not_allowed", json!({ "available": allowed })),
-            ToolError::Execution(_) => ("execution_error", Value::Null),
+            ToolError::Execution(_) | ToolError::Recorded(_) => ("execution_error", Value::Null),
         };
         ToolFailure { kind: kind.into(), message: self.to_string(), details }
     }

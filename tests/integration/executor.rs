@@ -140,7 +140,7 @@ fn compile_many(graphs: &[(&str, &str)], reg: &Registries, main: &str) -> Arc<st
 }
 
 fn services(reg: &Registries) -> Arc<Services> {
-    Arc::new(Services { models: Models::single(Arc::new(OfflineModel::default())), tools: Arc::clone(&reg.tools) })
+    Arc::new(Services::new(Models::single(Arc::new(OfflineModel::default())), Arc::clone(&reg.tools)))
 }
 
 /// Runs to the end, collecting every event.

@@ -21,7 +21,7 @@ pub fn shipped_catalog() -> Catalog {
 
 /// Services with one model for every role and the built-in tools.
 pub fn services(model: Arc<dyn ChatModel>) -> Arc<Services> {
-    Arc::new(Services { models: Models::single(model), tools: Arc::clone(&Registries::default().tools) })
+    Arc::new(Services::new(Models::single(model), Arc::clone(&Registries::default().tools)))
 }
 
 /// Runs the AI SDK's own parser (../shared/tools/aisdk-validate) over an SSE
@@ -123,7 +123,7 @@ edges: [helper -> END]
                 assert!(!cat.has_errors(), "{:?}", cat.diagnostics);
                 Graphs::from_catalog(cat, reg.clone())
             };
-            let services = Services { models: Models::single(model), tools: Arc::clone(&reg.tools) };
+            let services = Services::new(Models::single(model), Arc::clone(&reg.tools));
             let state = AppState::new(config, store, graphs, services);
             let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
             let addr = listener.local_addr().expect("addr");

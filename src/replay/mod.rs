@@ -1,0 +1,292 @@
+//! Replay for debugging: re-stream, re-execute, fork.
+//!
+//! A run's events are the source of truth. [`load`] reads them from the
+//! store; [`timeline`] prints what happened; [`sse`] reproduces the exact
+//! bytes the client received (the stream settings are in `run_started`);
+//! [`reexecute`] runs the graph again with every model and tool result served
+//! from the recording and reports the first event that differs; [`fork`]
+//! starts a new run from a checkpoint with edited state.
+
+mod recording;
+
+use std::fmt::Write;
+use std::sync::Arc;
+
+use serde_json::Value;
+use tokio::sync::mpsc;
+use uuid::Uuid;
+
+use crate::events::{Event, EventKind, ForkOrigin};
+use crate::graph::CompiledGraph;
+use crate::runtime::{self, Resume, RunError, RunOptions, Services, rebuild_state};
+use crate::sse::{self, BridgeConfig};
+use crate::state::DynState;
+use crate::store::{RunRecord, Store, StoreError};
+
+pub use recording::{RecordedTool, Recording};
+
+/// Why a replay operation failed.
+#[derive(Debug, thiserror::Error)]
+pub enum ReplayError {
+    /// No such run.
+    #[error("no run {0}")]
+    NoRun(Uuid),
+    /// The store failed.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    /// The run's stream settings were not recorded (not a chat run).
+    #[error("run {0} was not streamed to a client; there are no SSE bytes to reproduce")]
+    NotStreamed(Uuid),
+    /// The state could not be rebuilt or edited.
+    #[error("{0}")]
+    State(String),
+    /// The graph the run used is not available.
+    #[error("{0}")]
+    Graph(String),
+    /// Re-running failed.
+    #[error(transparent)]
+    Run(#[from] RunError),
+}
+
+/// Events per store query.
+const PAGE: usize = 2000;
+
+/// A run and all its events, in order.
+///
+/// # Errors
+/// The run does not exist or the store failed.
+pub async fn load(store: &dyn Store, run: Uuid) -> Result<(RunRecord, Vec<Event>), ReplayError> {
+    let record = store.get_run(run).await?.ok_or(ReplayError::NoRun(run))?;
+    let mut events = Vec::new();
+    loop {
+        let after = events.last().map_or(0, |e: &Event| e.seq);
+        let page = store.events(run, after, PAGE).await?;
+        let done = page.len() < PAGE;
+        events.extend(page);
+        if done {
+            break;
+        }
+    }
+    Ok((record, events))
+}
+
+/// The exact SSE bytes the client received for these events.
+///
+/// # Errors
+/// The run was not streamed (no stream settings in `run_started`).
+pub fn sse(events: &[Event]) -> Result<String, ReplayError> {
+    let cfg = events
+        .iter()
+        .find_map(|e| match &e.event {
+            EventKind::RunStarted { stream: Some(s), .. } => BridgeConfig::from_json(s),
+            _ => None,
+        })
+        .ok_or_else(|| ReplayError::NotStreamed(events.first().map_or(Uuid::nil(), |e| e.run_id)))?;
+    Ok(sse::render(cfg, events, 0))
+}
+
+fn ms(us: u64) -> String {
+    format!("{:.1} ms", us as f64 / 1000.0)
+}
+
+/// A readable timeline: steps, nodes, durations, tokens, tool calls, errors.
+pub fn timeline(run: &RunRecord, events: &[Event]) -> String {
+    let mut out = String::new();
+    let _ = writeln!(out, "run {}  graph {} ({})  status {:?}", run.id, run.graph, run.graph_version, run.status);
+    if let Some(chat) = &run.chat_id {
+        let _ = writeln!(out, "chat {chat}  user {}  request {}", run.user_id, run.request_id.as_deref().unwrap_or("-"));
+    }
+    if let Some(p) = &run.parent {
+        let _ = writeln!(out, "forked from run {} at step {}", p.run_id, p.step);
+    }
+    let t0 = events.first().map_or(0, |e| e.at);
+    let mut tokens = 0usize;
+    for ev in events {
+        let at = ms(ev.at.saturating_sub(t0));
+        let node = ev.node.as_deref().unwrap_or("");
+        let line = match &ev.event {
+            EventKind::NodeStarted { attempt, item } => {
+                let item = item.as_ref().map(|i| format!(" item {i}")).unwrap_or_default();
+                let attempt = if *attempt > 1 { format!(" (attempt {attempt})") } else { String::new() };
+                Some(format!("step {:>2}  {node} started{attempt}{item}", ev.step))
+            }
+            EventKind::NodeFinished { patch, duration_us } => {
+                let fields: Vec<&str> = patch.iter().map(|(f, _)| f).collect();
+                Some(format!("step {:>2}  {node} finished in {}  wrote [{}]", ev.step, ms(*duration_us), fields.join(", ")))
+            }
+            EventKind::NodeRetrying { attempt, error, delay_ms } => {
+                Some(format!("step {:>2}  {node} attempt {attempt} failed: {error}; retry in {delay_ms} ms", ev.step))
+            }
+            EventKind::NodeFailed { error, attempts } => Some(format!("step {:>2}  {node} FAILED after {attempts} attempt(s): {error}", ev.step)),
+            EventKind::LlmStarted { call, role, model, .. } => Some(format!("          {node} model call {call}: {model} (role {role})")),
+            EventKind::TextDelta { .. } | EventKind::ReasoningDelta { .. } => {
+                tokens += 1;
+                None
+            }
+            EventKind::LlmFinished { usage, duration_us, output, .. } => Some(format!(
+                "          {node} model done in {}: {} prompt + {} completion tokens, {} tool call(s), {}",
+                ms(*duration_us),
+                usage.prompt_tokens,
+                usage.completion_tokens,
+                output.tool_calls.len(),
+                output.finish_reason
+            )),
+            EventKind::LlmFailed { error, .. } => Some(format!("          {node} model call FAILED: {error}")),
+            EventKind::ToolCallReady { tool, args, .. } => Some(format!("          {node} tool {tool}({args})")),
+            EventKind::ToolResult { tool, duration_us, cached, .. } => {
+                Some(format!("          {node} tool {tool} ok in {}{}", ms(*duration_us), if *cached { " (cached)" } else { "" }))
+            }
+            EventKind::ToolError { tool, error, .. } => Some(format!("          {node} tool {tool} error [{}]: {}", error.kind, error.message)),
+            EventKind::Thinking { text } => Some(format!("          {node}: {text}")),
+            EventKind::RunFinished { steps, usage } => {
+                Some(format!("finished after {steps} steps, {} tokens ({} in, {} out)", usage.total(), usage.prompt_tokens, usage.completion_tokens))
+            }
+            EventKind::RunFailed { error } => Some(format!("FAILED [{}]: {}", error.code, error.message)),
+            EventKind::RunCancelled { reason } => Some(format!("cancelled: {reason}")),
+            _ => None,
+        };
+        if let Some(l) = line {
+            let _ = writeln!(out, "{at:>10}  {l}");
+        }
+    }
+    let _ = writeln!(out, "{} events, {tokens} streamed tokens", events.len());
+    out
+}
+
+/// An event reduced to what must be the same when a run is re-executed:
+/// no timestamps, durations or ids of the run.
+fn comparable(ev: &Event) -> Option<Value> {
+    let mut kind = serde_json::to_value(&ev.event).ok()?;
+    match &ev.event {
+        EventKind::CheckpointSaved { .. } => return None,
+        EventKind::RunStarted { .. } => {
+            if let Some(o) = kind.as_object_mut() {
+                o.remove("stream");
+                o.remove("graph_version");
+            }
+        }
+        _ => {}
+    }
+    if let Some(o) = kind.as_object_mut() {
+        o.remove("duration_us");
+    }
+    Some(serde_json::json!({"step": ev.step, "node": ev.node, "task": ev.task, "event": kind}))
+}
+
+/// The outcome of a re-execution.
+#[derive(Debug)]
+pub struct Reexecution {
+    /// Events of the new run.
+    pub events: Vec<Event>,
+    /// The first difference: (index, recorded, re-executed), either side
+    /// `None` when one stream is longer.
+    pub divergence: Option<(usize, Option<Event>, Option<Event>)>,
+    /// The graph version that ran, and whether it is the recorded one.
+    pub same_version: bool,
+}
+
+impl Reexecution {
+    /// A readable report.
+    pub fn report(&self) -> String {
+        let version = if self.same_version { "same graph version" } else { "CURRENT graph files (a different version than recorded)" };
+        match &self.divergence {
+            None => format!("no divergence: {} events identical ({version})", self.events.len()),
+            Some((i, a, b)) => {
+                let show = |e: &Option<Event>| e.as_ref().map_or_else(|| "(none)".to_owned(), |e| serde_json::to_string(e).unwrap_or_default());
+                format!(
+                    "first divergence at event #{} ({version}):\n  recorded:    {}\n  re-executed: {}",
+                    i + 1,
+                    show(a),
+                    show(b)
+                )
+            }
+        }
+    }
+}
+
+/// Runs `graph` again on the recorded input with every model call and tool
+/// call served from the recording (no network), and compares the events.
+///
+/// # Errors
+/// The recording has no `run_started`.
+pub async fn reexecute(graph: Arc<CompiledGraph>, tools: Services, recorded: &[Event]) -> Result<Reexecution, ReplayError> {
+    let (input, version) = recorded
+        .iter()
+        .find_map(|e| match &e.event {
+            EventKind::RunStarted { input, graph_version, .. } => Some((Arc::clone(input), graph_version.clone())),
+            _ => None,
+        })
+        .ok_or_else(|| ReplayError::State("the recording has no run_started event".into()))?;
+    let mut services = tools;
+    services.recording = Some(Arc::new(Recording::from_events(recorded)));
+    let (tx, mut rx) = mpsc::channel::<Arc<Event>>(1024);
+    let collect = tokio::spawn(async move {
+        let mut v = Vec::new();
+        while let Some(e) = rx.recv().await {
+            v.push((*e).clone());
+        }
+        v
+    });
+    let same_version = version == graph.version;
+    let _ = runtime::run(graph, Arc::new(services), input, RunOptions { events: Some(tx), ..Default::default() }).await;
+    let events = collect.await.unwrap_or_default();
+    let a: Vec<(usize, Value)> = recorded.iter().enumerate().filter_map(|(i, e)| comparable(e).map(|c| (i, c))).collect();
+    let b: Vec<(usize, Value)> = events.iter().enumerate().filter_map(|(i, e)| comparable(e).map(|c| (i, c))).collect();
+    let mut divergence = None;
+    for k in 0..a.len().max(b.len()) {
+        match (a.get(k), b.get(k)) {
+            (Some((_, x)), Some((_, y))) if x == y => continue,
+            (x, y) => {
+                divergence = Some((k, x.map(|(i, _)| recorded[*i].clone()), y.map(|(i, _)| events[*i].clone())));
+                break;
+            }
+        }
+    }
+    Ok(Reexecution { events, divergence, same_version })
+}
+
+/// The state of a run after `step` (snapshot + patches).
+///
+/// # Errors
+/// No checkpoint, or the state cannot be rebuilt.
+pub async fn state_at(store: &dyn Store, graph: &CompiledGraph, run: Uuid, step: u32) -> Result<Box<dyn DynState>, ReplayError> {
+    let cps = store.checkpoints(run, step).await?;
+    let batches: Vec<_> = cps.iter().map(|c| c.to_batch(run)).collect();
+    rebuild_state(&batches, graph.state, step).map_err(|e| ReplayError::State(e.to_string()))
+}
+
+/// Where a fork starts: the edited state and the checkpoint's frontier.
+///
+/// `set` are `(field, JSON value)` pairs that replace fields outright.
+///
+/// # Errors
+/// No checkpoint at `step`, an unknown field or a value of the wrong type.
+pub async fn fork_point(
+    store: &dyn Store,
+    graph: &CompiledGraph,
+    run: Uuid,
+    step: u32,
+    set: &[(String, Value)],
+) -> Result<Resume, ReplayError> {
+    let state = state_at(store, graph, run, step).await?;
+    let cp = store
+        .checkpoints(run, step)
+        .await?
+        .into_iter()
+        .find(|c| c.step == step)
+        .ok_or_else(|| ReplayError::State(format!("run {run} has no checkpoint at step {step}")))?;
+    let mut json = state.to_json();
+    for (field, value) in set {
+        if graph.state.schema.field(field).is_none() {
+            return Err(ReplayError::State(format!("state `{}` has no field `{field}`", graph.state.schema.name)));
+        }
+        json[field] = value.clone();
+    }
+    let state = graph.state.from_json(&json).map_err(|e| ReplayError::State(e.to_string()))?;
+    Ok(Resume { state, step, next: cp.next, joins: cp.joins, last_seq: 0 })
+}
+
+/// The `forked_from` of a fork.
+pub fn origin(run: Uuid, step: u32) -> ForkOrigin {
+    ForkOrigin { run_id: run, step }
+}

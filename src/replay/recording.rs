@@ -1,0 +1,138 @@
+//! A run's model outputs and tool results, taken from its events, served
+//! back in place of the model and the tools.
+//!
+//! Used to re-execute a run deterministically without the network, and to
+//! resume a crashed run without repeating calls whose results were stored.
+//! Model calls are keyed by (node, step, task, call number) and replayed
+//! chunk for chunk as they streamed; tool calls by (node, step, task, call
+//! id). A key seen several times (a retried node) is served in order.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::{Mutex, PoisonError};
+
+use futures::StreamExt;
+
+use crate::events::{Event, EventKind};
+use crate::llm::{ChunkStream, LlmChunk, LlmError};
+use crate::tools::{ToolError, ToolOutcome};
+
+type CallKey = (String, u32, u32, u32);
+type ToolKey = (String, u32, u32, String);
+
+/// A recorded tool result or failure.
+#[derive(Clone, Debug)]
+pub enum RecordedTool {
+    /// It returned this.
+    Ok(ToolOutcome),
+    /// It failed like this.
+    Err(crate::events::ToolFailure),
+}
+
+/// Recorded model streams and tool results of one run.
+#[derive(Debug, Default)]
+pub struct Recording {
+    llm: Mutex<HashMap<CallKey, VecDeque<Vec<Result<LlmChunk, LlmError>>>>>,
+    tools: Mutex<HashMap<ToolKey, VecDeque<RecordedTool>>>,
+    /// Model names by key, for the replayed `llm_started`.
+    models: HashMap<CallKey, String>,
+}
+
+impl Recording {
+    /// Everything the events of a run recorded.
+    pub fn from_events<'a>(events: impl IntoIterator<Item = &'a Event>) -> Self {
+        let mut rec = Recording::default();
+        // The call in progress per task: (key, chunks, tool index by call id).
+        let mut open: HashMap<(String, u32, u32), (CallKey, Vec<Result<LlmChunk, LlmError>>, Vec<String>)> = HashMap::new();
+        for ev in events {
+            let node = ev.node.as_deref().unwrap_or("").to_owned();
+            let task = (node.clone(), ev.step, ev.task);
+            match &ev.event {
+                EventKind::LlmStarted { call, model, .. } => {
+                    let key = (node.clone(), ev.step, ev.task, *call);
+                    rec.models.insert(key.clone(), model.clone());
+                    open.insert(task, (key, Vec::new(), Vec::new()));
+                }
+                EventKind::TextDelta { delta, .. } => {
+                    if let Some(o) = open.get_mut(&task) {
+                        o.1.push(Ok(LlmChunk::Text(delta.clone())));
+                    }
+                }
+                EventKind::ReasoningDelta { delta, .. } => {
+                    if let Some(o) = open.get_mut(&task) {
+                        o.1.push(Ok(LlmChunk::Reasoning(delta.clone())));
+                    }
+                }
+                EventKind::ToolCallStarted { call_id, tool } => {
+                    if let Some(o) = open.get_mut(&task) {
+                        let index = o.2.len() as u32;
+                        o.2.push(call_id.clone());
+                        o.1.push(Ok(LlmChunk::ToolCallStart { index, id: call_id.clone(), name: tool.clone() }));
+                    }
+                }
+                EventKind::ToolCallDelta { call_id, delta } => {
+                    if let Some(o) = open.get_mut(&task) {
+                        if let Some(index) = o.2.iter().position(|c| c == call_id) {
+                            o.1.push(Ok(LlmChunk::ToolCallArgs { index: index as u32, delta: delta.clone() }));
+                        }
+                    }
+                }
+                EventKind::LlmFinished { output, usage, .. } => {
+                    if let Some((key, mut chunks, _)) = open.remove(&task) {
+                        chunks.push(Ok(LlmChunk::Finish(output.finish_reason.clone())));
+                        chunks.push(Ok(LlmChunk::Usage(*usage)));
+                        rec.llm.get_mut().unwrap_or_else(PoisonError::into_inner).entry(key).or_default().push_back(chunks);
+                    }
+                }
+                EventKind::LlmFailed { error, .. } => {
+                    if let Some((key, mut chunks, _)) = open.remove(&task) {
+                        chunks.push(Err(LlmError::Stream(format!("recorded failure: {error}"))));
+                        rec.llm.get_mut().unwrap_or_else(PoisonError::into_inner).entry(key).or_default().push_back(chunks);
+                    }
+                }
+                EventKind::ToolResult { call_id, output, cached, display, .. } => {
+                    let outcome = ToolOutcome { output: output.clone(), cached: *cached, display: *display };
+                    rec.tools
+                        .get_mut()
+                        .unwrap_or_else(PoisonError::into_inner)
+                        .entry((node, ev.step, ev.task, call_id.clone()))
+                        .or_default()
+                        .push_back(RecordedTool::Ok(outcome));
+                }
+                EventKind::ToolError { call_id, error, .. } => {
+                    rec.tools
+                        .get_mut()
+                        .unwrap_or_else(PoisonError::into_inner)
+                        .entry((node, ev.step, ev.task, call_id.clone()))
+                        .or_default()
+                        .push_back(RecordedTool::Err(error.clone()));
+                }
+                _ => {}
+            }
+        }
+        rec
+    }
+
+    /// Whether nothing was recorded.
+    pub fn is_empty(&self) -> bool {
+        self.llm.lock().unwrap_or_else(PoisonError::into_inner).is_empty()
+            && self.tools.lock().unwrap_or_else(PoisonError::into_inner).is_empty()
+    }
+
+    /// The recorded stream of a model call, if there is one.
+    pub fn llm(&self, node: &str, step: u32, task: u32, call: u32) -> Option<(String, ChunkStream)> {
+        let key = (node.to_owned(), step, task, call);
+        let chunks = self.llm.lock().unwrap_or_else(PoisonError::into_inner).get_mut(&key)?.pop_front()?;
+        let model = self.models.get(&key).cloned().unwrap_or_else(|| "recording".into());
+        Some((model, futures::stream::iter(chunks).boxed()))
+    }
+
+    /// The recorded result of a tool call, if there is one.
+    pub fn tool(&self, node: &str, step: u32, task: u32, call_id: &str) -> Option<Result<ToolOutcome, ToolError>> {
+        let key = (node.to_owned(), step, task, call_id.to_owned());
+        let rec = self.tools.lock().unwrap_or_else(PoisonError::into_inner).get_mut(&key)?.pop_front()?;
+        Some(match rec {
+            RecordedTool::Ok(o) => Ok(o),
+            RecordedTool::Err(f) => Err(ToolError::Recorded(f)),
+        })
+    }
+}
