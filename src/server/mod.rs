@@ -4,6 +4,8 @@
 //! a listener until shutdown. Routes:
 //! - `POST /api/chat`, `GET /api/chat/{id}/stream`, `POST /api/chat/{id}/stop`
 //! - `GET /api/chats`, `GET|DELETE /api/chat/{id}`
+//! - `GET /api/runs`, `GET /api/runs/{id}`, `GET /api/runs/{id}/events`,
+//!   `GET /api/runs/{id}/state?step=N`, `POST /api/runs/{id}/fork`
 //! - `GET /api/graphs`, `GET /api/graphs/{name}`, `POST /api/graphs/reload`
 //! - `GET /healthz`, `GET /readyz`, `GET /metrics`
 //!
@@ -20,6 +22,7 @@ mod graphs;
 mod health;
 mod metrics;
 mod runs;
+mod runs_api;
 mod stream;
 mod ui;
 
@@ -97,6 +100,11 @@ pub fn app(state: Arc<AppState>) -> Router {
         .route("/api/chat/{id}/stop", post(chat::stop))
         .route("/api/chats", get(chat::list))
         .route("/api/chat/{id}", get(chat::get).delete(chat::delete))
+        .route("/api/runs", get(runs_api::list))
+        .route("/api/runs/{id}", get(runs_api::get))
+        .route("/api/runs/{id}/events", get(runs_api::events))
+        .route("/api/runs/{id}/state", get(runs_api::state_at))
+        .route("/api/runs/{id}/fork", post(runs_api::fork))
         .route("/api/graphs", get(graphs::list))
         .route("/api/graphs/reload", post(graphs::reload))
         .route("/api/graphs/{name}", get(graphs::get))

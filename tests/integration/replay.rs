@@ -137,3 +137,73 @@ async fn a_fork_starts_from_a_checkpoint_with_edited_state() {
     assert_eq!(out.state.to_json()["intent"], "DIRECT");
     assert_eq!(out.state.to_json()["answer"], "It is time to answer.");
 }
+
+#[tokio::test]
+async fn the_runs_api_serves_history_events_state_and_forks_per_user() {
+    let server = TestServer::start(model(), |c| {
+        c.auth.api_keys.insert("ka".into(), "alice".into());
+        c.auth.api_keys.insert("kb".into(), "bob".into());
+    })
+    .await;
+    let client = reqwest::Client::new();
+    let as_ = |k: &str, rb: reqwest::RequestBuilder| rb.header("authorization", format!("Bearer {k}"));
+    let live = as_("ka", client.post(server.url("/api/chat")).header("content-type", "application/json"))
+        .body(chat_body("runs-1", "what time is it?").to_string())
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let json = |r: reqwest::Response| async move { serde_json::from_str::<Value>(&r.text().await.unwrap()).unwrap() };
+    let runs = json(as_("ka", client.get(server.url("/api/runs?chat=runs-1"))).send().await.unwrap()).await;
+    let run = runs["runs"][0].clone();
+    assert_eq!(run["status"], "finished");
+    let id = run["id"].as_str().unwrap().to_owned();
+    let one = json(as_("ka", client.get(server.url(&format!("/api/runs/{id}")))).send().await.unwrap()).await;
+    assert_eq!(one["chatId"], "runs-1");
+    let events = json(as_("ka", client.get(server.url(&format!("/api/runs/{id}/events?limit=5")))).send().await.unwrap()).await;
+    assert_eq!(events["events"].as_array().unwrap().len(), 5);
+    assert_eq!(events["next"], 5);
+    let sse = as_("ka", client.get(server.url(&format!("/api/runs/{id}/events"))).header("accept", "text/event-stream"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let live: String = live.split_inclusive("\n\n").filter(|f| !f.starts_with(':')).collect();
+    assert_eq!(sse, live, "the replayed SSE equals the live bytes");
+    let state = json(as_("ka", client.get(server.url(&format!("/api/runs/{id}/state?step=2")))).send().await.unwrap()).await;
+    assert_eq!(state["state"]["intent"], "RESEARCH");
+    let fork = as_("ka", client.post(server.url(&format!("/api/runs/{id}/fork"))))
+        .body(json!({"at": 2, "set": {"intent": "DIRECT"}}).to_string())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(fork.status(), 202);
+    let child = json(fork).await["runId"].as_str().unwrap().to_owned();
+    let mut status = Value::Null;
+    for _ in 0..100 {
+        let r = json(as_("ka", client.get(server.url(&format!("/api/runs/{child}")))).send().await.unwrap()).await;
+        status = r["status"].clone();
+        if status != "running" {
+            assert_eq!(r["parent"]["run_id"], id.as_str());
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    assert_eq!(status, "finished");
+    let final_state = json(as_("ka", client.get(server.url(&format!("/api/runs/{child}/state")))).send().await.unwrap()).await;
+    assert_eq!(final_state["state"]["intent"], "DIRECT");
+    // Bob sees none of it.
+    for path in [format!("/api/runs/{id}"), format!("/api/runs/{id}/events"), format!("/api/runs/{id}/state"), "/api/runs?chat=runs-1".to_owned()] {
+        let r = as_("kb", client.get(server.url(&path))).send().await.unwrap();
+        assert_eq!(r.status(), 404, "{path}");
+    }
+    let r = as_("kb", client.post(server.url(&format!("/api/runs/{id}/fork")))).body("{\"at\":1}").send().await.unwrap();
+    assert_eq!(r.status(), 404);
+    let bobs = json(as_("kb", client.get(server.url("/api/runs"))).send().await.unwrap()).await;
+    assert_eq!(bobs["runs"], json!([]));
+    server.shutdown().await;
+}

@@ -1,0 +1,198 @@
+//! The debugging API over stored runs: `GET /api/runs`, `GET /api/runs/{id}`,
+//! `GET /api/runs/{id}/events` (JSON, or the client's SSE bytes when asked
+//! with `Accept: text/event-stream`), `GET /api/runs/{id}/state?step=N`,
+//! `POST /api/runs/{id}/fork`. Every run is visible only to its user.
+
+use std::sync::Arc;
+
+use axum::Json;
+use axum::body::Bytes;
+use axum::extract::{Path, Query, State};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use serde::Deserialize;
+use serde_json::{Value, json};
+use uuid::Uuid;
+
+use super::AppState;
+use super::auth::User;
+use super::error::ApiError;
+use crate::events::now_micros;
+use crate::replay;
+use crate::runtime::{self, RunOptions, RunStatus};
+use crate::store::{LogCheckpointer, RunRecord};
+
+fn run_json(r: &RunRecord) -> Value {
+    json!({
+        "id": r.id,
+        "chatId": r.chat_id,
+        "graph": r.graph,
+        "graphVersion": r.graph_version,
+        "status": r.status,
+        "createdAt": r.created_at / 1000,
+        "finishedAt": r.finished_at.map(|t| t / 1000),
+        "error": r.error,
+        "usage": {"promptTokens": r.usage.prompt_tokens, "completionTokens": r.usage.completion_tokens},
+        "parent": r.parent,
+        "requestId": r.request_id,
+        "messageId": r.message_id,
+        "lastSeq": r.last_seq,
+        "lastStep": r.last_step,
+    })
+}
+
+fn parse_id(id: &str) -> Result<Uuid, ApiError> {
+    id.parse().map_err(|_| ApiError::not_found(format!("no run `{id}`")))
+}
+
+/// The run if it belongs to `user`.
+async fn owned_run(state: &AppState, user: &User, id: &str) -> Result<RunRecord, ApiError> {
+    let id = parse_id(id)?;
+    match state.store.get_run(id).await? {
+        Some(r) if r.user_id == user.0 => Ok(r),
+        _ => Err(ApiError::not_found(format!("no run `{id}`"))),
+    }
+}
+
+/// `?chat=` and `?limit=`.
+#[derive(Debug, Deserialize)]
+pub(super) struct ListQuery {
+    chat: Option<String>,
+    limit: Option<usize>,
+}
+
+/// `GET /api/runs`: the user's runs, newest first.
+pub(super) async fn list(State(state): State<Arc<AppState>>, user: User, Query(q): Query<ListQuery>) -> Result<Json<Value>, ApiError> {
+    let limit = q.limit.unwrap_or(50).clamp(1, 500);
+    if let Some(chat) = &q.chat {
+        match state.store.get_chat(chat).await? {
+            Some(c) if c.user_id == user.0 => {}
+            _ => return Err(ApiError::not_found(format!("no chat `{chat}`"))),
+        }
+    }
+    // Scan further than `limit` so other users' runs do not crowd ours out.
+    let runs = state.store.list_runs(q.chat.as_deref(), limit * 4).await?;
+    let mine: Vec<Value> = runs.iter().filter(|r| r.user_id == user.0).take(limit).map(run_json).collect();
+    Ok(Json(json!({ "runs": mine })))
+}
+
+/// `GET /api/runs/{id}`.
+pub(super) async fn get(State(state): State<Arc<AppState>>, user: User, Path(id): Path<String>) -> Result<Json<Value>, ApiError> {
+    Ok(Json(run_json(&owned_run(&state, &user, &id).await?)))
+}
+
+/// `?after=&limit=` for events.
+#[derive(Debug, Deserialize)]
+pub(super) struct EventsQuery {
+    after: Option<u64>,
+    limit: Option<usize>,
+}
+
+/// `GET /api/runs/{id}/events`: JSON pages, or the SSE bytes of the run.
+pub(super) async fn events(
+    State(state): State<Arc<AppState>>,
+    user: User,
+    Path(id): Path<String>,
+    Query(q): Query<EventsQuery>,
+    headers: HeaderMap,
+) -> Result<Response, ApiError> {
+    let run = owned_run(&state, &user, &id).await?;
+    let wants_sse = headers.get(header::ACCEPT).and_then(|v| v.to_str().ok()).is_some_and(|v| v.contains("text/event-stream"));
+    if wants_sse {
+        let (_, events) = replay::load(&*state.store, run.id).await.map_err(|e| ApiError::internal(e))?;
+        let text = replay::sse(&events).map_err(|e| ApiError::new(StatusCode::CONFLICT, "not_streamed", e.to_string()))?;
+        let mut resp = Bytes::from(text).into_response();
+        resp.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("text/event-stream"));
+        resp.headers_mut().insert("x-vercel-ai-ui-message-stream", HeaderValue::from_static("v1"));
+        return Ok(resp);
+    }
+    let limit = q.limit.unwrap_or(1000).clamp(1, 10_000);
+    let events = state.store.events(run.id, q.after.unwrap_or(0), limit).await?;
+    let next = (events.len() == limit).then(|| events.last().map(|e| e.seq)).flatten();
+    Ok(Json(json!({ "events": events, "next": next })).into_response())
+}
+
+/// `?step=`.
+#[derive(Debug, Deserialize)]
+pub(super) struct StateQuery {
+    step: Option<u32>,
+}
+
+/// `GET /api/runs/{id}/state?step=N`: the state after step N (default: the last).
+pub(super) async fn state_at(
+    State(state): State<Arc<AppState>>,
+    user: User,
+    Path(id): Path<String>,
+    Query(q): Query<StateQuery>,
+) -> Result<Json<Value>, ApiError> {
+    let run = owned_run(&state, &user, &id).await?;
+    let graph = state.graphs.get(&run.graph).ok_or_else(|| ApiError::not_found(format!("graph `{}` is no longer served", run.graph)))?;
+    let step = q.step.unwrap_or(run.last_step);
+    let s = replay::state_at(&*state.store, &graph, run.id, step)
+        .await
+        .map_err(|e| ApiError::new(StatusCode::NOT_FOUND, "no_checkpoint", e.to_string()))?;
+    Ok(Json(json!({ "runId": run.id, "step": step, "state": s.to_json() })))
+}
+
+/// The fork request body.
+#[derive(Debug, Deserialize)]
+pub(super) struct ForkBody {
+    /// Checkpoint step to start from.
+    at: u32,
+    /// Fields to replace.
+    #[serde(default)]
+    set: serde_json::Map<String, Value>,
+}
+
+/// `POST /api/runs/{id}/fork`: a new run from a checkpoint with edited state.
+pub(super) async fn fork(State(state): State<Arc<AppState>>, user: User, Path(id): Path<String>, body: Bytes) -> Result<Response, ApiError> {
+    let parent = owned_run(&state, &user, &id).await?;
+    let body: ForkBody = serde_json::from_slice(&body).map_err(|e| ApiError::bad_request("invalid_request", format!("invalid fork body: {e}")))?;
+    let graph = state.graphs.get(&parent.graph).ok_or_else(|| ApiError::not_found(format!("graph `{}` is no longer served", parent.graph)))?;
+    let set: Vec<(String, Value)> = body.set.into_iter().collect();
+    let from = replay::fork_point(&*state.store, &graph, parent.id, body.at, &set)
+        .await
+        .map_err(|e| ApiError::bad_request("invalid_fork", e.to_string()))?;
+    let run_id = Uuid::now_v7();
+    let origin = replay::origin(parent.id, body.at);
+    state
+        .store
+        .create_run(RunRecord {
+            id: run_id,
+            chat_id: None,
+            user_id: user.0.clone(),
+            graph: graph.id.to_string(),
+            graph_version: graph.version.clone(),
+            status: RunStatus::Running,
+            input: from.state.to_json(),
+            created_at: now_micros(),
+            finished_at: None,
+            error: None,
+            usage: Default::default(),
+            parent: Some(origin.clone()),
+            request_id: None,
+            message_id: None,
+            last_seq: 0,
+            last_step: body.at,
+        })
+        .await?;
+    let opts = RunOptions {
+        run_id,
+        checkpointer: Some(Arc::new(LogCheckpointer(Arc::clone(&state.store)))),
+        forked_from: Some(origin),
+        ..Default::default()
+    };
+    let (services, store) = (Arc::clone(&state.services), Arc::clone(&state.store));
+    tokio::spawn(async move {
+        let result = runtime::resume(graph, services, from, opts).await;
+        let (status, error, usage) = match &result {
+            Ok(o) => (RunStatus::Finished, None, o.usage),
+            Err(runtime::RunError::Cancelled) => (RunStatus::Cancelled, None, Default::default()),
+            Err(e) => (RunStatus::Failed, Some(e.info()), Default::default()),
+        };
+        if let Err(e) = store.finish_run(run_id, status, error, usage).await {
+            tracing::error!(run_id = %run_id, error = %e, "could not record the end of a fork");
+        }
+    });
+    Ok((StatusCode::ACCEPTED, Json(json!({ "runId": run_id, "parent": parent.id, "at": body.at }))).into_response())
+}
