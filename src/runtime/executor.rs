@@ -11,7 +11,8 @@ use tokio_util::sync::CancellationToken;
 
 use super::task::{TaskEnv, run_task};
 use super::{
-    Checkpointer, PendingTask, RunError, RunOptions, RunOutcome, RunStatus, Services, StepBatch, TaskWrite, input_state,
+    CheckpointError, Checkpointer, Durability, PendingTask, RunError, RunOptions, RunOutcome, RunStatus, Services, StepBatch,
+    TaskWrite, input_state,
 };
 use crate::events::{EVENT_FORMAT, Event, EventKind, EventSink, NodeEvents};
 use crate::graph::{CompiledGraph, NodeIdx, Target, Transition};
@@ -80,7 +81,8 @@ pub async fn run(
     )
     .await;
     let tasks = graph.entry.iter().map(|&n| Task { node: n, item: None, order: (n, 0) }).collect();
-    let mut exec = Exec::new(&graph, &services, sink, &opts.cancel, String::new(), state, tasks, opts.checkpointer.as_deref(), opts.snapshot_every);
+    let mut exec = Exec::new(&graph, &services, sink, &opts.cancel, String::new(), state, tasks, opts.checkpointer.clone(), opts.snapshot_every);
+    exec.durability = opts.durability;
     exec.checkpoint(Vec::new(), true).await.map_err(RunError::Checkpoint)?;
     let result = exec_result(&mut exec).await;
     exec.finish(result, opts.run_id).await
@@ -107,7 +109,8 @@ pub async fn resume(graph: Arc<CompiledGraph>, services: Arc<Services>, from: Re
         };
         tasks.push(Task { node, item: p.item.clone(), order: (node, k) });
     }
-    let mut exec = Exec::new(&graph, &services, sink, &opts.cancel, String::new(), from.state, tasks, opts.checkpointer.as_deref(), opts.snapshot_every);
+    let mut exec = Exec::new(&graph, &services, sink, &opts.cancel, String::new(), from.state, tasks, opts.checkpointer.clone(), opts.snapshot_every);
+    exec.durability = opts.durability;
     exec.step = from.step;
     for (j, arrived) in from.joins.iter().enumerate() {
         if let Some(join) = graph.joins.get(j) {
@@ -163,7 +166,10 @@ struct Exec<'a> {
     /// Per join, per source: arrived since the join last fired.
     joins: Vec<Vec<bool>>,
     trail: VecDeque<(NodeIdx, u32)>,
-    checkpointer: Option<&'a dyn Checkpointer>,
+    checkpointer: Option<Arc<dyn Checkpointer>>,
+    durability: Durability,
+    /// The step being saved in the background (async durability).
+    in_flight: Option<(u32, tokio::task::JoinHandle<Result<(), CheckpointError>>)>,
     snapshot_every: u32,
     /// Scratch: nodes triggered for the next step (marks, and the list of
     /// marked nodes so a step costs what it triggers, not the graph size).
@@ -181,7 +187,7 @@ impl<'a> Exec<'a> {
         prefix: String,
         state: Box<dyn DynState>,
         tasks: Vec<Task>,
-        checkpointer: Option<&'a dyn Checkpointer>,
+        checkpointer: Option<Arc<dyn Checkpointer>>,
         snapshot_every: u32,
     ) -> Self {
         let names = graph
@@ -201,6 +207,8 @@ impl<'a> Exec<'a> {
             joins: graph.joins.iter().map(|j| vec![false; j.sources.len()]).collect(),
             trail: VecDeque::new(),
             checkpointer,
+            durability: Durability::Sync,
+            in_flight: None,
             snapshot_every: snapshot_every.max(1),
             triggered: vec![false; graph.nodes.len()],
             triggered_list: Vec::new(),
@@ -360,10 +368,21 @@ impl<'a> Exec<'a> {
         Ok(())
     }
 
-    /// Hands the step to the checkpointer (if any).
-    async fn checkpoint(&mut self, writes: Vec<TaskWrite>, initial: bool) -> Result<(), super::CheckpointError> {
-        let Some(cp) = self.checkpointer else { return Ok(()) };
-        let snapshot = (initial || self.step % self.snapshot_every == 0).then(|| self.state.to_json());
+    /// Waits for the step being saved in the background, then says so.
+    async fn settle(&mut self) -> Result<(), CheckpointError> {
+        if let Some((step, handle)) = self.in_flight.take() {
+            handle.await.map_err(|e| CheckpointError(format!("checkpoint task failed: {e}")))??;
+            self.sink.emit(step, None, 0, EventKind::CheckpointSaved { checkpoint: step }).await;
+        }
+        Ok(())
+    }
+
+    /// Hands the step to the checkpointer (if any): waits for the write
+    /// (sync durability) or starts it in the background after the previous
+    /// one has landed (async durability: at most one step behind).
+    async fn checkpoint(&mut self, writes: Vec<TaskWrite>, initial: bool) -> Result<(), CheckpointError> {
+        let Some(cp) = self.checkpointer.clone() else { return Ok(()) };
+        let snapshot = (initial || self.step.is_multiple_of(self.snapshot_every)).then(|| self.state.to_json());
         let batch = StepBatch {
             run_id: self.sink.run_id(),
             step: self.step,
@@ -374,9 +393,15 @@ impl<'a> Exec<'a> {
             snapshot,
             status: RunStatus::Running,
         };
-        cp.save(batch).await?;
-        if !initial {
-            self.sink.emit(self.step, None, 0, EventKind::CheckpointSaved { checkpoint: self.step }).await;
+        if initial || self.durability == Durability::Sync {
+            self.settle().await?;
+            cp.save(batch).await?;
+            if !initial {
+                self.sink.emit(self.step, None, 0, EventKind::CheckpointSaved { checkpoint: self.step }).await;
+            }
+        } else {
+            self.settle().await?;
+            self.in_flight = Some((self.step, tokio::spawn(async move { cp.save(batch).await })));
         }
         Ok(())
     }
@@ -398,13 +423,27 @@ impl<'a> Exec<'a> {
 
     /// Emits the run's last event, stores the final batch and returns the outcome.
     async fn finish(&mut self, result: Result<(), RunError>, run_id: uuid::Uuid) -> Result<RunOutcome, RunError> {
-        let (event, status) = match &result {
-            Ok(()) => (EventKind::RunFinished { steps: self.step, usage: self.sink.usage() }, RunStatus::Finished),
-            Err(RunError::Cancelled) => (EventKind::RunCancelled { reason: "cancelled".into() }, RunStatus::Cancelled),
-            Err(e) => (EventKind::RunFailed { error: e.info() }, RunStatus::Failed),
+        let event = match &result {
+            Ok(()) => EventKind::RunFinished { steps: self.step, usage: self.sink.usage() },
+            Err(RunError::Cancelled) => EventKind::RunCancelled { reason: "cancelled".into() },
+            Err(e) => EventKind::RunFailed { error: e.info() },
+        };
+        let settled = self.settle().await;
+        let (result, event) = match (result, settled) {
+            (Ok(()), Err(e)) => {
+                let e = RunError::Checkpoint(e);
+                let event = EventKind::RunFailed { error: e.info() };
+                (Err(e), event)
+            }
+            (result, _) => (result, event),
+        };
+        let status = match &result {
+            Ok(()) => RunStatus::Finished,
+            Err(RunError::Cancelled) => RunStatus::Cancelled,
+            Err(_) => RunStatus::Failed,
         };
         self.sink.emit(self.step, None, 0, event).await;
-        if let Some(cp) = self.checkpointer {
+        if let Some(cp) = self.checkpointer.clone() {
             let batch = StepBatch {
                 run_id,
                 step: self.step,

@@ -72,6 +72,21 @@ pub struct RunOptions {
     pub forked_from: Option<ForkOrigin>,
     /// Stream settings recorded in `run_started` (see [`EventKind::RunStarted`]).
     pub stream: Option<Value>,
+    /// When a step's checkpoint must be stored.
+    pub durability: Durability,
+}
+
+/// When checkpoints are stored.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Durability {
+    /// A step is stored before the next starts (default): a crash loses at
+    /// most the step in progress.
+    #[default]
+    Sync,
+    /// Stored in the background while the next step runs, at most one step
+    /// behind: less latency per step, a crash may lose one more step.
+    Async,
 }
 
 impl std::fmt::Debug for RunOptions {
@@ -90,6 +105,7 @@ impl Default for RunOptions {
             snapshot_every: 10,
             forked_from: None,
             stream: None,
+            durability: Durability::Sync,
         }
     }
 }

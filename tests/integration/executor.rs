@@ -522,3 +522,27 @@ fn the_test_state_schema_is_generated() {
     let s = TestState::SCHEMA;
     assert_eq!(s.names().collect::<Vec<_>>(), ["log", "n", "done", "items", "note"]);
 }
+
+#[tokio::test]
+async fn async_durability_stores_every_step_at_most_one_behind() {
+    let reg = registries(0);
+    let g = compile(&LOOP.replace("RL", "25").replace("TARGET", "3"), &reg);
+    let store = Arc::new(MemoryCheckpointer::new());
+    let opts = RunOptions {
+        checkpointer: Some(store.clone()),
+        durability: stategraph::runtime::Durability::Async,
+        ..Default::default()
+    };
+    let run_id = opts.run_id;
+    let (r, events) = run_collect(g, services(&reg), json!({}), opts).await;
+    r.unwrap();
+    let batches = store.batches(run_id);
+    assert_eq!(batches.iter().map(|b| b.step).collect::<Vec<_>>(), [0, 1, 2, 3, 4, 5, 6, 6]);
+    let stored: Vec<u64> = batches.iter().flat_map(|b| b.events.iter().map(|e| e.seq)).collect();
+    assert_eq!(stored, events.iter().map(|e| e.seq).collect::<Vec<_>>(), "no event lost or duplicated");
+    let saved: Vec<u32> = events.iter().filter_map(|e| match e.event {
+        EventKind::CheckpointSaved { checkpoint } => Some(checkpoint),
+        _ => None,
+    }).collect();
+    assert_eq!(saved, [1, 2, 3, 4, 5, 6], "each step is confirmed once it has landed");
+}
