@@ -233,8 +233,10 @@ pub struct Config {
     pub paths: PathsConfig,
     /// Models.
     pub llm: LlmConfig,
-    // STORE-PENDING /// Persistence.
-    // STORE-PENDING pub store: crate::store::config::StoreConfig,
+    /// Persistence.
+    pub store: crate::store::config::StoreConfig,
+    /// Tools.
+    pub tools: crate::tools::config::ToolsConfig,
     /// Authentication.
     pub auth: AuthConfig,
     /// Logs and traces.
@@ -314,7 +316,10 @@ impl Config {
             };
         }
         self.llm = std::mem::take(&mut self.llm).with_env_from(&env);
-        // STORE-PENDING self.store = std::mem::take(&mut self.store).with_env_from(&env, &self.paths.data);
+        self.store = std::mem::take(&mut self.store).with_env_from(&env);
+        if self.store.data_dir.is_none() {
+            self.store.data_dir = Some(self.paths.data.clone());
+        }
         Ok(self)
     }
 }

@@ -5,6 +5,8 @@
 #   - PostgreSQL on 127.0.0.1:5432 (started if it is not running; tests create
 #     and drop their own databases);
 #   - the AI SDK stream validator (npm ci in ../shared/tools/aisdk-validate);
+#   - MCP test servers (npm ci in tests/mcp; a Python venv under
+#     ${XDG_CACHE_HOME:-~/.cache}/stategraph-tests/venv);
 #   - cargo-nextest (installed if missing).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -25,6 +27,26 @@ if [ ! -d "$validator/node_modules/ai" ]; then
   log "installing the AI SDK validator (npm ci)"
   (cd "$validator" && npm ci --no-audit --no-fund --loglevel=error)
 fi
+
+# MCP test servers (tests/integration/mcp.rs): server-everything from
+# tests/mcp/package-lock.json, and the Python `mcp` SDK + mcp-server-time from
+# tests/mcp/requirements.txt in a venv outside the repository. Each is
+# (re)installed only when missing or when its pin file changed.
+mcp_dir="$root/tests/mcp"
+if [ ! -d "$mcp_dir/node_modules/@modelcontextprotocol/server-everything" ] \
+  || [ "$mcp_dir/package-lock.json" -nt "$mcp_dir/node_modules/.package-lock.json" ]; then
+  log "installing MCP test servers (npm ci in tests/mcp)"
+  (cd "$mcp_dir" && npm ci --no-audit --no-fund --loglevel=error)
+fi
+venv="${XDG_CACHE_HOME:-$HOME/.cache}/stategraph-tests/venv"
+if [ ! -x "$venv/bin/python" ] || ! cmp -s "$mcp_dir/requirements.txt" "$venv/requirements.txt"; then
+  log "installing the Python MCP test servers (venv in $venv)"
+  python3 -m venv "$venv"
+  "$venv/bin/pip" install --quiet --disable-pip-version-check -r "$mcp_dir/requirements.txt"
+  cp "$mcp_dir/requirements.txt" "$venv/requirements.txt"
+fi
+export STATEGRAPH_TEST_MCP_EVERYTHING="$mcp_dir/node_modules/@modelcontextprotocol/server-everything/dist/index.js"
+export STATEGRAPH_TEST_PYTHON="$venv/bin/python"
 
 # cargo-nextest
 if ! cargo nextest --version >/dev/null 2>&1; then

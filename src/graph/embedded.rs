@@ -8,7 +8,10 @@ use super::catalog::{Catalog, Registries};
 use super::prompts::Prompts;
 
 /// (graph id, file text).
-const GRAPHS: &[(&str, &str)] = &[("chat", include_str!("../../graphs/chat.yaml"))];
+const GRAPHS: &[(&str, &str)] = &[
+    ("chat", include_str!("../../graphs/chat.yaml")),
+    ("analyst", include_str!("../../graphs/analyst.yaml")),
+];
 
 /// (prompt path, template text).
 const PROMPTS: &[(&str, &str)] = &[
@@ -22,6 +25,7 @@ const PROMPTS: &[(&str, &str)] = &[
     ("chat/clarifier.md", include_str!("../../prompts/chat/clarifier.md")),
     ("chat/suggester.md", include_str!("../../prompts/chat/suggester.md")),
     ("chat/direct.md", include_str!("../../prompts/chat/direct.md")),
+    ("analyst/analyst.md", include_str!("../../prompts/analyst/analyst.md")),
 ];
 
 /// The embedded catalog.

@@ -11,6 +11,7 @@ use crate::store::Store;
 /// Everything `serve` sets up before listening, or why it could not.
 pub async fn build_state(config: Config) -> Result<Arc<AppState>, String> {
     let registries = Registries::default();
+    config.tools.apply(&registries.tools)?;
     let models = config.llm.build_models().map_err(|e| format!("model configuration: {e}"))?;
     if models.any_offline() {
         tracing::warn!(
@@ -41,7 +42,6 @@ pub async fn build_state(config: Config) -> Result<Arc<AppState>, String> {
     Ok(AppState::new(config, store, graphs, services))
 }
 
-async fn open_store(_config: &Config) -> Result<Arc<dyn Store>, String> {
-    // STORE-PENDING: SQLite / PostgreSQL from [store].
-    Ok(Arc::new(crate::store::memory::MemoryStore::new()))
+async fn open_store(config: &Config) -> Result<Arc<dyn Store>, String> {
+    crate::store::config::open(&config.store).await.map_err(|e| format!("store: {e}"))
 }

@@ -8,10 +8,20 @@
 //!   together one superstep at a time ([`StepBatch`]), which is what resume,
 //!   replay and the debugging API read.
 //!
-//! Backends: [`memory`] (tests), SQLite (the embedded default) and
-//! PostgreSQL. A [`Store`] is anything implementing all three.
+//! Backends: [`memory`] (tests), [`sqlite`] (the embedded default) and
+//! [`postgres`]; [`config`] picks one and [`open`]s it. A [`Store`] is
+//! anything implementing all three.
 
+pub mod config;
 pub mod memory;
+pub mod postgres;
+mod sql;
+pub mod sqlite;
+
+pub use config::{StoreConfig, open};
+pub use postgres::PostgresStore;
+pub use sql::MigrationReport;
+pub use sqlite::SqliteStore;
 
 use std::sync::Arc;
 

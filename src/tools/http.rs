@@ -7,7 +7,7 @@
 //! followed by hand for that reason (a redirect is the classic way out of an
 //! allow-list). The body is read only up to a size limit — the connection is
 //! dropped past it — and the whole fetch, redirects included, has a time
-//! limit. HTML is reduced to its title and visible text ([`html`]); plain
+//! limit. HTML is reduced to its title and visible text (the `html` submodule); plain
 //! text and JSON are passed through. A refused URL is a `validation_error`
 //! whose details list the allowed hosts, so the model can pick another.
 //!
@@ -57,7 +57,11 @@ pub struct HttpFetchConfig {
 
 impl Default for HttpFetchConfig {
     fn default() -> Self {
-        Self { allow: Vec::new(), max_bytes: Bytes(1024 * 1024), timeout: Dur(Duration::from_secs(15)) }
+        Self {
+            allow: Vec::new(),
+            max_bytes: Bytes(1024 * 1024),
+            timeout: Dur(Duration::from_secs(15)),
+        }
     }
 }
 
@@ -65,7 +69,9 @@ impl Default for HttpFetchConfig {
 #[derive(Debug, thiserror::Error)]
 pub enum SetupError {
     /// An allow-list entry is not a host name or `*.domain` pattern.
-    #[error("invalid allow-list entry `{0}`: write a host name such as `docs.example.com` or a pattern such as `*.example.com`")]
+    #[error(
+        "invalid allow-list entry `{0}`: write a host name such as `docs.example.com` or a pattern such as `*.example.com`"
+    )]
     Pattern(String),
     /// A configured URL does not parse.
     #[error("invalid URL `{url}`: {message}")]
@@ -107,20 +113,36 @@ impl AllowList {
     /// # Errors
     /// An entry that is neither.
     pub fn new(entries: &[String]) -> Result<Self, SetupError> {
-        let mut list = Self { exact: Vec::new(), suffixes: Vec::new() };
+        let mut list = Self {
+            exact: Vec::new(),
+            suffixes: Vec::new(),
+        };
         for e in entries {
             let norm = e.trim().trim_end_matches('.').to_ascii_lowercase();
             let (host, wildcard) = match norm.strip_prefix("*.") {
                 Some(rest) => (rest, true),
                 None => (norm.as_str(), false),
             };
-            let valid = !host.is_empty()
-                && host.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '.' | ':' | '[' | ']'))
-                && !host.starts_with('.');
+            // A name or IPv4 address, or a bracketed IPv6 address (as URLs
+            // spell hosts); no scheme, port or path.
+            let ipv6 = host.len() > 2
+                && host.starts_with('[')
+                && host.ends_with(']')
+                && host[1..host.len() - 1]
+                    .chars()
+                    .all(|c| c.is_ascii_hexdigit() || c == ':' || c == '.');
+            let name = host
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '.');
+            let valid = !host.is_empty() && !host.starts_with('.') && (name || (ipv6 && !wildcard));
             if !valid {
                 return Err(SetupError::Pattern(e.clone()));
             }
-            if wildcard { list.suffixes.push(host.to_owned()) } else { list.exact.push(host.to_owned()) }
+            if wildcard {
+                list.suffixes.push(host.to_owned())
+            } else {
+                list.exact.push(host.to_owned())
+            }
         }
         Ok(list)
     }
@@ -128,13 +150,21 @@ impl AllowList {
     /// Whether `host` may be fetched.
     pub fn allows(&self, host: &str) -> bool {
         let host = host.trim_end_matches('.').to_ascii_lowercase();
-        self.exact.iter().any(|h| *h == host)
-            || self.suffixes.iter().any(|d| host.len() > d.len() + 1 && host.ends_with(d.as_str()) && host.as_bytes()[host.len() - d.len() - 1] == b'.')
+        self.exact.contains(&host)
+            || self.suffixes.iter().any(|d| {
+                host.len() > d.len() + 1
+                    && host.ends_with(d.as_str())
+                    && host.as_bytes()[host.len() - d.len() - 1] == b'.'
+            })
     }
 
     /// The entries, as configured (for error details).
     pub fn entries(&self) -> Vec<String> {
-        self.exact.iter().cloned().chain(self.suffixes.iter().map(|d| format!("*.{d}"))).collect()
+        self.exact
+            .iter()
+            .cloned()
+            .chain(self.suffixes.iter().map(|d| format!("*.{d}")))
+            .collect()
     }
 }
 
@@ -172,7 +202,10 @@ impl HttpFetch {
                     "additionalProperties": false
                 })),
                 partition: PARTITION.into(),
-                policy: ToolPolicy { timeout: timeout + Duration::from_secs(5), ..ToolPolicy::default() },
+                policy: ToolPolicy {
+                    timeout: timeout + Duration::from_secs(5),
+                    ..ToolPolicy::default()
+                },
             },
             allow,
             client: client(timeout)?,
@@ -188,13 +221,17 @@ impl HttpFetch {
         if scheme_ok && !host.is_empty() && self.allow.allows(host) {
             return Ok(());
         }
-        let mut details = json!({ "url": url.as_str(), "host": host, "allowed_hosts": self.allow.entries() });
+        let mut details =
+            json!({ "url": url.as_str(), "host": host, "allowed_hosts": self.allow.entries() });
         let message = match redirected_from {
             Some(from) => {
                 details["redirected_from"] = json!(from.as_str());
                 format!("`{from}` redirects to `{url}`, whose host is not allowed")
             }
-            None if !scheme_ok => format!("only http and https URLs can be fetched, not `{}`", url.scheme()),
+            None if !scheme_ok => format!(
+                "only http and https URLs can be fetched, not `{}`",
+                url.scheme()
+            ),
             None => format!("host `{host}` is not allowed; use one of the allowed hosts"),
         };
         Err(ToolError::Validation { message, details })
@@ -204,26 +241,42 @@ impl HttpFetch {
         self.check(&start, None)?;
         let mut url = start;
         for hop in 0..=MAX_REDIRECTS {
-            let mut resp = self.client.get(url.clone()).send().await.map_err(|e| request_error(&e, &url, self.timeout))?;
+            let mut resp = self
+                .client
+                .get(url.clone())
+                .send()
+                .await
+                .map_err(|e| request_error(&e, &url, self.timeout))?;
             let status = resp.status();
-            if status.is_redirection() {
-                if let Some(location) = resp.headers().get(LOCATION).and_then(|l| l.to_str().ok()) {
-                    if hop == MAX_REDIRECTS {
-                        return Err(ToolError::Execution(format!("too many redirects (more than {MAX_REDIRECTS}) from `{url}`")));
-                    }
-                    let next = url
-                        .join(location)
-                        .map_err(|e| ToolError::Execution(format!("`{url}` redirects to an invalid location: {e}")))?;
-                    self.check(&next, Some(&url))?;
-                    url = next;
-                    continue;
+            if status.is_redirection()
+                && let Some(location) = resp.headers().get(LOCATION).and_then(|l| l.to_str().ok())
+            {
+                if hop == MAX_REDIRECTS {
+                    return Err(ToolError::Execution(format!(
+                        "too many redirects (more than {MAX_REDIRECTS}) from `{url}`"
+                    )));
                 }
+                let next = url.join(location).map_err(|e| {
+                    ToolError::Execution(format!("`{url}` redirects to an invalid location: {e}"))
+                })?;
+                self.check(&next, Some(&url))?;
+                url = next;
+                continue;
             }
-            let content_type = resp.headers().get(CONTENT_TYPE).and_then(|v| v.to_str().ok()).unwrap_or("").to_ascii_lowercase();
-            let (body, cut) = read_limited(&mut resp, self.max_bytes).await.map_err(|e| request_error(&e, &url, self.timeout))?;
+            let content_type = resp
+                .headers()
+                .get(CONTENT_TYPE)
+                .and_then(|v| v.to_str().ok())
+                .unwrap_or("")
+                .to_ascii_lowercase();
+            let (body, cut) = read_limited(&mut resp, self.max_bytes)
+                .await
+                .map_err(|e| request_error(&e, &url, self.timeout))?;
             return page(&url, status.as_u16(), &content_type, &body, cut);
         }
-        Err(ToolError::Execution(format!("too many redirects (more than {MAX_REDIRECTS})")))
+        Err(ToolError::Execution(format!(
+            "too many redirects (more than {MAX_REDIRECTS})"
+        )))
     }
 }
 
@@ -262,7 +315,10 @@ pub(crate) fn client(timeout: Duration) -> Result<reqwest::Client, SetupError> {
 
 /// Reads at most `max` body bytes; returns them and whether more were left
 /// unread (the response is dropped, closing the connection).
-pub(crate) async fn read_limited(resp: &mut reqwest::Response, max: usize) -> Result<(Vec<u8>, bool), reqwest::Error> {
+pub(crate) async fn read_limited(
+    resp: &mut reqwest::Response,
+    max: usize,
+) -> Result<(Vec<u8>, bool), reqwest::Error> {
     let mut body = Vec::new();
     while let Some(chunk) = resp.chunk().await? {
         let room = max - body.len();
@@ -285,17 +341,29 @@ pub(crate) fn request_error(e: &reqwest::Error, url: &Url, timeout: Duration) ->
     if e.is_connect() {
         ToolError::Execution(format!("could not connect to `{host}`"))
     } else {
-        ToolError::Execution(format!("the request to `{host}` failed while reading the response"))
+        ToolError::Execution(format!(
+            "the request to `{host}` failed while reading the response"
+        ))
     }
 }
 
 /// The result for a fetched body.
-fn page(url: &Url, status: u16, content_type: &str, body: &[u8], cut: bool) -> Result<Value, ToolError> {
+fn page(
+    url: &Url,
+    status: u16,
+    content_type: &str,
+    body: &[u8],
+    cut: bool,
+) -> Result<Value, ToolError> {
     let mime = content_type.split(';').next().unwrap_or("").trim();
     let text = String::from_utf8_lossy(body);
     let is_html = mime == "text/html"
         || mime == "application/xhtml+xml"
-        || (mime.is_empty() && text.trim_start().get(..15).is_some_and(|s| s.to_ascii_lowercase().starts_with("<!doctype html") || s.to_ascii_lowercase().starts_with("<html")));
+        || (mime.is_empty()
+            && text.trim_start().get(..15).is_some_and(|s| {
+                s.to_ascii_lowercase().starts_with("<!doctype html")
+                    || s.to_ascii_lowercase().starts_with("<html")
+            }));
     let is_text = mime.is_empty()
         || mime.starts_with("text/")
         || mime == "application/json"
@@ -309,14 +377,18 @@ fn page(url: &Url, status: u16, content_type: &str, body: &[u8], cut: bool) -> R
     } else if is_text {
         (None, text.into_owned())
     } else {
-        return Err(ToolError::Execution(format!("`{url}` is `{mime}`, not text; only HTML, text and JSON can be read")));
+        return Err(ToolError::Execution(format!(
+            "`{url}` is `{mime}`, not text; only HTML, text and JSON can be read"
+        )));
     };
     let mut truncated = cut;
     if let Some((i, _)) = text.char_indices().nth(MAX_TEXT_CHARS) {
         text.truncate(i);
         truncated = true;
     }
-    Ok(json!({ "url": url.as_str(), "status": status, "title": title, "text": text, "truncated": truncated }))
+    Ok(
+        json!({ "url": url.as_str(), "status": status, "title": title, "text": text, "truncated": truncated }),
+    )
 }
 
 #[cfg(test)]
@@ -331,24 +403,57 @@ mod tests {
     fn hosts_match_exactly_or_as_subdomains_of_a_pattern() {
         let l = list(&["Docs.Example.com", "*.wiki.org", "127.0.0.1"]);
         assert!(l.allows("docs.example.com") && l.allows("DOCS.example.com."));
-        assert!(!l.allows("example.com") && !l.allows("evil-docs.example.com") && !l.allows("docs.example.com.evil.net"));
+        assert!(
+            !l.allows("example.com")
+                && !l.allows("evil-docs.example.com")
+                && !l.allows("docs.example.com.evil.net")
+        );
         assert!(l.allows("en.wiki.org") && l.allows("a.b.wiki.org"));
-        assert!(!l.allows("wiki.org"), "a pattern covers subdomains, not the domain itself");
+        assert!(
+            !l.allows("wiki.org"),
+            "a pattern covers subdomains, not the domain itself"
+        );
         assert!(!l.allows("notwiki.org") && !l.allows("wiki.org.evil.net"));
         assert!(l.allows("127.0.0.1") && !l.allows("localhost"));
         assert_eq!(l.entries(), ["docs.example.com", "127.0.0.1", "*.wiki.org"]);
         assert!(AllowList::new(&["https://x.com/path".into()]).is_err());
         assert!(AllowList::new(&["*.".into()]).is_err());
+        assert!(
+            AllowList::new(&["127.0.0.1:8080".into()]).is_err(),
+            "ports are not part of a host"
+        );
+        assert!(list(&["[::1]"]).allows("[::1]"));
     }
 
     #[test]
     fn text_and_json_pass_through_and_binary_is_refused() {
         let url = Url::parse("http://h/x").unwrap();
-        let v = page(&url, 200, "application/json; charset=utf-8", br#"{"a": 1}"#, false).unwrap();
+        let v = page(
+            &url,
+            200,
+            "application/json; charset=utf-8",
+            br#"{"a": 1}"#,
+            false,
+        )
+        .unwrap();
         assert_eq!(v["text"], r#"{"a": 1}"#);
         assert_eq!(v["title"], Value::Null);
-        let v = page(&url, 200, "", b"<!DOCTYPE html><title>T</title><p>x</p>", true).unwrap();
-        assert_eq!((v["title"].as_str(), v["text"].as_str(), v["truncated"].as_bool()), (Some("T"), Some("x"), Some(true)));
+        let v = page(
+            &url,
+            200,
+            "",
+            b"<!DOCTYPE html><title>T</title><p>x</p>",
+            true,
+        )
+        .unwrap();
+        assert_eq!(
+            (
+                v["title"].as_str(),
+                v["text"].as_str(),
+                v["truncated"].as_bool()
+            ),
+            (Some("T"), Some("x"), Some(true))
+        );
         assert!(page(&url, 200, "image/png", b"\x89PNG", false).is_err());
     }
 }

@@ -8,8 +8,13 @@
 //! — a failing tool never fails the run.
 
 pub mod builtin;
+pub mod config;
 mod cache;
+pub mod http;
+pub mod mcp;
 mod registry;
+pub mod search;
+pub mod sql;
 
 pub use registry::{RegistryError, ToolOutcome, ToolRegistry};
 

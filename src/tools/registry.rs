@@ -89,7 +89,10 @@ impl ToolRegistry {
         Self::default()
     }
 
-    /// A registry with the built-in tools ([`builtin`]).
+    /// A registry with the built-in tools ([`builtin`]), and the built-in
+    /// partitions whose tools need configuration (`data`: SQL sources,
+    /// `web`: fetch and search) declared, so graphs naming them validate
+    /// before (or without) that configuration.
     pub fn with_builtins() -> Self {
         let r = Self::new();
         for tool in builtin::all() {
@@ -97,6 +100,8 @@ impl ToolRegistry {
                 tracing::error!(error = %e, "built-in tool rejected");
             }
         }
+        crate::tools::sql::declare(&r);
+        r.declare_partition(crate::tools::http::PARTITION);
         r
     }
 

@@ -52,7 +52,11 @@ pub struct SearchConfig {
 
 impl Default for SearchConfig {
     fn default() -> Self {
-        Self { url: "http://127.0.0.1:8888".into(), max_results: 5, timeout: Dur(Duration::from_secs(10)) }
+        Self {
+            url: "http://127.0.0.1:8888".into(),
+            max_results: 5,
+            timeout: Dur(Duration::from_secs(10)),
+        }
     }
 }
 
@@ -82,7 +86,10 @@ impl WebSearch {
     /// # Errors
     /// The URL is not an http(s) URL, or the client cannot be built.
     pub fn new(cfg: &SearchConfig) -> Result<Self, SetupError> {
-        let bad = |message: String| SetupError::Url { url: cfg.url.clone(), message };
+        let bad = |message: String| SetupError::Url {
+            url: cfg.url.clone(),
+            message,
+        };
         let mut endpoint = Url::parse(&cfg.url).map_err(|e| bad(e.to_string()))?;
         if !matches!(endpoint.scheme(), "http" | "https") {
             return Err(bad("use an http or https URL".into()));
@@ -125,21 +132,37 @@ impl WebSearch {
 
     async fn search(&self, query: &str, limit: usize) -> Result<Value, ToolError> {
         let mut url = self.endpoint.clone();
-        url.query_pairs_mut().append_pair("q", query).append_pair("format", "json");
-        let mut resp = self.client.get(url.clone()).send().await.map_err(|e| request_error(&e, &url, self.timeout))?;
+        url.query_pairs_mut()
+            .append_pair("q", query)
+            .append_pair("format", "json");
+        let mut resp = self
+            .client
+            .get(url.clone())
+            .send()
+            .await
+            .map_err(|e| request_error(&e, &url, self.timeout))?;
         let status = resp.status();
         if !status.is_success() {
-            return Err(ToolError::Execution(format!("the search service answered HTTP {}; try again later", status.as_u16())));
+            return Err(ToolError::Execution(format!(
+                "the search service answered HTTP {}; try again later",
+                status.as_u16()
+            )));
         }
-        let (body, cut) =
-            read_limited(&mut resp, MAX_RESPONSE_BYTES).await.map_err(|e| request_error(&e, &url, self.timeout))?;
+        let (body, cut) = read_limited(&mut resp, MAX_RESPONSE_BYTES)
+            .await
+            .map_err(|e| request_error(&e, &url, self.timeout))?;
         if cut {
-            return Err(ToolError::Execution("the search service sent an oversized response".into()));
+            return Err(ToolError::Execution(
+                "the search service sent an oversized response".into(),
+            ));
         }
-        let parsed: Value = serde_json::from_slice(&body)
-            .map_err(|_| ToolError::Execution("the search service did not answer with JSON".into()))?;
+        let parsed: Value = serde_json::from_slice(&body).map_err(|_| {
+            ToolError::Execution("the search service did not answer with JSON".into())
+        })?;
         let Some(items) = parsed.get("results").and_then(Value::as_array) else {
-            return Err(ToolError::Execution("the search service's answer has no `results` list".into()));
+            return Err(ToolError::Execution(
+                "the search service's answer has no `results` list".into(),
+            ));
         };
         let results: Vec<Value> = items.iter().filter_map(result).take(limit).collect();
         Ok(json!({ "query": query, "results": results }))
@@ -148,9 +171,18 @@ impl WebSearch {
 
 /// `{title, url, snippet}` of one SearXNG result; `None` without a URL.
 fn result(item: &Value) -> Option<Value> {
-    let url = item.get("url").and_then(Value::as_str).filter(|u| !u.is_empty())?;
+    let url = item
+        .get("url")
+        .and_then(Value::as_str)
+        .filter(|u| !u.is_empty())?;
     let title = item.get("title").and_then(Value::as_str).unwrap_or(url);
-    let snippet = item.get("content").and_then(Value::as_str).unwrap_or("").split_whitespace().collect::<Vec<_>>().join(" ");
+    let snippet = item
+        .get("content")
+        .and_then(Value::as_str)
+        .unwrap_or("")
+        .split_whitespace()
+        .collect::<Vec<_>>()
+        .join(" ");
     let snippet = match snippet.char_indices().nth(MAX_SNIPPET_CHARS) {
         Some((i, _)) => format!("{}…", &snippet[..i]),
         None => snippet,
@@ -167,9 +199,14 @@ impl Tool for WebSearch {
         Box::pin(async move {
             let query = args["query"].as_str().unwrap_or_default().trim().to_owned();
             if query.is_empty() {
-                return Err(ToolError::Validation { message: "the query is empty".into(), details: json!({ "query": query }) });
+                return Err(ToolError::Validation {
+                    message: "the query is empty".into(),
+                    details: json!({ "query": query }),
+                });
             }
-            let limit = args["max_results"].as_u64().map_or(self.max_results, |n| (n as usize).min(self.max_results));
+            let limit = args["max_results"]
+                .as_u64()
+                .map_or(self.max_results, |n| (n as usize).min(self.max_results));
             match tokio::time::timeout(self.timeout, self.search(&query, limit)).await {
                 Ok(r) => r,
                 Err(_) => Err(ToolError::Timeout(self.timeout)),
@@ -185,11 +222,32 @@ mod tests {
     #[test]
     fn the_endpoint_gets_search_appended_once() {
         for base in ["http://h:1", "http://h:1/", "http://h:1/searx/"] {
-            let t = WebSearch::new(&SearchConfig { url: base.into(), ..SearchConfig::default() }).unwrap();
-            assert!(t.endpoint.as_str().ends_with("/search") && !t.endpoint.as_str().contains("//search"), "{}", t.endpoint);
+            let t = WebSearch::new(&SearchConfig {
+                url: base.into(),
+                ..SearchConfig::default()
+            })
+            .unwrap();
+            assert!(
+                t.endpoint.as_str().ends_with("/search")
+                    && !t.endpoint.as_str().contains("//search"),
+                "{}",
+                t.endpoint
+            );
         }
-        assert!(WebSearch::new(&SearchConfig { url: "ftp://h".into(), ..SearchConfig::default() }).is_err());
-        assert!(WebSearch::new(&SearchConfig { url: "not a url".into(), ..SearchConfig::default() }).is_err());
+        assert!(
+            WebSearch::new(&SearchConfig {
+                url: "ftp://h".into(),
+                ..SearchConfig::default()
+            })
+            .is_err()
+        );
+        assert!(
+            WebSearch::new(&SearchConfig {
+                url: "not a url".into(),
+                ..SearchConfig::default()
+            })
+            .is_err()
+        );
     }
 
     #[test]

@@ -11,13 +11,47 @@
 const RAW_SKIPPED: &[&str] = &["script", "style", "textarea", "xmp"];
 
 /// Elements whose content is markup that is not page content.
-const SKIPPED: &[&str] = &["nav", "noscript", "svg", "template", "iframe", "object", "canvas", "select"];
+const SKIPPED: &[&str] = &[
+    "nav", "noscript", "svg", "template", "iframe", "object", "canvas", "select",
+];
 
 /// Elements that break a line before and after.
 const BLOCKS: &[&str] = &[
-    "address", "article", "aside", "blockquote", "br", "dd", "div", "dl", "dt", "fieldset", "figcaption", "figure",
-    "footer", "form", "h1", "h2", "h3", "h4", "h5", "h6", "header", "hr", "li", "main", "ol", "p", "pre", "section",
-    "table", "tbody", "td", "th", "thead", "tr", "ul",
+    "address",
+    "article",
+    "aside",
+    "blockquote",
+    "br",
+    "dd",
+    "div",
+    "dl",
+    "dt",
+    "fieldset",
+    "figcaption",
+    "figure",
+    "footer",
+    "form",
+    "h1",
+    "h2",
+    "h3",
+    "h4",
+    "h5",
+    "h6",
+    "header",
+    "hr",
+    "li",
+    "main",
+    "ol",
+    "p",
+    "pre",
+    "section",
+    "table",
+    "tbody",
+    "td",
+    "th",
+    "thead",
+    "tr",
+    "ul",
 ];
 
 /// What a page says.
@@ -86,17 +120,29 @@ pub(crate) fn extract(html: &str) -> Extracted {
             out.push('\n');
         }
     }
-    let text = out.lines().map(collapse).filter(|l| !l.is_empty()).collect::<Vec<_>>().join("\n");
+    let text = out
+        .lines()
+        .map(collapse)
+        .filter(|l| !l.is_empty())
+        .collect::<Vec<_>>()
+        .join("\n");
     Extracted { title, text }
 }
 
-/// Appends text, with entities decoded.
+/// Appends text, with entities decoded; line breaks in the source are
+/// plain whitespace (only block elements break lines).
 fn push_text(out: &mut String, raw: &str) {
-    if raw.contains('&') {
-        out.push_str(&decode_entities(raw));
+    let decoded;
+    let text = if raw.contains('&') {
+        decoded = decode_entities(raw);
+        decoded.as_str()
     } else {
-        out.push_str(raw);
-    }
+        raw
+    };
+    out.extend(
+        text.chars()
+            .map(|c| if c == '\n' || c == '\r' { ' ' } else { c }),
+    );
 }
 
 /// The offset of `</name` (case-insensitive) in `s`, or its length.
@@ -141,7 +187,12 @@ impl Tag {
         let first = *b.get(i)?;
         if first == b'!' || first == b'?' {
             let len = s.find('>').map_or(s.len(), |e| e + 1);
-            return Some(Tag { name: "!".into(), closing, self_closing: true, len });
+            return Some(Tag {
+                name: "!".into(),
+                closing,
+                self_closing: true,
+                len,
+            });
         }
         if !first.is_ascii_alphabetic() {
             return None;
@@ -164,7 +215,12 @@ impl Tag {
             i += 1;
         }
         let self_closing = i > 0 && b.get(i - 1) == Some(&b'/');
-        Some(Tag { name, closing, self_closing, len: (i + 1).min(b.len()) })
+        Some(Tag {
+            name,
+            closing,
+            self_closing,
+            len: (i + 1).min(b.len()),
+        })
     }
 }
 
@@ -180,9 +236,13 @@ fn decode_entities(s: &str) -> String {
     while let Some(amp) = rest.find('&') {
         out.push_str(&rest[..amp]);
         rest = &rest[amp..];
-        let end = rest[1..].find(|c: char| c == ';' || c == '&' || c.is_whitespace()).map(|e| e + 1);
+        let end = rest[1..]
+            .find(|c: char| c == ';' || c == '&' || c.is_whitespace())
+            .map(|e| e + 1);
         let decoded = match end {
-            Some(e) if rest.as_bytes()[e] == b';' && e <= 12 => entity(&rest[1..e]).map(|c| (c, e + 1)),
+            Some(e) if rest.as_bytes()[e] == b';' && e <= 12 => {
+                entity(&rest[1..e]).map(|c| (c, e + 1))
+            }
             _ => None,
         };
         match decoded {
@@ -246,7 +306,10 @@ mod tests {
             <svg><text>chart</text></svg><p>1 < 2 &unknown; &amp</p></body></html>"#;
         let e = extract(page);
         assert_eq!(e.title.as_deref(), Some("Quarterly report"));
-        assert_eq!(e.text, "Revenue & costs\nRevenue grew by 5 %.\nCosts fell.\nMargins ↑ ↑\n1 < 2 &unknown; &amp");
+        assert_eq!(
+            e.text,
+            "Revenue & costs\nRevenue grew by 5 %.\nCosts fell.\nMargins ↑ ↑\n1 < 2 &unknown; &amp"
+        );
     }
 
     #[test]

@@ -1,0 +1,596 @@
+//! The PostgreSQL backend: what several stateless instances share.
+//!
+//! A deadpool pool of tokio-postgres connections built from a URL
+//! (`postgres://postgres@127.0.0.1:5432/stategraph`); statements are prepared
+//! once per connection and cached. Opening runs the migrations under an
+//! advisory lock, so instances starting together migrate once.
+//!
+//! # One round trip per step
+//! [`EventLog::append`] is the hot path: the executor waits for it at the
+//! end of every superstep. It is **one SQL statement**: the step's events go
+//! in as one array per column and are expanded with `unnest` into a
+//! multi-row `INSERT`, the checkpoint is upserted and the run's
+//! `last_seq` / `last_step` / status advanced, all as data-modifying CTEs of
+//! that statement. A statement is its own transaction, so the batch is
+//! atomic (a duplicate seq stores nothing), and with the statement cached it
+//! is one Bind/Execute/Sync exchange: one round trip, however many events.
+//!
+//! JSON columns are `json`, not `jsonb`: the text serde wrote is kept
+//! verbatim, so patches (ordered maps) keep their key order, and every
+//! string serde can write is accepted. Connections are plain TCP (`NoTls`):
+//! the database is expected on a private network or a local socket.
+//!
+//! Errors: connection failures, pool timeouts, shutdowns, resource
+//! exhaustion and serialization failures are [`StoreError::Unavailable`]
+//! (transient); unique violations are [`StoreError::Conflict`].
+
+mod rows;
+
+use std::time::Duration;
+
+use deadpool_postgres::{
+    Manager, ManagerConfig, Object, Pool, PoolError, RecyclingMethod, Runtime,
+};
+use futures::future::BoxFuture;
+use tokio_postgres::types::{Json, ToSql};
+use tokio_postgres::{NoTls, Row};
+use uuid::Uuid;
+
+use super::sql::{self, EncodedBatch, EventRow, Migration, MigrationReport};
+use super::{
+    ChatRecord, ChatStore, CheckpointRecord, EventLog, MessageRecord, RunRecord, RunStore, Store,
+    StoreError, StoreResult,
+};
+use crate::events::{ErrorInfo, Event, EventKind, Usage, now_micros};
+use crate::runtime::{PendingTask, RunStatus, StepBatch, TaskWrite};
+
+use rows::{
+    APPEND, CHAT_COLS, MESSAGE_COLS, MessageColumns, RUN_COLS, RunColumns, UPSERT_MESSAGES,
+    chat_of, message_of, run_of,
+};
+
+/// The schema, in order. Append new files; never edit an applied one.
+const MIGRATIONS: &[Migration] = &[Migration {
+    version: 1,
+    name: "init",
+    sql: include_str!("migrations/postgres/0001_init.sql"),
+}];
+
+/// Advisory lock key serializing migrations across instances ("stgraph").
+const MIGRATION_LOCK: i64 = 0x0073_7467_7261_7068;
+
+/// Default pool size.
+pub const DEFAULT_POOL_SIZE: usize = 16;
+
+/// A store in a PostgreSQL database.
+pub struct PostgresStore {
+    pool: Pool,
+}
+
+impl std::fmt::Debug for PostgresStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PostgresStore")
+            .field("status", &self.pool.status())
+            .finish()
+    }
+}
+
+impl PostgresStore {
+    /// Connects to `url` with a pool of at most `pool_size` connections and
+    /// applies pending migrations.
+    ///
+    /// # Errors
+    /// An invalid URL, an unreachable server ([`StoreError::Unavailable`]),
+    /// a failed migration, or a database with a newer schema than this
+    /// build knows.
+    pub async fn connect(url: &str, pool_size: usize) -> StoreResult<Self> {
+        let store = Self {
+            pool: pool(url, pool_size)?,
+        };
+        let mut client = store.client().await?;
+        apply_migrations(&mut client).await?;
+        Ok(store)
+    }
+
+    /// The connection pool (for tools and benchmarks).
+    pub fn pool(&self) -> &Pool {
+        &self.pool
+    }
+
+    async fn client(&self) -> StoreResult<Object> {
+        self.pool.get().await.map_err(pool_error)
+    }
+
+    /// Runs a cached statement on a pooled connection; the rows.
+    async fn query(&self, sql: &str, params: &[&(dyn ToSql + Sync)]) -> StoreResult<Vec<Row>> {
+        let client = self.client().await?;
+        let stmt = client.prepare_cached(sql).await?;
+        Ok(client.query(&stmt, params).await?)
+    }
+
+    /// As [`PostgresStore::query`], for at most one row.
+    async fn query_opt(
+        &self,
+        sql: &str,
+        params: &[&(dyn ToSql + Sync)],
+    ) -> StoreResult<Option<Row>> {
+        let client = self.client().await?;
+        let stmt = client.prepare_cached(sql).await?;
+        Ok(client.query_opt(&stmt, params).await?)
+    }
+
+    /// As [`PostgresStore::query`]; the number of rows changed.
+    async fn execute(&self, sql: &str, params: &[&(dyn ToSql + Sync)]) -> StoreResult<u64> {
+        let client = self.client().await?;
+        let stmt = client.prepare_cached(sql).await?;
+        Ok(client.execute(&stmt, params).await?)
+    }
+}
+
+/// Brings the database at `url` to the schema this build knows;
+/// `stategraph migrate` calls this.
+///
+/// # Errors
+/// As [`PostgresStore::connect`].
+pub async fn migrate(url: &str) -> StoreResult<MigrationReport> {
+    let pool = pool(url, 1)?;
+    let mut client = pool.get().await.map_err(pool_error)?;
+    apply_migrations(&mut client).await
+}
+
+fn pool(url: &str, size: usize) -> StoreResult<Pool> {
+    let mut config: tokio_postgres::Config = url
+        .parse()
+        .map_err(|e| StoreError::Backend(format!("invalid PostgreSQL URL: {e}")))?;
+    if config.get_connect_timeout().is_none() {
+        config.connect_timeout(Duration::from_secs(5));
+    }
+    if config.get_application_name().is_none() {
+        config.application_name("stategraph");
+    }
+    let manager = Manager::from_config(
+        config,
+        NoTls,
+        ManagerConfig {
+            recycling_method: RecyclingMethod::Fast,
+        },
+    );
+    Pool::builder(manager)
+        .max_size(size.max(1))
+        .runtime(Runtime::Tokio1)
+        .wait_timeout(Some(Duration::from_secs(10)))
+        .create_timeout(Some(Duration::from_secs(5)))
+        .recycle_timeout(Some(Duration::from_secs(5)))
+        .build()
+        .map_err(|e| StoreError::Backend(format!("cannot build the PostgreSQL pool: {e}")))
+}
+
+/// Applies pending migrations in one transaction, holding an advisory lock.
+async fn apply_migrations(client: &mut Object) -> StoreResult<MigrationReport> {
+    let tx = client.transaction().await?;
+    tx.execute("SELECT pg_advisory_xact_lock($1)", &[&MIGRATION_LOCK])
+        .await?;
+    tx.batch_execute(
+        "CREATE TABLE IF NOT EXISTS schema_migrations (
+             version INTEGER NOT NULL PRIMARY KEY, name TEXT NOT NULL, applied_at BIGINT NOT NULL)",
+    )
+    .await?;
+    let found: i32 = tx
+        .query_one(
+            "SELECT coalesce(max(version), 0) FROM schema_migrations",
+            &[],
+        )
+        .await?
+        .try_get(0)?;
+    let found = sql::u32_of(i64::from(found), "schema version")?;
+    sql::check_not_newer(found, MIGRATIONS, "PostgreSQL")?;
+    let mut applied = Vec::new();
+    for m in sql::pending(found, MIGRATIONS) {
+        tx.batch_execute(m.sql).await.map_err(|e| {
+            StoreError::Backend(format!(
+                "PostgreSQL migration {} ({}) failed: {}",
+                m.version,
+                m.name,
+                describe(&e)
+            ))
+        })?;
+        let version = sql::i32_of(m.version, "schema version")?;
+        tx.execute(
+            "INSERT INTO schema_migrations (version, name, applied_at) VALUES ($1, $2, $3)",
+            &[&version, &m.name, &sql::i64_of(now_micros(), "time")?],
+        )
+        .await?;
+        applied.push(m.version);
+    }
+    tx.commit().await?;
+    Ok(MigrationReport {
+        from: found,
+        to: found.max(sql::latest(MIGRATIONS)),
+        applied,
+    })
+}
+
+/// The server's message for a database error, the client's otherwise.
+fn describe(e: &tokio_postgres::Error) -> String {
+    match e.as_db_error() {
+        Some(db) => match db.detail() {
+            Some(detail) => format!("{} ({detail})", db.message()),
+            None => db.message().to_owned(),
+        },
+        None => e.to_string(),
+    }
+}
+
+impl From<tokio_postgres::Error> for StoreError {
+    fn from(e: tokio_postgres::Error) -> Self {
+        if let Some(db) = e.as_db_error() {
+            let code = db.code().code();
+            let text = describe(&e);
+            return match code {
+                "23505" => StoreError::Conflict(text),
+                // Connection exceptions, insufficient resources, shutdowns,
+                // serialization failures and deadlocks: retrying may help.
+                c if c.starts_with("08")
+                    || c.starts_with("53")
+                    || c.starts_with("57P")
+                    || c == "40001"
+                    || c == "40P01" =>
+                {
+                    StoreError::Unavailable(format!("{code}: {text}"))
+                }
+                _ => StoreError::Backend(format!("{code}: {text}")),
+            };
+        }
+        // tokio-postgres keeps its error kinds private: a closed connection,
+        // an I/O error underneath, a failed connect or a timeout all mean
+        // the server could not be reached.
+        let io = std::error::Error::source(&e).is_some_and(|s| s.is::<std::io::Error>());
+        let text = e.to_string();
+        if e.is_closed()
+            || io
+            || text.starts_with("error connecting")
+            || text.starts_with("timeout")
+        {
+            StoreError::Unavailable(format!("PostgreSQL: {text}"))
+        } else {
+            StoreError::Backend(format!("PostgreSQL: {text}"))
+        }
+    }
+}
+
+fn pool_error(e: PoolError) -> StoreError {
+    match e {
+        PoolError::Backend(e) => e.into(),
+        PoolError::NoRuntimeSpecified => {
+            StoreError::Backend("PostgreSQL pool has no runtime".into())
+        }
+        other => StoreError::Unavailable(format!("PostgreSQL pool: {other}")),
+    }
+}
+
+impl ChatStore for PostgresStore {
+    fn ensure_chat(&self, chat: ChatRecord) -> BoxFuture<'_, StoreResult<ChatRecord>> {
+        Box::pin(async move {
+            let (created, updated) = (
+                sql::i64_of(chat.created_at, "chat time")?,
+                sql::i64_of(chat.updated_at, "chat time")?,
+            );
+            let insert = format!(
+                "WITH inserted AS (
+                     INSERT INTO chats ({CHAT_COLS}) VALUES ($1, $2, $3, $4, $5, $6)
+                     ON CONFLICT (id) DO NOTHING RETURNING {CHAT_COLS})
+                 SELECT {CHAT_COLS} FROM inserted UNION ALL SELECT {CHAT_COLS} FROM chats WHERE id = $1 LIMIT 1"
+            );
+            let params: [&(dyn ToSql + Sync); 6] = [
+                &chat.id,
+                &chat.user_id,
+                &chat.title,
+                &created,
+                &updated,
+                &chat.active_run,
+            ];
+            if let Some(row) = self.query_opt(&insert, &params).await? {
+                return chat_of(&row);
+            }
+            // Another transaction inserted it after this statement's snapshot
+            // was taken: it has committed now, so a new statement sees it.
+            match self.get_chat(&chat.id).await? {
+                Some(stored) => Ok(stored),
+                None => Err(StoreError::NotFound(format!("chat {}", chat.id))),
+            }
+        })
+    }
+
+    fn get_chat(&self, id: &str) -> BoxFuture<'_, StoreResult<Option<ChatRecord>>> {
+        let id = id.to_owned();
+        Box::pin(async move {
+            let row = self
+                .query_opt(
+                    &format!("SELECT {CHAT_COLS} FROM chats WHERE id = $1"),
+                    &[&id],
+                )
+                .await?;
+            row.as_ref().map(chat_of).transpose()
+        })
+    }
+
+    fn list_chats(
+        &self,
+        user_id: &str,
+        limit: usize,
+    ) -> BoxFuture<'_, StoreResult<Vec<ChatRecord>>> {
+        let user = user_id.to_owned();
+        Box::pin(async move {
+            let sql = format!(
+                "SELECT {CHAT_COLS} FROM chats WHERE user_id = $1 ORDER BY updated_at DESC, id DESC LIMIT $2"
+            );
+            self.query(&sql, &[&user, &sql::limit_of(limit)])
+                .await?
+                .iter()
+                .map(chat_of)
+                .collect()
+        })
+    }
+
+    fn delete_chat(&self, id: &str) -> BoxFuture<'_, StoreResult<bool>> {
+        let id = id.to_owned();
+        Box::pin(async move {
+            let sql = "WITH gone AS (DELETE FROM messages WHERE chat_id = $1) DELETE FROM chats WHERE id = $1";
+            Ok(self.execute(sql, &[&id]).await? > 0)
+        })
+    }
+
+    fn set_active_run(&self, chat_id: &str, run: Option<Uuid>) -> BoxFuture<'_, StoreResult<()>> {
+        let chat = chat_id.to_owned();
+        Box::pin(async move {
+            let sql = "UPDATE chats SET active_run = $2, updated_at = greatest($3, updated_at + 1) WHERE id = $1";
+            match self
+                .execute(sql, &[&chat, &run, &sql::i64_of(now_micros(), "time")?])
+                .await?
+            {
+                0 => Err(StoreError::NotFound(format!("chat {chat}"))),
+                _ => Ok(()),
+            }
+        })
+    }
+
+    fn replace_messages_from(
+        &self,
+        chat_id: &str,
+        position: i64,
+        messages: Vec<MessageRecord>,
+    ) -> BoxFuture<'_, StoreResult<()>> {
+        let chat = chat_id.to_owned();
+        Box::pin(async move {
+            let cols = MessageColumns::new(&chat, &messages)?;
+            let mut client = self.client().await?;
+            let delete = client
+                .prepare_cached("DELETE FROM messages WHERE chat_id = $1 AND position >= $2")
+                .await?;
+            let upsert = client.prepare_cached(UPSERT_MESSAGES).await?;
+            let tx = client.transaction().await?;
+            // Two statements (an upsert must not touch rows its own
+            // statement deletes), pipelined: sent together, run in order.
+            let (delete_params, upsert_params): ([&(dyn ToSql + Sync); 2], _) =
+                ([&chat, &position], cols.params());
+            futures::try_join!(
+                tx.execute(&delete, &delete_params),
+                tx.execute(&upsert, &upsert_params)
+            )?;
+            tx.commit().await?;
+            Ok(())
+        })
+    }
+
+    fn upsert_message(&self, message: MessageRecord) -> BoxFuture<'_, StoreResult<()>> {
+        Box::pin(async move {
+            let cols = MessageColumns::new(&message.chat_id, std::slice::from_ref(&message))?;
+            self.execute(UPSERT_MESSAGES, &cols.params()).await?;
+            Ok(())
+        })
+    }
+
+    fn messages(&self, chat_id: &str) -> BoxFuture<'_, StoreResult<Vec<MessageRecord>>> {
+        let chat = chat_id.to_owned();
+        Box::pin(async move {
+            let sql = format!(
+                "SELECT {MESSAGE_COLS} FROM messages WHERE chat_id = $1 ORDER BY position, id"
+            );
+            self.query(&sql, &[&chat])
+                .await?
+                .iter()
+                .map(message_of)
+                .collect()
+        })
+    }
+}
+
+impl RunStore for PostgresStore {
+    fn create_run(&self, run: RunRecord) -> BoxFuture<'_, StoreResult<()>> {
+        Box::pin(async move {
+            let cols = RunColumns::new(&run)?;
+            let sql = format!(
+                "INSERT INTO runs ({RUN_COLS})
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18)"
+            );
+            match self.execute(&sql, &cols.params()).await {
+                Err(StoreError::Conflict(_)) => {
+                    Err(StoreError::Conflict(format!("run {} exists", run.id)))
+                }
+                other => other.map(|_| ()),
+            }
+        })
+    }
+
+    fn get_run(&self, id: Uuid) -> BoxFuture<'_, StoreResult<Option<RunRecord>>> {
+        Box::pin(async move {
+            let row = self
+                .query_opt(
+                    &format!("SELECT {RUN_COLS} FROM runs WHERE id = $1"),
+                    &[&id],
+                )
+                .await?;
+            row.as_ref().map(run_of).transpose()
+        })
+    }
+
+    fn list_runs(
+        &self,
+        chat_id: Option<&str>,
+        limit: usize,
+    ) -> BoxFuture<'_, StoreResult<Vec<RunRecord>>> {
+        let chat = chat_id.map(str::to_owned);
+        Box::pin(async move {
+            let limit = sql::limit_of(limit);
+            // Two statements rather than `$1 IS NULL OR …`, so each has a plan using its index.
+            let rows = match &chat {
+                Some(c) => {
+                    let sql = format!(
+                        "SELECT {RUN_COLS} FROM runs WHERE chat_id = $1 ORDER BY created_at DESC, id DESC LIMIT $2"
+                    );
+                    self.query(&sql, &[c, &limit]).await?
+                }
+                None => {
+                    let sql = format!(
+                        "SELECT {RUN_COLS} FROM runs ORDER BY created_at DESC, id DESC LIMIT $1"
+                    );
+                    self.query(&sql, &[&limit]).await?
+                }
+            };
+            rows.iter().map(run_of).collect()
+        })
+    }
+
+    fn finish_run(
+        &self,
+        id: Uuid,
+        status: RunStatus,
+        error: Option<ErrorInfo>,
+        usage: Usage,
+    ) -> BoxFuture<'_, StoreResult<()>> {
+        Box::pin(async move {
+            let sql = "UPDATE runs SET status = $2, error = $3, prompt_tokens = $4, completion_tokens = $5, finished_at = $6
+                       WHERE id = $1";
+            let (prompt, completion) = (
+                sql::i64_of(usage.prompt_tokens, "token count")?,
+                sql::i64_of(usage.completion_tokens, "token count")?,
+            );
+            let now = sql::i64_of(now_micros(), "time")?;
+            let params: [&(dyn ToSql + Sync); 6] = [
+                &id,
+                &sql::status_name(status),
+                &error.as_ref().map(Json),
+                &prompt,
+                &completion,
+                &now,
+            ];
+            match self.execute(sql, &params).await? {
+                0 => Err(StoreError::NotFound(format!("run {id}"))),
+                _ => Ok(()),
+            }
+        })
+    }
+}
+
+impl EventLog for PostgresStore {
+    fn append(&self, batch: &StepBatch) -> BoxFuture<'_, StoreResult<()>> {
+        let encoded = EncodedBatch::new(batch);
+        Box::pin(async move {
+            let b = encoded?;
+            let node: Vec<Option<&str>> = b.node.iter().map(|n| n.as_deref()).collect();
+            let params: [&(dyn ToSql + Sync); 16] = [
+                &b.run_id,
+                &b.seq,
+                &b.at,
+                &b.event_step,
+                &b.task,
+                &node,
+                &b.kind,
+                &b.payload,
+                &b.step,
+                &b.writes,
+                &b.next,
+                &b.joins,
+                &b.snapshot,
+                &b.status,
+                &b.max_seq,
+                &b.now,
+            ];
+            self.execute(APPEND, &params).await?;
+            Ok(())
+        })
+    }
+
+    fn events(
+        &self,
+        run: Uuid,
+        after: u64,
+        limit: usize,
+    ) -> BoxFuture<'_, StoreResult<Vec<Event>>> {
+        Box::pin(async move {
+            let Ok(after) = i64::try_from(after) else {
+                return Ok(Vec::new());
+            };
+            let sql = "SELECT seq, at, step, node, task, payload FROM run_events
+                       WHERE run_id = $1 AND seq > $2 ORDER BY seq LIMIT $3";
+            let rows = self
+                .query(sql, &[&run, &after, &sql::limit_of(limit)])
+                .await?;
+            rows.iter()
+                .map(|r| {
+                    let (step, task): (i32, i32) = (r.try_get(2)?, r.try_get(4)?);
+                    let row = EventRow {
+                        seq: r.try_get(0)?,
+                        at: r.try_get(1)?,
+                        step: step.into(),
+                        node: r.try_get(3)?,
+                        task: task.into(),
+                    };
+                    let Json(kind): Json<EventKind> = r.try_get(5)?;
+                    row.into_event(run, kind)
+                })
+                .collect()
+        })
+    }
+
+    fn checkpoints(
+        &self,
+        run: Uuid,
+        upto: u32,
+    ) -> BoxFuture<'_, StoreResult<Vec<CheckpointRecord>>> {
+        Box::pin(async move {
+            let upto = i32::try_from(upto).unwrap_or(i32::MAX);
+            let sql = "SELECT step, writes, next, joins, snapshot FROM checkpoints WHERE run_id = $1 AND step <= $2 ORDER BY step";
+            let rows = self.query(sql, &[&run, &upto]).await?;
+            rows.iter()
+                .map(|r| {
+                    let step: i32 = r.try_get(0)?;
+                    let Json(writes): Json<Vec<TaskWrite>> = r.try_get(1)?;
+                    let Json(next): Json<Vec<PendingTask>> = r.try_get(2)?;
+                    let Json(joins): Json<Vec<Vec<String>>> = r.try_get(3)?;
+                    let step = sql::u32_of(i64::from(step), "checkpoint step")?;
+                    Ok(CheckpointRecord {
+                        step,
+                        writes,
+                        next,
+                        joins,
+                        snapshot: r.try_get(4)?,
+                    })
+                })
+                .collect()
+        })
+    }
+}
+
+impl Store for PostgresStore {
+    fn backend(&self) -> &'static str {
+        "postgres"
+    }
+
+    fn ping(&self) -> BoxFuture<'_, StoreResult<()>> {
+        Box::pin(async move {
+            self.client().await?.batch_execute("SELECT 1").await?;
+            Ok(())
+        })
+    }
+}

@@ -1,0 +1,501 @@
+//! The SQLite backend: the embedded default, one file under the data
+//! directory.
+//!
+//! # Threads
+//! rusqlite is blocking, so no call runs on a tokio worker. The store owns
+//! dedicated threads, each with its own connection, fed by bounded queues:
+//! - one **writer** thread owns the only read-write connection. SQLite lets
+//!   one writer commit at a time whatever we do, so a single thread turns
+//!   contention into a queue instead of a pile of blocked threads retrying on
+//!   `SQLITE_BUSY`; its statement cache stays warm; and the bounded queue
+//!   gives callers backpressure (they wait on `send().await`, not a thread).
+//! - a few **reader** threads share one queue; WAL lets them read while the
+//!   writer writes, so resume and replay never wait behind appends.
+//!
+//! `spawn_blocking` plus a mutex would also keep workers free, but every
+//! waiting call would then park a blocking-pool thread, and under load the
+//! pool grows to hundreds of threads all waiting on one lock.
+//!
+//! Each connection runs in WAL mode with `synchronous = NORMAL` (a commit is
+//! durable against a process crash; a power loss may lose the last commits
+//! but never corrupts), a busy timeout for other processes (the CLI's
+//! `migrate`), and foreign keys on. A write is acknowledged only after its
+//! transaction commits, so a read queued after it sees it.
+
+mod lane;
+mod rows;
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use futures::future::BoxFuture;
+use rusqlite::{Connection, ErrorCode, OptionalExtension, TransactionBehavior, params};
+use uuid::Uuid;
+
+use super::sql::{self, EncodedBatch, EventRow, Migration, MigrationReport};
+use super::{
+    ChatRecord, ChatStore, CheckpointRecord, EventLog, MessageRecord, RunRecord, RunStore, Store,
+    StoreError, StoreResult,
+};
+use crate::events::{ErrorInfo, Event, Usage, now_micros};
+use crate::runtime::{RunStatus, StepBatch};
+
+use lane::Lane;
+use rows::{
+    CHAT_COLS, MESSAGE_COLS, RUN_COLS, TOUCH_CHAT, append, chat_of, insert_run, message_of, now,
+    run_of, text, upsert_message,
+};
+
+/// The schema, in order. Append new files; never edit an applied one.
+const MIGRATIONS: &[Migration] = &[Migration {
+    version: 1,
+    name: "init",
+    sql: include_str!("migrations/sqlite/0001_init.sql"),
+}];
+
+/// Settings for [`SqliteStore::open_with`].
+#[derive(Clone, Debug)]
+pub struct SqliteOptions {
+    /// Reader threads (connections), at least 1.
+    pub readers: usize,
+    /// How long a connection waits for a lock held by another process.
+    pub busy_timeout: Duration,
+    /// Jobs that may wait in each queue before callers wait to enqueue.
+    pub queue_depth: usize,
+}
+
+impl Default for SqliteOptions {
+    fn default() -> Self {
+        Self {
+            readers: 4,
+            busy_timeout: Duration::from_secs(5),
+            queue_depth: 1024,
+        }
+    }
+}
+
+/// A store in one SQLite file.
+pub struct SqliteStore {
+    writer: Lane,
+    readers: Lane,
+    path: PathBuf,
+}
+
+impl std::fmt::Debug for SqliteStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SqliteStore")
+            .field("path", &self.path)
+            .finish_non_exhaustive()
+    }
+}
+
+impl SqliteStore {
+    /// Opens (creating the file and its directory if missing) and migrates
+    /// the database at `path`, with default [`SqliteOptions`].
+    ///
+    /// # Errors
+    /// The file cannot be created or opened, a migration fails, or the
+    /// database has a newer schema than this build knows.
+    pub async fn open(path: impl Into<PathBuf>) -> StoreResult<Self> {
+        Self::open_with(path, SqliteOptions::default()).await
+    }
+
+    /// As [`SqliteStore::open`], with settings.
+    ///
+    /// # Errors
+    /// As [`SqliteStore::open`]; also if a thread cannot be started.
+    pub async fn open_with(path: impl Into<PathBuf>, options: SqliteOptions) -> StoreResult<Self> {
+        let path = path.into();
+        let (p, o) = (path.clone(), options.clone());
+        let (writer, readers) = blocking(move || {
+            let mut writer = connect(&p, &o, false)?;
+            apply_migrations(&mut writer)?;
+            let readers = (0..o.readers.max(1))
+                .map(|_| connect(&p, &o, true))
+                .collect::<StoreResult<Vec<_>>>()?;
+            Ok((writer, readers))
+        })
+        .await?;
+        let depth = options.queue_depth.max(1);
+        Ok(Self {
+            writer: Lane::start("sqlite-writer", vec![writer], depth)?,
+            readers: Lane::start("sqlite-reader", readers, depth)?,
+            path,
+        })
+    }
+
+    /// The database file.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+}
+
+/// Brings the database at `path` (created if missing) to the schema this
+/// build knows; `stategraph migrate` calls this.
+///
+/// # Errors
+/// As [`SqliteStore::open`].
+pub async fn migrate(path: impl Into<PathBuf>) -> StoreResult<MigrationReport> {
+    let path = path.into();
+    blocking(move || apply_migrations(&mut connect(&path, &SqliteOptions::default(), false)?)).await
+}
+
+/// Runs blocking work (opening, migrating) on the blocking pool.
+async fn blocking<T: Send + 'static>(
+    f: impl FnOnce() -> StoreResult<T> + Send + 'static,
+) -> StoreResult<T> {
+    tokio::task::spawn_blocking(f)
+        .await
+        .map_err(|e| StoreError::Backend(format!("SQLite open task failed: {e}")))?
+}
+
+fn connect(path: &Path, o: &SqliteOptions, reader: bool) -> StoreResult<Connection> {
+    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+        std::fs::create_dir_all(dir).map_err(|e| {
+            StoreError::Unavailable(format!(
+                "cannot create data directory {}: {e}",
+                dir.display()
+            ))
+        })?;
+    }
+    let conn = Connection::open(path).map_err(|e| {
+        StoreError::Unavailable(format!(
+            "cannot open SQLite database {}: {e}",
+            path.display()
+        ))
+    })?;
+    conn.busy_timeout(o.busy_timeout)?;
+    conn.pragma_update(None, "journal_mode", "WAL")?;
+    conn.pragma_update(None, "synchronous", "NORMAL")?;
+    conn.pragma_update(None, "foreign_keys", "ON")?;
+    if reader {
+        conn.pragma_update(None, "query_only", "ON")?;
+    }
+    conn.set_prepared_statement_cache_capacity(64);
+    // 16 MiB of page cache (the default is 2 MiB): appends touch the right
+    // edge of the event tables, replays read whole runs.
+    conn.pragma_update(None, "cache_size", -16_000)?;
+    Ok(conn)
+}
+
+/// Applies pending migrations in one `IMMEDIATE` transaction (which also
+/// keeps a second process from migrating at the same time).
+fn apply_migrations(conn: &mut Connection) -> StoreResult<MigrationReport> {
+    let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+    tx.execute_batch(
+        "CREATE TABLE IF NOT EXISTS schema_migrations (
+             version INTEGER NOT NULL PRIMARY KEY, name TEXT NOT NULL, applied_at INTEGER NOT NULL) STRICT",
+    )?;
+    let found: i64 = tx.query_row(
+        "SELECT coalesce(max(version), 0) FROM schema_migrations",
+        [],
+        |r| r.get(0),
+    )?;
+    let found = sql::u32_of(found, "schema version")?;
+    sql::check_not_newer(found, MIGRATIONS, "SQLite")?;
+    let mut applied = Vec::new();
+    for m in sql::pending(found, MIGRATIONS) {
+        tx.execute_batch(m.sql).map_err(|e| {
+            StoreError::Backend(format!(
+                "SQLite migration {} ({}) failed: {e}",
+                m.version, m.name
+            ))
+        })?;
+        tx.execute(
+            "INSERT INTO schema_migrations (version, name, applied_at) VALUES (?1, ?2, ?3)",
+            params![m.version, m.name, sql::i64_of(now_micros(), "time")?],
+        )?;
+        applied.push(m.version);
+    }
+    tx.commit()?;
+    Ok(MigrationReport {
+        from: found,
+        to: found.max(sql::latest(MIGRATIONS)),
+        applied,
+    })
+}
+
+impl From<rusqlite::Error> for StoreError {
+    fn from(e: rusqlite::Error) -> Self {
+        match e.sqlite_error_code() {
+            Some(ErrorCode::ConstraintViolation) => StoreError::Conflict(e.to_string()),
+            Some(ErrorCode::DatabaseBusy | ErrorCode::DatabaseLocked | ErrorCode::CannotOpen) => {
+                StoreError::Unavailable(e.to_string())
+            }
+            _ => StoreError::Backend(e.to_string()),
+        }
+    }
+}
+
+impl ChatStore for SqliteStore {
+    fn ensure_chat(&self, chat: ChatRecord) -> BoxFuture<'_, StoreResult<ChatRecord>> {
+        Box::pin(self.writer.run(move |conn| {
+            conn.prepare_cached(
+                "INSERT INTO chats (id, user_id, title, created_at, updated_at, active_run) VALUES (?1, ?2, ?3, ?4, ?5, ?6)
+                 ON CONFLICT (id) DO NOTHING",
+            )?
+            .execute(params![
+                chat.id,
+                chat.user_id,
+                chat.title,
+                sql::i64_of(chat.created_at, "chat time")?,
+                sql::i64_of(chat.updated_at, "chat time")?,
+                chat.active_run.map(|r| r.to_string()),
+            ])?;
+            let mut stmt = conn.prepare_cached(&format!("SELECT {CHAT_COLS} FROM chats WHERE id = ?1"))?;
+            let mut rows = stmt.query([&chat.id])?;
+            match rows.next()? {
+                Some(r) => chat_of(r),
+                None => Err(StoreError::NotFound(format!("chat {}", chat.id))),
+            }
+        }))
+    }
+
+    fn get_chat(&self, id: &str) -> BoxFuture<'_, StoreResult<Option<ChatRecord>>> {
+        let id = id.to_owned();
+        Box::pin(self.readers.run(move |conn| {
+            let mut stmt =
+                conn.prepare_cached(&format!("SELECT {CHAT_COLS} FROM chats WHERE id = ?1"))?;
+            let mut rows = stmt.query([&id])?;
+            rows.next()?.map(chat_of).transpose()
+        }))
+    }
+
+    fn list_chats(
+        &self,
+        user_id: &str,
+        limit: usize,
+    ) -> BoxFuture<'_, StoreResult<Vec<ChatRecord>>> {
+        let user = user_id.to_owned();
+        Box::pin(self.readers.run(move |conn| {
+            let mut stmt = conn.prepare_cached(&format!(
+                "SELECT {CHAT_COLS} FROM chats WHERE user_id = ?1 ORDER BY updated_at DESC, id DESC LIMIT ?2"
+            ))?;
+            let mut rows = stmt.query(params![user, sql::limit_of(limit)])?;
+            let mut out = Vec::new();
+            while let Some(r) = rows.next()? {
+                out.push(chat_of(r)?);
+            }
+            Ok(out)
+        }))
+    }
+
+    fn delete_chat(&self, id: &str) -> BoxFuture<'_, StoreResult<bool>> {
+        let id = id.to_owned();
+        Box::pin(self.writer.run(move |conn| {
+            let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+            tx.prepare_cached("DELETE FROM messages WHERE chat_id = ?1")?
+                .execute([&id])?;
+            let deleted = tx
+                .prepare_cached("DELETE FROM chats WHERE id = ?1")?
+                .execute([&id])?;
+            tx.commit()?;
+            Ok(deleted > 0)
+        }))
+    }
+
+    fn set_active_run(&self, chat_id: &str, run: Option<Uuid>) -> BoxFuture<'_, StoreResult<()>> {
+        let chat = chat_id.to_owned();
+        Box::pin(self.writer.run(move |conn| {
+            let n = conn
+                .prepare_cached("UPDATE chats SET active_run = ?2, updated_at = max(?3, updated_at + 1) WHERE id = ?1")?
+                .execute(params![chat, run.map(|r| r.to_string()), now()?])?;
+            if n == 0 { Err(StoreError::NotFound(format!("chat {chat}"))) } else { Ok(()) }
+        }))
+    }
+
+    fn replace_messages_from(
+        &self,
+        chat_id: &str,
+        position: i64,
+        messages: Vec<MessageRecord>,
+    ) -> BoxFuture<'_, StoreResult<()>> {
+        let chat = chat_id.to_owned();
+        Box::pin(self.writer.run(move |conn| {
+            let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+            tx.prepare_cached("DELETE FROM messages WHERE chat_id = ?1 AND position >= ?2")?
+                .execute(params![chat, position])?;
+            for m in &messages {
+                upsert_message(&tx, &chat, m)?;
+            }
+            tx.prepare_cached(TOUCH_CHAT)?
+                .execute(params![chat, now()?])?;
+            tx.commit()?;
+            Ok(())
+        }))
+    }
+
+    fn upsert_message(&self, message: MessageRecord) -> BoxFuture<'_, StoreResult<()>> {
+        Box::pin(self.writer.run(move |conn| {
+            let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+            upsert_message(&tx, &message.chat_id, &message)?;
+            tx.prepare_cached(TOUCH_CHAT)?
+                .execute(params![message.chat_id, now()?])?;
+            tx.commit()?;
+            Ok(())
+        }))
+    }
+
+    fn messages(&self, chat_id: &str) -> BoxFuture<'_, StoreResult<Vec<MessageRecord>>> {
+        let chat = chat_id.to_owned();
+        Box::pin(self.readers.run(move |conn| {
+            let mut stmt = conn.prepare_cached(&format!(
+                "SELECT {MESSAGE_COLS} FROM messages WHERE chat_id = ?1 ORDER BY position, id"
+            ))?;
+            let mut rows = stmt.query([&chat])?;
+            let mut out = Vec::new();
+            while let Some(r) = rows.next()? {
+                out.push(message_of(r)?);
+            }
+            Ok(out)
+        }))
+    }
+}
+
+impl RunStore for SqliteStore {
+    fn create_run(&self, run: RunRecord) -> BoxFuture<'_, StoreResult<()>> {
+        Box::pin(self.writer.run(move |conn| insert_run(conn, &run)))
+    }
+
+    fn get_run(&self, id: Uuid) -> BoxFuture<'_, StoreResult<Option<RunRecord>>> {
+        Box::pin(self.readers.run(move |conn| {
+            let mut stmt =
+                conn.prepare_cached(&format!("SELECT {RUN_COLS} FROM runs WHERE id = ?1"))?;
+            let mut rows = stmt.query([id.to_string()])?;
+            rows.next()?.map(run_of).transpose()
+        }))
+    }
+
+    fn list_runs(
+        &self,
+        chat_id: Option<&str>,
+        limit: usize,
+    ) -> BoxFuture<'_, StoreResult<Vec<RunRecord>>> {
+        let chat = chat_id.map(str::to_owned);
+        Box::pin(self.readers.run(move |conn| {
+            let limit = sql::limit_of(limit);
+            let mut stmt;
+            let mut rows = match &chat {
+                Some(c) => {
+                    stmt = conn.prepare_cached(&format!(
+                        "SELECT {RUN_COLS} FROM runs WHERE chat_id = ?1 ORDER BY created_at DESC, id DESC LIMIT ?2"
+                    ))?;
+                    stmt.query(params![c, limit])?
+                }
+                None => {
+                    stmt = conn.prepare_cached(&format!("SELECT {RUN_COLS} FROM runs ORDER BY created_at DESC, id DESC LIMIT ?1"))?;
+                    stmt.query([limit])?
+                }
+            };
+            let mut out = Vec::new();
+            while let Some(r) = rows.next()? {
+                out.push(run_of(r)?);
+            }
+            Ok(out)
+        }))
+    }
+
+    fn finish_run(
+        &self,
+        id: Uuid,
+        status: RunStatus,
+        error: Option<ErrorInfo>,
+        usage: Usage,
+    ) -> BoxFuture<'_, StoreResult<()>> {
+        Box::pin(self.writer.run(move |conn| {
+            let n = conn
+                .prepare_cached(
+                    "UPDATE runs SET status = ?2, error = ?3, prompt_tokens = ?4, completion_tokens = ?5, finished_at = ?6
+                     WHERE id = ?1",
+                )?
+                .execute(params![
+                    id.to_string(),
+                    sql::status_name(status),
+                    error.as_ref().map(|e| sql::to_json(e, "run error")).transpose()?,
+                    sql::i64_of(usage.prompt_tokens, "token count")?,
+                    sql::i64_of(usage.completion_tokens, "token count")?,
+                    now()?,
+                ])?;
+            if n == 0 { Err(StoreError::NotFound(format!("run {id}"))) } else { Ok(()) }
+        }))
+    }
+}
+
+impl EventLog for SqliteStore {
+    fn append(&self, batch: &StepBatch) -> BoxFuture<'_, StoreResult<()>> {
+        let encoded = EncodedBatch::new(batch);
+        Box::pin(async move {
+            let b = encoded?;
+            self.writer.run(move |conn| append(conn, &b)).await
+        })
+    }
+
+    fn events(
+        &self,
+        run: Uuid,
+        after: u64,
+        limit: usize,
+    ) -> BoxFuture<'_, StoreResult<Vec<Event>>> {
+        Box::pin(self.readers.run(move |conn| {
+            let Ok(after) = i64::try_from(after) else {
+                return Ok(Vec::new());
+            };
+            let mut stmt = conn.prepare_cached(
+                "SELECT seq, at, step, node, task, payload FROM run_events
+                 WHERE run_id = ?1 AND seq > ?2 ORDER BY seq LIMIT ?3",
+            )?;
+            let mut rows = stmt.query(params![run.to_string(), after, sql::limit_of(limit)])?;
+            let mut out = Vec::new();
+            while let Some(r) = rows.next()? {
+                let row = EventRow {
+                    seq: r.get(0)?,
+                    at: r.get(1)?,
+                    step: r.get(2)?,
+                    node: r.get(3)?,
+                    task: r.get(4)?,
+                };
+                let kind = sql::from_json(text(r, 5)?, "event")?;
+                out.push(row.into_event(run, kind)?);
+            }
+            Ok(out)
+        }))
+    }
+
+    fn checkpoints(
+        &self,
+        run: Uuid,
+        upto: u32,
+    ) -> BoxFuture<'_, StoreResult<Vec<CheckpointRecord>>> {
+        Box::pin(self.readers.run(move |conn| {
+            let mut stmt = conn.prepare_cached(
+                "SELECT step, writes, next, joins, snapshot FROM checkpoints WHERE run_id = ?1 AND step <= ?2 ORDER BY step",
+            )?;
+            let mut rows = stmt.query(params![run.to_string(), upto])?;
+            let mut out = Vec::new();
+            while let Some(r) = rows.next()? {
+                let snapshot: Option<String> = r.get(4)?;
+                out.push(CheckpointRecord {
+                    step: sql::u32_of(r.get(0)?, "checkpoint step")?,
+                    writes: sql::from_json(text(r, 1)?, "checkpoint writes")?,
+                    next: sql::from_json(text(r, 2)?, "checkpoint frontier")?,
+                    joins: sql::from_json(text(r, 3)?, "checkpoint joins")?,
+                    snapshot: snapshot.as_deref().map(|s| sql::from_json(s, "snapshot")).transpose()?,
+                });
+            }
+            Ok(out)
+        }))
+    }
+}
+
+impl Store for SqliteStore {
+    fn backend(&self) -> &'static str {
+        "sqlite"
+    }
+
+    fn ping(&self) -> BoxFuture<'_, StoreResult<()>> {
+        Box::pin(self.readers.run(|conn| {
+            conn.query_row("SELECT 1", [], |_| Ok(())).optional()?;
+            Ok(())
+        }))
+    }
+}

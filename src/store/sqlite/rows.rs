@@ -1,0 +1,208 @@
+//! How records map to SQLite rows: the column lists, the row decoders and
+//! the write transactions.
+
+use rusqlite::{Connection, ErrorCode, Row, TransactionBehavior, params};
+use uuid::Uuid;
+
+use crate::events::{ErrorInfo, ForkOrigin, Usage, now_micros};
+use crate::store::sql::{self, EncodedBatch};
+use crate::store::{ChatRecord, MessageRecord, RunRecord, StoreError, StoreResult};
+
+/// A UUID stored in its hyphenated text form.
+pub(super) fn uuid_of(text: &str) -> StoreResult<Uuid> {
+    Uuid::parse_str(text)
+        .map_err(|e| StoreError::Backend(format!("stored id `{text}` is not a UUID: {e}")))
+}
+
+/// Now, as a column value.
+pub(super) fn now() -> StoreResult<i64> {
+    sql::i64_of(now_micros(), "time")
+}
+
+/// A text column, borrowed.
+pub(super) fn text<'r>(r: &'r Row<'_>, i: usize) -> StoreResult<&'r str> {
+    r.get_ref(i)?
+        .as_str()
+        .map_err(|e| StoreError::Backend(format!("column {i}: {e}")))
+}
+
+pub(super) const CHAT_COLS: &str = "id, user_id, title, created_at, updated_at, active_run";
+
+pub(super) fn chat_of(r: &Row<'_>) -> StoreResult<ChatRecord> {
+    let active: Option<String> = r.get(5)?;
+    Ok(ChatRecord {
+        id: r.get(0)?,
+        user_id: r.get(1)?,
+        title: r.get(2)?,
+        created_at: sql::u64_of(r.get(3)?, "chat time")?,
+        updated_at: sql::u64_of(r.get(4)?, "chat time")?,
+        active_run: active.as_deref().map(uuid_of).transpose()?,
+    })
+}
+
+pub(super) const MESSAGE_COLS: &str = "chat_id, id, role, parts, metadata, position, created_at";
+
+pub(super) fn message_of(r: &Row<'_>) -> StoreResult<MessageRecord> {
+    Ok(MessageRecord {
+        chat_id: r.get(0)?,
+        id: r.get(1)?,
+        role: r.get(2)?,
+        parts: sql::from_json(text(r, 3)?, "message parts")?,
+        metadata: sql::from_json(text(r, 4)?, "message metadata")?,
+        position: r.get(5)?,
+        created_at: sql::u64_of(r.get(6)?, "message time")?,
+    })
+}
+
+pub(super) const UPSERT_MESSAGE: &str = "INSERT INTO messages (chat_id, id, role, parts, metadata, position, created_at)
+     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)
+     ON CONFLICT (chat_id, id) DO UPDATE SET role = excluded.role, parts = excluded.parts,
+         metadata = excluded.metadata, position = excluded.position, created_at = excluded.created_at";
+
+pub(super) const TOUCH_CHAT: &str =
+    "UPDATE chats SET updated_at = max(?2, updated_at + 1) WHERE id = ?1";
+
+pub(super) fn upsert_message(
+    conn: &Connection,
+    chat_id: &str,
+    m: &MessageRecord,
+) -> StoreResult<()> {
+    conn.prepare_cached(UPSERT_MESSAGE)?.execute(params![
+        chat_id,
+        m.id,
+        m.role,
+        sql::to_json(&m.parts, "message parts")?,
+        sql::to_json(&m.metadata, "message metadata")?,
+        m.position,
+        sql::i64_of(m.created_at, "message time")?,
+    ])?;
+    Ok(())
+}
+
+pub(super) const RUN_COLS: &str = "id, chat_id, user_id, graph, graph_version, status, input, created_at, finished_at, error, \
+     prompt_tokens, completion_tokens, parent_run, parent_step, request_id, message_id, last_seq, last_step";
+
+pub(super) fn run_of(r: &Row<'_>) -> StoreResult<RunRecord> {
+    let error: Option<String> = r.get(9)?;
+    let parent_run: Option<String> = r.get(12)?;
+    let parent_step: Option<i64> = r.get(13)?;
+    let finished_at: Option<i64> = r.get(8)?;
+    Ok(RunRecord {
+        id: uuid_of(text(r, 0)?)?,
+        chat_id: r.get(1)?,
+        user_id: r.get(2)?,
+        graph: r.get(3)?,
+        graph_version: r.get(4)?,
+        status: sql::status_of(text(r, 5)?)?,
+        input: sql::from_json(text(r, 6)?, "run input")?,
+        created_at: sql::u64_of(r.get(7)?, "run time")?,
+        finished_at: finished_at
+            .map(|t| sql::u64_of(t, "run time"))
+            .transpose()?,
+        error: error
+            .as_deref()
+            .map(|e| sql::from_json::<ErrorInfo>(e, "run error"))
+            .transpose()?,
+        usage: Usage {
+            prompt_tokens: sql::u64_of(r.get(10)?, "token count")?,
+            completion_tokens: sql::u64_of(r.get(11)?, "token count")?,
+        },
+        parent: match (parent_run, parent_step) {
+            (Some(run), Some(step)) => Some(ForkOrigin {
+                run_id: uuid_of(&run)?,
+                step: sql::u32_of(step, "parent step")?,
+            }),
+            _ => None,
+        },
+        request_id: r.get(14)?,
+        message_id: r.get(15)?,
+        last_seq: sql::u64_of(r.get(16)?, "last seq")?,
+        last_step: sql::u32_of(r.get(17)?, "last step")?,
+    })
+}
+
+pub(super) fn insert_run(conn: &Connection, run: &RunRecord) -> StoreResult<()> {
+    let sql_text = format!(
+        "INSERT INTO runs ({RUN_COLS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18)"
+    );
+    let result = conn.prepare_cached(&sql_text)?.execute(params![
+        run.id.to_string(),
+        run.chat_id,
+        run.user_id,
+        run.graph,
+        run.graph_version,
+        sql::status_name(run.status),
+        sql::to_json(&run.input, "run input")?,
+        sql::i64_of(run.created_at, "run time")?,
+        run.finished_at
+            .map(|t| sql::i64_of(t, "run time"))
+            .transpose()?,
+        run.error
+            .as_ref()
+            .map(|e| sql::to_json(e, "run error"))
+            .transpose()?,
+        sql::i64_of(run.usage.prompt_tokens, "token count")?,
+        sql::i64_of(run.usage.completion_tokens, "token count")?,
+        run.parent.as_ref().map(|p| p.run_id.to_string()),
+        run.parent.as_ref().map(|p| p.step),
+        run.request_id,
+        run.message_id,
+        sql::i64_of(run.last_seq, "last seq")?,
+        run.last_step,
+    ]);
+    match result {
+        Err(e) if e.sqlite_error_code() == Some(ErrorCode::ConstraintViolation) => {
+            Err(StoreError::Conflict(format!("run {} exists", run.id)))
+        }
+        other => other.map(|_| ()).map_err(StoreError::from),
+    }
+}
+
+/// Stores one batch: events, checkpoint and the run's progress, one
+/// transaction.
+pub(super) fn append(conn: &mut Connection, b: &EncodedBatch) -> StoreResult<()> {
+    let run = b.run_id.to_string();
+    let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+    {
+        let mut insert = tx.prepare_cached(
+            "INSERT INTO run_events (run_id, seq, at, step, node, task, kind, payload)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+        )?;
+        for i in 0..b.seq.len() {
+            let row = params![
+                run,
+                b.seq[i],
+                b.at[i],
+                b.event_step[i],
+                b.node[i].as_deref(),
+                b.task[i],
+                b.kind[i],
+                b.payload[i]
+            ];
+            match insert.execute(row) {
+                Err(e) if e.sqlite_error_code() == Some(ErrorCode::ConstraintViolation) => {
+                    return Err(StoreError::Conflict(format!(
+                        "event {} of run {} exists",
+                        b.seq[i], b.run_id
+                    )));
+                }
+                other => other?,
+            };
+        }
+        tx.prepare_cached(
+            "INSERT INTO checkpoints (run_id, step, writes, next, joins, snapshot) VALUES (?1, ?2, ?3, ?4, ?5, ?6)
+             ON CONFLICT (run_id, step) DO UPDATE SET writes = excluded.writes, next = excluded.next,
+                 joins = excluded.joins, snapshot = excluded.snapshot",
+        )?
+        .execute(params![run, b.step, b.writes, b.next, b.joins, b.snapshot])?;
+        tx.prepare_cached(
+            "UPDATE runs SET last_seq = max(last_seq, coalesce(?2, last_seq)), last_step = max(last_step, ?3),
+                 status = CASE WHEN ?4 = 'running' THEN status ELSE ?4 END,
+                 finished_at = CASE WHEN ?4 = 'running' THEN finished_at ELSE ?5 END
+             WHERE id = ?1",
+        )?
+        .execute(params![run, b.max_seq, b.step, b.status, b.now])?;
+    }
+    tx.commit()?;
+    Ok(())
+}

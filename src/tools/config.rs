@@ -1,0 +1,98 @@
+//! `[tools]`: which built-in tool families are configured, and per-tool
+//! policy overrides.
+//!
+//! ```toml
+//! [tools.http]
+//! allow = ["en.wikipedia.org", "*.example.com"]
+//! [tools.search]
+//! url = "http://127.0.0.1:8888"          # a SearXNG-compatible JSON endpoint
+//! [tools.sql]
+//! database_url = "postgres://reader@127.0.0.1/analytics"
+//! [tools.sql.sources.fi_reporting]
+//! table = "fi_reporting"
+//! dimensions = ["company", "period", "account"]
+//! measures = ["amount"]
+//! [tools.policy.web_search]
+//! cache_ttl = "5m"
+//! [tools.policy.current_time]
+//! cache_ttl = "0s"                        # never cached
+//! [tools.policy.render_table]
+//! pass_through = true                     # shown to the user verbatim
+//! ```
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use serde::Deserialize;
+
+use super::http::HttpFetchConfig;
+use super::search::SearchConfig;
+use super::sql::SqlConfig;
+use super::{ToolPolicy, ToolRegistry};
+use crate::config::{Bytes, Dur};
+
+/// Overrides of one tool's [`ToolPolicy`].
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct PolicyConfig {
+    /// Time limit per call.
+    pub timeout: Option<Dur>,
+    /// Cache results this long (`0s` = never).
+    pub cache_ttl: Option<Dur>,
+    /// Cut results beyond this size.
+    pub max_output_bytes: Option<Bytes>,
+    /// Show results to the user verbatim.
+    pub pass_through: Option<bool>,
+}
+
+/// The `[tools]` table.
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ToolsConfig {
+    /// `http_fetch` (partition `web`).
+    pub http: Option<HttpFetchConfig>,
+    /// `web_search` (partition `web`).
+    pub search: Option<SearchConfig>,
+    /// SQL sources (partition `data`).
+    pub sql: Option<SqlConfig>,
+    /// MCP servers.
+    pub mcp: super::mcp::McpConfig,
+    /// Per-tool policy overrides, by tool name.
+    pub policy: BTreeMap<String, PolicyConfig>,
+}
+
+impl ToolsConfig {
+    /// Registers the configured families and applies the policy overrides
+    /// (MCP servers are started separately; they connect in the background).
+    ///
+    /// # Errors
+    /// A configuration mistake, described.
+    pub fn apply(&self, registry: &ToolRegistry) -> Result<(), String> {
+        if let Some(c) = &self.http {
+            super::http::register(registry, c).map_err(|e| format!("[tools.http]: {e}"))?;
+        }
+        if let Some(c) = &self.search {
+            super::search::register(registry, c).map_err(|e| format!("[tools.search]: {e}"))?;
+        }
+        if let Some(c) = &self.sql {
+            super::sql::register(registry, c).map_err(|e| format!("[tools.sql]: {e}"))?;
+        }
+        for (tool, p) in &self.policy {
+            let mut policy = registry.policy(tool);
+            if let Some(t) = p.timeout {
+                policy.timeout = t.0;
+            }
+            if let Some(ttl) = p.cache_ttl {
+                policy.cache_ttl = (ttl.0 > Duration::ZERO).then_some(ttl.0);
+            }
+            if let Some(b) = p.max_output_bytes {
+                policy.max_output_bytes = b.0;
+            }
+            if let Some(pass) = p.pass_through {
+                policy.pass_through = pass;
+            }
+            registry.set_policy(tool, ToolPolicy { ..policy });
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,426 @@
+//! The MCP client against real servers: `@modelcontextprotocol/server-everything`
+//! and `mcp-server-time` over stdio, and a Python streamable-HTTP server
+//! (tests/mcp/http_server.py) on 127.0.0.1. tests/run.sh installs them
+//! (npm ci in tests/mcp, a venv from tests/mcp/requirements.txt) and exports
+//! their paths; without it the tests fail and say so.
+//!
+//! Each test starts its own servers (random ports, own child processes), so
+//! they run in parallel with everything else, and each is bounded by a
+//! time limit.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+use stategraph::events::EventKind;
+use stategraph::graph::catalog::{Catalog, Registries};
+use stategraph::graph::prompts::Prompts;
+use stategraph::llm::Models;
+use stategraph::llm::scripted::{ScriptedModel, Turn};
+use stategraph::runtime::{self, RunOptions, Services};
+use stategraph::tools::ToolRegistry;
+use stategraph::tools::mcp::{McpConfig, McpManager, ServerState, ServerStatus};
+use tokio::io::AsyncBufReadExt;
+use tokio::sync::mpsc;
+
+use crate::support::root;
+
+/// Every test's upper bound.
+const TEST_LIMIT: Duration = Duration::from_secs(90);
+
+/// How long a server may take to become ready (node/python startup on a
+/// loaded machine).
+const READY: Duration = Duration::from_secs(30);
+
+/// Paths of the installed test servers.
+struct Fixtures {
+    /// server-everything's `dist/index.js`.
+    everything: PathBuf,
+    /// The venv's Python.
+    python: PathBuf,
+    /// The venv's `mcp-server-time`.
+    time: PathBuf,
+    /// tests/mcp/http_server.py.
+    http_server: PathBuf,
+}
+
+fn fixtures() -> Fixtures {
+    let everything = std::env::var_os("STATEGRAPH_TEST_MCP_EVERYTHING")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| root().join("tests/mcp/node_modules/@modelcontextprotocol/server-everything/dist/index.js"));
+    let python = std::env::var_os("STATEGRAPH_TEST_PYTHON").map(PathBuf::from).unwrap_or_else(|| {
+        let cache = std::env::var_os("XDG_CACHE_HOME")
+            .map(PathBuf::from)
+            .unwrap_or_else(|| PathBuf::from(std::env::var_os("HOME").unwrap_or_default()).join(".cache"));
+        cache.join("stategraph-tests/venv/bin/python")
+    });
+    let time = python.with_file_name("mcp-server-time");
+    let http_server = root().join("tests/mcp/http_server.py");
+    for (what, path) in [("server-everything", &everything), ("the test venv's python", &python), ("mcp-server-time", &time)] {
+        assert!(
+            path.exists(),
+            "MCP test fixture missing: {what} is not at {} — run `bash tests/run.sh` (it runs `npm ci` in tests/mcp and \
+             creates the venv from tests/mcp/requirements.txt), or set STATEGRAPH_TEST_MCP_EVERYTHING / STATEGRAPH_TEST_PYTHON",
+            path.display()
+        );
+    }
+    Fixtures { everything, python, time, http_server }
+}
+
+/// A TOML string literal.
+fn lit(s: impl AsRef<std::ffi::OsStr>) -> String {
+    serde_json::to_string(&s.as_ref().to_string_lossy()).unwrap()
+}
+
+fn everything(f: &Fixtures, name: &str, extra: &str) -> String {
+    format!("[servers.{name}]\ncommand = [\"node\", {}, \"stdio\"]\n{extra}\n", lit(&f.everything))
+}
+
+fn time_server(f: &Fixtures, name: &str, extra: &str) -> String {
+    format!("[servers.{name}]\ncommand = [{}]\nenv = {{ TZ = \"UTC\" }}\n{extra}\n", lit(&f.time))
+}
+
+fn http(name: &str, port: u16, extra: &str) -> String {
+    format!("[servers.{name}]\nurl = \"http://127.0.0.1:{port}/mcp\"\n{extra}\n")
+}
+
+fn config(toml_text: &str) -> McpConfig {
+    toml::from_str(toml_text).unwrap_or_else(|e| panic!("bad test config: {e}\n{toml_text}"))
+}
+
+/// Runs a test body with the time limit.
+async fn within<F: std::future::Future<Output = ()>>(body: F) {
+    tokio::time::timeout(TEST_LIMIT, body).await.expect("the test took longer than its time limit");
+}
+
+/// Waits until `server`'s status satisfies `pred`.
+async fn wait_for(m: &McpManager, server: &str, what: &str, limit: Duration, pred: impl Fn(&ServerStatus) -> bool) -> ServerStatus {
+    let start = Instant::now();
+    loop {
+        let s = m.server(server).expect("server configured");
+        if pred(&s) {
+            return s;
+        }
+        assert!(start.elapsed() < limit, "`{server}` not {what} after {limit:?}: {s:#?}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+async fn ready(m: &McpManager, server: &str) -> ServerStatus {
+    wait_for(m, server, "ready", READY, |s| s.state == ServerState::Ready).await
+}
+
+/// Calls `tool` through the registry as a node allowed all of `partition`.
+async fn call(reg: &ToolRegistry, partition: &str, tool: &str, args: Value) -> Result<Value, stategraph::tools::ToolError> {
+    let allowed = reg.expand(&[partition.to_owned()]);
+    reg.call(tool, args, &allowed).await.map(|o| o.output)
+}
+
+/// tests/mcp/http_server.py, killed on drop.
+struct HttpServer {
+    child: tokio::process::Child,
+    port: u16,
+}
+
+impl HttpServer {
+    /// Starts it on `port` (0: a free one) and waits until it listens.
+    async fn start(f: &Fixtures, port: u16) -> Self {
+        let mut child = tokio::process::Command::new(&f.python)
+            .arg(&f.http_server)
+            .args(["--port", &port.to_string()])
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::null())
+            .kill_on_drop(true)
+            .spawn()
+            .expect("start the Python MCP test server");
+        let stdout = child.stdout.take().expect("stdout");
+        let mut lines = tokio::io::BufReader::new(stdout).lines();
+        let line = tokio::time::timeout(READY, lines.next_line())
+            .await
+            .expect("the Python MCP server did not start in time")
+            .expect("read its output")
+            .expect("it printed its port");
+        let port = line.strip_prefix("PORT ").and_then(|p| p.trim().parse().ok()).unwrap_or_else(|| panic!("unexpected output {line:?}"));
+        Self { child, port }
+    }
+
+    async fn stop(mut self) {
+        self.child.kill().await.expect("kill the Python MCP server");
+    }
+}
+
+#[tokio::test]
+async fn mcp_stdio_tools_are_discovered_with_schemas_and_called_through_the_registry() {
+    within(async {
+        let f = fixtures();
+        let reg = Arc::new(ToolRegistry::with_builtins());
+        let m = McpManager::start(
+            &config(&everything(&f, "everything", "prefix = true\ntimeout = \"7s\"\n[servers.everything.tools.get-sum]\ncache_ttl = \"1m\"")),
+            Arc::clone(&reg),
+        );
+        assert!(reg.knows("everything"), "the partition is declared before the server is up");
+        let status = ready(&m, "everything").await;
+        assert_eq!((status.transport, status.partition.as_str()), ("stdio", "everything"));
+        assert!(status.pid.is_some() && status.last_refresh.is_some(), "{status:?}");
+        assert!(status.server_info.as_deref().unwrap_or_default().contains("everything"), "{status:?}");
+
+        let tools = reg.expand(&["everything".to_owned()]);
+        assert_eq!(tools.len(), status.tools);
+        for t in ["everything__echo", "everything__get-sum", "everything__get-structured-content"] {
+            assert!(tools.iter().any(|n| n == t), "{t} missing from {tools:?}");
+        }
+        let echo = reg.spec("everything__echo").unwrap();
+        assert_eq!(echo.partition, "everything");
+        assert_eq!(echo.input_schema["properties"]["message"]["type"], "string", "the server's schema: {}", echo.input_schema);
+        assert_eq!(echo.policy.timeout, Duration::from_secs(7));
+        assert_eq!(reg.policy("everything__get-sum").cache_ttl, Some(Duration::from_secs(60)), "per-tool override");
+
+        let out = call(&reg, "everything", "everything__echo", json!({"message": "hi from stategraph"})).await.unwrap();
+        assert_eq!(out, json!("Echo: hi from stategraph"));
+        let sum = call(&reg, "everything", "everything__get-sum", json!({"a": 2, "b": 40})).await.unwrap();
+        assert!(sum.as_str().unwrap().contains("42"), "{sum}");
+        let weather = call(&reg, "everything", "everything__get-structured-content", json!({"location": "Chicago"})).await.unwrap();
+        assert!(weather.is_object(), "structuredContent is the output: {weather}");
+
+        // The registry's schema check stops bad arguments before the server sees them.
+        let err = call(&reg, "everything", "everything__get-sum", json!({"a": "two", "b": 3})).await.unwrap_err();
+        let failure = err.to_failure();
+        assert_eq!(failure.kind, "validation_error");
+        assert!(failure.details["errors"].is_array() && failure.details.get("server").is_none(), "{failure:?}");
+
+        // Past the registry, an unknown tool is the server's answer, mapped.
+        let err = m.call_tool("everything", "no-such-tool", json!({})).await.unwrap_err();
+        assert_eq!(err.kind(), "not_found", "{err}");
+        assert!(err.to_string().contains("no-such-tool"), "the server's message: {err}");
+
+        let pid = status.pid.unwrap();
+        m.shutdown().await;
+        assert_eq!(m.server("everything").unwrap().state, ServerState::Down);
+        assert!(reg.expand(&["everything".to_owned()]).is_empty());
+        assert!(!std::path::Path::new(&format!("/proc/{pid}")).exists(), "shutdown ends the child process");
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn mcp_json_rpc_errors_and_is_error_results_become_structured_errors() {
+    within(async {
+        let f = fixtures();
+        let reg = Arc::new(ToolRegistry::new());
+        let m = McpManager::start(&config(&time_server(&f, "time", "")), Arc::clone(&reg));
+        ready(&m, "time").await;
+        assert_eq!(reg.expand(&["time".to_owned()]), ["convert_time", "get_current_time"]);
+        let now = call(&reg, "time", "get_current_time", json!({"timezone": "Etc/UTC"})).await.unwrap();
+        assert!(now.to_string().contains("Etc/UTC"), "{now}");
+
+        // mcp-server-time answers an unknown tool with JSON-RPC -32602.
+        let err = m.call_tool("time", "no_such_tool", json!({})).await.unwrap_err();
+        let failure = err.to_failure();
+        assert_eq!(failure.kind, "not_found", "{failure:?}");
+        assert!(failure.message.contains("no_such_tool"), "the server's message: {failure:?}");
+        assert_eq!((failure.details["server"].as_str(), failure.details["code"].as_i64()), (Some("time"), Some(-32602)));
+
+        // Arguments the schema allows but the server rejects.
+        let err = call(&reg, "time", "get_current_time", json!({"timezone": "Mars/Olympus_Mons"})).await.unwrap_err();
+        assert!(matches!(err.kind(), "validation_error" | "execution_error"), "{err:?}");
+        assert!(err.to_string().contains("Mars/Olympus_Mons"), "the server's message: {err}");
+        m.shutdown().await;
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn mcp_http_server_results_errors_and_refreshed_tool_lists() {
+    within(async {
+        let f = fixtures();
+        let server = HttpServer::start(&f, 0).await;
+        let reg = Arc::new(ToolRegistry::new());
+        let m = McpManager::start(&config(&http("py", server.port, "refresh = \"200ms\"")), Arc::clone(&reg));
+        let status = ready(&m, "py").await;
+        assert_eq!(status.transport, "http");
+        assert_eq!(reg.expand(&["py".to_owned()]), ["add", "fail", "shout", "toggle_extra"]);
+        assert_eq!(reg.spec("add").unwrap().input_schema["required"], json!(["a", "b"]));
+
+        assert_eq!(call(&reg, "py", "add", json!({"a": 2, "b": 3})).await.unwrap(), json!({"result": 5}));
+        assert_eq!(call(&reg, "py", "shout", json!({"text": "hi"})).await.unwrap(), json!("HI"));
+        let bad = call(&reg, "py", "add", json!({"a": "x", "b": 3})).await.unwrap_err();
+        assert_eq!(bad.kind(), "validation_error", "caught by the schema: {bad:?}");
+
+        // `isError: true` → a structured failure with the server's message.
+        let err = call(&reg, "py", "fail", json!({"message": "disk full"})).await.unwrap_err();
+        assert_eq!(err.kind(), "execution_error", "{err:?}");
+        assert!(err.to_string().contains("disk full"), "{err}");
+
+        // The server's tool list changes; the refresh picks it up.
+        assert_eq!(call(&reg, "py", "toggle_extra", json!({})).await.unwrap(), json!("added"));
+        let start = Instant::now();
+        while reg.spec("extra").is_none() {
+            assert!(start.elapsed() < Duration::from_secs(10), "the new tool was not picked up: {:?}", reg.names());
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        assert_eq!(call(&reg, "py", "extra", json!({})).await.unwrap(), json!("extra here"));
+        assert_eq!(call(&reg, "py", "toggle_extra", json!({})).await.unwrap(), json!("removed"));
+        let start = Instant::now();
+        while reg.spec("extra").is_some() {
+            assert!(start.elapsed() < Duration::from_secs(10), "the removed tool stayed: {:?}", reg.names());
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        assert_eq!(m.server("py").unwrap().tools, 4);
+        m.shutdown().await;
+        server.stop().await;
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn mcp_http_server_that_stops_is_marked_down_and_reconnected_when_back() {
+    within(async {
+        let f = fixtures();
+        let server = HttpServer::start(&f, 0).await;
+        let port = server.port;
+        let reg = Arc::new(ToolRegistry::new());
+        let extra = "refresh = \"1h\"\nhealth_check = \"200ms\"\ntimeout = \"5s\"\nbackoff = \"200ms\"\nmax_backoff = \"1s\"";
+        let m = McpManager::start(&config(&http("py", port, extra)), Arc::clone(&reg));
+        ready(&m, "py").await;
+        assert_eq!(call(&reg, "py", "shout", json!({"text": "a"})).await.unwrap(), json!("A"));
+
+        // Unused, the server's death is noticed by the health check.
+        server.stop().await;
+        let down = wait_for(&m, "py", "down", Duration::from_secs(10), |s| s.state == ServerState::Down).await;
+        assert!(down.last_error.as_deref().unwrap_or_default().contains("ping failed"), "{down:?}");
+        assert!(reg.expand(&["py".to_owned()]).is_empty(), "the partition is emptied");
+        assert!(reg.knows("py"), "but still known to graph files");
+        let started = Instant::now();
+        let err = m.call_tool("py", "shout", json!({"text": "c"})).await.unwrap_err();
+        assert!(started.elapsed() < Duration::from_millis(500));
+        assert_eq!(err.kind(), "execution_error");
+        assert!(err.to_string().contains("MCP server `py` is down"), "{err}");
+
+        let server = HttpServer::start(&f, port).await;
+        let again = wait_for(&m, "py", "reconnected", READY, |s| s.state == ServerState::Ready && s.connects == 2).await;
+        assert_eq!(again.tools, 4);
+        assert_eq!(call(&reg, "py", "shout", json!({"text": "back"})).await.unwrap(), json!("BACK"));
+
+        // A call right after the server stops fails fast with a structured
+        // error (the connection is refused), and has the manager look now.
+        server.stop().await;
+        let started = Instant::now();
+        let err = call(&reg, "py", "shout", json!({"text": "b"})).await.unwrap_err();
+        assert!(started.elapsed() < Duration::from_secs(3), "took {:?}", started.elapsed());
+        assert!(matches!(err.kind(), "execution_error" | "not_found" | "not_allowed"), "{err:?}");
+        wait_for(&m, "py", "down", Duration::from_secs(10), |s| s.state == ServerState::Down).await;
+
+        let server = HttpServer::start(&f, port).await;
+        wait_for(&m, "py", "reconnected", READY, |s| s.state == ServerState::Ready && s.connects == 3).await;
+        assert_eq!(call(&reg, "py", "shout", json!({"text": "again"})).await.unwrap(), json!("AGAIN"));
+        m.shutdown().await;
+        server.stop().await;
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn mcp_stdio_server_that_dies_is_marked_down_and_restarted() {
+    within(async {
+        let f = fixtures();
+        let reg = Arc::new(ToolRegistry::new());
+        let m = McpManager::start(&config(&everything(&f, "ev", "backoff = \"1s\"")), Arc::clone(&reg));
+        let first = ready(&m, "ev").await;
+        let pid = first.pid.expect("a child process");
+        let killed = std::process::Command::new("kill").args(["-9", &pid.to_string()]).status().expect("run kill");
+        assert!(killed.success());
+
+        let down = wait_for(&m, "ev", "down", Duration::from_secs(10), |s| s.state != ServerState::Ready).await;
+        assert_eq!(down.state, ServerState::Down, "{down:?}");
+        assert!(down.last_error.as_deref().unwrap_or_default().contains("exited"), "{down:?}");
+        assert!(reg.expand(&["ev".to_owned()]).is_empty());
+        let started = Instant::now();
+        let err = m.call_tool("ev", "echo", json!({"message": "x"})).await.unwrap_err();
+        assert!(started.elapsed() < Duration::from_millis(500));
+        assert_eq!(err.kind(), "execution_error", "{err}");
+
+        let again = wait_for(&m, "ev", "restarted", READY, |s| s.state == ServerState::Ready && s.connects == 2).await;
+        assert_ne!(again.pid, Some(pid), "a new process");
+        assert_eq!(call(&reg, "ev", "echo", json!({"message": "again"})).await.unwrap(), json!("Echo: again"));
+        m.shutdown().await;
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn mcp_server_that_cannot_start_is_reported_and_the_others_still_work() {
+    within(async {
+        let f = fixtures();
+        let reg = Arc::new(ToolRegistry::with_builtins());
+        let ghost = "[servers.ghost]\ncommand = [\"/nonexistent/stategraph-no-such-mcp-server\"]\nbackoff = \"100ms\"\n";
+        let m = McpManager::start(&config(&format!("{ghost}{}", time_server(&f, "time", ""))), Arc::clone(&reg));
+
+        // Graph files naming the partition validate while its server is down.
+        let mut registries = Registries::default();
+        registries.tools = Arc::clone(&reg);
+        let graph = "state: chat\nentry: helper\nnodes:\n  - id: helper\n    kind: agent\n    prompt: chat/direct.md\n    tools: [ghost, time]\n    input: query\n    output: answer\nedges: [helper -> END]\n";
+        let cat = Catalog::from_sources(&[("uses_mcp", graph)], Prompts::load(&root().join("prompts")), &registries);
+        assert!(!cat.has_errors(), "{:#?}", cat.diagnostics);
+
+        let down = wait_for(&m, "ghost", "down", Duration::from_secs(10), |s| s.state == ServerState::Down).await;
+        assert!(down.last_error.as_deref().unwrap_or_default().contains("cannot start"), "{down:?}");
+        ready(&m, "time").await;
+        call(&reg, "time", "get_current_time", json!({"timezone": "Europe/Berlin"})).await.unwrap();
+        let err = m.call_tool("ghost", "anything", json!({})).await.unwrap_err();
+        assert_eq!(err.kind(), "execution_error");
+        assert!(err.to_string().contains("cannot start"), "{err}");
+
+        let referenced: Vec<String> =
+            ["ghost", "time", "get_current_time", "calculator", "no_such_tool"].iter().map(|s| s.to_string()).collect();
+        let health = m.health(&referenced);
+        assert!(!health.ok);
+        assert_eq!(health.servers_down, ["ghost"]);
+        let missing: Vec<(&str, &str, Option<&str>)> =
+            health.missing.iter().map(|x| (x.name.as_str(), x.kind, x.server.as_deref())).collect();
+        assert_eq!(missing, [("ghost", "partition", Some("ghost")), ("no_such_tool", "tool", None)]);
+        assert!(health.missing[0].reason.contains("down"), "{:?}", health.missing[0]);
+        assert_eq!(health.servers.len(), 2);
+        assert!(m.health(&["time".to_owned(), "calculator".to_owned()]).ok);
+        m.shutdown().await;
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn mcp_agent_run_calls_an_mcp_tool_end_to_end() {
+    within(async {
+        let f = fixtures();
+        let registries = Registries::default();
+        let m = McpManager::start(&config(&everything(&f, "everything", "prefix = true")), Arc::clone(&registries.tools));
+        let graph = "state: chat\nentry: helper\nnodes:\n  - id: helper\n    kind: agent\n    prompt: chat/direct.md\n    tools: [everything]\n    input: query\n    max_iterations: 3\n    output: answer\nedges: [helper -> END]\n";
+        let cat = Catalog::from_sources(&[("mcp_agent", graph)], Prompts::load(&root().join("prompts")), &registries);
+        assert!(!cat.has_errors(), "{:#?}", cat.diagnostics);
+        ready(&m, "everything").await;
+
+        let model = Arc::new(ScriptedModel::new([Turn::tool("everything__echo", json!({"message": "hello mcp"})), Turn::text("done")]));
+        let services = Arc::new(Services::new(Models::single(model.clone()), Arc::clone(&registries.tools)));
+        let (tx, mut rx) = mpsc::channel(256);
+        let collector = tokio::spawn(async move {
+            let mut all = Vec::new();
+            while let Some(e) = rx.recv().await {
+                all.push(e);
+            }
+            all
+        });
+        let input = json!({"messages": [{"id": "u1", "role": "user", "content": "say hello"}], "query": "say hello"});
+        let graph = Arc::clone(cat.graphs.get("mcp_agent").unwrap());
+        let out = runtime::run(graph, services, input, RunOptions { events: Some(tx), ..Default::default() }).await.unwrap();
+        let events = collector.await.unwrap();
+        assert_eq!(out.state.to_json()["answer"], "done");
+        let result = events.iter().find_map(|e| match &e.event {
+            EventKind::ToolResult { tool, output, .. } if tool == "everything__echo" => Some(output.clone()),
+            _ => None,
+        });
+        assert_eq!(result, Some(json!("Echo: hello mcp")), "events: {events:#?}");
+        let offered = &model.requests()[0].tools;
+        assert!(offered.iter().any(|t| t.name == "everything__echo"), "the MCP tools are offered to the model");
+        m.shutdown().await;
+    })
+    .await;
+}

@@ -1,0 +1,278 @@
+//! The store conformance suite: one set of checks over `Arc<dyn Store>`,
+//! run against the memory store (the reference), SQLite in a temporary
+//! directory, and PostgreSQL in a fresh database per test
+//! (`stategraph_test_<random>` on 127.0.0.1:5432, dropped afterwards), so
+//! tests run in parallel and repeatedly. Then backend-specific checks:
+//! migrations, refusing a newer schema, future event kinds, configuration,
+//! and a real graph run checkpointed through `LogCheckpointer`.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use std::future::Future;
+use std::panic::AssertUnwindSafe;
+use std::sync::Arc;
+
+use futures::FutureExt;
+use futures::future::BoxFuture;
+use serde_json::{Value, json};
+use stategraph::events::{
+    ErrorInfo, Event, EventKind, ForkOrigin, LlmOutput, ToolCallRecord, ToolFailure, Usage,
+};
+use stategraph::runtime::{
+    self, CheckpointError, Checkpointer, MemoryCheckpointer, PendingTask, RunOptions, RunStatus,
+    StepBatch, TaskWrite, rebuild_state,
+};
+use stategraph::state::{ChatState, Patch, StateType};
+use stategraph::store::memory::MemoryStore;
+use stategraph::store::{
+    self, ChatRecord, CheckpointRecord, EventLog, LogCheckpointer, MessageRecord, PostgresStore,
+    RunRecord, SqliteStore, Store, StoreConfig, StoreError,
+};
+use uuid::Uuid;
+
+mod backends;
+mod chats;
+mod graph_run;
+mod log;
+
+use chats::*;
+use graph_run::*;
+use log::*;
+
+const ADMIN_URL: &str = "postgres://postgres@127.0.0.1:5432/postgres";
+
+/// A PostgreSQL database of one test's own.
+struct PgDb {
+    name: String,
+}
+
+async fn admin() -> tokio_postgres::Client {
+    let (client, conn) = tokio_postgres::connect(ADMIN_URL, tokio_postgres::NoTls).await.unwrap_or_else(|e| {
+        panic!("PostgreSQL must run on 127.0.0.1:5432 (pg_ctlcluster --skip-systemctl-redirect $(ls /etc/postgresql) main start): {e}")
+    });
+    tokio::spawn(async move {
+        let _ = conn.await;
+    });
+    client
+}
+
+impl PgDb {
+    async fn create() -> Self {
+        let name = format!("stategraph_test_{}", Uuid::new_v4().simple());
+        admin()
+            .await
+            .batch_execute(&format!("CREATE DATABASE {name}"))
+            .await
+            .unwrap();
+        Self { name }
+    }
+
+    fn url(&self) -> String {
+        format!("postgres://postgres@127.0.0.1:5432/{}", self.name)
+    }
+
+    async fn drop_db(self) {
+        admin()
+            .await
+            .batch_execute(&format!(
+                "DROP DATABASE IF EXISTS {} WITH (FORCE)",
+                self.name
+            ))
+            .await
+            .unwrap();
+    }
+
+    /// Runs `f` with the database, dropping it afterwards even if `f` fails.
+    async fn with<Fut: Future<Output = ()>>(f: impl FnOnce(String) -> Fut) {
+        let db = Self::create().await;
+        let result = AssertUnwindSafe(f(db.url())).catch_unwind().await;
+        db.drop_db().await;
+        if let Err(panic) = result {
+            std::panic::resume_unwind(panic);
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug)]
+enum Backend {
+    Memory,
+    Sqlite,
+    Postgres,
+}
+
+async fn with_store<Fut: Future<Output = ()>>(
+    backend: Backend,
+    check: impl FnOnce(Arc<dyn Store>) -> Fut,
+) {
+    match backend {
+        Backend::Memory => check(Arc::new(MemoryStore::new())).await,
+        Backend::Sqlite => {
+            let dir = tempfile::tempdir().unwrap();
+            let store = SqliteStore::open(dir.path().join("data").join("stategraph.db"))
+                .await
+                .unwrap();
+            check(Arc::new(store)).await;
+        }
+        Backend::Postgres => {
+            PgDb::with(|url| async move {
+                let store = PostgresStore::connect(&url, 4).await.unwrap();
+                check(Arc::new(store)).await;
+            })
+            .await
+        }
+    }
+}
+
+/// One test per check and backend: `store_conformance::<backend>::<check>`.
+macro_rules! conformance {
+    ($($check:ident),* $(,)?) => {
+        mod memory {
+            $(#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn $check() { super::with_store(super::Backend::Memory, super::$check).await })*
+        }
+        mod sqlite {
+            $(#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn $check() { super::with_store(super::Backend::Sqlite, super::$check).await })*
+        }
+        mod postgres {
+            $(#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn $check() { super::with_store(super::Backend::Postgres, super::$check).await })*
+        }
+    };
+}
+
+conformance!(
+    chats_are_ensured_listed_and_deleted,
+    active_run_is_set_and_cleared,
+    messages_append_regenerate_edit_and_upsert,
+    runs_are_created_listed_and_finished,
+    events_page_and_checkpoints_filter_by_step,
+    a_duplicate_seq_conflicts_and_stores_nothing_of_its_batch,
+    the_final_batch_sets_the_status,
+    state_rebuilt_from_stored_checkpoints_matches_memory,
+    large_unicode_and_every_kind_of_event_round_trip,
+    concurrent_appends_to_different_runs_all_land,
+    a_real_graph_run_checkpoints_through_the_store,
+);
+
+// ---------------------------------------------------------------- fixtures
+
+fn chat(id: &str, user: &str, updated_at: u64) -> ChatRecord {
+    ChatRecord {
+        id: id.into(),
+        user_id: user.into(),
+        title: format!("title of {id}"),
+        created_at: 1,
+        updated_at,
+        active_run: None,
+    }
+}
+
+fn message(chat: &str, id: &str, position: i64, text: &str) -> MessageRecord {
+    let role = if position % 2 == 0 {
+        "user"
+    } else {
+        "assistant"
+    };
+    MessageRecord {
+        chat_id: chat.into(),
+        id: id.into(),
+        role: role.into(),
+        parts: json!([{"type": "text", "text": text}]),
+        metadata: if position % 2 == 0 {
+            Value::Null
+        } else {
+            json!({"model": "m", "tokens": 12})
+        },
+        position,
+        created_at: 100 + position as u64,
+    }
+}
+
+fn run(chat: Option<&str>, created_at: u64) -> RunRecord {
+    RunRecord {
+        id: Uuid::now_v7(),
+        chat_id: chat.map(Into::into),
+        user_id: "alice".into(),
+        graph: "chat".into(),
+        graph_version: "v1".into(),
+        status: RunStatus::Running,
+        input: json!({"query": "why 42?", "n": 1.5}),
+        created_at,
+        finished_at: None,
+        error: None,
+        usage: Usage::default(),
+        parent: None,
+        request_id: Some("req-1".into()),
+        message_id: Some("msg-1".into()),
+        last_seq: 0,
+        last_step: 0,
+    }
+}
+
+fn event(run: Uuid, seq: u64, step: u32, kind: EventKind) -> Arc<Event> {
+    let node = (step > 0).then(|| Arc::from(format!("node{step}").as_str()));
+    Arc::new(Event {
+        run_id: run,
+        seq,
+        at: 1_700_000_000_000_000 + seq,
+        step,
+        node,
+        task: (seq % 3) as u32,
+        event: kind,
+    })
+}
+
+fn text(run: Uuid, seq: u64, step: u32) -> Arc<Event> {
+    event(
+        run,
+        seq,
+        step,
+        EventKind::TextDelta {
+            call: 0,
+            delta: format!("tok{seq} "),
+        },
+    )
+}
+
+/// A batch for `step` holding `events`, with a patch that keeps its field
+/// order (`b` before `a`), a frontier and join progress.
+fn batch(run: Uuid, step: u32, events: Vec<Arc<Event>>) -> StepBatch {
+    let patch = Patch::new()
+        .set("answer", format!("answer {step}"))
+        .set("findings", format!("f{step}"));
+    StepBatch {
+        run_id: run,
+        step,
+        writes: if step == 0 {
+            Vec::new()
+        } else {
+            vec![TaskWrite {
+                node: format!("node{step}"),
+                task: 0,
+                patch,
+            }]
+        },
+        events,
+        next: vec![
+            PendingTask {
+                node: "narrator".into(),
+                item: None,
+            },
+            PendingTask {
+                node: "map".into(),
+                item: Some(json!({"i": step})),
+            },
+        ],
+        joins: vec![vec!["a".into(), "b".into()], vec![]],
+        snapshot: (step == 0).then(|| json!({"query": "why 42?"})),
+        status: RunStatus::Running,
+    }
+}
+
+async fn all_events(store: &dyn Store, run: Uuid) -> Vec<Event> {
+    store.events(run, 0, usize::MAX).await.unwrap()
+}
+
+fn owned(events: &[Arc<Event>]) -> Vec<Event> {
+    events.iter().map(|e| (**e).clone()).collect()
+}

@@ -1,0 +1,151 @@
+//! Backend-specific checks: migrations, refusing a newer schema, event
+//! kinds from newer builds, configuration and connection errors.
+
+use super::*;
+
+#[tokio::test]
+async fn sqlite_migrates_once_runs_in_wal_mode_and_refuses_a_newer_schema() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("nested").join("dir").join("stategraph.db");
+    let first = store::sqlite::migrate(&path).await.unwrap();
+    assert_eq!((first.from, first.applied.as_slice()), (0, &[1][..]));
+    let second = store::sqlite::migrate(&path).await.unwrap();
+    assert_eq!(
+        (second.from, second.to, second.applied.len()),
+        (1, 1, 0),
+        "a second migrate is a no-op"
+    );
+    let s = SqliteStore::open(&path).await.unwrap();
+    s.ping().await.unwrap();
+    drop(s);
+
+    let conn = rusqlite::Connection::open(&path).unwrap();
+    let mode: String = conn
+        .query_row("PRAGMA journal_mode", [], |r| r.get(0))
+        .unwrap();
+    assert_eq!(mode, "wal");
+    let versions: i64 = conn
+        .query_row("SELECT count(*) FROM schema_migrations", [], |r| r.get(0))
+        .unwrap();
+    assert_eq!(versions, 1);
+    conn.execute(
+        "INSERT INTO schema_migrations (version, name, applied_at) VALUES (99, 'future', 0)",
+        [],
+    )
+    .unwrap();
+    drop(conn);
+    let e = SqliteStore::open(&path).await.unwrap_err().to_string();
+    assert!(e.contains("schema version 99 is newer"), "{e}");
+    assert!(store::sqlite::migrate(&path).await.is_err());
+}
+
+#[tokio::test]
+async fn postgres_migrates_once_and_refuses_a_newer_schema() {
+    PgDb::with(|url| async move {
+        let first = store::postgres::migrate(&url).await.unwrap();
+        assert_eq!((first.from, first.applied.as_slice()), (0, &[1][..]));
+        let second = store::postgres::migrate(&url).await.unwrap();
+        assert_eq!((second.from, second.to, second.applied.len()), (1, 1, 0), "a second migrate is a no-op");
+        let s = PostgresStore::connect(&url, 2).await.unwrap();
+        s.ping().await.unwrap();
+        drop(s);
+        let (client, conn) = tokio_postgres::connect(&url, tokio_postgres::NoTls).await.unwrap();
+        tokio::spawn(conn);
+        client.batch_execute("INSERT INTO schema_migrations (version, name, applied_at) VALUES (99, 'future', 0)").await.unwrap();
+        let e = PostgresStore::connect(&url, 2).await.unwrap_err().to_string();
+        assert!(e.contains("schema version 99 is newer"), "{e}");
+        assert!(store::postgres::migrate(&url).await.is_err());
+    })
+    .await;
+}
+
+const FUTURE_EVENT: &str = r#"{"type":"hologram","beam":1,"colors":["red"]}"#;
+
+#[tokio::test]
+async fn sqlite_reads_event_kinds_from_newer_builds_as_unknown() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("stategraph.db");
+    let s = SqliteStore::open(&path).await.unwrap();
+    let id = Uuid::now_v7();
+    s.append(&batch(id, 1, vec![text(id, 1, 1)])).await.unwrap();
+    let conn = rusqlite::Connection::open(&path).unwrap();
+    conn.execute(
+        "INSERT INTO run_events (run_id, seq, at, step, node, task, kind, payload) VALUES (?1, 2, 5, 1, 'n', 0, 'hologram', ?2)",
+        rusqlite::params![id.to_string(), FUTURE_EVENT],
+    )
+    .unwrap();
+    let kind: String = conn
+        .query_row("SELECT kind FROM run_events WHERE seq = 1", [], |r| {
+            r.get(0)
+        })
+        .unwrap();
+    assert_eq!(kind, "text_delta", "the kind column holds the type tag");
+    let back = s.events(id, 0, 10).await.unwrap();
+    assert_eq!(back.len(), 2);
+    assert_eq!(
+        (back[1].seq, &back[1].event, back[1].node.as_deref()),
+        (2, &EventKind::Unknown, Some("n"))
+    );
+}
+
+#[tokio::test]
+async fn postgres_reads_event_kinds_from_newer_builds_as_unknown() {
+    PgDb::with(|url| async move {
+        let s = PostgresStore::connect(&url, 2).await.unwrap();
+        let id = Uuid::now_v7();
+        s.append(&batch(id, 1, vec![text(id, 1, 1)])).await.unwrap();
+        let (client, conn) = tokio_postgres::connect(&url, tokio_postgres::NoTls).await.unwrap();
+        tokio::spawn(conn);
+        client
+            .execute(
+                "INSERT INTO run_events (run_id, seq, at, step, node, task, kind, payload) VALUES ($1, 2, 5, 1, 'n', 0, 'hologram', $2::text::json)",
+                &[&id, &FUTURE_EVENT],
+            )
+            .await
+            .unwrap();
+        let kind: String = client.query_one("SELECT kind FROM run_events WHERE seq = 1", &[]).await.unwrap().get(0);
+        assert_eq!(kind, "text_delta", "the kind column holds the type tag");
+        let back = s.events(id, 0, 10).await.unwrap();
+        assert_eq!(back.len(), 2);
+        assert_eq!((back[1].seq, &back[1].event, back[1].node.as_deref()), (2, &EventKind::Unknown, Some("n")));
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn config_opens_sqlite_under_data_dir_and_postgres_from_database_url() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let config: StoreConfig =
+        toml::from_str(&format!("data_dir = {:?}", data.display().to_string())).unwrap();
+    let s = store::open(&config.with_env_from(|_| None)).await.unwrap();
+    assert_eq!(s.backend(), "sqlite");
+    assert!(data.join("stategraph.db").is_file());
+
+    PgDb::with(|url| async move {
+        let env = move |k: &str| (k == "DATABASE_URL").then(|| url.clone());
+        let config = StoreConfig::default().with_env_from(&env);
+        let s = store::open(&config).await.unwrap();
+        assert_eq!(s.backend(), "postgres");
+        s.ping().await.unwrap();
+        assert_eq!(
+            store::config::migrate(&config).await.unwrap().applied.len(),
+            0,
+            "open already migrated"
+        );
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn an_unreachable_postgres_is_a_transient_error() {
+    let e = PostgresStore::connect("postgres://postgres@127.0.0.1:1/none", 1)
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(e, StoreError::Unavailable(_)) && e.is_transient(),
+        "{e:?}"
+    );
+    let e = PostgresStore::connect("not a url", 1).await.unwrap_err();
+    assert!(!e.is_transient(), "{e:?}");
+}

@@ -1,0 +1,253 @@
+//! Conformance checks for chats, messages and runs.
+
+use super::*;
+
+pub(super) async fn chats_are_ensured_listed_and_deleted(store: Arc<dyn Store>) {
+    let first = store.ensure_chat(chat("c1", "alice", 10)).await.unwrap();
+    assert_eq!(first, chat("c1", "alice", 10));
+    let mut again = chat("c1", "alice", 99);
+    again.title = "another title".into();
+    assert_eq!(
+        store.ensure_chat(again).await.unwrap(),
+        first,
+        "ensure_chat keeps and returns the stored chat"
+    );
+    store.ensure_chat(chat("c3", "alice", 30)).await.unwrap();
+    store.ensure_chat(chat("c2", "alice", 20)).await.unwrap();
+    store.ensure_chat(chat("b1", "bob", 40)).await.unwrap();
+    let ids = |v: Vec<ChatRecord>| v.into_iter().map(|c| c.id).collect::<Vec<_>>();
+    assert_eq!(
+        ids(store.list_chats("alice", 10).await.unwrap()),
+        ["c3", "c2", "c1"]
+    );
+    assert_eq!(
+        ids(store.list_chats("alice", 2).await.unwrap()),
+        ["c3", "c2"]
+    );
+    assert_eq!(ids(store.list_chats("bob", 10).await.unwrap()), ["b1"]);
+    assert!(store.list_chats("nobody", 10).await.unwrap().is_empty());
+    assert_eq!(
+        store.get_chat("c2").await.unwrap(),
+        Some(chat("c2", "alice", 20))
+    );
+    assert_eq!(store.get_chat("nope").await.unwrap(), None);
+
+    store
+        .replace_messages_from(
+            "c1",
+            0,
+            vec![
+                message("c1", "m0", 0, "hi"),
+                message("c1", "m1", 1, "hello"),
+            ],
+        )
+        .await
+        .unwrap();
+    store
+        .replace_messages_from("c2", 0, vec![message("c2", "m0", 0, "other chat")])
+        .await
+        .unwrap();
+    let r = run(Some("c1"), 5);
+    store.create_run(r.clone()).await.unwrap();
+    assert!(store.delete_chat("c1").await.unwrap());
+    assert_eq!(store.get_chat("c1").await.unwrap(), None);
+    assert!(
+        store.messages("c1").await.unwrap().is_empty(),
+        "deleting a chat deletes its messages"
+    );
+    assert_eq!(
+        store.messages("c2").await.unwrap().len(),
+        1,
+        "other chats keep theirs"
+    );
+    assert_eq!(
+        store.get_run(r.id).await.unwrap(),
+        Some(r),
+        "runs outlive their chat"
+    );
+    assert!(!store.delete_chat("c1").await.unwrap());
+    assert_eq!(
+        ids(store.list_chats("alice", 10).await.unwrap()),
+        ["c2", "c3"],
+        "writing messages bumped c2"
+    );
+}
+
+pub(super) async fn active_run_is_set_and_cleared(store: Arc<dyn Store>) {
+    store.ensure_chat(chat("c1", "alice", 10)).await.unwrap();
+    let id = Uuid::now_v7();
+    store.set_active_run("c1", Some(id)).await.unwrap();
+    let c = store.get_chat("c1").await.unwrap().unwrap();
+    assert_eq!(c.active_run, Some(id));
+    assert!(c.updated_at > 10);
+    store.set_active_run("c1", None).await.unwrap();
+    let cleared = store.get_chat("c1").await.unwrap().unwrap();
+    assert_eq!(cleared.active_run, None);
+    assert!(
+        cleared.updated_at > c.updated_at,
+        "every change bumps updated_at"
+    );
+    assert!(matches!(
+        store.set_active_run("nope", Some(id)).await,
+        Err(StoreError::NotFound(_))
+    ));
+}
+
+pub(super) async fn messages_append_regenerate_edit_and_upsert(store: Arc<dyn Store>) {
+    store.ensure_chat(chat("c1", "alice", 10)).await.unwrap();
+    let texts = |v: Vec<MessageRecord>| {
+        v.into_iter()
+            .map(|m| (m.id, m.parts[0]["text"].as_str().unwrap_or("").to_owned()))
+            .collect::<Vec<_>>()
+    };
+    let pair = |a: &str, b: &str| (a.to_owned(), b.to_owned());
+    store
+        .replace_messages_from(
+            "c1",
+            0,
+            vec![
+                message("c1", "u0", 0, "hi"),
+                message("c1", "a1", 1, "hello"),
+            ],
+        )
+        .await
+        .unwrap();
+    // Append a turn.
+    store
+        .replace_messages_from(
+            "c1",
+            2,
+            vec![
+                message("c1", "u2", 2, "why 42?"),
+                message("c1", "a3", 3, "because"),
+            ],
+        )
+        .await
+        .unwrap();
+    let all = store.messages("c1").await.unwrap();
+    assert_eq!(
+        all,
+        vec![
+            message("c1", "u0", 0, "hi"),
+            message("c1", "a1", 1, "hello"),
+            message("c1", "u2", 2, "why 42?"),
+            message("c1", "a3", 3, "because")
+        ]
+    );
+    assert!(store.get_chat("c1").await.unwrap().unwrap().updated_at > 10);
+    // Regenerate the last answer under the same id.
+    store
+        .replace_messages_from("c1", 3, vec![message("c1", "a3", 3, "because 6×7 ✓")])
+        .await
+        .unwrap();
+    assert_eq!(
+        texts(store.messages("c1").await.unwrap()),
+        [
+            pair("u0", "hi"),
+            pair("a1", "hello"),
+            pair("u2", "why 42?"),
+            pair("a3", "because 6×7 ✓")
+        ]
+    );
+    // Edit the second question: everything after it goes.
+    store
+        .replace_messages_from("c1", 2, vec![message("c1", "u2b", 2, "why 43? 日本語")])
+        .await
+        .unwrap();
+    assert_eq!(
+        texts(store.messages("c1").await.unwrap()),
+        [
+            pair("u0", "hi"),
+            pair("a1", "hello"),
+            pair("u2b", "why 43? 日本語")
+        ]
+    );
+    // Upsert: replace in place by id, then add the streamed answer.
+    let before = store.get_chat("c1").await.unwrap().unwrap().updated_at;
+    store
+        .upsert_message(message("c1", "a1", 1, "hello again"))
+        .await
+        .unwrap();
+    store
+        .upsert_message(message("c1", "a3", 3, "the answer"))
+        .await
+        .unwrap();
+    let all = store.messages("c1").await.unwrap();
+    assert_eq!(
+        texts(all.clone()),
+        [
+            pair("u0", "hi"),
+            pair("a1", "hello again"),
+            pair("u2b", "why 43? 日本語"),
+            pair("a3", "the answer")
+        ]
+    );
+    assert_eq!(
+        all[1],
+        message("c1", "a1", 1, "hello again"),
+        "metadata and times round-trip"
+    );
+    assert!(store.get_chat("c1").await.unwrap().unwrap().updated_at > before);
+    assert!(store.messages("other").await.unwrap().is_empty());
+}
+
+pub(super) async fn runs_are_created_listed_and_finished(store: Arc<dyn Store>) {
+    let (a, b, c) = (
+        run(Some("c1"), 100),
+        run(Some("c1"), 300),
+        run(Some("c1"), 200),
+    );
+    let mut loose = run(None, 400);
+    loose.parent = Some(ForkOrigin {
+        run_id: a.id,
+        step: 3,
+    });
+    loose.request_id = None;
+    for r in [&a, &b, &c, &loose] {
+        store.create_run(r.clone()).await.unwrap();
+    }
+    assert_eq!(store.get_run(loose.id).await.unwrap(), Some(loose.clone()));
+    assert_eq!(store.get_run(Uuid::now_v7()).await.unwrap(), None);
+    let ids = |v: Vec<RunRecord>| v.into_iter().map(|r| r.id).collect::<Vec<_>>();
+    assert_eq!(
+        ids(store.list_runs(Some("c1"), 10).await.unwrap()),
+        [b.id, c.id, a.id]
+    );
+    assert_eq!(
+        ids(store.list_runs(None, 2).await.unwrap()),
+        [loose.id, b.id]
+    );
+    assert!(store.list_runs(Some("c9"), 10).await.unwrap().is_empty());
+    assert!(
+        matches!(
+            store.create_run(a.clone()).await,
+            Err(StoreError::Conflict(_))
+        ),
+        "a duplicate run is a conflict"
+    );
+
+    let error = ErrorInfo {
+        code: "recursion_limit".into(),
+        message: "too many steps — «loop»".into(),
+    };
+    let usage = Usage {
+        prompt_tokens: 1234,
+        completion_tokens: 56,
+    };
+    store
+        .finish_run(a.id, RunStatus::Failed, Some(error.clone()), usage)
+        .await
+        .unwrap();
+    let done = store.get_run(a.id).await.unwrap().unwrap();
+    assert_eq!(
+        (done.status, done.error, done.usage),
+        (RunStatus::Failed, Some(error), usage)
+    );
+    assert!(done.finished_at.is_some());
+    assert!(matches!(
+        store
+            .finish_run(Uuid::now_v7(), RunStatus::Finished, None, usage)
+            .await,
+        Err(StoreError::NotFound(_))
+    ));
+}
