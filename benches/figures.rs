@@ -3,7 +3,13 @@
 //! single-threaded runtime, so the figure is CPU per run, not wall time.
 //! Run: `cargo bench --bench figures`.
 
-#![allow(missing_docs, unreachable_pub, clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+#![allow(
+    missing_docs,
+    unreachable_pub,
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic
+)]
 
 mod support;
 
@@ -28,11 +34,17 @@ fn measure(n: u32, mut f: impl FnMut()) -> (f64, f64) {
     for _ in 0..n {
         f();
     }
-    ((thread_cpu_ns() - cpu0) as f64 / f64::from(n), wall0.elapsed().as_nanos() as f64 / f64::from(n))
+    (
+        (thread_cpu_ns() - cpu0) as f64 / f64::from(n),
+        wall0.elapsed().as_nanos() as f64 / f64::from(n),
+    )
 }
 
 fn row(name: &str, value: f64, unit: &str, target: &str, ok: bool) {
-    println!("{name:<58} {value:>10.2} {unit:<4} target {target:<10} {}", if ok { "met" } else { "MISSED" });
+    println!(
+        "{name:<58} {value:>10.2} {unit:<4} target {target:<10} {}",
+        if ok { "met" } else { "MISSED" }
+    );
 }
 
 fn main() {
@@ -63,7 +75,10 @@ fn main() {
     }
     if only == "research" {
         let (graph, input) = (chat_graph(), research_input());
-        let tokens = std::env::var("FIGURES_TOKENS").ok().and_then(|t| t.parse().ok()).unwrap_or(0);
+        let tokens = std::env::var("FIGURES_TOKENS")
+            .ok()
+            .and_then(|t| t.parse().ok())
+            .unwrap_or(0);
         let svc = services(research_model(tokens));
         let (cpu, _) = measure(2000, || {
             rt.block_on(run_consumed(graph.clone(), svc.clone(), input.clone()));
@@ -77,13 +92,25 @@ fn main() {
     let (cpu, _) = measure(300, || {
         rt.block_on(run_consumed(chain.clone(), svc.clone(), json!({})));
     });
-    row("node step overhead (chain of 1,000 no-op nodes, events consumed)", cpu / 1000.0 / 1000.0, "µs", "≤ 1 µs", cpu / 1e6 <= 1.0);
+    row(
+        "node step overhead (chain of 1,000 no-op nodes, events consumed)",
+        cpu / 1000.0 / 1000.0,
+        "µs",
+        "≤ 1 µs",
+        cpu / 1e6 <= 1.0,
+    );
 
     let fan = compile(&fanout_yaml(1000));
     let (cpu, _) = measure(100, || {
         rt.block_on(run_consumed(fan.clone(), svc.clone(), json!({})));
     });
-    row("fan-out to 1,000 branches and join", cpu / 1e6, "ms", "≤ 2 ms", cpu / 1e6 <= 2.0);
+    row(
+        "fan-out to 1,000 branches and join",
+        cpu / 1e6,
+        "ms",
+        "≤ 2 ms",
+        cpu / 1e6 <= 2.0,
+    );
 
     for (n, reps, target) in [(100usize, 500u32, Some(0.5)), (1000, 50, None)] {
         let yaml = mixed_yaml(n);
@@ -93,13 +120,31 @@ fn main() {
             std::hint::black_box(fixture.compile(&file));
         });
         match target {
-            Some(t) => row(&format!("compile a {n}-node graph (validate + build petgraph)"), cpu / 1e6, "ms", "≤ 0.5 ms", cpu / 1e6 <= t),
-            None => row(&format!("compile a {n}-node graph (validate + build petgraph)"), cpu / 1e6, "ms", "(report)", true),
+            Some(t) => row(
+                &format!("compile a {n}-node graph (validate + build petgraph)"),
+                cpu / 1e6,
+                "ms",
+                "≤ 0.5 ms",
+                cpu / 1e6 <= t,
+            ),
+            None => row(
+                &format!("compile a {n}-node graph (validate + build petgraph)"),
+                cpu / 1e6,
+                "ms",
+                "(report)",
+                true,
+            ),
         }
         let (cpu, _) = measure(reps, || {
             std::hint::black_box(fixture.load(&yaml));
         });
-        row(&format!("load a {n}-node graph file (YAML parse with locations)"), cpu / 1e6, "ms", "(report)", true);
+        row(
+            &format!("load a {n}-node graph file (YAML parse with locations)"),
+            cpu / 1e6,
+            "ms",
+            "(report)",
+            true,
+        );
     }
 
     let graph = chat_graph();

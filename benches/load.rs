@@ -12,7 +12,13 @@
 //! Arguments: `paced`, `throughput` (default both); `--chats N`,
 //! `--seconds S`, `--clients C`, `--store memory|sqlite`.
 
-#![allow(missing_docs, unreachable_pub, clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+#![allow(
+    missing_docs,
+    unreachable_pub,
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic
+)]
 
 use std::io::Write as _;
 use std::process::Stdio;
@@ -32,16 +38,29 @@ struct Server {
 
 fn arg(name: &str) -> Option<String> {
     let args: Vec<String> = std::env::args().collect();
-    args.iter().position(|a| a == name).and_then(|i| args.get(i + 1).cloned())
+    args.iter()
+        .position(|a| a == name)
+        .and_then(|i| args.get(i + 1).cloned())
 }
 
 async fn start_server(config: &str) -> Server {
     let dir = tempfile::tempdir().expect("tempdir");
     let path = dir.path().join("stategraph.toml");
     let mut f = std::fs::File::create(&path).expect("config");
-    writeln!(f, "{config}\n[paths]\ndata = \"{}\"", dir.path().join("data").display()).expect("write");
+    writeln!(
+        f,
+        "{config}\n[paths]\ndata = \"{}\"",
+        dir.path().join("data").display()
+    )
+    .expect("write");
     let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_stategraph"))
-        .args(["serve", "--config", path.to_str().unwrap_or_default(), "--bind", "127.0.0.1:0"])
+        .args([
+            "serve",
+            "--config",
+            path.to_str().unwrap_or_default(),
+            "--bind",
+            "127.0.0.1:0",
+        ])
         .current_dir(env!("CARGO_MANIFEST_DIR"))
         .env("RUST_LOG", "warn")
         .env_remove("OPENAI_API_KEY")
@@ -62,13 +81,22 @@ async fn start_server(config: &str) -> Server {
         }
     }
     tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
-    Server { child, base, pid, _dir: dir }
+    Server {
+        child,
+        base,
+        pid,
+        _dir: dir,
+    }
 }
 
 fn rss_kb(pid: u32, key: &str) -> u64 {
     std::fs::read_to_string(format!("/proc/{pid}/status"))
         .ok()
-        .and_then(|s| s.lines().find(|l| l.starts_with(key)).and_then(|l| l.split_whitespace().nth(1)?.parse().ok()))
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with(key))
+                .and_then(|l| l.split_whitespace().nth(1)?.parse().ok())
+        })
         .unwrap_or(0)
 }
 
@@ -83,9 +111,16 @@ fn body(i: u64) -> String {
 
 /// One chat: POST and read the stream to its end. Returns whether it finished.
 async fn chat(client: &reqwest::Client, base: &str, i: u64) -> bool {
-    let resp = client.post(format!("{base}/api/chat")).header("content-type", "application/json").body(body(i)).send().await;
+    let resp = client
+        .post(format!("{base}/api/chat"))
+        .header("content-type", "application/json")
+        .body(body(i))
+        .send()
+        .await;
     match resp {
-        Ok(r) if r.status().is_success() => r.text().await.is_ok_and(|t| t.ends_with("data: [DONE]\n\n") && t.contains("\"finishReason\":\"stop\"")),
+        Ok(r) if r.status().is_success() => r.text().await.is_ok_and(|t| {
+            t.ends_with("data: [DONE]\n\n") && t.contains("\"finishReason\":\"stop\"")
+        }),
         _ => false,
     }
 }
@@ -103,7 +138,10 @@ fn quantile(metrics: &str, name: &str, q: f64) -> (String, u64) {
         .collect();
     let total = buckets.last().map_or(0, |b| b.1);
     let want = (total as f64 * q).ceil() as u64;
-    let le = buckets.iter().find(|(_, n)| *n >= want).map_or_else(|| "?".into(), |(le, _)| le.clone());
+    let le = buckets
+        .iter()
+        .find(|(_, n)| *n >= want)
+        .map_or_else(|| "?".into(), |(le, _)| le.clone());
     (le, total)
 }
 
@@ -112,7 +150,10 @@ async fn paced(chats: u64) {
         "[server]\nmax_concurrent_runs = 100000\nkeep_alive = \"15s\"\n[llm.offline]\ntoken_delay = \"50ms\"\nanswer_tokens = 50\n",
     )
     .await;
-    let client = reqwest::Client::builder().pool_max_idle_per_host(chats as usize).build().expect("client");
+    let client = reqwest::Client::builder()
+        .pool_max_idle_per_host(chats as usize)
+        .build()
+        .expect("client");
     let peak = Arc::new(AtomicU64::new(0));
     let sampler = {
         let (peak, pid) = (Arc::clone(&peak), server.pid);
@@ -136,22 +177,45 @@ async fn paced(chats: u64) {
     }
     let elapsed = started.elapsed();
     sampler.abort();
-    let metrics = client.get(format!("{}/metrics", server.base)).send().await.expect("metrics").text().await.unwrap_or_default();
+    let metrics = client
+        .get(format!("{}/metrics", server.base))
+        .send()
+        .await
+        .expect("metrics")
+        .text()
+        .await
+        .unwrap_or_default();
     let (p50, n) = quantile(&metrics, "stategraph_sse_token_delay_seconds", 0.50);
     let (p99, _) = quantile(&metrics, "stategraph_sse_token_delay_seconds", 0.99);
     let hwm = rss_kb(server.pid, "VmHWM:");
     println!("paced: {chats} concurrent chats, 50 tokens/call at 20 tokens/s, SQLite store");
-    println!("  completed          {ok}/{chats} in {:.1} s", elapsed.as_secs_f64());
+    println!(
+        "  completed          {ok}/{chats} in {:.1} s",
+        elapsed.as_secs_f64()
+    );
     println!("  tokens streamed    {n}");
     println!("  token delay p50    ≤ {} s (bucket bound)", p50);
-    println!("  token delay p99    ≤ {} s (bucket bound)   target ≤ 0.001 s", p99);
-    println!("  server RSS peak    {:.1} MB (sampled), {:.1} MB (VmHWM)   target ≤ 100 MB", peak.load(Ordering::Relaxed) as f64 / 1024.0, hwm as f64 / 1024.0);
+    println!(
+        "  token delay p99    ≤ {} s (bucket bound)   target ≤ 0.001 s",
+        p99
+    );
+    println!(
+        "  server RSS peak    {:.1} MB (sampled), {:.1} MB (VmHWM)   target ≤ 100 MB",
+        peak.load(Ordering::Relaxed) as f64 / 1024.0,
+        hwm as f64 / 1024.0
+    );
     drop(server.child);
 }
 
 async fn throughput(seconds: u64, clients: u64, store: &str) {
-    let server = start_server(&format!("[server]\nmax_concurrent_runs = 100000\n[store]\nbackend = \"{store}\"\n")).await;
-    let client = reqwest::Client::builder().pool_max_idle_per_host(clients as usize).build().expect("client");
+    let server = start_server(&format!(
+        "[server]\nmax_concurrent_runs = 100000\n[store]\nbackend = \"{store}\"\n"
+    ))
+    .await;
+    let client = reqwest::Client::builder()
+        .pool_max_idle_per_host(clients as usize)
+        .build()
+        .expect("client");
     let done = Arc::new(AtomicU64::new(0));
     let failed = Arc::new(AtomicU64::new(0));
     let next = Arc::new(AtomicU64::new(0));
@@ -178,10 +242,21 @@ async fn throughput(seconds: u64, clients: u64, store: &str) {
     }
     let elapsed = started.elapsed().as_secs_f64();
     let n = done.load(Ordering::Relaxed);
-    println!("throughput: zero-latency offline model, RESEARCH path over HTTP+SSE, {clients} clients, {store} store");
-    println!("  chats completed    {n} in {elapsed:.1} s ({} failed)", failed.load(Ordering::Relaxed));
-    println!("  sustained          {:.0} chats/s   target ≥ 1000", n as f64 / elapsed);
-    println!("  server RSS peak    {:.1} MB (VmHWM)", rss_kb(server.pid, "VmHWM:") as f64 / 1024.0);
+    println!(
+        "throughput: zero-latency offline model, RESEARCH path over HTTP+SSE, {clients} clients, {store} store"
+    );
+    println!(
+        "  chats completed    {n} in {elapsed:.1} s ({} failed)",
+        failed.load(Ordering::Relaxed)
+    );
+    println!(
+        "  sustained          {:.0} chats/s   target ≥ 1000",
+        n as f64 / elapsed
+    );
+    println!(
+        "  server RSS peak    {:.1} MB (VmHWM)",
+        rss_kb(server.pid, "VmHWM:") as f64 / 1024.0
+    );
     drop(server.child);
 }
 
@@ -190,9 +265,17 @@ fn main() {
     if args.iter().any(|a| a == "--list") {
         return;
     }
-    let which: Vec<&str> = args.iter().skip(1).map(String::as_str).filter(|a| matches!(*a, "paced" | "throughput")).collect();
+    let which: Vec<&str> = args
+        .iter()
+        .skip(1)
+        .map(String::as_str)
+        .filter(|a| matches!(*a, "paced" | "throughput"))
+        .collect();
     let all = which.is_empty();
-    let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().expect("runtime");
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
     rt.block_on(async {
         if all || which.contains(&"paced") {
             paced(arg("--chats").and_then(|v| v.parse().ok()).unwrap_or(1000)).await;
@@ -200,7 +283,10 @@ fn main() {
         if all || which.contains(&"throughput") {
             let seconds = arg("--seconds").and_then(|v| v.parse().ok()).unwrap_or(10);
             let clients = arg("--clients").and_then(|v| v.parse().ok()).unwrap_or(32);
-            let stores = arg("--store").map_or_else(|| vec!["memory".to_owned(), "sqlite".to_owned()], |s| vec![s]);
+            let stores = arg("--store").map_or_else(
+                || vec!["memory".to_owned(), "sqlite".to_owned()],
+                |s| vec![s],
+            );
             for store in stores {
                 throughput(seconds, clients, &store).await;
             }

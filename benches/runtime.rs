@@ -5,7 +5,13 @@
 //! per call, ≤ 20 µs with none). Single-threaded runtime: wall time is CPU
 //! time. `cargo bench --bench figures` prints the same targets as a table.
 
-#![allow(missing_docs, unreachable_pub, clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+#![allow(
+    missing_docs,
+    unreachable_pub,
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic
+)]
 
 mod support;
 
@@ -39,9 +45,13 @@ fn compile_graphs(c: &mut Criterion) {
     for n in [100, 1000] {
         let fixture = CompileFixture::new();
         let file = fixture.load(&mixed_yaml(n));
-        g.bench_with_input(BenchmarkId::new("validate_and_build", n), &file, |b, f| b.iter(|| fixture.compile(f)));
+        g.bench_with_input(BenchmarkId::new("validate_and_build", n), &file, |b, f| {
+            b.iter(|| fixture.compile(f))
+        });
         let yaml = mixed_yaml(n);
-        g.bench_with_input(BenchmarkId::new("load_yaml", n), &yaml, |b, y| b.iter(|| fixture.load(y)));
+        g.bench_with_input(BenchmarkId::new("load_yaml", n), &yaml, |b, y| {
+            b.iter(|| fixture.load(y))
+        });
     }
     g.finish();
 }
@@ -53,9 +63,15 @@ fn research_path(c: &mut Criterion) {
     let mut g = c.benchmark_group("chat_research_path");
     for tokens in [50, 0] {
         let services = services(research_model(tokens));
-        g.bench_with_input(BenchmarkId::new("tokens_per_call", tokens), &tokens, |b, _| {
-            b.iter(|| rt.block_on(run_consumed(graph.clone(), services.clone(), input.clone())));
-        });
+        g.bench_with_input(
+            BenchmarkId::new("tokens_per_call", tokens),
+            &tokens,
+            |b, _| {
+                b.iter(|| {
+                    rt.block_on(run_consumed(graph.clone(), services.clone(), input.clone()))
+                });
+            },
+        );
     }
     g.finish();
 }

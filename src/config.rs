@@ -93,9 +93,9 @@ impl<'de> Deserialize<'de> for Bytes {
         }
         match Raw::deserialize(d)? {
             Raw::N(n) => Ok(Bytes(n)),
-            Raw::S(s) => Bytes::parse(&s)
-                .map(Bytes)
-                .ok_or_else(|| serde::de::Error::custom(format!("`{s}` is not a size; write e.g. 1MiB or 512KiB"))),
+            Raw::S(s) => Bytes::parse(&s).map(Bytes).ok_or_else(|| {
+                serde::de::Error::custom(format!("`{s}` is not a size; write e.g. 1MiB or 512KiB"))
+            }),
         }
     }
 }
@@ -134,6 +134,16 @@ pub struct ServerConfig {
     pub reload_interval: Dur,
     /// Runs allowed at once (429 beyond).
     pub max_concurrent_runs: usize,
+    /// When a step's checkpoint is stored: `sync` (before the next step) or
+    /// `async` (in the background, at most one step behind).
+    pub durability: crate::runtime::Durability,
+    /// How long the store may be unreachable before a run fails.
+    pub store_outage_limit: Dur,
+    /// Lease on a running run; an instance that stops renewing it (crashed)
+    /// loses the run to another after this long.
+    pub lease: Dur,
+    /// How often to look for runs left by dead instances (0 = never).
+    pub recover_interval: Dur,
 }
 
 impl Default for ServerConfig {
@@ -149,6 +159,10 @@ impl Default for ServerConfig {
             cors_origins: Vec::new(),
             reload_interval: Dur(Duration::from_secs(2)),
             max_concurrent_runs: 10_000,
+            durability: crate::runtime::Durability::Sync,
+            store_outage_limit: Dur(Duration::from_secs(30)),
+            lease: Dur(Duration::from_secs(15)),
+            recover_interval: Dur(Duration::from_secs(5)),
         }
     }
 }
@@ -167,7 +181,11 @@ pub struct PathsConfig {
 
 impl Default for PathsConfig {
     fn default() -> Self {
-        Self { graphs: "graphs".into(), prompts: "prompts".into(), data: "data".into() }
+        Self {
+            graphs: "graphs".into(),
+            prompts: "prompts".into(),
+            data: "data".into(),
+        }
     }
 }
 
@@ -184,7 +202,10 @@ pub struct AuthConfig {
 
 impl Default for AuthConfig {
     fn default() -> Self {
-        Self { api_keys: BTreeMap::new(), local_user: "local".into() }
+        Self {
+            api_keys: BTreeMap::new(),
+            local_user: "local".into(),
+        }
     }
 }
 
@@ -264,8 +285,14 @@ impl Config {
     /// # Errors
     /// Unreadable or invalid file.
     pub fn from_file(path: &Path) -> Result<Self, ConfigError> {
-        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read { path: path.to_owned(), source })?;
-        Self::from_toml(&text).map_err(|message| ConfigError::Parse { path: path.to_owned(), message })
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+            path: path.to_owned(),
+            source,
+        })?;
+        Self::from_toml(&text).map_err(|message| ConfigError::Parse {
+            path: path.to_owned(),
+            message,
+        })
     }
 
     /// Parses TOML text.
@@ -282,7 +309,10 @@ impl Config {
     /// A variable has an invalid value.
     pub fn with_env(mut self, env: impl Fn(&str) -> Option<String>) -> Result<Self, ConfigError> {
         if let Some(v) = env("STATEGRAPH_BIND") {
-            self.server.bind = v.parse().map_err(|e| ConfigError::Env { var: "STATEGRAPH_BIND", message: format!("{e}") })?;
+            self.server.bind = v.parse().map_err(|e| ConfigError::Env {
+                var: "STATEGRAPH_BIND",
+                message: format!("{e}"),
+            })?;
         }
         if let Some(v) = env("STATEGRAPH_GRAPHS") {
             self.paths.graphs = v.into();
@@ -299,11 +329,17 @@ impl Config {
                     var: "STATEGRAPH_API_KEYS",
                     message: "expected key=user pairs separated by commas".into(),
                 })?;
-                self.auth.api_keys.insert(key.trim().to_owned(), user.trim().to_owned());
+                self.auth
+                    .api_keys
+                    .insert(key.trim().to_owned(), user.trim().to_owned());
             }
         }
         if let Some(v) = env("STATEGRAPH_CORS_ORIGINS") {
-            self.server.cors_origins = v.split(',').map(|s| s.trim().to_owned()).filter(|s| !s.is_empty()).collect();
+            self.server.cors_origins = v
+                .split(',')
+                .map(|s| s.trim().to_owned())
+                .filter(|s| !s.is_empty())
+                .collect();
         }
         if let Some(v) = env("OTEL_EXPORTER_OTLP_ENDPOINT") {
             self.telemetry.otlp_endpoint = Some(v);
@@ -312,7 +348,12 @@ impl Config {
             self.telemetry.log_format = match v.as_str() {
                 "json" => LogFormat::Json,
                 "pretty" => LogFormat::Pretty,
-                other => return Err(ConfigError::Env { var: "STATEGRAPH_LOG_FORMAT", message: format!("`{other}`: use json or pretty") }),
+                other => {
+                    return Err(ConfigError::Env {
+                        var: "STATEGRAPH_LOG_FORMAT",
+                        message: format!("`{other}`: use json or pretty"),
+                    });
+                }
             };
         }
         self.llm = std::mem::take(&mut self.llm).with_env_from(&env);

@@ -3,8 +3,8 @@
 pub mod events;
 pub mod graph;
 pub mod llm;
-pub mod otlp;
 pub mod nodes;
+pub mod otlp;
 pub mod replay;
 pub mod runtime;
 pub mod server;

@@ -54,7 +54,9 @@ impl std::fmt::Debug for Exporter {
 }
 
 fn nanos() -> u64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64)
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64)
 }
 
 impl Exporter {
@@ -67,7 +69,11 @@ impl Exporter {
         if !(base.starts_with("http://") || base.starts_with("https://")) {
             return Err(format!("OTLP endpoint `{endpoint}` must be an http(s) URL"));
         }
-        let url = if base.ends_with("/v1/traces") { base.to_owned() } else { format!("{base}/v1/traces") };
+        let url = if base.ends_with("/v1/traces") {
+            base.to_owned()
+        } else {
+            format!("{base}/v1/traces")
+        };
         let shared = Arc::new(Shared::default());
         let (stop, stopped) = std::sync::mpsc::channel::<()>();
         let worker = Arc::clone(&shared);
@@ -76,12 +82,19 @@ impl Exporter {
             .name("otlp-export".into())
             .spawn(move || export_loop(&worker, &url, &service, &stopped))
             .map_err(|e| e.to_string())?;
-        Ok(Self { shared, stop: Some(stop), thread: Some(thread) })
+        Ok(Self {
+            shared,
+            stop: Some(stop),
+            thread: Some(thread),
+        })
     }
 
     /// The `tracing` layer feeding this exporter.
     pub fn layer<S>(&self) -> OtlpLayer<S> {
-        OtlpLayer { shared: Arc::clone(&self.shared), _s: std::marker::PhantomData }
+        OtlpLayer {
+            shared: Arc::clone(&self.shared),
+            _s: std::marker::PhantomData,
+        }
     }
 }
 
@@ -96,16 +109,38 @@ impl Drop for Exporter {
 }
 
 fn export_loop(shared: &Shared, url: &str, service: &str, stopped: &std::sync::mpsc::Receiver<()>) {
-    let Ok(rt) = tokio::runtime::Builder::new_current_thread().enable_all().build() else { return };
-    let client = reqwest::Client::builder().timeout(Duration::from_secs(5)).build().unwrap_or_default();
+    let Ok(rt) = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    else {
+        return;
+    };
+    let client = reqwest::Client::builder()
+        .timeout(Duration::from_secs(5))
+        .build()
+        .unwrap_or_default();
     loop {
-        let last = matches!(stopped.recv_timeout(Duration::from_millis(500)), Err(std::sync::mpsc::RecvTimeoutError::Disconnected) | Ok(()));
-        let batch: Vec<SpanData> = std::mem::take(&mut *shared.queue.lock().unwrap_or_else(PoisonError::into_inner));
+        let last = matches!(
+            stopped.recv_timeout(Duration::from_millis(500)),
+            Err(std::sync::mpsc::RecvTimeoutError::Disconnected) | Ok(())
+        );
+        let batch: Vec<SpanData> =
+            std::mem::take(&mut *shared.queue.lock().unwrap_or_else(PoisonError::into_inner));
         if !batch.is_empty() {
             let body = encode(&batch, service).to_string();
-            let send = async { client.post(url).header("content-type", "application/json").body(body).send().await?.error_for_status() };
+            let send = async {
+                client
+                    .post(url)
+                    .header("content-type", "application/json")
+                    .body(body)
+                    .send()
+                    .await?
+                    .error_for_status()
+            };
             if let Err(e) = rt.block_on(send) {
-                shared.dropped.fetch_add(batch.len() as u64, Ordering::Relaxed);
+                shared
+                    .dropped
+                    .fetch_add(batch.len() as u64, Ordering::Relaxed);
                 eprintln!("otlp: could not export {} spans: {e}", batch.len());
             }
         }
@@ -156,7 +191,8 @@ struct Fields<'a>(&'a mut Vec<(String, Value)>);
 
 impl Visit for Fields<'_> {
     fn record_debug(&mut self, field: &Field, value: &dyn std::fmt::Debug) {
-        self.0.push((field.name().to_owned(), json!(format!("{value:?}"))));
+        self.0
+            .push((field.name().to_owned(), json!(format!("{value:?}"))));
     }
     fn record_str(&mut self, field: &Field, value: &str) {
         self.0.push((field.name().to_owned(), json!(value)));
@@ -184,11 +220,18 @@ where
 {
     fn on_new_span(&self, attrs: &Attributes<'_>, id: &Id, ctx: Context<'_, S>) {
         let Some(span) = ctx.span(id) else { return };
-        let parent = span.parent().and_then(|p| p.extensions().get::<SpanData>().map(|d| (d.trace_id, d.span_id)));
+        let parent = span.parent().and_then(|p| {
+            p.extensions()
+                .get::<SpanData>()
+                .map(|d| (d.trace_id, d.span_id))
+        });
         let mut attributes = Vec::new();
         attrs.record(&mut Fields(&mut attributes));
         let data = SpanData {
-            trace_id: parent.map_or_else(|| (u128::from(fastrand::u64(..)) << 64) | u128::from(fastrand::u64(..)), |p| p.0),
+            trace_id: parent.map_or_else(
+                || (u128::from(fastrand::u64(..)) << 64) | u128::from(fastrand::u64(..)),
+                |p| p.0,
+            ),
             span_id: fastrand::u64(1..),
             parent: parent.map(|p| p.1),
             name: attrs.metadata().name(),
@@ -209,9 +252,15 @@ where
 
     fn on_close(&self, id: Id, ctx: Context<'_, S>) {
         let Some(span) = ctx.span(&id) else { return };
-        let Some(mut data) = span.extensions_mut().remove::<SpanData>() else { return };
+        let Some(mut data) = span.extensions_mut().remove::<SpanData>() else {
+            return;
+        };
         data.end = nanos();
-        let mut q = self.shared.queue.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut q = self
+            .shared
+            .queue
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
         if q.len() < QUEUE_LIMIT {
             q.push(data);
         } else {
@@ -233,14 +282,23 @@ mod tests {
             name: "request",
             start: 10,
             end: 20,
-            attributes: vec![("request_id".into(), json!("r-1")), ("status".into(), json!(200))],
+            attributes: vec![
+                ("request_id".into(), json!("r-1")),
+                ("status".into(), json!(200)),
+            ],
         };
         let v = encode(&[s], "svc");
         let span = &v["resourceSpans"][0]["scopeSpans"][0]["spans"][0];
         assert_eq!(span["traceId"], "00000000000000000000000000000abc");
         assert_eq!(span["parentSpanId"], "0000000000000034");
-        assert_eq!(span["attributes"][0], json!({"key": "request_id", "value": {"stringValue": "r-1"}}));
+        assert_eq!(
+            span["attributes"][0],
+            json!({"key": "request_id", "value": {"stringValue": "r-1"}})
+        );
         assert_eq!(span["attributes"][1]["value"], json!({"intValue": "200"}));
-        assert_eq!(v["resourceSpans"][0]["resource"]["attributes"][0]["value"]["stringValue"], "svc");
+        assert_eq!(
+            v["resourceSpans"][0]["resource"]["attributes"][0]["value"]["stringValue"],
+            "svc"
+        );
     }
 }

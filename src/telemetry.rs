@@ -22,7 +22,8 @@ pub struct TelemetryGuard {
 /// # Errors
 /// A subscriber was already installed, or the OTLP endpoint is invalid.
 pub fn init(cfg: &TelemetryConfig) -> Result<TelemetryGuard, String> {
-    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(&cfg.log_filter));
+    let filter =
+        EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(&cfg.log_filter));
     let otlp = match &cfg.otlp_endpoint {
         Some(endpoint) => Some(crate::otlp::Exporter::start(endpoint, &cfg.service_name)?),
         None => None,
@@ -33,10 +34,23 @@ pub fn init(cfg: &TelemetryConfig) -> Result<TelemetryGuard, String> {
         // Logs go to stderr; stdout is for what the command itself prints.
         LogFormat::Pretty => {
             let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
-            registry.with(tracing_subscriber::fmt::layer().with_target(false).with_ansi(ansi).with_writer(std::io::stderr)).try_init()
+            registry
+                .with(
+                    tracing_subscriber::fmt::layer()
+                        .with_target(false)
+                        .with_ansi(ansi)
+                        .with_writer(std::io::stderr),
+                )
+                .try_init()
         }
         LogFormat::Json => registry
-            .with(tracing_subscriber::fmt::layer().json().with_current_span(true).with_span_list(false).with_writer(std::io::stderr))
+            .with(
+                tracing_subscriber::fmt::layer()
+                    .json()
+                    .with_current_span(true)
+                    .with_span_list(false)
+                    .with_writer(std::io::stderr),
+            )
             .try_init(),
     };
     result.map_err(|e| e.to_string())?;

@@ -55,5 +55,7 @@ if ! cargo nextest --version >/dev/null 2>&1; then
 fi
 
 log "running tests"
-cargo nextest run --workspace --all-targets --no-fail-fast "$@"
+cargo nextest run --workspace --all-targets --no-fail-fast -E 'not binary(pg_restart)' "$@"
+# Restarts the PostgreSQL server mid-run, so it runs alone after the rest.
+cargo nextest run --test pg_restart --no-fail-fast
 cargo test --doc --quiet

@@ -20,13 +20,20 @@ use tokio::sync::mpsc;
 
 /// A chain of `n` no-op nodes.
 pub fn chain_yaml(n: usize) -> String {
-    let mut y = format!("state: chat\nentry: n0\nrecursion_limit: {}\nnodes:\n", n + 1);
+    let mut y = format!(
+        "state: chat\nentry: n0\nrecursion_limit: {}\nnodes:\n",
+        n + 1
+    );
     for i in 0..n {
         let _ = writeln!(y, "  - {{id: n{i}, kind: noop}}");
     }
     y.push_str("edges:\n");
     for i in 0..n {
-        let next = if i + 1 == n { "END".to_string() } else { format!("n{}", i + 1) };
+        let next = if i + 1 == n {
+            "END".to_string()
+        } else {
+            format!("n{}", i + 1)
+        };
         let _ = writeln!(y, "  - n{i} -> {next}");
     }
     y
@@ -34,28 +41,44 @@ pub fn chain_yaml(n: usize) -> String {
 
 /// `start` fans out to `n` no-op branches that all join into `joined`.
 pub fn fanout_yaml(n: usize) -> String {
-    let mut y = String::from("state: chat\nentry: start\nnodes:\n  - {id: start, kind: noop}\n  - {id: joined, kind: noop}\n");
+    let mut y = String::from(
+        "state: chat\nentry: start\nnodes:\n  - {id: start, kind: noop}\n  - {id: joined, kind: noop}\n",
+    );
     for i in 0..n {
         let _ = writeln!(y, "  - {{id: b{i}, kind: noop}}");
     }
     let branches: Vec<String> = (0..n).map(|i| format!("b{i}")).collect();
-    let _ = write!(y, "edges:\n  - from: start\n    to: [{}]\n  - from: [{}]\n    to: joined\n  - joined -> END\n", branches.join(", "), branches.join(", "));
+    let _ = write!(
+        y,
+        "edges:\n  - from: start\n    to: [{}]\n  - from: [{}]\n    to: joined\n  - joined -> END\n",
+        branches.join(", "),
+        branches.join(", ")
+    );
     y
 }
 
 /// A graph of `n` nodes mixing kinds, routes and a loop, for compile timing.
 pub fn mixed_yaml(n: usize) -> String {
-    let mut y = String::from("state: chat\nentry: r\nnodes:\n  - id: r\n    kind: router\n    prompt: p.md\n    intents: [A, B]\n    fallback: A\n");
+    let mut y = String::from(
+        "state: chat\nentry: r\nnodes:\n  - id: r\n    kind: router\n    prompt: p.md\n    intents: [A, B]\n    fallback: A\n",
+    );
     for i in 0..n - 1 {
         if i % 3 == 0 {
-            let _ = writeln!(y, "  - {{id: n{i}, kind: llm, prompt: p.md, output: answer}}");
+            let _ = writeln!(
+                y,
+                "  - {{id: n{i}, kind: llm, prompt: p.md, output: answer}}"
+            );
         } else {
             let _ = writeln!(y, "  - {{id: n{i}, kind: noop, set: {{findings: x}}}}");
         }
     }
     y.push_str("edges:\n  - from: r\n    route:\n      on: intent\n      cases: {A: n0, B: n1}\n");
     for i in 0..n - 1 {
-        let next = if i + 2 >= n - 1 { "END".to_string() } else { format!("n{}", i + 2) };
+        let next = if i + 2 >= n - 1 {
+            "END".to_string()
+        } else {
+            format!("n{}", i + 2)
+        };
         let _ = writeln!(y, "  - n{i} -> {next}");
     }
     y
@@ -68,7 +91,10 @@ pub fn compile(yaml: &str) -> Arc<CompiledGraph> {
 }
 
 pub fn prompts() -> Prompts {
-    Prompts::from_sources(Path::new("prompts"), [("p.md", "Answer {{ query }} using {{ summary }}")])
+    Prompts::from_sources(
+        Path::new("prompts"),
+        [("p.md", "Answer {{ query }} using {{ summary }}")],
+    )
 }
 
 /// What compiling needs besides the file, built once.
@@ -80,7 +106,11 @@ pub struct CompileFixture {
 
 impl CompileFixture {
     pub fn new() -> Self {
-        Self { reg: Registries::default(), prompts: Arc::new(prompts()), graphs: Default::default() }
+        Self {
+            reg: Registries::default(),
+            prompts: Arc::new(prompts()),
+            graphs: Default::default(),
+        }
     }
 
     /// Loads (parses) a graph file's text.
@@ -105,12 +135,18 @@ impl CompileFixture {
 /// The shipped chat graph.
 pub fn chat_graph() -> Arc<CompiledGraph> {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let cat = Catalog::load(&root.join("graphs"), &root.join("prompts"), &Registries::default());
+    let cat = Catalog::load(
+        &root.join("graphs"),
+        &root.join("prompts"),
+        &Registries::default(),
+    );
     Arc::clone(cat.get("chat").expect("chat graph"))
 }
 
 fn words(n: usize, prefix: &str) -> Vec<LlmChunk> {
-    (0..n).map(|i| LlmChunk::Text(format!("{prefix}{i} "))).collect()
+    (0..n)
+        .map(|i| LlmChunk::Text(format!("{prefix}{i} ")))
+        .collect()
 }
 
 /// Prebuilt turns, cloned per call so the model costs little.
@@ -128,7 +164,10 @@ fn split(text: &str, n: usize) -> Vec<LlmChunk> {
     }
     let chars: Vec<char> = text.chars().collect();
     let per = chars.len().div_ceil(n).max(1);
-    let mut out: Vec<LlmChunk> = chars.chunks(per).map(|c| LlmChunk::Text(c.iter().collect())).collect();
+    let mut out: Vec<LlmChunk> = chars
+        .chunks(per)
+        .map(|c| LlmChunk::Text(c.iter().collect()))
+        .collect();
     while out.len() < n {
         out.push(LlmChunk::Text(String::new()));
     }
@@ -137,7 +176,10 @@ fn split(text: &str, n: usize) -> Vec<LlmChunk> {
 
 fn finish(mut chunks: Vec<LlmChunk>, reason: &str) -> Turn {
     chunks.push(LlmChunk::Finish(reason.into()));
-    chunks.push(LlmChunk::Usage(Usage { prompt_tokens: 100, completion_tokens: 50 }));
+    chunks.push(LlmChunk::Usage(Usage {
+        prompt_tokens: 100,
+        completion_tokens: 50,
+    }));
     Turn::Chunks(chunks, None)
 }
 
@@ -146,7 +188,12 @@ fn finish(mut chunks: Vec<LlmChunk>, reason: &str) -> Turn {
 pub fn research_model(tokens: usize) -> Arc<ScriptedModel> {
     let router = json!({"intent": "RESEARCH", "reasoning": "needs sources", "missing_slots": [], "detected_language": "en"}).to_string();
     let followups = json!({"questions": ["One more?", "And another?", "A third?"]}).to_string();
-    let t = Turns { router: split(&router, tokens), followups: split(&followups, tokens), tool_text: words(tokens, "r"), text: words(tokens, "w") };
+    let t = Turns {
+        router: split(&router, tokens),
+        followups: split(&followups, tokens),
+        tool_text: words(tokens, "r"),
+        text: words(tokens, "w"),
+    };
     // Requests are told apart by cheap features (the structured-output
     // name, offered tools), so the model itself costs little.
     Arc::new(ScriptedModel::from_fn(move |req: &ChatRequest| {
@@ -155,12 +202,26 @@ pub fn research_model(tokens: usize) -> Arc<ScriptedModel> {
             return finish(t.router.clone(), "stop");
         }
         if !req.tools.is_empty() {
-            let rounds = req.messages.iter().filter(|m| matches!(m, ChatMessage::Tool { .. })).count();
+            let rounds = req
+                .messages
+                .iter()
+                .filter(|m| matches!(m, ChatMessage::Tool { .. }))
+                .count();
             if rounds < 3 {
                 let mut chunks = t.tool_text.clone();
-                chunks.push(LlmChunk::ToolCallStart { index: 0, id: format!("call_{rounds}"), name: "calculator".into() });
-                chunks.push(LlmChunk::ToolCallArgs { index: 0, delta: "{\"expression\":".into() });
-                chunks.push(LlmChunk::ToolCallArgs { index: 0, delta: format!("\"{rounds} + 1\"}}") });
+                chunks.push(LlmChunk::ToolCallStart {
+                    index: 0,
+                    id: format!("call_{rounds}"),
+                    name: "calculator".into(),
+                });
+                chunks.push(LlmChunk::ToolCallArgs {
+                    index: 0,
+                    delta: "{\"expression\":".into(),
+                });
+                chunks.push(LlmChunk::ToolCallArgs {
+                    index: 0,
+                    delta: format!("\"{rounds} + 1\"}}"),
+                });
                 return finish(chunks, "tool_calls");
             }
         }
@@ -176,16 +237,25 @@ pub fn research_input() -> Arc<Value> {
     let mut messages: Vec<Value> = (0..20)
         .map(|i| json!({"id": format!("m{i}"), "role": if i % 2 == 0 { "user" } else { "assistant" }, "content": format!("earlier message number {i}")}))
         .collect();
-    messages.push(json!({"id": "q", "role": "user", "content": "Compare EV sales in Norway and Sweden"}));
+    messages.push(
+        json!({"id": "q", "role": "user", "content": "Compare EV sales in Norway and Sweden"}),
+    );
     Arc::new(json!({"messages": messages, "query": "Compare EV sales in Norway and Sweden"}))
 }
 
 pub fn services(model: Arc<ScriptedModel>) -> Arc<Services> {
-    Arc::new(Services::new(Models::single(model), Arc::clone(&Registries::default().tools)))
+    Arc::new(Services::new(
+        Models::single(model),
+        Arc::clone(&Registries::default().tools),
+    ))
 }
 
 /// Runs once with every event consumed; returns the number of events.
-pub async fn run_consumed(graph: Arc<CompiledGraph>, services: Arc<Services>, input: impl Into<Arc<Value>>) -> usize {
+pub async fn run_consumed(
+    graph: Arc<CompiledGraph>,
+    services: Arc<Services>,
+    input: impl Into<Arc<Value>>,
+) -> usize {
     let (tx, mut rx) = mpsc::channel(1024);
     let drain = tokio::spawn(async move {
         let mut n = 0usize;
@@ -195,11 +265,23 @@ pub async fn run_consumed(graph: Arc<CompiledGraph>, services: Arc<Services>, in
         }
         n
     });
-    let out = runtime::run(graph, services, input, RunOptions { events: Some(tx), ..Default::default() }).await;
+    let out = runtime::run(
+        graph,
+        services,
+        input,
+        RunOptions {
+            events: Some(tx),
+            ..Default::default()
+        },
+    )
+    .await;
     assert!(out.is_ok(), "{:?}", out.err());
     drain.await.unwrap_or(0)
 }
 
 pub fn current_thread() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime")
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime")
 }

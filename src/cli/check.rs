@@ -8,7 +8,12 @@ use crate::graph::catalog::{Catalog, Registries};
 /// Checks graph files (or directories of them) against `prompts`; prints
 /// each diagnostic and a summary to `out`. Returns whether there were no
 /// errors.
-pub fn check(paths: &[PathBuf], prompts: &Path, reg: &Registries, out: &mut dyn Write) -> std::io::Result<bool> {
+pub fn check(
+    paths: &[PathBuf],
+    prompts: &Path,
+    reg: &Registries,
+    out: &mut dyn Write,
+) -> std::io::Result<bool> {
     let mut files = Vec::new();
     for p in paths {
         if p.is_dir() {

@@ -26,14 +26,22 @@ pub struct RunArgs {
 ///
 /// # Errors
 /// Writing to `out` failed.
-pub async fn run(graph: Arc<CompiledGraph>, services: Arc<Services>, args: RunArgs, out: &mut (dyn Write + Send)) -> std::io::Result<bool> {
+pub async fn run(
+    graph: Arc<CompiledGraph>,
+    services: Arc<Services>,
+    args: RunArgs,
+    out: &mut (dyn Write + Send),
+) -> std::io::Result<bool> {
     let input = json!({
         "messages": [{"id": "m1", "role": "user", "content": args.message}],
         "query": args.message,
         "forced_intent": args.forced_intent,
     });
     let (tx, mut rx) = mpsc::channel(256);
-    let opts = RunOptions { events: Some(tx), ..Default::default() };
+    let opts = RunOptions {
+        events: Some(tx),
+        ..Default::default()
+    };
     let handle = tokio::spawn(runtime::run(graph, services, input, opts));
     let mut open_text: Option<Arc<str>> = None;
     while let Some(ev) = rx.recv().await {
@@ -54,7 +62,11 @@ pub async fn run(graph: Arc<CompiledGraph>, services: Arc<Services>, args: RunAr
     }
 }
 
-fn readable(ev: &Event, open_text: &mut Option<Arc<str>>, out: &mut (dyn Write + Send)) -> std::io::Result<()> {
+fn readable(
+    ev: &Event,
+    open_text: &mut Option<Arc<str>>,
+    out: &mut (dyn Write + Send),
+) -> std::io::Result<()> {
     let node = ev.node.as_deref().unwrap_or("-");
     if let EventKind::TextDelta { delta, .. } = &ev.event {
         if open_text.as_deref() != Some(node) {
@@ -67,32 +79,66 @@ fn readable(ev: &Event, open_text: &mut Option<Arc<str>>, out: &mut (dyn Write +
         writeln!(out)?;
     }
     let line = match &ev.event {
-        EventKind::RunStarted { graph, graph_version, .. } => format!("run {} started: graph {graph} ({graph_version})", ev.run_id),
+        EventKind::RunStarted {
+            graph,
+            graph_version,
+            ..
+        } => format!("run {} started: graph {graph} ({graph_version})", ev.run_id),
         EventKind::RunFinished { steps, usage } => {
-            format!("run finished after {steps} steps, {} tokens ({} in, {} out)", usage.total(), usage.prompt_tokens, usage.completion_tokens)
+            format!(
+                "run finished after {steps} steps, {} tokens ({} in, {} out)",
+                usage.total(),
+                usage.prompt_tokens,
+                usage.completion_tokens
+            )
         }
         EventKind::RunFailed { error } => format!("run FAILED [{}]: {}", error.code, error.message),
         EventKind::RunCancelled { reason } => format!("run cancelled: {reason}"),
-        EventKind::NodeStarted { attempt, .. } if *attempt > 1 => format!("step {} ▶ {node} (attempt {attempt})", ev.step),
+        EventKind::NodeStarted { attempt, .. } if *attempt > 1 => {
+            format!("step {} ▶ {node} (attempt {attempt})", ev.step)
+        }
         EventKind::NodeStarted { .. } => format!("step {} ▶ {node}", ev.step),
         EventKind::NodeFinished { patch, duration_us } => {
             let fields: Vec<&str> = patch.iter().map(|(f, _)| f).collect();
-            format!("step {} ✓ {node} in {:.1} ms, wrote [{}]", ev.step, *duration_us as f64 / 1000.0, fields.join(", "))
+            format!(
+                "step {} ✓ {node} in {:.1} ms, wrote [{}]",
+                ev.step,
+                *duration_us as f64 / 1000.0,
+                fields.join(", ")
+            )
         }
-        EventKind::NodeRetrying { attempt, error, delay_ms } => format!("  {node}: attempt {attempt} failed ({error}); retrying in {delay_ms} ms"),
+        EventKind::NodeRetrying {
+            attempt,
+            error,
+            delay_ms,
+        } => format!("  {node}: attempt {attempt} failed ({error}); retrying in {delay_ms} ms"),
         EventKind::NodeFailed { error, .. } => format!("  {node} failed: {error}"),
-        EventKind::LlmStarted { model, role, .. } => format!("  {node}: model {model} (role {role})"),
+        EventKind::LlmStarted { model, role, .. } => {
+            format!("  {node}: model {model} (role {role})")
+        }
         EventKind::LlmFailed { error, .. } => format!("  {node}: model call failed: {error}"),
         EventKind::ToolCallReady { tool, args, .. } => format!("  {node}: tool {tool}({args})"),
-        EventKind::ToolResult { tool, output, .. } => format!("  {node}: tool {tool} → {}", truncate(&output.to_string(), 200)),
-        EventKind::ToolError { tool, error, .. } => format!("  {node}: tool {tool} failed [{}]: {}", error.kind, error.message),
+        EventKind::ToolResult { tool, output, .. } => format!(
+            "  {node}: tool {tool} → {}",
+            truncate(&output.to_string(), 200)
+        ),
+        EventKind::ToolError { tool, error, .. } => format!(
+            "  {node}: tool {tool} failed [{}]: {}",
+            error.kind, error.message
+        ),
         EventKind::Thinking { text } => format!("  {node} thinks: {text}"),
-        EventKind::Custom { name, data } => format!("  {node} data-{name}: {}", truncate(&data.to_string(), 200)),
+        EventKind::Custom { name, data } => {
+            format!("  {node} data-{name}: {}", truncate(&data.to_string(), 200))
+        }
         _ => return Ok(()),
     };
     writeln!(out, "{line}")
 }
 
 fn truncate(s: &str, max: usize) -> String {
-    if s.chars().count() <= max { s.to_owned() } else { format!("{}…", s.chars().take(max).collect::<String>()) }
+    if s.chars().count() <= max {
+        s.to_owned()
+    } else {
+        format!("{}…", s.chars().take(max).collect::<String>())
+    }
 }

@@ -319,7 +319,9 @@ impl EventKind {
     pub fn is_terminal(&self) -> bool {
         matches!(
             self,
-            EventKind::RunFinished { .. } | EventKind::RunFailed { .. } | EventKind::RunCancelled { .. }
+            EventKind::RunFinished { .. }
+                | EventKind::RunFailed { .. }
+                | EventKind::RunCancelled { .. }
         )
     }
 }
@@ -338,7 +340,10 @@ mod tests {
             step: 1,
             node: Some("router".into()),
             task: 0,
-            event: EventKind::TextDelta { call: 0, delta: "hi".into() },
+            event: EventKind::TextDelta {
+                call: 0,
+                delta: "hi".into(),
+            },
         };
         let text = serde_json::to_string(&e).unwrap();
         assert_eq!(

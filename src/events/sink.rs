@@ -38,7 +38,10 @@ struct Inner {
 /// Microseconds since the Unix epoch.
 pub fn now_micros() -> u64 {
     // Seconds and sub-second micros separately: `as_micros` goes through u128.
-    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs() * 1_000_000 + u64::from(d.subsec_micros())).unwrap_or(0)
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_secs() * 1_000_000 + u64::from(d.subsec_micros()))
+        .unwrap_or(0)
 }
 
 impl EventSink {
@@ -46,8 +49,22 @@ impl EventSink {
     ///
     /// `tx` receives every event; `None` discards them (the pending buffer
     /// still collects them when `keep` is set, for the checkpoint hook).
-    pub fn new(run_id: Uuid, tx: Option<mpsc::Sender<Arc<Event>>>, last_seq: u64, keep: bool) -> Self {
-        Self { run_id, tx, inner: Mutex::new(Inner { seq: last_seq, usage: Usage::default(), keep, pending: Vec::new() }) }
+    pub fn new(
+        run_id: Uuid,
+        tx: Option<mpsc::Sender<Arc<Event>>>,
+        last_seq: u64,
+        keep: bool,
+    ) -> Self {
+        Self {
+            run_id,
+            tx,
+            inner: Mutex::new(Inner {
+                seq: last_seq,
+                usage: Usage::default(),
+                keep,
+                pending: Vec::new(),
+            }),
+        }
     }
 
     /// The run this sink stamps.
@@ -59,7 +76,13 @@ impl EventSink {
     ///
     /// A closed channel (nobody listening) is not an error: the run goes on
     /// and its events still reach the checkpoint hook.
-    pub fn emit(&self, step: u32, node: Option<&Arc<str>>, task: u32, event: EventKind) -> Emit<'_> {
+    pub fn emit(
+        &self,
+        step: u32,
+        node: Option<&Arc<str>>,
+        task: u32,
+        event: EventKind,
+    ) -> Emit<'_> {
         // Fast path, taken unless the channel is full: stamp and send now,
         // without building a future around the event.
         let permit = match &self.tx {
@@ -115,17 +138,29 @@ impl EventSink {
 
     /// The events emitted since the last call (for the checkpoint hook).
     pub fn take_pending(&self) -> Vec<Arc<Event>> {
-        std::mem::take(&mut self.inner.lock().unwrap_or_else(PoisonError::into_inner).pending)
+        std::mem::take(
+            &mut self
+                .inner
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .pending,
+        )
     }
 
     /// Tokens used by the model calls emitted so far.
     pub fn usage(&self) -> Usage {
-        self.inner.lock().unwrap_or_else(PoisonError::into_inner).usage
+        self.inner
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .usage
     }
 
     /// The last `seq` assigned.
     pub fn last_seq(&self) -> u64 {
-        self.inner.lock().unwrap_or_else(PoisonError::into_inner).seq
+        self.inner
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .seq
     }
 }
 
@@ -164,12 +199,18 @@ pub struct NodeEvents {
 impl NodeEvents {
     /// A handle for one task.
     pub fn new(sink: Arc<EventSink>, step: u32, node: Arc<str>, task: u32) -> Self {
-        Self { sink, step, node, task }
+        Self {
+            sink,
+            step,
+            node,
+            task,
+        }
     }
 
     /// Emits an event as this task; resolves to it as stamped.
     pub fn emit(&self, event: EventKind) -> Emit<'_> {
-        self.sink.emit(self.step, Some(&self.node), self.task, event)
+        self.sink
+            .emit(self.step, Some(&self.node), self.task, event)
     }
 
     /// The node id.
@@ -204,7 +245,12 @@ impl NodeEvents {
 
     /// Emits [`EventKind::Custom`] data.
     pub async fn custom(&self, name: impl Into<String>, data: serde_json::Value) {
-        let _ = self.emit(EventKind::Custom { name: name.into(), data }).await;
+        let _ = self
+            .emit(EventKind::Custom {
+                name: name.into(),
+                data,
+            })
+            .await;
     }
 }
 
@@ -222,7 +268,16 @@ mod tests {
             let node = Arc::clone(&node);
             tokio::spawn(async move {
                 for i in 0..50 {
-                    sink.emit(1, Some(&node), t, EventKind::TextDelta { call: 0, delta: i.to_string() }).await;
+                    sink.emit(
+                        1,
+                        Some(&node),
+                        t,
+                        EventKind::TextDelta {
+                            call: 0,
+                            delta: i.to_string(),
+                        },
+                    )
+                    .await;
                 }
             })
         });

@@ -32,7 +32,11 @@ pub struct Registries {
 impl Default for Registries {
     /// Built-in state types, no extra kinds, built-in tools.
     fn default() -> Self {
-        Self { states: StateTypes::default(), kinds: NodeRegistry::default(), tools: Arc::new(ToolRegistry::with_builtins()) }
+        Self {
+            states: StateTypes::default(),
+            kinds: NodeRegistry::default(),
+            tools: Arc::new(ToolRegistry::with_builtins()),
+        }
     }
 }
 
@@ -53,12 +57,18 @@ impl Catalog {
     /// Loads and compiles every `*.yaml` / `*.yml` file in `graphs_dir`.
     pub fn load(graphs_dir: &Path, prompts_dir: &Path, reg: &Registries) -> Self {
         let mut files: Vec<PathBuf> = std::fs::read_dir(graphs_dir)
-            .map(|rd| rd.flatten().map(|e| e.path()).filter(|p| is_graph_file(p)).collect())
+            .map(|rd| {
+                rd.flatten()
+                    .map(|e| e.path())
+                    .filter(|p| is_graph_file(p))
+                    .collect()
+            })
             .unwrap_or_default();
         files.sort();
         let mut cat = Self::load_files(&files, prompts_dir, reg);
         if !graphs_dir.is_dir() {
-            cat.diagnostics.push(missing(graphs_dir, "graph directory does not exist"));
+            cat.diagnostics
+                .push(missing(graphs_dir, "graph directory does not exist"));
         }
         cat
     }
@@ -82,7 +92,11 @@ impl Catalog {
         Self::compile_all(loaded, Arc::new(prompts), reg)
     }
 
-    fn compile_all(loaded: Vec<(PathBuf, Result<GraphFile, Vec<Diagnostic>>)>, prompts: Arc<Prompts>, reg: &Registries) -> Self {
+    fn compile_all(
+        loaded: Vec<(PathBuf, Result<GraphFile, Vec<Diagnostic>>)>,
+        prompts: Arc<Prompts>,
+        reg: &Registries,
+    ) -> Self {
         let mut diagnostics = Vec::new();
         let mut failed = BTreeSet::new();
         let mut parsed: BTreeMap<String, GraphFile> = BTreeMap::new();
@@ -94,7 +108,10 @@ impl Catalog {
                         d.error(
                             super::loc::Loc::new(1, 1),
                             "duplicate-graph",
-                            format!("graph id `{}` is also defined by {}", file.id, other.display),
+                            format!(
+                                "graph id `{}` is also defined by {}",
+                                file.id, other.display
+                            ),
                             Some("graph ids are file stems and must be unique".into()),
                         );
                         diagnostics.extend(d.into_vec());
@@ -104,7 +121,10 @@ impl Catalog {
                     }
                 }
                 Err(d) => {
-                    let id = path.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default();
+                    let id = path
+                        .file_stem()
+                        .map(|s| s.to_string_lossy().into_owned())
+                        .unwrap_or_default();
                     failed.insert(id);
                     diagnostics.extend(d);
                 }
@@ -115,7 +135,12 @@ impl Catalog {
         let deps: BTreeMap<String, BTreeSet<String>> = parsed
             .iter()
             .map(|(id, f)| {
-                let d = f.spec.nodes.iter().filter_map(|n| n.value.graph.as_ref().map(|g| g.value.clone())).collect();
+                let d = f
+                    .spec
+                    .nodes
+                    .iter()
+                    .filter_map(|n| n.value.graph.as_ref().map(|g| g.value.clone()))
+                    .collect();
                 (id.clone(), d)
             })
             .collect();
@@ -131,22 +156,40 @@ impl Catalog {
                 // themselves (directly or through others). Those fail here;
                 // a graph that only runs one of them compiles next round and
                 // reports the subgraph as missing.
-                let cyclic: Vec<String> =
-                    pending.iter().filter(|id| runs_itself(id, &deps, &pending)).cloned().collect();
+                let cyclic: Vec<String> = pending
+                    .iter()
+                    .filter(|id| runs_itself(id, &deps, &pending))
+                    .cloned()
+                    .collect();
                 if cyclic.is_empty() {
                     break;
                 }
                 for id in &cyclic {
                     let file = &parsed[id];
                     let mut d = Diagnostics::new(Arc::clone(&file.display));
-                    for g in file.spec.nodes.iter().filter_map(|n| n.value.graph.as_ref()) {
+                    for g in file
+                        .spec
+                        .nodes
+                        .iter()
+                        .filter_map(|n| n.value.graph.as_ref())
+                    {
                         if g.value == *id {
-                            d.error(g.loc, "subgraph-cycle", format!("graph `{id}` runs itself"), None);
-                        } else if pending.contains(&g.value) && reaches(&g.value, id, &deps, &pending) {
                             d.error(
                                 g.loc,
                                 "subgraph-cycle",
-                                format!("graph `{id}` runs `{}`, which (indirectly) runs `{id}` again", g.value),
+                                format!("graph `{id}` runs itself"),
+                                None,
+                            );
+                        } else if pending.contains(&g.value)
+                            && reaches(&g.value, id, &deps, &pending)
+                        {
+                            d.error(
+                                g.loc,
+                                "subgraph-cycle",
+                                format!(
+                                    "graph `{id}` runs `{}`, which (indirectly) runs `{id}` again",
+                                    g.value
+                                ),
                                 None,
                             );
                         }
@@ -162,7 +205,13 @@ impl Catalog {
             for id in ready {
                 pending.remove(&id);
                 let file = &parsed[&id];
-                let env = CompileEnv { states: &reg.states, kinds: &reg.kinds, tools: &reg.tools, prompts: &prompts, graphs: &graphs };
+                let env = CompileEnv {
+                    states: &reg.states,
+                    kinds: &reg.kinds,
+                    tools: &reg.tools,
+                    prompts: &prompts,
+                    graphs: &graphs,
+                };
                 match compile(file, &env) {
                     Ok((graph, warnings)) => {
                         diagnostics.extend(warnings);
@@ -177,7 +226,12 @@ impl Catalog {
         }
         diagnostics.sort_by(|a, b| (&a.file, a.line, a.column).cmp(&(&b.file, b.line, b.column)));
         diagnostics.dedup();
-        Self { graphs, diagnostics, failed, prompts }
+        Self {
+            graphs,
+            diagnostics,
+            failed,
+            prompts,
+        }
     }
 
     /// A graph by id.
@@ -192,12 +246,23 @@ impl Catalog {
 }
 
 /// Whether `id` runs itself through graphs still in `pending`.
-fn runs_itself(id: &str, deps: &BTreeMap<String, BTreeSet<String>>, pending: &BTreeSet<String>) -> bool {
-    deps[id].iter().any(|d| pending.contains(d) && reaches(d, id, deps, pending))
+fn runs_itself(
+    id: &str,
+    deps: &BTreeMap<String, BTreeSet<String>>,
+    pending: &BTreeSet<String>,
+) -> bool {
+    deps[id]
+        .iter()
+        .any(|d| pending.contains(d) && reaches(d, id, deps, pending))
 }
 
 /// Whether `from` runs `to`, directly or through graphs in `pending`.
-fn reaches(from: &str, to: &str, deps: &BTreeMap<String, BTreeSet<String>>, pending: &BTreeSet<String>) -> bool {
+fn reaches(
+    from: &str,
+    to: &str,
+    deps: &BTreeMap<String, BTreeSet<String>>,
+    pending: &BTreeSet<String>,
+) -> bool {
     let mut seen = BTreeSet::new();
     let mut stack = vec![from];
     while let Some(x) = stack.pop() {
@@ -205,7 +270,13 @@ fn reaches(from: &str, to: &str, deps: &BTreeMap<String, BTreeSet<String>>, pend
             return true;
         }
         if seen.insert(x) {
-            stack.extend(deps.get(x).into_iter().flatten().map(String::as_str).filter(|d| pending.contains(*d)));
+            stack.extend(
+                deps.get(x)
+                    .into_iter()
+                    .flatten()
+                    .map(String::as_str)
+                    .filter(|d| pending.contains(*d)),
+            );
         }
     }
     false

@@ -11,7 +11,10 @@ use std::sync::Arc;
 use petgraph::graph::NodeIndex;
 use xxhash_rust::xxh3::Xxh3;
 
-use super::compiled::{CompiledGraph, CompiledNode, EdgeKind, Join, NodeIdx, RetryPolicy, Route, Target, Topology, Transition};
+use super::compiled::{
+    CompiledGraph, CompiledNode, EdgeKind, Join, NodeIdx, RetryPolicy, Route, Target, Topology,
+    Transition,
+};
 use super::diagnostic::{Diagnostic, Diagnostics, name_hint};
 use super::load::{GraphFile, valid_id};
 use super::loc::{Loc, Sp};
@@ -46,7 +49,10 @@ pub struct CompileEnv<'a> {
 ///
 /// # Errors
 /// Every problem found, as diagnostics (errors and warnings).
-pub fn compile(file: &GraphFile, env: &CompileEnv<'_>) -> Result<(CompiledGraph, Vec<Diagnostic>), Vec<Diagnostic>> {
+pub fn compile(
+    file: &GraphFile,
+    env: &CompileEnv<'_>,
+) -> Result<(CompiledGraph, Vec<Diagnostic>), Vec<Diagnostic>> {
     let mut d = Diagnostics::new(Arc::clone(&file.display));
     let spec = &file.spec;
     let state = env.states.get(&spec.state.value);
@@ -59,10 +65,21 @@ pub fn compile(file: &GraphFile, env: &CompileEnv<'_>) -> Result<(CompiledGraph,
         );
     }
     let schema = state.map(|s| s.schema);
-    let recursion_limit = spec.recursion_limit.as_ref().map_or(DEFAULT_RECURSION_LIMIT, |l| l.value);
+    let recursion_limit = spec
+        .recursion_limit
+        .as_ref()
+        .map_or(DEFAULT_RECURSION_LIMIT, |l| l.value);
     if !(1..=10_000).contains(&recursion_limit) {
-        let loc = spec.recursion_limit.as_ref().map_or(Loc::new(1, 1), |l| l.loc);
-        d.error(loc, "invalid-setting", "`recursion_limit` must be between 1 and 10000", None);
+        let loc = spec
+            .recursion_limit
+            .as_ref()
+            .map_or(Loc::new(1, 1), |l| l.loc);
+        d.error(
+            loc,
+            "invalid-setting",
+            "`recursion_limit` must be between 1 and 10000",
+            None,
+        );
     }
 
     // Node ids and kinds.
@@ -72,7 +89,12 @@ pub fn compile(file: &GraphFile, env: &CompileEnv<'_>) -> Result<(CompiledGraph,
     for (i, node) in spec.nodes.iter().enumerate() {
         let id = &node.value.id;
         if id.value == "END" || id.value == "START" {
-            d.error(id.loc, "reserved-node-id", format!("`{}` is reserved and cannot be a node id", id.value), None);
+            d.error(
+                id.loc,
+                "reserved-node-id",
+                format!("`{}` is reserved and cannot be a node id", id.value),
+                None,
+            );
         } else if !valid_id(&id.value) {
             d.error(
                 id.loc,
@@ -84,7 +106,15 @@ pub fn compile(file: &GraphFile, env: &CompileEnv<'_>) -> Result<(CompiledGraph,
         if let Some(&first) = index.get(id.value.as_str()) {
             duplicates = true;
             let first_loc = spec.nodes[first as usize].value.id.loc;
-            d.error(id.loc, "duplicate-node", format!("node `{}` is already defined at line {}", id.value, first_loc.line), Some("node ids must be unique; rename one".into()));
+            d.error(
+                id.loc,
+                "duplicate-node",
+                format!(
+                    "node `{}` is already defined at line {}",
+                    id.value, first_loc.line
+                ),
+                Some("node ids must be unique; rename one".into()),
+            );
         } else {
             index.insert(&id.value, i as NodeIdx);
         }
@@ -94,21 +124,46 @@ pub fn compile(file: &GraphFile, env: &CompileEnv<'_>) -> Result<(CompiledGraph,
                 kind.loc,
                 "unknown-kind",
                 format!("unknown node kind `{}`", kind.value),
-                name_hint(&kind.value, nodes::BUILTIN_KINDS.iter().copied().chain(env.kinds.names())),
+                name_hint(
+                    &kind.value,
+                    nodes::BUILTIN_KINDS
+                        .iter()
+                        .copied()
+                        .chain(env.kinds.names()),
+                ),
             );
         }
     }
 
     // Edges.
     let mut edges = EdgeBuilder::new(n, &index, schema, &mut d);
-    let entry: Vec<NodeIdx> = spec.entry.items().iter().filter_map(|e| edges.source(e)).collect();
+    let entry: Vec<NodeIdx> = spec
+        .entry
+        .items()
+        .iter()
+        .filter_map(|e| edges.source(e))
+        .collect();
     if entry.is_empty() && spec.entry.value.0.is_empty() {
-        edges.d.error(spec.entry.loc, "missing-entry", "`entry` names no node", None);
+        edges.d.error(
+            spec.entry.loc,
+            "missing-entry",
+            "`entry` names no node",
+            None,
+        );
     }
     for edge in &spec.edges {
         edges.add(edge);
     }
-    let EdgeBuilder { topo, out, joins, join_locs, routes, map_targets, resolved, .. } = edges;
+    let EdgeBuilder {
+        topo,
+        out,
+        joins,
+        join_locs,
+        routes,
+        map_targets,
+        resolved,
+        ..
+    } = edges;
 
     // Nodes.
     let mut compiled: Vec<Option<CompiledNode>> = Vec::with_capacity(n);
@@ -116,14 +171,27 @@ pub fn compile(file: &GraphFile, env: &CompileEnv<'_>) -> Result<(CompiledGraph,
     for (i, node) in spec.nodes.iter().enumerate() {
         let node = &node.value;
         let kind = node.kind.value.as_str();
-        let mut cx = BuildCx::new(node, schema, env.prompts, env.tools, env.graphs, env.states, map_targets.contains(&(i as NodeIdx)), &mut d);
+        let mut cx = BuildCx::new(
+            node,
+            schema,
+            env.prompts,
+            env.tools,
+            env.graphs,
+            env.states,
+            map_targets.contains(&(i as NodeIdx)),
+            &mut d,
+        );
         let mut writes = Vec::new();
         for w in &node.writes {
             if let Some(f) = cx.field(w, "a field", |_| true) {
                 writes.push(f);
             }
         }
-        let imp = if nodes::kind_exists(kind, env.kinds) { nodes::build(kind, &mut cx, env.kinds) } else { None };
+        let imp = if nodes::kind_exists(kind, env.kinds) {
+            nodes::build(kind, &mut cx, env.kinds)
+        } else {
+            None
+        };
         for w in std::mem::take(&mut cx.writes) {
             if !writes.contains(&w) {
                 writes.push(w);
@@ -134,10 +202,19 @@ pub fn compile(file: &GraphFile, env: &CompileEnv<'_>) -> Result<(CompiledGraph,
         let timeout = node.timeout.as_ref().map(|t| t.value.0);
         if let Some(t) = &node.timeout {
             if t.value.0.is_zero() {
-                d.error(t.loc, "invalid-setting", "`timeout` must be greater than zero", None);
+                d.error(
+                    t.loc,
+                    "invalid-setting",
+                    "`timeout` must be greater than zero",
+                    None,
+                );
             }
         }
-        let default_surface = if matches!(kind, "llm" | "agent") { Surface::Answer } else { Surface::Hidden };
+        let default_surface = if matches!(kind, "llm" | "agent") {
+            Surface::Answer
+        } else {
+            Surface::Hidden
+        };
         compiled.push(imp.map(|imp| CompiledNode {
             id: node.id.value.as_str().into(),
             kind: kind.into(),
@@ -154,7 +231,15 @@ pub fn compile(file: &GraphFile, env: &CompileEnv<'_>) -> Result<(CompiledGraph,
     // Conditional edges map every value their field can take.
     if let Some(schema) = schema {
         for (src, route, spec_route) in &routes {
-            check_route_values(*src, route, spec_route, schema, &compiled, &spec.nodes, &mut d);
+            check_route_values(
+                *src,
+                route,
+                spec_route,
+                schema,
+                &compiled,
+                &spec.nodes,
+                &mut d,
+            );
         }
     }
 
@@ -162,9 +247,21 @@ pub fn compile(file: &GraphFile, env: &CompileEnv<'_>) -> Result<(CompiledGraph,
     // and an entry to start from; otherwise they only repeat the problem
     // (every node "unreachable", a duplicate never reached).
     if resolved && !duplicates && !entry.is_empty() {
-        let ids: Vec<&str> = spec.nodes.iter().map(|n| n.value.id.value.as_str()).collect();
+        let ids: Vec<&str> = spec
+            .nodes
+            .iter()
+            .map(|n| n.value.id.value.as_str())
+            .collect();
         let locs: Vec<Loc> = spec.nodes.iter().map(|n| n.value.id.loc).collect();
-        let shape = Shape { topo: &topo, entry: &entry, out: &out, joins: &joins, ids: &ids, locs: &locs, join_locs: &join_locs };
+        let shape = Shape {
+            topo: &topo,
+            entry: &entry,
+            out: &out,
+            joins: &joins,
+            ids: &ids,
+            locs: &locs,
+            join_locs: &join_locs,
+        };
         rules::check(&shape, &mut d);
     }
 
@@ -203,10 +300,17 @@ pub fn compile(file: &GraphFile, env: &CompileEnv<'_>) -> Result<(CompiledGraph,
 }
 
 fn retry_policy(spec: Option<&Sp<super::spec::RetrySpec>>, d: &mut Diagnostics) -> RetryPolicy {
-    let Some(spec) = spec else { return RetryPolicy::default() };
+    let Some(spec) = spec else {
+        return RetryPolicy::default();
+    };
     let r = &spec.value;
     if !(1..=20).contains(&r.attempts) {
-        d.error(spec.loc, "invalid-setting", "`retry.attempts` must be between 1 and 20", None);
+        d.error(
+            spec.loc,
+            "invalid-setting",
+            "`retry.attempts` must be between 1 and 20",
+            None,
+        );
     }
     let default = RetryPolicy::default();
     RetryPolicy {
@@ -219,7 +323,12 @@ fn retry_policy(spec: Option<&Sp<super::spec::RetrySpec>>, d: &mut Diagnostics) 
 /// The version of a compiled graph: a hash (xxh3-128: versions identify
 /// content, they do not protect it) of its file, its prompts and the versions
 /// of its subgraphs.
-fn version_hash(file: &GraphFile, env: &CompileEnv<'_>, prompts: &BTreeSet<String>, nodes: &[CompiledNode]) -> String {
+fn version_hash(
+    file: &GraphFile,
+    env: &CompileEnv<'_>,
+    prompts: &BTreeSet<String>,
+    nodes: &[CompiledNode],
+) -> String {
     let mut h = Xxh3::new();
     h.update(file.source.as_bytes());
     h.update(&[0]);
@@ -243,14 +352,19 @@ fn check_route_values(
 ) {
     let field = schema.spec(route.field);
     // Values the field can take: booleans, or what the routers writing it declare.
-    let mut declared: Option<(Vec<String>, String)> = (field.ty == FieldType::Bool).then(|| (vec!["true".into(), "false".into()], "a boolean".into()));
+    let mut declared: Option<(Vec<String>, String)> = (field.ty == FieldType::Bool)
+        .then(|| (vec!["true".into(), "false".into()], "a boolean".into()));
     if declared.is_none() {
         let mut values = Vec::new();
         let mut writers = Vec::new();
         // The source node first, then any other node declaring values for the field.
-        let order = std::iter::once(src as usize).chain((0..compiled.len()).filter(|&i| i != src as usize));
+        let order =
+            std::iter::once(src as usize).chain((0..compiled.len()).filter(|&i| i != src as usize));
         for i in order {
-            if let Some(Some((f, vals))) = compiled.get(i).map(|c| c.as_ref().and_then(|c| c.imp.declared_values())) {
+            if let Some(Some((f, vals))) = compiled
+                .get(i)
+                .map(|c| c.as_ref().and_then(|c| c.imp.declared_values()))
+            {
                 if f == route.field {
                     writers.push(spec_nodes[i].value.id.value.clone());
                     for v in vals {
@@ -266,7 +380,11 @@ fn check_route_values(
         }
     }
     let r = &spec_route.value;
-    let cases = r.cases.as_ref().map(|c| c.entries.as_slice()).unwrap_or_default();
+    let cases = r
+        .cases
+        .as_ref()
+        .map(|c| c.entries.as_slice())
+        .unwrap_or_default();
     match declared {
         Some((values, by)) => {
             if r.default.is_none() {
@@ -275,7 +393,10 @@ fn check_route_values(
                         d.error(
                             r.on.loc,
                             "route-unmapped-value",
-                            format!("route on `{}` has no target for `{v}` (declared by {by})", r.on.value),
+                            format!(
+                                "route on `{}` has no target for `{v}` (declared by {by})",
+                                r.on.value
+                            ),
                             Some(format!("add `{v}: <node>` under `cases`, or a `default`")),
                         );
                     }
@@ -286,7 +407,10 @@ fn check_route_values(
                     d.error(
                         k.loc,
                         "route-unknown-value",
-                        format!("`{}` is never a value of `{}` (declared by {by})", k.value, r.on.value),
+                        format!(
+                            "`{}` is never a value of `{}` (declared by {by})",
+                            k.value, r.on.value
+                        ),
                         name_hint(&k.value, values.iter().map(String::as_str)),
                     );
                 }
@@ -295,7 +419,10 @@ fn check_route_values(
         None if r.default.is_none() => d.error(
             r.on.loc,
             "route-needs-default",
-            format!("`{}` can take any value, so the route needs a `default` target", r.on.value),
+            format!(
+                "`{}` can take any value, so the route needs a `default` target",
+                r.on.value
+            ),
             Some("add `default: <node or END>`, or route on a field a router writes".into()),
         ),
         None => {}
@@ -319,7 +446,12 @@ struct EdgeBuilder<'a, 'd> {
 }
 
 impl<'a, 'd> EdgeBuilder<'a, 'd> {
-    fn new(n: usize, index: &'a HashMap<&'a str, NodeIdx>, schema: Option<&'static StateSchema>, d: &'d mut Diagnostics) -> Self {
+    fn new(
+        n: usize,
+        index: &'a HashMap<&'a str, NodeIdx>,
+        schema: Option<&'static StateSchema>,
+        d: &'d mut Diagnostics,
+    ) -> Self {
         let mut topo = Topology::new();
         for i in 0..=n {
             topo.add_node(rules::slot(i, n));
@@ -342,13 +474,19 @@ impl<'a, 'd> EdgeBuilder<'a, 'd> {
     fn unknown(&mut self, name: &Sp<String>) {
         self.resolved = false;
         let hint = name_hint(&name.value, self.index.keys().copied().chain(["END"]));
-        self.d.error(name.loc, "unknown-node", format!("no node named `{}`", name.value), hint);
+        self.d.error(
+            name.loc,
+            "unknown-node",
+            format!("no node named `{}`", name.value),
+            hint,
+        );
     }
 
     fn source(&mut self, name: &Sp<String>) -> Option<NodeIdx> {
         if name.value == "END" {
             self.resolved = false;
-            self.d.error(name.loc, "end-as-source", "END cannot start an edge", None);
+            self.d
+                .error(name.loc, "end-as-source", "END cannot start an edge", None);
             return None;
         }
         let found = self.index.get(name.value.as_str()).copied();
@@ -362,7 +500,10 @@ impl<'a, 'd> EdgeBuilder<'a, 'd> {
         if name.value == "END" {
             return Some(Target::End);
         }
-        let found = self.index.get(name.value.as_str()).map(|&i| Target::Node(i));
+        let found = self
+            .index
+            .get(name.value.as_str())
+            .map(|&i| Target::Node(i));
         if found.is_none() {
             self.unknown(name);
         }
@@ -374,7 +515,8 @@ impl<'a, 'd> EdgeBuilder<'a, 'd> {
             Target::Node(i) => i as usize,
             Target::End => self.n,
         };
-        self.topo.add_edge(NodeIndex::new(src as usize), NodeIndex::new(to), kind);
+        self.topo
+            .add_edge(NodeIndex::new(src as usize), NodeIndex::new(to), kind);
     }
 
     fn add(&mut self, edge: &'a Sp<EdgeSpec>) {
@@ -387,21 +529,34 @@ impl<'a, 'd> EdgeBuilder<'a, 'd> {
                 }
             }
             EdgeSpec::Full(f) => {
-                let forms = usize::from(f.to.is_some()) + usize::from(f.route.is_some()) + usize::from(f.map.is_some());
+                let forms = usize::from(f.to.is_some())
+                    + usize::from(f.route.is_some())
+                    + usize::from(f.map.is_some());
                 if forms != 1 {
                     self.resolved = false;
-                    self.d.error(edge.loc, "edge-form", "an edge needs exactly one of `to`, `route` or `map`", None);
+                    self.d.error(
+                        edge.loc,
+                        "edge-form",
+                        "an edge needs exactly one of `to`, `route` or `map`",
+                        None,
+                    );
                     return;
                 }
                 let froms = f.from.items();
                 if froms.is_empty() {
                     self.resolved = false;
-                    self.d.error(f.from.loc, "edge-form", "`from` names no node", None);
+                    self.d
+                        .error(f.from.loc, "edge-form", "`from` names no node", None);
                     return;
                 }
                 if froms.len() > 1 && f.to.is_none() {
                     self.resolved = false;
-                    self.d.error(f.from.loc, "edge-form", "only a plain `to` edge can have several sources (a join)", None);
+                    self.d.error(
+                        f.from.loc,
+                        "edge-form",
+                        "only a plain `to` edge can have several sources (a join)",
+                        None,
+                    );
                     return;
                 }
                 let sources: Vec<Option<NodeIdx>> = froms.iter().map(|s| self.source(s)).collect();
@@ -416,7 +571,12 @@ impl<'a, 'd> EdgeBuilder<'a, 'd> {
                     let to = self.target(&map.value.to);
                     if let Some(Target::End) = to {
                         self.resolved = false;
-                        self.d.error(map.value.to.loc, "edge-form", "a map edge must lead to a node, not END", None);
+                        self.d.error(
+                            map.value.to.loc,
+                            "edge-form",
+                            "a map edge must lead to a node, not END",
+                            None,
+                        );
                     }
                     // The edge exists even when `over` is wrong (already
                     // reported), so the structural rules see the target.
@@ -425,14 +585,24 @@ impl<'a, 'd> EdgeBuilder<'a, 'd> {
                             self.out[src as usize].push(Transition::Map { over, to });
                         }
                         self.map_targets.insert(to);
-                        self.edge(src, Target::Node(to), EdgeKind::Map(map.value.over.value.clone()));
+                        self.edge(
+                            src,
+                            Target::Node(to),
+                            EdgeKind::Map(map.value.over.value.clone()),
+                        );
                     }
                 }
             }
         }
     }
 
-    fn add_to(&mut self, froms: &[Sp<String>], sources: &[Option<NodeIdx>], to: &Sp<super::spec::Names>, loc: Loc) {
+    fn add_to(
+        &mut self,
+        froms: &[Sp<String>],
+        sources: &[Option<NodeIdx>],
+        to: &Sp<super::spec::Names>,
+        loc: Loc,
+    ) {
         let targets: Vec<Option<Target>> = to.items().iter().map(|t| self.target(t)).collect();
         if froms.len() == 1 {
             if let Some(src) = sources[0] {
@@ -446,14 +616,24 @@ impl<'a, 'd> EdgeBuilder<'a, 'd> {
         // A join.
         if targets.len() != 1 {
             self.resolved = false;
-            self.d.error(to.loc, "edge-form", "a join (several `from` nodes) has exactly one target", None);
+            self.d.error(
+                to.loc,
+                "edge-form",
+                "a join (several `from` nodes) has exactly one target",
+                None,
+            );
             return;
         }
         let target = match targets[0] {
             Some(Target::Node(t)) => t,
             Some(Target::End) => {
                 self.resolved = false;
-                self.d.error(to.loc, "edge-form", "a join must lead to a node, not END", Some("join into a `noop` node that goes to END".into()));
+                self.d.error(
+                    to.loc,
+                    "edge-form",
+                    "a join must lead to a node, not END",
+                    Some("join into a `noop` node that goes to END".into()),
+                );
                 return;
             }
             None => return,
@@ -462,7 +642,12 @@ impl<'a, 'd> EdgeBuilder<'a, 'd> {
         for (name, s) in froms.iter().zip(sources) {
             let Some(s) = *s else { continue };
             if srcs.contains(&s) {
-                self.d.error(name.loc, "duplicate-join-source", format!("`{}` is listed twice in this join", name.value), None);
+                self.d.error(
+                    name.loc,
+                    "duplicate-join-source",
+                    format!("`{}` is listed twice in this join", name.value),
+                    None,
+                );
                 continue;
             }
             srcs.push(s);
@@ -476,7 +661,10 @@ impl<'a, 'd> EdgeBuilder<'a, 'd> {
             self.out[s as usize].push(Transition::Join(j));
             self.edge(s, Target::Node(target), EdgeKind::Join);
         }
-        self.joins.push(Join { target, sources: srcs });
+        self.joins.push(Join {
+            target,
+            sources: srcs,
+        });
         self.join_locs.push(loc);
     }
 
@@ -485,11 +673,24 @@ impl<'a, 'd> EdgeBuilder<'a, 'd> {
         match schema.field(&name.value) {
             Some(f) if schema.spec(f).ty == FieldType::List => Some(f),
             Some(_) => {
-                self.d.error(name.loc, "field-type", format!("map fan-out needs a list field; `{}` is not a list", name.value), None);
+                self.d.error(
+                    name.loc,
+                    "field-type",
+                    format!(
+                        "map fan-out needs a list field; `{}` is not a list",
+                        name.value
+                    ),
+                    None,
+                );
                 None
             }
             None => {
-                self.d.error(name.loc, "unknown-field", format!("state `{}` has no field `{}`", schema.name, name.value), name_hint(&name.value, schema.names()));
+                self.d.error(
+                    name.loc,
+                    "unknown-field",
+                    format!("state `{}` has no field `{}`", schema.name, name.value),
+                    name_hint(&name.value, schema.names()),
+                );
                 None
             }
         }
@@ -520,9 +721,19 @@ impl<'a, 'd> EdgeBuilder<'a, 'd> {
         });
         let mut cases: Vec<(String, Target)> = Vec::new();
         let mut ok = true;
-        for (value, target) in r.cases.as_ref().map(|c| c.entries.as_slice()).unwrap_or_default() {
+        for (value, target) in r
+            .cases
+            .as_ref()
+            .map(|c| c.entries.as_slice())
+            .unwrap_or_default()
+        {
             if cases.iter().any(|(v, _)| v == &value.value) {
-                self.d.error(value.loc, "duplicate-case", format!("value `{}` is mapped twice", value.value), None);
+                self.d.error(
+                    value.loc,
+                    "duplicate-case",
+                    format!("value `{}` is mapped twice", value.value),
+                    None,
+                );
                 ok = false;
                 continue;
             }
@@ -542,7 +753,12 @@ impl<'a, 'd> EdgeBuilder<'a, 'd> {
             None => None,
         };
         if cases.is_empty() && r.default.is_none() {
-            self.d.error(route.loc, "edge-form", "a route needs `cases` or a `default`", None);
+            self.d.error(
+                route.loc,
+                "edge-form",
+                "a route needs `cases` or a `default`",
+                None,
+            );
             ok = false;
         }
         for (v, t) in &cases {
@@ -551,8 +767,15 @@ impl<'a, 'd> EdgeBuilder<'a, 'd> {
         if let Some(t) = default {
             self.edge(src, t, EdgeKind::Default);
         }
-        let (Some(field), true) = (field, ok) else { return };
-        let route_t = Route { field, field_name: r.on.value.as_str().into(), cases, default };
+        let (Some(field), true) = (field, ok) else {
+            return;
+        };
+        let route_t = Route {
+            field,
+            field_name: r.on.value.as_str().into(),
+            cases,
+            default,
+        };
         self.out[src as usize].push(Transition::Route(route_t.clone()));
         self.routes.push((src, route_t, route));
     }

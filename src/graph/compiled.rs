@@ -91,14 +91,21 @@ pub struct RetryPolicy {
 
 impl Default for RetryPolicy {
     fn default() -> Self {
-        Self { attempts: 1, backoff: Duration::from_millis(250), max_backoff: Duration::from_secs(10) }
+        Self {
+            attempts: 1,
+            backoff: Duration::from_millis(250),
+            max_backoff: Duration::from_secs(10),
+        }
     }
 }
 
 impl RetryPolicy {
     /// Delay after failed attempt `attempt` (1-based), with ±20 % jitter.
     pub fn delay(&self, attempt: u32) -> Duration {
-        let base = self.backoff.saturating_mul(1u32 << attempt.saturating_sub(1).min(16)).min(self.max_backoff);
+        let base = self
+            .backoff
+            .saturating_mul(1u32 << attempt.saturating_sub(1).min(16))
+            .min(self.max_backoff);
         base.mul_f64(0.8 + fastrand::f64() * 0.4)
     }
 }
@@ -191,11 +198,15 @@ pub struct CompiledGraph {
 impl CompiledGraph {
     /// A node's index by id.
     pub fn node_index(&self, id: &str) -> Option<NodeIdx> {
-        self.nodes.iter().position(|n| &*n.id == id).map(|i| i as NodeIdx)
+        self.nodes
+            .iter()
+            .position(|n| &*n.id == id)
+            .map(|i| i as NodeIdx)
     }
 
     /// The surface of a node (by id), `hidden` for unknown ids.
     pub fn surface(&self, id: &str) -> Surface {
-        self.node_index(id).map_or(Surface::Hidden, |i| self.nodes[i as usize].surface)
+        self.node_index(id)
+            .map_or(Surface::Hidden, |i| self.nodes[i as usize].surface)
     }
 }

@@ -55,7 +55,11 @@ impl fmt::Display for Diagnostic {
             Severity::Error => "error",
             Severity::Warning => "warning",
         };
-        write!(f, "{}:{}:{}: {sev}[{}]: {}", self.file, self.line, self.column, self.code, self.message)?;
+        write!(
+            f,
+            "{}:{}:{}: {sev}[{}]: {}",
+            self.file, self.line, self.column, self.code, self.message
+        )?;
         if let Some(hint) = &self.hint {
             write!(f, "\n  hint: {hint}")?;
         }
@@ -73,7 +77,10 @@ pub struct Diagnostics {
 impl Diagnostics {
     /// An empty collection for `file`.
     pub fn new(file: impl Into<Arc<str>>) -> Self {
-        Self { file: file.into(), items: Vec::new() }
+        Self {
+            file: file.into(),
+            items: Vec::new(),
+        }
     }
 
     /// The file these diagnostics are about.
@@ -82,12 +89,24 @@ impl Diagnostics {
     }
 
     /// Records an error.
-    pub fn error(&mut self, loc: Loc, code: &'static str, message: impl Into<String>, hint: Option<String>) {
+    pub fn error(
+        &mut self,
+        loc: Loc,
+        code: &'static str,
+        message: impl Into<String>,
+        hint: Option<String>,
+    ) {
         self.push(Severity::Error, loc, code, message.into(), hint);
     }
 
     /// Records a warning.
-    pub fn warning(&mut self, loc: Loc, code: &'static str, message: impl Into<String>, hint: Option<String>) {
+    pub fn warning(
+        &mut self,
+        loc: Loc,
+        code: &'static str,
+        message: impl Into<String>,
+        hint: Option<String>,
+    ) {
         self.push(Severity::Warning, loc, code, message.into(), hint);
     }
 
@@ -111,7 +130,14 @@ impl Diagnostics {
         });
     }
 
-    fn push(&mut self, severity: Severity, loc: Loc, code: &'static str, message: String, hint: Option<String>) {
+    fn push(
+        &mut self,
+        severity: Severity,
+        loc: Loc,
+        code: &'static str,
+        message: String,
+        hint: Option<String>,
+    ) {
         self.items.push(Diagnostic {
             severity,
             file: Arc::clone(&self.file),
@@ -130,7 +156,8 @@ impl Diagnostics {
 
     /// The diagnostics, sorted by position.
     pub fn into_vec(mut self) -> Vec<Diagnostic> {
-        self.items.sort_by(|a, b| (&a.file, a.line, a.column).cmp(&(&b.file, b.line, b.column)));
+        self.items
+            .sort_by(|a, b| (&a.file, a.line, a.column).cmp(&(&b.file, b.line, b.column)));
         self.items.dedup();
         self.items
     }
@@ -142,7 +169,10 @@ impl Diagnostics {
 }
 
 /// "did you mean `x`?" for a misspelt name, if a candidate is close.
-pub fn did_you_mean<'a>(name: &str, candidates: impl IntoIterator<Item = &'a str>) -> Option<String> {
+pub fn did_you_mean<'a>(
+    name: &str,
+    candidates: impl IntoIterator<Item = &'a str>,
+) -> Option<String> {
     let mut best: Option<(f64, &str)> = None;
     for c in candidates {
         let score = strsim::jaro_winkler(&name.to_lowercase(), &c.to_lowercase());
@@ -156,7 +186,11 @@ pub fn did_you_mean<'a>(name: &str, candidates: impl IntoIterator<Item = &'a str
 /// "one of: a, b, c" for hints.
 pub fn one_of<'a>(candidates: impl IntoIterator<Item = &'a str>) -> String {
     let v: Vec<String> = candidates.into_iter().map(|c| format!("`{c}`")).collect();
-    if v.is_empty() { "none are defined".into() } else { format!("one of {}", v.join(", ")) }
+    if v.is_empty() {
+        "none are defined".into()
+    } else {
+        format!("one of {}", v.join(", "))
+    }
 }
 
 /// A hint naming the closest candidate, or listing them all (once each)

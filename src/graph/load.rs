@@ -42,11 +42,19 @@ pub fn load_file(path: &Path) -> Result<GraphFile, Vec<Diagnostic>> {
     let bytes = match std::fs::read(path) {
         Ok(b) => b,
         Err(e) => {
-            diags.error(Loc::new(1, 1), "io", format!("cannot read graph file: {e}"), None);
+            diags.error(
+                Loc::new(1, 1),
+                "io",
+                format!("cannot read graph file: {e}"),
+                None,
+            );
             return Err(diags.into_vec());
         }
     };
-    let id = path.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default();
+    let id = path
+        .file_stem()
+        .map(|s| s.to_string_lossy().into_owned())
+        .unwrap_or_default();
     parse(path, &id, &bytes)
 }
 
@@ -73,7 +81,10 @@ pub fn parse(path: &Path, id: &str, bytes: &[u8]) -> Result<GraphFile, Vec<Diagn
     let source = match std::str::from_utf8(bytes) {
         Ok(s) => s.to_owned(),
         Err(e) => {
-            let loc = offset_to_loc(&String::from_utf8_lossy(&bytes[..e.valid_up_to()]), e.valid_up_to());
+            let loc = offset_to_loc(
+                &String::from_utf8_lossy(&bytes[..e.valid_up_to()]),
+                e.valid_up_to(),
+            );
             diags.error(loc, "invalid-utf8", "graph file is not valid UTF-8", None);
             return Err(diags.into_vec());
         }
@@ -86,7 +97,11 @@ pub fn parse(path: &Path, id: &str, bytes: &[u8]) -> Result<GraphFile, Vec<Diagn
             Some("rename the file, e.g. `my_graph.yaml`".into()),
         );
     }
-    if source.trim().is_empty() || source.lines().all(|l| l.trim().is_empty() || l.trim_start().starts_with('#')) {
+    if source.trim().is_empty()
+        || source
+            .lines()
+            .all(|l| l.trim().is_empty() || l.trim_start().starts_with('#'))
+    {
         diags.error(
             Loc::new(1, 1),
             "empty-file",
@@ -106,15 +121,29 @@ pub fn parse(path: &Path, id: &str, bytes: &[u8]) -> Result<GraphFile, Vec<Diagn
     let spec: GraphSpec = match serde_saphyr::from_str_with_options(&source, options) {
         Ok(spec) => spec,
         Err(e) => {
-            let loc = e.location().map(Loc::from).filter(Loc::is_known).unwrap_or(Loc::new(1, 1));
+            let loc = e
+                .location()
+                .map(Loc::from)
+                .filter(Loc::is_known)
+                .unwrap_or(Loc::new(1, 1));
             let (message, hint) = describe_yaml_error(&e);
             diags.error(loc, "yaml", message, hint);
             return Err(diags.into_vec());
         }
     };
-    let mut file = GraphFile { id: id.to_owned(), path: path.to_owned(), display, source, spec };
+    let mut file = GraphFile {
+        id: id.to_owned(),
+        path: path.to_owned(),
+        display,
+        source,
+        spec,
+    };
     place_short_edges(&mut file);
-    if diags.has_errors() { Err(diags.into_vec()) } else { Ok(file) }
+    if diags.has_errors() {
+        Err(diags.into_vec())
+    } else {
+        Ok(file)
+    }
 }
 
 /// Node and graph ids: ASCII identifiers (they become Mermaid ids, metric
@@ -129,15 +158,21 @@ pub fn valid_id(id: &str) -> bool {
 fn describe_yaml_error(e: &serde_saphyr::Error) -> (String, Option<String>) {
     let text = e.to_string();
     // The library appends its own location; ours is in the diagnostic.
-    let message = text.split(" at line ").next().unwrap_or(&text).trim().to_owned();
+    let message = text
+        .split(" at line ")
+        .next()
+        .unwrap_or(&text)
+        .trim()
+        .to_owned();
     let mut message = message.lines().next().unwrap_or_default().to_owned();
     if let Some(i) = message.find(", set DuplicateKeyPolicy") {
         message.truncate(i);
     }
     // `invalid u32`: an integer setting holding something else.
     let integer = |ty: &str| {
-        ty.strip_prefix(['u', 'i'])
-            .is_some_and(|bits| bits == "size" || !bits.is_empty() && bits.bytes().all(|b| b.is_ascii_digit()))
+        ty.strip_prefix(['u', 'i']).is_some_and(|bits| {
+            bits == "size" || !bits.is_empty() && bits.bytes().all(|b| b.is_ascii_digit())
+        })
     };
     if message.strip_prefix("invalid ").is_some_and(integer) {
         message = format!("{message}: expected a whole number");
@@ -152,11 +187,15 @@ fn describe_yaml_error(e: &serde_saphyr::Error) -> (String, Option<String>) {
     }
     // `unknown field `promt`, expected one of id, kind, …`: when a name is
     // close, say which instead of listing them all.
-    let suggestion = ["unknown field `", "unknown variant `"].into_iter().find_map(|prefix| {
-        let (name, expected) = message.strip_prefix(prefix)?.split_once("`, expected one of ")?;
-        let hint = did_you_mean(name, expected.split(", ").map(|e| e.trim_matches('`')))?;
-        Some((format!("{prefix}{name}`"), hint))
-    });
+    let suggestion = ["unknown field `", "unknown variant `"]
+        .into_iter()
+        .find_map(|prefix| {
+            let (name, expected) = message
+                .strip_prefix(prefix)?
+                .split_once("`, expected one of ")?;
+            let hint = did_you_mean(name, expected.split(", ").map(|e| e.trim_matches('`')))?;
+            Some((format!("{prefix}{name}`"), hint))
+        });
     if let Some((short, hint)) = suggestion {
         return (short, Some(hint));
     }
@@ -178,7 +217,13 @@ fn describe_yaml_error(e: &serde_saphyr::Error) -> (String, Option<String>) {
 fn place_short_edges(file: &mut GraphFile) {
     let lines = yaml_lines(&file.source);
     for edge in &mut file.spec.edges {
-        let Sp { value: EdgeSpec::Short { from, to }, loc } = edge else { continue };
+        let Sp {
+            value: EdgeSpec::Short { from, to },
+            loc,
+        } = edge
+        else {
+            continue;
+        };
         let quoted = lines
             .get((loc.line as usize).saturating_sub(1))
             .and_then(|l| l.chars().nth((loc.column as usize).saturating_sub(1)))
@@ -225,16 +270,26 @@ mod tests {
         assert!(errs(b"").join("").contains("g.yaml:1:1: error[empty-file]"));
         assert!(errs(b"# only a comment\n").join("").contains("empty-file"));
         let e = errs(b"state: chat\nentry: a\nnodes: [\n");
-        assert!(e[0].starts_with("g.yaml:") && e[0].contains("error[yaml]"), "{e:?}");
+        assert!(
+            e[0].starts_with("g.yaml:") && e[0].contains("error[yaml]"),
+            "{e:?}"
+        );
         let e = errs(b"state: chat\nentry: a\nnodes:\n  - id: a\n    kind: noop\n    retry: {attempts: many}\n");
         assert!(e[0].starts_with("g.yaml:6:"), "{e:?}");
         let e = errs(b"state: chat\nentry: a\nnodes:\n  - id: a\n    knd: noop\n");
-        assert!(e[0].starts_with("g.yaml:5:") && e[0].contains("unknown field"), "{e:?}");
+        assert!(
+            e[0].starts_with("g.yaml:5:") && e[0].contains("unknown field"),
+            "{e:?}"
+        );
         let e = errs(b"state: chat\n\xff\xfe: x\n");
         assert!(e[0].starts_with("g.yaml:2:1: error[invalid-utf8]"), "{e:?}");
         let big = vec![b'#'; 10 * 1024 * 1024];
         assert!(errs(&big)[0].contains("file-too-large"));
-        let deep = format!("state: chat\nentry: a\nnodes:\n  - id: a\n    kind: noop\n    params: {}1{}\n", "[".repeat(5000), "]".repeat(5000));
+        let deep = format!(
+            "state: chat\nentry: a\nnodes:\n  - id: a\n    kind: noop\n    params: {}1{}\n",
+            "[".repeat(5000),
+            "]".repeat(5000)
+        );
         assert!(errs(deep.as_bytes())[0].contains("error[yaml]"));
         let e = errs(b"state: chat\nstate: x\n");
         assert_eq!(e, ["g.yaml:2:1: error[yaml]: duplicate mapping key: state"]);
@@ -244,9 +299,13 @@ mod tests {
     fn short_edges_point_at_each_name() {
         let src = "state: chat\nentry: a\nnodes: []\nedges:\n  - a ->  bee\n  - \"a -> END\"\n";
         let f = parse(Path::new("g.yaml"), "g", src.as_bytes()).unwrap();
-        let EdgeSpec::Short { from, to } = &f.spec.edges[0].value else { panic!() };
+        let EdgeSpec::Short { from, to } = &f.spec.edges[0].value else {
+            panic!()
+        };
         assert_eq!((from.loc, to.loc), (Loc::new(5, 5), Loc::new(5, 11)));
-        let EdgeSpec::Short { to, .. } = &f.spec.edges[1].value else { panic!() };
+        let EdgeSpec::Short { to, .. } = &f.spec.edges[1].value else {
+            panic!()
+        };
         assert_eq!(to.loc, Loc::new(6, 11));
     }
 }

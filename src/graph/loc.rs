@@ -29,7 +29,10 @@ impl Loc {
 
 impl From<serde_saphyr::Location> for Loc {
     fn from(l: serde_saphyr::Location) -> Self {
-        Self { line: l.line() as u32, column: l.column() as u32 }
+        Self {
+            line: l.line() as u32,
+            column: l.column() as u32,
+        }
     }
 }
 
@@ -71,7 +74,10 @@ impl<T: PartialEq> PartialEq for Sp<T> {
 impl<'de, T: Deserialize<'de>> Deserialize<'de> for Sp<T> {
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
         let s = serde_saphyr::Spanned::<T>::deserialize(deserializer)?;
-        Ok(Self { value: s.value, loc: s.referenced.into() })
+        Ok(Self {
+            value: s.value,
+            loc: s.referenced.into(),
+        })
     }
 }
 

@@ -23,13 +23,20 @@ pub fn mermaid(g: &CompiledGraph) -> String {
             "subgraph" => ("[/", "/]"),
             _ => ("[", "]"),
         };
-        let _ = writeln!(out, "    {}{open}\"{}<br/><small>{}</small>\"{close}", n.id, n.id, n.kind);
+        let _ = writeln!(
+            out,
+            "    {}{open}\"{}<br/><small>{}</small>\"{close}",
+            n.id, n.id, n.kind
+        );
     }
     for &e in &g.entry {
         let _ = writeln!(out, "    __start__ --> {}", g.nodes[e as usize].id);
     }
     for e in g.topology.edge_references() {
-        let (a, b) = (name(g, g.topology[e.source()]), name(g, g.topology[e.target()]));
+        let (a, b) = (
+            name(g, g.topology[e.source()]),
+            name(g, g.topology[e.target()]),
+        );
         let line = match e.weight() {
             EdgeKind::Plain => format!("{a} --> {b}"),
             EdgeKind::Case(v) => format!("{a} -->|{}| {b}", v.replace('|', "/")),
@@ -44,16 +51,30 @@ pub fn mermaid(g: &CompiledGraph) -> String {
 
 /// The graph in Graphviz DOT.
 pub fn dot(g: &CompiledGraph) -> String {
-    let mut out = format!("digraph \"{}\" {{\n    rankdir=TB;\n    __start__ [shape=circle,label=\"START\"];\n    __end__ [shape=doublecircle,label=\"END\"];\n", g.id);
+    let mut out = format!(
+        "digraph \"{}\" {{\n    rankdir=TB;\n    __start__ [shape=circle,label=\"START\"];\n    __end__ [shape=doublecircle,label=\"END\"];\n",
+        g.id
+    );
     for n in &g.nodes {
-        let shape = if &*n.kind == "router" { "diamond" } else { "box" };
-        let _ = writeln!(out, "    \"{}\" [shape={shape},label=\"{}\\n({})\"];", n.id, n.id, n.kind);
+        let shape = if &*n.kind == "router" {
+            "diamond"
+        } else {
+            "box"
+        };
+        let _ = writeln!(
+            out,
+            "    \"{}\" [shape={shape},label=\"{}\\n({})\"];",
+            n.id, n.id, n.kind
+        );
     }
     for &e in &g.entry {
         let _ = writeln!(out, "    __start__ -> \"{}\";", g.nodes[e as usize].id);
     }
     for e in g.topology.edge_references() {
-        let (a, b) = (name(g, g.topology[e.source()]), name(g, g.topology[e.target()]));
+        let (a, b) = (
+            name(g, g.topology[e.source()]),
+            name(g, g.topology[e.target()]),
+        );
         let attrs = match e.weight() {
             EdgeKind::Plain => String::new(),
             EdgeKind::Case(v) => format!(" [label=\"{}\"]", v.replace('"', "'")),

@@ -21,6 +21,7 @@ pub mod spec;
 pub use catalog::Catalog;
 pub use compile::{CompileEnv, DEFAULT_RECURSION_LIMIT, compile};
 pub use compiled::{
-    CompiledGraph, CompiledNode, EdgeKind, Join, NodeIdx, RetryPolicy, Route, Slot, Target, Topology, Transition,
+    CompiledGraph, CompiledNode, EdgeKind, Join, NodeIdx, RetryPolicy, Route, Slot, Target,
+    Topology, Transition,
 };
 pub use diagnostic::{Diagnostic, Severity};

@@ -18,7 +18,16 @@ use super::diagnostic::{Diagnostic, Severity};
 const EXTENSIONS: &[&str] = &["md", "txt", "j2", "jinja", "tmpl", "prompt"];
 
 /// Names minijinja provides itself; not state variables.
-const BUILTIN_GLOBALS: &[&str] = &["range", "dict", "namespace", "debug", "cycler", "joiner", "lipsum", "loop"];
+const BUILTIN_GLOBALS: &[&str] = &[
+    "range",
+    "dict",
+    "namespace",
+    "debug",
+    "cycler",
+    "joiner",
+    "lipsum",
+    "loop",
+];
 
 /// Largest prompt file accepted.
 const MAX_PROMPT_BYTES: u64 = 256 * 1024;
@@ -46,7 +55,10 @@ pub struct Prompts {
 
 impl std::fmt::Debug for Prompts {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Prompts").field("dir", &self.dir).field("files", &self.files.keys()).finish()
+        f.debug_struct("Prompts")
+            .field("dir", &self.dir)
+            .field("files", &self.files.keys())
+            .finish()
     }
 }
 
@@ -56,7 +68,11 @@ fn environment() -> Environment<'static> {
     // State fields may be empty (null, missing keys): `routing.missing_slots`
     // on an empty field renders as nothing instead of failing the node.
     env.set_undefined_behavior(minijinja::UndefinedBehavior::Chainable);
-    if let Ok(syntax) = minijinja::syntax::SyntaxConfig::builder().trim_blocks(true).lstrip_blocks(true).build() {
+    if let Ok(syntax) = minijinja::syntax::SyntaxConfig::builder()
+        .trim_blocks(true)
+        .lstrip_blocks(true)
+        .build()
+    {
         env.set_syntax(syntax);
     }
     env
@@ -73,24 +89,42 @@ impl Prompts {
             let display: Arc<str> = path.display().to_string().into();
             match std::fs::metadata(&path) {
                 Ok(m) if m.len() > MAX_PROMPT_BYTES => {
-                    sources.push((name, display, Err(format!("prompt file is larger than {} KB", MAX_PROMPT_BYTES / 1024))));
+                    sources.push((
+                        name,
+                        display,
+                        Err(format!(
+                            "prompt file is larger than {} KB",
+                            MAX_PROMPT_BYTES / 1024
+                        )),
+                    ));
                     continue;
                 }
                 _ => {}
             }
             let text = std::fs::read(&path)
                 .map_err(|e| e.to_string())
-                .and_then(|b| String::from_utf8(b).map_err(|_| "prompt file is not valid UTF-8".to_owned()));
+                .and_then(|b| {
+                    String::from_utf8(b).map_err(|_| "prompt file is not valid UTF-8".to_owned())
+                });
             sources.push((name, display, text));
         }
         Self::build(dir, sources)
     }
 
     /// Builds from in-memory templates (tests, embedded defaults).
-    pub fn from_sources<'a>(dir: &Path, sources: impl IntoIterator<Item = (&'a str, &'a str)>) -> Self {
+    pub fn from_sources<'a>(
+        dir: &Path,
+        sources: impl IntoIterator<Item = (&'a str, &'a str)>,
+    ) -> Self {
         let sources = sources
             .into_iter()
-            .map(|(n, s)| (n.to_owned(), Arc::from(dir.join(n).display().to_string()), Ok(s.to_owned())))
+            .map(|(n, s)| {
+                (
+                    n.to_owned(),
+                    Arc::from(dir.join(n).display().to_string()),
+                    Ok(s.to_owned()),
+                )
+            })
             .collect();
         Self::build(dir, sources)
     }
@@ -124,18 +158,33 @@ impl Prompts {
                             .into_iter()
                             .filter(|v| !BUILTIN_GLOBALS.contains(&v.as_str()))
                             .collect();
-                        PromptFile { display: Arc::clone(&display), source, variables, error: None }
+                        PromptFile {
+                            display: Arc::clone(&display),
+                            source,
+                            variables,
+                            error: None,
+                        }
                     }
                     Err(e) => {
                         let line = e.line().unwrap_or(1) as u32;
-                        let message = format!("template error: {}", e.detail().unwrap_or(&e.to_string()));
-                        PromptFile { display: Arc::clone(&display), source, variables: BTreeSet::new(), error: Some(diag(line, message)) }
+                        let message =
+                            format!("template error: {}", e.detail().unwrap_or(&e.to_string()));
+                        PromptFile {
+                            display: Arc::clone(&display),
+                            source,
+                            variables: BTreeSet::new(),
+                            error: Some(diag(line, message)),
+                        }
                     }
                 },
             };
             files.insert(name, file);
         }
-        Self { dir: dir.to_owned(), env, files }
+        Self {
+            dir: dir.to_owned(),
+            env,
+            files,
+        }
     }
 
     /// The prompts directory.
@@ -175,14 +224,18 @@ impl Prompts {
 
     /// Where a variable is first used in a template, for diagnostics.
     pub fn locate_variable(&self, name: &str, var: &str) -> (u32, u32) {
-        let Some(file) = self.files.get(name) else { return (1, 1) };
+        let Some(file) = self.files.get(name) else {
+            return (1, 1);
+        };
         for (i, line) in file.source.lines().enumerate() {
             let mut start = 0;
             while let Some(pos) = line[start..].find(var) {
                 let at = start + pos;
                 let before = line[..at].chars().next_back();
                 let after = line[at + var.len()..].chars().next();
-                let ident = |c: Option<char>| c.is_some_and(|c| c.is_alphanumeric() || c == '_' || c == '.');
+                let ident = |c: Option<char>| {
+                    c.is_some_and(|c| c.is_alphanumeric() || c == '_' || c == '.')
+                };
                 if !ident(before) && !ident(after) && line[..at].contains(['{']) {
                     return (i as u32 + 1, line[..at].chars().count() as u32 + 1);
                 }
@@ -197,16 +250,26 @@ fn collect(root: &Path, dir: &Path, out: &mut Vec<(String, PathBuf)>, depth: u32
     if depth > 8 {
         return;
     }
-    let Ok(entries) = std::fs::read_dir(dir) else { return };
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
     let mut entries: Vec<_> = entries.flatten().collect();
     entries.sort_by_key(|e| e.file_name());
     for e in entries {
         let path = e.path();
         if path.is_dir() {
             collect(root, &path, out, depth + 1);
-        } else if path.extension().and_then(|x| x.to_str()).is_some_and(|x| EXTENSIONS.contains(&x)) {
+        } else if path
+            .extension()
+            .and_then(|x| x.to_str())
+            .is_some_and(|x| EXTENSIONS.contains(&x))
+        {
             if let Ok(rel) = path.strip_prefix(root) {
-                let name = rel.components().map(|c| c.as_os_str().to_string_lossy()).collect::<Vec<_>>().join("/");
+                let name = rel
+                    .components()
+                    .map(|c| c.as_os_str().to_string_lossy())
+                    .collect::<Vec<_>>()
+                    .join("/");
                 out.push((name, path));
             }
         }
@@ -222,12 +285,18 @@ mod tests {
         let p = Prompts::from_sources(
             Path::new("prompts"),
             [
-                ("a.md", "Hi {{ query }}\n{% for m in messages %}{{ m.content }}{% endfor %}{{ range(2) }}"),
+                (
+                    "a.md",
+                    "Hi {{ query }}\n{% for m in messages %}{{ m.content }}{% endfor %}{{ range(2) }}",
+                ),
                 ("b.md", "line one\n{{ broken "),
             ],
         );
         let a = p.get("a.md").unwrap();
-        assert_eq!(a.variables.iter().map(String::as_str).collect::<Vec<_>>(), ["messages", "query"]);
+        assert_eq!(
+            a.variables.iter().map(String::as_str).collect::<Vec<_>>(),
+            ["messages", "query"]
+        );
         let b = p.get("b.md").unwrap().error.as_ref().unwrap();
         assert_eq!((b.line, b.code), (2, "prompt-syntax"));
         assert_eq!(p.locate_variable("a.md", "messages"), (2, 13));

@@ -63,11 +63,21 @@ fn reachability(s: &Shape<'_>, d: &mut Diagnostics) {
                 Some("add an edge to it, or remove the node".into()),
             );
         } else if !to_end[i] {
-            let dead_end = s.topo.edges_directed(NodeIndex::new(i), Direction::Outgoing).next().is_none();
+            let dead_end = s
+                .topo
+                .edges_directed(NodeIndex::new(i), Direction::Outgoing)
+                .next()
+                .is_none();
             let (message, hint) = if dead_end {
-                (format!("node `{}` has no outgoing edge", s.ids[i]), format!("add `{} -> END` or an edge to the next node", s.ids[i]))
+                (
+                    format!("node `{}` has no outgoing edge", s.ids[i]),
+                    format!("add `{} -> END` or an edge to the next node", s.ids[i]),
+                )
             } else {
-                (format!("node `{}` has no path to END", s.ids[i]), "every path must be able to finish; add a route to END".into())
+                (
+                    format!("node `{}` has no path to END", s.ids[i]),
+                    "every path must be able to finish; add a route to END".into(),
+                )
             };
             d.error(s.locs[i], "no-path-to-end", message, Some(hint));
         }
@@ -82,12 +92,18 @@ fn cycles(s: &Shape<'_>, d: &mut Diagnostics) {
             continue;
         }
         let has_exit = scc.iter().any(|&x| {
-            s.topo.edges_directed(x, Direction::Outgoing).any(|e| e.weight().is_conditional() && !members.contains(&e.target()))
+            s.topo
+                .edges_directed(x, Direction::Outgoing)
+                .any(|e| e.weight().is_conditional() && !members.contains(&e.target()))
         });
         if !has_exit {
             let mut nodes: Vec<usize> = scc.iter().map(|x| x.index()).collect();
             nodes.sort_unstable();
-            let path: Vec<&str> = nodes.iter().map(|&i| s.ids[i]).chain([s.ids[nodes[0]]]).collect();
+            let path: Vec<&str> = nodes
+                .iter()
+                .map(|&i| s.ids[i])
+                .chain([s.ids[nodes[0]]])
+                .collect();
             d.error(
                 s.locs[nodes[0]],
                 "cycle-without-exit",
@@ -121,7 +137,13 @@ fn targets(t: &Transition, joins: &[Join]) -> Vec<usize> {
     };
     match t {
         Transition::Goto(t) => node(t).into_iter().collect(),
-        Transition::Route(r) => r.cases.iter().map(|(_, t)| t).chain(r.default.iter()).filter_map(node).collect(),
+        Transition::Route(r) => r
+            .cases
+            .iter()
+            .map(|(_, t)| t)
+            .chain(r.default.iter())
+            .filter_map(node)
+            .collect(),
         Transition::Map { to, .. } => vec![*to as usize],
         Transition::Join(j) => vec![joins[*j].target as usize],
     }
@@ -137,8 +159,12 @@ fn joins(s: &Shape<'_>, d: &mut Diagnostics) {
         let skip = join.target as usize;
         let k = join.sources.len();
         let words = k.div_ceil(64);
-        let pos: std::collections::HashMap<usize, usize> =
-            join.sources.iter().enumerate().map(|(i, &n)| (n as usize, i)).collect();
+        let pos: std::collections::HashMap<usize, usize> = join
+            .sources
+            .iter()
+            .enumerate()
+            .map(|(i, &n)| (n as usize, i))
+            .collect();
         let mut cache: std::collections::HashMap<usize, Bits> = std::collections::HashMap::new();
         // Sources reachable from `from` (inclusive) without passing the join.
         let mut reach = |from: usize| -> Bits {
@@ -157,7 +183,10 @@ fn joins(s: &Shape<'_>, d: &mut Diagnostics) {
                 if let Some(&p) = pos.get(&x) {
                     set_bit(&mut bits, p);
                 }
-                for e in s.topo.edges_directed(NodeIndex::new(x), Direction::Outgoing) {
+                for e in s
+                    .topo
+                    .edges_directed(NodeIndex::new(x), Direction::Outgoing)
+                {
                     let t = e.target().index();
                     if t != skip && !seen[t] {
                         seen[t] = true;
@@ -239,5 +268,9 @@ fn joins(s: &Shape<'_>, d: &mut Diagnostics) {
 
 /// The slot of a node index, for building the topology.
 pub(crate) fn slot(i: usize, n: usize) -> Slot {
-    if i == n { Slot::End } else { Slot::Node(i as NodeIdx) }
+    if i == n {
+        Slot::End
+    } else {
+        Slot::Node(i as NodeIdx)
+    }
 }

@@ -221,10 +221,12 @@ fn default_attempts() -> u32 {
 pub struct DurationSpec(pub Duration);
 
 impl DurationSpec {
-    /// Parses `500ms`, `30s`, `2m`, `1h` or a bare number of milliseconds.
+    /// Parses `500ms`, `30s`, `2m`, `1h`, `7d` or a bare number of milliseconds.
     pub fn parse(s: &str) -> Option<Duration> {
         let s = s.trim();
-        let split = s.find(|c: char| !c.is_ascii_digit() && c != '.').unwrap_or(s.len());
+        let split = s
+            .find(|c: char| !c.is_ascii_digit() && c != '.')
+            .unwrap_or(s.len());
         let (num, unit) = s.split_at(split);
         let n: f64 = num.parse().ok()?;
         let ms = match unit.trim() {
@@ -232,6 +234,7 @@ impl DurationSpec {
             "s" => n * 1e3,
             "m" => n * 60e3,
             "h" => n * 3600e3,
+            "d" => n * 86_400e3,
             _ => return None,
         };
         (ms.is_finite() && ms >= 0.0 && ms < 1e12).then(|| Duration::from_micros((ms * 1e3) as u64))
@@ -255,9 +258,11 @@ impl<'de> Deserialize<'de> for DurationSpec {
                     .map_err(|_| E::custom("a duration cannot be negative"))
             }
             fn visit_str<E: de::Error>(self, v: &str) -> Result<DurationSpec, E> {
-                DurationSpec::parse(v)
-                    .map(DurationSpec)
-                    .ok_or_else(|| E::custom(format!("`{v}` is not a duration; write e.g. 500ms, 30s or 2m")))
+                DurationSpec::parse(v).map(DurationSpec).ok_or_else(|| {
+                    E::custom(format!(
+                        "`{v}` is not a duration; write e.g. 500ms, 30s or 2m"
+                    ))
+                })
             }
         }
         d.deserialize_any(V)
@@ -299,7 +304,12 @@ impl Sp<Names> {
         self.value
             .0
             .iter()
-            .map(|n| Sp::new(n.value.clone(), if n.loc.is_known() { n.loc } else { self.loc }))
+            .map(|n| {
+                Sp::new(
+                    n.value.clone(),
+                    if n.loc.is_known() { n.loc } else { self.loc },
+                )
+            })
             .collect()
     }
 }
@@ -316,7 +326,10 @@ pub struct SpMap {
 impl<'de> Deserialize<'de> for SpMap {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         let s = serde_saphyr::Spanned::<Pairs>::deserialize(d)?;
-        Ok(SpMap { loc: s.referenced.into(), entries: s.value.0 })
+        Ok(SpMap {
+            loc: s.referenced.into(),
+            entries: s.value.0,
+        })
     }
 }
 
@@ -436,15 +449,20 @@ impl<'de> Deserialize<'de> for EdgeSpec {
         impl<'de> Visitor<'de> for V {
             type Value = EdgeSpec;
             fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                f.write_str("an edge: `from -> to`, or a map with `from` and `to`, `route` or `map`")
+                f.write_str(
+                    "an edge: `from -> to`, or a map with `from` and `to`, `route` or `map`",
+                )
             }
             fn visit_str<E: de::Error>(self, v: &str) -> Result<EdgeSpec, E> {
                 parse_short_edge(v).ok_or_else(|| {
-                    E::custom(format!("edge `{v}` must look like `from -> to` (use END as the target to finish)"))
+                    E::custom(format!(
+                        "edge `{v}` must look like `from -> to` (use END as the target to finish)"
+                    ))
                 })
             }
             fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<EdgeSpec, A::Error> {
-                FullEdge::deserialize(de::value::MapAccessDeserializer::new(map)).map(EdgeSpec::Full)
+                FullEdge::deserialize(de::value::MapAccessDeserializer::new(map))
+                    .map(EdgeSpec::Full)
             }
         }
         d.deserialize_any(V)
@@ -474,8 +492,14 @@ mod tests {
 
     #[test]
     fn durations_parse() {
-        assert_eq!(DurationSpec::parse("500ms"), Some(Duration::from_millis(500)));
-        assert_eq!(DurationSpec::parse("1.5s"), Some(Duration::from_millis(1500)));
+        assert_eq!(
+            DurationSpec::parse("500ms"),
+            Some(Duration::from_millis(500))
+        );
+        assert_eq!(
+            DurationSpec::parse("1.5s"),
+            Some(Duration::from_millis(1500))
+        );
         assert_eq!(DurationSpec::parse("2m"), Some(Duration::from_secs(120)));
         assert_eq!(DurationSpec::parse("250"), Some(Duration::from_millis(250)));
         assert_eq!(DurationSpec::parse("soon"), None);
@@ -489,7 +513,9 @@ mod tests {
         assert_eq!(g.state.loc, Loc::new(1, 8));
         assert_eq!(g.nodes[0].value.id.loc, Loc::new(4, 9));
         assert_eq!(g.nodes[0].value.kind.loc, Loc::new(5, 11));
-        let EdgeSpec::Full(full) = &g.edges[1].value else { panic!("full edge") };
+        let EdgeSpec::Full(full) = &g.edges[1].value else {
+            panic!("full edge")
+        };
         assert_eq!(full.from.items()[1].loc, Loc::new(8, 15));
         let route = full.route.as_ref().unwrap();
         assert_eq!(route.on.loc, Loc::new(10, 11));

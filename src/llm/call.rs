@@ -42,8 +42,12 @@ impl LlmReply {
     }
 }
 
-static EMPTY_OUTPUT: LlmOutput =
-    LlmOutput { text: String::new(), reasoning: String::new(), tool_calls: Vec::new(), finish_reason: String::new() };
+static EMPTY_OUTPUT: LlmOutput = LlmOutput {
+    text: String::new(),
+    reasoning: String::new(),
+    tool_calls: Vec::new(),
+    finish_reason: String::new(),
+};
 
 /// Runs one model call: emits `llm_started`, every delta and tool-call
 /// fragment as it arrives, then `llm_finished` (or `llm_failed`), and returns
@@ -51,7 +55,11 @@ static EMPTY_OUTPUT: LlmOutput =
 ///
 /// # Errors
 /// The model failed; the failure has been emitted as `llm_failed`.
-pub async fn call_model(model: &dyn ChatModel, cx: ModelCall<'_>, request: &ChatRequest) -> Result<LlmReply, LlmError> {
+pub async fn call_model(
+    model: &dyn ChatModel,
+    cx: ModelCall<'_>,
+    request: &ChatRequest,
+) -> Result<LlmReply, LlmError> {
     stream_call(model.name(), model.stream(request), cx, request).await
 }
 
@@ -69,7 +77,12 @@ pub async fn stream_call(
     let started = Instant::now();
     let call = cx.call;
     cx.events
-        .emit(EventKind::LlmStarted { call, role: Arc::clone(cx.role), model: model.to_owned(), request: request.fingerprint() })
+        .emit(EventKind::LlmStarted {
+            call,
+            role: Arc::clone(cx.role),
+            model: model.to_owned(),
+            request: request.fingerprint(),
+        })
         .await;
     let mut out = LlmOutput::default();
     let mut usage = Usage::default();
@@ -83,12 +96,30 @@ pub async fn stream_call(
             }
             Ok(LlmChunk::Reasoning(delta)) => {
                 out.reasoning.push_str(&delta);
-                cx.events.emit(EventKind::ReasoningDelta { call, delta }).await;
+                cx.events
+                    .emit(EventKind::ReasoningDelta { call, delta })
+                    .await;
             }
             Ok(LlmChunk::ToolCallStart { index, id, name }) => {
-                let id = if id.is_empty() { format!("call_{call}_{index}") } else { id };
-                cx.events.emit(EventKind::ToolCallStarted { call_id: id.clone(), tool: name.clone() }).await;
-                calls.push((index, ToolCallRecord { id, name, arguments: String::new() }));
+                let id = if id.is_empty() {
+                    format!("call_{call}_{index}")
+                } else {
+                    id
+                };
+                cx.events
+                    .emit(EventKind::ToolCallStarted {
+                        call_id: id.clone(),
+                        tool: name.clone(),
+                    })
+                    .await;
+                calls.push((
+                    index,
+                    ToolCallRecord {
+                        id,
+                        name,
+                        arguments: String::new(),
+                    },
+                ));
             }
             Ok(LlmChunk::ToolCallArgs { index, delta }) => {
                 let pos = match calls.iter().position(|(i, _)| *i == index) {
@@ -96,31 +127,60 @@ pub async fn stream_call(
                     None => {
                         // Arguments without a start: some servers omit it.
                         let id = format!("call_{call}_{index}");
-                        cx.events.emit(EventKind::ToolCallStarted { call_id: id.clone(), tool: String::new() }).await;
-                        calls.push((index, ToolCallRecord { id, name: String::new(), arguments: String::new() }));
+                        cx.events
+                            .emit(EventKind::ToolCallStarted {
+                                call_id: id.clone(),
+                                tool: String::new(),
+                            })
+                            .await;
+                        calls.push((
+                            index,
+                            ToolCallRecord {
+                                id,
+                                name: String::new(),
+                                arguments: String::new(),
+                            },
+                        ));
                         calls.len() - 1
                     }
                 };
                 let record = &mut calls[pos].1;
                 record.arguments.push_str(&delta);
                 let call_id = record.id.clone();
-                cx.events.emit(EventKind::ToolCallDelta { call_id, delta }).await;
+                cx.events
+                    .emit(EventKind::ToolCallDelta { call_id, delta })
+                    .await;
             }
             Ok(LlmChunk::Usage(u)) => usage = u,
             Ok(LlmChunk::Finish(reason)) => out.finish_reason = reason,
             Err(e) => {
-                cx.events.emit(EventKind::LlmFailed { call, error: e.to_string() }).await;
+                cx.events
+                    .emit(EventKind::LlmFailed {
+                        call,
+                        error: e.to_string(),
+                    })
+                    .await;
                 return Err(e);
             }
         }
     }
     out.tool_calls = calls.into_iter().map(|(_, c)| c).collect();
     if out.finish_reason.is_empty() {
-        out.finish_reason = if out.tool_calls.is_empty() { "stop" } else { "tool_calls" }.to_owned();
+        out.finish_reason = if out.tool_calls.is_empty() {
+            "stop"
+        } else {
+            "tool_calls"
+        }
+        .to_owned();
     }
     let ev = cx
         .events
-        .emit(EventKind::LlmFinished { call, output: out, usage, duration_us: started.elapsed().as_micros() as u64 })
+        .emit(EventKind::LlmFinished {
+            call,
+            output: out,
+            usage,
+            duration_us: started.elapsed().as_micros() as u64,
+        })
         .await;
     Ok(LlmReply(ev))
 }

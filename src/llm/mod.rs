@@ -27,7 +27,9 @@ use crate::events::{ToolCallRecord, Usage};
 pub use call::{LlmReply, ModelCall, call_model, stream_call};
 pub use config::{LlmConfig, LlmConfigError};
 pub use fallback::FallbackModel;
-pub use openai::{EndpointError, EndpointSettings, OpenAiEndpoint, OpenAiModel, RetryPolicy, Timeouts};
+pub use openai::{
+    EndpointError, EndpointSettings, OpenAiEndpoint, OpenAiModel, RetryPolicy, Timeouts,
+};
 
 /// One message sent to a model.
 #[derive(Clone, Debug, PartialEq, Serialize)]
@@ -111,7 +113,10 @@ impl ChatRequest {
             let (tag, text) = match m {
                 ChatMessage::System { content } => (1, content),
                 ChatMessage::User { content } => (2, content),
-                ChatMessage::Assistant { content, tool_calls } => {
+                ChatMessage::Assistant {
+                    content,
+                    tool_calls,
+                } => {
                     for c in tool_calls {
                         h = hash(c.name.as_bytes(), h ^ 5);
                         h = hash(c.arguments.as_bytes(), h ^ 6);
@@ -139,7 +144,10 @@ impl ChatRequest {
 /// runs once per model call).
 fn hex16(h: u64) -> String {
     const DIGITS: &[u8; 16] = b"0123456789abcdef";
-    (0..16).rev().map(|i| DIGITS[((h >> (i * 4)) & 0xf) as usize] as char).collect()
+    (0..16)
+        .rev()
+        .map(|i| DIGITS[((h >> (i * 4)) & 0xf) as usize] as char)
+        .collect()
 }
 
 /// One piece of a streamed model response.
@@ -206,7 +214,9 @@ impl LlmError {
     /// Whether trying again may succeed.
     pub fn is_transient(&self) -> bool {
         match self {
-            LlmError::Http { status, .. } => *status == 408 || *status == 409 || *status == 429 || *status >= 500,
+            LlmError::Http { status, .. } => {
+                *status == 408 || *status == 409 || *status == 429 || *status >= 500
+            }
             LlmError::Connect(_) | LlmError::Timeout(_) | LlmError::Stream(_) => true,
             LlmError::NoModel(_) | LlmError::Scripted(_) | LlmError::NotRecorded(_) => false,
         }
@@ -244,7 +254,10 @@ pub struct Models {
 impl Models {
     /// Every role uses `model`.
     pub fn single(model: Arc<dyn ChatModel>) -> Self {
-        Self { default: model, roles: BTreeMap::new() }
+        Self {
+            default: model,
+            roles: BTreeMap::new(),
+        }
     }
 
     /// Gives `role` its own model.

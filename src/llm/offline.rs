@@ -40,21 +40,52 @@ impl OfflineModel {
                 _ => None,
             })
             .unwrap_or("");
-        last.lines().find_map(|l| l.strip_prefix("Question:")).map_or(last, str::trim)
+        last.lines()
+            .find_map(|l| l.strip_prefix("Question:"))
+            .map_or(last, str::trim)
     }
 
     fn answer(&self, req: &ChatRequest) -> Vec<LlmChunk> {
         let user = Self::last_user(req);
         if let Some(format) = &req.response_format {
             let v = fill(&format.schema, user, &format.name);
-            return tokens(&v.to_string()).into_iter().map(LlmChunk::Text).collect();
+            return tokens(&v.to_string())
+                .into_iter()
+                .map(LlmChunk::Text)
+                .collect();
         }
-        let has_tool_result = req.messages.iter().any(|m| matches!(m, ChatMessage::Tool { .. }));
+        let has_tool_result = req
+            .messages
+            .iter()
+            .any(|m| matches!(m, ChatMessage::Tool { .. }));
         if !has_tool_result {
-            if let Some(tool) = req.tools.iter().find(|t| required(&t.parameters).is_empty()) {
+            // One tool call, with arguments it can fill: none required, or
+            // a `url` taken from the user's text (so a demo can fetch a page).
+            let url = user
+                .split_whitespace()
+                .find(|w| w.starts_with("http://") || w.starts_with("https://"));
+            let call =
+                req.tools
+                    .iter()
+                    .find_map(|t| match (required(&t.parameters).as_slice(), url) {
+                        ([], _) => Some((t, "{}".to_owned())),
+                        (["url"], Some(u)) => Some((
+                            t,
+                            json!({ "url": u.trim_end_matches(['.', ',', ')']) }).to_string(),
+                        )),
+                        _ => None,
+                    });
+            if let Some((tool, args)) = call {
                 return vec![
-                    LlmChunk::ToolCallStart { index: 0, id: "call_offline_0".into(), name: tool.name.clone() },
-                    LlmChunk::ToolCallArgs { index: 0, delta: "{}".into() },
+                    LlmChunk::ToolCallStart {
+                        index: 0,
+                        id: "call_offline_0".into(),
+                        name: tool.name.clone(),
+                    },
+                    LlmChunk::ToolCallArgs {
+                        index: 0,
+                        delta: args,
+                    },
                     LlmChunk::Finish("tool_calls".into()),
                 ];
             }
@@ -80,7 +111,10 @@ impl OfflineModel {
 }
 
 fn required(schema: &Value) -> Vec<&str> {
-    schema["required"].as_array().map(|a| a.iter().filter_map(Value::as_str).collect()).unwrap_or_default()
+    schema["required"]
+        .as_array()
+        .map(|a| a.iter().filter_map(Value::as_str).collect())
+        .unwrap_or_default()
 }
 
 /// Builds a value satisfying `schema`, choosing enum values by keyword.
@@ -105,12 +139,18 @@ fn fill(schema: &Value, user: &str, name: &str) -> Value {
                 return json!([]);
             }
             let n = wanted.max(2).min(schema["maxItems"].as_u64().unwrap_or(3));
-            let topic: String = user.split_whitespace().take(6).collect::<Vec<_>>().join(" ");
+            let topic: String = user
+                .split_whitespace()
+                .take(6)
+                .collect::<Vec<_>>()
+                .join(" ");
             let items = &schema["items"];
             Value::Array(
                 (0..n)
                     .map(|i| match items["type"].as_str() {
-                        Some("string") | None => json!(format!("(offline) follow-up {} on: {topic}", i + 1)),
+                        Some("string") | None => {
+                            json!(format!("(offline) follow-up {} on: {topic}", i + 1))
+                        }
                         _ => fill(items, user, name),
                     })
                     .collect(),
@@ -130,11 +170,19 @@ fn fill(schema: &Value, user: &str, name: &str) -> Value {
 fn pick(options: &[Value], user: &str) -> Value {
     let text = user.to_lowercase();
     let keyword = |o: &str| match o {
-        "RESEARCH" => ["research", "compare", "find", "latest", "sources"].iter().any(|k| text.contains(k)),
-        "EXPLAIN" => ["explain", "why", "how does", "what is"].iter().any(|k| text.contains(k)),
+        "RESEARCH" => ["research", "compare", "find", "latest", "sources"]
+            .iter()
+            .any(|k| text.contains(k)),
+        "EXPLAIN" => ["explain", "why", "how does", "what is"]
+            .iter()
+            .any(|k| text.contains(k)),
         "CLARIFY" => text.trim().ends_with("??") || text.split_whitespace().count() <= 1,
-        "SUGGEST" => ["suggest", "ideas", "recommend"].iter().any(|k| text.contains(k)),
-        "DIRECT" => ["hello", "hi", "thanks", "thank you"].iter().any(|k| text.trim() == *k),
+        "SUGGEST" => ["suggest", "ideas", "recommend"]
+            .iter()
+            .any(|k| text.contains(k)),
+        "DIRECT" => ["hello", "hi", "thanks", "thank you"]
+            .iter()
+            .any(|k| text.trim() == *k),
         other => text.contains(&other.to_lowercase()),
     };
     options
@@ -161,7 +209,10 @@ impl ChatModel for OfflineModel {
         if !chunks.iter().any(|c| matches!(c, LlmChunk::Finish(_))) {
             chunks.push(LlmChunk::Finish("stop".into()));
         }
-        chunks.push(LlmChunk::Usage(Usage { prompt_tokens: 0, completion_tokens: completion }));
+        chunks.push(LlmChunk::Usage(Usage {
+            prompt_tokens: 0,
+            completion_tokens: completion,
+        }));
         let items = futures::stream::iter(chunks.into_iter().map(Ok));
         match self.token_delay {
             None => items.boxed(),
@@ -184,7 +235,9 @@ mod tests {
     #[tokio::test]
     async fn structured_answers_satisfy_the_schema_and_pick_by_keyword() {
         let req = ChatRequest {
-            messages: vec![ChatMessage::User { content: "Please research the latest EV sales".into() }],
+            messages: vec![ChatMessage::User {
+                content: "Please research the latest EV sales".into(),
+            }],
             response_format: Some(JsonSchemaFormat {
                 name: "route".into(),
                 schema: Arc::new(json!({"type": "object", "properties": {

@@ -257,7 +257,11 @@ impl ChatModel for OpenAiModel {
     }
 
     fn stream(&self, request: &ChatRequest) -> ChunkStream {
-        let call = Call::new(self.endpoint.inner.clone(), Arc::clone(&self.name), request.clone());
+        let call = Call::new(
+            self.endpoint.inner.clone(),
+            Arc::clone(&self.name),
+            request.clone(),
+        );
         futures::stream::unfold(call, |mut call| async move {
             call.next().await.map(|item| (item, call))
         })

@@ -57,7 +57,9 @@ pub struct ScriptedModel {
 
 impl fmt::Debug for ScriptedModel {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("ScriptedModel").field("name", &self.name).finish_non_exhaustive()
+        f.debug_struct("ScriptedModel")
+            .field("name", &self.name)
+            .finish_non_exhaustive()
     }
 }
 
@@ -105,7 +107,10 @@ impl ScriptedModel {
 
     /// Turns not yet played.
     pub fn remaining(&self) -> usize {
-        self.turns.lock().unwrap_or_else(PoisonError::into_inner).len()
+        self.turns
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .len()
     }
 
     fn next_turn(&self, request: &ChatRequest) -> Turn {
@@ -113,7 +118,9 @@ impl ScriptedModel {
             return f(request);
         }
         if let Some(log) = &self.requests {
-            log.lock().unwrap_or_else(PoisonError::into_inner).push(request.clone());
+            log.lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .push(request.clone());
         }
         self.turns
             .lock()
@@ -156,10 +163,24 @@ fn chunks_for(turn: Turn, prompt_tokens: u64) -> (Vec<LlmChunk>, Option<LlmError
             let mut out = Vec::new();
             for (i, (name, args)) in calls.into_iter().enumerate() {
                 let text = args.to_string();
-                let mid = text.char_indices().nth(text.chars().count() / 2).map(|(i, _)| i).unwrap_or(0);
-                out.push(LlmChunk::ToolCallStart { index: i as u32, id: format!("call_{i}_{name}"), name });
-                out.push(LlmChunk::ToolCallArgs { index: i as u32, delta: text[..mid].to_owned() });
-                out.push(LlmChunk::ToolCallArgs { index: i as u32, delta: text[mid..].to_owned() });
+                let mid = text
+                    .char_indices()
+                    .nth(text.chars().count() / 2)
+                    .map(|(i, _)| i)
+                    .unwrap_or(0);
+                out.push(LlmChunk::ToolCallStart {
+                    index: i as u32,
+                    id: format!("call_{i}_{name}"),
+                    name,
+                });
+                out.push(LlmChunk::ToolCallArgs {
+                    index: i as u32,
+                    delta: text[..mid].to_owned(),
+                });
+                out.push(LlmChunk::ToolCallArgs {
+                    index: i as u32,
+                    delta: text[mid..].to_owned(),
+                });
                 completion += 8;
             }
             (out, "tool_calls", None)
@@ -168,7 +189,10 @@ fn chunks_for(turn: Turn, prompt_tokens: u64) -> (Vec<LlmChunk>, Option<LlmError
         Turn::Chunks(chunks, err) => return (chunks, err),
     };
     chunks.push(LlmChunk::Finish(finish.into()));
-    chunks.push(LlmChunk::Usage(Usage { prompt_tokens, completion_tokens: completion }));
+    chunks.push(LlmChunk::Usage(Usage {
+        prompt_tokens,
+        completion_tokens: completion,
+    }));
     (chunks, err)
 }
 
@@ -219,7 +243,10 @@ mod tests {
 
     #[tokio::test]
     async fn plays_turns_in_order_then_fails() {
-        let m = ScriptedModel::new([Turn::text("a b"), Turn::tool("calc", serde_json::json!({"x": 1}))]);
+        let m = ScriptedModel::new([
+            Turn::text("a b"),
+            Turn::tool("calc", serde_json::json!({"x": 1})),
+        ]);
         let first: Vec<_> = m.stream(&ChatRequest::default()).collect().await;
         assert_eq!(first[0].as_ref().unwrap(), &LlmChunk::Text("a".into()));
         let second: Vec<_> = m.stream(&ChatRequest::default()).collect().await;

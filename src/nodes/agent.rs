@@ -17,8 +17,17 @@ use crate::llm::{ChatMessage, ChatRequest};
 use crate::state::{FieldId, FieldType, Patch, Reducer};
 use crate::tools::{failure_payload, parse_arguments};
 
-const SETTINGS: &[&str] =
-    &["prompt", "model", "tools", "input", "output", "history", "history_window", "max_iterations", "trace"];
+const SETTINGS: &[&str] = &[
+    "prompt",
+    "model",
+    "tools",
+    "input",
+    "output",
+    "history",
+    "history_window",
+    "max_iterations",
+    "trace",
+];
 
 /// Default cap on model calls.
 const DEFAULT_MAX_ITERATIONS: u32 = 5;
@@ -48,14 +57,24 @@ impl Agent {
             None => Ok(None),
         };
         let history = cx.history(12);
-        let output = cx.output(&n.output, "answer", "a text field", |f| f.ty == FieldType::Text);
+        let output = cx.output(&n.output, "answer", "a text field", |f| {
+            f.ty == FieldType::Text
+        });
         let trace = cx.optional_output(&n.trace, "a list field with the append reducer", |f| {
             f.ty == FieldType::List && f.reducer == Reducer::Append
         });
-        let max_iterations = n.max_iterations.as_ref().map_or(DEFAULT_MAX_ITERATIONS, |m| m.value);
+        let max_iterations = n
+            .max_iterations
+            .as_ref()
+            .map_or(DEFAULT_MAX_ITERATIONS, |m| m.value);
         if max_iterations == 0 || max_iterations > 100 {
             let loc = n.max_iterations.as_ref().map_or(n.kind.loc, |m| m.loc);
-            cx.error(loc, "invalid-setting", "`max_iterations` must be between 1 and 100", None);
+            cx.error(
+                loc,
+                "invalid-setting",
+                "`max_iterations` must be between 1 and 100",
+                None,
+            );
             return None;
         }
         output?;
@@ -66,22 +85,37 @@ impl Agent {
             history: history.ok()?,
             tools: tools.ok()?,
             max_iterations,
-            output: n.output.as_ref().map_or("answer", |o| o.value.as_str()).into(),
-            trace: trace.ok()?.and(n.trace.as_ref()).map(|t| t.value.as_str().into()),
+            output: n
+                .output
+                .as_ref()
+                .map_or("answer", |o| o.value.as_str())
+                .into(),
+            trace: trace
+                .ok()?
+                .and(n.trace.as_ref())
+                .map(|t| t.value.as_str().into()),
         })
     }
 
     pub(super) async fn run(&self, cx: NodeContext<'_>) -> Result<Patch, NodeError> {
-        let mut messages = vec![ChatMessage::System { content: self.prompt.render(&cx)? }];
+        let mut messages = vec![ChatMessage::System {
+            content: self.prompt.render(&cx)?,
+        }];
         messages.extend(history(cx.state, self.history.0, self.history.1));
         if let Some(text) = self.input.and_then(|f| cx.state.text(f)) {
             if !matches!(messages.last(), Some(ChatMessage::User { content }) if content == text) {
-                messages.push(ChatMessage::User { content: text.to_owned() });
+                messages.push(ChatMessage::User {
+                    content: text.to_owned(),
+                });
             }
         }
         let allowed = cx.services.tools.expand(&self.tools);
         let defs = cx.services.tools.defs(&allowed);
-        let mut request = ChatRequest { messages, tools: defs, ..Default::default() };
+        let mut request = ChatRequest {
+            messages,
+            tools: defs,
+            ..Default::default()
+        };
         let mut trace = Vec::new();
         let mut answer = String::new();
         for call in 0..self.max_iterations {
@@ -103,14 +137,25 @@ impl Agent {
                 answer = out.text.clone();
                 break;
             }
-            let results = futures::future::join_all(out.tool_calls.iter().map(|tc| self.execute(&cx, tc, &allowed))).await;
-            request.messages.push(ChatMessage::Assistant { content: out.text.clone(), tool_calls: out.tool_calls.clone() });
+            let results = futures::future::join_all(
+                out.tool_calls
+                    .iter()
+                    .map(|tc| self.execute(&cx, tc, &allowed)),
+            )
+            .await;
+            request.messages.push(ChatMessage::Assistant {
+                content: out.text.clone(),
+                tool_calls: out.tool_calls.clone(),
+            });
             let mut shown = Vec::new();
             for (tc, (content, record, display)) in out.tool_calls.iter().zip(results) {
                 if let Some(text) = display {
                     shown.push(text);
                 }
-                request.messages.push(ChatMessage::Tool { call_id: tc.id.clone(), content });
+                request.messages.push(ChatMessage::Tool {
+                    call_id: tc.id.clone(),
+                    content,
+                });
                 trace.push(record);
             }
             if !shown.is_empty() {
@@ -131,14 +176,25 @@ impl Agent {
 
     /// Runs one tool call; returns the content for the model, a trace
     /// record and, for a pass-through tool, the text shown to the user.
-    async fn execute(&self, cx: &NodeContext<'_>, tc: &ToolCallRecord, allowed: &[String]) -> (String, Value, Option<String>) {
+    async fn execute(
+        &self,
+        cx: &NodeContext<'_>,
+        tc: &ToolCallRecord,
+        allowed: &[String],
+    ) -> (String, Value, Option<String>) {
         let started = Instant::now();
         let result = match parse_arguments(&tc.arguments) {
             Ok(args) => {
                 cx.events
-                    .emit(EventKind::ToolCallReady { call_id: tc.id.clone(), tool: tc.name.clone(), args: args.clone() })
+                    .emit(EventKind::ToolCallReady {
+                        call_id: tc.id.clone(),
+                        tool: tc.name.clone(),
+                        args: args.clone(),
+                    })
                     .await;
-                cx.tool(&tc.id, &tc.name, args.clone(), allowed).await.map(|out| (args, out))
+                cx.tool(&tc.id, &tc.name, args.clone(), allowed)
+                    .await
+                    .map(|out| (args, out))
             }
             Err(e) => Err(e),
         };
@@ -166,9 +222,17 @@ impl Agent {
                 let failure = e.to_failure();
                 let payload = failure_payload(&failure);
                 cx.events
-                    .emit(EventKind::ToolError { call_id: tc.id.clone(), tool: tc.name.clone(), error: failure })
+                    .emit(EventKind::ToolError {
+                        call_id: tc.id.clone(),
+                        tool: tc.name.clone(),
+                        error: failure,
+                    })
                     .await;
-                (payload.to_string(), json!({ "node": &**cx.events.node(), "tool": tc.name, "error": payload }), None)
+                (
+                    payload.to_string(),
+                    json!({ "node": &**cx.events.node(), "tool": tc.name, "error": payload }),
+                    None,
+                )
             }
         }
     }

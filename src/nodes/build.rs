@@ -48,7 +48,18 @@ impl<'a> BuildCx<'a> {
         is_map_target: bool,
         diags: &'a mut Diagnostics,
     ) -> Self {
-        Self { node, schema, prompts, tools, graphs, states, is_map_target, diags, writes: Vec::new(), prompts_used: BTreeSet::new() }
+        Self {
+            node,
+            schema,
+            prompts,
+            tools,
+            graphs,
+            states,
+            is_map_target,
+            diags,
+            writes: Vec::new(),
+            prompts_used: BTreeSet::new(),
+        }
     }
 
     fn kind(&self) -> &str {
@@ -56,7 +67,13 @@ impl<'a> BuildCx<'a> {
     }
 
     /// Reports an error.
-    pub fn error(&mut self, loc: Loc, code: &'static str, message: impl Into<String>, hint: Option<String>) {
+    pub fn error(
+        &mut self,
+        loc: Loc,
+        code: &'static str,
+        message: impl Into<String>,
+        hint: Option<String>,
+    ) {
         self.diags.error(loc, code, message, hint);
     }
 
@@ -70,7 +87,12 @@ impl<'a> BuildCx<'a> {
                 } else {
                     format!("kind `{kind}` accepts: {}", allowed.join(", "))
                 };
-                self.error(loc, "setting-not-applicable", format!("`{name}` is not a setting of kind `{kind}`"), Some(hint));
+                self.error(
+                    loc,
+                    "setting-not-applicable",
+                    format!("`{name}` is not a setting of kind `{kind}`"),
+                    Some(hint),
+                );
             }
         }
     }
@@ -79,14 +101,24 @@ impl<'a> BuildCx<'a> {
     pub fn require<'s, T>(&mut self, value: &'s Option<Sp<T>>, name: &str) -> Option<&'s Sp<T>> {
         if value.is_none() {
             let (kind, id) = (self.kind().to_owned(), self.node.id.value.clone());
-            self.error(self.node.kind.loc, "missing-setting", format!("node `{id}` of kind `{kind}` needs `{name}`"), None);
+            self.error(
+                self.node.kind.loc,
+                "missing-setting",
+                format!("node `{id}` of kind `{kind}` needs `{name}`"),
+                None,
+            );
         }
         value.as_ref()
     }
 
     /// Resolves a state field named in the file; `check` tells whether its
     /// type suits the use (`expected` describes it for the message).
-    pub fn field(&mut self, name: &Sp<String>, expected: &str, check: impl Fn(&FieldSpec) -> bool) -> Option<FieldId> {
+    pub fn field(
+        &mut self,
+        name: &Sp<String>,
+        expected: &str,
+        check: impl Fn(&FieldSpec) -> bool,
+    ) -> Option<FieldId> {
         let schema = self.schema?;
         let Some(id) = schema.field(&name.value) else {
             self.error(
@@ -102,7 +134,10 @@ impl<'a> BuildCx<'a> {
             self.error(
                 name.loc,
                 "field-type",
-                format!("field `{}` is {:?} but `{}` needs {expected}", name.value, spec.ty, self.node.id.value),
+                format!(
+                    "field `{}` is {:?} but `{}` needs {expected}",
+                    name.value, spec.ty, self.node.id.value
+                ),
                 None,
             );
             return None;
@@ -118,14 +153,21 @@ impl<'a> BuildCx<'a> {
         expected: &str,
         check: impl Fn(&FieldSpec) -> bool,
     ) -> Option<FieldId> {
-        let name = setting.clone().unwrap_or_else(|| Sp::new(default.to_owned(), self.node.kind.loc));
+        let name = setting
+            .clone()
+            .unwrap_or_else(|| Sp::new(default.to_owned(), self.node.kind.loc));
         let id = self.field(&name, expected, check)?;
         self.writes.push(id);
         Some(id)
     }
 
     /// An optional field the node writes, only when set.
-    pub fn optional_output(&mut self, setting: &Option<Sp<String>>, expected: &str, check: impl Fn(&FieldSpec) -> bool) -> Result<Option<FieldId>, ()> {
+    pub fn optional_output(
+        &mut self,
+        setting: &Option<Sp<String>>,
+        expected: &str,
+        check: impl Fn(&FieldSpec) -> bool,
+    ) -> Result<Option<FieldId>, ()> {
         match setting {
             None => Ok(None),
             Some(name) => match self.field(name, expected, check) {
@@ -140,22 +182,35 @@ impl<'a> BuildCx<'a> {
 
     /// A field the node reads: the setting, or `default` when not set.
     pub fn input(&mut self, setting: &Option<Sp<String>>, default: &str) -> Option<FieldId> {
-        let name = setting.clone().unwrap_or_else(|| Sp::new(default.to_owned(), self.node.kind.loc));
+        let name = setting
+            .clone()
+            .unwrap_or_else(|| Sp::new(default.to_owned(), self.node.kind.loc));
         self.field(&name, "a text field", |f| f.ty == FieldType::Text)
     }
 
     /// The history field and window (`history`, `history_window`).
     pub fn history(&mut self, default_window: u32) -> Result<(Option<FieldId>, usize), ()> {
-        let window = self.node.history_window.as_ref().map_or(default_window, |w| w.value) as usize;
+        let window = self
+            .node
+            .history_window
+            .as_ref()
+            .map_or(default_window, |w| w.value) as usize;
         match &self.node.history {
             None => Ok((None, window)),
-            Some(name) => self.field(name, "a list of messages", is_messages).map(|f| (Some(f), window)).ok_or(()),
+            Some(name) => self
+                .field(name, "a list of messages", is_messages)
+                .map(|f| (Some(f), window))
+                .ok_or(()),
         }
     }
 
     /// The model role (default `chat`).
     pub fn role(&self) -> Arc<str> {
-        self.node.model.as_ref().map_or("chat", |m| m.value.as_str()).into()
+        self.node
+            .model
+            .as_ref()
+            .map_or("chat", |m| m.value.as_str())
+            .into()
     }
 
     /// The node's prompt, checked: it exists, parses, and uses only state
@@ -164,7 +219,12 @@ impl<'a> BuildCx<'a> {
         let Some(name) = &self.node.prompt else {
             if required {
                 let (kind, id) = (self.kind().to_owned(), self.node.id.value.clone());
-                self.error(self.node.kind.loc, "missing-setting", format!("node `{id}` of kind `{kind}` needs a `prompt`"), None);
+                self.error(
+                    self.node.kind.loc,
+                    "missing-setting",
+                    format!("node `{id}` of kind `{kind}` needs a `prompt`"),
+                    None,
+                );
                 return Err(());
             }
             return Ok(None);
@@ -173,7 +233,12 @@ impl<'a> BuildCx<'a> {
             let dir = self.prompts.dir().display().to_string();
             let hint = crate::graph::diagnostic::did_you_mean(&name.value, self.prompts.names())
                 .unwrap_or_else(|| format!("create {dir}/{}", name.value));
-            self.error(name.loc, "missing-prompt", format!("prompt `{}` does not exist in {dir}", name.value), Some(hint));
+            self.error(
+                name.loc,
+                "missing-prompt",
+                format!("prompt `{}` does not exist in {dir}", name.value),
+                Some(hint),
+            );
             return Err(());
         };
         self.prompts_used.insert(name.value.clone());
@@ -211,7 +276,10 @@ impl<'a> BuildCx<'a> {
                         &display,
                         Loc::new(line, col),
                         "prompt-variable",
-                        format!("prompt `{}` uses `{var}`, but state `{}` has no such field", name.value, schema.name),
+                        format!(
+                            "prompt `{}` uses `{var}`, but state `{}` has no such field",
+                            name.value, schema.name
+                        ),
                         name_hint(var, schema.names().chain(["item"])),
                     );
                     ok = false;
@@ -221,7 +289,11 @@ impl<'a> BuildCx<'a> {
         if !ok {
             return Err(());
         }
-        Ok(Some(PromptRef { name: name.value.as_str().into(), vars, uses_item }))
+        Ok(Some(PromptRef {
+            name: name.value.as_str().into(),
+            vars,
+            uses_item,
+        }))
     }
 
     /// The tool and partition names the node may call, each checked to be
@@ -239,11 +311,18 @@ impl<'a> BuildCx<'a> {
                 {
                     let partitions = self.tools.partitions();
                     let names = self.tools.names();
-                    let candidates: Vec<&str> = names.iter().map(String::as_str).chain(partitions.keys().map(String::as_str)).collect();
+                    let candidates: Vec<&str> = names
+                        .iter()
+                        .map(String::as_str)
+                        .chain(partitions.keys().map(String::as_str))
+                        .collect();
                     self.error(
                         entry.loc,
                         "unknown-tool",
-                        format!("no tool registry provides `{}` (neither a tool nor a partition)", entry.value),
+                        format!(
+                            "no tool registry provides `{}` (neither a tool nor a partition)",
+                            entry.value
+                        ),
                         name_hint(&entry.value, candidates.iter().copied()),
                     );
                     ok = false;
@@ -278,15 +357,26 @@ impl PromptRef {
     /// # Errors
     /// The template fails at render time.
     pub fn render(&self, cx: &NodeContext<'_>) -> Result<String, NodeError> {
-        let mut ctx: std::collections::BTreeMap<&str, minijinja::Value> =
-            self.vars.iter().map(|(n, f)| (&**n, cx.state.template_value(*f))).collect();
+        let mut ctx: std::collections::BTreeMap<&str, minijinja::Value> = self
+            .vars
+            .iter()
+            .map(|(n, f)| (&**n, cx.state.template_value(*f)))
+            .collect();
         if self.uses_item {
-            ctx.insert("item", cx.item.map(minijinja::Value::from_serialize_json).unwrap_or_default());
+            ctx.insert(
+                "item",
+                cx.item
+                    .map(minijinja::Value::from_serialize_json)
+                    .unwrap_or_default(),
+            );
         }
         let ctx = minijinja::Value::from(ctx);
         cx.prompts
             .render(&self.name, ctx)
-            .map_err(|e| NodeError::Prompt { prompt: self.name.to_string(), message: e.to_string() })
+            .map_err(|e| NodeError::Prompt {
+                prompt: self.name.to_string(),
+                message: e.to_string(),
+            })
     }
 }
 

@@ -13,7 +13,15 @@ use super::{BuildCx, NodeContext, NodeError, PromptRef, history};
 use crate::llm::{ChatMessage, ChatRequest, JsonSchemaFormat};
 use crate::state::{FieldId, FieldType, Patch};
 
-const SETTINGS: &[&str] = &["prompt", "model", "input", "output", "count", "history", "history_window"];
+const SETTINGS: &[&str] = &[
+    "prompt",
+    "model",
+    "input",
+    "output",
+    "count",
+    "history",
+    "history_window",
+];
 
 /// Follow-up question generator.
 #[derive(Debug)]
@@ -36,7 +44,9 @@ impl Followup {
             None => Ok(None),
         };
         let history = cx.history(6);
-        let output = cx.output(&n.output, "followups", "a list field", |f| f.ty == FieldType::List);
+        let output = cx.output(&n.output, "followups", "a list field", |f| {
+            f.ty == FieldType::List
+        });
         let count = n.count.as_ref().map_or(3, |c| c.value);
         if !(2..=3).contains(&count) {
             let loc = n.count.as_ref().map_or(n.kind.loc, |c| c.loc);
@@ -49,7 +59,11 @@ impl Followup {
             role: cx.role(),
             input: input.ok()?,
             history: history.ok()?,
-            output: n.output.as_ref().map_or("followups", |o| o.value.as_str()).into(),
+            output: n
+                .output
+                .as_ref()
+                .map_or("followups", |o| o.value.as_str())
+                .into(),
             count: count as usize,
         })
     }
@@ -57,12 +71,18 @@ impl Followup {
     pub(super) async fn run(&self, cx: NodeContext<'_>) -> Result<Patch, NodeError> {
         // The rendered prompt (question and answer) is the user turn; some
         // endpoints reject a request without one.
-        let mut messages = vec![ChatMessage::System { content: "You suggest follow-up questions.".into() }];
+        let mut messages = vec![ChatMessage::System {
+            content: "You suggest follow-up questions.".into(),
+        }];
         messages.extend(history(cx.state, self.history.0, self.history.1));
         if let Some(text) = self.input.and_then(|f| cx.state.text(f)) {
-            messages.push(ChatMessage::User { content: text.to_owned() });
+            messages.push(ChatMessage::User {
+                content: text.to_owned(),
+            });
         }
-        messages.push(ChatMessage::User { content: self.prompt.render(&cx)? });
+        messages.push(ChatMessage::User {
+            content: self.prompt.render(&cx)?,
+        });
         let format = JsonSchemaFormat {
             name: "followups".into(),
             schema: Arc::new(json!({
@@ -73,16 +93,24 @@ impl Followup {
                 "additionalProperties": false
             })),
         };
-        let request = ChatRequest { messages, response_format: Some(format), ..Default::default() };
+        let request = ChatRequest {
+            messages,
+            response_format: Some(format),
+            ..Default::default()
+        };
         let questions = match cx.llm(&self.role, 0, &request).await {
             Ok(reply) => parse_questions(&reply.output().text, self.count),
             Err(e) => {
-                cx.events.thinking(format!("No follow-up questions: {e}")).await;
+                cx.events
+                    .thinking(format!("No follow-up questions: {e}"))
+                    .await;
                 Vec::new()
             }
         };
         if !questions.is_empty() {
-            cx.events.custom("followups", json!({ "questions": questions })).await;
+            cx.events
+                .custom("followups", json!({ "questions": questions }))
+                .await;
         }
         Ok(Patch::new().set(Arc::clone(&self.output), questions))
     }
@@ -91,12 +119,24 @@ impl Followup {
 /// Questions from a model answer: the JSON `questions` array, else one
 /// question per non-empty line; at most `count`, fewer than two means none.
 pub(crate) fn parse_questions(text: &str, count: usize) -> Vec<String> {
-    let from_json = serde_json::from_str::<Value>(super::router::extract_json(text)).ok().and_then(|v| {
-        v["questions"].as_array().map(|a| a.iter().filter_map(Value::as_str).map(str::to_owned).collect::<Vec<_>>())
-    });
+    let from_json = serde_json::from_str::<Value>(super::router::extract_json(text))
+        .ok()
+        .and_then(|v| {
+            v["questions"].as_array().map(|a| {
+                a.iter()
+                    .filter_map(Value::as_str)
+                    .map(str::to_owned)
+                    .collect::<Vec<_>>()
+            })
+        });
     let mut qs: Vec<String> = from_json.unwrap_or_else(|| {
         text.lines()
-            .map(|l| l.trim().trim_start_matches(['-', '*', '•', ' ']).trim_start_matches(|c: char| c.is_ascii_digit() || c == '.' || c == ')').trim())
+            .map(|l| {
+                l.trim()
+                    .trim_start_matches(['-', '*', '•', ' '])
+                    .trim_start_matches(|c: char| c.is_ascii_digit() || c == '.' || c == ')')
+                    .trim()
+            })
             .filter(|l| l.ends_with('?') && l.len() > 3)
             .map(str::to_owned)
             .collect()
@@ -112,8 +152,14 @@ mod tests {
 
     #[test]
     fn questions_from_json_lines_or_nothing() {
-        assert_eq!(parse_questions(r#"{"questions":["a?","b?","c?","d?"]}"#, 3), ["a?", "b?", "c?"]);
-        assert_eq!(parse_questions("Sure:\n1. Why is it?\n- How so?\n", 3), ["Why is it?", "How so?"]);
+        assert_eq!(
+            parse_questions(r#"{"questions":["a?","b?","c?","d?"]}"#, 3),
+            ["a?", "b?", "c?"]
+        );
+        assert_eq!(
+            parse_questions("Sure:\n1. Why is it?\n- How so?\n", 3),
+            ["Why is it?", "How so?"]
+        );
         assert!(parse_questions("not useful", 3).is_empty());
         assert!(parse_questions(r#"{"questions":["only one?"]}"#, 3).is_empty());
     }

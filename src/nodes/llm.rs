@@ -9,7 +9,14 @@ use crate::llm::{ChatMessage, ChatRequest};
 use crate::state::{FieldId, FieldType, Patch};
 
 /// Settings this kind accepts.
-const SETTINGS: &[&str] = &["prompt", "model", "input", "output", "history", "history_window"];
+const SETTINGS: &[&str] = &[
+    "prompt",
+    "model",
+    "input",
+    "output",
+    "history",
+    "history_window",
+];
 
 /// A single-prompt model node.
 #[derive(Debug)]
@@ -31,24 +38,43 @@ impl LlmNode {
             None => Ok(None),
         };
         let history = cx.history(12);
-        let output = cx.output(&n.output, "answer", "a text field", |f| f.ty == FieldType::Text);
+        let output = cx.output(&n.output, "answer", "a text field", |f| {
+            f.ty == FieldType::Text
+        });
         output?;
         Some(Self {
             prompt: prompt.ok()??,
             role: cx.role(),
             input: input.ok()?,
             history: history.ok()?,
-            output: n.output.as_ref().map_or("answer", |o| o.value.as_str()).into(),
+            output: n
+                .output
+                .as_ref()
+                .map_or("answer", |o| o.value.as_str())
+                .into(),
         })
     }
 
     pub(super) async fn run(&self, cx: NodeContext<'_>) -> Result<Patch, NodeError> {
-        let mut messages = vec![ChatMessage::System { content: self.prompt.render(&cx)? }];
+        let mut messages = vec![ChatMessage::System {
+            content: self.prompt.render(&cx)?,
+        }];
         messages.extend(history(cx.state, self.history.0, self.history.1));
         if let Some(text) = self.input.and_then(|f| cx.state.text(f)) {
-            messages.push(ChatMessage::User { content: text.to_owned() });
+            messages.push(ChatMessage::User {
+                content: text.to_owned(),
+            });
         }
-        let reply = cx.llm(&self.role, 0, &ChatRequest { messages, ..Default::default() }).await?;
+        let reply = cx
+            .llm(
+                &self.role,
+                0,
+                &ChatRequest {
+                    messages,
+                    ..Default::default()
+                },
+            )
+            .await?;
         Ok(Patch::new().set(Arc::clone(&self.output), reply.output().text.as_str()))
     }
 }

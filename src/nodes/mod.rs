@@ -27,15 +27,25 @@ use tokio_util::sync::CancellationToken;
 
 use crate::events::NodeEvents;
 use crate::graph::prompts::Prompts;
-use crate::llm::{ChatMessage, ChatRequest, LlmError, LlmReply, ModelCall, call_model, stream_call};
-use crate::tools::{ToolError, ToolOutcome};
+use crate::llm::{
+    ChatMessage, ChatRequest, LlmError, LlmReply, ModelCall, call_model, stream_call,
+};
 use crate::runtime::Services;
 use crate::state::{DynState, FieldId, Message, Patch, Role};
+use crate::tools::{ToolError, ToolOutcome};
 
 pub use build::{BuildCx, PromptRef};
 
 /// The built-in kinds.
-pub const BUILTIN_KINDS: &[&str] = &["agent", "followup", "llm", "noop", "router", "subgraph", "summarizer"];
+pub const BUILTIN_KINDS: &[&str] = &[
+    "agent",
+    "followup",
+    "llm",
+    "noop",
+    "router",
+    "subgraph",
+    "summarizer",
+];
 
 /// What a running node sees.
 #[derive(Clone, Copy)]
@@ -63,10 +73,24 @@ impl NodeContext<'_> {
     ///
     /// # Errors
     /// The model failed (emitted as `llm_failed`).
-    pub async fn llm(&self, role: &Arc<str>, call: u32, request: &ChatRequest) -> Result<LlmReply, LlmError> {
-        let cx = ModelCall { events: self.events, role, call };
+    pub async fn llm(
+        &self,
+        role: &Arc<str>,
+        call: u32,
+        request: &ChatRequest,
+    ) -> Result<LlmReply, LlmError> {
+        let cx = ModelCall {
+            events: self.events,
+            role,
+            call,
+        };
         if let Some(rec) = &self.services.recording {
-            if let Some((model, stream)) = rec.llm(self.events.node(), self.events.step(), self.events.task(), call) {
+            if let Some((model, stream)) = rec.llm(
+                self.events.node(),
+                self.events.step(),
+                self.events.task(),
+                call,
+            ) {
                 return stream_call(&model, stream, cx, request).await;
             }
         }
@@ -79,9 +103,20 @@ impl NodeContext<'_> {
     ///
     /// # Errors
     /// The structured failure for the model.
-    pub async fn tool(&self, call_id: &str, name: &str, args: Value, allowed: &[String]) -> Result<ToolOutcome, ToolError> {
+    pub async fn tool(
+        &self,
+        call_id: &str,
+        name: &str,
+        args: Value,
+        allowed: &[String],
+    ) -> Result<ToolOutcome, ToolError> {
         if let Some(rec) = &self.services.recording {
-            if let Some(r) = rec.tool(self.events.node(), self.events.step(), self.events.task(), call_id) {
+            if let Some(r) = rec.tool(
+                self.events.node(),
+                self.events.step(),
+                self.events.task(),
+                call_id,
+            ) {
                 return r;
             }
         }
@@ -91,7 +126,10 @@ impl NodeContext<'_> {
 
 impl fmt::Debug for NodeContext<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("NodeContext").field("node", self.events.node()).field("attempt", &self.attempt).finish()
+        f.debug_struct("NodeContext")
+            .field("node", self.events.node())
+            .field("attempt", &self.attempt)
+            .finish()
     }
 }
 
@@ -262,12 +300,27 @@ pub fn build(kind: &str, cx: &mut BuildCx<'_>, registry: &NodeRegistry) -> Optio
         other => {
             let factory = registry.get(other)?;
             cx.accept(&["params"]);
-            let params = cx.node.params.as_ref().map(|p| p.value.clone()).unwrap_or(Value::Null);
+            let params = cx
+                .node
+                .params
+                .as_ref()
+                .map(|p| p.value.clone())
+                .unwrap_or(Value::Null);
             match factory(&params) {
                 Ok(node) => Some(NodeImpl::Custom(node)),
                 Err(message) => {
-                    let loc = cx.node.params.as_ref().map(|p| p.loc).unwrap_or(cx.node.kind.loc);
-                    cx.error(loc, "invalid-params", format!("node `{}` of kind `{other}`: {message}", cx.node.id.value), None);
+                    let loc = cx
+                        .node
+                        .params
+                        .as_ref()
+                        .map(|p| p.loc)
+                        .unwrap_or(cx.node.kind.loc);
+                    cx.error(
+                        loc,
+                        "invalid-params",
+                        format!("node `{}` of kind `{other}`: {message}", cx.node.id.value),
+                        None,
+                    );
                     None
                 }
             }
@@ -281,16 +334,29 @@ pub fn kind_exists(kind: &str, registry: &NodeRegistry) -> bool {
 }
 
 /// The newest `window` messages of a history field as model messages.
-pub(crate) fn history(state: &dyn DynState, field: Option<FieldId>, window: usize) -> Vec<ChatMessage> {
-    let Some(msgs) = field.and_then(|f| state.messages(f)) else { return Vec::new() };
+pub(crate) fn history(
+    state: &dyn DynState,
+    field: Option<FieldId>,
+    window: usize,
+) -> Vec<ChatMessage> {
+    let Some(msgs) = field.and_then(|f| state.messages(f)) else {
+        return Vec::new();
+    };
     let start = msgs.len().saturating_sub(window);
     msgs[start..].iter().map(to_chat).collect()
 }
 
 fn to_chat(m: &Message) -> ChatMessage {
     match m.role {
-        Role::System => ChatMessage::System { content: m.content.clone() },
-        Role::User => ChatMessage::User { content: m.content.clone() },
-        Role::Assistant => ChatMessage::Assistant { content: m.content.clone(), tool_calls: Vec::new() },
+        Role::System => ChatMessage::System {
+            content: m.content.clone(),
+        },
+        Role::User => ChatMessage::User {
+            content: m.content.clone(),
+        },
+        Role::Assistant => ChatMessage::Assistant {
+            content: m.content.clone(),
+            tool_calls: Vec::new(),
+        },
     }
 }

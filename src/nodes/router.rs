@@ -16,8 +16,20 @@ use super::{BuildCx, NodeContext, NodeError, PromptRef, history};
 use crate::llm::{ChatMessage, ChatRequest, JsonSchemaFormat};
 use crate::state::{FieldId, FieldType, Patch};
 
-const SETTINGS: &[&str] =
-    &["prompt", "model", "input", "output", "intents", "overrides", "fallback", "forced", "details", "language", "history", "history_window"];
+const SETTINGS: &[&str] = &[
+    "prompt",
+    "model",
+    "input",
+    "output",
+    "intents",
+    "overrides",
+    "fallback",
+    "forced",
+    "details",
+    "language",
+    "history",
+    "history_window",
+];
 
 /// An intent classifier.
 #[derive(Debug)]
@@ -75,26 +87,40 @@ impl Router {
         let mut ok = true;
         let intents: Vec<String> = n.intents.iter().map(|i| i.value.clone()).collect();
         if intents.is_empty() {
-            cx.error(n.kind.loc, "missing-setting", format!("router `{}` needs `intents`", n.id.value), None);
+            cx.error(
+                n.kind.loc,
+                "missing-setting",
+                format!("router `{}` needs `intents`", n.id.value),
+                None,
+            );
             ok = false;
         }
         for (i, intent) in n.intents.iter().enumerate() {
             if n.intents[..i].iter().any(|o| o.value == intent.value) {
-                cx.error(intent.loc, "duplicate-intent", format!("intent `{}` is listed twice", intent.value), None);
-                ok = false;
-            }
-        }
-        let mut check_intent = |cx: &mut BuildCx<'_>, sp: &crate::graph::loc::Sp<String>, what: &str| {
-            if !intents.is_empty() && !intents.contains(&sp.value) {
                 cx.error(
-                    sp.loc,
-                    "unknown-intent",
-                    format!("{what} `{}` is not one of the router's intents", sp.value),
-                    crate::graph::diagnostic::name_hint(&sp.value, intents.iter().map(String::as_str)),
+                    intent.loc,
+                    "duplicate-intent",
+                    format!("intent `{}` is listed twice", intent.value),
+                    None,
                 );
                 ok = false;
             }
-        };
+        }
+        let mut check_intent =
+            |cx: &mut BuildCx<'_>, sp: &crate::graph::loc::Sp<String>, what: &str| {
+                if !intents.is_empty() && !intents.contains(&sp.value) {
+                    cx.error(
+                        sp.loc,
+                        "unknown-intent",
+                        format!("{what} `{}` is not one of the router's intents", sp.value),
+                        crate::graph::diagnostic::name_hint(
+                            &sp.value,
+                            intents.iter().map(String::as_str),
+                        ),
+                    );
+                    ok = false;
+                }
+            };
         let mut overrides = Vec::new();
         if let Some(map) = &n.overrides {
             for (token, intent) in &map.entries {
@@ -110,10 +136,15 @@ impl Router {
         let input = cx.input(&n.input, "query");
         let history = cx.history(6);
         let forced = match &n.forced {
-            Some(name) => cx.field(name, "a text field", |f| f.ty == FieldType::Text).map(Some).ok_or(()),
+            Some(name) => cx
+                .field(name, "a text field", |f| f.ty == FieldType::Text)
+                .map(Some)
+                .ok_or(()),
             None => Ok(None),
         };
-        let output = cx.output(&n.output, "intent", "a text field", |f| f.ty == FieldType::Text);
+        let output = cx.output(&n.output, "intent", "a text field", |f| {
+            f.ty == FieldType::Text
+        });
         let details = cx.optional_output(&n.details, "a JSON field", |f| f.ty == FieldType::Json);
         let language = cx.optional_output(&n.language, "a text field", |f| f.ty == FieldType::Text);
         let name = |o: &Option<crate::graph::loc::Sp<String>>, d: &str| -> Arc<str> {
@@ -142,43 +173,57 @@ impl Router {
     pub(super) fn declared_values(&self) -> (FieldId, &[String]) {
         (self.output.0, &self.intents)
     }
-
 }
 
 /// The structured-output schema of a classification.
 fn schema_for(intents: &[String]) -> JsonSchemaFormat {
-        JsonSchemaFormat {
-            name: "intent_classification".into(),
-            schema: Arc::new(json!({
-                "type": "object",
-                "properties": {
-                    "intent": {"type": "string", "enum": intents},
-                    "reasoning": {"type": "string", "maxLength": 400},
-                    "missing_slots": {"type": "array", "items": {"type": "string", "maxLength": 60}},
-                    "detected_language": {"type": "string", "maxLength": 12}
-                },
-                "required": ["intent", "reasoning", "missing_slots", "detected_language"],
-                "additionalProperties": false
-            })),
-        }
+    JsonSchemaFormat {
+        name: "intent_classification".into(),
+        schema: Arc::new(json!({
+            "type": "object",
+            "properties": {
+                "intent": {"type": "string", "enum": intents},
+                "reasoning": {"type": "string", "maxLength": 400},
+                "missing_slots": {"type": "array", "items": {"type": "string", "maxLength": 60}},
+                "detected_language": {"type": "string", "maxLength": 12}
+            },
+            "required": ["intent", "reasoning", "missing_slots", "detected_language"],
+            "additionalProperties": false
+        })),
+    }
 }
 
 impl Router {
-
     pub(super) async fn run(&self, cx: NodeContext<'_>) -> Result<Patch, NodeError> {
         let text = cx.state.text(self.input).unwrap_or_default();
         let lower = text.to_lowercase();
-        let (intent, source, mut details) = if let Some((token, intent)) =
-            self.overrides.iter().find(|(token, _)| lower.contains(token.as_str()))
+        let (intent, source, mut details) = if let Some((token, intent)) = self
+            .overrides
+            .iter()
+            .find(|(token, _)| lower.contains(token.as_str()))
         {
-            (intent.clone(), Source::Override, json!({ "reasoning": format!("override token `{token}` in the message") }))
+            (
+                intent.clone(),
+                Source::Override,
+                json!({ "reasoning": format!("override token `{token}` in the message") }),
+            )
         } else if let Some(forced) = self.forced_intent(&cx).await {
-            (forced, Source::Forced, json!({ "reasoning": "intent forced by the caller" }))
+            (
+                forced,
+                Source::Forced,
+                json!({ "reasoning": "intent forced by the caller" }),
+            )
         } else {
             self.classify(&cx, text).await?
         };
         let reasoning = details["reasoning"].as_str().unwrap_or_default().to_owned();
-        cx.events.thinking(format!("Intent: {intent} ({}). {reasoning}", source.as_str()).trim_end().to_owned()).await;
+        cx.events
+            .thinking(
+                format!("Intent: {intent} ({}). {reasoning}", source.as_str())
+                    .trim_end()
+                    .to_owned(),
+            )
+            .await;
         details["intent"] = json!(intent);
         details["source"] = json!(source.as_str());
         let mut patch = Patch::new().set(Arc::clone(&self.output.1), intent);
@@ -194,33 +239,72 @@ impl Router {
     }
 
     async fn forced_intent(&self, cx: &NodeContext<'_>) -> Option<String> {
-        let forced = self.forced.and_then(|f| cx.state.text(f)).filter(|s| !s.is_empty())?;
+        let forced = self
+            .forced
+            .and_then(|f| cx.state.text(f))
+            .filter(|s| !s.is_empty())?;
         if self.intents.iter().any(|i| i == forced) {
             return Some(forced.to_owned());
         }
-        cx.events.thinking(format!("Ignoring forced intent `{forced}`: not one of {}", self.intents.join(", "))).await;
+        cx.events
+            .thinking(format!(
+                "Ignoring forced intent `{forced}`: not one of {}",
+                self.intents.join(", ")
+            ))
+            .await;
         None
     }
 
-    async fn classify(&self, cx: &NodeContext<'_>, text: &str) -> Result<(String, Source, Value), NodeError> {
-        let mut messages = vec![ChatMessage::System { content: self.prompt.render(cx)? }];
+    async fn classify(
+        &self,
+        cx: &NodeContext<'_>,
+        text: &str,
+    ) -> Result<(String, Source, Value), NodeError> {
+        let mut messages = vec![ChatMessage::System {
+            content: self.prompt.render(cx)?,
+        }];
         messages.extend(history(cx.state, self.history.0, self.history.1));
         if !matches!(messages.last(), Some(ChatMessage::User { content }) if content == text) {
-            messages.push(ChatMessage::User { content: text.to_owned() });
+            messages.push(ChatMessage::User {
+                content: text.to_owned(),
+            });
         }
-        let request = ChatRequest { messages, response_format: Some(self.format.clone()), temperature: Some(0.0), ..Default::default() };
-        let fallback = |why: String| (self.fallback.clone(), Source::Fallback, json!({ "reasoning": why }));
+        let request = ChatRequest {
+            messages,
+            response_format: Some(self.format.clone()),
+            temperature: Some(0.0),
+            ..Default::default()
+        };
+        let fallback = |why: String| {
+            (
+                self.fallback.clone(),
+                Source::Fallback,
+                json!({ "reasoning": why }),
+            )
+        };
         let reply = match cx.llm(&self.role, 0, &request).await {
             Ok(reply) => reply,
-            Err(e) => return Ok(fallback(format!("classification failed ({e}); using the fallback intent"))),
+            Err(e) => {
+                return Ok(fallback(format!(
+                    "classification failed ({e}); using the fallback intent"
+                )));
+            }
         };
-        let parsed: Classification = match serde_json::from_str(extract_json(&reply.output().text)) {
+        let parsed: Classification = match serde_json::from_str(extract_json(&reply.output().text))
+        {
             Ok(c) => c,
-            Err(e) => return Ok(fallback(format!("the model's answer was not valid JSON ({e}); using the fallback intent"))),
+            Err(e) => {
+                return Ok(fallback(format!(
+                    "the model's answer was not valid JSON ({e}); using the fallback intent"
+                )));
+            }
         };
         let intent = parsed.intent.trim().to_uppercase();
         let Some(intent) = self.intents.iter().find(|i| i.to_uppercase() == intent) else {
-            return Ok(fallback(format!("the model chose unknown intent `{}`; using the fallback intent", parsed.intent)));
+            return Ok(fallback(format!(
+                "the model chose unknown intent `{}`; using the fallback intent",
+                parsed.intent
+            )));
         };
         let details = json!({
             "reasoning": parsed.reasoning,

@@ -37,7 +37,9 @@ impl Subgraph {
                 name.loc,
                 "unknown-graph",
                 format!("no valid graph `{}` to run as a subgraph", name.value),
-                name_hint(&name.value, known.iter().copied()).or(Some("the graph must exist, be valid and not include this graph".into())),
+                name_hint(&name.value, known.iter().copied()).or(Some(
+                    "the graph must exist, be valid and not include this graph".into(),
+                )),
             );
             return None;
         };
@@ -48,7 +50,15 @@ impl Subgraph {
             let f = child.field(&sp.value);
             if f.is_none() {
                 ok = false;
-                cx.error(sp.loc, "unknown-field", format!("subgraph state `{}` has no field `{}`", child.name, sp.value), name_hint(&sp.value, child.names()));
+                cx.error(
+                    sp.loc,
+                    "unknown-field",
+                    format!(
+                        "subgraph state `{}` has no field `{}`",
+                        child.name, sp.value
+                    ),
+                    name_hint(&sp.value, child.names()),
+                );
             }
             f
         };
@@ -73,7 +83,15 @@ impl Subgraph {
         }
         let mut outputs = Vec::new();
         let Some(map) = &n.outputs else {
-            cx.error(n.kind.loc, "missing-setting", format!("subgraph node `{}` needs `outputs` (parent field: child field)", n.id.value), None);
+            cx.error(
+                n.kind.loc,
+                "missing-setting",
+                format!(
+                    "subgraph node `{}` needs `outputs` (parent field: child field)",
+                    n.id.value
+                ),
+                None,
+            );
             return None;
         };
         for (p, c) in &map.entries {
@@ -86,7 +104,11 @@ impl Subgraph {
                 outputs.push((Arc::from(p.value.as_str()), cf));
             }
         }
-        ok.then_some(Self { graph, inputs, outputs })
+        ok.then_some(Self {
+            graph,
+            inputs,
+            outputs,
+        })
     }
 
     /// The graph this node runs.
@@ -99,7 +121,9 @@ impl Subgraph {
         for (c, p) in &self.inputs {
             let value = cx.state.get(*p);
             if !value.is_null() {
-                child.apply(*c, &value).map_err(|e| NodeError::Failed(format!("subgraph input: {e}")))?;
+                child
+                    .apply(*c, &value)
+                    .map_err(|e| NodeError::Failed(format!("subgraph input: {e}")))?;
             }
         }
         let prefix = cx.events.node().to_string();
@@ -112,7 +136,10 @@ impl Subgraph {
             cx.cancel,
         ))
         .await
-        .map_err(|e| NodeError::Subgraph { graph: self.graph.id.to_string(), message: e.to_string() })?;
+        .map_err(|e| NodeError::Subgraph {
+            graph: self.graph.id.to_string(),
+            message: e.to_string(),
+        })?;
         let mut patch = Patch::new();
         for (p, c) in &self.outputs {
             patch.insert(Arc::clone(p), done.get(*c));

@@ -15,7 +15,16 @@ use crate::graph::loc::Sp;
 use crate::llm::{ChatMessage, ChatRequest};
 use crate::state::{FieldId, FieldType, Patch, Role};
 
-const SETTINGS: &[&str] = &["prompt", "model", "history", "output", "covered", "first_after", "every", "window"];
+const SETTINGS: &[&str] = &[
+    "prompt",
+    "model",
+    "history",
+    "output",
+    "covered",
+    "first_after",
+    "every",
+    "window",
+];
 
 /// Rolling-summary node.
 #[derive(Debug)]
@@ -35,17 +44,35 @@ impl Summarizer {
         let n = cx.node;
         cx.accept(SETTINGS);
         let prompt = cx.prompt(true);
-        let history_name = n.history.clone().unwrap_or_else(|| Sp::new("messages".into(), n.kind.loc));
+        let history_name = n
+            .history
+            .clone()
+            .unwrap_or_else(|| Sp::new("messages".into(), n.kind.loc));
         let history = cx.field(&history_name, "a list of messages", is_messages);
-        let output = cx.output(&n.output, "summary", "a text field", |f| f.ty == FieldType::Text);
-        let covered = cx.output(&n.covered, "summarized_count", "an integer field", |f| f.ty == FieldType::Integer);
+        let output = cx.output(&n.output, "summary", "a text field", |f| {
+            f.ty == FieldType::Text
+        });
+        let covered = cx.output(&n.covered, "summarized_count", "an integer field", |f| {
+            f.ty == FieldType::Integer
+        });
         let num = |v: &Option<Sp<u32>>, d: u32| v.as_ref().map_or(d, |v| v.value) as usize;
-        let (first_after, every, window) = (num(&n.first_after, 20), num(&n.every, 8), num(&n.window, 30));
+        let (first_after, every, window) = (
+            num(&n.first_after, 20),
+            num(&n.every, 8),
+            num(&n.window, 30),
+        );
         if every == 0 || window == 0 {
-            cx.error(n.kind.loc, "invalid-setting", "`every` and `window` must be at least 1", None);
+            cx.error(
+                n.kind.loc,
+                "invalid-setting",
+                "`every` and `window` must be at least 1",
+                None,
+            );
             return None;
         }
-        let name = |o: &Option<Sp<String>>, d: &str| -> Arc<str> { o.as_ref().map_or(d, |v| v.value.as_str()).into() };
+        let name = |o: &Option<Sp<String>>, d: &str| -> Arc<str> {
+            o.as_ref().map_or(d, |v| v.value.as_str()).into()
+        };
         Some(Self {
             prompt: prompt.ok()??,
             role: cx.role(),
@@ -61,7 +88,11 @@ impl Summarizer {
     /// Whether a (new) summary is due for `len` messages when `covered` are
     /// already summarized (`has_summary` tells if a summary exists).
     pub fn due(&self, len: usize, covered: usize, has_summary: bool) -> bool {
-        if !has_summary || covered == 0 { len > self.first_after } else { len >= covered + self.every }
+        if !has_summary || covered == 0 {
+            len > self.first_after
+        } else {
+            len >= covered + self.every
+        }
     }
 
     pub(super) async fn run(&self, cx: NodeContext<'_>) -> Result<Patch, NodeError> {
@@ -82,11 +113,26 @@ impl Summarizer {
             let _ = writeln!(transcript, "{who}: {}", m.content);
         }
         let messages = vec![
-            ChatMessage::System { content: self.prompt.render(&cx)? },
-            ChatMessage::User { content: transcript },
+            ChatMessage::System {
+                content: self.prompt.render(&cx)?,
+            },
+            ChatMessage::User {
+                content: transcript,
+            },
         ];
-        let reply = cx.llm(&self.role, 0, &ChatRequest { messages, ..Default::default() }).await?;
+        let reply = cx
+            .llm(
+                &self.role,
+                0,
+                &ChatRequest {
+                    messages,
+                    ..Default::default()
+                },
+            )
+            .await?;
         let summary = reply.output().text.trim();
-        Ok(Patch::new().set(Arc::clone(&self.output.1), summary).set(Arc::clone(&self.covered.1), msgs.len()))
+        Ok(Patch::new()
+            .set(Arc::clone(&self.output.1), summary)
+            .set(Arc::clone(&self.covered.1), msgs.len()))
     }
 }

@@ -78,10 +78,14 @@ pub fn sse(events: &[Event]) -> Result<String, ReplayError> {
     let cfg = events
         .iter()
         .find_map(|e| match &e.event {
-            EventKind::RunStarted { stream: Some(s), .. } => BridgeConfig::from_json(s),
+            EventKind::RunStarted {
+                stream: Some(s), ..
+            } => BridgeConfig::from_json(s),
             _ => None,
         })
-        .ok_or_else(|| ReplayError::NotStreamed(events.first().map_or(Uuid::nil(), |e| e.run_id)))?;
+        .ok_or_else(|| {
+            ReplayError::NotStreamed(events.first().map_or(Uuid::nil(), |e| e.run_id))
+        })?;
     Ok(sse::render(cfg, events, 0))
 }
 
@@ -92,9 +96,18 @@ fn ms(us: u64) -> String {
 /// A readable timeline: steps, nodes, durations, tokens, tool calls, errors.
 pub fn timeline(run: &RunRecord, events: &[Event]) -> String {
     let mut out = String::new();
-    let _ = writeln!(out, "run {}  graph {} ({})  status {:?}", run.id, run.graph, run.graph_version, run.status);
+    let _ = writeln!(
+        out,
+        "run {}  graph {} ({})  status {:?}",
+        run.id, run.graph, run.graph_version, run.status
+    );
     if let Some(chat) = &run.chat_id {
-        let _ = writeln!(out, "chat {chat}  user {}  request {}", run.user_id, run.request_id.as_deref().unwrap_or("-"));
+        let _ = writeln!(
+            out,
+            "chat {chat}  user {}  request {}",
+            run.user_id,
+            run.request_id.as_deref().unwrap_or("-")
+        );
     }
     if let Some(p) = &run.parent {
         let _ = writeln!(out, "forked from run {} at step {}", p.run_id, p.step);
@@ -106,24 +119,56 @@ pub fn timeline(run: &RunRecord, events: &[Event]) -> String {
         let node = ev.node.as_deref().unwrap_or("");
         let line = match &ev.event {
             EventKind::NodeStarted { attempt, item } => {
-                let item = item.as_ref().map(|i| format!(" item {i}")).unwrap_or_default();
-                let attempt = if *attempt > 1 { format!(" (attempt {attempt})") } else { String::new() };
-                Some(format!("step {:>2}  {node} started{attempt}{item}", ev.step))
+                let item = item
+                    .as_ref()
+                    .map(|i| format!(" item {i}"))
+                    .unwrap_or_default();
+                let attempt = if *attempt > 1 {
+                    format!(" (attempt {attempt})")
+                } else {
+                    String::new()
+                };
+                Some(format!(
+                    "step {:>2}  {node} started{attempt}{item}",
+                    ev.step
+                ))
             }
             EventKind::NodeFinished { patch, duration_us } => {
                 let fields: Vec<&str> = patch.iter().map(|(f, _)| f).collect();
-                Some(format!("step {:>2}  {node} finished in {}  wrote [{}]", ev.step, ms(*duration_us), fields.join(", ")))
+                Some(format!(
+                    "step {:>2}  {node} finished in {}  wrote [{}]",
+                    ev.step,
+                    ms(*duration_us),
+                    fields.join(", ")
+                ))
             }
-            EventKind::NodeRetrying { attempt, error, delay_ms } => {
-                Some(format!("step {:>2}  {node} attempt {attempt} failed: {error}; retry in {delay_ms} ms", ev.step))
-            }
-            EventKind::NodeFailed { error, attempts } => Some(format!("step {:>2}  {node} FAILED after {attempts} attempt(s): {error}", ev.step)),
-            EventKind::LlmStarted { call, role, model, .. } => Some(format!("          {node} model call {call}: {model} (role {role})")),
+            EventKind::NodeRetrying {
+                attempt,
+                error,
+                delay_ms,
+            } => Some(format!(
+                "step {:>2}  {node} attempt {attempt} failed: {error}; retry in {delay_ms} ms",
+                ev.step
+            )),
+            EventKind::NodeFailed { error, attempts } => Some(format!(
+                "step {:>2}  {node} FAILED after {attempts} attempt(s): {error}",
+                ev.step
+            )),
+            EventKind::LlmStarted {
+                call, role, model, ..
+            } => Some(format!(
+                "          {node} model call {call}: {model} (role {role})"
+            )),
             EventKind::TextDelta { .. } | EventKind::ReasoningDelta { .. } => {
                 tokens += 1;
                 None
             }
-            EventKind::LlmFinished { usage, duration_us, output, .. } => Some(format!(
+            EventKind::LlmFinished {
+                usage,
+                duration_us,
+                output,
+                ..
+            } => Some(format!(
                 "          {node} model done in {}: {} prompt + {} completion tokens, {} tool call(s), {}",
                 ms(*duration_us),
                 usage.prompt_tokens,
@@ -131,17 +176,36 @@ pub fn timeline(run: &RunRecord, events: &[Event]) -> String {
                 output.tool_calls.len(),
                 output.finish_reason
             )),
-            EventKind::LlmFailed { error, .. } => Some(format!("          {node} model call FAILED: {error}")),
-            EventKind::ToolCallReady { tool, args, .. } => Some(format!("          {node} tool {tool}({args})")),
-            EventKind::ToolResult { tool, duration_us, cached, .. } => {
-                Some(format!("          {node} tool {tool} ok in {}{}", ms(*duration_us), if *cached { " (cached)" } else { "" }))
+            EventKind::LlmFailed { error, .. } => {
+                Some(format!("          {node} model call FAILED: {error}"))
             }
-            EventKind::ToolError { tool, error, .. } => Some(format!("          {node} tool {tool} error [{}]: {}", error.kind, error.message)),
+            EventKind::ToolCallReady { tool, args, .. } => {
+                Some(format!("          {node} tool {tool}({args})"))
+            }
+            EventKind::ToolResult {
+                tool,
+                duration_us,
+                cached,
+                ..
+            } => Some(format!(
+                "          {node} tool {tool} ok in {}{}",
+                ms(*duration_us),
+                if *cached { " (cached)" } else { "" }
+            )),
+            EventKind::ToolError { tool, error, .. } => Some(format!(
+                "          {node} tool {tool} error [{}]: {}",
+                error.kind, error.message
+            )),
             EventKind::Thinking { text } => Some(format!("          {node}: {text}")),
-            EventKind::RunFinished { steps, usage } => {
-                Some(format!("finished after {steps} steps, {} tokens ({} in, {} out)", usage.total(), usage.prompt_tokens, usage.completion_tokens))
+            EventKind::RunFinished { steps, usage } => Some(format!(
+                "finished after {steps} steps, {} tokens ({} in, {} out)",
+                usage.total(),
+                usage.prompt_tokens,
+                usage.completion_tokens
+            )),
+            EventKind::RunFailed { error } => {
+                Some(format!("FAILED [{}]: {}", error.code, error.message))
             }
-            EventKind::RunFailed { error } => Some(format!("FAILED [{}]: {}", error.code, error.message)),
             EventKind::RunCancelled { reason } => Some(format!("cancelled: {reason}")),
             _ => None,
         };
@@ -188,11 +252,23 @@ pub struct Reexecution {
 impl Reexecution {
     /// A readable report.
     pub fn report(&self) -> String {
-        let version = if self.same_version { "same graph version" } else { "CURRENT graph files (a different version than recorded)" };
+        let version = if self.same_version {
+            "same graph version"
+        } else {
+            "CURRENT graph files (a different version than recorded)"
+        };
         match &self.divergence {
-            None => format!("no divergence: {} events identical ({version})", self.events.len()),
+            None => format!(
+                "no divergence: {} events identical ({version})",
+                self.events.len()
+            ),
             Some((i, a, b)) => {
-                let show = |e: &Option<Event>| e.as_ref().map_or_else(|| "(none)".to_owned(), |e| serde_json::to_string(e).unwrap_or_default());
+                let show = |e: &Option<Event>| {
+                    e.as_ref().map_or_else(
+                        || "(none)".to_owned(),
+                        |e| serde_json::to_string(e).unwrap_or_default(),
+                    )
+                };
                 format!(
                     "first divergence at event #{} ({version}):\n  recorded:    {}\n  re-executed: {}",
                     i + 1,
@@ -209,11 +285,19 @@ impl Reexecution {
 ///
 /// # Errors
 /// The recording has no `run_started`.
-pub async fn reexecute(graph: Arc<CompiledGraph>, tools: Services, recorded: &[Event]) -> Result<Reexecution, ReplayError> {
+pub async fn reexecute(
+    graph: Arc<CompiledGraph>,
+    tools: Services,
+    recorded: &[Event],
+) -> Result<Reexecution, ReplayError> {
     let (input, version) = recorded
         .iter()
         .find_map(|e| match &e.event {
-            EventKind::RunStarted { input, graph_version, .. } => Some((Arc::clone(input), graph_version.clone())),
+            EventKind::RunStarted {
+                input,
+                graph_version,
+                ..
+            } => Some((Arc::clone(input), graph_version.clone())),
             _ => None,
         })
         .ok_or_else(|| ReplayError::State("the recording has no run_started event".into()))?;
@@ -228,28 +312,58 @@ pub async fn reexecute(graph: Arc<CompiledGraph>, tools: Services, recorded: &[E
         v
     });
     let same_version = version == graph.version;
-    let _ = runtime::run(graph, Arc::new(services), input, RunOptions { events: Some(tx), ..Default::default() }).await;
+    let _ = runtime::run(
+        graph,
+        Arc::new(services),
+        input,
+        RunOptions {
+            events: Some(tx),
+            ..Default::default()
+        },
+    )
+    .await;
     let events = collect.await.unwrap_or_default();
-    let a: Vec<(usize, Value)> = recorded.iter().enumerate().filter_map(|(i, e)| comparable(e).map(|c| (i, c))).collect();
-    let b: Vec<(usize, Value)> = events.iter().enumerate().filter_map(|(i, e)| comparable(e).map(|c| (i, c))).collect();
+    let a: Vec<(usize, Value)> = recorded
+        .iter()
+        .enumerate()
+        .filter_map(|(i, e)| comparable(e).map(|c| (i, c)))
+        .collect();
+    let b: Vec<(usize, Value)> = events
+        .iter()
+        .enumerate()
+        .filter_map(|(i, e)| comparable(e).map(|c| (i, c)))
+        .collect();
     let mut divergence = None;
     for k in 0..a.len().max(b.len()) {
         match (a.get(k), b.get(k)) {
             (Some((_, x)), Some((_, y))) if x == y => continue,
             (x, y) => {
-                divergence = Some((k, x.map(|(i, _)| recorded[*i].clone()), y.map(|(i, _)| events[*i].clone())));
+                divergence = Some((
+                    k,
+                    x.map(|(i, _)| recorded[*i].clone()),
+                    y.map(|(i, _)| events[*i].clone()),
+                ));
                 break;
             }
         }
     }
-    Ok(Reexecution { events, divergence, same_version })
+    Ok(Reexecution {
+        events,
+        divergence,
+        same_version,
+    })
 }
 
 /// The state of a run after `step` (snapshot + patches).
 ///
 /// # Errors
 /// No checkpoint, or the state cannot be rebuilt.
-pub async fn state_at(store: &dyn Store, graph: &CompiledGraph, run: Uuid, step: u32) -> Result<Box<dyn DynState>, ReplayError> {
+pub async fn state_at(
+    store: &dyn Store,
+    graph: &CompiledGraph,
+    run: Uuid,
+    step: u32,
+) -> Result<Box<dyn DynState>, ReplayError> {
     let cps = store.checkpoints(run, step).await?;
     let batches: Vec<_> = cps.iter().map(|c| c.to_batch(run)).collect();
     rebuild_state(&batches, graph.state, step).map_err(|e| ReplayError::State(e.to_string()))
@@ -278,12 +392,24 @@ pub async fn fork_point(
     let mut json = state.to_json();
     for (field, value) in set {
         if graph.state.schema.field(field).is_none() {
-            return Err(ReplayError::State(format!("state `{}` has no field `{field}`", graph.state.schema.name)));
+            return Err(ReplayError::State(format!(
+                "state `{}` has no field `{field}`",
+                graph.state.schema.name
+            )));
         }
         json[field] = value.clone();
     }
-    let state = graph.state.from_json(&json).map_err(|e| ReplayError::State(e.to_string()))?;
-    Ok(Resume { state, step, next: cp.next, joins: cp.joins, last_seq: 0 })
+    let state = graph
+        .state
+        .from_json(&json)
+        .map_err(|e| ReplayError::State(e.to_string()))?;
+    Ok(Resume {
+        state,
+        step,
+        next: cp.next,
+        joins: cp.joins,
+        last_seq: 0,
+    })
 }
 
 /// The `forked_from` of a fork.

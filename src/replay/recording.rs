@@ -42,7 +42,10 @@ impl Recording {
     pub fn from_events<'a>(events: impl IntoIterator<Item = &'a Event>) -> Self {
         let mut rec = Recording::default();
         // The call in progress per task: (key, chunks, tool index by call id).
-        let mut open: HashMap<(String, u32, u32), (CallKey, Vec<Result<LlmChunk, LlmError>>, Vec<String>)> = HashMap::new();
+        let mut open: HashMap<
+            (String, u32, u32),
+            (CallKey, Vec<Result<LlmChunk, LlmError>>, Vec<String>),
+        > = HashMap::new();
         for ev in events {
             let node = ev.node.as_deref().unwrap_or("").to_owned();
             let task = (node.clone(), ev.step, ev.task);
@@ -66,13 +69,20 @@ impl Recording {
                     if let Some(o) = open.get_mut(&task) {
                         let index = o.2.len() as u32;
                         o.2.push(call_id.clone());
-                        o.1.push(Ok(LlmChunk::ToolCallStart { index, id: call_id.clone(), name: tool.clone() }));
+                        o.1.push(Ok(LlmChunk::ToolCallStart {
+                            index,
+                            id: call_id.clone(),
+                            name: tool.clone(),
+                        }));
                     }
                 }
                 EventKind::ToolCallDelta { call_id, delta } => {
                     if let Some(o) = open.get_mut(&task) {
                         if let Some(index) = o.2.iter().position(|c| c == call_id) {
-                            o.1.push(Ok(LlmChunk::ToolCallArgs { index: index as u32, delta: delta.clone() }));
+                            o.1.push(Ok(LlmChunk::ToolCallArgs {
+                                index: index as u32,
+                                delta: delta.clone(),
+                            }));
                         }
                     }
                 }
@@ -80,17 +90,37 @@ impl Recording {
                     if let Some((key, mut chunks, _)) = open.remove(&task) {
                         chunks.push(Ok(LlmChunk::Finish(output.finish_reason.clone())));
                         chunks.push(Ok(LlmChunk::Usage(*usage)));
-                        rec.llm.get_mut().unwrap_or_else(PoisonError::into_inner).entry(key).or_default().push_back(chunks);
+                        rec.llm
+                            .get_mut()
+                            .unwrap_or_else(PoisonError::into_inner)
+                            .entry(key)
+                            .or_default()
+                            .push_back(chunks);
                     }
                 }
                 EventKind::LlmFailed { error, .. } => {
                     if let Some((key, mut chunks, _)) = open.remove(&task) {
                         chunks.push(Err(LlmError::Stream(format!("recorded failure: {error}"))));
-                        rec.llm.get_mut().unwrap_or_else(PoisonError::into_inner).entry(key).or_default().push_back(chunks);
+                        rec.llm
+                            .get_mut()
+                            .unwrap_or_else(PoisonError::into_inner)
+                            .entry(key)
+                            .or_default()
+                            .push_back(chunks);
                     }
                 }
-                EventKind::ToolResult { call_id, output, cached, display, .. } => {
-                    let outcome = ToolOutcome { output: output.clone(), cached: *cached, display: *display };
+                EventKind::ToolResult {
+                    call_id,
+                    output,
+                    cached,
+                    display,
+                    ..
+                } => {
+                    let outcome = ToolOutcome {
+                        output: output.clone(),
+                        cached: *cached,
+                        display: *display,
+                    };
                     rec.tools
                         .get_mut()
                         .unwrap_or_else(PoisonError::into_inner)
@@ -114,22 +144,55 @@ impl Recording {
 
     /// Whether nothing was recorded.
     pub fn is_empty(&self) -> bool {
-        self.llm.lock().unwrap_or_else(PoisonError::into_inner).is_empty()
-            && self.tools.lock().unwrap_or_else(PoisonError::into_inner).is_empty()
+        self.llm
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .is_empty()
+            && self
+                .tools
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .is_empty()
     }
 
     /// The recorded stream of a model call, if there is one.
-    pub fn llm(&self, node: &str, step: u32, task: u32, call: u32) -> Option<(String, ChunkStream)> {
+    pub fn llm(
+        &self,
+        node: &str,
+        step: u32,
+        task: u32,
+        call: u32,
+    ) -> Option<(String, ChunkStream)> {
         let key = (node.to_owned(), step, task, call);
-        let chunks = self.llm.lock().unwrap_or_else(PoisonError::into_inner).get_mut(&key)?.pop_front()?;
-        let model = self.models.get(&key).cloned().unwrap_or_else(|| "recording".into());
+        let chunks = self
+            .llm
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get_mut(&key)?
+            .pop_front()?;
+        let model = self
+            .models
+            .get(&key)
+            .cloned()
+            .unwrap_or_else(|| "recording".into());
         Some((model, futures::stream::iter(chunks).boxed()))
     }
 
     /// The recorded result of a tool call, if there is one.
-    pub fn tool(&self, node: &str, step: u32, task: u32, call_id: &str) -> Option<Result<ToolOutcome, ToolError>> {
+    pub fn tool(
+        &self,
+        node: &str,
+        step: u32,
+        task: u32,
+        call_id: &str,
+    ) -> Option<Result<ToolOutcome, ToolError>> {
         let key = (node.to_owned(), step, task, call_id.to_owned());
-        let rec = self.tools.lock().unwrap_or_else(PoisonError::into_inner).get_mut(&key)?.pop_front()?;
+        let rec = self
+            .tools
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get_mut(&key)?
+            .pop_front()?;
         Some(match rec {
             RecordedTool::Ok(o) => Ok(o),
             RecordedTool::Err(f) => Err(ToolError::Recorded(f)),

@@ -98,7 +98,12 @@ impl MemoryCheckpointer {
 
     /// The batches of a run, in order.
     pub fn batches(&self, run: Uuid) -> Vec<StepBatch> {
-        self.runs.lock().unwrap_or_else(PoisonError::into_inner).get(&run).cloned().unwrap_or_default()
+        self.runs
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(&run)
+            .cloned()
+            .unwrap_or_default()
     }
 
     /// The state after `step`: the newest snapshot at or before it plus the
@@ -106,7 +111,12 @@ impl MemoryCheckpointer {
     ///
     /// # Errors
     /// No snapshot, or a patch that no longer applies.
-    pub fn state_at(&self, run: Uuid, state: StateType, step: u32) -> Result<Box<dyn DynState>, CheckpointError> {
+    pub fn state_at(
+        &self,
+        run: Uuid,
+        state: StateType,
+        step: u32,
+    ) -> Result<Box<dyn DynState>, CheckpointError> {
         let batches = self.batches(run);
         rebuild_state(&batches, state, step)
     }
@@ -116,19 +126,32 @@ impl MemoryCheckpointer {
 ///
 /// # Errors
 /// No snapshot at or before `step`, or a patch that no longer applies.
-pub fn rebuild_state(batches: &[StepBatch], state: StateType, step: u32) -> Result<Box<dyn DynState>, CheckpointError> {
+pub fn rebuild_state(
+    batches: &[StepBatch],
+    state: StateType,
+    step: u32,
+) -> Result<Box<dyn DynState>, CheckpointError> {
     let base = batches
         .iter()
         .filter(|b| b.step <= step && b.snapshot.is_some())
         .max_by_key(|b| b.step)
         .ok_or_else(|| CheckpointError(format!("no snapshot at or before step {step}")))?;
     let snapshot = base.snapshot.as_ref().map_or(Value::Null, Clone::clone);
-    let mut s = state.from_json(&snapshot).map_err(|e| CheckpointError(e.to_string()))?;
-    for b in batches.iter().filter(|b| b.step > base.step && b.step <= step) {
+    let mut s = state
+        .from_json(&snapshot)
+        .map_err(|e| CheckpointError(e.to_string()))?;
+    for b in batches
+        .iter()
+        .filter(|b| b.step > base.step && b.step <= step)
+    {
         for w in &b.writes {
             for (field, value) in w.patch.iter() {
-                let id = s.schema().field(field).ok_or_else(|| CheckpointError(format!("unknown field `{field}`")))?;
-                s.apply(id, value).map_err(|e| CheckpointError(e.to_string()))?;
+                let id = s
+                    .schema()
+                    .field(field)
+                    .ok_or_else(|| CheckpointError(format!("unknown field `{field}`")))?;
+                s.apply(id, value)
+                    .map_err(|e| CheckpointError(e.to_string()))?;
             }
         }
     }
@@ -137,7 +160,12 @@ pub fn rebuild_state(batches: &[StepBatch], state: StateType, step: u32) -> Resu
 
 impl Checkpointer for MemoryCheckpointer {
     fn save(&self, batch: StepBatch) -> BoxFuture<'_, Result<(), CheckpointError>> {
-        self.runs.lock().unwrap_or_else(PoisonError::into_inner).entry(batch.run_id).or_default().push(batch);
+        self.runs
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .entry(batch.run_id)
+            .or_default()
+            .push(batch);
         Box::pin(async { Ok(()) })
     }
 }

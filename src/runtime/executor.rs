@@ -11,8 +11,8 @@ use tokio_util::sync::CancellationToken;
 
 use super::task::{TaskEnv, run_task};
 use super::{
-    CheckpointError, Checkpointer, Durability, PendingTask, RunError, RunOptions, RunOutcome, RunStatus, Services, StepBatch,
-    TaskWrite, input_state,
+    CheckpointError, Checkpointer, Durability, PendingTask, RunError, RunOptions, RunOutcome,
+    RunStatus, Services, StepBatch, TaskWrite, input_state,
 };
 use crate::events::{EVENT_FORMAT, Event, EventKind, EventSink, NodeEvents};
 use crate::graph::{CompiledGraph, NodeIdx, Target, Transition};
@@ -62,7 +62,8 @@ pub async fn run(
     let state = match input_state(&graph, &input) {
         Ok(s) => s,
         Err(e) => {
-            sink.emit(0, None, 0, EventKind::RunFailed { error: e.info() }).await;
+            sink.emit(0, None, 0, EventKind::RunFailed { error: e.info() })
+                .await;
             return Err(e);
         }
     };
@@ -80,10 +81,30 @@ pub async fn run(
         },
     )
     .await;
-    let tasks = graph.entry.iter().map(|&n| Task { node: n, item: None, order: (n, 0) }).collect();
-    let mut exec = Exec::new(&graph, &services, sink, &opts.cancel, String::new(), state, tasks, opts.checkpointer.clone(), opts.snapshot_every);
+    let tasks = graph
+        .entry
+        .iter()
+        .map(|&n| Task {
+            node: n,
+            item: None,
+            order: (n, 0),
+        })
+        .collect();
+    let mut exec = Exec::new(
+        &graph,
+        &services,
+        sink,
+        &opts.cancel,
+        String::new(),
+        state,
+        tasks,
+        opts.checkpointer.clone(),
+        opts.snapshot_every,
+    );
     exec.durability = opts.durability;
-    exec.checkpoint(Vec::new(), true).await.map_err(RunError::Checkpoint)?;
+    exec.checkpoint(Vec::new(), true)
+        .await
+        .map_err(RunError::Checkpoint)?;
     let result = exec_result(&mut exec).await;
     exec.finish(result, opts.run_id).await
 }
@@ -92,13 +113,25 @@ pub async fn run(
 ///
 /// # Errors
 /// As [`run`]; also a frontier naming nodes the graph no longer has.
-pub async fn resume(graph: Arc<CompiledGraph>, services: Arc<Services>, from: Resume, opts: RunOptions) -> Result<RunOutcome, RunError> {
+pub async fn resume(
+    graph: Arc<CompiledGraph>,
+    services: Arc<Services>,
+    from: Resume,
+    opts: RunOptions,
+) -> Result<RunOutcome, RunError> {
     let keep = opts.checkpointer.is_some();
-    let sink = Arc::new(EventSink::new(opts.run_id, opts.events.clone(), from.last_seq, keep));
+    let sink = Arc::new(EventSink::new(
+        opts.run_id,
+        opts.events.clone(),
+        from.last_seq,
+        keep,
+    ));
     let mut tasks = Vec::new();
     let mut counters = std::collections::HashMap::<u32, u32>::new();
     for p in &from.next {
-        let node = graph.node_index(&p.node).ok_or_else(|| RunError::Input(unknown_node(&p.node)))?;
+        let node = graph
+            .node_index(&p.node)
+            .ok_or_else(|| RunError::Input(unknown_node(&p.node)))?;
         let k = match &p.item {
             None => 0,
             Some(_) => {
@@ -107,9 +140,23 @@ pub async fn resume(graph: Arc<CompiledGraph>, services: Arc<Services>, from: Re
                 *c
             }
         };
-        tasks.push(Task { node, item: p.item.clone(), order: (node, k) });
+        tasks.push(Task {
+            node,
+            item: p.item.clone(),
+            order: (node, k),
+        });
     }
-    let mut exec = Exec::new(&graph, &services, sink, &opts.cancel, String::new(), from.state, tasks, opts.checkpointer.clone(), opts.snapshot_every);
+    let mut exec = Exec::new(
+        &graph,
+        &services,
+        sink,
+        &opts.cancel,
+        String::new(),
+        from.state,
+        tasks,
+        opts.checkpointer.clone(),
+        opts.snapshot_every,
+    );
     exec.durability = opts.durability;
     exec.step = from.step;
     for (j, arrived) in from.joins.iter().enumerate() {
@@ -124,7 +171,11 @@ pub async fn resume(graph: Arc<CompiledGraph>, services: Arc<Services>, from: Re
 }
 
 fn unknown_node(node: &str) -> crate::state::StateError {
-    crate::state::StateError::UnknownField { node: node.to_owned(), field: "(node)".into(), state: "graph" }
+    crate::state::StateError::UnknownField {
+        node: node.to_owned(),
+        field: "(node)".into(),
+        state: "graph",
+    }
 }
 
 /// Runs a graph inside a node (a subgraph): events go to the parent's sink
@@ -140,8 +191,26 @@ pub async fn run_nested(
     prefix: &str,
     cancel: &CancellationToken,
 ) -> Result<Box<dyn DynState>, RunError> {
-    let tasks = graph.entry.iter().map(|&n| Task { node: n, item: None, order: (n, 0) }).collect();
-    let mut exec = Exec::new(&graph, services, sink, cancel, format!("{prefix}/"), state, tasks, None, 0);
+    let tasks = graph
+        .entry
+        .iter()
+        .map(|&n| Task {
+            node: n,
+            item: None,
+            order: (n, 0),
+        })
+        .collect();
+    let mut exec = Exec::new(
+        &graph,
+        services,
+        sink,
+        cancel,
+        format!("{prefix}/"),
+        state,
+        tasks,
+        None,
+        0,
+    );
     exec_result(&mut exec).await?;
     Ok(exec.state)
 }
@@ -193,7 +262,13 @@ impl<'a> Exec<'a> {
         let names = graph
             .nodes
             .iter()
-            .map(|n| if prefix.is_empty() { Arc::clone(&n.id) } else { Arc::from(format!("{prefix}{}", n.id)) })
+            .map(|n| {
+                if prefix.is_empty() {
+                    Arc::clone(&n.id)
+                } else {
+                    Arc::from(format!("{prefix}{}", n.id))
+                }
+            })
             .collect();
         Self {
             graph,
@@ -204,7 +279,11 @@ impl<'a> Exec<'a> {
             state,
             step: 0,
             tasks,
-            joins: graph.joins.iter().map(|j| vec![false; j.sources.len()]).collect(),
+            joins: graph
+                .joins
+                .iter()
+                .map(|j| vec![false; j.sources.len()])
+                .collect(),
             trail: VecDeque::new(),
             checkpointer,
             durability: Durability::Sync,
@@ -221,16 +300,30 @@ impl<'a> Exec<'a> {
             self.trail.pop_front();
         }
         // The trail keeps the first node of each step and how many ran.
-        self.trail.push_back((self.tasks.first().map_or(0, |t| t.node), self.tasks.len() as u32));
+        self.trail.push_back((
+            self.tasks.first().map_or(0, |t| t.node),
+            self.tasks.len() as u32,
+        ));
         if self.step > self.graph.recursion_limit {
-            return Err(RunError::RecursionLimit { limit: self.graph.recursion_limit, path: self.looping_path() });
+            return Err(RunError::RecursionLimit {
+                limit: self.graph.recursion_limit,
+                path: self.looping_path(),
+            });
         }
         let finished = self.run_tasks().await?;
-        let any_writes = finished.iter().any(|ev| matches!(&ev.event, EventKind::NodeFinished { patch, .. } if !patch.is_empty()));
-        let writes = if any_writes { self.apply(&finished)? } else { Vec::new() };
+        let any_writes = finished.iter().any(
+            |ev| matches!(&ev.event, EventKind::NodeFinished { patch, .. } if !patch.is_empty()),
+        );
+        let writes = if any_writes {
+            self.apply(&finished)?
+        } else {
+            Vec::new()
+        };
         drop(finished);
         self.route()?;
-        self.checkpoint(writes, false).await.map_err(RunError::Checkpoint)?;
+        self.checkpoint(writes, false)
+            .await
+            .map_err(RunError::Checkpoint)?;
         Ok(())
     }
 
@@ -241,7 +334,11 @@ impl<'a> Exec<'a> {
             .iter()
             .map(|t| match t.order.1 {
                 0 => Cow::Borrowed(&*self.graph.nodes[t.node as usize].id),
-                k => Cow::Owned(format!("{}[{}]", self.graph.nodes[t.node as usize].id, k - 1)),
+                k => Cow::Owned(format!(
+                    "{}[{}]",
+                    self.graph.nodes[t.node as usize].id,
+                    k - 1
+                )),
             })
             .collect();
         let mut patches: Vec<TaskPatch<'_>> = Vec::with_capacity(finished.len());
@@ -260,7 +357,14 @@ impl<'a> Exec<'a> {
         }
         apply_step(&mut *self.state, &mut patches).map_err(RunError::State)?;
         Ok(if self.checkpointer.is_some() {
-            patches.iter().map(|p| TaskWrite { node: p.label.to_owned(), task: p.order.1, patch: p.patch.clone() }).collect()
+            patches
+                .iter()
+                .map(|p| TaskWrite {
+                    node: p.label.to_owned(),
+                    task: p.order.1,
+                    patch: p.patch.clone(),
+                })
+                .collect()
         } else {
             Vec::new()
         })
@@ -268,14 +372,27 @@ impl<'a> Exec<'a> {
 
     /// Runs the current tasks; returns their `node_finished` events in task order.
     async fn run_tasks(&self) -> Result<Vec<Arc<Event>>, RunError> {
-        let env = TaskEnv { state: &*self.state, services: self.services, prompts: &self.graph.prompts, cancel: self.cancel };
+        let env = TaskEnv {
+            state: &*self.state,
+            services: self.services,
+            prompts: &self.graph.prompts,
+            cancel: self.cancel,
+        };
         let task_future = |i: usize| {
             let t = &self.tasks[i];
             let node = &self.graph.nodes[t.node as usize];
-            let events = NodeEvents::new(Arc::clone(&self.sink), self.step, Arc::clone(&self.names[t.node as usize]), i as u32);
+            let events = NodeEvents::new(
+                Arc::clone(&self.sink),
+                self.step,
+                Arc::clone(&self.names[t.node as usize]),
+                i as u32,
+            );
             async move { (i, run_task(node, env, events, t.item.as_ref()).await) }
         };
-        let fail = |i: usize, e| RunError::Node { node: self.names[self.tasks[i].node as usize].to_string(), source: e };
+        let fail = |i: usize, e| RunError::Node {
+            node: self.names[self.tasks[i].node as usize].to_string(),
+            source: e,
+        };
         if self.tasks.len() == 1 {
             return tokio::select! {
                 biased;
@@ -302,7 +419,16 @@ impl<'a> Exec<'a> {
     /// Evaluates the finished tasks' transitions into the next step's tasks
     /// (replacing `self.tasks`).
     fn route(&mut self) -> Result<(), RunError> {
-        let Exec { graph, state, tasks, joins, triggered, triggered_list, names, .. } = self;
+        let Exec {
+            graph,
+            state,
+            tasks,
+            joins,
+            triggered,
+            triggered_list,
+            names,
+            ..
+        } = self;
         let state = &**state;
         let mut trigger = |n: NodeIdx| {
             let mark = &mut triggered[n as usize];
@@ -337,7 +463,11 @@ impl<'a> Exec<'a> {
                             let c = map_count.entry(*to).or_default();
                             for item in items {
                                 *c += 1;
-                                sends.push(Task { node: *to, item: Some(item), order: (*to, *c) });
+                                sends.push(Task {
+                                    node: *to,
+                                    item: Some(item),
+                                    order: (*to, *c),
+                                });
                             }
                         }
                     }
@@ -359,7 +489,11 @@ impl<'a> Exec<'a> {
         tasks.clear();
         for n in triggered_list.drain(..) {
             triggered[n as usize] = false;
-            tasks.push(Task { node: n, item: None, order: (n, 0) });
+            tasks.push(Task {
+                node: n,
+                item: None,
+                order: (n, 0),
+            });
         }
         if !sends.is_empty() {
             tasks.extend(sends);
@@ -371,8 +505,17 @@ impl<'a> Exec<'a> {
     /// Waits for the step being saved in the background, then says so.
     async fn settle(&mut self) -> Result<(), CheckpointError> {
         if let Some((step, handle)) = self.in_flight.take() {
-            handle.await.map_err(|e| CheckpointError(format!("checkpoint task failed: {e}")))??;
-            self.sink.emit(step, None, 0, EventKind::CheckpointSaved { checkpoint: step }).await;
+            handle
+                .await
+                .map_err(|e| CheckpointError(format!("checkpoint task failed: {e}")))??;
+            self.sink
+                .emit(
+                    step,
+                    None,
+                    0,
+                    EventKind::CheckpointSaved { checkpoint: step },
+                )
+                .await;
         }
         Ok(())
     }
@@ -380,9 +523,16 @@ impl<'a> Exec<'a> {
     /// Hands the step to the checkpointer (if any): waits for the write
     /// (sync durability) or starts it in the background after the previous
     /// one has landed (async durability: at most one step behind).
-    async fn checkpoint(&mut self, writes: Vec<TaskWrite>, initial: bool) -> Result<(), CheckpointError> {
-        let Some(cp) = self.checkpointer.clone() else { return Ok(()) };
-        let snapshot = (initial || self.step.is_multiple_of(self.snapshot_every)).then(|| self.state.to_json());
+    async fn checkpoint(
+        &mut self,
+        writes: Vec<TaskWrite>,
+        initial: bool,
+    ) -> Result<(), CheckpointError> {
+        let Some(cp) = self.checkpointer.clone() else {
+            return Ok(());
+        };
+        let snapshot = (initial || self.step.is_multiple_of(self.snapshot_every))
+            .then(|| self.state.to_json());
         let batch = StepBatch {
             run_id: self.sink.run_id(),
             step: self.step,
@@ -397,7 +547,16 @@ impl<'a> Exec<'a> {
             self.settle().await?;
             cp.save(batch).await?;
             if !initial {
-                self.sink.emit(self.step, None, 0, EventKind::CheckpointSaved { checkpoint: self.step }).await;
+                self.sink
+                    .emit(
+                        self.step,
+                        None,
+                        0,
+                        EventKind::CheckpointSaved {
+                            checkpoint: self.step,
+                        },
+                    )
+                    .await;
             }
         } else {
             self.settle().await?;
@@ -407,7 +566,13 @@ impl<'a> Exec<'a> {
     }
 
     fn pending(&self) -> Vec<PendingTask> {
-        self.tasks.iter().map(|t| PendingTask { node: self.graph.nodes[t.node as usize].id.to_string(), item: t.item.clone() }).collect()
+        self.tasks
+            .iter()
+            .map(|t| PendingTask {
+                node: self.graph.nodes[t.node as usize].id.to_string(),
+                item: t.item.clone(),
+            })
+            .collect()
     }
 
     fn join_progress(&self) -> Vec<Vec<String>> {
@@ -416,16 +581,30 @@ impl<'a> Exec<'a> {
             .iter()
             .zip(&self.joins)
             .map(|(j, arrived)| {
-                j.sources.iter().zip(arrived).filter(|(_, a)| **a).map(|(s, _)| self.graph.nodes[*s as usize].id.to_string()).collect()
+                j.sources
+                    .iter()
+                    .zip(arrived)
+                    .filter(|(_, a)| **a)
+                    .map(|(s, _)| self.graph.nodes[*s as usize].id.to_string())
+                    .collect()
             })
             .collect()
     }
 
     /// Emits the run's last event, stores the final batch and returns the outcome.
-    async fn finish(&mut self, result: Result<(), RunError>, run_id: uuid::Uuid) -> Result<RunOutcome, RunError> {
+    async fn finish(
+        &mut self,
+        result: Result<(), RunError>,
+        run_id: uuid::Uuid,
+    ) -> Result<RunOutcome, RunError> {
         let event = match &result {
-            Ok(()) => EventKind::RunFinished { steps: self.step, usage: self.sink.usage() },
-            Err(RunError::Cancelled) => EventKind::RunCancelled { reason: "cancelled".into() },
+            Ok(()) => EventKind::RunFinished {
+                steps: self.step,
+                usage: self.sink.usage(),
+            },
+            Err(RunError::Cancelled) => EventKind::RunCancelled {
+                reason: "cancelled".into(),
+            },
             Err(e) => EventKind::RunFailed { error: e.info() },
         };
         let settled = self.settle().await;
@@ -449,7 +628,11 @@ impl<'a> Exec<'a> {
                 step: self.step,
                 writes: Vec::new(),
                 events: self.sink.take_pending(),
-                next: if status == RunStatus::Finished { Vec::new() } else { self.pending() },
+                next: if status == RunStatus::Finished {
+                    Vec::new()
+                } else {
+                    self.pending()
+                },
                 joins: self.join_progress(),
                 snapshot: Some(self.state.to_json()),
                 status,
@@ -463,21 +646,35 @@ impl<'a> Exec<'a> {
         }
         result?;
         let state = std::mem::replace(&mut self.state, self.graph.state.default_state());
-        Ok(RunOutcome { run_id, state, steps: self.step, usage: self.sink.usage() })
+        Ok(RunOutcome {
+            run_id,
+            state,
+            steps: self.step,
+            usage: self.sink.usage(),
+        })
     }
 
     /// The repeating part of the recent path, e.g. `a → b → c → a`.
     fn looping_path(&self) -> String {
         let label = |&(first, count): &(NodeIdx, u32)| -> String {
             let id = &*self.graph.nodes[first as usize].id;
-            if count > 1 { format!("{id}+{} more", count - 1) } else { id.to_owned() }
+            if count > 1 {
+                format!("{id}+{} more", count - 1)
+            } else {
+                id.to_owned()
+            }
         };
         let steps: Vec<String> = self.trail.iter().map(label).collect();
         let len = steps.len();
         for period in 1..=len / 2 {
             if (0..period).all(|i| steps[len - 1 - i] == steps[len - 1 - i - period]) {
                 let cycle = &steps[len - period..];
-                return cycle.iter().chain(std::iter::once(&cycle[0])).cloned().collect::<Vec<_>>().join(" → ");
+                return cycle
+                    .iter()
+                    .chain(std::iter::once(&cycle[0]))
+                    .cloned()
+                    .collect::<Vec<_>>()
+                    .join(" → ");
             }
         }
         steps[len.saturating_sub(12)..].join(" → ")

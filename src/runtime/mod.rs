@@ -22,9 +22,9 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
-use crate::events::{ErrorInfo, Event, ForkOrigin, Usage};
 #[allow(unused_imports)]
 use crate::events::EventKind;
+use crate::events::{ErrorInfo, Event, ForkOrigin, Usage};
 use crate::graph::CompiledGraph;
 use crate::llm::Models;
 use crate::nodes::NodeError;
@@ -32,7 +32,8 @@ use crate::state::{DynState, StateError};
 use crate::tools::ToolRegistry;
 
 pub use checkpoint::{
-    CheckpointError, Checkpointer, MemoryCheckpointer, PendingTask, RunStatus, StepBatch, TaskWrite, rebuild_state,
+    CheckpointError, Checkpointer, MemoryCheckpointer, PendingTask, RunStatus, StepBatch,
+    TaskWrite, rebuild_state,
 };
 pub use executor::{Resume, resume, run, run_nested};
 
@@ -51,7 +52,11 @@ pub struct Services {
 impl Services {
     /// Live models and tools.
     pub fn new(models: Models, tools: Arc<ToolRegistry>) -> Self {
-        Self { models, tools, recording: None }
+        Self {
+            models,
+            tools,
+            recording: None,
+        }
     }
 }
 
@@ -91,7 +96,9 @@ pub enum Durability {
 
 impl std::fmt::Debug for RunOptions {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("RunOptions").field("run_id", &self.run_id).finish_non_exhaustive()
+        f.debug_struct("RunOptions")
+            .field("run_id", &self.run_id)
+            .finish_non_exhaustive()
     }
 }
 
@@ -183,11 +190,17 @@ impl RunError {
 
     /// The error as stored in `run_failed`.
     pub fn info(&self) -> ErrorInfo {
-        ErrorInfo { code: self.code().into(), message: self.to_string() }
+        ErrorInfo {
+            code: self.code().into(),
+            message: self.to_string(),
+        }
     }
 }
 
 /// Starts a run and returns its input as JSON for `run_started`.
-pub(crate) fn input_state(graph: &CompiledGraph, input: &Value) -> Result<Box<dyn DynState>, RunError> {
+pub(crate) fn input_state(
+    graph: &CompiledGraph,
+    input: &Value,
+) -> Result<Box<dyn DynState>, RunError> {
     graph.state.from_json(input).map_err(RunError::Input)
 }

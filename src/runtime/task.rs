@@ -32,7 +32,12 @@ pub(super) async fn run_task(
 ) -> Result<Arc<Event>, NodeError> {
     let mut attempt = 1;
     loop {
-        let _ = events.emit(EventKind::NodeStarted { attempt, item: item.cloned() }).await;
+        let _ = events
+            .emit(EventKind::NodeStarted {
+                attempt,
+                item: item.cloned(),
+            })
+            .await;
         let started = Instant::now();
         let cx = NodeContext {
             state: env.state,
@@ -53,18 +58,29 @@ pub(super) async fn run_task(
         match result {
             Ok(patch) => {
                 let duration_us = started.elapsed().as_micros() as u64;
-                return Ok(events.emit(EventKind::NodeFinished { patch, duration_us }).await);
+                return Ok(events
+                    .emit(EventKind::NodeFinished { patch, duration_us })
+                    .await);
             }
             Err(e) if e.is_transient() && attempt < node.retry.attempts => {
                 let delay = node.retry.delay(attempt);
                 let _ = events
-                    .emit(EventKind::NodeRetrying { attempt, error: e.to_string(), delay_ms: delay.as_millis() as u64 })
+                    .emit(EventKind::NodeRetrying {
+                        attempt,
+                        error: e.to_string(),
+                        delay_ms: delay.as_millis() as u64,
+                    })
                     .await;
                 tokio::time::sleep(delay).await;
                 attempt += 1;
             }
             Err(e) => {
-                let _ = events.emit(EventKind::NodeFailed { attempts: attempt, error: e.to_string() }).await;
+                let _ = events
+                    .emit(EventKind::NodeFailed {
+                        attempts: attempt,
+                        error: e.to_string(),
+                    })
+                    .await;
                 return Err(e);
             }
         }

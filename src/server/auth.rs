@@ -19,20 +19,41 @@ pub struct User(pub String);
 impl FromRequestParts<Arc<AppState>> for User {
     type Rejection = ApiError;
 
-    async fn from_request_parts(parts: &mut Parts, state: &Arc<AppState>) -> Result<Self, ApiError> {
+    async fn from_request_parts(
+        parts: &mut Parts,
+        state: &Arc<AppState>,
+    ) -> Result<Self, ApiError> {
         let auth = &state.config.auth;
-        let header = parts.headers.get(axum::http::header::AUTHORIZATION).and_then(|v| v.to_str().ok());
+        let header = parts
+            .headers
+            .get(axum::http::header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok());
         if let Some(value) = header {
-            let key = value.strip_prefix("Bearer ").or_else(|| value.strip_prefix("bearer ")).unwrap_or("").trim();
+            let key = value
+                .strip_prefix("Bearer ")
+                .or_else(|| value.strip_prefix("bearer "))
+                .unwrap_or("")
+                .trim();
             return match auth.api_keys.get(key) {
                 Some(user) if !key.is_empty() => Ok(User(user.clone())),
-                _ => Err(ApiError::new(StatusCode::UNAUTHORIZED, "unauthorized", "invalid API key")),
+                _ => Err(ApiError::new(
+                    StatusCode::UNAUTHORIZED,
+                    "unauthorized",
+                    "invalid API key",
+                )),
             };
         }
-        let loopback = parts.extensions.get::<ConnectInfo<SocketAddr>>().is_none_or(|c| c.0.ip().is_loopback());
+        let loopback = parts
+            .extensions
+            .get::<ConnectInfo<SocketAddr>>()
+            .is_none_or(|c| c.0.ip().is_loopback());
         if loopback && !auth.local_user.is_empty() {
             return Ok(User(auth.local_user.clone()));
         }
-        Err(ApiError::new(StatusCode::UNAUTHORIZED, "unauthorized", "an API key is required (Authorization: Bearer <key>)"))
+        Err(ApiError::new(
+            StatusCode::UNAUTHORIZED,
+            "unauthorized",
+            "an API key is required (Authorization: Bearer <key>)",
+        ))
     }
 }

@@ -12,7 +12,10 @@ use crate::store::Store;
 pub async fn build_state(config: Config) -> Result<Arc<AppState>, String> {
     let registries = Registries::default();
     config.tools.apply(&registries.tools)?;
-    let models = config.llm.build_models().map_err(|e| format!("model configuration: {e}"))?;
+    let models = config
+        .llm
+        .build_models()
+        .map_err(|e| format!("model configuration: {e}"))?;
     if models.any_offline() {
         tracing::warn!(
             "no LLM endpoint configured: answering with the built-in OFFLINE model (deterministic, not a real LLM); \
@@ -43,5 +46,7 @@ pub async fn build_state(config: Config) -> Result<Arc<AppState>, String> {
 }
 
 async fn open_store(config: &Config) -> Result<Arc<dyn Store>, String> {
-    crate::store::config::open(&config.store).await.map_err(|e| format!("store: {e}"))
+    crate::store::config::open(&config.store)
+        .await
+        .map_err(|e| format!("store: {e}"))
 }

@@ -40,7 +40,11 @@ impl Graphs {
     /// Loads the graph directory, or the embedded graphs if it does not exist.
     pub fn load(graphs_dir: &Path, prompts_dir: &Path, registries: Registries) -> Self {
         let embedded = !graphs_dir.is_dir();
-        let catalog = if embedded { embedded::catalog(&registries) } else { Catalog::load(graphs_dir, prompts_dir, &registries) };
+        let catalog = if embedded {
+            embedded::catalog(&registries)
+        } else {
+            Catalog::load(graphs_dir, prompts_dir, &registries)
+        };
         Self {
             current: RwLock::new(Arc::new(catalog)),
             graphs_dir: graphs_dir.to_owned(),
@@ -81,7 +85,11 @@ impl Graphs {
     /// Compiles the files again and swaps in what compiled.
     pub fn reload(&self) -> ReloadReport {
         if self.embedded {
-            return ReloadReport { updated: Vec::new(), rejected: Vec::new(), diagnostics: Vec::new() };
+            return ReloadReport {
+                updated: Vec::new(),
+                rejected: Vec::new(),
+                diagnostics: Vec::new(),
+            };
         }
         let mut fresh = Catalog::load(&self.graphs_dir, &self.prompts_dir, &self.registries);
         let old = self.catalog();
@@ -103,9 +111,17 @@ impl Graphs {
         if !updated.is_empty() {
             tracing::info!(graphs = ?updated, "graphs reloaded");
         }
-        let report = ReloadReport { updated, rejected, diagnostics: fresh.diagnostics.clone() };
+        let report = ReloadReport {
+            updated,
+            rejected,
+            diagnostics: fresh.diagnostics.clone(),
+        };
         *self.current.write().unwrap_or_else(PoisonError::into_inner) = Arc::new(fresh);
-        *self.fingerprint.write().unwrap_or_else(PoisonError::into_inner) = fingerprint(&self.graphs_dir, &self.prompts_dir);
+        *self
+            .fingerprint
+            .write()
+            .unwrap_or_else(PoisonError::into_inner) =
+            fingerprint(&self.graphs_dir, &self.prompts_dir);
         report
     }
 
@@ -115,7 +131,10 @@ impl Graphs {
             return None;
         }
         let now = fingerprint(&self.graphs_dir, &self.prompts_dir);
-        let before = *self.fingerprint.read().unwrap_or_else(PoisonError::into_inner);
+        let before = *self
+            .fingerprint
+            .read()
+            .unwrap_or_else(PoisonError::into_inner);
         (now != before).then(|| self.reload())
     }
 }
@@ -138,7 +157,9 @@ fn fingerprint(graphs: &Path, prompts: &Path) -> u64 {
 }
 
 fn walk(dir: &Path, out: &mut Vec<(PathBuf, u64, u128)>, depth: u32) {
-    let Ok(rd) = std::fs::read_dir(dir) else { return };
+    let Ok(rd) = std::fs::read_dir(dir) else {
+        return;
+    };
     for e in rd.flatten() {
         let path = e.path();
         let Ok(meta) = e.metadata() else { continue };
@@ -147,7 +168,11 @@ fn walk(dir: &Path, out: &mut Vec<(PathBuf, u64, u128)>, depth: u32) {
                 walk(&path, out, depth + 1);
             }
         } else {
-            let modified = meta.modified().ok().and_then(|t| t.duration_since(SystemTime::UNIX_EPOCH).ok()).map_or(0, |d| d.as_nanos());
+            let modified = meta
+                .modified()
+                .ok()
+                .and_then(|t| t.duration_since(SystemTime::UNIX_EPOCH).ok())
+                .map_or(0, |d| d.as_nanos());
             out.push((path, meta.len(), modified));
         }
     }

@@ -14,7 +14,7 @@ use uuid::Uuid;
 
 use super::auth::User;
 use super::error::ApiError;
-use super::runs::{RunStart, StartError};
+use super::runs::{Begin, RunStart, StartError};
 use super::{AppState, RequestId, stream, ui};
 use crate::events::now_micros;
 use crate::runtime::RunStatus;
@@ -23,7 +23,11 @@ use crate::store::{ChatRecord, MessageRecord, RunRecord};
 /// Reads the body, mapping an oversized one to 413.
 fn body_bytes(body: Result<Bytes, BytesRejection>) -> Result<Bytes, ApiError> {
     body.map_err(|e| match e.status() {
-        StatusCode::PAYLOAD_TOO_LARGE => ApiError::new(StatusCode::PAYLOAD_TOO_LARGE, "payload_too_large", "request body is too large"),
+        StatusCode::PAYLOAD_TOO_LARGE => ApiError::new(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "payload_too_large",
+            "request body is too large",
+        ),
         status => ApiError::new(status, "invalid_request", e.body_text()),
     })
 }
@@ -50,7 +54,10 @@ pub(super) async fn post(
     let graph_id = body.graph.clone().unwrap_or_else(|| "chat".to_owned());
     let graph = state.graphs.get(&graph_id).ok_or_else(|| {
         let known: Vec<String> = state.graphs.catalog().graphs.keys().cloned().collect();
-        ApiError::bad_request("unknown_graph", format!("no graph `{graph_id}` (available: {})", known.join(", ")))
+        ApiError::bad_request(
+            "unknown_graph",
+            format!("no graph `{graph_id}` (available: {})", known.join(", ")),
+        )
     })?;
     if let Some(existing) = state.store.get_chat(&body.id).await? {
         if existing.user_id != user.0 {
@@ -58,7 +65,11 @@ pub(super) async fn post(
         }
     }
     if state.runs.is_busy(&body.id) {
-        return Err(ApiError::new(StatusCode::CONFLICT, "run_in_progress", "this chat is already answering; stop it or wait"));
+        return Err(ApiError::new(
+            StatusCode::CONFLICT,
+            "run_in_progress",
+            "this chat is already answering; stop it or wait",
+        ));
     }
     let now = now_micros();
     let chat = state
@@ -92,23 +103,15 @@ pub(super) async fn post(
         })
         .collect();
     let position = messages.len() as i64;
-    state.store.replace_messages_from(&chat.id, 0, messages).await?;
+    state
+        .store
+        .replace_messages_from(&chat.id, 0, messages)
+        .await?;
 
     let run_id = Uuid::now_v7();
     let message_id = format!("msg_{}", Uuid::now_v7().simple());
     let input = ui::input_state(graph.state.schema, &body);
-    let offline = state.services.models.any_offline();
-    let mut metadata = json!({
-        "runId": run_id,
-        "requestId": request_id.0,
-        "chatId": chat.id,
-        "graph": graph.id.as_ref(),
-        "graphVersion": graph.version,
-        "offlineModel": offline,
-    });
-    if offline {
-        metadata["notice"] = json!("answered by stategraph's built-in offline model, not a real LLM");
-    }
+    let metadata = stream_metadata(&state, run_id, &request_id.0, &chat.id, &graph);
     state
         .store
         .create_run(RunRecord {
@@ -130,7 +133,40 @@ pub(super) async fn post(
             last_step: 0,
         })
         .await?;
+    let now = now_micros();
     state.store.set_active_run(&chat.id, Some(run_id)).await?;
+    let leased = state
+        .store
+        .acquire_lease(
+            run_id,
+            &state.instance,
+            now,
+            now + state.config.server.lease.0.as_micros() as u64,
+        )
+        .await?;
+    if !leased {
+        // A run without a lease counts as an orphan, so another instance's
+        // recovery may have claimed it in the gap since `create_run`: it now
+        // executes the run, and this response follows it there.
+        let run = state.store.get_run(run_id).await?;
+        let bridge = match &run {
+            Some(run) => run_bridge(&state, run).await?,
+            None => None,
+        };
+        return match bridge {
+            Some(b) => Ok(stream::response(
+                Arc::clone(&state),
+                state.runs.follow(&state, &chat.id, run_id, b),
+                0,
+                true,
+            )),
+            None => Err(ApiError::new(
+                StatusCode::CONFLICT,
+                "run_in_progress",
+                "this run was taken over by another instance",
+            )),
+        };
+    }
     let start = RunStart {
         run_id,
         chat_id: chat.id.clone(),
@@ -140,17 +176,32 @@ pub(super) async fn post(
         position,
         metadata,
         graph,
-        input,
+        begin: Begin::Fresh(input),
     };
     let hub = match state.runs.start(&state, start) {
         Ok(hub) => hub,
         Err(e) => {
-            let _ = state.store.finish_run(run_id, RunStatus::Cancelled, None, Default::default()).await;
+            let _ = state
+                .store
+                .finish_run(run_id, RunStatus::Cancelled, None, Default::default())
+                .await;
             let _ = state.store.set_active_run(&chat.id, None).await;
             return Err(match e {
-                StartError::Busy => ApiError::new(StatusCode::CONFLICT, "run_in_progress", "this chat is already answering"),
-                StartError::Full => ApiError::new(StatusCode::TOO_MANY_REQUESTS, "too_many_runs", "the server is at its run limit; retry shortly"),
-                StartError::ShuttingDown => ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "shutting_down", "the server is shutting down"),
+                StartError::Busy => ApiError::new(
+                    StatusCode::CONFLICT,
+                    "run_in_progress",
+                    "this chat is already answering",
+                ),
+                StartError::Full => ApiError::new(
+                    StatusCode::TOO_MANY_REQUESTS,
+                    "too_many_runs",
+                    "the server is at its run limit; retry shortly",
+                ),
+                StartError::ShuttingDown => ApiError::new(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    "shutting_down",
+                    "the server is shutting down",
+                ),
             });
         }
     };
@@ -165,30 +216,131 @@ pub(super) async fn resume(
     Path(id): Path<String>,
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
-    owned_chat(&state, &user, &id).await?;
-    let Some(hub) = state.runs.for_chat(&id) else {
-        return Ok(StatusCode::NO_CONTENT.into_response());
+    let chat = owned_chat(&state, &user, &id).await?;
+    let hub = match state.runs.for_chat(&id) {
+        Some(hub) => hub,
+        None => match follow_elsewhere(&state, &chat).await? {
+            Some(hub) => hub,
+            None => return Ok(StatusCode::NO_CONTENT.into_response()),
+        },
     };
-    let after = match headers.get("last-event-id") {
+    let mut after = match headers.get("last-event-id") {
         None => 0,
         Some(v) => v
             .to_str()
             .ok()
             .and_then(|s| s.trim().parse::<u64>().ok())
-            .ok_or_else(|| ApiError::bad_request("invalid_last_event_id", "Last-Event-ID must be an event sequence number"))?,
+            .ok_or_else(|| {
+                ApiError::bad_request(
+                    "invalid_last_event_id",
+                    "Last-Event-ID must be an event sequence number",
+                )
+            })?,
     };
+    if hub.recovered_at.is_some_and(|at| after > at) {
+        after = 0;
+    }
     Ok(stream::response(Arc::clone(&state), hub, after, false))
 }
 
+/// `start.messageMetadata` of a chat response.
+pub(super) fn stream_metadata(
+    state: &AppState,
+    run_id: Uuid,
+    request_id: &str,
+    chat_id: &str,
+    graph: &crate::graph::CompiledGraph,
+) -> Value {
+    let offline = state.services.models.any_offline();
+    let mut metadata = json!({
+        "runId": run_id,
+        "requestId": request_id,
+        "chatId": chat_id,
+        "graph": graph.id.as_ref(),
+        "graphVersion": graph.version,
+        "offlineModel": offline,
+    });
+    if offline {
+        metadata["notice"] =
+            json!("answered by stategraph's built-in offline model, not a real LLM");
+    }
+    metadata
+}
+
+/// The stream settings of a stored run: as recorded in its `run_started`,
+/// or (if it never got that far) as its chat response began them.
+pub(super) async fn run_bridge(
+    state: &AppState,
+    run: &crate::store::RunRecord,
+) -> Result<Option<crate::sse::BridgeConfig>, ApiError> {
+    let first = state.store.events(run.id, 0, 1).await?;
+    if let Some(b) = first.iter().find_map(|e| match &e.event {
+        crate::events::EventKind::RunStarted {
+            stream: Some(s), ..
+        } => crate::sse::BridgeConfig::from_json(s),
+        _ => None,
+    }) {
+        return Ok(Some(b));
+    }
+    let (Some(graph), Some(message_id), Some(chat)) =
+        (state.graphs.get(&run.graph), &run.message_id, &run.chat_id)
+    else {
+        return Ok(None);
+    };
+    let metadata = stream_metadata(
+        state,
+        run.id,
+        run.request_id.as_deref().unwrap_or(""),
+        chat,
+        &graph,
+    );
+    Ok(Some(crate::sse::BridgeConfig::for_graph(
+        &graph,
+        message_id.clone(),
+        metadata,
+    )))
+}
+
+/// The chat's run when it executes on another instance (or awaits
+/// recovery): a hub that follows it through the event log.
+async fn follow_elsewhere(
+    state: &Arc<AppState>,
+    chat: &ChatRecord,
+) -> Result<Option<Arc<super::runs::RunHub>>, ApiError> {
+    let Some(run_id) = chat.active_run else {
+        return Ok(None);
+    };
+    let Some(run) = state.store.get_run(run_id).await? else {
+        return Ok(None);
+    };
+    if run.status != RunStatus::Running {
+        return Ok(None);
+    }
+    let bridge = run_bridge(state, &run).await?;
+    Ok(bridge.map(|b| state.runs.follow(state, &chat.id, run_id, b)))
+}
+
 /// `POST /api/chat/{id}/stop`: cancels the active run.
-pub(super) async fn stop(State(state): State<Arc<AppState>>, user: User, Path(id): Path<String>) -> Result<Response, ApiError> {
+pub(super) async fn stop(
+    State(state): State<Arc<AppState>>,
+    user: User,
+    Path(id): Path<String>,
+) -> Result<Response, ApiError> {
     owned_chat(&state, &user, &id).await?;
     match state.runs.for_chat(&id).filter(|h| !h.is_done()) {
         Some(hub) => {
             hub.cancel.cancel();
-            Ok((StatusCode::ACCEPTED, Json(json!({"stopped": true, "runId": hub.run_id}))).into_response())
+            Ok((
+                StatusCode::ACCEPTED,
+                Json(json!({"stopped": true, "runId": hub.run_id})),
+            )
+                .into_response())
         }
-        None => Err(ApiError::new(StatusCode::CONFLICT, "no_active_run", "this chat has no run to stop")),
+        None => Err(ApiError::new(
+            StatusCode::CONFLICT,
+            "no_active_run",
+            "this chat has no run to stop",
+        )),
     }
 }
 
@@ -203,13 +355,22 @@ fn chat_json(c: &ChatRecord) -> Value {
 }
 
 /// `GET /api/chats`: the user's chats, newest first.
-pub(super) async fn list(State(state): State<Arc<AppState>>, user: User) -> Result<Json<Value>, ApiError> {
+pub(super) async fn list(
+    State(state): State<Arc<AppState>>,
+    user: User,
+) -> Result<Json<Value>, ApiError> {
     let chats = state.store.list_chats(&user.0, 200).await?;
-    Ok(Json(json!({ "chats": chats.iter().map(chat_json).collect::<Vec<_>>() })))
+    Ok(Json(
+        json!({ "chats": chats.iter().map(chat_json).collect::<Vec<_>>() }),
+    ))
 }
 
 /// `GET /api/chat/{id}`: a chat with its messages (UI parts).
-pub(super) async fn get(State(state): State<Arc<AppState>>, user: User, Path(id): Path<String>) -> Result<Json<Value>, ApiError> {
+pub(super) async fn get(
+    State(state): State<Arc<AppState>>,
+    user: User,
+    Path(id): Path<String>,
+) -> Result<Json<Value>, ApiError> {
     let chat = owned_chat(&state, &user, &id).await?;
     let messages = state.store.messages(&id).await?;
     let mut v = chat_json(&chat);
@@ -227,7 +388,11 @@ pub(super) async fn get(State(state): State<Arc<AppState>>, user: User, Path(id)
 }
 
 /// `DELETE /api/chat/{id}`: stops its run and deletes it with its messages.
-pub(super) async fn delete(State(state): State<Arc<AppState>>, user: User, Path(id): Path<String>) -> Result<StatusCode, ApiError> {
+pub(super) async fn delete(
+    State(state): State<Arc<AppState>>,
+    user: User,
+    Path(id): Path<String>,
+) -> Result<StatusCode, ApiError> {
     owned_chat(&state, &user, &id).await?;
     if let Some(hub) = state.runs.for_chat(&id) {
         hub.cancel.cancel();

@@ -23,7 +23,11 @@ pub struct ApiError {
 impl ApiError {
     /// An error with this status, code and message.
     pub fn new(status: StatusCode, code: &'static str, message: impl Into<String>) -> Self {
-        Self { status, code, message: message.into() }
+        Self {
+            status,
+            code,
+            message: message.into(),
+        }
     }
 
     /// 400 with a code.
@@ -40,25 +44,41 @@ impl ApiError {
     pub fn internal(detail: impl std::fmt::Display) -> Self {
         let reference = uuid::Uuid::new_v4().simple().to_string();
         tracing::error!(reference = %reference, error = %detail, "internal error");
-        Self::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", format!("internal error (reference {reference})"))
+        Self::new(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "internal",
+            format!("internal error (reference {reference})"),
+        )
     }
 
     /// 503 `unavailable` (a dependency is down); logged, not detailed.
     pub fn unavailable(detail: impl std::fmt::Display) -> Self {
         let reference = uuid::Uuid::new_v4().simple().to_string();
         tracing::warn!(reference = %reference, error = %detail, "dependency unavailable");
-        Self::new(StatusCode::SERVICE_UNAVAILABLE, "unavailable", format!("temporarily unavailable (reference {reference})"))
+        Self::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "unavailable",
+            format!("temporarily unavailable (reference {reference})"),
+        )
     }
 }
 
 impl From<crate::store::StoreError> for ApiError {
     fn from(e: crate::store::StoreError) -> Self {
-        if e.is_transient() { Self::unavailable(e) } else { Self::internal(e) }
+        if e.is_transient() {
+            Self::unavailable(e)
+        } else {
+            Self::internal(e)
+        }
     }
 }
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        (self.status, Json(json!({ "error": { "code": self.code, "message": self.message } }))).into_response()
+        (
+            self.status,
+            Json(json!({ "error": { "code": self.code, "message": self.message } })),
+        )
+            .into_response()
     }
 }

@@ -38,8 +38,15 @@ pub(super) async fn list(State(state): State<Arc<AppState>>, _user: User) -> Jso
 }
 
 /// One graph: its nodes, edges (Mermaid) and source.
-pub(super) async fn get(State(state): State<Arc<AppState>>, _user: User, Path(name): Path<String>) -> Result<Json<Value>, ApiError> {
-    let g = state.graphs.get(&name).ok_or_else(|| ApiError::not_found(format!("no graph `{name}`")))?;
+pub(super) async fn get(
+    State(state): State<Arc<AppState>>,
+    _user: User,
+    Path(name): Path<String>,
+) -> Result<Json<Value>, ApiError> {
+    let g = state
+        .graphs
+        .get(&name)
+        .ok_or_else(|| ApiError::not_found(format!("no graph `{name}`")))?;
     let nodes: Vec<Value> = g
         .nodes
         .iter()
@@ -70,17 +77,30 @@ pub(super) async fn get(State(state): State<Arc<AppState>>, _user: User, Path(na
 /// Reloads graph files and prompts now. 200 when every file is valid, 422
 /// (with diagnostics) when some were rejected — the valid ones are live
 /// either way and the rejected ones keep their previous version.
-pub(super) async fn reload(State(state): State<Arc<AppState>>, _user: User) -> (StatusCode, Json<Value>) {
+pub(super) async fn reload(
+    State(state): State<Arc<AppState>>,
+    _user: User,
+) -> (StatusCode, Json<Value>) {
     let graphs = Arc::clone(&state.graphs);
     let report = tokio::task::spawn_blocking(move || graphs.reload()).await;
     match report {
         Ok(report) => {
-            let status = if report.rejected.is_empty() { StatusCode::OK } else { StatusCode::UNPROCESSABLE_ENTITY };
-            (status, Json(serde_json::to_value(&report).unwrap_or(Value::Null)))
+            let status = if report.rejected.is_empty() {
+                StatusCode::OK
+            } else {
+                StatusCode::UNPROCESSABLE_ENTITY
+            };
+            (
+                status,
+                Json(serde_json::to_value(&report).unwrap_or(Value::Null)),
+            )
         }
         Err(e) => {
             let err = ApiError::internal(e);
-            (err.status, Json(json!({"error": {"code": err.code, "message": err.message}})))
+            (
+                err.status,
+                Json(json!({"error": {"code": err.code, "message": err.message}})),
+            )
         }
     }
 }

@@ -12,10 +12,14 @@ use std::sync::{Arc, Mutex, PoisonError};
 
 use crate::events::{Event, EventKind};
 
-const BUCKETS: &[f64] = &[0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0];
+const BUCKETS: &[f64] = &[
+    0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0,
+];
 
 /// Fine buckets for the token delay (a target of 1 ms at p99).
-const FINE_BUCKETS: &[f64] = &[0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1];
+const FINE_BUCKETS: &[f64] = &[
+    0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1,
+];
 
 #[derive(Default)]
 struct Histogram {
@@ -31,7 +35,11 @@ impl Histogram {
     }
 
     fn with(limits: &'static [f64]) -> Self {
-        Self { limits, buckets: limits.iter().map(|_| AtomicU64::new(0)).collect(), ..Default::default() }
+        Self {
+            limits,
+            buckets: limits.iter().map(|_| AtomicU64::new(0)).collect(),
+            ..Default::default()
+        }
     }
 
     fn observe(&self, seconds: f64) {
@@ -41,7 +49,8 @@ impl Histogram {
             }
         }
         self.count.fetch_add(1, Ordering::Relaxed);
-        self.sum_micros.fetch_add((seconds * 1e6) as u64, Ordering::Relaxed);
+        self.sum_micros
+            .fetch_add((seconds * 1e6) as u64, Ordering::Relaxed);
     }
 }
 
@@ -59,7 +68,12 @@ impl<T: Default> Family<T> {
     }
 
     fn snapshot(&self) -> Vec<(Labels, Arc<T>)> {
-        self.series.lock().unwrap_or_else(PoisonError::into_inner).iter().map(|(l, v)| (l.clone(), Arc::clone(v))).collect()
+        self.series
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .iter()
+            .map(|(l, v)| (l.clone(), Arc::clone(v)))
+            .collect()
     }
 }
 
@@ -87,27 +101,52 @@ impl std::fmt::Debug for Metrics {
 }
 
 fn label_text(labels: &Labels) -> String {
-    let inner: Vec<String> = labels.iter().map(|(k, v)| format!("{k}=\"{}\"", v.replace('\\', "\\\\").replace('"', "\\\"").replace('\n', "\\n"))).collect();
+    let inner: Vec<String> = labels
+        .iter()
+        .map(|(k, v)| {
+            format!(
+                "{k}=\"{}\"",
+                v.replace('\\', "\\\\")
+                    .replace('"', "\\\"")
+                    .replace('\n', "\\n")
+            )
+        })
+        .collect();
     format!("{{{}}}", inner.join(","))
 }
 
 impl Metrics {
     /// Counts a request.
     pub fn request(&self, method: &str, route: &str, status: u16, seconds: f64) {
-        let labels = vec![("method", method.to_owned()), ("route", route.to_owned()), ("status", status.to_string())];
-        self.requests.get(labels, Default::default).fetch_add(1, Ordering::Relaxed);
-        self.request_seconds.get(vec![("route", route.to_owned())], Histogram::new).observe(seconds);
+        let labels = vec![
+            ("method", method.to_owned()),
+            ("route", route.to_owned()),
+            ("status", status.to_string()),
+        ];
+        self.requests
+            .get(labels, Default::default)
+            .fetch_add(1, Ordering::Relaxed);
+        self.request_seconds
+            .get(vec![("route", route.to_owned())], Histogram::new)
+            .observe(seconds);
     }
 
     /// Counts a finished run.
     pub fn run_finished(&self, graph: &str, outcome: &str) {
-        self.runs.get(vec![("graph", graph.to_owned()), ("outcome", outcome.to_owned())], Default::default).fetch_add(1, Ordering::Relaxed);
+        self.runs
+            .get(
+                vec![("graph", graph.to_owned()), ("outcome", outcome.to_owned())],
+                Default::default,
+            )
+            .fetch_add(1, Ordering::Relaxed);
     }
 
     /// Records how long a streamed token took from the model to the client
     /// stream (event timestamp → SSE bytes handed to the connection).
     pub fn token_delay(&self, seconds: f64) {
-        self.token_delay.get(Vec::new(), || Histogram::with(FINE_BUCKETS)).observe(seconds);
+        self.token_delay
+            .get(Vec::new(), || Histogram::with(FINE_BUCKETS))
+            .observe(seconds);
     }
 
     /// Updates node, model and tool figures from one event of `graph`.
@@ -116,20 +155,48 @@ impl Metrics {
         match &ev.event {
             EventKind::NodeFinished { duration_us, .. } => self
                 .node_seconds
-                .get(vec![("graph", graph.to_owned()), ("node", node.to_owned())], Histogram::new)
+                .get(
+                    vec![("graph", graph.to_owned()), ("node", node.to_owned())],
+                    Histogram::new,
+                )
                 .observe(*duration_us as f64 / 1e6),
-            EventKind::LlmFinished { usage, duration_us, .. } => {
-                self.llm_seconds.get(vec![("graph", graph.to_owned()), ("node", node.to_owned())], Histogram::new).observe(*duration_us as f64 / 1e6);
-                for (kind, n) in [("prompt", usage.prompt_tokens), ("completion", usage.completion_tokens)] {
-                    self.tokens.get(vec![("graph", graph.to_owned()), ("kind", kind.to_owned())], Default::default).fetch_add(n, Ordering::Relaxed);
+            EventKind::LlmFinished {
+                usage, duration_us, ..
+            } => {
+                self.llm_seconds
+                    .get(
+                        vec![("graph", graph.to_owned()), ("node", node.to_owned())],
+                        Histogram::new,
+                    )
+                    .observe(*duration_us as f64 / 1e6);
+                for (kind, n) in [
+                    ("prompt", usage.prompt_tokens),
+                    ("completion", usage.completion_tokens),
+                ] {
+                    self.tokens
+                        .get(
+                            vec![("graph", graph.to_owned()), ("kind", kind.to_owned())],
+                            Default::default,
+                        )
+                        .fetch_add(n, Ordering::Relaxed);
                 }
             }
             EventKind::ToolResult { tool, cached, .. } => {
                 let outcome = if *cached { "cached" } else { "ok" };
-                self.tool_calls.get(vec![("tool", tool.clone()), ("outcome", outcome.to_owned())], Default::default).fetch_add(1, Ordering::Relaxed);
+                self.tool_calls
+                    .get(
+                        vec![("tool", tool.clone()), ("outcome", outcome.to_owned())],
+                        Default::default,
+                    )
+                    .fetch_add(1, Ordering::Relaxed);
             }
             EventKind::ToolError { tool, error, .. } => {
-                self.tool_calls.get(vec![("tool", tool.clone()), ("outcome", error.kind.clone())], Default::default).fetch_add(1, Ordering::Relaxed);
+                self.tool_calls
+                    .get(
+                        vec![("tool", tool.clone()), ("outcome", error.kind.clone())],
+                        Default::default,
+                    )
+                    .fetch_add(1, Ordering::Relaxed);
             }
             _ => {}
         }
@@ -139,28 +206,77 @@ impl Metrics {
     pub fn render(&self) -> String {
         let mut out = String::new();
         let counters: [(&str, &str, &Family<AtomicU64>); 4] = [
-            ("stategraph_http_requests_total", "HTTP requests by method, route and status.", &self.requests),
-            ("stategraph_runs_total", "Finished runs by graph and outcome.", &self.runs),
-            ("stategraph_llm_tokens_total", "Model tokens by graph and kind.", &self.tokens),
-            ("stategraph_tool_calls_total", "Tool calls by tool and outcome.", &self.tool_calls),
+            (
+                "stategraph_http_requests_total",
+                "HTTP requests by method, route and status.",
+                &self.requests,
+            ),
+            (
+                "stategraph_runs_total",
+                "Finished runs by graph and outcome.",
+                &self.runs,
+            ),
+            (
+                "stategraph_llm_tokens_total",
+                "Model tokens by graph and kind.",
+                &self.tokens,
+            ),
+            (
+                "stategraph_tool_calls_total",
+                "Tool calls by tool and outcome.",
+                &self.tool_calls,
+            ),
         ];
         for (name, help, fam) in counters {
             let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} counter");
             for (labels, v) in fam.snapshot() {
-                let _ = writeln!(out, "{name}{} {}", label_text(&labels), v.load(Ordering::Relaxed));
+                let _ = writeln!(
+                    out,
+                    "{name}{} {}",
+                    label_text(&labels),
+                    v.load(Ordering::Relaxed)
+                );
             }
         }
         for (name, help, v) in [
-            ("stategraph_active_streams", "Open SSE streams.", &self.active_streams),
-            ("stategraph_active_runs", "Runs executing.", &self.active_runs),
+            (
+                "stategraph_active_streams",
+                "Open SSE streams.",
+                &self.active_streams,
+            ),
+            (
+                "stategraph_active_runs",
+                "Runs executing.",
+                &self.active_runs,
+            ),
         ] {
-            let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} gauge\n{name} {}", v.load(Ordering::Relaxed));
+            let _ = writeln!(
+                out,
+                "# HELP {name} {help}\n# TYPE {name} gauge\n{name} {}",
+                v.load(Ordering::Relaxed)
+            );
         }
         let histograms: [(&str, &str, &Family<Histogram>); 4] = [
-            ("stategraph_sse_token_delay_seconds", "Time from a model token to its SSE bytes (live streams).", &self.token_delay),
-            ("stategraph_http_request_duration_seconds", "HTTP request latency (to headers for streams).", &self.request_seconds),
-            ("stategraph_node_duration_seconds", "Node execution time.", &self.node_seconds),
-            ("stategraph_llm_call_duration_seconds", "Model call time.", &self.llm_seconds),
+            (
+                "stategraph_sse_token_delay_seconds",
+                "Time from a model token to its SSE bytes (live streams).",
+                &self.token_delay,
+            ),
+            (
+                "stategraph_http_request_duration_seconds",
+                "HTTP request latency (to headers for streams).",
+                &self.request_seconds,
+            ),
+            (
+                "stategraph_node_duration_seconds",
+                "Node execution time.",
+                &self.node_seconds,
+            ),
+            (
+                "stategraph_llm_call_duration_seconds",
+                "Model call time.",
+                &self.llm_seconds,
+            ),
         ];
         for (name, help, fam) in histograms {
             let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} histogram");
@@ -168,13 +284,23 @@ impl Metrics {
                 for (b, limit) in h.buckets.iter().zip(h.limits) {
                     let mut l = labels.clone();
                     l.push(("le", format!("{limit}")));
-                    let _ = writeln!(out, "{name}_bucket{} {}", label_text(&l), b.load(Ordering::Relaxed));
+                    let _ = writeln!(
+                        out,
+                        "{name}_bucket{} {}",
+                        label_text(&l),
+                        b.load(Ordering::Relaxed)
+                    );
                 }
                 let mut l = labels.clone();
                 l.push(("le", "+Inf".into()));
                 let count = h.count.load(Ordering::Relaxed);
                 let _ = writeln!(out, "{name}_bucket{} {count}", label_text(&l));
-                let _ = writeln!(out, "{name}_sum{} {}", label_text(&labels), h.sum_micros.load(Ordering::Relaxed) as f64 / 1e6);
+                let _ = writeln!(
+                    out,
+                    "{name}_sum{} {}",
+                    label_text(&labels),
+                    h.sum_micros.load(Ordering::Relaxed) as f64 / 1e6
+                );
                 let _ = writeln!(out, "{name}_count{} {count}", label_text(&labels));
             }
         }

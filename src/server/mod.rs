@@ -21,6 +21,7 @@ mod error;
 mod graphs;
 mod health;
 mod metrics;
+mod recovery;
 mod runs;
 mod runs_api;
 mod stream;
@@ -30,12 +31,12 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use axum::Router;
 use axum::extract::{DefaultBodyLimit, MatchedPath, Request, State};
 use axum::http::{HeaderValue, Method, header};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
-use axum::Router;
 use tokio::net::TcpListener;
 use tower_http::cors::{AllowOrigin, Any, CorsLayer};
 use tracing::Instrument;
@@ -69,17 +70,26 @@ pub struct AppState {
     pub runs: RunManager,
     /// Metrics.
     pub metrics: Metrics,
+    /// This process's id: the owner of the leases on the runs it executes.
+    pub instance: String,
 }
 
 impl std::fmt::Debug for AppState {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("AppState").field("store", &self.store.backend()).finish_non_exhaustive()
+        f.debug_struct("AppState")
+            .field("store", &self.store.backend())
+            .finish_non_exhaustive()
     }
 }
 
 impl AppState {
     /// State from its parts.
-    pub fn new(config: Config, store: Arc<dyn Store>, graphs: Graphs, services: Services) -> Arc<Self> {
+    pub fn new(
+        config: Config,
+        store: Arc<dyn Store>,
+        graphs: Graphs,
+        services: Services,
+    ) -> Arc<Self> {
         Arc::new(Self {
             config,
             store,
@@ -87,8 +97,17 @@ impl AppState {
             services: Arc::new(services),
             runs: RunManager::default(),
             metrics: Metrics::default(),
+            instance: format!("{}-{}", hostname(), uuid::Uuid::now_v7().simple()),
         })
     }
+}
+
+fn hostname() -> String {
+    std::fs::read_to_string("/etc/hostname")
+        .map(|h| h.trim().to_owned())
+        .ok()
+        .filter(|h| !h.is_empty())
+        .unwrap_or_else(|| "stategraph".into())
 }
 
 /// The router.
@@ -114,7 +133,11 @@ pub fn app(state: Arc<AppState>) -> Router {
         .route_layer(middleware::from_fn_with_state(Arc::clone(&state), observe))
         .fallback(|| async { ApiError::not_found("no such endpoint") })
         .method_not_allowed_fallback(|| async {
-            ApiError::new(axum::http::StatusCode::METHOD_NOT_ALLOWED, "method_not_allowed", "method not allowed here")
+            ApiError::new(
+                axum::http::StatusCode::METHOD_NOT_ALLOWED,
+                "method_not_allowed",
+                "method not allowed here",
+            )
         })
         .layer(DefaultBodyLimit::max(body_limit))
         .layer(middleware::from_fn(request_id));
@@ -138,7 +161,12 @@ fn cors(origins: &[String]) -> Option<CorsLayer> {
         CorsLayer::new()
             .allow_origin(allow)
             .allow_methods([Method::GET, Method::POST, Method::DELETE, Method::OPTIONS])
-            .allow_headers([header::CONTENT_TYPE, header::AUTHORIZATION, "x-request-id".parse().unwrap_or(header::ACCEPT), "last-event-id".parse().unwrap_or(header::ACCEPT)])
+            .allow_headers([
+                header::CONTENT_TYPE,
+                header::AUTHORIZATION,
+                "x-request-id".parse().unwrap_or(header::ACCEPT),
+                "last-event-id".parse().unwrap_or(header::ACCEPT),
+            ])
             .expose_headers(["x-request-id".parse().unwrap_or(header::ACCEPT)]),
     )
 }
@@ -161,19 +189,42 @@ async fn request_id(mut req: Request, next: Next) -> Response {
 
 /// Span, time limit and metrics for matched routes.
 async fn observe(State(state): State<Arc<AppState>>, req: Request, next: Next) -> Response {
-    let route = req.extensions().get::<MatchedPath>().map_or("unmatched", MatchedPath::as_str).to_owned();
-    let id = req.extensions().get::<RequestId>().map_or_else(String::new, |r| r.0.clone());
+    let route = req
+        .extensions()
+        .get::<MatchedPath>()
+        .map_or("unmatched", MatchedPath::as_str)
+        .to_owned();
+    let id = req
+        .extensions()
+        .get::<RequestId>()
+        .map_or_else(String::new, |r| r.0.clone());
     let method = req.method().clone();
     let span = tracing::info_span!("request", request_id = %id, method = %method, route = %route);
     let started = Instant::now();
     let limit = state.config.server.request_timeout.0;
     let resp = match tokio::time::timeout(limit, next.run(req).instrument(span.clone())).await {
         Ok(r) => r,
-        Err(_) => ApiError::new(axum::http::StatusCode::GATEWAY_TIMEOUT, "timeout", "the request took too long").into_response(),
+        Err(_) => ApiError::new(
+            axum::http::StatusCode::GATEWAY_TIMEOUT,
+            "timeout",
+            "the request took too long",
+        )
+        .into_response(),
     };
     let status = resp.status().as_u16();
-    span.in_scope(|| tracing::debug!(status, elapsed_ms = started.elapsed().as_millis() as u64, "request"));
-    state.metrics.request(method.as_str(), &route, status, started.elapsed().as_secs_f64());
+    span.in_scope(|| {
+        tracing::debug!(
+            status,
+            elapsed_ms = started.elapsed().as_millis() as u64,
+            "request"
+        )
+    });
+    state.metrics.request(
+        method.as_str(),
+        &route,
+        status,
+        started.elapsed().as_secs_f64(),
+    );
     resp
 }
 
@@ -188,20 +239,30 @@ pub async fn serve(
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
     let reload = spawn_reloader(Arc::clone(&state));
+    let recover = recovery::spawn(Arc::clone(&state));
     let draining = Arc::new(tokio::sync::Notify::new());
     let (stop_state, stop_notify) = (Arc::clone(&state), Arc::clone(&draining));
     let stopper = tokio::spawn(async move {
         shutdown.await;
         tracing::info!("shutting down: no new requests; finishing runs in flight");
         stop_notify.notify_waiters();
-        stop_state.runs.shutdown(stop_state.config.server.shutdown_grace.0).await;
+        stop_state
+            .runs
+            .shutdown(stop_state.config.server.shutdown_grace.0)
+            .await;
     });
     let wait = Arc::clone(&draining);
-    let result = axum::serve(listener, app(Arc::clone(&state)).into_make_service_with_connect_info::<SocketAddr>())
-        .with_graceful_shutdown(async move { wait.notified().await })
-        .await;
+    let result = axum::serve(
+        listener,
+        app(Arc::clone(&state)).into_make_service_with_connect_info::<SocketAddr>(),
+    )
+    .with_graceful_shutdown(async move { wait.notified().await })
+    .await;
     let _ = stopper.await;
     if let Some(r) = reload {
+        r.abort();
+    }
+    if let Some(r) = recover {
         r.abort();
     }
     result
@@ -218,7 +279,9 @@ fn spawn_reloader(state: Arc<AppState>) -> Option<tokio::task::JoinHandle<()>> {
         loop {
             tick.tick().await;
             let graphs = Arc::clone(&state.graphs);
-            if let Ok(Some(report)) = tokio::task::spawn_blocking(move || graphs.reload_if_changed()).await {
+            if let Ok(Some(report)) =
+                tokio::task::spawn_blocking(move || graphs.reload_if_changed()).await
+            {
                 tracing::info!(updated = ?report.updated, rejected = ?report.rejected, "graph files changed");
             }
         }

@@ -25,9 +25,54 @@ use super::AppState;
 use crate::config::OnDisconnect;
 use crate::events::{Event, EventKind, now_micros};
 use crate::graph::CompiledGraph;
-use crate::runtime::{self, RunOptions, RunStatus};
+use std::future::Future;
+use std::pin::Pin;
+
+use crate::runtime::{self, Resume, RunError, RunOptions, RunOutcome, RunStatus};
 use crate::sse::{Assembler, Bridge, BridgeConfig};
 use crate::store::{LogCheckpointer, MessageRecord};
+
+/// Follows a run executing elsewhere: reads its events from the log as
+/// they land (woken by store notifications, polling as a fallback) until
+/// its last event.
+async fn follow(state: Arc<AppState>, hub: Arc<RunHub>) {
+    let mut notes = state.store.subscribe();
+    let mut cursor = 0u64;
+    loop {
+        match state.store.events(hub.run_id, cursor, 512).await {
+            Ok(events) if !events.is_empty() => {
+                let terminal = events.iter().any(|e| e.event.is_terminal());
+                cursor = events.last().map_or(cursor, |e| e.seq);
+                hub.stored_up_to(cursor);
+                if terminal {
+                    break;
+                }
+                continue;
+            }
+            Ok(_) => {}
+            Err(e) => {
+                tracing::warn!(run_id = %hub.run_id, error = %e, "following a run: the event log is unavailable")
+            }
+        }
+        tokio::select! {
+            _ = async {
+                while let Ok((run, _)) = notes.recv().await {
+                    if run == hub.run_id {
+                        break;
+                    }
+                }
+            } => {}
+            _ = tokio::time::sleep(Duration::from_millis(500)) => {}
+            _ = state.runs.shutdown.cancelled() => break,
+        }
+    }
+    hub.finish();
+    tokio::select! {
+        _ = tokio::time::sleep(state.config.server.linger.0) => {}
+        _ = state.runs.shutdown.cancelled() => {}
+    }
+    state.runs.remove(&hub);
+}
 
 /// What the hub publishes to its subscribers.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -57,6 +102,15 @@ pub(super) struct RunHub {
     pub bridge: BridgeConfig,
     /// Cancels the run.
     pub cancel: CancellationToken,
+    /// This hub only follows the log of a run executing elsewhere.
+    pub follower: bool,
+    /// Events after this seq were lost in a crash and executed again: a
+    /// client's `Last-Event-ID` beyond it refers to lost events, so resumes
+    /// replay the whole stream.
+    pub recovered_at: Option<u64>,
+    /// Stops the run without ending it (shutdown): its last checkpoint
+    /// stays, and another instance (or this one, restarted) resumes it.
+    pub suspend: CancellationToken,
     buffer: Mutex<Buffer>,
     progress: watch::Sender<Progress>,
     subscribers: AtomicUsize,
@@ -93,6 +147,17 @@ impl RunHub {
         self.progress.send_modify(|p| p.done = true);
     }
 
+    /// Notes that every event up to `seq` is in the store (follower hubs).
+    fn stored_up_to(&self, seq: u64) {
+        {
+            let mut b = self.buffer.lock().unwrap_or_else(PoisonError::into_inner);
+            b.stored = b.stored.max(seq);
+            b.events.retain(|e| e.seq > seq);
+        }
+        self.progress
+            .send_modify(|p| p.last_seq = p.last_seq.max(seq));
+    }
+
     /// Progress updates.
     pub(super) fn watch(&self) -> watch::Receiver<Progress> {
         self.progress.subscribe()
@@ -109,7 +174,11 @@ impl RunHub {
         match b.events.first() {
             Some(first) if first.seq <= cursor + 1 => {
                 let from = b.events.partition_point(|e| e.seq <= cursor);
-                if from == b.events.len() { Next::Wait } else { Next::Events(b.events[from..].to_vec()) }
+                if from == b.events.len() {
+                    Next::Wait
+                } else {
+                    Next::Events(b.events[from..].to_vec())
+                }
             }
             _ if cursor < b.stored => Next::InStore(b.stored),
             Some(_) => Next::InStore(b.events[0].seq - 1),
@@ -169,8 +238,23 @@ pub(super) struct RunStart {
     pub metadata: Value,
     /// The graph.
     pub graph: Arc<CompiledGraph>,
-    /// Input state.
-    pub input: Value,
+    /// A fresh run, or one resumed from its checkpoint.
+    pub begin: Begin,
+}
+
+/// How a run begins.
+#[derive(Debug)]
+pub(super) enum Begin {
+    /// From its input state.
+    Fresh(Value),
+    /// From its last checkpoint (crash recovery); `history` are its stored
+    /// events, which the stored message must include.
+    Resumed {
+        /// State and frontier.
+        from: Resume,
+        /// Events already in the log.
+        history: Vec<Event>,
+    },
 }
 
 /// All hubs, by chat.
@@ -185,7 +269,11 @@ pub struct RunManager {
 impl RunManager {
     /// The chat's current (or lingering) hub.
     pub(super) fn for_chat(&self, chat_id: &str) -> Option<Arc<RunHub>> {
-        self.by_chat.lock().unwrap_or_else(PoisonError::into_inner).get(chat_id).cloned()
+        self.by_chat
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(chat_id)
+            .cloned()
     }
 
     /// Whether the chat has a run that is not over.
@@ -202,25 +290,74 @@ impl RunManager {
     ///
     /// # Errors
     /// The chat is busy, the server is full or shutting down.
-    pub(super) fn start(&self, state: &Arc<AppState>, start: RunStart) -> Result<Arc<RunHub>, StartError> {
+    pub(super) fn start(
+        &self,
+        state: &Arc<AppState>,
+        start: RunStart,
+    ) -> Result<Arc<RunHub>, StartError> {
         if self.shutdown.is_cancelled() {
             return Err(StartError::ShuttingDown);
         }
         let mut chats = self.by_chat.lock().unwrap_or_else(PoisonError::into_inner);
-        if chats.get(&start.chat_id).is_some_and(|h| !h.is_done()) {
+        // A hub that only follows the log of this very run (it executed
+        // elsewhere until now) gives way; its subscribers keep following.
+        if chats
+            .get(&start.chat_id)
+            .is_some_and(|h| !h.is_done() && !(h.follower && h.run_id == start.run_id))
+        {
             return Err(StartError::Busy);
         }
         if self.running.load(Ordering::SeqCst) >= state.config.server.max_concurrent_runs {
             return Err(StartError::Full);
         }
         self.running.fetch_add(1, Ordering::SeqCst);
+        let recovered_at = match &start.begin {
+            Begin::Fresh(_) => None,
+            Begin::Resumed { from, .. } => Some(from.last_seq),
+        };
+        let (bridge, stored) = match &start.begin {
+            Begin::Fresh(_) => (
+                BridgeConfig::for_graph(
+                    &start.graph,
+                    start.message_id.clone(),
+                    start.metadata.clone(),
+                ),
+                0,
+            ),
+            Begin::Resumed { from, history } => {
+                let recorded = history.iter().find_map(|e| match &e.event {
+                    EventKind::RunStarted {
+                        stream: Some(s), ..
+                    } => BridgeConfig::from_json(s),
+                    _ => None,
+                });
+                let bridge = recorded.unwrap_or_else(|| {
+                    BridgeConfig::for_graph(
+                        &start.graph,
+                        start.message_id.clone(),
+                        start.metadata.clone(),
+                    )
+                });
+                (bridge, from.last_seq)
+            }
+        };
         let hub = Arc::new(RunHub {
             run_id: start.run_id,
             chat_id: start.chat_id.clone(),
-            bridge: BridgeConfig::for_graph(&start.graph, start.message_id.clone(), start.metadata.clone()),
+            bridge,
+            follower: false,
+            recovered_at,
             cancel: CancellationToken::new(),
-            buffer: Mutex::new(Buffer::default()),
-            progress: watch::channel(Progress::default()).0,
+            suspend: CancellationToken::new(),
+            buffer: Mutex::new(Buffer {
+                events: Vec::new(),
+                stored,
+            }),
+            progress: watch::channel(Progress {
+                last_seq: stored,
+                done: false,
+            })
+            .0,
             subscribers: AtomicUsize::new(0),
             on_disconnect: state.config.server.on_disconnect,
         });
@@ -234,7 +371,8 @@ impl RunManager {
             user = %start.user_id,
             graph = %start.graph.id,
         );
-        self.tracker.spawn(drive(Arc::clone(state), Arc::clone(&hub), start).instrument(span));
+        self.tracker
+            .spawn(drive(Arc::clone(state), Arc::clone(&hub), start).instrument(span));
         Ok(hub)
     }
 
@@ -245,17 +383,63 @@ impl RunManager {
         }
     }
 
+    /// A hub that follows a run executing on another instance through the
+    /// event log (every event it has is in the store).
+    pub(super) fn follow(
+        &self,
+        state: &Arc<AppState>,
+        chat_id: &str,
+        run_id: Uuid,
+        bridge: BridgeConfig,
+    ) -> Arc<RunHub> {
+        let mut chats = self.by_chat.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(h) = chats.get(chat_id).filter(|h| h.run_id == run_id) {
+            return Arc::clone(h);
+        }
+        let hub = Arc::new(RunHub {
+            run_id,
+            chat_id: chat_id.to_owned(),
+            bridge,
+            follower: true,
+            recovered_at: None,
+            cancel: CancellationToken::new(),
+            suspend: CancellationToken::new(),
+            buffer: Mutex::new(Buffer::default()),
+            progress: watch::channel(Progress::default()).0,
+            subscribers: AtomicUsize::new(0),
+            on_disconnect: OnDisconnect::Finish,
+        });
+        chats.insert(chat_id.to_owned(), Arc::clone(&hub));
+        drop(chats);
+        self.tracker
+            .spawn(follow(Arc::clone(state), Arc::clone(&hub)));
+        hub
+    }
+
     /// Stops accepting runs, waits up to `grace` for the running ones to
-    /// finish, then cancels the rest (each has checkpointed its last step)
-    /// and waits for them to wind down.
+    /// finish, then suspends the rest: each keeps its last checkpoint and
+    /// gives up its lease, so another instance (or this one, restarted)
+    /// resumes it.
     pub(super) async fn shutdown(&self, grace: Duration) {
         self.shutdown.cancel();
         self.tracker.close();
-        if tokio::time::timeout(grace, self.tracker.wait()).await.is_err() {
-            let hubs: Vec<Arc<RunHub>> = self.by_chat.lock().unwrap_or_else(PoisonError::into_inner).values().cloned().collect();
-            tracing::warn!(runs = hubs.len(), "shutdown grace period over; cancelling runs still in flight");
+        if tokio::time::timeout(grace, self.tracker.wait())
+            .await
+            .is_err()
+        {
+            let hubs: Vec<Arc<RunHub>> = self
+                .by_chat
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .values()
+                .cloned()
+                .collect();
+            tracing::warn!(
+                runs = hubs.len(),
+                "shutdown grace period over; suspending runs still in flight at their last checkpoint"
+            );
             for h in hubs {
-                h.cancel.cancel();
+                h.suspend.cancel();
             }
             self.tracker.wait().await;
         }
@@ -270,15 +454,48 @@ async fn drive(state: Arc<AppState>, hub: Arc<RunHub>, start: RunStart) {
         run_id: start.run_id,
         events: Some(tx),
         cancel: hub.cancel.clone(),
-        checkpointer: Some(Arc::new(LogCheckpointer(Arc::clone(&state.store)))),
+        checkpointer: Some(Arc::new(
+            LogCheckpointer::new(Arc::clone(&state.store))
+                .with_outage_limit(state.config.server.store_outage_limit.0),
+        )),
         stream: Some(hub.bridge.to_json()),
+        durability: state.config.server.durability,
         ..Default::default()
     };
     let graph_id = start.graph.id.to_string();
+    let (history, run): (
+        Vec<Event>,
+        Pin<Box<dyn Future<Output = Result<RunOutcome, RunError>> + Send>>,
+    ) = match start.begin {
+        Begin::Fresh(input) => (
+            Vec::new(),
+            Box::pin(runtime::run(
+                Arc::clone(&start.graph),
+                Arc::clone(&state.services),
+                input,
+                opts,
+            )),
+        ),
+        Begin::Resumed { from, history } => (
+            history,
+            Box::pin(runtime::resume(
+                Arc::clone(&start.graph),
+                Arc::clone(&state.services),
+                from,
+                opts,
+            )),
+        ),
+    };
     let pump = async {
         let mut bridge = Bridge::new(hub.bridge.clone());
         let mut assembler = Assembler::new();
         let mut chunks = Vec::new();
+        // What the client saw before a crash is part of the message too.
+        for ev in &history {
+            chunks.clear();
+            bridge.on_event(ev, &mut chunks);
+            chunks.iter().for_each(|c| assembler.push(c));
+        }
         while let Some(ev) = rx.recv().await {
             state.metrics.observe_event(&graph_id, &ev);
             chunks.clear();
@@ -288,8 +505,21 @@ async fn drive(state: Arc<AppState>, hub: Arc<RunHub>, start: RunStart) {
         }
         assembler
     };
-    let run = runtime::run(Arc::clone(&start.graph), Arc::clone(&state.services), start.input, opts);
-    let (result, assembler) = tokio::join!(run, pump);
+    let (result, assembler) = tokio::select! {
+        r = async { tokio::join!(run, pump) } => r,
+        _ = hub.suspend.cancelled() => {
+            // Shutdown: leave the run `running` at its last checkpoint and
+            // let another instance take it over.
+            if let Err(e) = state.store.release_lease(start.run_id, &state.instance).await {
+                tracing::warn!(error = %e, "could not release the lease of a suspended run");
+            }
+            state.runs.running.fetch_sub(1, Ordering::SeqCst);
+            hub.finish();
+            tracing::info!("run suspended at its last checkpoint");
+            state.runs.remove(&hub);
+            return;
+        }
+    };
     let (status, error, usage) = match &result {
         Ok(out) => (RunStatus::Finished, None, out.usage),
         Err(runtime::RunError::Cancelled) => (RunStatus::Cancelled, None, Default::default()),
@@ -323,7 +553,11 @@ async fn drive(state: Arc<AppState>, hub: Arc<RunHub>, start: RunStart) {
         Ok(None) => {}
         Err(e) => tracing::error!(error = %e, "could not store the assistant message"),
     }
-    if let Err(e) = state.store.finish_run(start.run_id, status, error, usage).await {
+    if let Err(e) = state
+        .store
+        .finish_run(start.run_id, status, error, usage)
+        .await
+    {
         tracing::error!(error = %e, "could not record the end of the run");
     }
     if let Err(e) = state.store.set_active_run(&start.chat_id, None).await {

@@ -42,7 +42,8 @@ fn run_json(r: &RunRecord) -> Value {
 }
 
 fn parse_id(id: &str) -> Result<Uuid, ApiError> {
-    id.parse().map_err(|_| ApiError::not_found(format!("no run `{id}`")))
+    id.parse()
+        .map_err(|_| ApiError::not_found(format!("no run `{id}`")))
 }
 
 /// The run if it belongs to `user`.
@@ -62,7 +63,11 @@ pub(super) struct ListQuery {
 }
 
 /// `GET /api/runs`: the user's runs, newest first.
-pub(super) async fn list(State(state): State<Arc<AppState>>, user: User, Query(q): Query<ListQuery>) -> Result<Json<Value>, ApiError> {
+pub(super) async fn list(
+    State(state): State<Arc<AppState>>,
+    user: User,
+    Query(q): Query<ListQuery>,
+) -> Result<Json<Value>, ApiError> {
     let limit = q.limit.unwrap_or(50).clamp(1, 500);
     if let Some(chat) = &q.chat {
         match state.store.get_chat(chat).await? {
@@ -72,12 +77,21 @@ pub(super) async fn list(State(state): State<Arc<AppState>>, user: User, Query(q
     }
     // Scan further than `limit` so other users' runs do not crowd ours out.
     let runs = state.store.list_runs(q.chat.as_deref(), limit * 4).await?;
-    let mine: Vec<Value> = runs.iter().filter(|r| r.user_id == user.0).take(limit).map(run_json).collect();
+    let mine: Vec<Value> = runs
+        .iter()
+        .filter(|r| r.user_id == user.0)
+        .take(limit)
+        .map(run_json)
+        .collect();
     Ok(Json(json!({ "runs": mine })))
 }
 
 /// `GET /api/runs/{id}`.
-pub(super) async fn get(State(state): State<Arc<AppState>>, user: User, Path(id): Path<String>) -> Result<Json<Value>, ApiError> {
+pub(super) async fn get(
+    State(state): State<Arc<AppState>>,
+    user: User,
+    Path(id): Path<String>,
+) -> Result<Json<Value>, ApiError> {
     Ok(Json(run_json(&owned_run(&state, &user, &id).await?)))
 }
 
@@ -97,18 +111,35 @@ pub(super) async fn events(
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
     let run = owned_run(&state, &user, &id).await?;
-    let wants_sse = headers.get(header::ACCEPT).and_then(|v| v.to_str().ok()).is_some_and(|v| v.contains("text/event-stream"));
+    let wants_sse = headers
+        .get(header::ACCEPT)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.contains("text/event-stream"));
     if wants_sse {
-        let (_, events) = replay::load(&*state.store, run.id).await.map_err(|e| ApiError::internal(e))?;
-        let text = replay::sse(&events).map_err(|e| ApiError::new(StatusCode::CONFLICT, "not_streamed", e.to_string()))?;
+        let (_, events) = replay::load(&*state.store, run.id)
+            .await
+            .map_err(|e| ApiError::internal(e))?;
+        let text = replay::sse(&events)
+            .map_err(|e| ApiError::new(StatusCode::CONFLICT, "not_streamed", e.to_string()))?;
         let mut resp = Bytes::from(text).into_response();
-        resp.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("text/event-stream"));
-        resp.headers_mut().insert("x-vercel-ai-ui-message-stream", HeaderValue::from_static("v1"));
+        resp.headers_mut().insert(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("text/event-stream"),
+        );
+        resp.headers_mut().insert(
+            "x-vercel-ai-ui-message-stream",
+            HeaderValue::from_static("v1"),
+        );
         return Ok(resp);
     }
     let limit = q.limit.unwrap_or(1000).clamp(1, 10_000);
-    let events = state.store.events(run.id, q.after.unwrap_or(0), limit).await?;
-    let next = (events.len() == limit).then(|| events.last().map(|e| e.seq)).flatten();
+    let events = state
+        .store
+        .events(run.id, q.after.unwrap_or(0), limit)
+        .await?;
+    let next = (events.len() == limit)
+        .then(|| events.last().map(|e| e.seq))
+        .flatten();
     Ok(Json(json!({ "events": events, "next": next })).into_response())
 }
 
@@ -126,12 +157,17 @@ pub(super) async fn state_at(
     Query(q): Query<StateQuery>,
 ) -> Result<Json<Value>, ApiError> {
     let run = owned_run(&state, &user, &id).await?;
-    let graph = state.graphs.get(&run.graph).ok_or_else(|| ApiError::not_found(format!("graph `{}` is no longer served", run.graph)))?;
+    let graph = state
+        .graphs
+        .get(&run.graph)
+        .ok_or_else(|| ApiError::not_found(format!("graph `{}` is no longer served", run.graph)))?;
     let step = q.step.unwrap_or(run.last_step);
     let s = replay::state_at(&*state.store, &graph, run.id, step)
         .await
         .map_err(|e| ApiError::new(StatusCode::NOT_FOUND, "no_checkpoint", e.to_string()))?;
-    Ok(Json(json!({ "runId": run.id, "step": step, "state": s.to_json() })))
+    Ok(Json(
+        json!({ "runId": run.id, "step": step, "state": s.to_json() }),
+    ))
 }
 
 /// The fork request body.
@@ -145,10 +181,18 @@ pub(super) struct ForkBody {
 }
 
 /// `POST /api/runs/{id}/fork`: a new run from a checkpoint with edited state.
-pub(super) async fn fork(State(state): State<Arc<AppState>>, user: User, Path(id): Path<String>, body: Bytes) -> Result<Response, ApiError> {
+pub(super) async fn fork(
+    State(state): State<Arc<AppState>>,
+    user: User,
+    Path(id): Path<String>,
+    body: Bytes,
+) -> Result<Response, ApiError> {
     let parent = owned_run(&state, &user, &id).await?;
-    let body: ForkBody = serde_json::from_slice(&body).map_err(|e| ApiError::bad_request("invalid_request", format!("invalid fork body: {e}")))?;
-    let graph = state.graphs.get(&parent.graph).ok_or_else(|| ApiError::not_found(format!("graph `{}` is no longer served", parent.graph)))?;
+    let body: ForkBody = serde_json::from_slice(&body)
+        .map_err(|e| ApiError::bad_request("invalid_request", format!("invalid fork body: {e}")))?;
+    let graph = state.graphs.get(&parent.graph).ok_or_else(|| {
+        ApiError::not_found(format!("graph `{}` is no longer served", parent.graph))
+    })?;
     let set: Vec<(String, Value)> = body.set.into_iter().collect();
     let from = replay::fork_point(&*state.store, &graph, parent.id, body.at, &set)
         .await
@@ -178,7 +222,7 @@ pub(super) async fn fork(State(state): State<Arc<AppState>>, user: User, Path(id
         .await?;
     let opts = RunOptions {
         run_id,
-        checkpointer: Some(Arc::new(LogCheckpointer(Arc::clone(&state.store)))),
+        checkpointer: Some(Arc::new(LogCheckpointer::new(Arc::clone(&state.store)))),
         forked_from: Some(origin),
         ..Default::default()
     };
@@ -194,5 +238,9 @@ pub(super) async fn fork(State(state): State<Arc<AppState>>, user: User, Path(id
             tracing::error!(run_id = %run_id, error = %e, "could not record the end of a fork");
         }
     });
-    Ok((StatusCode::ACCEPTED, Json(json!({ "runId": run_id, "parent": parent.id, "at": body.at }))).into_response())
+    Ok((
+        StatusCode::ACCEPTED,
+        Json(json!({ "runId": run_id, "parent": parent.id, "at": body.at })),
+    )
+        .into_response())
 }

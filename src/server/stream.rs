@@ -46,7 +46,10 @@ struct StreamGauge(Arc<AppState>);
 
 impl Drop for StreamGauge {
     fn drop(&mut self) {
-        self.0.metrics.active_streams.fetch_sub(1, Ordering::Relaxed);
+        self.0
+            .metrics
+            .active_streams
+            .fetch_sub(1, Ordering::Relaxed);
     }
 }
 
@@ -81,8 +84,15 @@ impl Reader {
             match self.hub.next(self.cursor) {
                 Next::Events(evs) => self.render(evs.iter().map(|e| &**e), &mut out),
                 Next::InStore(upto) => {
-                    let limit = usize::try_from(upto.saturating_sub(self.cursor)).unwrap_or(PAGE).clamp(1, PAGE);
-                    match self.state.store.events(self.hub.run_id, self.cursor, limit).await {
+                    let limit = usize::try_from(upto.saturating_sub(self.cursor))
+                        .unwrap_or(PAGE)
+                        .clamp(1, PAGE);
+                    match self
+                        .state
+                        .store
+                        .events(self.hub.run_id, self.cursor, limit)
+                        .await
+                    {
                         Ok(evs) if !evs.is_empty() => self.render(&evs, &mut out),
                         Ok(_) => {
                             tokio::time::sleep(Duration::from_millis(20)).await;
@@ -90,7 +100,9 @@ impl Reader {
                         }
                         Err(e) => {
                             tracing::warn!(run_id = %self.hub.run_id, error = %e, "stream could not read the event log");
-                            return Some(self.fail("the event log is unavailable; reconnect to resume"));
+                            return Some(
+                                self.fail("the event log is unavailable; reconnect to resume"),
+                            );
                         }
                     }
                 }
@@ -121,11 +133,20 @@ impl Reader {
         self.finished = true;
         let mut out = String::new();
         let seq = self.cursor;
-        sse::frame(&mut out, seq, &Chunk::Error { error_text: format!("{why} (reference {})", self.hub.run_id) });
         sse::frame(
             &mut out,
             seq,
-            &Chunk::Finish { finish_reason: "error".into(), message_metadata: serde_json::json!({"reference": self.hub.run_id}) },
+            &Chunk::Error {
+                error_text: format!("{why} (reference {})", self.hub.run_id),
+            },
+        );
+        sse::frame(
+            &mut out,
+            seq,
+            &Chunk::Finish {
+                finish_reason: "error".into(),
+                message_metadata: serde_json::json!({"reference": self.hub.run_id}),
+            },
         );
         out.push_str(sse::DONE);
         out
@@ -140,7 +161,12 @@ pub(super) fn response(state: Arc<AppState>, hub: Arc<RunHub>, after: u64, live:
         progress: hub.watch(),
         _subscription: hub.subscribe(),
         _gauge: StreamGauge(Arc::clone(&state)),
-        keep_alive: state.config.server.keep_alive.0.max(Duration::from_millis(10)),
+        keep_alive: state
+            .config
+            .server
+            .keep_alive
+            .0
+            .max(Duration::from_millis(10)),
         hub,
         state,
         cursor: 0,
@@ -150,15 +176,23 @@ pub(super) fn response(state: Arc<AppState>, hub: Arc<RunHub>, after: u64, live:
         scratch: Vec::new(),
     };
     let stream = futures::stream::unfold(reader, |mut r| async move {
-        r.next().await.map(|text| (Ok::<_, Infallible>(Bytes::from(text)), r))
+        r.next()
+            .await
+            .map(|text| (Ok::<_, Infallible>(Bytes::from(text)), r))
     });
     let mut resp = Response::new(Body::from_stream(stream));
     *resp.status_mut() = StatusCode::OK;
     let h = resp.headers_mut();
-    h.insert(header::CONTENT_TYPE, HeaderValue::from_static("text/event-stream"));
+    h.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("text/event-stream"),
+    );
     h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
     h.insert(header::CONNECTION, HeaderValue::from_static("keep-alive"));
-    h.insert("x-vercel-ai-ui-message-stream", HeaderValue::from_static("v1"));
+    h.insert(
+        "x-vercel-ai-ui-message-stream",
+        HeaderValue::from_static("v1"),
+    );
     h.insert("x-accel-buffering", HeaderValue::from_static("no"));
     resp
 }

@@ -63,27 +63,51 @@ pub(super) struct ChatBody {
 /// `invalid_id`, `unknown_trigger`, `no_user_message`.
 pub(super) fn parse(bytes: &[u8]) -> Result<(ChatBody, Trigger), ApiError> {
     let text = std::str::from_utf8(bytes).map_err(|e| {
-        ApiError::bad_request("invalid_utf8", format!("request body is not valid UTF-8 (at byte {})", e.valid_up_to()))
+        ApiError::bad_request(
+            "invalid_utf8",
+            format!(
+                "request body is not valid UTF-8 (at byte {})",
+                e.valid_up_to()
+            ),
+        )
     })?;
-    let value: Value = serde_json::from_str(text).map_err(|e| ApiError::bad_request("invalid_json", format!("request body is not valid JSON: {e}")))?;
+    let value: Value = serde_json::from_str(text).map_err(|e| {
+        ApiError::bad_request(
+            "invalid_json",
+            format!("request body is not valid JSON: {e}"),
+        )
+    })?;
     if !value.is_object() {
-        return Err(ApiError::bad_request("invalid_request", "request body must be a JSON object"));
+        return Err(ApiError::bad_request(
+            "invalid_request",
+            "request body must be a JSON object",
+        ));
     }
-    let body: ChatBody = serde_json::from_value(value).map_err(|e| ApiError::bad_request("invalid_request", format!("invalid request body: {e}")))?;
+    let body: ChatBody = serde_json::from_value(value).map_err(|e| {
+        ApiError::bad_request("invalid_request", format!("invalid request body: {e}"))
+    })?;
     check_id(&body.id, "chat id")?;
     if body.messages.is_empty() {
-        return Err(ApiError::bad_request("empty_messages", "`messages` must contain at least one message"));
+        return Err(ApiError::bad_request(
+            "empty_messages",
+            "`messages` must contain at least one message",
+        ));
     }
     for (i, m) in body.messages.iter().enumerate() {
         check_id(&m.id, "message id")?;
         if !matches!(m.role.as_str(), "user" | "assistant" | "system") {
             return Err(ApiError::bad_request(
                 "invalid_role",
-                format!("messages[{i}].role is `{}`; expected user, assistant or system", m.role),
+                format!(
+                    "messages[{i}].role is `{}`; expected user, assistant or system",
+                    m.role
+                ),
             ));
         }
         for (j, p) in m.parts.iter().enumerate() {
-            check_part(p).map_err(|why| ApiError::bad_request("invalid_part", format!("messages[{i}].parts[{j}]: {why}")))?;
+            check_part(p).map_err(|why| {
+                ApiError::bad_request("invalid_part", format!("messages[{i}].parts[{j}]: {why}"))
+            })?;
         }
     }
     let trigger = match body.trigger.as_deref() {
@@ -97,7 +121,10 @@ pub(super) fn parse(bytes: &[u8]) -> Result<(ChatBody, Trigger), ApiError> {
         }
     };
     if !body.messages.iter().any(|m| m.role == "user") {
-        return Err(ApiError::bad_request("no_user_message", "`messages` contains no user message"));
+        return Err(ApiError::bad_request(
+            "no_user_message",
+            "`messages` contains no user message",
+        ));
     }
     if let Some(id) = &body.message_id {
         check_id(id, "messageId")?;
@@ -106,8 +133,16 @@ pub(super) fn parse(bytes: &[u8]) -> Result<(ChatBody, Trigger), ApiError> {
 }
 
 fn check_id(id: &str, what: &str) -> Result<(), ApiError> {
-    if id.is_empty() || id.len() > MAX_ID || id.chars().any(char::is_control) || id == "." || id == ".." {
-        return Err(ApiError::bad_request("invalid_id", format!("{what} must be 1–{MAX_ID} printable characters")));
+    if id.is_empty()
+        || id.len() > MAX_ID
+        || id.chars().any(char::is_control)
+        || id == "."
+        || id == ".."
+    {
+        return Err(ApiError::bad_request(
+            "invalid_id",
+            format!("{what} must be 1–{MAX_ID} printable characters"),
+        ));
     }
     Ok(())
 }
@@ -117,7 +152,12 @@ fn check_part(p: &Value) -> Result<(), String> {
     let Some(ty) = p.get("type").and_then(Value::as_str) else {
         return Err("a part needs a string `type`".into());
     };
-    let need_str = |k: &str| p.get(k).and_then(Value::as_str).map(|_| ()).ok_or_else(|| format!("`{ty}` part needs a string `{k}`"));
+    let need_str = |k: &str| {
+        p.get(k)
+            .and_then(Value::as_str)
+            .map(|_| ())
+            .ok_or_else(|| format!("`{ty}` part needs a string `{k}`"))
+    };
     match ty {
         "text" | "reasoning" => need_str("text"),
         "step-start" => Ok(()),
@@ -133,15 +173,28 @@ fn check_part(p: &Value) -> Result<(), String> {
 
 /// The plain text of a message (its text parts).
 pub(super) fn text_of(m: &UiMessage) -> String {
-    let texts: Vec<&str> = m.parts.iter().filter(|p| p["type"] == "text").filter_map(|p| p["text"].as_str()).collect();
+    let texts: Vec<&str> = m
+        .parts
+        .iter()
+        .filter(|p| p["type"] == "text")
+        .filter_map(|p| p["text"].as_str())
+        .collect();
     texts.join("\n")
 }
 
 /// A chat title from the first user message.
 pub(super) fn title(messages: &[UiMessage]) -> String {
-    let first = messages.iter().find(|m| m.role == "user").map(text_of).unwrap_or_default();
+    let first = messages
+        .iter()
+        .find(|m| m.role == "user")
+        .map(text_of)
+        .unwrap_or_default();
     let line = first.lines().next().unwrap_or("").trim();
-    if line.chars().count() > 80 { format!("{}…", line.chars().take(79).collect::<String>()) } else { line.to_owned() }
+    if line.chars().count() > 80 {
+        format!("{}…", line.chars().take(79).collect::<String>())
+    } else {
+        line.to_owned()
+    }
 }
 
 /// The graph input: `messages` (id, role, text), `query` (the newest user
@@ -150,12 +203,21 @@ pub(super) fn title(messages: &[UiMessage]) -> String {
 pub(super) fn input_state(schema: &StateSchema, body: &ChatBody) -> Value {
     let mut input = Map::new();
     if schema.field("messages").is_some() {
-        let msgs: Vec<Value> =
-            body.messages.iter().map(|m| json!({"id": m.id, "role": m.role, "content": text_of(m)})).collect();
+        let msgs: Vec<Value> = body
+            .messages
+            .iter()
+            .map(|m| json!({"id": m.id, "role": m.role, "content": text_of(m)}))
+            .collect();
         input.insert("messages".into(), Value::Array(msgs));
     }
     if schema.field("query").is_some() {
-        let query = body.messages.iter().rev().find(|m| m.role == "user").map(text_of).unwrap_or_default();
+        let query = body
+            .messages
+            .iter()
+            .rev()
+            .find(|m| m.role == "user")
+            .map(text_of)
+            .unwrap_or_default();
         input.insert("query".into(), json!(query));
     }
     if let (Some(_), Some(intent)) = (schema.field("forced_intent"), &body.forced_intent) {
@@ -181,10 +243,22 @@ mod tests {
         assert_eq!(code(r#"{"id":"c1"}"#), "invalid_request");
         assert_eq!(code(r#"{"id":"c1","messages":[]}"#), "empty_messages");
         assert_eq!(code(&ok.replace("\"user\"", "\"robot\"")), "invalid_role");
-        assert_eq!(code(&ok.replace("\"text\",\"text\"", "\"bogus\",\"text\"")), "invalid_part");
-        assert_eq!(code(&ok.replace("submit-message", "resubmit")), "unknown_trigger");
+        assert_eq!(
+            code(&ok.replace("\"text\",\"text\"", "\"bogus\",\"text\"")),
+            "invalid_part"
+        );
+        assert_eq!(
+            code(&ok.replace("submit-message", "resubmit")),
+            "unknown_trigger"
+        );
         assert_eq!(code(&ok.replace("\"c1\"", "\"\"")), "invalid_id");
-        assert_eq!(code(&ok.replace("\"user\"", "\"assistant\"")), "no_user_message");
-        assert_eq!(parse(b"{\"id\":\"\xff\"}").unwrap_err().code, "invalid_utf8");
+        assert_eq!(
+            code(&ok.replace("\"user\"", "\"assistant\"")),
+            "no_user_message"
+        );
+        assert_eq!(
+            parse(b"{\"id\":\"\xff\"}").unwrap_err().code,
+            "invalid_utf8"
+        );
     }
 }

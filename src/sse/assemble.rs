@@ -39,13 +39,19 @@ impl Assembler {
     }
 
     fn open_part(&mut self, id: &str) -> Option<&mut Value> {
-        let idx = self.open.iter().rev().find(|(i, _)| i == id).map(|(_, idx)| *idx)?;
+        let idx = self
+            .open
+            .iter()
+            .rev()
+            .find(|(i, _)| i == id)
+            .map(|(_, idx)| *idx)?;
         self.parts.get_mut(idx)
     }
 
     fn start_part(&mut self, id: &str, ty: &str) {
         self.open.push((id.to_owned(), self.parts.len()));
-        self.parts.push(json!({"type": ty, "text": "", "state": "streaming"}));
+        self.parts
+            .push(json!({"type": ty, "text": "", "state": "streaming"}));
     }
 
     fn append(&mut self, id: &str, delta: &str) {
@@ -63,7 +69,10 @@ impl Assembler {
     }
 
     fn tool(&mut self, call_id: &str) -> Option<&mut Value> {
-        self.parts.iter_mut().rev().find(|p| p["toolCallId"] == call_id)
+        self.parts
+            .iter_mut()
+            .rev()
+            .find(|p| p["toolCallId"] == call_id)
     }
 
     fn merge_metadata(&mut self, v: &Value) {
@@ -77,7 +86,10 @@ impl Assembler {
     /// Applies one chunk.
     pub fn push(&mut self, chunk: &Chunk) {
         match chunk {
-            Chunk::Start { message_id, message_metadata } => {
+            Chunk::Start {
+                message_id,
+                message_metadata,
+            } => {
                 self.id = Some(message_id.clone());
                 self.merge_metadata(message_metadata);
             }
@@ -85,14 +97,25 @@ impl Assembler {
             Chunk::FinishStep => {}
             Chunk::TextStart { id } => self.start_part(id, "text"),
             Chunk::ReasoningStart { id } => self.start_part(id, "reasoning"),
-            Chunk::TextDelta { id, delta } | Chunk::ReasoningDelta { id, delta } => self.append(id, delta),
+            Chunk::TextDelta { id, delta } | Chunk::ReasoningDelta { id, delta } => {
+                self.append(id, delta)
+            }
             Chunk::TextEnd { id } | Chunk::ReasoningEnd { id } => self.end_part(id),
-            Chunk::ToolInputStart { tool_call_id, tool_name, .. } => self.parts.push(json!({
+            Chunk::ToolInputStart {
+                tool_call_id,
+                tool_name,
+                ..
+            } => self.parts.push(json!({
                 "type": "dynamic-tool", "toolName": tool_name, "toolCallId": tool_call_id,
                 "state": "input-streaming", "input": null,
             })),
             Chunk::ToolInputDelta { .. } => {}
-            Chunk::ToolInputAvailable { tool_call_id, tool_name, input, .. } => match self.tool(tool_call_id) {
+            Chunk::ToolInputAvailable {
+                tool_call_id,
+                tool_name,
+                input,
+                ..
+            } => match self.tool(tool_call_id) {
                 Some(p) => {
                     p["state"] = json!("input-available");
                     p["input"] = input.clone();
@@ -102,31 +125,52 @@ impl Assembler {
                     "state": "input-available", "input": input,
                 })),
             },
-            Chunk::ToolOutputAvailable { tool_call_id, output, .. } => {
+            Chunk::ToolOutputAvailable {
+                tool_call_id,
+                output,
+                ..
+            } => {
                 if let Some(p) = self.tool(tool_call_id) {
                     p["state"] = json!("output-available");
                     p["output"] = output.clone();
                 }
             }
-            Chunk::ToolOutputError { tool_call_id, error_text, .. } => {
+            Chunk::ToolOutputError {
+                tool_call_id,
+                error_text,
+                ..
+            } => {
                 if let Some(p) = self.tool(tool_call_id) {
                     p["state"] = json!("output-error");
                     p["errorText"] = json!(error_text);
                 }
             }
-            Chunk::SourceUrl { source_id, url, title } => {
+            Chunk::SourceUrl {
+                source_id,
+                url,
+                title,
+            } => {
                 let mut p = json!({"type": "source-url", "sourceId": source_id, "url": url});
                 if let Some(t) = title {
                     p["title"] = json!(t);
                 }
                 self.parts.push(p);
             }
-            Chunk::Data { name, id, data, transient } => {
+            Chunk::Data {
+                name,
+                id,
+                data,
+                transient,
+            } => {
                 if *transient {
                     return;
                 }
                 let ty = format!("data-{name}");
-                let existing = id.as_ref().and_then(|id| self.parts.iter_mut().find(|p| p["type"] == ty && p["id"] == *id));
+                let existing = id.as_ref().and_then(|id| {
+                    self.parts
+                        .iter_mut()
+                        .find(|p| p["type"] == ty && p["id"] == *id)
+                });
                 match existing {
                     Some(p) => p["data"] = data.clone(),
                     None => {
@@ -144,8 +188,12 @@ impl Assembler {
             Chunk::Abort { reason } => {
                 self.metadata.insert("aborted".into(), json!(reason));
             }
-            Chunk::Finish { finish_reason, message_metadata } => {
-                self.metadata.insert("finishReason".into(), json!(finish_reason));
+            Chunk::Finish {
+                finish_reason,
+                message_metadata,
+            } => {
+                self.metadata
+                    .insert("finishReason".into(), json!(finish_reason));
                 self.merge_metadata(message_metadata);
             }
         }

@@ -42,12 +42,24 @@ pub struct BridgeConfig {
 
 impl BridgeConfig {
     /// Surfaces and kinds taken from a compiled graph.
-    pub fn for_graph(graph: &crate::graph::CompiledGraph, message_id: String, metadata: Value) -> Self {
+    pub fn for_graph(
+        graph: &crate::graph::CompiledGraph,
+        message_id: String,
+        metadata: Value,
+    ) -> Self {
         Self {
             message_id,
             metadata,
-            surfaces: graph.nodes.iter().map(|n| (n.id.to_string(), n.surface)).collect(),
-            kinds: graph.nodes.iter().map(|n| (n.id.to_string(), n.kind.to_string())).collect(),
+            surfaces: graph
+                .nodes
+                .iter()
+                .map(|n| (n.id.to_string(), n.surface))
+                .collect(),
+            kinds: graph
+                .nodes
+                .iter()
+                .map(|n| (n.id.to_string(), n.kind.to_string()))
+                .collect(),
             thinking_interval_us: 250_000,
         }
     }
@@ -173,7 +185,11 @@ impl Bridge {
             return;
         }
         let node = ev.node.as_deref().unwrap_or("");
-        let surface = if node.is_empty() { Surface::Hidden } else { self.cfg.surface(node) };
+        let surface = if node.is_empty() {
+            Surface::Hidden
+        } else {
+            self.cfg.surface(node)
+        };
         let key = || format!("{node}#{}#{}", ev.step, ev.task);
         match &ev.event {
             EventKind::RunStarted { .. } => out.push(Chunk::Start {
@@ -213,7 +229,10 @@ impl Bridge {
                             id
                         }
                     };
-                    out.push(Chunk::TextDelta { id, delta: delta.clone() });
+                    out.push(Chunk::TextDelta {
+                        id,
+                        delta: delta.clone(),
+                    });
                 }
                 Surface::Thinking => {
                     let interval = self.cfg.thinking_interval_us;
@@ -238,7 +257,10 @@ impl Bridge {
                             id
                         }
                     };
-                    out.push(Chunk::ReasoningDelta { id, delta: delta.clone() });
+                    out.push(Chunk::ReasoningDelta {
+                        id,
+                        delta: delta.clone(),
+                    });
                 }
                 Surface::Thinking => {
                     if let Some(t) = self.thinking.get_mut(&key()) {
@@ -249,7 +271,10 @@ impl Bridge {
                 Surface::Hidden => {}
             },
             EventKind::LlmFinished { output, usage, .. } => {
-                let entry = self.usage.entry(node.to_owned()).or_insert_with(|| (String::new(), 0, 0));
+                let entry = self
+                    .usage
+                    .entry(node.to_owned())
+                    .or_insert_with(|| (String::new(), 0, 0));
                 entry.1 += usage.prompt_tokens;
                 entry.2 += usage.completion_tokens;
                 if surface == Surface::Answer {
@@ -262,13 +287,22 @@ impl Bridge {
                 }
                 out.push(self.usage_chunk());
             }
-            EventKind::ToolCallStarted { call_id, tool } => self.tool_started(surface, &key(), call_id, tool, out),
+            EventKind::ToolCallStarted { call_id, tool } => {
+                self.tool_started(surface, &key(), call_id, tool, out)
+            }
             EventKind::ToolCallDelta { call_id, delta } => {
                 if let Some(ToolOwner::Answer) = self.tools.get(call_id) {
-                    out.push(Chunk::ToolInputDelta { tool_call_id: call_id.clone(), input_text_delta: delta.clone() });
+                    out.push(Chunk::ToolInputDelta {
+                        tool_call_id: call_id.clone(),
+                        input_text_delta: delta.clone(),
+                    });
                 }
             }
-            EventKind::ToolCallReady { call_id, tool, args } => {
+            EventKind::ToolCallReady {
+                call_id,
+                tool,
+                args,
+            } => {
                 if !self.tools.contains_key(call_id) {
                     self.tool_started(surface, &key(), call_id, tool, out);
                 }
@@ -279,24 +313,33 @@ impl Bridge {
                         input: args.clone(),
                         dynamic: true,
                     }),
-                    Some(ToolOwner::Thinking(k)) => self.update_tool(&k, call_id, ev.at, out, |v| {
-                        v["state"] = json!("input-available");
-                        v["input"] = args.clone();
-                    }),
+                    Some(ToolOwner::Thinking(k)) => {
+                        self.update_tool(&k, call_id, ev.at, out, |v| {
+                            v["state"] = json!("input-available");
+                            v["input"] = args.clone();
+                        })
+                    }
                     None => {}
                 }
             }
-            EventKind::ToolResult { call_id, output, display, .. } => {
+            EventKind::ToolResult {
+                call_id,
+                output,
+                display,
+                ..
+            } => {
                 match self.tools.get(call_id).cloned() {
                     Some(ToolOwner::Answer) => out.push(Chunk::ToolOutputAvailable {
                         tool_call_id: call_id.clone(),
                         output: output.clone(),
                         dynamic: true,
                     }),
-                    Some(ToolOwner::Thinking(k)) => self.update_tool(&k, call_id, ev.at, out, |v| {
-                        v["state"] = json!("output-available");
-                        v["output"] = output.clone();
-                    }),
+                    Some(ToolOwner::Thinking(k)) => {
+                        self.update_tool(&k, call_id, ev.at, out, |v| {
+                            v["state"] = json!("output-available");
+                            v["output"] = output.clone();
+                        })
+                    }
                     None => {}
                 }
                 if *display {
@@ -309,11 +352,18 @@ impl Bridge {
                         other => serde_json::to_string_pretty(other).unwrap_or_default(),
                     };
                     out.push(Chunk::TextStart { id: id.clone() });
-                    out.push(Chunk::TextDelta { id: id.clone(), delta: text });
+                    out.push(Chunk::TextDelta {
+                        id: id.clone(),
+                        delta: text,
+                    });
                     out.push(Chunk::TextEnd { id });
                 }
             }
-            EventKind::ToolError { call_id, tool, error } => {
+            EventKind::ToolError {
+                call_id,
+                tool,
+                error,
+            } => {
                 if !self.tools.contains_key(call_id) {
                     self.tool_started(surface, &key(), call_id, tool, out);
                 }
@@ -323,10 +373,12 @@ impl Bridge {
                         error_text: tool_error_text(error),
                         dynamic: true,
                     }),
-                    Some(ToolOwner::Thinking(k)) => self.update_tool(&k, call_id, ev.at, out, |v| {
-                        v["state"] = json!("output-error");
-                        v["errorText"] = json!(tool_error_text(error));
-                    }),
+                    Some(ToolOwner::Thinking(k)) => {
+                        self.update_tool(&k, call_id, ev.at, out, |v| {
+                            v["state"] = json!("output-error");
+                            v["errorText"] = json!(tool_error_text(error));
+                        })
+                    }
                     None => {}
                 }
             }
@@ -381,7 +433,12 @@ impl Bridge {
             }
             EventKind::Custom { name, data } => out.push(Chunk::Data {
                 name: data_name(name),
-                id: Some(format!("{}-{}-{}", node.replace('/', "-"), ev.step, ev.task)),
+                id: Some(format!(
+                    "{}-{}-{}",
+                    node.replace('/', "-"),
+                    ev.step,
+                    ev.task
+                )),
                 data: data.clone(),
                 transient: false,
             }),
@@ -404,19 +461,28 @@ impl Bridge {
             }
             EventKind::RunFailed { .. } => {
                 self.flush(out);
-                let reference = self.cfg.metadata["runId"].as_str().map_or_else(|| ev.run_id.to_string(), str::to_owned);
+                let reference = self.cfg.metadata["runId"]
+                    .as_str()
+                    .map_or_else(|| ev.run_id.to_string(), str::to_owned);
                 out.push(Chunk::Error {
-                    error_text: format!("The assistant could not finish this answer (reference {reference})."),
+                    error_text: format!(
+                        "The assistant could not finish this answer (reference {reference})."
+                    ),
                 });
                 self.close_step(out);
-                out.push(Chunk::Finish { finish_reason: "error".into(), message_metadata: json!({ "reference": reference }) });
+                out.push(Chunk::Finish {
+                    finish_reason: "error".into(),
+                    message_metadata: json!({ "reference": reference }),
+                });
                 self.done = true;
             }
             EventKind::RunCancelled { reason } => {
                 self.flush(out);
                 self.close_parts(out);
                 self.close_step(out);
-                out.push(Chunk::Abort { reason: reason.clone() });
+                out.push(Chunk::Abort {
+                    reason: reason.clone(),
+                });
                 self.done = true;
             }
             _ => {}
@@ -425,39 +491,65 @@ impl Bridge {
 
     fn thinking_part(&mut self, key: &str, node: &str, ev: &Event) -> &mut Thinking {
         let kind = self.cfg.kind(node).to_owned();
-        self.thinking.entry(key.to_owned()).or_insert_with(|| Thinking {
-            id: format!("thinking-{}-{}-{}", node.replace('/', "-"), ev.step, ev.task),
-            node: node.to_owned(),
-            kind,
-            status: "running",
-            text: String::new(),
-            notes: Vec::new(),
-            tools: Vec::new(),
-            started_at: ev.at,
-            finished_at: None,
-            last_emit: 0,
-            dirty: false,
-        })
+        self.thinking
+            .entry(key.to_owned())
+            .or_insert_with(|| Thinking {
+                id: format!(
+                    "thinking-{}-{}-{}",
+                    node.replace('/', "-"),
+                    ev.step,
+                    ev.task
+                ),
+                node: node.to_owned(),
+                kind,
+                status: "running",
+                text: String::new(),
+                notes: Vec::new(),
+                tools: Vec::new(),
+                started_at: ev.at,
+                finished_at: None,
+                last_emit: 0,
+                dirty: false,
+            })
     }
 
-    fn tool_started(&mut self, surface: Surface, key: &str, call_id: &str, tool: &str, out: &mut Vec<Chunk>) {
+    fn tool_started(
+        &mut self,
+        surface: Surface,
+        key: &str,
+        call_id: &str,
+        tool: &str,
+        out: &mut Vec<Chunk>,
+    ) {
         match surface {
             Surface::Answer => {
                 self.tools.insert(call_id.to_owned(), ToolOwner::Answer);
-                out.push(Chunk::ToolInputStart { tool_call_id: call_id.to_owned(), tool_name: tool.to_owned(), dynamic: true });
+                out.push(Chunk::ToolInputStart {
+                    tool_call_id: call_id.to_owned(),
+                    tool_name: tool.to_owned(),
+                    dynamic: true,
+                });
             }
             Surface::Thinking => {
                 if let Some(t) = self.thinking.get_mut(key) {
                     t.tools.push(json!({"toolCallId": call_id, "toolName": tool, "state": "input-streaming", "input": null}));
                     t.dirty = true;
-                    self.tools.insert(call_id.to_owned(), ToolOwner::Thinking(key.to_owned()));
+                    self.tools
+                        .insert(call_id.to_owned(), ToolOwner::Thinking(key.to_owned()));
                 }
             }
             Surface::Hidden => {}
         }
     }
 
-    fn update_tool(&mut self, key: &str, call_id: &str, at: u64, out: &mut Vec<Chunk>, f: impl FnOnce(&mut Value)) {
+    fn update_tool(
+        &mut self,
+        key: &str,
+        call_id: &str,
+        at: u64,
+        out: &mut Vec<Chunk>,
+        f: impl FnOnce(&mut Value),
+    ) {
         if let Some(t) = self.thinking.get_mut(key) {
             if let Some(v) = t.tool(call_id) {
                 f(v);
@@ -472,7 +564,10 @@ impl Bridge {
             .iter()
             .map(|(n, (_, p, c))| (n.clone(), json!({"promptTokens": p, "completionTokens": c})))
             .collect();
-        let (p, c) = self.usage.values().fold((0, 0), |(p, c), (_, a, b)| (p + a, c + b));
+        let (p, c) = self
+            .usage
+            .values()
+            .fold((0, 0), |(p, c), (_, a, b)| (p + a, c + b));
         Chunk::Data {
             name: "usage".into(),
             id: Some("usage".into()),
@@ -483,7 +578,8 @@ impl Bridge {
 
     /// Sends thinking parts with unsent text, in a stable order.
     fn flush(&mut self, out: &mut Vec<Chunk>) {
-        let mut dirty: Vec<&mut Thinking> = self.thinking.values_mut().filter(|t| t.dirty).collect();
+        let mut dirty: Vec<&mut Thinking> =
+            self.thinking.values_mut().filter(|t| t.dirty).collect();
         dirty.sort_by(|a, b| a.id.cmp(&b.id));
         for t in dirty {
             let at = t.last_emit;
@@ -510,7 +606,12 @@ impl Bridge {
 fn emit(t: &mut Thinking, at: u64) -> Chunk {
     t.last_emit = at;
     t.dirty = false;
-    Chunk::Data { name: "thinking".into(), id: Some(t.id.clone()), data: t.payload(), transient: false }
+    Chunk::Data {
+        name: "thinking".into(),
+        id: Some(t.id.clone()),
+        data: t.payload(),
+        transient: false,
+    }
 }
 
 fn tool_error_text(e: &ToolFailure) -> String {
@@ -521,7 +622,13 @@ fn tool_error_text(e: &ToolFailure) -> String {
 fn data_name(name: &str) -> String {
     let s: String = name
         .chars()
-        .map(|c| if c.is_ascii_alphanumeric() || c == '-' { c.to_ascii_lowercase() } else { '-' })
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '-' {
+                c.to_ascii_lowercase()
+            } else {
+                '-'
+            }
+        })
         .collect();
     if s.is_empty() { "custom".into() } else { s }
 }

@@ -169,9 +169,17 @@ impl Chunk {
     /// The chunk as one line of JSON.
     pub fn to_json(&self) -> String {
         let r = match self {
-            Chunk::Data { name, id, data, transient } => {
-                serde_json::to_string(&DataOut { ty: format!("data-{name}"), id: id.as_deref(), data, transient: *transient })
-            }
+            Chunk::Data {
+                name,
+                id,
+                data,
+                transient,
+            } => serde_json::to_string(&DataOut {
+                ty: format!("data-{name}"),
+                id: id.as_deref(),
+                data,
+                transient: *transient,
+            }),
             other => serde_json::to_string(other),
         };
         // Serializing these types cannot fail (string keys, finite data).
@@ -206,32 +214,85 @@ mod tests {
     #[test]
     fn chunks_serialize_exactly_as_the_ai_sdk_expects() {
         let cases = [
-            (Chunk::Start { message_id: "m1".into(), message_metadata: json!({"runId": "r"}) }, r#"{"type":"start","messageId":"m1","messageMetadata":{"runId":"r"}}"#),
-            (Chunk::StartStep, r#"{"type":"start-step"}"#),
-            (Chunk::TextDelta { id: "t".into(), delta: "hi \"x\"\n".into() }, r#"{"type":"text-delta","id":"t","delta":"hi \"x\"\n"}"#),
             (
-                Chunk::ToolInputStart { tool_call_id: "c1".into(), tool_name: "calc".into(), dynamic: true },
+                Chunk::Start {
+                    message_id: "m1".into(),
+                    message_metadata: json!({"runId": "r"}),
+                },
+                r#"{"type":"start","messageId":"m1","messageMetadata":{"runId":"r"}}"#,
+            ),
+            (Chunk::StartStep, r#"{"type":"start-step"}"#),
+            (
+                Chunk::TextDelta {
+                    id: "t".into(),
+                    delta: "hi \"x\"\n".into(),
+                },
+                r#"{"type":"text-delta","id":"t","delta":"hi \"x\"\n"}"#,
+            ),
+            (
+                Chunk::ToolInputStart {
+                    tool_call_id: "c1".into(),
+                    tool_name: "calc".into(),
+                    dynamic: true,
+                },
                 r#"{"type":"tool-input-start","toolCallId":"c1","toolName":"calc","dynamic":true}"#,
             ),
             (
-                Chunk::ToolInputAvailable { tool_call_id: "c1".into(), tool_name: "calc".into(), input: Value::Null, dynamic: true },
+                Chunk::ToolInputAvailable {
+                    tool_call_id: "c1".into(),
+                    tool_name: "calc".into(),
+                    input: Value::Null,
+                    dynamic: true,
+                },
                 r#"{"type":"tool-input-available","toolCallId":"c1","toolName":"calc","input":null,"dynamic":true}"#,
             ),
             (
-                Chunk::ToolOutputError { tool_call_id: "c1".into(), error_text: "boom".into(), dynamic: true },
+                Chunk::ToolOutputError {
+                    tool_call_id: "c1".into(),
+                    error_text: "boom".into(),
+                    dynamic: true,
+                },
                 r#"{"type":"tool-output-error","toolCallId":"c1","errorText":"boom","dynamic":true}"#,
             ),
             (
-                Chunk::Data { name: "thinking".into(), id: Some("th-1".into()), data: json!({"text": "x"}), transient: false },
+                Chunk::Data {
+                    name: "thinking".into(),
+                    id: Some("th-1".into()),
+                    data: json!({"text": "x"}),
+                    transient: false,
+                },
                 r#"{"type":"data-thinking","id":"th-1","data":{"text":"x"}}"#,
             ),
-            (Chunk::Data { name: "note".into(), id: None, data: Value::Null, transient: true }, r#"{"type":"data-note","data":null,"transient":true}"#),
-            (Chunk::Error { error_text: "oops".into() }, r#"{"type":"error","errorText":"oops"}"#),
             (
-                Chunk::Finish { finish_reason: "stop".into(), message_metadata: json!({}) },
+                Chunk::Data {
+                    name: "note".into(),
+                    id: None,
+                    data: Value::Null,
+                    transient: true,
+                },
+                r#"{"type":"data-note","data":null,"transient":true}"#,
+            ),
+            (
+                Chunk::Error {
+                    error_text: "oops".into(),
+                },
+                r#"{"type":"error","errorText":"oops"}"#,
+            ),
+            (
+                Chunk::Finish {
+                    finish_reason: "stop".into(),
+                    message_metadata: json!({}),
+                },
                 r#"{"type":"finish","finishReason":"stop","messageMetadata":{}}"#,
             ),
-            (Chunk::SourceUrl { source_id: "1".into(), url: "https://x".into(), title: None }, r#"{"type":"source-url","sourceId":"1","url":"https://x"}"#),
+            (
+                Chunk::SourceUrl {
+                    source_id: "1".into(),
+                    url: "https://x".into(),
+                    title: None,
+                },
+                r#"{"type":"source-url","sourceId":"1","url":"https://x"}"#,
+            ),
         ];
         for (chunk, want) in cases {
             assert_eq!(chunk.to_json(), want);

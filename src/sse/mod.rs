@@ -20,7 +20,13 @@ use crate::events::Event;
 /// resumed stream replays the earlier events through the bridge for its
 /// state but sends only what the client has not seen). Returns whether the
 /// message is closed; the caller then sends [`DONE`].
-pub fn render_event(bridge: &mut Bridge, ev: &Event, after: u64, scratch: &mut Vec<Chunk>, out: &mut String) -> bool {
+pub fn render_event(
+    bridge: &mut Bridge,
+    ev: &Event,
+    after: u64,
+    scratch: &mut Vec<Chunk>,
+    out: &mut String,
+) -> bool {
     scratch.clear();
     bridge.on_event(ev, scratch);
     if ev.seq > after {

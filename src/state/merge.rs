@@ -26,7 +26,10 @@ pub struct TaskPatch<'a> {
 /// An unknown or undeclared field, two tasks writing one last-value field,
 /// or a value of the wrong type. On a type error the state may hold the
 /// writes that came before it in task order; the executor fails the run.
-pub fn apply_step(state: &mut dyn DynState, patches: &mut [TaskPatch<'_>]) -> Result<(), StateError> {
+pub fn apply_step(
+    state: &mut dyn DynState,
+    patches: &mut [TaskPatch<'_>],
+) -> Result<(), StateError> {
     patches.sort_by_key(|p| p.order);
     let schema = state.schema();
     let mut resolved: Vec<(usize, FieldId, &serde_json::Value)> = Vec::new();
@@ -43,7 +46,10 @@ pub fn apply_step(state: &mut dyn DynState, patches: &mut [TaskPatch<'_>]) -> Re
                 });
             };
             if !task.writes.contains(&field) {
-                return Err(StateError::Undeclared { node: task.label.to_owned(), field: name.to_owned() });
+                return Err(StateError::Undeclared {
+                    node: task.label.to_owned(),
+                    field: name.to_owned(),
+                });
             }
             if schema.spec(field).reducer == Reducer::Last {
                 if let Some(&(_, first)) = last_writer.iter().find(|(f, _)| *f == field) {
@@ -61,11 +67,13 @@ pub fn apply_step(state: &mut dyn DynState, patches: &mut [TaskPatch<'_>]) -> Re
         }
     }
     for (t, field, value) in resolved {
-        state.apply(field, value).map_err(|source| StateError::Type {
-            node: patches[t].label.to_owned(),
-            field: schema.spec(field).name.to_owned(),
-            source,
-        })?;
+        state
+            .apply(field, value)
+            .map_err(|source| StateError::Type {
+                node: patches[t].label.to_owned(),
+                field: schema.spec(field).name.to_owned(),
+                source,
+            })?;
     }
     Ok(())
 }
@@ -85,10 +93,23 @@ mod tests {
     fn conflicting_last_value_writes_name_both_nodes() {
         let mut s = ChatState::default();
         let w = [f("answer")];
-        let (a, b) = (Patch::new().set("answer", "x"), Patch::new().set("answer", "y"));
+        let (a, b) = (
+            Patch::new().set("answer", "x"),
+            Patch::new().set("answer", "y"),
+        );
         let mut ps = [
-            TaskPatch { order: (2, 0), label: "beta", writes: &w, patch: &b },
-            TaskPatch { order: (1, 0), label: "alpha", writes: &w, patch: &a },
+            TaskPatch {
+                order: (2, 0),
+                label: "beta",
+                writes: &w,
+                patch: &b,
+            },
+            TaskPatch {
+                order: (1, 0),
+                label: "alpha",
+                writes: &w,
+                patch: &a,
+            },
         ];
         let err = apply_step(&mut s, &mut ps).unwrap_err().to_string();
         assert!(err.contains("`alpha` and `beta`"), "{err}");
@@ -100,10 +121,26 @@ mod tests {
         let mut s = ChatState::default();
         let w = [f("answer")];
         let p = Patch::new().set("answr", "x");
-        let err = apply_step(&mut s, &mut [TaskPatch { order: (0, 0), label: "n", writes: &w, patch: &p }]);
+        let err = apply_step(
+            &mut s,
+            &mut [TaskPatch {
+                order: (0, 0),
+                label: "n",
+                writes: &w,
+                patch: &p,
+            }],
+        );
         assert!(matches!(err, Err(StateError::UnknownField { .. })));
         let p = Patch::new().set("summary", "x");
-        let err = apply_step(&mut s, &mut [TaskPatch { order: (0, 0), label: "n", writes: &w, patch: &p }]);
+        let err = apply_step(
+            &mut s,
+            &mut [TaskPatch {
+                order: (0, 0),
+                label: "n",
+                writes: &w,
+                patch: &p,
+            }],
+        );
         assert!(matches!(err, Err(StateError::Undeclared { .. })));
     }
 

@@ -33,12 +33,20 @@ pub struct Message {
 impl Message {
     /// A user message.
     pub fn user(id: impl Into<String>, content: impl Into<String>) -> Self {
-        Self { id: id.into(), role: Role::User, content: content.into() }
+        Self {
+            id: id.into(),
+            role: Role::User,
+            content: content.into(),
+        }
     }
 
     /// An assistant message.
     pub fn assistant(id: impl Into<String>, content: impl Into<String>) -> Self {
-        Self { id: id.into(), role: Role::Assistant, content: content.into() }
+        Self {
+            id: id.into(),
+            role: Role::Assistant,
+            content: content.into(),
+        }
     }
 }
 

@@ -156,13 +156,17 @@ impl dyn DynState + '_ {
         let any = self.field_ref(field);
         match any.downcast_ref::<String>() {
             Some(s) => Some(s),
-            None => any.downcast_ref::<Option<String>>().and_then(Option::as_deref),
+            None => any
+                .downcast_ref::<Option<String>>()
+                .and_then(Option::as_deref),
         }
     }
 
     /// A list-of-messages field without copying; `None` for other types.
     pub fn messages(&self, field: FieldId) -> Option<&[Message]> {
-        self.field_ref(field).downcast_ref::<Vec<Message>>().map(Vec::as_slice)
+        self.field_ref(field)
+            .downcast_ref::<Vec<Message>>()
+            .map(Vec::as_slice)
     }
 }
 
@@ -206,7 +210,9 @@ pub struct StateType {
 
 impl fmt::Debug for StateType {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("StateType").field("name", &self.schema.name).finish()
+        f.debug_struct("StateType")
+            .field("name", &self.schema.name)
+            .finish()
     }
 }
 
@@ -214,10 +220,16 @@ impl StateType {
     /// The entry for `S`.
     pub fn of<S: State>() -> Self {
         fn from_json<S: State>(v: &Value) -> Result<Box<dyn DynState>, StateError> {
-            let s = S::deserialize(v).map_err(|source| StateError::Decode { state: S::SCHEMA.name, source })?;
+            let s = S::deserialize(v).map_err(|source| StateError::Decode {
+                state: S::SCHEMA.name,
+                source,
+            })?;
             Ok(Box::new(s))
         }
-        Self { schema: S::SCHEMA, from_json: from_json::<S> }
+        Self {
+            schema: S::SCHEMA,
+            from_json: from_json::<S>,
+        }
     }
 
     /// Builds a state from JSON; missing fields take their defaults.
@@ -242,7 +254,10 @@ impl StateType {
 fn unreachable_default(name: &str) -> Box<dyn DynState> {
     // `state!` types are `#[serde(default)]`; a hand-written `State` that
     // rejects `{}` gets the chat state rather than a panic.
-    tracing::error!(state = name, "state type does not decode from {{}}; using an empty chat state");
+    tracing::error!(
+        state = name,
+        "state type does not decode from {{}}; using an empty chat state"
+    );
     Box::new(ChatState::default())
 }
 
@@ -255,7 +270,9 @@ pub struct StateTypes {
 impl Default for StateTypes {
     /// The built-in types: `chat`.
     fn default() -> Self {
-        let mut t = Self { types: BTreeMap::new() };
+        let mut t = Self {
+            types: BTreeMap::new(),
+        };
         t.register::<ChatState>();
         t
     }

@@ -58,7 +58,10 @@ impl Patch {
 
     /// The value written to `field`, if any.
     pub fn get(&self, field: &str) -> Option<&Value> {
-        self.writes.iter().find(|(f, _)| &**f == field).map(|(_, v)| v)
+        self.writes
+            .iter()
+            .find(|(f, _)| &**f == field)
+            .map(|(_, v)| v)
     }
 }
 

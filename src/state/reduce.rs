@@ -53,7 +53,10 @@ pub mod last {
     ///
     /// # Errors
     /// The value does not decode as `T`.
-    pub fn apply<T: DeserializeOwned + 'static>(slot: &mut T, value: &Value) -> Result<(), serde_json::Error> {
+    pub fn apply<T: DeserializeOwned + 'static>(
+        slot: &mut T,
+        value: &Value,
+    ) -> Result<(), serde_json::Error> {
         *slot = decode(value)?;
         Ok(())
     }
@@ -70,7 +73,10 @@ pub mod append {
     ///
     /// # Errors
     /// An item does not decode as `T`.
-    pub fn apply<T: DeserializeOwned + 'static>(slot: &mut Vec<T>, value: &Value) -> Result<(), serde_json::Error> {
+    pub fn apply<T: DeserializeOwned + 'static>(
+        slot: &mut Vec<T>,
+        value: &Value,
+    ) -> Result<(), serde_json::Error> {
         let items = decode_items(value)?;
         slot.extend(items);
         Ok(())
@@ -93,7 +99,10 @@ pub mod merge_by_id {
         value: &Value,
     ) -> Result<(), serde_json::Error> {
         for item in decode_items::<T>(value)? {
-            match slot.iter_mut().find(|old| !item.id().is_empty() && old.id() == item.id()) {
+            match slot
+                .iter_mut()
+                .find(|old| !item.id().is_empty() && old.id() == item.id())
+            {
                 Some(old) => *old = item,
                 None => slot.push(item),
             }
@@ -124,18 +133,28 @@ mod tests {
         append::apply(&mut v, &json!(4)).unwrap();
         assert_eq!(v, [1, 2, 3, 4]);
         assert!(append::apply(&mut v, &json!([5, "x"])).is_err());
-        assert_eq!(v, [1, 2, 3, 4], "a failed write must not leave half its items");
+        assert_eq!(
+            v,
+            [1, 2, 3, 4],
+            "a failed write must not leave half its items"
+        );
     }
 
     #[test]
     fn merge_by_id_replaces_in_place_and_appends_new() {
         let mut v = vec![Message::user("a", "hi"), Message::assistant("b", "yo")];
-        merge_by_id::apply(&mut v, &json!([
-            {"id": "b", "role": "assistant", "content": "hello"},
-            {"id": "c", "role": "user", "content": "more"}
-        ]))
+        merge_by_id::apply(
+            &mut v,
+            &json!([
+                {"id": "b", "role": "assistant", "content": "hello"},
+                {"id": "c", "role": "user", "content": "more"}
+            ]),
+        )
         .unwrap();
-        let ids: Vec<_> = v.iter().map(|m| (m.id.as_str(), m.content.as_str())).collect();
+        let ids: Vec<_> = v
+            .iter()
+            .map(|m| (m.id.as_str(), m.content.as_str()))
+            .collect();
         assert_eq!(ids, [("a", "hi"), ("b", "hello"), ("c", "more")]);
     }
 }

@@ -1,13 +1,22 @@
 //! The in-memory store: for tests, and the reference behaviour the
 //! conformance suite checks the other backends against.
+//!
+//! One std mutex guards everything: no operation awaits while holding it, so
+//! an async lock would only add cost. Notifications go out after the lock is
+//! released.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::{Mutex, MutexGuard, PoisonError};
 
 use futures::future::BoxFuture;
+use tokio::sync::broadcast;
 use uuid::Uuid;
 
-use super::{ChatRecord, ChatStore, CheckpointRecord, EventLog, MessageRecord, RunRecord, RunStore, Store, StoreError, StoreResult};
+use super::{
+    Appended, ChatRecord, ChatStore, CheckpointRecord, EventLog, Lease, Leases, Maintenance,
+    MessageRecord, NOTIFY_CAPACITY, PruneReport, RunRecord, RunStore, Store, StoreError,
+    StoreResult,
+};
 use crate::events::{ErrorInfo, Event, Usage, now_micros};
 use crate::runtime::{RunStatus, StepBatch};
 
@@ -18,12 +27,22 @@ struct Inner {
     runs: HashMap<Uuid, RunRecord>,
     events: HashMap<Uuid, BTreeMap<u64, Event>>,
     checkpoints: HashMap<Uuid, BTreeMap<u32, CheckpointRecord>>,
+    leases: HashMap<Uuid, Lease>,
 }
 
 /// Everything in process memory.
-#[derive(Default)]
 pub struct MemoryStore {
     inner: Mutex<Inner>,
+    notify: broadcast::Sender<Appended>,
+}
+
+impl Default for MemoryStore {
+    fn default() -> Self {
+        Self {
+            inner: Mutex::default(),
+            notify: broadcast::channel(NOTIFY_CAPACITY).0,
+        }
+    }
 }
 
 impl std::fmt::Debug for MemoryStore {
@@ -58,10 +77,23 @@ impl ChatStore for MemoryStore {
         ready(Ok(self.lock().chats.get(id).cloned()))
     }
 
-    fn list_chats(&self, user_id: &str, limit: usize) -> BoxFuture<'_, StoreResult<Vec<ChatRecord>>> {
+    fn list_chats(
+        &self,
+        user_id: &str,
+        limit: usize,
+    ) -> BoxFuture<'_, StoreResult<Vec<ChatRecord>>> {
         let g = self.lock();
-        let mut v: Vec<ChatRecord> = g.chats.values().filter(|c| c.user_id == user_id).cloned().collect();
-        v.sort_by(|a, b| b.updated_at.cmp(&a.updated_at).then_with(|| b.id.cmp(&a.id)));
+        let mut v: Vec<ChatRecord> = g
+            .chats
+            .values()
+            .filter(|c| c.user_id == user_id)
+            .cloned()
+            .collect();
+        v.sort_by(|a, b| {
+            b.updated_at
+                .cmp(&a.updated_at)
+                .then_with(|| b.id.cmp(&a.id))
+        });
         v.truncate(limit);
         ready(Ok(v))
     }
@@ -85,7 +117,12 @@ impl ChatStore for MemoryStore {
         ready(r)
     }
 
-    fn replace_messages_from(&self, chat_id: &str, position: i64, messages: Vec<MessageRecord>) -> BoxFuture<'_, StoreResult<()>> {
+    fn replace_messages_from(
+        &self,
+        chat_id: &str,
+        position: i64,
+        messages: Vec<MessageRecord>,
+    ) -> BoxFuture<'_, StoreResult<()>> {
         let mut g = self.lock();
         let list = g.messages.entry(chat_id.to_owned()).or_default();
         list.retain(|m| m.position < position);
@@ -113,18 +150,26 @@ impl ChatStore for MemoryStore {
     }
 
     fn messages(&self, chat_id: &str) -> BoxFuture<'_, StoreResult<Vec<MessageRecord>>> {
-        ready(Ok(self.lock().messages.get(chat_id).cloned().unwrap_or_default()))
+        ready(Ok(self
+            .lock()
+            .messages
+            .get(chat_id)
+            .cloned()
+            .unwrap_or_default()))
     }
 }
 
 impl RunStore for MemoryStore {
     fn create_run(&self, run: RunRecord) -> BoxFuture<'_, StoreResult<()>> {
         let mut g = self.lock();
-        let r = if g.runs.contains_key(&run.id) {
-            Err(StoreError::Conflict(format!("run {} exists", run.id)))
-        } else {
-            g.runs.insert(run.id, run);
-            Ok(())
+        let r = match g.runs.entry(run.id) {
+            std::collections::hash_map::Entry::Occupied(_) => {
+                Err(StoreError::Conflict(format!("run {} exists", run.id)))
+            }
+            std::collections::hash_map::Entry::Vacant(slot) => {
+                slot.insert(run);
+                Ok(())
+            }
         };
         ready(r)
     }
@@ -133,16 +178,34 @@ impl RunStore for MemoryStore {
         ready(Ok(self.lock().runs.get(&id).cloned()))
     }
 
-    fn list_runs(&self, chat_id: Option<&str>, limit: usize) -> BoxFuture<'_, StoreResult<Vec<RunRecord>>> {
+    fn list_runs(
+        &self,
+        chat_id: Option<&str>,
+        limit: usize,
+    ) -> BoxFuture<'_, StoreResult<Vec<RunRecord>>> {
         let g = self.lock();
-        let mut v: Vec<RunRecord> =
-            g.runs.values().filter(|r| chat_id.is_none_or(|c| r.chat_id.as_deref() == Some(c))).cloned().collect();
-        v.sort_by(|a, b| b.created_at.cmp(&a.created_at).then_with(|| b.id.cmp(&a.id)));
+        let mut v: Vec<RunRecord> = g
+            .runs
+            .values()
+            .filter(|r| chat_id.is_none_or(|c| r.chat_id.as_deref() == Some(c)))
+            .cloned()
+            .collect();
+        v.sort_by(|a, b| {
+            b.created_at
+                .cmp(&a.created_at)
+                .then_with(|| b.id.cmp(&a.id))
+        });
         v.truncate(limit);
         ready(Ok(v))
     }
 
-    fn finish_run(&self, id: Uuid, status: RunStatus, error: Option<ErrorInfo>, usage: Usage) -> BoxFuture<'_, StoreResult<()>> {
+    fn finish_run(
+        &self,
+        id: Uuid,
+        status: RunStatus,
+        error: Option<ErrorInfo>,
+        usage: Usage,
+    ) -> BoxFuture<'_, StoreResult<()>> {
         let mut g = self.lock();
         let r = match g.runs.get_mut(&id) {
             Some(run) => {
@@ -150,6 +213,7 @@ impl RunStore for MemoryStore {
                 run.error = error;
                 run.usage = usage;
                 run.finished_at = Some(now_micros());
+                g.leases.remove(&id);
                 Ok(())
             }
             None => Err(StoreError::NotFound(format!("run {id}"))),
@@ -163,37 +227,67 @@ impl EventLog for MemoryStore {
         let mut g = self.lock();
         let log = g.events.entry(batch.run_id).or_default();
         if let Some(dup) = batch.events.iter().find(|e| log.contains_key(&e.seq)) {
-            return ready(Err(StoreError::Conflict(format!("event {} of run {} exists", dup.seq, batch.run_id))));
+            return ready(Err(StoreError::Conflict(format!(
+                "event {} of run {} exists",
+                dup.seq, batch.run_id
+            ))));
         }
         for e in &batch.events {
             log.insert(e.seq, (**e).clone());
         }
-        let last_seq = log.keys().next_back().copied().unwrap_or(0);
-        g.checkpoints.entry(batch.run_id).or_default().insert(batch.step, CheckpointRecord::from_batch(batch));
+        let batch_max = batch.events.iter().map(|e| e.seq).max();
+        g.checkpoints
+            .entry(batch.run_id)
+            .or_default()
+            .insert(batch.step, CheckpointRecord::from_batch(batch));
+        let mut last_seq = batch_max.unwrap_or(0);
         if let Some(run) = g.runs.get_mut(&batch.run_id) {
             run.last_seq = run.last_seq.max(last_seq);
+            last_seq = run.last_seq;
             run.last_step = run.last_step.max(batch.step);
             if batch.status != RunStatus::Running {
                 run.status = batch.status;
                 run.finished_at = Some(now_micros());
+                g.leases.remove(&batch.run_id);
             }
         }
+        drop(g);
+        // No subscriber is not an error.
+        let _ = self.notify.send((batch.run_id, last_seq));
         ready(Ok(()))
     }
 
-    fn events(&self, run: Uuid, after: u64, limit: usize) -> BoxFuture<'_, StoreResult<Vec<Event>>> {
+    fn events(
+        &self,
+        run: Uuid,
+        after: u64,
+        limit: usize,
+    ) -> BoxFuture<'_, StoreResult<Vec<Event>>> {
         let g = self.lock();
         let v = g
             .events
             .get(&run)
-            .map(|log| log.range(after + 1..).take(limit).map(|(_, e)| e.clone()).collect())
+            .map(|log| {
+                log.range(after + 1..)
+                    .take(limit)
+                    .map(|(_, e)| e.clone())
+                    .collect()
+            })
             .unwrap_or_default();
         ready(Ok(v))
     }
 
-    fn checkpoints(&self, run: Uuid, upto: u32) -> BoxFuture<'_, StoreResult<Vec<CheckpointRecord>>> {
+    fn checkpoints(
+        &self,
+        run: Uuid,
+        upto: u32,
+    ) -> BoxFuture<'_, StoreResult<Vec<CheckpointRecord>>> {
         let g = self.lock();
-        let v = g.checkpoints.get(&run).map(|c| c.range(..=upto).map(|(_, r)| r.clone()).collect()).unwrap_or_default();
+        let v = g
+            .checkpoints
+            .get(&run)
+            .map(|c| c.range(..=upto).map(|(_, r)| r.clone()).collect())
+            .unwrap_or_default();
         ready(Ok(v))
     }
 }
@@ -205,5 +299,143 @@ impl Store for MemoryStore {
 
     fn ping(&self) -> BoxFuture<'_, StoreResult<()>> {
         ready(Ok(()))
+    }
+}
+
+impl Leases for MemoryStore {
+    fn acquire_lease(
+        &self,
+        run: Uuid,
+        owner: &str,
+        now: u64,
+        until: u64,
+    ) -> BoxFuture<'_, StoreResult<bool>> {
+        let mut g = self.lock();
+        let running = g
+            .runs
+            .get(&run)
+            .is_some_and(|r| r.status == RunStatus::Running);
+        let free = g
+            .leases
+            .get(&run)
+            .is_none_or(|l| l.until < now || l.owner == owner);
+        let taken = running && free;
+        if taken {
+            g.leases.insert(
+                run,
+                Lease {
+                    owner: owner.to_owned(),
+                    until,
+                },
+            );
+        }
+        ready(Ok(taken))
+    }
+
+    fn renew_leases(&self, owner: &str, until: u64) -> BoxFuture<'_, StoreResult<Vec<Uuid>>> {
+        let mut g = self.lock();
+        let Inner { runs, leases, .. } = &mut *g;
+        let mut held: Vec<Uuid> = leases
+            .iter_mut()
+            .filter(|(id, l)| {
+                l.owner == owner && runs.get(id).is_some_and(|r| r.status == RunStatus::Running)
+            })
+            .map(|(id, l)| {
+                l.until = until;
+                *id
+            })
+            .collect();
+        held.sort_unstable();
+        ready(Ok(held))
+    }
+
+    fn claim_orphans(
+        &self,
+        owner: &str,
+        now: u64,
+        until: u64,
+        limit: usize,
+    ) -> BoxFuture<'_, StoreResult<Vec<RunRecord>>> {
+        let mut g = self.lock();
+        let Inner { runs, leases, .. } = &mut *g;
+        let mut orphans: Vec<RunRecord> = runs
+            .values()
+            .filter(|r| {
+                r.status == RunStatus::Running && leases.get(&r.id).is_none_or(|l| l.until < now)
+            })
+            .cloned()
+            .collect();
+        orphans.sort_by(|a, b| {
+            a.created_at
+                .cmp(&b.created_at)
+                .then_with(|| a.id.cmp(&b.id))
+        });
+        orphans.truncate(limit);
+        for r in &orphans {
+            leases.insert(
+                r.id,
+                Lease {
+                    owner: owner.to_owned(),
+                    until,
+                },
+            );
+        }
+        ready(Ok(orphans))
+    }
+
+    fn release_lease(&self, run: Uuid, owner: &str) -> BoxFuture<'_, StoreResult<()>> {
+        let mut g = self.lock();
+        if g.leases.get(&run).is_some_and(|l| l.owner == owner) {
+            g.leases.remove(&run);
+        }
+        ready(Ok(()))
+    }
+
+    fn lease(&self, run: Uuid) -> BoxFuture<'_, StoreResult<Option<Lease>>> {
+        ready(Ok(self.lock().leases.get(&run).cloned()))
+    }
+}
+
+impl Maintenance for MemoryStore {
+    fn prune(&self, before: u64, chats: bool) -> BoxFuture<'_, StoreResult<PruneReport>> {
+        let mut g = self.lock();
+        let mut report = PruneReport::default();
+        let old: Vec<Uuid> = g
+            .runs
+            .values()
+            .filter(|r| r.status != RunStatus::Running && r.created_at < before)
+            .map(|r| r.id)
+            .collect();
+        for id in old {
+            g.runs.remove(&id);
+            g.leases.remove(&id);
+            report.runs += 1;
+            report.events += g.events.remove(&id).map_or(0, |l| l.len() as u64);
+            report.checkpoints += g.checkpoints.remove(&id).map_or(0, |c| c.len() as u64);
+        }
+        if chats {
+            let busy: HashSet<&str> = g
+                .runs
+                .values()
+                .filter(|r| r.status == RunStatus::Running)
+                .filter_map(|r| r.chat_id.as_deref())
+                .collect();
+            let stale: Vec<String> = g
+                .chats
+                .values()
+                .filter(|c| c.updated_at < before && !busy.contains(c.id.as_str()))
+                .map(|c| c.id.clone())
+                .collect();
+            for id in stale {
+                g.chats.remove(&id);
+                report.chats += 1;
+                report.messages += g.messages.remove(&id).map_or(0, |m| m.len() as u64);
+            }
+        }
+        ready(Ok(report))
+    }
+
+    fn subscribe(&self) -> broadcast::Receiver<Appended> {
+        self.notify.subscribe()
     }
 }

@@ -6,32 +6,39 @@
 //! - [`RunStore`]: runs — graph, version, status, timings, usage, leases;
 //! - [`EventLog`]: the append-only event log and the checkpoints, written
 //!   together one superstep at a time ([`StepBatch`]), which is what resume,
-//!   replay and the debugging API read.
+//!   replay and the debugging API read;
+//! - [`Leases`]: which instance executes a running run, so that after a
+//!   crash exactly one surviving instance picks it up (no cluster protocol:
+//!   a lease is two columns of the run, renewed while the run executes);
+//! - [`Maintenance`]: pruning old runs and chats, and notifications of new
+//!   events so an instance can stream a run another instance executes.
 //!
 //! Backends: [`memory`] (tests), [`sqlite`] (the embedded default) and
 //! [`postgres`]; [`config`] picks one and [`open`]s it. A [`Store`] is
-//! anything implementing all three.
+//! anything implementing all of them. [`LogCheckpointer`] connects a store
+//! to the executor and rides out database outages.
 
+mod checkpointer;
 pub mod config;
 pub mod memory;
 pub mod postgres;
 mod sql;
 pub mod sqlite;
 
+pub use checkpointer::{DEFAULT_OUTAGE_LIMIT, LogCheckpointer};
 pub use config::{StoreConfig, open};
 pub use postgres::PostgresStore;
 pub use sql::MigrationReport;
 pub use sqlite::SqliteStore;
 
-use std::sync::Arc;
-
 use futures::future::BoxFuture;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
+use tokio::sync::broadcast;
 use uuid::Uuid;
 
 use crate::events::{ErrorInfo, Event, ForkOrigin, Usage};
-use crate::runtime::{CheckpointError, Checkpointer, RunStatus, StepBatch};
+use crate::runtime::{RunStatus, StepBatch};
 
 /// Errors from a store.
 #[derive(Debug, Clone, thiserror::Error)]
@@ -151,7 +158,13 @@ pub struct CheckpointRecord {
 impl CheckpointRecord {
     /// The checkpoint part of a batch.
     pub fn from_batch(b: &StepBatch) -> Self {
-        Self { step: b.step, writes: b.writes.clone(), next: b.next.clone(), joins: b.joins.clone(), snapshot: b.snapshot.clone() }
+        Self {
+            step: b.step,
+            writes: b.writes.clone(),
+            next: b.next.clone(),
+            joins: b.joins.clone(),
+            snapshot: b.snapshot.clone(),
+        }
     }
 
     /// Back to a batch (without events), for [`crate::runtime::rebuild_state`].
@@ -176,14 +189,23 @@ pub trait ChatStore: Send + Sync {
     /// A chat by id.
     fn get_chat(&self, id: &str) -> BoxFuture<'_, StoreResult<Option<ChatRecord>>>;
     /// A user's chats, most recently updated first.
-    fn list_chats(&self, user_id: &str, limit: usize) -> BoxFuture<'_, StoreResult<Vec<ChatRecord>>>;
+    fn list_chats(
+        &self,
+        user_id: &str,
+        limit: usize,
+    ) -> BoxFuture<'_, StoreResult<Vec<ChatRecord>>>;
     /// Deletes a chat with its messages (runs and events stay until pruned).
     fn delete_chat(&self, id: &str) -> BoxFuture<'_, StoreResult<bool>>;
     /// Sets (or clears) the chat's active run; bumps `updated_at`.
     fn set_active_run(&self, chat_id: &str, run: Option<Uuid>) -> BoxFuture<'_, StoreResult<()>>;
     /// Replaces the messages from `position` on with `messages` (one
     /// transaction): appending, editing and regenerating are all this.
-    fn replace_messages_from(&self, chat_id: &str, position: i64, messages: Vec<MessageRecord>) -> BoxFuture<'_, StoreResult<()>>;
+    fn replace_messages_from(
+        &self,
+        chat_id: &str,
+        position: i64,
+        messages: Vec<MessageRecord>,
+    ) -> BoxFuture<'_, StoreResult<()>>;
     /// Inserts or replaces one message (by chat and id).
     fn upsert_message(&self, message: MessageRecord) -> BoxFuture<'_, StoreResult<()>>;
     /// A chat's messages in order.
@@ -197,7 +219,11 @@ pub trait RunStore: Send + Sync {
     /// A run by id.
     fn get_run(&self, id: Uuid) -> BoxFuture<'_, StoreResult<Option<RunRecord>>>;
     /// Runs, newest first, optionally of one chat.
-    fn list_runs(&self, chat_id: Option<&str>, limit: usize) -> BoxFuture<'_, StoreResult<Vec<RunRecord>>>;
+    fn list_runs(
+        &self,
+        chat_id: Option<&str>,
+        limit: usize,
+    ) -> BoxFuture<'_, StoreResult<Vec<RunRecord>>>;
     /// Records how a run ended.
     fn finish_run(
         &self,
@@ -214,24 +240,134 @@ pub trait EventLog: Send + Sync {
     /// run's `last_seq` / `last_step` (and status, for a final batch).
     fn append(&self, batch: &StepBatch) -> BoxFuture<'_, StoreResult<()>>;
     /// Events of a run with `seq > after`, in order, at most `limit`.
-    fn events(&self, run: Uuid, after: u64, limit: usize) -> BoxFuture<'_, StoreResult<Vec<Event>>>;
+    fn events(&self, run: Uuid, after: u64, limit: usize)
+    -> BoxFuture<'_, StoreResult<Vec<Event>>>;
     /// Checkpoints of a run with `step <= upto`, in order.
-    fn checkpoints(&self, run: Uuid, upto: u32) -> BoxFuture<'_, StoreResult<Vec<CheckpointRecord>>>;
+    fn checkpoints(
+        &self,
+        run: Uuid,
+        upto: u32,
+    ) -> BoxFuture<'_, StoreResult<Vec<CheckpointRecord>>>;
 }
 
+/// Who executes a running run, and until when (µs since the epoch).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Lease {
+    /// The instance holding it (an id the instance chose, e.g. host and pid).
+    pub owner: String,
+    /// When it expires unless renewed.
+    pub until: u64,
+}
+
+/// Run leases: which instance executes a running run.
+///
+/// An instance takes the lease when it starts (or resumes) a run, renews all
+/// its leases periodically, and releases them when it stops. A run whose
+/// lease expired belongs to an instance that died: another instance claims
+/// it with [`Leases::claim_orphans`] and resumes it from its checkpoint. A
+/// lease ends with the run: [`RunStore::finish_run`] and a final batch
+/// (status other than running) clear it.
+///
+/// A running run that never had a lease is an orphan at once, so a new run
+/// must be leased right after it is created; one that has no lease by the
+/// time another instance claims orphans gets executed there.
+///
+/// Times are µs since the epoch, passed in by the caller, so one clock (the
+/// caller's) decides expiry and tests need no sleeping; instances' clocks
+/// should agree to well within the lease length.
+pub trait Leases: Send + Sync {
+    /// Takes or extends the lease of `run` until `until`: true when the run
+    /// is running and its lease is unset, expired (it ended before `now`) or
+    /// already `owner`'s; false when another owner holds it or the run is
+    /// over (or unknown). Check the answer: false means another instance
+    /// executes the run.
+    fn acquire_lease(
+        &self,
+        run: Uuid,
+        owner: &str,
+        now: u64,
+        until: u64,
+    ) -> BoxFuture<'_, StoreResult<bool>>;
+    /// Extends every lease `owner` holds on running runs to `until`; returns
+    /// those runs (a run missing from the answer was lost: another instance
+    /// claimed it, or it ended). One statement.
+    fn renew_leases(&self, owner: &str, until: u64) -> BoxFuture<'_, StoreResult<Vec<Uuid>>>;
+    /// Takes the leases of up to `limit` running runs whose lease expired
+    /// before `now` or was never set, oldest runs first, and returns them.
+    /// Concurrent callers (other instances) never get the same run.
+    fn claim_orphans(
+        &self,
+        owner: &str,
+        now: u64,
+        until: u64,
+        limit: usize,
+    ) -> BoxFuture<'_, StoreResult<Vec<RunRecord>>>;
+    /// Gives up the lease of `run` if `owner` holds it (otherwise does nothing).
+    fn release_lease(&self, run: Uuid, owner: &str) -> BoxFuture<'_, StoreResult<()>>;
+    /// The lease of `run`, if one is set (for diagnostics; expired leases
+    /// are reported too).
+    fn lease(&self, run: Uuid) -> BoxFuture<'_, StoreResult<Option<Lease>>>;
+}
+
+/// What [`Maintenance::prune`] deleted.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct PruneReport {
+    /// Runs.
+    pub runs: u64,
+    /// Events of those runs.
+    pub events: u64,
+    /// Checkpoints of those runs.
+    pub checkpoints: u64,
+    /// Chats.
+    pub chats: u64,
+    /// Messages of those chats.
+    pub messages: u64,
+}
+
+impl std::ops::AddAssign for PruneReport {
+    fn add_assign(&mut self, part: Self) {
+        self.runs += part.runs;
+        self.events += part.events;
+        self.checkpoints += part.checkpoints;
+        self.chats += part.chats;
+        self.messages += part.messages;
+    }
+}
+
+/// A committed append: the run and the highest event seq stored for it.
+pub type Appended = (Uuid, u64);
+
+/// How many [`Appended`] notifications a subscriber may fall behind before
+/// it sees [`broadcast::error::RecvError::Lagged`].
+pub const NOTIFY_CAPACITY: usize = 4096;
+
+/// Housekeeping and change notifications.
+pub trait Maintenance: Send + Sync {
+    /// Deletes runs that are over (not running) and were created before
+    /// `before`, with their events and checkpoints; with `chats`, also the
+    /// chats not updated since `before` that have no running run, with their
+    /// messages. Works in bounded batches (each its own transaction), so a
+    /// large prune never holds up appends for long.
+    fn prune(&self, before: u64, chats: bool) -> BoxFuture<'_, StoreResult<PruneReport>>;
+    /// Notifications `(run, last_seq)` after every committed
+    /// [`EventLog::append`], where `last_seq` is the highest seq stored for
+    /// the run. On PostgreSQL they come from every instance sharing the
+    /// database; on SQLite and memory from this store only.
+    ///
+    /// Notifications are a hint to read the log, never the log itself: they
+    /// can be lost (a subscriber lagging behind, PostgreSQL's listening
+    /// connection reconnecting), so a subscriber must still poll
+    /// [`EventLog::events`] now and then.
+    fn subscribe(&self) -> broadcast::Receiver<Appended>;
+}
+
+/// Rows deleted per statement by [`Maintenance::prune`].
+pub(crate) const PRUNE_BATCH: usize = 500;
+
 /// A complete store.
-pub trait Store: ChatStore + RunStore + EventLog {
+pub trait Store: ChatStore + RunStore + EventLog + Leases + Maintenance {
     /// Backend name for logs and `/readyz`.
     fn backend(&self) -> &'static str;
     /// Checks that the backend answers.
     fn ping(&self) -> BoxFuture<'_, StoreResult<()>>;
-}
-
-/// Adapts an [`EventLog`] to the executor's checkpoint hook.
-pub struct LogCheckpointer(pub Arc<dyn Store>);
-
-impl Checkpointer for LogCheckpointer {
-    fn save(&self, batch: StepBatch) -> BoxFuture<'_, Result<(), CheckpointError>> {
-        Box::pin(async move { self.0.append(&batch).await.map_err(|e| CheckpointError(e.to_string())) })
-    }
 }

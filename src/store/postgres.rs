@@ -20,11 +20,33 @@
 //! string serde can write is accepted. Connections are plain TCP (`NoTls`):
 //! the database is expected on a private network or a local socket.
 //!
-//! Errors: connection failures, pool timeouts, shutdowns, resource
-//! exhaustion and serialization failures are [`StoreError::Unavailable`]
-//! (transient); unique violations are [`StoreError::Conflict`].
+//! # Notifications
+//! The append statement also calls `pg_notify('stategraph_events',
+//! '<run>:<last_seq>')`, delivered when it commits to every session
+//! listening on the database — so one round trip still. Each store keeps
+//! one dedicated connection outside the pool that `LISTEN`s and feeds
+//! [`Maintenance::subscribe`](super::Maintenance::subscribe) (the `listen`
+//! module says how it reconnects and what is lost meanwhile).
+//!
+//! Measured on the development machine (PostgreSQL 15, `pgbench`, a
+//! 50-row insert per transaction): the notification costs ~4% serially but
+//! ~37% of throughput with 32 concurrent writers (4.6k → 2.9k commits/s),
+//! because PostgreSQL serializes the commits of notifying transactions on
+//! one lock.
+//!
+//! # Outages
+//! Connection failures, pool timeouts, shutdowns and restarts (57P01…57P03),
+//! resource exhaustion and serialization failures are
+//! [`StoreError::Unavailable`] (transient); unique violations are
+//! [`StoreError::Conflict`]. After the server comes back the pool heals by
+//! itself: a connection the server closed is detected when it is next taken
+//! from the pool and replaced by a new one. Connections use TCP keepalives
+//! (30 s idle) and a TCP user timeout (30 s) unless the URL sets them, so a
+//! server that vanished without closing its sockets is noticed too.
 
+mod listen;
 mod rows;
+mod upkeep;
 
 use std::time::Duration;
 
@@ -32,14 +54,16 @@ use deadpool_postgres::{
     Manager, ManagerConfig, Object, Pool, PoolError, RecyclingMethod, Runtime,
 };
 use futures::future::BoxFuture;
+use tokio::sync::broadcast;
 use tokio_postgres::types::{Json, ToSql};
 use tokio_postgres::{NoTls, Row};
+use tokio_util::sync::DropGuard;
 use uuid::Uuid;
 
 use super::sql::{self, EncodedBatch, EventRow, Migration, MigrationReport};
 use super::{
-    ChatRecord, ChatStore, CheckpointRecord, EventLog, MessageRecord, RunRecord, RunStore, Store,
-    StoreError, StoreResult,
+    Appended, ChatRecord, ChatStore, CheckpointRecord, EventLog, MessageRecord, NOTIFY_CAPACITY,
+    RunRecord, RunStore, Store, StoreError, StoreResult,
 };
 use crate::events::{ErrorInfo, Event, EventKind, Usage, now_micros};
 use crate::runtime::{PendingTask, RunStatus, StepBatch, TaskWrite};
@@ -50,11 +74,18 @@ use rows::{
 };
 
 /// The schema, in order. Append new files; never edit an applied one.
-const MIGRATIONS: &[Migration] = &[Migration {
-    version: 1,
-    name: "init",
-    sql: include_str!("migrations/postgres/0001_init.sql"),
-}];
+const MIGRATIONS: &[Migration] = &[
+    Migration {
+        version: 1,
+        name: "init",
+        sql: include_str!("migrations/postgres/0001_init.sql"),
+    },
+    Migration {
+        version: 2,
+        name: "leases",
+        sql: include_str!("migrations/postgres/0002_leases.sql"),
+    },
+];
 
 /// Advisory lock key serializing migrations across instances ("stgraph").
 const MIGRATION_LOCK: i64 = 0x0073_7467_7261_7068;
@@ -65,6 +96,10 @@ pub const DEFAULT_POOL_SIZE: usize = 16;
 /// A store in a PostgreSQL database.
 pub struct PostgresStore {
     pool: Pool,
+    /// Fed by the listening connection.
+    notify: broadcast::Sender<Appended>,
+    /// Stops the listening task when the store is dropped.
+    _listener: DropGuard,
 }
 
 impl std::fmt::Debug for PostgresStore {
@@ -76,20 +111,29 @@ impl std::fmt::Debug for PostgresStore {
 }
 
 impl PostgresStore {
-    /// Connects to `url` with a pool of at most `pool_size` connections and
-    /// applies pending migrations.
+    /// Connects to `url` with a pool of at most `pool_size` connections
+    /// (plus one listening for notifications) and applies pending
+    /// migrations. Returns once the listening connection is listening, so
+    /// [`Maintenance::subscribe`](super::Maintenance::subscribe) hears every
+    /// append committed after this.
     ///
     /// # Errors
     /// An invalid URL, an unreachable server ([`StoreError::Unavailable`]),
     /// a failed migration, or a database with a newer schema than this
     /// build knows.
     pub async fn connect(url: &str, pool_size: usize) -> StoreResult<Self> {
-        let store = Self {
-            pool: pool(url, pool_size)?,
-        };
-        let mut client = store.client().await?;
+        let config = config(url)?;
+        let pool = pool(config.clone(), pool_size)?;
+        let mut client = pool.get().await.map_err(pool_error)?;
         apply_migrations(&mut client).await?;
-        Ok(store)
+        drop(client);
+        let notify = broadcast::channel(NOTIFY_CAPACITY).0;
+        let listener = listen::start(config, notify.clone()).await?;
+        Ok(Self {
+            pool,
+            notify,
+            _listener: listener,
+        })
     }
 
     /// The connection pool (for tools and benchmarks).
@@ -133,12 +177,13 @@ impl PostgresStore {
 /// # Errors
 /// As [`PostgresStore::connect`].
 pub async fn migrate(url: &str) -> StoreResult<MigrationReport> {
-    let pool = pool(url, 1)?;
+    let pool = pool(config(url)?, 1)?;
     let mut client = pool.get().await.map_err(pool_error)?;
     apply_migrations(&mut client).await
 }
 
-fn pool(url: &str, size: usize) -> StoreResult<Pool> {
+/// The connection settings: the URL's, with defaults for what it leaves out.
+fn config(url: &str) -> StoreResult<tokio_postgres::Config> {
     let mut config: tokio_postgres::Config = url
         .parse()
         .map_err(|e| StoreError::Backend(format!("invalid PostgreSQL URL: {e}")))?;
@@ -148,6 +193,21 @@ fn pool(url: &str, size: usize) -> StoreResult<Pool> {
     if config.get_application_name().is_none() {
         config.application_name("stategraph");
     }
+    // tokio-postgres' default idle time before keepalive probes is 2 hours:
+    // a pooled or listening connection to a server that vanished without
+    // closing it would look alive that long.
+    if config.get_keepalives_idle() == Duration::from_secs(2 * 60 * 60) {
+        config.keepalives_idle(Duration::from_secs(30));
+    }
+    // A request sent to a vanished server fails after this, not after the
+    // kernel's ~15 minutes of retransmissions.
+    if config.get_tcp_user_timeout().is_none() {
+        config.tcp_user_timeout(Duration::from_secs(30));
+    }
+    Ok(config)
+}
+
+fn pool(config: tokio_postgres::Config, size: usize) -> StoreResult<Pool> {
     let manager = Manager::from_config(
         config,
         NoTls,
@@ -469,7 +529,8 @@ impl RunStore for PostgresStore {
         usage: Usage,
     ) -> BoxFuture<'_, StoreResult<()>> {
         Box::pin(async move {
-            let sql = "UPDATE runs SET status = $2, error = $3, prompt_tokens = $4, completion_tokens = $5, finished_at = $6
+            let sql = "UPDATE runs SET status = $2, error = $3, prompt_tokens = $4, completion_tokens = $5, finished_at = $6,
+                           lease_owner = NULL, lease_until = NULL
                        WHERE id = $1";
             let (prompt, completion) = (
                 sql::i64_of(usage.prompt_tokens, "token count")?,

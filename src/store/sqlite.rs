@@ -16,6 +16,10 @@
 //! waiting call would then park a blocking-pool thread, and under load the
 //! pool grows to hundreds of threads all waiting on one lock.
 //!
+//! Notifications ([`Maintenance::subscribe`](super::Maintenance::subscribe)) are an in-process broadcast
+//! sent after each append commits: another process writing the same file
+//! (the CLI) is not heard, which is fine for a single-node deployment.
+//!
 //! Each connection runs in WAL mode with `synchronous = NORMAL` (a commit is
 //! durable against a process crash; a power loss may lose the last commits
 //! but never corrupts), a busy timeout for other processes (the CLI's
@@ -24,18 +28,20 @@
 
 mod lane;
 mod rows;
+mod upkeep;
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use futures::future::BoxFuture;
 use rusqlite::{Connection, ErrorCode, OptionalExtension, TransactionBehavior, params};
+use tokio::sync::broadcast;
 use uuid::Uuid;
 
 use super::sql::{self, EncodedBatch, EventRow, Migration, MigrationReport};
 use super::{
-    ChatRecord, ChatStore, CheckpointRecord, EventLog, MessageRecord, RunRecord, RunStore, Store,
-    StoreError, StoreResult,
+    Appended, ChatRecord, ChatStore, CheckpointRecord, EventLog, MessageRecord, NOTIFY_CAPACITY,
+    RunRecord, RunStore, Store, StoreError, StoreResult,
 };
 use crate::events::{ErrorInfo, Event, Usage, now_micros};
 use crate::runtime::{RunStatus, StepBatch};
@@ -47,11 +53,18 @@ use rows::{
 };
 
 /// The schema, in order. Append new files; never edit an applied one.
-const MIGRATIONS: &[Migration] = &[Migration {
-    version: 1,
-    name: "init",
-    sql: include_str!("migrations/sqlite/0001_init.sql"),
-}];
+const MIGRATIONS: &[Migration] = &[
+    Migration {
+        version: 1,
+        name: "init",
+        sql: include_str!("migrations/sqlite/0001_init.sql"),
+    },
+    Migration {
+        version: 2,
+        name: "leases",
+        sql: include_str!("migrations/sqlite/0002_leases.sql"),
+    },
+];
 
 /// Settings for [`SqliteStore::open_with`].
 #[derive(Clone, Debug)]
@@ -79,6 +92,7 @@ pub struct SqliteStore {
     writer: Lane,
     readers: Lane,
     path: PathBuf,
+    notify: broadcast::Sender<Appended>,
 }
 
 impl std::fmt::Debug for SqliteStore {
@@ -121,6 +135,7 @@ impl SqliteStore {
             writer: Lane::start("sqlite-writer", vec![writer], depth)?,
             readers: Lane::start("sqlite-reader", readers, depth)?,
             path,
+            notify: broadcast::channel(NOTIFY_CAPACITY).0,
         })
     }
 
@@ -405,7 +420,8 @@ impl RunStore for SqliteStore {
         Box::pin(self.writer.run(move |conn| {
             let n = conn
                 .prepare_cached(
-                    "UPDATE runs SET status = ?2, error = ?3, prompt_tokens = ?4, completion_tokens = ?5, finished_at = ?6
+                    "UPDATE runs SET status = ?2, error = ?3, prompt_tokens = ?4, completion_tokens = ?5, finished_at = ?6,
+                         lease_owner = NULL, lease_until = NULL
                      WHERE id = ?1",
                 )?
                 .execute(params![
@@ -426,7 +442,11 @@ impl EventLog for SqliteStore {
         let encoded = EncodedBatch::new(batch);
         Box::pin(async move {
             let b = encoded?;
-            self.writer.run(move |conn| append(conn, &b)).await
+            let run = b.run_id;
+            let last_seq = self.writer.run(move |conn| append(conn, &b)).await?;
+            // No subscriber is not an error.
+            let _ = self.notify.send((run, last_seq));
+            Ok(())
         })
     }
 

@@ -23,7 +23,8 @@ impl Calculator {
         Self {
             spec: ToolSpec {
                 name: "calculator".into(),
-                description: "Evaluate an arithmetic expression with + - * / ^ and parentheses.".into(),
+                description: "Evaluate an arithmetic expression with + - * / ^ and parentheses."
+                    .into(),
                 input_schema: Arc::new(json!({
                     "type": "object",
                     "properties": {"expression": {"type": "string", "maxLength": 1000}},
@@ -47,7 +48,11 @@ impl Tool for Calculator {
             let expr = args["expression"].as_str().unwrap_or_default();
             let result = eval(expr).map_err(ToolError::Execution)?;
             // Whole numbers as integers: `4`, not `4.0`, as people (and JSON in JavaScript) write them.
-            let result = if result.fract() == 0.0 && result.abs() < 9e15 { json!(result as i64) } else { json!(result) };
+            let result = if result.fract() == 0.0 && result.abs() < 9e15 {
+                json!(result as i64)
+            } else {
+                json!(result)
+            };
             Ok(json!({ "expression": expr, "result": result }))
         })
     }
@@ -64,8 +69,11 @@ impl CurrentTime {
         Self {
             spec: ToolSpec {
                 name: "current_time".into(),
-                description: "The current date and time in UTC (RFC 3339) and as a Unix timestamp.".into(),
-                input_schema: Arc::new(json!({"type": "object", "properties": {}, "additionalProperties": false})),
+                description: "The current date and time in UTC (RFC 3339) and as a Unix timestamp."
+                    .into(),
+                input_schema: Arc::new(
+                    json!({"type": "object", "properties": {}, "additionalProperties": false}),
+                ),
                 partition: "basic".into(),
                 policy: ToolPolicy::default(),
             },
@@ -99,7 +107,12 @@ pub fn rfc3339(secs: u64) -> String {
     let d = doy - (153 * mp + 2) / 5 + 1;
     let m = if mp < 10 { mp + 3 } else { mp - 9 };
     let y = yoe + era * 400 + i64::from(m <= 2);
-    format!("{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}Z", rem / 3600, rem % 3600 / 60, rem % 60)
+    format!(
+        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}Z",
+        rem / 3600,
+        rem % 3600 / 60,
+        rem % 60
+    )
 }
 
 /// Evaluates an arithmetic expression.
@@ -107,13 +120,25 @@ pub fn rfc3339(secs: u64) -> String {
 /// # Errors
 /// A syntax error, division by zero or nesting deeper than 64.
 pub fn eval(expr: &str) -> Result<f64, String> {
-    let mut p = Parser { s: expr.as_bytes(), i: 0, depth: 0 };
+    let mut p = Parser {
+        s: expr.as_bytes(),
+        i: 0,
+        depth: 0,
+    };
     let v = p.sum()?;
     p.ws();
     if p.i != p.s.len() {
-        return Err(format!("unexpected `{}` at position {}", p.s[p.i] as char, p.i + 1));
+        return Err(format!(
+            "unexpected `{}` at position {}",
+            p.s[p.i] as char,
+            p.i + 1
+        ));
     }
-    if v.is_finite() { Ok(v) } else { Err("result is not a finite number (division by zero?)".into()) }
+    if v.is_finite() {
+        Ok(v)
+    } else {
+        Err("result is not a finite number (division by zero?)".into())
+    }
 }
 
 struct Parser<'a> {
@@ -185,13 +210,22 @@ impl Parser<'_> {
             }
             Some(c) if c.is_ascii_digit() || c == b'.' => {
                 let start = self.i;
-                while self.i < self.s.len() && (self.s[self.i].is_ascii_digit() || self.s[self.i] == b'.') {
+                while self.i < self.s.len()
+                    && (self.s[self.i].is_ascii_digit() || self.s[self.i] == b'.')
+                {
                     self.i += 1;
                 }
                 let text = std::str::from_utf8(&self.s[start..self.i]).unwrap_or("");
-                text.parse().map_err(|_| format!("`{text}` is not a number"))?
+                text.parse()
+                    .map_err(|_| format!("`{text}` is not a number"))?
             }
-            Some(c) => return Err(format!("unexpected `{}` at position {}", c as char, self.i + 1)),
+            Some(c) => {
+                return Err(format!(
+                    "unexpected `{}` at position {}",
+                    c as char,
+                    self.i + 1
+                ));
+            }
             None => return Err("expression ends early".into()),
         };
         self.depth -= 1;

@@ -43,7 +43,10 @@ impl ToolCache {
 
     pub(super) fn put(&self, key: String, value: Value, ttl: Duration) {
         let mut g = self.inner.lock().unwrap_or_else(PoisonError::into_inner);
-        if g.map.insert(key.clone(), (Instant::now() + ttl, value)).is_none() {
+        if g.map
+            .insert(key.clone(), (Instant::now() + ttl, value))
+            .is_none()
+        {
             g.order.push_back(key);
         }
         if g.order.len() > 2 * LIMIT {

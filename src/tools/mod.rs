@@ -8,8 +8,8 @@
 //! — a failing tool never fails the run.
 
 pub mod builtin;
-pub mod config;
 mod cache;
+pub mod config;
 pub mod http;
 pub mod mcp;
 mod registry;
@@ -49,7 +49,12 @@ pub struct ToolPolicy {
 
 impl Default for ToolPolicy {
     fn default() -> Self {
-        Self { timeout: DEFAULT_TOOL_TIMEOUT, cache_ttl: None, max_output_bytes: DEFAULT_MAX_OUTPUT_BYTES, pass_through: false }
+        Self {
+            timeout: DEFAULT_TOOL_TIMEOUT,
+            cache_ttl: None,
+            max_output_bytes: DEFAULT_MAX_OUTPUT_BYTES,
+            pass_through: false,
+        }
     }
 }
 
@@ -129,10 +134,16 @@ impl ToolError {
             ToolError::Validation { details, .. } => ("validation_error", details.clone()),
             ToolError::NotFound { details, .. } => ("not_found", details.clone()),
             ToolError::Timeout(d) => ("timeout", json!({ "timeout_ms": d.as_millis() as u64 })),
-            ToolError::NotAllowed { allowed, .. } => ("not_allowed", json!({ "available": allowed })),
+            ToolError::NotAllowed { allowed, .. } => {
+                ("not_allowed", json!({ "available": allowed }))
+            }
             ToolError::Execution(_) | ToolError::Recorded(_) => ("execution_error", Value::Null),
         };
-        ToolFailure { kind: kind.into(), message: self.to_string(), details }
+        ToolFailure {
+            kind: kind.into(),
+            message: self.to_string(),
+            details,
+        }
     }
 }
 
@@ -167,4 +178,3 @@ pub fn parse_arguments(text: &str) -> Result<Value, ToolError> {
         details: json!({ "arguments": text }),
     })
 }
-

@@ -71,16 +71,29 @@ pub struct ToolRegistry {
 
 impl fmt::Debug for ToolRegistry {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("ToolRegistry").field("tools", &self.names()).finish()
+        f.debug_struct("ToolRegistry")
+            .field("tools", &self.names())
+            .finish()
     }
 }
 
 fn entry(tool: Arc<dyn Tool>) -> Result<Entry, RegistryError> {
     let spec = tool.spec();
-    let validator = jsonschema::validator_for(&spec.input_schema)
-        .map_err(|e| RegistryError::Schema { tool: spec.name.clone(), message: e.to_string() })?;
-    let def = ToolDef { name: spec.name.clone(), description: spec.description.clone(), parameters: Arc::clone(&spec.input_schema) };
-    Ok(Entry { tool, validator: Arc::new(validator), def })
+    let validator =
+        jsonschema::validator_for(&spec.input_schema).map_err(|e| RegistryError::Schema {
+            tool: spec.name.clone(),
+            message: e.to_string(),
+        })?;
+    let def = ToolDef {
+        name: spec.name.clone(),
+        description: spec.description.clone(),
+        parameters: Arc::clone(&spec.input_schema),
+    };
+    Ok(Entry {
+        tool,
+        validator: Arc::new(validator),
+        def,
+    })
 }
 
 impl ToolRegistry {
@@ -121,8 +134,16 @@ impl ToolRegistry {
         let e = entry(tool)?;
         let name = e.def.name.clone();
         let mut g = self.write();
-        let partition_names: BTreeSet<&String> = g.tools.values().map(|t| &t.tool.spec().partition).chain(&g.declared).collect();
-        if g.tools.contains_key(&name) || partition_names.contains(&name) || g.tools.contains_key(&e.tool.spec().partition) {
+        let partition_names: BTreeSet<&String> = g
+            .tools
+            .values()
+            .map(|t| &t.tool.spec().partition)
+            .chain(&g.declared)
+            .collect();
+        if g.tools.contains_key(&name)
+            || partition_names.contains(&name)
+            || g.tools.contains_key(&e.tool.spec().partition)
+        {
             return Err(RegistryError::Duplicate(name));
         }
         g.tools.insert(name, Arc::new(e));
@@ -136,7 +157,11 @@ impl ToolRegistry {
     /// # Errors
     /// A tool name collides with another partition's tool, or a schema is
     /// invalid; the partition is then left as it was.
-    pub fn set_partition(&self, partition: &str, tools: Vec<Arc<dyn Tool>>) -> Result<(), RegistryError> {
+    pub fn set_partition(
+        &self,
+        partition: &str,
+        tools: Vec<Arc<dyn Tool>>,
+    ) -> Result<(), RegistryError> {
         let entries: Vec<Entry> = tools.into_iter().map(entry).collect::<Result<_, _>>()?;
         let mut g = self.write();
         for e in &entries {
@@ -172,9 +197,12 @@ impl ToolRegistry {
     /// Partition → tool names (declared partitions included, maybe empty).
     pub fn partitions(&self) -> BTreeMap<String, Vec<String>> {
         let g = self.read();
-        let mut out: BTreeMap<String, Vec<String>> = g.declared.iter().map(|p| (p.clone(), Vec::new())).collect();
+        let mut out: BTreeMap<String, Vec<String>> =
+            g.declared.iter().map(|p| (p.clone(), Vec::new())).collect();
         for (name, e) in &g.tools {
-            out.entry(e.tool.spec().partition.clone()).or_default().push(name.clone());
+            out.entry(e.tool.spec().partition.clone())
+                .or_default()
+                .push(name.clone());
         }
         out
     }
@@ -182,7 +210,9 @@ impl ToolRegistry {
     /// Whether a graph-file entry names a tool or a partition.
     pub fn knows(&self, entry: &str) -> bool {
         let g = self.read();
-        g.tools.contains_key(entry) || g.declared.contains(entry) || g.tools.values().any(|t| t.tool.spec().partition == entry)
+        g.tools.contains_key(entry)
+            || g.declared.contains(entry)
+            || g.tools.values().any(|t| t.tool.spec().partition == entry)
     }
 
     /// The tools the entries name right now (partitions expanded).
@@ -213,13 +243,21 @@ impl ToolRegistry {
     /// The policy a call to `name` follows.
     pub fn policy(&self, name: &str) -> ToolPolicy {
         let g = self.read();
-        g.policies.get(name).cloned().or_else(|| g.tools.get(name).map(|e| e.tool.spec().policy.clone())).unwrap_or_default()
+        g.policies
+            .get(name)
+            .cloned()
+            .or_else(|| g.tools.get(name).map(|e| e.tool.spec().policy.clone()))
+            .unwrap_or_default()
     }
 
     /// Definitions to offer the model.
     pub fn defs(&self, names: &[String]) -> Vec<ToolDef> {
         let g = self.read();
-        names.iter().filter_map(|n| g.tools.get(n)).map(|e| e.def.clone()).collect()
+        names
+            .iter()
+            .filter_map(|n| g.tools.get(n))
+            .map(|e| e.def.clone())
+            .collect()
     }
 
     /// Calls `name` with `args` on behalf of a node allowed to use `allowed`.
@@ -227,10 +265,18 @@ impl ToolRegistry {
     /// # Errors
     /// A [`ToolError`] for the model: not allowed, not found, invalid
     /// arguments, timeout or the tool's own failure.
-    pub async fn call(&self, name: &str, args: Value, allowed: &[String]) -> Result<ToolOutcome, ToolError> {
+    pub async fn call(
+        &self,
+        name: &str,
+        args: Value,
+        allowed: &[String],
+    ) -> Result<ToolOutcome, ToolError> {
         let span = tracing::info_span!("tool", tool = %name, outcome = tracing::field::Empty, cached = tracing::field::Empty, duration_ms = tracing::field::Empty);
         let started = std::time::Instant::now();
-        let result = self.call_inner(name, args, allowed).instrument(span.clone()).await;
+        let result = self
+            .call_inner(name, args, allowed)
+            .instrument(span.clone())
+            .await;
         let outcome = match &result {
             Ok(_) => "ok",
             Err(e) => e.kind(),
@@ -243,12 +289,23 @@ impl ToolRegistry {
         result
     }
 
-    async fn call_inner(&self, name: &str, args: Value, allowed: &[String]) -> Result<ToolOutcome, ToolError> {
+    async fn call_inner(
+        &self,
+        name: &str,
+        args: Value,
+        allowed: &[String],
+    ) -> Result<ToolOutcome, ToolError> {
         if !allowed.iter().any(|a| a == name) {
-            return Err(ToolError::NotAllowed { tool: name.to_owned(), allowed: allowed.to_vec() });
+            return Err(ToolError::NotAllowed {
+                tool: name.to_owned(),
+                allowed: allowed.to_vec(),
+            });
         }
         let Some(entry) = self.read().tools.get(name).cloned() else {
-            return Err(ToolError::NotFound { message: format!("no tool named `{name}`"), details: json!({ "available": allowed }) });
+            return Err(ToolError::NotFound {
+                message: format!("no tool named `{name}`"),
+                details: json!({ "available": allowed }),
+            });
         };
         if !entry.validator.is_valid(&args) {
             let problems: Vec<Value> = entry
@@ -256,14 +313,25 @@ impl ToolRegistry {
                 .iter_errors(&args)
                 .map(|e| json!({ "path": e.instance_path().to_string(), "message": e.to_string() }))
                 .collect();
-            let first = problems.first().and_then(|p| p["message"].as_str()).unwrap_or("invalid").to_owned();
-            return Err(ToolError::Validation { message: first, details: json!({ "errors": problems, "schema": *entry.def.parameters }) });
+            let first = problems
+                .first()
+                .and_then(|p| p["message"].as_str())
+                .unwrap_or("invalid")
+                .to_owned();
+            return Err(ToolError::Validation {
+                message: first,
+                details: json!({ "errors": problems, "schema": *entry.def.parameters }),
+            });
         }
         let policy = self.policy(name);
         let cache_key = policy.cache_ttl.map(|_| key(name, &args));
         if let Some(k) = &cache_key {
             if let Some(output) = self.cache.get(k) {
-                return Ok(ToolOutcome { output, cached: true, display: policy.pass_through });
+                return Ok(ToolOutcome {
+                    output,
+                    cached: true,
+                    display: policy.pass_through,
+                });
             }
         }
         let output = match tokio::time::timeout(policy.timeout, entry.tool.call(args)).await {
@@ -274,7 +342,11 @@ impl ToolRegistry {
         if let (Some(k), Some(ttl)) = (cache_key, policy.cache_ttl) {
             self.cache.put(k, output.clone(), ttl);
         }
-        Ok(ToolOutcome { output, cached: false, display: policy.pass_through })
+        Ok(ToolOutcome {
+            output,
+            cached: false,
+            display: policy.pass_through,
+        })
     }
 }
 
@@ -300,7 +372,10 @@ fn limit(output: Value, max: usize) -> Value {
         cut -= 1;
     }
     let omitted = text.len() - cut;
-    Value::String(format!("{}…[truncated: {omitted} more bytes]", &text[..cut]))
+    Value::String(format!(
+        "{}…[truncated: {omitted} more bytes]",
+        &text[..cut]
+    ))
 }
 
 #[cfg(test)]
@@ -349,13 +424,25 @@ mod tests {
         let r = ToolRegistry::with_builtins();
         let allowed = r.expand(&["basic".to_owned()]);
         assert!(allowed.contains(&"calculator".to_owned()));
-        let ok = r.call("calculator", json!({"expression": "2 * (3 + 4)"}), &allowed).await.unwrap();
+        let ok = r
+            .call("calculator", json!({"expression": "2 * (3 + 4)"}), &allowed)
+            .await
+            .unwrap();
         assert_eq!(ok.output["result"], 14);
-        let bad = r.call("calculator", json!({"expr": 1}), &allowed).await.unwrap_err();
+        let bad = r
+            .call("calculator", json!({"expr": 1}), &allowed)
+            .await
+            .unwrap_err();
         assert_eq!(bad.to_failure().kind, "validation_error");
-        let denied = r.call("calculator", json!({"expression": "1"}), &[]).await.unwrap_err();
+        let denied = r
+            .call("calculator", json!({"expression": "1"}), &[])
+            .await
+            .unwrap_err();
         assert_eq!(denied.to_failure().kind, "not_allowed");
-        let missing = r.call("nope", json!({}), &["nope".into()]).await.unwrap_err();
+        let missing = r
+            .call("nope", json!({}), &["nope".into()])
+            .await
+            .unwrap_err();
         assert_eq!(missing.to_failure().kind, "not_found");
         let payload = failure_payload(&bad.to_failure());
         assert_eq!(payload["error"], true);
@@ -365,7 +452,13 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn results_are_cached_per_arguments_until_the_ttl_expires() {
         let r = ToolRegistry::new();
-        let t = counting("search", ToolPolicy { cache_ttl: Some(Duration::from_secs(300)), ..Default::default() });
+        let t = counting(
+            "search",
+            ToolPolicy {
+                cache_ttl: Some(Duration::from_secs(300)),
+                ..Default::default()
+            },
+        );
         r.register(t.clone()).unwrap();
         let allowed = vec!["search".to_owned()];
         let first = r.call("search", json!({"q": "a"}), &allowed).await.unwrap();
@@ -389,11 +482,25 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn slow_tools_time_out_and_big_results_are_cut() {
         let r = ToolRegistry::new();
-        r.register(counting("slow", ToolPolicy { timeout: Duration::from_millis(100), max_output_bytes: 200, ..Default::default() })).unwrap();
+        r.register(counting(
+            "slow",
+            ToolPolicy {
+                timeout: Duration::from_millis(100),
+                max_output_bytes: 200,
+                ..Default::default()
+            },
+        ))
+        .unwrap();
         let allowed = vec!["slow".to_owned()];
-        let err = r.call("slow", json!({"sleep": true}), &allowed).await.unwrap_err();
+        let err = r
+            .call("slow", json!({"sleep": true}), &allowed)
+            .await
+            .unwrap_err();
         assert_eq!(err.to_failure().kind, "timeout");
-        let big = r.call("slow", json!({"size": 1000}), &allowed).await.unwrap();
+        let big = r
+            .call("slow", json!({"size": 1000}), &allowed)
+            .await
+            .unwrap();
         let text = big.output.as_str().unwrap();
         assert!(text.len() < 260 && text.contains("[truncated:"), "{text}");
     }
@@ -406,7 +513,13 @@ mod tests {
         assert!(r.expand(&["data".into()]).is_empty());
         let mk = |n: &str| -> Arc<dyn Tool> {
             Arc::new(Counting {
-                spec: ToolSpec { name: n.into(), description: String::new(), input_schema: Arc::new(json!({})), partition: "data".into(), policy: ToolPolicy::default() },
+                spec: ToolSpec {
+                    name: n.into(),
+                    description: String::new(),
+                    input_schema: Arc::new(json!({})),
+                    partition: "data".into(),
+                    policy: ToolPolicy::default(),
+                },
                 calls: AtomicU32::new(0),
             })
         };

@@ -49,7 +49,11 @@ fn spans(batches: &[Value]) -> Vec<Value> {
 }
 
 fn attr<'a>(span: &'a Value, key: &str) -> Option<&'a str> {
-    span["attributes"].as_array()?.iter().find(|a| a["key"] == key)?["value"]["stringValue"].as_str()
+    span["attributes"]
+        .as_array()?
+        .iter()
+        .find(|a| a["key"] == key)?["value"]["stringValue"]
+        .as_str()
 }
 
 #[tokio::test]
@@ -73,7 +77,9 @@ async fn serve_on_defaults_exports_spans_and_stops_gracefully_on_sigterm() {
         .unwrap();
     let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
     let mut base = None;
-    while let Ok(Ok(Some(line))) = tokio::time::timeout(Duration::from_secs(60), lines.next_line()).await {
+    while let Ok(Ok(Some(line))) =
+        tokio::time::timeout(Duration::from_secs(60), lines.next_line()).await
+    {
         if let Some(url) = line.strip_prefix("stategraph is serving on ") {
             base = Some(url.trim().to_owned());
             break;
@@ -101,45 +107,92 @@ async fn serve_on_defaults_exports_spans_and_stops_gracefully_on_sigterm() {
         .await
         .unwrap();
     let text = resp.text().await.unwrap();
-    assert!(text.contains(r#""offlineModel":true"#), "the offline model is announced in the metadata");
+    assert!(
+        text.contains(r#""offlineModel":true"#),
+        "the offline model is announced in the metadata"
+    );
     assert!(text.ends_with("data: [DONE]\n\n"));
     let chats = post_json(&client, &format!("{base}/api/chat"), &json!({})).await;
     assert_eq!(chats.status(), 400);
 
     // SIGTERM: the server finishes and exits cleanly.
     let pid = child.id().unwrap().to_string();
-    let status = std::process::Command::new("kill").args(["-TERM", &pid]).status().unwrap();
+    let status = std::process::Command::new("kill")
+        .args(["-TERM", &pid])
+        .status()
+        .unwrap();
     assert!(status.success());
-    let exit = tokio::time::timeout(Duration::from_secs(30), child.wait()).await.expect("exits after SIGTERM").unwrap();
+    let exit = tokio::time::timeout(Duration::from_secs(30), child.wait())
+        .await
+        .expect("exits after SIGTERM")
+        .unwrap();
     assert!(exit.success(), "exit status {exit:?}");
     let log = log.await.unwrap();
-    assert!(log.contains("OFFLINE model"), "the startup log announces the offline model:\n{log}");
-    assert!(log.contains("request_id") && log.contains("otlp-test-1"), "log lines carry the correlation id:\n{log}");
+    assert!(
+        log.contains("OFFLINE model"),
+        "the startup log announces the offline model:\n{log}"
+    );
+    assert!(
+        log.contains("request_id") && log.contains("otlp-test-1"),
+        "log lines carry the correlation id:\n{log}"
+    );
 
     // Spans were exported with the correlation id, the run inside the request's trace.
     let batches = received.lock().unwrap().clone();
     let spans = spans(&batches);
-    let request = spans.iter().find(|s| s["name"] == "request" && attr(s, "request_id") == Some("otlp-test-1")).expect("request span");
-    let run = spans.iter().find(|s| s["name"] == "run" && attr(s, "request_id") == Some("otlp-test-1")).expect("run span");
+    let request = spans
+        .iter()
+        .find(|s| s["name"] == "request" && attr(s, "request_id") == Some("otlp-test-1"))
+        .expect("request span");
+    let run = spans
+        .iter()
+        .find(|s| s["name"] == "run" && attr(s, "request_id") == Some("otlp-test-1"))
+        .expect("run span");
     assert_eq!(run["traceId"], request["traceId"]);
-    assert_eq!(batches[0]["resourceSpans"][0]["resource"]["attributes"][0]["value"]["stringValue"], "stategraph");
+    assert_eq!(
+        batches[0]["resourceSpans"][0]["resource"]["attributes"][0]["value"]["stringValue"],
+        "stategraph"
+    );
 }
 
 #[test]
 fn check_graph_and_run_commands() {
-    let out = std::process::Command::new(bin()).args(["check"]).current_dir(root()).output().unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stdout));
+    let out = std::process::Command::new(bin())
+        .args(["check"])
+        .current_dir(root())
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
     assert!(String::from_utf8_lossy(&out.stdout).contains("0 error(s)"));
     let bad = std::process::Command::new(bin())
-        .args(["check", "tests/fixtures/invalid/dead_end.yaml", "--prompts", "tests/fixtures/prompts"])
+        .args([
+            "check",
+            "tests/fixtures/invalid/dead_end.yaml",
+            "--prompts",
+            "tests/fixtures/prompts",
+        ])
         .current_dir(root())
         .output()
         .unwrap();
     assert_eq!(bad.status.code(), Some(1));
-    assert!(String::from_utf8_lossy(&bad.stdout).contains("dead_end.yaml:7:9: error[no-path-to-end]"));
-    let graph = std::process::Command::new(bin()).args(["graph", "chat"]).current_dir(root()).output().unwrap();
+    assert!(
+        String::from_utf8_lossy(&bad.stdout).contains("dead_end.yaml:7:9: error[no-path-to-end]")
+    );
+    let graph = std::process::Command::new(bin())
+        .args(["graph", "chat"])
+        .current_dir(root())
+        .output()
+        .unwrap();
     assert!(String::from_utf8_lossy(&graph.stdout).starts_with("flowchart TD"));
-    let dot = std::process::Command::new(bin()).args(["graph", "chat", "--format", "dot"]).current_dir(root()).output().unwrap();
+    let dot = std::process::Command::new(bin())
+        .args(["graph", "chat", "--format", "dot"])
+        .current_dir(root())
+        .output()
+        .unwrap();
     assert!(String::from_utf8_lossy(&dot.stdout).starts_with("digraph \"chat\""));
     let run = std::process::Command::new(bin())
         .args(["run", "chat", "hello there", "--json"])
@@ -149,7 +202,10 @@ fn check_graph_and_run_commands() {
         .output()
         .unwrap();
     assert!(run.status.success());
-    let events: Vec<Value> = String::from_utf8_lossy(&run.stdout).lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    let events: Vec<Value> = String::from_utf8_lossy(&run.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
     assert_eq!(events[0]["event"]["type"], "run_started");
     assert_eq!(events.last().unwrap()["event"]["type"], "run_finished");
 }

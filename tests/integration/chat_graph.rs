@@ -31,7 +31,10 @@ fn node_of(req: &ChatRequest) -> &'static str {
         ("Offer three to five", "suggester"),
         ("helpful, concise assistant", "direct"),
     ];
-    MARKERS.iter().find(|(m, _)| system.contains(m)).map_or("unknown", |(_, n)| n)
+    MARKERS
+        .iter()
+        .find(|(m, _)| system.contains(m))
+        .map_or("unknown", |(_, n)| n)
 }
 
 /// How the scripted model answers.
@@ -47,12 +50,18 @@ struct Script {
 
 impl Default for Script {
     fn default() -> Self {
-        Self { router: route("RESEARCH"), agent_tool_rounds: 1, agent_tool: "calculator" }
+        Self {
+            router: route("RESEARCH"),
+            agent_tool_rounds: 1,
+            agent_tool: "calculator",
+        }
     }
 }
 
 fn route(intent: &str) -> Turn {
-    Turn::json(json!({"intent": intent, "reasoning": format!("looks like {intent}"), "missing_slots": [], "detected_language": "en"}))
+    Turn::json(
+        json!({"intent": intent, "reasoning": format!("looks like {intent}"), "missing_slots": [], "detected_language": "en"}),
+    )
 }
 
 /// A scripted model following `script`; returns it with the log of (node, request).
@@ -69,18 +78,26 @@ fn model(script: Script) -> (Arc<ScriptedModel>, Arc<Mutex<Vec<(String, ChatRequ
             "summarizer" => Turn::text("Summary: the user asked many things."),
             "quick_answer" | "research" | "explain" => {
                 if calls_by_node < script.agent_tool_rounds && !req.tools.is_empty() {
-                    let args = if script.agent_tool == "calculator" { json!({"expression": "6*7"}) } else { json!({}) };
+                    let args = if script.agent_tool == "calculator" {
+                        json!({"expression": "6*7"})
+                    } else {
+                        json!({})
+                    };
                     Turn::tool(script.agent_tool, args)
                 } else {
                     Turn::text(format!("{node} findings: 42"))
                 }
             }
             "narrator" => Turn::text("The answer is 42."),
-            "followup" => Turn::json(json!({"questions": ["Why 42?", "What about 43?", "Is 41 close?"]})),
+            "followup" => {
+                Turn::json(json!({"questions": ["Why 42?", "What about 43?", "Is 41 close?"]}))
+            }
             "clarifier" => Turn::text("Which city do you mean?"),
             "suggester" => Turn::text("1. Try this. 2. Try that. 3. Or this."),
             "direct" => Turn::text("Hello! How can I help?"),
-            _ => Turn::Fail(LlmError::Scripted(format!("unexpected request from {node}"))),
+            _ => Turn::Fail(LlmError::Scripted(format!(
+                "unexpected request from {node}"
+            ))),
         }
     });
     (Arc::new(m), log)
@@ -102,10 +119,18 @@ struct Outcome {
 
 impl Outcome {
     fn path(&self) -> Vec<&str> {
-        self.events.iter().filter(|e| matches!(e.event, EventKind::NodeStarted { .. })).filter_map(|e| e.node.as_deref()).collect()
+        self.events
+            .iter()
+            .filter(|e| matches!(e.event, EventKind::NodeStarted { .. }))
+            .filter_map(|e| e.node.as_deref())
+            .collect()
     }
     fn calls_to(&self, node: &str) -> Vec<&ChatRequest> {
-        self.calls.iter().filter(|(n, _)| n == node).map(|(_, r)| r).collect()
+        self.calls
+            .iter()
+            .filter(|(n, _)| n == node)
+            .map(|(_, r)| r)
+            .collect()
     }
 }
 
@@ -121,43 +146,115 @@ async fn run_chat(script: Script, input: Value) -> Outcome {
         }
         all
     });
-    let out = runtime::run(graph, services(m), input, RunOptions { events: Some(tx), ..Default::default() }).await.unwrap();
+    let out = runtime::run(
+        graph,
+        services(m),
+        input,
+        RunOptions {
+            events: Some(tx),
+            ..Default::default()
+        },
+    )
+    .await
+    .unwrap();
     let events = collector.await.unwrap();
     let calls = log.lock().unwrap().clone();
-    Outcome { state: out.state.to_json(), events, calls }
+    Outcome {
+        state: out.state.to_json(),
+        events,
+        calls,
+    }
 }
 
 #[tokio::test]
 async fn every_intent_takes_its_path_through_the_chat_graph() {
     let cases: &[(&str, &[&str], &str)] = &[
-        ("QUICK_ANSWER", &["summarizer", "router", "quick_answer", "narrator", "followup"], "The answer is 42."),
-        ("RESEARCH", &["summarizer", "router", "research", "narrator", "followup"], "The answer is 42."),
-        ("EXPLAIN", &["summarizer", "router", "explain", "narrator", "followup"], "The answer is 42."),
-        ("CLARIFY", &["summarizer", "router", "clarifier"], "Which city do you mean?"),
-        ("SUGGEST", &["summarizer", "router", "suggester"], "1. Try this. 2. Try that. 3. Or this."),
-        ("DIRECT", &["summarizer", "router", "direct"], "Hello! How can I help?"),
+        (
+            "QUICK_ANSWER",
+            &[
+                "summarizer",
+                "router",
+                "quick_answer",
+                "narrator",
+                "followup",
+            ],
+            "The answer is 42.",
+        ),
+        (
+            "RESEARCH",
+            &["summarizer", "router", "research", "narrator", "followup"],
+            "The answer is 42.",
+        ),
+        (
+            "EXPLAIN",
+            &["summarizer", "router", "explain", "narrator", "followup"],
+            "The answer is 42.",
+        ),
+        (
+            "CLARIFY",
+            &["summarizer", "router", "clarifier"],
+            "Which city do you mean?",
+        ),
+        (
+            "SUGGEST",
+            &["summarizer", "router", "suggester"],
+            "1. Try this. 2. Try that. 3. Or this.",
+        ),
+        (
+            "DIRECT",
+            &["summarizer", "router", "direct"],
+            "Hello! How can I help?",
+        ),
     ];
     for (intent, path, answer) in cases {
-        let out = run_chat(Script { router: route(intent), ..Default::default() }, conversation(1, "what is six times seven?")).await;
+        let out = run_chat(
+            Script {
+                router: route(intent),
+                ..Default::default()
+            },
+            conversation(1, "what is six times seven?"),
+        )
+        .await;
         assert_eq!(out.path(), *path, "intent {intent}");
         assert_eq!(out.state["intent"], *intent);
         assert_eq!(out.state["answer"], *answer, "intent {intent}");
         assert_eq!(out.state["routing"]["source"], "llm");
         if path.contains(&"followup") {
-            assert_eq!(out.state["followups"], json!(["Why 42?", "What about 43?", "Is 41 close?"]));
-            assert_eq!(out.state["tool_results"][0]["output"]["result"], 42, "the agent's tool call ran");
-            assert!(out.events.iter().any(|e| matches!(&e.event, EventKind::ToolResult { tool, .. } if tool == "calculator")));
+            assert_eq!(
+                out.state["followups"],
+                json!(["Why 42?", "What about 43?", "Is 41 close?"])
+            );
+            assert_eq!(
+                out.state["tool_results"][0]["output"]["result"], 42,
+                "the agent's tool call ran"
+            );
+            assert!(out.events.iter().any(
+                |e| matches!(&e.event, EventKind::ToolResult { tool, .. } if tool == "calculator")
+            ));
         }
-        assert!(matches!(out.events.last().unwrap().event, EventKind::RunFinished { .. }));
+        assert!(matches!(
+            out.events.last().unwrap().event,
+            EventKind::RunFinished { .. }
+        ));
     }
 }
 
 #[tokio::test]
 async fn an_override_token_routes_without_asking_the_model() {
-    let out = run_chat(Script { router: route("DIRECT"), ..Default::default() }, conversation(1, "Tell me about @WDR please")).await;
+    let out = run_chat(
+        Script {
+            router: route("DIRECT"),
+            ..Default::default()
+        },
+        conversation(1, "Tell me about @WDR please"),
+    )
+    .await;
     assert_eq!(out.state["intent"], "RESEARCH");
     assert_eq!(out.state["routing"]["source"], "override");
-    assert!(out.calls_to("router").is_empty(), "no model call for an override");
+    assert!(
+        out.calls_to("router").is_empty(),
+        "no model call for an override"
+    );
     assert_eq!(out.path()[2], "research");
 }
 
@@ -174,26 +271,60 @@ async fn a_forced_intent_routes_without_asking_the_model() {
 #[tokio::test]
 async fn classification_failures_fall_back_to_research() {
     let failures = [
-        ("invalid json", Turn::Raw("{intent: RESEARCH?? not json".into())),
-        ("model error", Turn::Fail(LlmError::Http { status: 500, message: "boom".into() })),
+        (
+            "invalid json",
+            Turn::Raw("{intent: RESEARCH?? not json".into()),
+        ),
+        (
+            "model error",
+            Turn::Fail(LlmError::Http {
+                status: 500,
+                message: "boom".into(),
+            }),
+        ),
         ("unknown intent", route("WEATHER")),
     ];
     for (why, router) in failures {
-        let out = run_chat(Script { router, ..Default::default() }, conversation(1, "hi")).await;
+        let out = run_chat(
+            Script {
+                router,
+                ..Default::default()
+            },
+            conversation(1, "hi"),
+        )
+        .await;
         assert_eq!(out.state["intent"], "RESEARCH", "{why}");
         assert_eq!(out.state["routing"]["source"], "fallback", "{why}");
         assert_eq!(out.path()[2], "research", "{why}");
-        let thinking: Vec<&str> = out.events.iter().filter_map(|e| match &e.event {
-            EventKind::Thinking { text } if e.node.as_deref() == Some("router") => Some(text.as_str()),
-            _ => None,
-        }).collect();
-        assert!(thinking.iter().any(|t| t.starts_with("Intent: RESEARCH (fallback)")), "{why}: {thinking:?}");
+        let thinking: Vec<&str> = out
+            .events
+            .iter()
+            .filter_map(|e| match &e.event {
+                EventKind::Thinking { text } if e.node.as_deref() == Some("router") => {
+                    Some(text.as_str())
+                }
+                _ => None,
+            })
+            .collect();
+        assert!(
+            thinking
+                .iter()
+                .any(|t| t.starts_with("Intent: RESEARCH (fallback)")),
+            "{why}: {thinking:?}"
+        );
     }
 }
 
 #[tokio::test]
 async fn the_router_reasoning_is_emitted_as_thinking() {
-    let out = run_chat(Script { router: route("QUICK_ANSWER"), ..Default::default() }, conversation(1, "2+2?")).await;
+    let out = run_chat(
+        Script {
+            router: route("QUICK_ANSWER"),
+            ..Default::default()
+        },
+        conversation(1, "2+2?"),
+    )
+    .await;
     assert!(out.events.iter().any(|e| matches!(&e.event, EventKind::Thinking { text } if text == "Intent: QUICK_ANSWER (llm). looks like QUICK_ANSWER")));
     assert_eq!(out.state["language"], "en");
 }
@@ -211,41 +342,73 @@ async fn the_summarizer_follows_its_thresholds() {
     assert_eq!(out.state["summarized_count"], 21);
     // Later prompts receive the summary.
     let narrator = out.calls_to("narrator")[0];
-    assert!(matches!(&narrator.messages[0], ChatMessage::System { content } if content.contains("Summary: the user asked many things.")));
+    assert!(
+        matches!(&narrator.messages[0], ChatMessage::System { content } if content.contains("Summary: the user asked many things."))
+    );
     // With a summary of 21: 7 new messages are not enough, 8 are.
     for (n, due) in [(28, false), (29, true)] {
         let mut input = conversation(n, "q");
         input["summary"] = json!("old summary");
         input["summarized_count"] = json!(21);
         let out = run_chat(Script::default(), input).await;
-        assert_eq!(out.calls_to("summarizer").len(), usize::from(due), "{n} messages");
+        assert_eq!(
+            out.calls_to("summarizer").len(),
+            usize::from(due),
+            "{n} messages"
+        );
         assert_eq!(out.state["summarized_count"], if due { 29 } else { 21 });
     }
     // The model sees the newest 30 messages.
     let out = run_chat(Script::default(), conversation(45, "the newest")).await;
     let req = out.calls_to("summarizer")[0];
-    let ChatMessage::User { content } = &req.messages[1] else { panic!("transcript") };
+    let ChatMessage::User { content } = &req.messages[1] else {
+        panic!("transcript")
+    };
     assert_eq!(content.lines().count(), 30);
-    assert!(content.starts_with("assistant: message 15\n") && content.ends_with("user: the newest\n"), "{content}");
+    assert!(
+        content.starts_with("assistant: message 15\n") && content.ends_with("user: the newest\n"),
+        "{content}"
+    );
 }
 
 #[tokio::test]
 async fn the_agent_stops_at_its_iteration_cap() {
-    let script = Script { router: route("QUICK_ANSWER"), agent_tool_rounds: 100, ..Default::default() };
+    let script = Script {
+        router: route("QUICK_ANSWER"),
+        agent_tool_rounds: 100,
+        ..Default::default()
+    };
     let out = run_chat(script, conversation(1, "loop forever")).await;
     let calls = out.calls_to("quick_answer");
     assert_eq!(calls.len(), 3, "quick_answer's cap is 3 model calls");
     assert!(!calls[0].tools.is_empty() && !calls[1].tools.is_empty());
-    assert!(calls[2].tools.is_empty(), "the last call offers no tools, so the model must answer");
-    let results = out.events.iter().filter(|e| matches!(e.event, EventKind::ToolResult { .. })).count();
+    assert!(
+        calls[2].tools.is_empty(),
+        "the last call offers no tools, so the model must answer"
+    );
+    let results = out
+        .events
+        .iter()
+        .filter(|e| matches!(e.event, EventKind::ToolResult { .. }))
+        .count();
     assert_eq!(results, 2);
-    assert!(out.events.iter().any(|e| matches!(&e.event, EventKind::Thinking { text } if text.contains("iteration cap"))));
-    assert_eq!(out.path().last(), Some(&"followup"), "the run still finishes");
+    assert!(out.events.iter().any(
+        |e| matches!(&e.event, EventKind::Thinking { text } if text.contains("iteration cap"))
+    ));
+    assert_eq!(
+        out.path().last(),
+        Some(&"followup"),
+        "the run still finishes"
+    );
 }
 
 #[tokio::test]
 async fn a_tool_outside_the_nodes_list_is_refused_as_data() {
-    let script = Script { router: route("RESEARCH"), agent_tool_rounds: 1, agent_tool: "delete_everything" };
+    let script = Script {
+        router: route("RESEARCH"),
+        agent_tool_rounds: 1,
+        agent_tool: "delete_everything",
+    };
     let out = run_chat(script, conversation(1, "do something risky")).await;
     let err = out
         .events

@@ -15,7 +15,9 @@ use stategraph::graph::prompts::Prompts;
 use stategraph::llm::Models;
 use stategraph::llm::offline::OfflineModel;
 use stategraph::nodes::{Node, NodeContext, NodeError};
-use stategraph::runtime::{self, MemoryCheckpointer, Resume, RunError, RunOptions, RunStatus, Services};
+use stategraph::runtime::{
+    self, MemoryCheckpointer, Resume, RunError, RunOptions, RunStatus, Services,
+};
 use stategraph::state::{DynState, Patch, State};
 use tokio::sync::mpsc;
 
@@ -46,7 +48,8 @@ impl Node for Push {
     fn run<'a>(&'a self, cx: NodeContext<'a>) -> BoxFuture<'a, Result<Patch, NodeError>> {
         Box::pin(async move {
             if self.max_delay_ms > 0 {
-                tokio::time::sleep(Duration::from_millis(fastrand::u64(0..=self.max_delay_ms))).await;
+                tokio::time::sleep(Duration::from_millis(fastrand::u64(0..=self.max_delay_ms)))
+                    .await;
             }
             let label = match cx.item {
                 Some(item) => format!("{}:{}", self.label, item.as_str().unwrap_or_default()),
@@ -66,7 +69,12 @@ impl Node for Count {
     fn run<'a>(&'a self, cx: NodeContext<'a>) -> BoxFuture<'a, Result<Patch, NodeError>> {
         Box::pin(async move {
             let schema = cx.state.schema();
-            let n = cx.state.get(schema.field("n").unwrap()).as_i64().unwrap_or(0) + 1;
+            let n = cx
+                .state
+                .get(schema.field("n").unwrap())
+                .as_i64()
+                .unwrap_or(0)
+                + 1;
             Ok(Patch::new().set("n", n).set("done", n >= self.target))
         })
     }
@@ -82,7 +90,9 @@ impl Node for Flaky {
         Box::pin(async move {
             if self.fails.load(Ordering::SeqCst) > 0 {
                 self.fails.fetch_sub(1, Ordering::SeqCst);
-                return Err(NodeError::Llm(stategraph::llm::LlmError::Connect("flaky".into())));
+                return Err(NodeError::Llm(stategraph::llm::LlmError::Connect(
+                    "flaky".into(),
+                )));
             }
             Ok(Patch::new().set("note", "recovered"))
         })
@@ -121,10 +131,27 @@ fn registries(flaky_fails: u32) -> Registries {
     reg.states.register::<TestState>();
     let fails = Arc::new(AtomicU32::new(flaky_fails));
     reg.kinds
-        .register("push", |p| Ok(Arc::new(Push { label: p["label"].as_str().unwrap_or("?").into(), max_delay_ms: param_u64(p, "max_delay_ms") })))
-        .register("count", |p| Ok(Arc::new(Count { target: p["target"].as_i64().unwrap_or(3) })))
-        .register("flaky", move |_| Ok(Arc::new(Flaky { fails: AtomicU32::new(fails.load(Ordering::SeqCst)) })))
-        .register("sleep", |p| Ok(Arc::new(Sleep { ms: param_u64(p, "ms") })))
+        .register("push", |p| {
+            Ok(Arc::new(Push {
+                label: p["label"].as_str().unwrap_or("?").into(),
+                max_delay_ms: param_u64(p, "max_delay_ms"),
+            }))
+        })
+        .register("count", |p| {
+            Ok(Arc::new(Count {
+                target: p["target"].as_i64().unwrap_or(3),
+            }))
+        })
+        .register("flaky", move |_| {
+            Ok(Arc::new(Flaky {
+                fails: AtomicU32::new(fails.load(Ordering::SeqCst)),
+            }))
+        })
+        .register("sleep", |p| {
+            Ok(Arc::new(Sleep {
+                ms: param_u64(p, "ms"),
+            }))
+        })
         .register("bogus", |_| Ok(Arc::new(Bogus)));
     reg
 }
@@ -133,14 +160,33 @@ fn compile(yaml: &str, reg: &Registries) -> Arc<stategraph::graph::CompiledGraph
     compile_many(&[("g", yaml)], reg, "g")
 }
 
-fn compile_many(graphs: &[(&str, &str)], reg: &Registries, main: &str) -> Arc<stategraph::graph::CompiledGraph> {
-    let cat = Catalog::from_sources(graphs, Prompts::from_sources(std::path::Path::new("prompts"), []), reg);
-    assert!(!cat.has_errors(), "{}", cat.diagnostics.iter().map(|d| d.to_string()).collect::<Vec<_>>().join("\n"));
+fn compile_many(
+    graphs: &[(&str, &str)],
+    reg: &Registries,
+    main: &str,
+) -> Arc<stategraph::graph::CompiledGraph> {
+    let cat = Catalog::from_sources(
+        graphs,
+        Prompts::from_sources(std::path::Path::new("prompts"), []),
+        reg,
+    );
+    assert!(
+        !cat.has_errors(),
+        "{}",
+        cat.diagnostics
+            .iter()
+            .map(|d| d.to_string())
+            .collect::<Vec<_>>()
+            .join("\n")
+    );
     Arc::clone(cat.get(main).unwrap())
 }
 
 fn services(reg: &Registries) -> Arc<Services> {
-    Arc::new(Services::new(Models::single(Arc::new(OfflineModel::default())), Arc::clone(&reg.tools)))
+    Arc::new(Services::new(
+        Models::single(Arc::new(OfflineModel::default())),
+        Arc::clone(&reg.tools),
+    ))
 }
 
 /// Runs to the end, collecting every event.
@@ -189,13 +235,28 @@ async fn fan_out_merges_in_task_order_and_join_waits_for_all_branches() {
     let reg = registries(0);
     let g = compile(FAN_OUT, &reg);
     for _ in 0..15 {
-        let (r, events) = run_collect(Arc::clone(&g), services(&reg), json!({}), RunOptions::default()).await;
+        let (r, events) = run_collect(
+            Arc::clone(&g),
+            services(&reg),
+            json!({}),
+            RunOptions::default(),
+        )
+        .await;
         let out = r.unwrap();
         // Declaration order a, b, c regardless of random completion order.
         assert_eq!(log_of(&*out.state), ["a", "b", "c", "joined"]);
         assert_eq!(out.steps, 3);
-        let joined_starts = events.iter().filter(|e| e.node.as_deref() == Some("joined") && matches!(e.event, EventKind::NodeStarted { .. })).count();
-        assert_eq!(joined_starts, 1, "the join fires once, after all three branches");
+        let joined_starts = events
+            .iter()
+            .filter(|e| {
+                e.node.as_deref() == Some("joined")
+                    && matches!(e.event, EventKind::NodeStarted { .. })
+            })
+            .count();
+        assert_eq!(
+            joined_starts, 1,
+            "the join fires once, after all three branches"
+        );
     }
 }
 
@@ -243,8 +304,13 @@ edges: [left -> END, right -> END]
     let err = r.unwrap_err();
     assert_eq!(err.code(), "write_conflict");
     let msg = err.to_string();
-    assert!(msg.contains("`left`") && msg.contains("`right`") && msg.contains("note"), "{msg}");
-    assert!(matches!(&events.last().unwrap().event, EventKind::RunFailed { error } if error.code == "write_conflict"));
+    assert!(
+        msg.contains("`left`") && msg.contains("`right`") && msg.contains("note"),
+        "{msg}"
+    );
+    assert!(
+        matches!(&events.last().unwrap().event, EventKind::RunFailed { error } if error.code == "write_conflict")
+    );
 }
 
 #[tokio::test]
@@ -268,7 +334,10 @@ edges:
     );
     let (r, events) = run_collect(g, services(&reg), json!({}), RunOptions::default()).await;
     let out = r.unwrap();
-    assert_eq!(log_of(&*out.state), ["s:q1", "s:q2", "s:q3", "s:q4", "merged"]);
+    assert_eq!(
+        log_of(&*out.state),
+        ["s:q1", "s:q2", "s:q3", "s:q4", "merged"]
+    );
     let items: Vec<Value> = events
         .iter()
         .filter_map(|e| match &e.event {
@@ -277,7 +346,11 @@ edges:
         })
         .collect();
     assert_eq!(items.len(), 4);
-    let tasks: Vec<u32> = events.iter().filter(|e| matches!(e.event, EventKind::NodeStarted { item: Some(_), .. })).map(|e| e.task).collect();
+    let tasks: Vec<u32> = events
+        .iter()
+        .filter(|e| matches!(e.event, EventKind::NodeStarted { item: Some(_), .. }))
+        .map(|e| e.task)
+        .collect();
     let mut sorted = tasks.clone();
     sorted.sort();
     assert_eq!(sorted, [0, 1, 2, 3], "each map task has its own task index");
@@ -302,8 +375,13 @@ edges:
 async fn cycles_run_until_their_conditional_exit() {
     let reg = registries(0);
     let g = compile(&LOOP.replace("RL", "25").replace("TARGET", "3"), &reg);
-    let out = runtime::run(g, services(&reg), json!({}), RunOptions::default()).await.unwrap();
-    assert_eq!(out.state.get(out.state.schema().field("n").unwrap()), json!(3));
+    let out = runtime::run(g, services(&reg), json!({}), RunOptions::default())
+        .await
+        .unwrap();
+    assert_eq!(
+        out.state.get(out.state.schema().field("n").unwrap()),
+        json!(3)
+    );
     assert_eq!(out.steps, 6);
 }
 
@@ -316,8 +394,14 @@ async fn recursion_limit_names_the_path_that_looped() {
     assert_eq!(err.code(), "recursion_limit");
     let msg = err.to_string();
     assert!(msg.contains("limit of 9 steps"), "{msg}");
-    assert!(msg.contains("count → check → count") || msg.contains("check → count → check"), "{msg}");
-    let steps = events.iter().filter(|e| matches!(e.event, EventKind::NodeStarted { .. })).count();
+    assert!(
+        msg.contains("count → check → count") || msg.contains("check → count → check"),
+        "{msg}"
+    );
+    let steps = events
+        .iter()
+        .filter(|e| matches!(e.event, EventKind::NodeStarted { .. }))
+        .count();
     assert_eq!(steps, 9);
 }
 
@@ -337,7 +421,10 @@ edges: [flaky -> END]
     let started = tokio::time::Instant::now();
     let (r, events) = run_collect(g, services(&reg), json!({}), RunOptions::default()).await;
     let out = r.unwrap();
-    assert_eq!(out.state.get(out.state.schema().field("note").unwrap()), json!("recovered"));
+    assert_eq!(
+        out.state.get(out.state.schema().field("note").unwrap()),
+        json!("recovered")
+    );
     let retries: Vec<u64> = events
         .iter()
         .filter_map(|e| match &e.event {
@@ -346,7 +433,10 @@ edges: [flaky -> END]
         })
         .collect();
     assert_eq!(retries.len(), 2);
-    assert!((80..=120).contains(&retries[0]) && (160..=240).contains(&retries[1]), "{retries:?}");
+    assert!(
+        (80..=120).contains(&retries[0]) && (160..=240).contains(&retries[1]),
+        "{retries:?}"
+    );
     assert!(started.elapsed() >= Duration::from_millis(240));
 }
 
@@ -365,7 +455,11 @@ edges: [flaky -> END]
     );
     let (r, events) = run_collect(g, services(&reg), json!({}), RunOptions::default()).await;
     assert_eq!(r.unwrap_err().code(), "node_failed");
-    assert!(events.iter().any(|e| matches!(e.event, EventKind::NodeFailed { attempts: 2, .. })));
+    assert!(
+        events
+            .iter()
+            .any(|e| matches!(e.event, EventKind::NodeFailed { attempts: 2, .. }))
+    );
 }
 
 #[tokio::test(start_paused = true)]
@@ -382,7 +476,9 @@ edges: [slow -> END]
         &reg,
     );
     let started = tokio::time::Instant::now();
-    let err = runtime::run(g, services(&reg), json!({}), RunOptions::default()).await.unwrap_err();
+    let err = runtime::run(g, services(&reg), json!({}), RunOptions::default())
+        .await
+        .unwrap_err();
     assert!(err.to_string().contains("timed out"), "{err}");
     assert!(started.elapsed() < Duration::from_secs(1));
 }
@@ -409,15 +505,27 @@ edges: [slow -> END, slower -> END]
     cancel.cancel();
     let (r, events) = run.await.unwrap();
     assert!(matches!(r, Err(RunError::Cancelled)));
-    assert!(started.elapsed() < Duration::from_secs(2), "took {:?}", started.elapsed());
-    assert!(matches!(events.last().unwrap().event, EventKind::RunCancelled { .. }));
+    assert!(
+        started.elapsed() < Duration::from_secs(2),
+        "took {:?}",
+        started.elapsed()
+    );
+    assert!(matches!(
+        events.last().unwrap().event,
+        EventKind::RunCancelled { .. }
+    ));
 }
 
 #[tokio::test]
 async fn unknown_fields_in_a_patch_fail_the_run() {
     let reg = registries(0);
-    let g = compile("state: test\nentry: b\nnodes:\n  - {id: b, kind: bogus}\nedges: [b -> END]\n", &reg);
-    let err = runtime::run(g, services(&reg), json!({}), RunOptions::default()).await.unwrap_err();
+    let g = compile(
+        "state: test\nentry: b\nnodes:\n  - {id: b, kind: bogus}\nedges: [b -> END]\n",
+        &reg,
+    );
+    let err = runtime::run(g, services(&reg), json!({}), RunOptions::default())
+        .await
+        .unwrap_err();
     assert_eq!(err.code(), "invalid_patch");
     assert!(err.to_string().contains("unknown field `bogus`"), "{err}");
 }
@@ -426,7 +534,13 @@ async fn unknown_fields_in_a_patch_fail_the_run() {
 async fn invalid_input_is_rejected_before_any_step() {
     let reg = registries(0);
     let g = compile(FAN_OUT, &reg);
-    let (r, events) = run_collect(g, services(&reg), json!({"n": "not a number"}), RunOptions::default()).await;
+    let (r, events) = run_collect(
+        g,
+        services(&reg),
+        json!({"n": "not a number"}),
+        RunOptions::default(),
+    )
+    .await;
     assert_eq!(r.unwrap_err().code(), "invalid_input");
     assert_eq!(events.len(), 1);
 }
@@ -443,9 +557,18 @@ async fn events_are_gapless_stamped_and_paired() {
     assert!(events.iter().all(|e| e.run_id == run_id && e.at > 0));
     assert!(events.windows(2).all(|w| w[0].at <= w[1].at));
     assert!(matches!(events[0].event, EventKind::RunStarted { .. }));
-    assert!(matches!(events.last().unwrap().event, EventKind::RunFinished { steps: 3, .. }));
-    let started = events.iter().filter(|e| matches!(e.event, EventKind::NodeStarted { .. })).count();
-    let finished = events.iter().filter(|e| matches!(e.event, EventKind::NodeFinished { .. })).count();
+    assert!(matches!(
+        events.last().unwrap().event,
+        EventKind::RunFinished { steps: 3, .. }
+    ));
+    let started = events
+        .iter()
+        .filter(|e| matches!(e.event, EventKind::NodeStarted { .. }))
+        .count();
+    let finished = events
+        .iter()
+        .filter(|e| matches!(e.event, EventKind::NodeFinished { .. }))
+        .count();
     assert_eq!((started, finished), (5, 5));
     // Every event round-trips through its persisted JSON form.
     for e in &events {
@@ -459,17 +582,31 @@ async fn checkpoints_hold_patches_and_rebuild_every_step_then_resume() {
     let reg = registries(0);
     let g = compile(&LOOP.replace("RL", "25").replace("TARGET", "3"), &reg);
     let store = Arc::new(MemoryCheckpointer::new());
-    let opts = RunOptions { checkpointer: Some(store.clone()), snapshot_every: 4, ..Default::default() };
+    let opts = RunOptions {
+        checkpointer: Some(store.clone()),
+        snapshot_every: 4,
+        ..Default::default()
+    };
     let run_id = opts.run_id;
     let (r, events) = run_collect(Arc::clone(&g), services(&reg), json!({}), opts).await;
     let out = r.unwrap();
     let batches = store.batches(run_id);
     // Step 0 (input) + 6 steps + the final batch.
     assert_eq!(batches.len(), 8);
-    assert_eq!(batches.iter().filter(|b| b.snapshot.is_some()).map(|b| b.step).collect::<Vec<_>>(), [0, 4, 6]);
+    assert_eq!(
+        batches
+            .iter()
+            .filter(|b| b.snapshot.is_some())
+            .map(|b| b.step)
+            .collect::<Vec<_>>(),
+        [0, 4, 6]
+    );
     assert_eq!(batches.last().unwrap().status, RunStatus::Finished);
     // Every event is in exactly one batch, in order.
-    let stored: Vec<u64> = batches.iter().flat_map(|b| b.events.iter().map(|e| e.seq)).collect();
+    let stored: Vec<u64> = batches
+        .iter()
+        .flat_map(|b| b.events.iter().map(|e| e.seq))
+        .collect();
     assert_eq!(stored, events.iter().map(|e| e.seq).collect::<Vec<_>>());
     // State at step 3 = snapshot 0 + patches 1..=3: count ran twice, check once.
     let at3 = store.state_at(run_id, g.state, 3).unwrap();
@@ -479,8 +616,16 @@ async fn checkpoints_hold_patches_and_rebuild_every_step_then_resume() {
     assert_eq!(at6.to_json(), out.state.to_json());
     // Resume from step 3's frontier: the rest of the run gives the same final state.
     let b3 = batches.iter().find(|b| b.step == 3).unwrap();
-    let resume = Resume { state: at3, step: 3, next: b3.next.clone(), joins: b3.joins.clone(), last_seq: 100 };
-    let resumed = runtime::resume(g, services(&reg), resume, RunOptions::default()).await.unwrap();
+    let resume = Resume {
+        state: at3,
+        step: 3,
+        next: b3.next.clone(),
+        joins: b3.joins.clone(),
+        last_seq: 100,
+    };
+    let resumed = runtime::resume(g, services(&reg), resume, RunOptions::default())
+        .await
+        .unwrap();
     assert_eq!(resumed.state.to_json(), out.state.to_json());
     assert_eq!(resumed.steps, 6);
 }
@@ -511,16 +656,30 @@ edges: [before -> sub, sub -> END]
     let g = compile_many(&[("child", child), ("parent", parent)], &reg, "parent");
     let (r, events) = run_collect(g, services(&reg), json!({}), RunOptions::default()).await;
     let out = r.unwrap();
-    assert_eq!(out.state.get(out.state.schema().field("note").unwrap()), json!("from-child"));
-    assert_eq!(log_of(&*out.state), ["before"], "only `outputs` flow back to the parent");
-    let nodes: Vec<&str> = events.iter().filter(|e| matches!(e.event, EventKind::NodeStarted { .. })).filter_map(|e| e.node.as_deref()).collect();
+    assert_eq!(
+        out.state.get(out.state.schema().field("note").unwrap()),
+        json!("from-child")
+    );
+    assert_eq!(
+        log_of(&*out.state),
+        ["before"],
+        "only `outputs` flow back to the parent"
+    );
+    let nodes: Vec<&str> = events
+        .iter()
+        .filter(|e| matches!(e.event, EventKind::NodeStarted { .. }))
+        .filter_map(|e| e.node.as_deref())
+        .collect();
     assert_eq!(nodes, ["before", "sub", "sub/inner", "sub/inner2"]);
 }
 
 #[test]
 fn the_test_state_schema_is_generated() {
     let s = TestState::SCHEMA;
-    assert_eq!(s.names().collect::<Vec<_>>(), ["log", "n", "done", "items", "note"]);
+    assert_eq!(
+        s.names().collect::<Vec<_>>(),
+        ["log", "n", "done", "items", "note"]
+    );
 }
 
 #[tokio::test]
@@ -537,12 +696,29 @@ async fn async_durability_stores_every_step_at_most_one_behind() {
     let (r, events) = run_collect(g, services(&reg), json!({}), opts).await;
     r.unwrap();
     let batches = store.batches(run_id);
-    assert_eq!(batches.iter().map(|b| b.step).collect::<Vec<_>>(), [0, 1, 2, 3, 4, 5, 6, 6]);
-    let stored: Vec<u64> = batches.iter().flat_map(|b| b.events.iter().map(|e| e.seq)).collect();
-    assert_eq!(stored, events.iter().map(|e| e.seq).collect::<Vec<_>>(), "no event lost or duplicated");
-    let saved: Vec<u32> = events.iter().filter_map(|e| match e.event {
-        EventKind::CheckpointSaved { checkpoint } => Some(checkpoint),
-        _ => None,
-    }).collect();
-    assert_eq!(saved, [1, 2, 3, 4, 5, 6], "each step is confirmed once it has landed");
+    assert_eq!(
+        batches.iter().map(|b| b.step).collect::<Vec<_>>(),
+        [0, 1, 2, 3, 4, 5, 6, 6]
+    );
+    let stored: Vec<u64> = batches
+        .iter()
+        .flat_map(|b| b.events.iter().map(|e| e.seq))
+        .collect();
+    assert_eq!(
+        stored,
+        events.iter().map(|e| e.seq).collect::<Vec<_>>(),
+        "no event lost or duplicated"
+    );
+    let saved: Vec<u32> = events
+        .iter()
+        .filter_map(|e| match e.event {
+            EventKind::CheckpointSaved { checkpoint } => Some(checkpoint),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        saved,
+        [1, 2, 3, 4, 5, 6],
+        "each step is confirmed once it has landed"
+    );
 }

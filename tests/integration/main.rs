@@ -1,9 +1,16 @@
 //! Integration tests: one binary, one module per area.
 
-#![allow(missing_docs, unreachable_pub, clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+#![allow(
+    missing_docs,
+    unreachable_pub,
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic
+)]
 
 mod binary;
 mod chat_graph;
+mod crash;
 mod data_tools;
 mod executor;
 mod mcp;

@@ -48,16 +48,28 @@ struct Fixtures {
 fn fixtures() -> Fixtures {
     let everything = std::env::var_os("STATEGRAPH_TEST_MCP_EVERYTHING")
         .map(PathBuf::from)
-        .unwrap_or_else(|| root().join("tests/mcp/node_modules/@modelcontextprotocol/server-everything/dist/index.js"));
-    let python = std::env::var_os("STATEGRAPH_TEST_PYTHON").map(PathBuf::from).unwrap_or_else(|| {
-        let cache = std::env::var_os("XDG_CACHE_HOME")
-            .map(PathBuf::from)
-            .unwrap_or_else(|| PathBuf::from(std::env::var_os("HOME").unwrap_or_default()).join(".cache"));
-        cache.join("stategraph-tests/venv/bin/python")
-    });
+        .unwrap_or_else(|| {
+            root().join(
+                "tests/mcp/node_modules/@modelcontextprotocol/server-everything/dist/index.js",
+            )
+        });
+    let python = std::env::var_os("STATEGRAPH_TEST_PYTHON")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| {
+            let cache = std::env::var_os("XDG_CACHE_HOME")
+                .map(PathBuf::from)
+                .unwrap_or_else(|| {
+                    PathBuf::from(std::env::var_os("HOME").unwrap_or_default()).join(".cache")
+                });
+            cache.join("stategraph-tests/venv/bin/python")
+        });
     let time = python.with_file_name("mcp-server-time");
     let http_server = root().join("tests/mcp/http_server.py");
-    for (what, path) in [("server-everything", &everything), ("the test venv's python", &python), ("mcp-server-time", &time)] {
+    for (what, path) in [
+        ("server-everything", &everything),
+        ("the test venv's python", &python),
+        ("mcp-server-time", &time),
+    ] {
         assert!(
             path.exists(),
             "MCP test fixture missing: {what} is not at {} — run `bash tests/run.sh` (it runs `npm ci` in tests/mcp and \
@@ -65,7 +77,12 @@ fn fixtures() -> Fixtures {
             path.display()
         );
     }
-    Fixtures { everything, python, time, http_server }
+    Fixtures {
+        everything,
+        python,
+        time,
+        http_server,
+    }
 }
 
 /// A TOML string literal.
@@ -74,11 +91,17 @@ fn lit(s: impl AsRef<std::ffi::OsStr>) -> String {
 }
 
 fn everything(f: &Fixtures, name: &str, extra: &str) -> String {
-    format!("[servers.{name}]\ncommand = [\"node\", {}, \"stdio\"]\n{extra}\n", lit(&f.everything))
+    format!(
+        "[servers.{name}]\ncommand = [\"node\", {}, \"stdio\"]\n{extra}\n",
+        lit(&f.everything)
+    )
 }
 
 fn time_server(f: &Fixtures, name: &str, extra: &str) -> String {
-    format!("[servers.{name}]\ncommand = [{}]\nenv = {{ TZ = \"UTC\" }}\n{extra}\n", lit(&f.time))
+    format!(
+        "[servers.{name}]\ncommand = [{}]\nenv = {{ TZ = \"UTC\" }}\n{extra}\n",
+        lit(&f.time)
+    )
 }
 
 fn http(name: &str, port: u16, extra: &str) -> String {
@@ -91,18 +114,29 @@ fn config(toml_text: &str) -> McpConfig {
 
 /// Runs a test body with the time limit.
 async fn within<F: std::future::Future<Output = ()>>(body: F) {
-    tokio::time::timeout(TEST_LIMIT, body).await.expect("the test took longer than its time limit");
+    tokio::time::timeout(TEST_LIMIT, body)
+        .await
+        .expect("the test took longer than its time limit");
 }
 
 /// Waits until `server`'s status satisfies `pred`.
-async fn wait_for(m: &McpManager, server: &str, what: &str, limit: Duration, pred: impl Fn(&ServerStatus) -> bool) -> ServerStatus {
+async fn wait_for(
+    m: &McpManager,
+    server: &str,
+    what: &str,
+    limit: Duration,
+    pred: impl Fn(&ServerStatus) -> bool,
+) -> ServerStatus {
     let start = Instant::now();
     loop {
         let s = m.server(server).expect("server configured");
         if pred(&s) {
             return s;
         }
-        assert!(start.elapsed() < limit, "`{server}` not {what} after {limit:?}: {s:#?}");
+        assert!(
+            start.elapsed() < limit,
+            "`{server}` not {what} after {limit:?}: {s:#?}"
+        );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
@@ -112,7 +146,12 @@ async fn ready(m: &McpManager, server: &str) -> ServerStatus {
 }
 
 /// Calls `tool` through the registry as a node allowed all of `partition`.
-async fn call(reg: &ToolRegistry, partition: &str, tool: &str, args: Value) -> Result<Value, stategraph::tools::ToolError> {
+async fn call(
+    reg: &ToolRegistry,
+    partition: &str,
+    tool: &str,
+    args: Value,
+) -> Result<Value, stategraph::tools::ToolError> {
     let allowed = reg.expand(&[partition.to_owned()]);
     reg.call(tool, args, &allowed).await.map(|o| o.output)
 }
@@ -141,7 +180,10 @@ impl HttpServer {
             .expect("the Python MCP server did not start in time")
             .expect("read its output")
             .expect("it printed its port");
-        let port = line.strip_prefix("PORT ").and_then(|p| p.trim().parse().ok()).unwrap_or_else(|| panic!("unexpected output {line:?}"));
+        let port = line
+            .strip_prefix("PORT ")
+            .and_then(|p| p.trim().parse().ok())
+            .unwrap_or_else(|| panic!("unexpected output {line:?}"));
         Self { child, port }
     }
 
@@ -210,21 +252,56 @@ async fn mcp_json_rpc_errors_and_is_error_results_become_structured_errors() {
         let reg = Arc::new(ToolRegistry::new());
         let m = McpManager::start(&config(&time_server(&f, "time", "")), Arc::clone(&reg));
         ready(&m, "time").await;
-        assert_eq!(reg.expand(&["time".to_owned()]), ["convert_time", "get_current_time"]);
-        let now = call(&reg, "time", "get_current_time", json!({"timezone": "Etc/UTC"})).await.unwrap();
+        assert_eq!(
+            reg.expand(&["time".to_owned()]),
+            ["convert_time", "get_current_time"]
+        );
+        let now = call(
+            &reg,
+            "time",
+            "get_current_time",
+            json!({"timezone": "Etc/UTC"}),
+        )
+        .await
+        .unwrap();
         assert!(now.to_string().contains("Etc/UTC"), "{now}");
 
         // mcp-server-time answers an unknown tool with JSON-RPC -32602.
-        let err = m.call_tool("time", "no_such_tool", json!({})).await.unwrap_err();
+        let err = m
+            .call_tool("time", "no_such_tool", json!({}))
+            .await
+            .unwrap_err();
         let failure = err.to_failure();
         assert_eq!(failure.kind, "not_found", "{failure:?}");
-        assert!(failure.message.contains("no_such_tool"), "the server's message: {failure:?}");
-        assert_eq!((failure.details["server"].as_str(), failure.details["code"].as_i64()), (Some("time"), Some(-32602)));
+        assert!(
+            failure.message.contains("no_such_tool"),
+            "the server's message: {failure:?}"
+        );
+        assert_eq!(
+            (
+                failure.details["server"].as_str(),
+                failure.details["code"].as_i64()
+            ),
+            (Some("time"), Some(-32602))
+        );
 
         // Arguments the schema allows but the server rejects.
-        let err = call(&reg, "time", "get_current_time", json!({"timezone": "Mars/Olympus_Mons"})).await.unwrap_err();
-        assert!(matches!(err.kind(), "validation_error" | "execution_error"), "{err:?}");
-        assert!(err.to_string().contains("Mars/Olympus_Mons"), "the server's message: {err}");
+        let err = call(
+            &reg,
+            "time",
+            "get_current_time",
+            json!({"timezone": "Mars/Olympus_Mons"}),
+        )
+        .await
+        .unwrap_err();
+        assert!(
+            matches!(err.kind(), "validation_error" | "execution_error"),
+            "{err:?}"
+        );
+        assert!(
+            err.to_string().contains("Mars/Olympus_Mons"),
+            "the server's message: {err}"
+        );
         m.shutdown().await;
     })
     .await;
@@ -236,34 +313,78 @@ async fn mcp_http_server_results_errors_and_refreshed_tool_lists() {
         let f = fixtures();
         let server = HttpServer::start(&f, 0).await;
         let reg = Arc::new(ToolRegistry::new());
-        let m = McpManager::start(&config(&http("py", server.port, "refresh = \"200ms\"")), Arc::clone(&reg));
+        let m = McpManager::start(
+            &config(&http("py", server.port, "refresh = \"200ms\"")),
+            Arc::clone(&reg),
+        );
         let status = ready(&m, "py").await;
         assert_eq!(status.transport, "http");
-        assert_eq!(reg.expand(&["py".to_owned()]), ["add", "fail", "shout", "toggle_extra"]);
-        assert_eq!(reg.spec("add").unwrap().input_schema["required"], json!(["a", "b"]));
+        assert_eq!(
+            reg.expand(&["py".to_owned()]),
+            ["add", "fail", "shout", "toggle_extra"]
+        );
+        assert_eq!(
+            reg.spec("add").unwrap().input_schema["required"],
+            json!(["a", "b"])
+        );
 
-        assert_eq!(call(&reg, "py", "add", json!({"a": 2, "b": 3})).await.unwrap(), json!({"result": 5}));
-        assert_eq!(call(&reg, "py", "shout", json!({"text": "hi"})).await.unwrap(), json!("HI"));
-        let bad = call(&reg, "py", "add", json!({"a": "x", "b": 3})).await.unwrap_err();
-        assert_eq!(bad.kind(), "validation_error", "caught by the schema: {bad:?}");
+        assert_eq!(
+            call(&reg, "py", "add", json!({"a": 2, "b": 3}))
+                .await
+                .unwrap(),
+            json!({"result": 5})
+        );
+        assert_eq!(
+            call(&reg, "py", "shout", json!({"text": "hi"}))
+                .await
+                .unwrap(),
+            json!("HI")
+        );
+        let bad = call(&reg, "py", "add", json!({"a": "x", "b": 3}))
+            .await
+            .unwrap_err();
+        assert_eq!(
+            bad.kind(),
+            "validation_error",
+            "caught by the schema: {bad:?}"
+        );
 
         // `isError: true` → a structured failure with the server's message.
-        let err = call(&reg, "py", "fail", json!({"message": "disk full"})).await.unwrap_err();
+        let err = call(&reg, "py", "fail", json!({"message": "disk full"}))
+            .await
+            .unwrap_err();
         assert_eq!(err.kind(), "execution_error", "{err:?}");
         assert!(err.to_string().contains("disk full"), "{err}");
 
         // The server's tool list changes; the refresh picks it up.
-        assert_eq!(call(&reg, "py", "toggle_extra", json!({})).await.unwrap(), json!("added"));
+        assert_eq!(
+            call(&reg, "py", "toggle_extra", json!({})).await.unwrap(),
+            json!("added")
+        );
         let start = Instant::now();
         while reg.spec("extra").is_none() {
-            assert!(start.elapsed() < Duration::from_secs(10), "the new tool was not picked up: {:?}", reg.names());
+            assert!(
+                start.elapsed() < Duration::from_secs(10),
+                "the new tool was not picked up: {:?}",
+                reg.names()
+            );
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
-        assert_eq!(call(&reg, "py", "extra", json!({})).await.unwrap(), json!("extra here"));
-        assert_eq!(call(&reg, "py", "toggle_extra", json!({})).await.unwrap(), json!("removed"));
+        assert_eq!(
+            call(&reg, "py", "extra", json!({})).await.unwrap(),
+            json!("extra here")
+        );
+        assert_eq!(
+            call(&reg, "py", "toggle_extra", json!({})).await.unwrap(),
+            json!("removed")
+        );
         let start = Instant::now();
         while reg.spec("extra").is_some() {
-            assert!(start.elapsed() < Duration::from_secs(10), "the removed tool stayed: {:?}", reg.names());
+            assert!(
+                start.elapsed() < Duration::from_secs(10),
+                "the removed tool stayed: {:?}",
+                reg.names()
+            );
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
         assert_eq!(m.server("py").unwrap().tools, 4);
@@ -325,24 +446,50 @@ async fn mcp_stdio_server_that_dies_is_marked_down_and_restarted() {
     within(async {
         let f = fixtures();
         let reg = Arc::new(ToolRegistry::new());
-        let m = McpManager::start(&config(&everything(&f, "ev", "backoff = \"1s\"")), Arc::clone(&reg));
+        let m = McpManager::start(
+            &config(&everything(&f, "ev", "backoff = \"1s\"")),
+            Arc::clone(&reg),
+        );
         let first = ready(&m, "ev").await;
         let pid = first.pid.expect("a child process");
-        let killed = std::process::Command::new("kill").args(["-9", &pid.to_string()]).status().expect("run kill");
+        let killed = std::process::Command::new("kill")
+            .args(["-9", &pid.to_string()])
+            .status()
+            .expect("run kill");
         assert!(killed.success());
 
-        let down = wait_for(&m, "ev", "down", Duration::from_secs(10), |s| s.state != ServerState::Ready).await;
+        let down = wait_for(&m, "ev", "down", Duration::from_secs(10), |s| {
+            s.state != ServerState::Ready
+        })
+        .await;
         assert_eq!(down.state, ServerState::Down, "{down:?}");
-        assert!(down.last_error.as_deref().unwrap_or_default().contains("exited"), "{down:?}");
+        assert!(
+            down.last_error
+                .as_deref()
+                .unwrap_or_default()
+                .contains("exited"),
+            "{down:?}"
+        );
         assert!(reg.expand(&["ev".to_owned()]).is_empty());
         let started = Instant::now();
-        let err = m.call_tool("ev", "echo", json!({"message": "x"})).await.unwrap_err();
+        let err = m
+            .call_tool("ev", "echo", json!({"message": "x"}))
+            .await
+            .unwrap_err();
         assert!(started.elapsed() < Duration::from_millis(500));
         assert_eq!(err.kind(), "execution_error", "{err}");
 
-        let again = wait_for(&m, "ev", "restarted", READY, |s| s.state == ServerState::Ready && s.connects == 2).await;
+        let again = wait_for(&m, "ev", "restarted", READY, |s| {
+            s.state == ServerState::Ready && s.connects == 2
+        })
+        .await;
         assert_ne!(again.pid, Some(pid), "a new process");
-        assert_eq!(call(&reg, "ev", "echo", json!({"message": "again"})).await.unwrap(), json!("Echo: again"));
+        assert_eq!(
+            call(&reg, "ev", "echo", json!({"message": "again"}))
+                .await
+                .unwrap(),
+            json!("Echo: again")
+        );
         m.shutdown().await;
     })
     .await;
@@ -357,8 +504,7 @@ async fn mcp_server_that_cannot_start_is_reported_and_the_others_still_work() {
         let m = McpManager::start(&config(&format!("{ghost}{}", time_server(&f, "time", ""))), Arc::clone(&reg));
 
         // Graph files naming the partition validate while its server is down.
-        let mut registries = Registries::default();
-        registries.tools = Arc::clone(&reg);
+        let registries = Registries { tools: Arc::clone(&reg), ..Default::default() };
         let graph = "state: chat\nentry: helper\nnodes:\n  - id: helper\n    kind: agent\n    prompt: chat/direct.md\n    tools: [ghost, time]\n    input: query\n    output: answer\nedges: [helper -> END]\n";
         let cat = Catalog::from_sources(&[("uses_mcp", graph)], Prompts::load(&root().join("prompts")), &registries);
         assert!(!cat.has_errors(), "{:#?}", cat.diagnostics);

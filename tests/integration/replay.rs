@@ -10,12 +10,12 @@ use stategraph::events::EventKind;
 use stategraph::graph::catalog::{Catalog, Registries};
 use stategraph::graph::prompts::Prompts;
 use stategraph::llm::scripted::ScriptedModel;
-use stategraph::llm::{ChatMessage, ChatRequest, Models};
 use stategraph::llm::scripted::Turn;
+use stategraph::llm::{ChatMessage, ChatRequest, Models};
 use stategraph::replay;
 use stategraph::runtime::{self, RunOptions, Services};
-use stategraph::store::{LogCheckpointer, RunStore, Store};
 use stategraph::store::memory::MemoryStore;
+use stategraph::store::{LogCheckpointer, RunStore, Store};
 use uuid::Uuid;
 
 use crate::support::server::TestServer;
@@ -23,13 +23,24 @@ use crate::support::{chat_body, post_json, root};
 
 fn model() -> Arc<ScriptedModel> {
     Arc::new(ScriptedModel::from_fn(|req: &ChatRequest| {
-        if req.response_format.as_ref().is_some_and(|f| f.name == "intent_classification") {
-            return Turn::json(json!({"intent": "RESEARCH", "reasoning": "r", "missing_slots": [], "detected_language": "en"}));
+        if req
+            .response_format
+            .as_ref()
+            .is_some_and(|f| f.name == "intent_classification")
+        {
+            return Turn::json(
+                json!({"intent": "RESEARCH", "reasoning": "r", "missing_slots": [], "detected_language": "en"}),
+            );
         }
         if req.response_format.is_some() {
             return Turn::json(json!({"questions": ["A?", "B?"]}));
         }
-        if !req.tools.is_empty() && !req.messages.iter().any(|m| matches!(m, ChatMessage::Tool { .. })) {
+        if !req.tools.is_empty()
+            && !req
+                .messages
+                .iter()
+                .any(|m| matches!(m, ChatMessage::Tool { .. }))
+        {
             return Turn::tool("current_time", json!({}));
         }
         Turn::text("It is time to answer.")
@@ -46,13 +57,32 @@ async fn replaying_the_log_gives_the_bytes_the_client_received() {
     let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
     let server = TestServer::start_with_store(model(), Arc::clone(&store), |_| {}).await;
     let client = reqwest::Client::new();
-    let live = post_json(&client, &server.url("/api/chat"), &chat_body("replay-1", "what time is it?")).await.text().await.unwrap();
-    let run_id: Uuid = live.split("\"runId\":\"").nth(1).unwrap().split('"').next().unwrap().parse().unwrap();
+    let live = post_json(
+        &client,
+        &server.url("/api/chat"),
+        &chat_body("replay-1", "what time is it?"),
+    )
+    .await
+    .text()
+    .await
+    .unwrap();
+    let run_id: Uuid = live
+        .split("\"runId\":\"")
+        .nth(1)
+        .unwrap()
+        .split('"')
+        .next()
+        .unwrap()
+        .parse()
+        .unwrap();
     server.shutdown().await;
     let (run, events) = replay::load(&*store, run_id).await.unwrap();
     assert_eq!(run.status, stategraph::runtime::RunStatus::Finished);
     let bytes = replay::sse(&events).unwrap();
-    let without_keepalive: String = live.split_inclusive("\n\n").filter(|f| !f.starts_with(':')).collect();
+    let without_keepalive: String = live
+        .split_inclusive("\n\n")
+        .filter(|f| !f.starts_with(':'))
+        .collect();
     assert_eq!(bytes, without_keepalive);
     let timeline = replay::timeline(&run, &events);
     assert!(timeline.contains("research finished in"), "{timeline}");
@@ -62,15 +92,44 @@ async fn replaying_the_log_gives_the_bytes_the_client_received() {
 async fn recorded_run(store: &Arc<MemoryStore>) -> (Arc<stategraph::graph::CompiledGraph>, Uuid) {
     let cat = crate::support::shipped_catalog();
     let graph = Arc::clone(cat.get("chat").unwrap());
-    let opts = RunOptions { checkpointer: Some(Arc::new(LogCheckpointer(store.clone() as Arc<dyn Store>))), snapshot_every: 2, ..Default::default() };
+    let opts = RunOptions {
+        checkpointer: Some(Arc::new(LogCheckpointer::new(
+            store.clone() as Arc<dyn Store>
+        ))),
+        snapshot_every: 2,
+        ..Default::default()
+    };
     let run_id = opts.run_id;
-    store.create_run(stategraph::store::RunRecord {
-        id: run_id, chat_id: None, user_id: "u".into(), graph: "chat".into(), graph_version: graph.version.clone(),
-        status: stategraph::runtime::RunStatus::Running, input: Value::Null, created_at: 0, finished_at: None, error: None,
-        usage: Default::default(), parent: None, request_id: None, message_id: None, last_seq: 0, last_step: 0,
-    }).await.unwrap();
+    store
+        .create_run(stategraph::store::RunRecord {
+            id: run_id,
+            chat_id: None,
+            user_id: "u".into(),
+            graph: "chat".into(),
+            graph_version: graph.version.clone(),
+            status: stategraph::runtime::RunStatus::Running,
+            input: Value::Null,
+            created_at: 0,
+            finished_at: None,
+            error: None,
+            usage: Default::default(),
+            parent: None,
+            request_id: None,
+            message_id: None,
+            last_seq: 0,
+            last_step: 0,
+        })
+        .await
+        .unwrap();
     let input = json!({"messages": [{"id": "u1", "role": "user", "content": "what time is it?"}], "query": "what time is it?"});
-    runtime::run(Arc::clone(&graph), crate::support::services(model()), input, opts).await.unwrap();
+    runtime::run(
+        Arc::clone(&graph),
+        crate::support::services(model()),
+        input,
+        opts,
+    )
+    .await
+    .unwrap();
     (graph, run_id)
 }
 
@@ -79,16 +138,21 @@ async fn reexecution_serves_every_call_from_the_recording_and_matches() {
     let store = Arc::new(MemoryStore::new());
     let (graph, run_id) = recorded_run(&store).await;
     let (_, events) = replay::load(&*store, run_id).await.unwrap();
-    let services = Services::new(Models::single(unreachable_model()), Arc::clone(&Registries::default().tools));
+    let services = Services::new(
+        Models::single(unreachable_model()),
+        Arc::clone(&Registries::default().tools),
+    );
     let r = replay::reexecute(graph, services, &events).await.unwrap();
     assert!(r.divergence.is_none(), "{}", r.report());
     assert!(r.same_version);
     assert!(r.report().starts_with("no divergence"));
     // The clock tool was not called again: its recorded answer came back.
-    let time = |evs: &[stategraph::events::Event]| evs.iter().find_map(|e| match &e.event {
-        EventKind::ToolResult { output, .. } => Some(output.clone()),
-        _ => None,
-    });
+    let time = |evs: &[stategraph::events::Event]| {
+        evs.iter().find_map(|e| match &e.event {
+            EventKind::ToolResult { output, .. } => Some(output.clone()),
+            _ => None,
+        })
+    };
     assert_eq!(time(&r.events), time(&events));
 }
 
@@ -99,25 +163,39 @@ async fn after_a_prompt_edit_reexecution_reports_the_first_divergence() {
     let (_, events) = replay::load(&*store, run_id).await.unwrap();
     // The same graph with an edited narrator prompt.
     let dir = root().join("prompts");
-    let mut sources: Vec<(String, String)> = std::fs::read_dir(dir.join("chat")).unwrap().flatten()
-        .map(|e| (format!("chat/{}", e.file_name().to_string_lossy()), std::fs::read_to_string(e.path()).unwrap()))
+    let mut sources: Vec<(String, String)> = std::fs::read_dir(dir.join("chat"))
+        .unwrap()
+        .flatten()
+        .map(|e| {
+            (
+                format!("chat/{}", e.file_name().to_string_lossy()),
+                std::fs::read_to_string(e.path()).unwrap(),
+            )
+        })
         .collect();
     for (name, text) in &mut sources {
         if name == "chat/narrator.md" {
             text.push_str("\nAlways end with a joke.\n");
         }
     }
-    let prompts = Prompts::from_sources(&dir, sources.iter().map(|(a, b)| (a.as_str(), b.as_str())));
+    let prompts =
+        Prompts::from_sources(&dir, sources.iter().map(|(a, b)| (a.as_str(), b.as_str())));
     let yaml = std::fs::read_to_string(root().join("graphs/chat.yaml")).unwrap();
     let cat = Catalog::from_sources(&[("chat", &yaml)], prompts, &Registries::default());
     let edited = Arc::clone(cat.get("chat").unwrap());
-    let services = Services::new(Models::single(unreachable_model()), Arc::clone(&Registries::default().tools));
+    let services = Services::new(
+        Models::single(unreachable_model()),
+        Arc::clone(&Registries::default().tools),
+    );
     let r = replay::reexecute(edited, services, &events).await.unwrap();
     assert!(!r.same_version);
     let (_, recorded, now) = r.divergence.clone().expect("a divergence");
     let (recorded, now) = (recorded.unwrap(), now.unwrap());
     assert_eq!(recorded.node.as_deref(), Some("narrator"));
-    assert!(matches!(recorded.event, EventKind::LlmStarted { .. }) && matches!(now.event, EventKind::LlmStarted { .. }));
+    assert!(
+        matches!(recorded.event, EventKind::LlmStarted { .. })
+            && matches!(now.event, EventKind::LlmStarted { .. })
+    );
     assert!(r.report().contains("first divergence"), "{}", r.report());
 }
 
@@ -128,12 +206,33 @@ async fn a_fork_starts_from_a_checkpoint_with_edited_state() {
     // After step 2 the router has decided; force a different intent.
     let at2 = replay::state_at(&*store, &graph, run_id, 2).await.unwrap();
     assert_eq!(at2.to_json()["intent"], "RESEARCH");
-    let resume = replay::fork_point(&*store, &graph, run_id, 2, &[("intent".into(), json!("DIRECT"))]).await.unwrap();
-    assert_eq!(resume.next.iter().map(|t| t.node.as_str()).collect::<Vec<_>>(), ["research"], "the frontier as it was");
+    let resume = replay::fork_point(
+        &*store,
+        &graph,
+        run_id,
+        2,
+        &[("intent".into(), json!("DIRECT"))],
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        resume
+            .next
+            .iter()
+            .map(|t| t.node.as_str())
+            .collect::<Vec<_>>(),
+        ["research"],
+        "the frontier as it was"
+    );
     let bad = replay::fork_point(&*store, &graph, run_id, 2, &[("nope".into(), json!(1))]).await;
     assert!(bad.is_err());
-    let opts = RunOptions { forked_from: Some(replay::origin(run_id, 2)), ..Default::default() };
-    let out = runtime::resume(graph, crate::support::services(model()), resume, opts).await.unwrap();
+    let opts = RunOptions {
+        forked_from: Some(replay::origin(run_id, 2)),
+        ..Default::default()
+    };
+    let out = runtime::resume(graph, crate::support::services(model()), resume, opts)
+        .await
+        .unwrap();
     assert_eq!(out.state.to_json()["intent"], "DIRECT");
     assert_eq!(out.state.to_json()["answer"], "It is time to answer.");
 }
@@ -146,46 +245,101 @@ async fn the_runs_api_serves_history_events_state_and_forks_per_user() {
     })
     .await;
     let client = reqwest::Client::new();
-    let as_ = |k: &str, rb: reqwest::RequestBuilder| rb.header("authorization", format!("Bearer {k}"));
-    let live = as_("ka", client.post(server.url("/api/chat")).header("content-type", "application/json"))
-        .body(chat_body("runs-1", "what time is it?").to_string())
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
-    let json = |r: reqwest::Response| async move { serde_json::from_str::<Value>(&r.text().await.unwrap()).unwrap() };
-    let runs = json(as_("ka", client.get(server.url("/api/runs?chat=runs-1"))).send().await.unwrap()).await;
+    let as_ =
+        |k: &str, rb: reqwest::RequestBuilder| rb.header("authorization", format!("Bearer {k}"));
+    let live = as_(
+        "ka",
+        client
+            .post(server.url("/api/chat"))
+            .header("content-type", "application/json"),
+    )
+    .body(chat_body("runs-1", "what time is it?").to_string())
+    .send()
+    .await
+    .unwrap()
+    .text()
+    .await
+    .unwrap();
+    let json = |r: reqwest::Response| async move {
+        serde_json::from_str::<Value>(&r.text().await.unwrap()).unwrap()
+    };
+    let runs = json(
+        as_("ka", client.get(server.url("/api/runs?chat=runs-1")))
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
     let run = runs["runs"][0].clone();
     assert_eq!(run["status"], "finished");
     let id = run["id"].as_str().unwrap().to_owned();
-    let one = json(as_("ka", client.get(server.url(&format!("/api/runs/{id}")))).send().await.unwrap()).await;
+    let one = json(
+        as_("ka", client.get(server.url(&format!("/api/runs/{id}"))))
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
     assert_eq!(one["chatId"], "runs-1");
-    let events = json(as_("ka", client.get(server.url(&format!("/api/runs/{id}/events?limit=5")))).send().await.unwrap()).await;
+    let events = json(
+        as_(
+            "ka",
+            client.get(server.url(&format!("/api/runs/{id}/events?limit=5"))),
+        )
+        .send()
+        .await
+        .unwrap(),
+    )
+    .await;
     assert_eq!(events["events"].as_array().unwrap().len(), 5);
     assert_eq!(events["next"], 5);
-    let sse = as_("ka", client.get(server.url(&format!("/api/runs/{id}/events"))).header("accept", "text/event-stream"))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
-    let live: String = live.split_inclusive("\n\n").filter(|f| !f.starts_with(':')).collect();
+    let sse = as_(
+        "ka",
+        client
+            .get(server.url(&format!("/api/runs/{id}/events")))
+            .header("accept", "text/event-stream"),
+    )
+    .send()
+    .await
+    .unwrap()
+    .text()
+    .await
+    .unwrap();
+    let live: String = live
+        .split_inclusive("\n\n")
+        .filter(|f| !f.starts_with(':'))
+        .collect();
     assert_eq!(sse, live, "the replayed SSE equals the live bytes");
-    let state = json(as_("ka", client.get(server.url(&format!("/api/runs/{id}/state?step=2")))).send().await.unwrap()).await;
-    assert_eq!(state["state"]["intent"], "RESEARCH");
-    let fork = as_("ka", client.post(server.url(&format!("/api/runs/{id}/fork"))))
-        .body(json!({"at": 2, "set": {"intent": "DIRECT"}}).to_string())
+    let state = json(
+        as_(
+            "ka",
+            client.get(server.url(&format!("/api/runs/{id}/state?step=2"))),
+        )
         .send()
         .await
-        .unwrap();
+        .unwrap(),
+    )
+    .await;
+    assert_eq!(state["state"]["intent"], "RESEARCH");
+    let fork = as_(
+        "ka",
+        client.post(server.url(&format!("/api/runs/{id}/fork"))),
+    )
+    .body(json!({"at": 2, "set": {"intent": "DIRECT"}}).to_string())
+    .send()
+    .await
+    .unwrap();
     assert_eq!(fork.status(), 202);
     let child = json(fork).await["runId"].as_str().unwrap().to_owned();
     let mut status = Value::Null;
     for _ in 0..100 {
-        let r = json(as_("ka", client.get(server.url(&format!("/api/runs/{child}")))).send().await.unwrap()).await;
+        let r = json(
+            as_("ka", client.get(server.url(&format!("/api/runs/{child}"))))
+                .send()
+                .await
+                .unwrap(),
+        )
+        .await;
         status = r["status"].clone();
         if status != "running" {
             assert_eq!(r["parent"]["run_id"], id.as_str());
@@ -194,16 +348,46 @@ async fn the_runs_api_serves_history_events_state_and_forks_per_user() {
         tokio::time::sleep(std::time::Duration::from_millis(20)).await;
     }
     assert_eq!(status, "finished");
-    let final_state = json(as_("ka", client.get(server.url(&format!("/api/runs/{child}/state")))).send().await.unwrap()).await;
+    let final_state = json(
+        as_(
+            "ka",
+            client.get(server.url(&format!("/api/runs/{child}/state"))),
+        )
+        .send()
+        .await
+        .unwrap(),
+    )
+    .await;
     assert_eq!(final_state["state"]["intent"], "DIRECT");
     // Bob sees none of it.
-    for path in [format!("/api/runs/{id}"), format!("/api/runs/{id}/events"), format!("/api/runs/{id}/state"), "/api/runs?chat=runs-1".to_owned()] {
-        let r = as_("kb", client.get(server.url(&path))).send().await.unwrap();
+    for path in [
+        format!("/api/runs/{id}"),
+        format!("/api/runs/{id}/events"),
+        format!("/api/runs/{id}/state"),
+        "/api/runs?chat=runs-1".to_owned(),
+    ] {
+        let r = as_("kb", client.get(server.url(&path)))
+            .send()
+            .await
+            .unwrap();
         assert_eq!(r.status(), 404, "{path}");
     }
-    let r = as_("kb", client.post(server.url(&format!("/api/runs/{id}/fork")))).body("{\"at\":1}").send().await.unwrap();
+    let r = as_(
+        "kb",
+        client.post(server.url(&format!("/api/runs/{id}/fork"))),
+    )
+    .body("{\"at\":1}")
+    .send()
+    .await
+    .unwrap();
     assert_eq!(r.status(), 404);
-    let bobs = json(as_("kb", client.get(server.url("/api/runs"))).send().await.unwrap()).await;
+    let bobs = json(
+        as_("kb", client.get(server.url("/api/runs")))
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
     assert_eq!(bobs["runs"], json!([]));
     server.shutdown().await;
 }

@@ -19,17 +19,35 @@ fn model(fail_narrator: bool, delay: Option<Duration>) -> Arc<ScriptedModel> {
             Some(ChatMessage::System { content }) => content.clone(),
             _ => String::new(),
         };
-        if req.response_format.as_ref().is_some_and(|f| f.name == "intent_classification") {
-            return Turn::json(json!({"intent": "RESEARCH", "reasoning": "needs data", "missing_slots": [], "detected_language": "en"}));
+        if req
+            .response_format
+            .as_ref()
+            .is_some_and(|f| f.name == "intent_classification")
+        {
+            return Turn::json(
+                json!({"intent": "RESEARCH", "reasoning": "needs data", "missing_slots": [], "detected_language": "en"}),
+            );
         }
-        if req.response_format.as_ref().is_some_and(|f| f.name == "followups") {
+        if req
+            .response_format
+            .as_ref()
+            .is_some_and(|f| f.name == "followups")
+        {
             return Turn::json(json!({"questions": ["Why?", "How?"]}));
         }
-        if !req.tools.is_empty() && !req.messages.iter().any(|m| matches!(m, ChatMessage::Tool { .. })) {
+        if !req.tools.is_empty()
+            && !req
+                .messages
+                .iter()
+                .any(|m| matches!(m, ChatMessage::Tool { .. }))
+        {
             return Turn::tool("calculator", json!({"expression": "6*7"}));
         }
         if system.contains("You write the answer") && fail_narrator {
-            return Turn::Fail(LlmError::Http { status: 400, message: "secret upstream detail".into() });
+            return Turn::Fail(LlmError::Http {
+                status: 400,
+                message: "secret upstream detail".into(),
+            });
         }
         Turn::text("The answer is 42 and that is final.")
     });
@@ -45,28 +63,53 @@ async fn validate_post(server: &TestServer, body: &Value) -> (bool, String) {
     std::fs::write(&file, body.to_string()).unwrap();
     let url = server.url("/api/chat");
     let file = file.to_string_lossy().into_owned();
-    tokio::task::spawn_blocking(move || validate_args(&[&url, "--body", &file, "--json"])).await.unwrap()
+    tokio::task::spawn_blocking(move || validate_args(&[&url, "--body", &file, "--json"]))
+        .await
+        .unwrap()
 }
 
 fn text_of(report: &Value) -> String {
-    report["message"]["parts"].as_array().map_or_else(String::new, |p| {
-        p.iter().filter(|p| p["type"] == "text").filter_map(|p| p["text"].as_str()).collect()
-    })
+    report["message"]["parts"]
+        .as_array()
+        .map_or_else(String::new, |p| {
+            p.iter()
+                .filter(|p| p["type"] == "text")
+                .filter_map(|p| p["text"].as_str())
+                .collect()
+        })
 }
 
 #[tokio::test]
 async fn every_intent_streams_a_valid_ui_message() {
     let server = TestServer::start(model(false, None), |_| {}).await;
-    for intent in ["QUICK_ANSWER", "RESEARCH", "EXPLAIN", "CLARIFY", "SUGGEST", "DIRECT"] {
+    for intent in [
+        "QUICK_ANSWER",
+        "RESEARCH",
+        "EXPLAIN",
+        "CLARIFY",
+        "SUGGEST",
+        "DIRECT",
+    ] {
         let mut body = chat_body(&format!("intent-{intent}"), "what is six times seven?");
         body["forced_intent"] = json!(intent);
         let (ok, report) = validate_post(&server, &body).await;
         assert!(ok, "{intent}: {report}");
         let report = report_json(&report);
-        assert_eq!(text_of(&report), "The answer is 42 and that is final.", "{intent}");
+        assert_eq!(
+            text_of(&report),
+            "The answer is 42 and that is final.",
+            "{intent}"
+        );
         let parts = report["message"]["parts"].as_array().unwrap();
-        assert!(parts.iter().any(|p| p["type"] == "data-thinking" && p["data"]["node"] == "router"
-            && p["data"]["text"].as_str().unwrap().starts_with(&format!("Intent: {intent} (forced)"))), "{intent}");
+        assert!(
+            parts.iter().any(|p| p["type"] == "data-thinking"
+                && p["data"]["node"] == "router"
+                && p["data"]["text"]
+                    .as_str()
+                    .unwrap()
+                    .starts_with(&format!("Intent: {intent} (forced)"))),
+            "{intent}"
+        );
         let meta = &report["message"]["metadata"];
         assert_eq!(meta["graph"], "chat");
         assert_eq!(meta["offlineModel"], false);
@@ -84,10 +127,23 @@ async fn an_answer_node_with_tools_streams_tool_parts() {
     assert!(ok, "{report}");
     let report = report_json(&report);
     let counts = &report["chunkCounts"];
-    for c in ["tool-input-start", "tool-input-delta", "tool-input-available", "tool-output-available", "start-step", "finish-step"] {
+    for c in [
+        "tool-input-start",
+        "tool-input-delta",
+        "tool-input-available",
+        "tool-output-available",
+        "start-step",
+        "finish-step",
+    ] {
         assert!(counts[c].as_u64().unwrap_or(0) >= 1, "{c}: {counts}");
     }
-    let tool = report["message"]["parts"].as_array().unwrap().iter().find(|p| p["type"] == "dynamic-tool").cloned().unwrap();
+    let tool = report["message"]["parts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["type"] == "dynamic-tool")
+        .cloned()
+        .unwrap();
     assert_eq!(tool["toolName"], "calculator");
     assert_eq!(tool["state"], "output-available");
     assert_eq!(tool["output"]["result"], 42);
@@ -103,14 +159,31 @@ async fn an_error_mid_run_is_one_error_chunk_with_a_reference_and_no_internals()
     let report = report_json(&raw);
     assert_eq!(report["errorChunks"].as_array().unwrap().len(), 1);
     let err = report["errorChunks"][0].as_str().unwrap();
-    let run_id = report["message"]["metadata"]["runId"].as_str().unwrap().to_owned();
+    let run_id = report["message"]["metadata"]["runId"]
+        .as_str()
+        .unwrap()
+        .to_owned();
     assert!(err.contains(&run_id), "the reference is the run id: {err}");
-    assert!(!raw.contains("secret upstream detail"), "internals must not reach the client");
+    assert!(
+        !raw.contains("secret upstream detail"),
+        "internals must not reach the client"
+    );
     assert_eq!(report["message"]["metadata"]["reference"], run_id);
     // The run is recorded as failed, with the detail, for the operator.
-    let run = server.state.store.get_run(run_id.parse().unwrap()).await.unwrap().unwrap();
+    let run = server
+        .state
+        .store
+        .get_run(run_id.parse().unwrap())
+        .await
+        .unwrap()
+        .unwrap();
     assert_eq!(run.status, stategraph::runtime::RunStatus::Failed);
-    assert!(run.error.unwrap().message.contains("secret upstream detail"));
+    assert!(
+        run.error
+            .unwrap()
+            .message
+            .contains("secret upstream detail")
+    );
     server.shutdown().await;
 }
 
@@ -147,25 +220,54 @@ async fn resume_is_204_when_idle_and_a_full_replay_while_active() {
     let server = TestServer::start(model(false, Some(Duration::from_millis(15))), |_| {}).await;
     let client = reqwest::Client::new();
     // Nothing active for a chat that exists but is idle, and 404 for one that does not.
-    let idle = client.get(server.url("/api/chat/nope/stream")).send().await.unwrap();
+    let idle = client
+        .get(server.url("/api/chat/nope/stream"))
+        .send()
+        .await
+        .unwrap();
     assert_eq!(idle.status(), 404);
-    let first = post_json(&client, &server.url("/api/chat"), &chat_body("res-1", "research it")).await;
+    let first = post_json(
+        &client,
+        &server.url("/api/chat"),
+        &chat_body("res-1", "research it"),
+    )
+    .await;
     let live = first.text().await.unwrap();
     // After the linger period the chat has nothing active.
     // While it lingers, a resume replays the whole stream, byte for byte.
-    let replay = client.get(server.url("/api/chat/res-1/stream")).send().await.unwrap();
+    let replay = client
+        .get(server.url("/api/chat/res-1/stream"))
+        .send()
+        .await
+        .unwrap();
     assert_eq!(replay.status(), 200);
     let replay = replay.text().await.unwrap();
-    let strip = |s: &str| s.split("\n\n").filter(|f| !f.starts_with(':')).collect::<Vec<_>>().join("\n\n");
+    let strip = |s: &str| {
+        s.split("\n\n")
+            .filter(|f| !f.starts_with(':'))
+            .collect::<Vec<_>>()
+            .join("\n\n")
+    };
     assert_eq!(strip(&replay), strip(&live));
     let (ok, report) = aisdk_validate(&replay);
     assert!(ok, "{report}");
     server.shutdown().await;
 
-    let server = TestServer::start(model(false, None), |c| c.server.linger.0 = Duration::from_millis(10)).await;
-    let _ = post_json(&client, &server.url("/api/chat"), &chat_body("res-2", "hi")).await.text().await.unwrap();
+    let server = TestServer::start(model(false, None), |c| {
+        c.server.linger.0 = Duration::from_millis(10)
+    })
+    .await;
+    let _ = post_json(&client, &server.url("/api/chat"), &chat_body("res-2", "hi"))
+        .await
+        .text()
+        .await
+        .unwrap();
     tokio::time::sleep(Duration::from_millis(300)).await;
-    let idle = client.get(server.url("/api/chat/res-2/stream")).send().await.unwrap();
+    let idle = client
+        .get(server.url("/api/chat/res-2/stream"))
+        .send()
+        .await
+        .unwrap();
     assert_eq!(idle.status(), 204);
     let (ok, raw) = tokio::task::spawn_blocking({
         let url = server.url("/api/chat");
@@ -181,7 +283,12 @@ async fn resume_is_204_when_idle_and_a_full_replay_while_active() {
 async fn a_client_that_disconnects_mid_stream_resumes_with_every_part_exactly_once() {
     let server = TestServer::start(model(false, Some(Duration::from_millis(10))), |_| {}).await;
     let client = reqwest::Client::new();
-    let resp = post_json(&client, &server.url("/api/chat"), &chat_body("drop-1", "research it")).await;
+    let resp = post_json(
+        &client,
+        &server.url("/api/chat"),
+        &chat_body("drop-1", "research it"),
+    )
+    .await;
     let mut body = resp.bytes_stream();
     let mut got = Vec::new();
     while got.len() < 1500 {
@@ -189,7 +296,11 @@ async fn a_client_that_disconnects_mid_stream_resumes_with_every_part_exactly_on
     }
     drop(body); // the client goes away; the run goes on
     // Resume: a full replay (what DefaultChatTransport expects) that follows the run live.
-    let resumed = client.get(server.url("/api/chat/drop-1/stream")).send().await.unwrap();
+    let resumed = client
+        .get(server.url("/api/chat/drop-1/stream"))
+        .send()
+        .await
+        .unwrap();
     assert_eq!(resumed.status(), 200);
     let text = resumed.text().await.unwrap();
     let (ok, raw) = aisdk_validate(&text);
@@ -197,16 +308,42 @@ async fn a_client_that_disconnects_mid_stream_resumes_with_every_part_exactly_on
     let report = report_json(&raw);
     assert_eq!(text_of(&report), "The answer is 42 and that is final.");
     // Every event id appears once, in order, with nothing missing.
-    let ids: Vec<u64> = text.lines().filter_map(|l| l.strip_prefix("id: ")).map(|n| n.parse().unwrap()).collect();
+    let ids: Vec<u64> = text
+        .lines()
+        .filter_map(|l| l.strip_prefix("id: "))
+        .map(|n| n.parse().unwrap())
+        .collect();
     assert!(ids.windows(2).all(|w| w[0] <= w[1]));
     let mut dedup = ids.clone();
     dedup.dedup();
     let deltas = text.matches(r#""type":"text-delta""#).count();
-    assert_eq!(deltas, "The answer is 42 and that is final.".split_inclusive(' ').count());
+    assert_eq!(
+        deltas,
+        "The answer is 42 and that is final."
+            .split_inclusive(' ')
+            .count()
+    );
     // Resuming after the last id the client saw sends only the rest.
-    let seen: u64 = String::from_utf8_lossy(&got).lines().filter_map(|l| l.strip_prefix("id: ")).filter_map(|n| n.parse().ok()).max().unwrap();
-    let rest = client.get(server.url("/api/chat/drop-1/stream")).header("last-event-id", seen.to_string()).send().await.unwrap().text().await.unwrap();
-    let rest_ids: Vec<u64> = rest.lines().filter_map(|l| l.strip_prefix("id: ")).map(|n| n.parse().unwrap()).collect();
+    let seen: u64 = String::from_utf8_lossy(&got)
+        .lines()
+        .filter_map(|l| l.strip_prefix("id: "))
+        .filter_map(|n| n.parse().ok())
+        .max()
+        .unwrap();
+    let rest = client
+        .get(server.url("/api/chat/drop-1/stream"))
+        .header("last-event-id", seen.to_string())
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let rest_ids: Vec<u64> = rest
+        .lines()
+        .filter_map(|l| l.strip_prefix("id: "))
+        .map(|n| n.parse().unwrap())
+        .collect();
     assert!(rest_ids.iter().all(|&i| i > seen));
     assert!(rest.ends_with("data: [DONE]\n\n"));
     server.shutdown().await;
@@ -219,17 +356,34 @@ async fn stop_cancels_the_active_run_and_its_stream_ends_cleanly() {
     let url = server.url("/api/chat");
     let stream = tokio::spawn({
         let client = client.clone();
-        async move { post_json(&client, &url, &chat_body("stop-1", "research a lot")).await.text().await.unwrap() }
+        async move {
+            post_json(&client, &url, &chat_body("stop-1", "research a lot"))
+                .await
+                .text()
+                .await
+                .unwrap()
+        }
     });
     tokio::time::sleep(Duration::from_millis(300)).await;
-    let stop = client.post(server.url("/api/chat/stop-1/stop")).send().await.unwrap();
+    let stop = client
+        .post(server.url("/api/chat/stop-1/stop"))
+        .send()
+        .await
+        .unwrap();
     assert_eq!(stop.status(), 202);
-    let text = tokio::time::timeout(Duration::from_secs(5), stream).await.expect("the stream ends promptly").unwrap();
+    let text = tokio::time::timeout(Duration::from_secs(5), stream)
+        .await
+        .expect("the stream ends promptly")
+        .unwrap();
     assert!(text.contains(r#""type":"abort""#), "{text}");
     assert!(text.ends_with("data: [DONE]\n\n"));
     let (ok, raw) = aisdk_validate(&text);
     assert!(ok, "{raw}");
-    let again = client.post(server.url("/api/chat/stop-1/stop")).send().await.unwrap();
+    let again = client
+        .post(server.url("/api/chat/stop-1/stop"))
+        .send()
+        .await
+        .unwrap();
     assert_eq!(again.status(), 409);
     assert_eq!(again.json_value().await["error"]["code"], "no_active_run");
     server.shutdown().await;
@@ -237,9 +391,16 @@ async fn stop_cancels_the_active_run_and_its_stream_ends_cleanly() {
 
 #[tokio::test]
 async fn idle_streams_get_keep_alive_comments() {
-    let server = TestServer::start(model(false, Some(Duration::from_millis(120))), |c| c.server.keep_alive.0 = Duration::from_millis(50)).await;
+    let server = TestServer::start(model(false, Some(Duration::from_millis(120))), |c| {
+        c.server.keep_alive.0 = Duration::from_millis(50)
+    })
+    .await;
     let client = reqwest::Client::new();
-    let text = post_json(&client, &server.url("/api/chat"), &chat_body("ka-1", "hi")).await.text().await.unwrap();
+    let text = post_json(&client, &server.url("/api/chat"), &chat_body("ka-1", "hi"))
+        .await
+        .text()
+        .await
+        .unwrap();
     assert!(text.contains(": keep-alive\n\n"));
     let (ok, raw) = aisdk_validate(&text);
     assert!(ok, "{raw}");
@@ -251,32 +412,81 @@ async fn chats_and_messages_are_stored_and_regenerate_replaces_the_answer() {
     let server = TestServer::start(model(false, None), |_| {}).await;
     let client = reqwest::Client::new();
     let body = chat_body("store-1", "first question");
-    let first = post_json(&client, &server.url("/api/chat"), &body).await.text().await.unwrap();
+    let first = post_json(&client, &server.url("/api/chat"), &body)
+        .await
+        .text()
+        .await
+        .unwrap();
     assert!(first.contains("[DONE]"));
-    let chat = client.get(server.url("/api/chat/store-1")).send().await.unwrap().json_value().await;
+    let chat = client
+        .get(server.url("/api/chat/store-1"))
+        .send()
+        .await
+        .unwrap()
+        .json_value()
+        .await;
     assert_eq!(chat["title"], "first question");
     let msgs = chat["messages"].as_array().unwrap();
     assert_eq!(msgs.len(), 2);
     assert_eq!(msgs[0]["role"], "user");
     assert_eq!(msgs[1]["role"], "assistant");
     let answer_id = msgs[1]["id"].as_str().unwrap().to_owned();
-    assert!(first.contains(&answer_id), "the stored answer is the streamed message");
+    assert!(
+        first.contains(&answer_id),
+        "the stored answer is the streamed message"
+    );
     let parts = msgs[1]["parts"].as_array().unwrap();
-    let text: String = parts.iter().filter(|p| p["type"] == "text").filter_map(|p| p["text"].as_str()).collect();
+    let text: String = parts
+        .iter()
+        .filter(|p| p["type"] == "text")
+        .filter_map(|p| p["text"].as_str())
+        .collect();
     assert_eq!(text, "The answer is 42 and that is final.");
     // Regenerate: the client sends the history without the answer.
     let mut regen = body.clone();
     regen["trigger"] = json!("regenerate-message");
-    let _ = post_json(&client, &server.url("/api/chat"), &regen).await.text().await.unwrap();
-    let chat = client.get(server.url("/api/chat/store-1")).send().await.unwrap().json_value().await;
+    let _ = post_json(&client, &server.url("/api/chat"), &regen)
+        .await
+        .text()
+        .await
+        .unwrap();
+    let chat = client
+        .get(server.url("/api/chat/store-1"))
+        .send()
+        .await
+        .unwrap()
+        .json_value()
+        .await;
     let msgs = chat["messages"].as_array().unwrap();
     assert_eq!(msgs.len(), 2, "the old answer is replaced, not kept");
     assert_ne!(msgs[1]["id"], answer_id);
     // Listing, then deleting.
-    let list = client.get(server.url("/api/chats")).send().await.unwrap().json_value().await;
+    let list = client
+        .get(server.url("/api/chats"))
+        .send()
+        .await
+        .unwrap()
+        .json_value()
+        .await;
     assert_eq!(list["chats"][0]["id"], "store-1");
-    assert_eq!(client.delete(server.url("/api/chat/store-1")).send().await.unwrap().status(), 204);
-    assert_eq!(client.get(server.url("/api/chat/store-1")).send().await.unwrap().status(), 404);
+    assert_eq!(
+        client
+            .delete(server.url("/api/chat/store-1"))
+            .send()
+            .await
+            .unwrap()
+            .status(),
+        204
+    );
+    assert_eq!(
+        client
+            .get(server.url("/api/chat/store-1"))
+            .send()
+            .await
+            .unwrap()
+            .status(),
+        404
+    );
     server.shutdown().await;
 }
 
@@ -288,12 +498,19 @@ async fn users_never_see_each_others_chats() {
     })
     .await;
     let client = reqwest::Client::new();
-    let as_user = |key: &str, rb: reqwest::RequestBuilder| rb.header("authorization", format!("Bearer {key}"));
-    let resp = as_user("key-alice", client.post(server.url("/api/chat")).header("content-type", "application/json"))
-        .body(chat_body("alice-chat", "private").to_string())
-        .send()
-        .await
-        .unwrap();
+    let as_user = |key: &str, rb: reqwest::RequestBuilder| {
+        rb.header("authorization", format!("Bearer {key}"))
+    };
+    let resp = as_user(
+        "key-alice",
+        client
+            .post(server.url("/api/chat"))
+            .header("content-type", "application/json"),
+    )
+    .body(chat_body("alice-chat", "private").to_string())
+    .send()
+    .await
+    .unwrap();
     let _ = resp.text().await.unwrap();
     for (method, path) in [
         ("GET", "/api/chat/alice-chat"),
@@ -307,17 +524,38 @@ async fn users_never_see_each_others_chats() {
         assert_eq!(resp.json_value().await["error"]["code"], "not_found");
     }
     // Bob cannot write into it either.
-    let resp = as_user("key-bob", client.post(server.url("/api/chat")).header("content-type", "application/json"))
-        .body(chat_body("alice-chat", "hijack").to_string())
+    let resp = as_user(
+        "key-bob",
+        client
+            .post(server.url("/api/chat"))
+            .header("content-type", "application/json"),
+    )
+    .body(chat_body("alice-chat", "hijack").to_string())
+    .send()
+    .await
+    .unwrap();
+    assert_eq!(resp.status(), 404);
+    let bobs = as_user("key-bob", client.get(server.url("/api/chats")))
+        .send()
+        .await
+        .unwrap()
+        .json_value()
+        .await;
+    assert_eq!(bobs["chats"], json!([]));
+    let alices = as_user("key-alice", client.get(server.url("/api/chat/alice-chat")))
+        .send()
+        .await
+        .unwrap()
+        .json_value()
+        .await;
+    assert_eq!(
+        alices["messages"][0]["parts"][0]["text"], "private",
+        "the hijack attempt stored nothing"
+    );
+    let wrong = as_user("nope", client.get(server.url("/api/chats")))
         .send()
         .await
         .unwrap();
-    assert_eq!(resp.status(), 404);
-    let bobs = as_user("key-bob", client.get(server.url("/api/chats"))).send().await.unwrap().json_value().await;
-    assert_eq!(bobs["chats"], json!([]));
-    let alices = as_user("key-alice", client.get(server.url("/api/chat/alice-chat"))).send().await.unwrap().json_value().await;
-    assert_eq!(alices["messages"][0]["parts"][0]["text"], "private", "the hijack attempt stored nothing");
-    let wrong = as_user("nope", client.get(server.url("/api/chats"))).send().await.unwrap();
     assert_eq!(wrong.status(), 401);
     server.shutdown().await;
 }
@@ -331,25 +569,89 @@ async fn bad_input_gets_a_json_error_and_stores_nothing() {
     let cases: Vec<(Vec<u8>, u16, &str)> = vec![
         (b"{not json".to_vec(), 400, "invalid_json"),
         (b"[1,2]".to_vec(), 400, "invalid_request"),
-        (json!({"id": "bad-1"}).to_string().into_bytes(), 400, "invalid_request"),
-        (json!({"id": "bad-1", "messages": []}).to_string().into_bytes(), 400, "empty_messages"),
-        (ok.to_string().replace("\"user\"", "\"wizard\"").into_bytes(), 400, "invalid_role"),
-        (ok.to_string().replace("\"type\":\"text\"", "\"type\":\"hologram\"").into_bytes(), 400, "invalid_part"),
-        (ok.to_string().replace("submit-message", "teleport").into_bytes(), 400, "unknown_trigger"),
-        ({ let mut b = ok.clone(); b["graph"] = json!("nonexistent"); b.to_string().into_bytes() }, 400, "unknown_graph"),
-        (b"{\"id\":\"bad-1\",\"messages\":\"\xff\xfe\"}".to_vec(), 400, "invalid_utf8"),
-        ({ let mut b = ok.clone(); b["messages"][0]["parts"][0]["text"] = json!("x".repeat(100 * 1024)); b.to_string().into_bytes() }, 413, "payload_too_large"),
+        (
+            json!({"id": "bad-1"}).to_string().into_bytes(),
+            400,
+            "invalid_request",
+        ),
+        (
+            json!({"id": "bad-1", "messages": []})
+                .to_string()
+                .into_bytes(),
+            400,
+            "empty_messages",
+        ),
+        (
+            ok.to_string()
+                .replace("\"user\"", "\"wizard\"")
+                .into_bytes(),
+            400,
+            "invalid_role",
+        ),
+        (
+            ok.to_string()
+                .replace("\"type\":\"text\"", "\"type\":\"hologram\"")
+                .into_bytes(),
+            400,
+            "invalid_part",
+        ),
+        (
+            ok.to_string()
+                .replace("submit-message", "teleport")
+                .into_bytes(),
+            400,
+            "unknown_trigger",
+        ),
+        (
+            {
+                let mut b = ok.clone();
+                b["graph"] = json!("nonexistent");
+                b.to_string().into_bytes()
+            },
+            400,
+            "unknown_graph",
+        ),
+        (
+            b"{\"id\":\"bad-1\",\"messages\":\"\xff\xfe\"}".to_vec(),
+            400,
+            "invalid_utf8",
+        ),
+        (
+            {
+                let mut b = ok.clone();
+                b["messages"][0]["parts"][0]["text"] = json!("x".repeat(100 * 1024));
+                b.to_string().into_bytes()
+            },
+            413,
+            "payload_too_large",
+        ),
     ];
     for (body, status, code) in cases {
-        let resp = client.post(&url).header("content-type", "application/json").body(body).send().await.unwrap();
+        let resp = client
+            .post(&url)
+            .header("content-type", "application/json")
+            .body(body)
+            .send()
+            .await
+            .unwrap();
         assert_eq!(resp.status().as_u16(), status, "{code}");
         assert_eq!(resp.headers()["content-type"], "application/json");
         let v = resp.json_value().await;
         assert_eq!(v["error"]["code"], code, "{v}");
         assert!(v["error"]["message"].as_str().unwrap().len() > 5);
     }
-    assert_eq!(server.state.store.get_chat("bad-1").await.unwrap(), None, "nothing stored half-way");
-    let list = client.get(server.url("/api/chats")).send().await.unwrap().json_value().await;
+    assert_eq!(
+        server.state.store.get_chat("bad-1").await.unwrap(),
+        None,
+        "nothing stored half-way"
+    );
+    let list = client
+        .get(server.url("/api/chats"))
+        .send()
+        .await
+        .unwrap()
+        .json_value()
+        .await;
     assert_eq!(list["chats"], json!([]));
     let unknown = client.get(server.url("/api/nothing")).send().await.unwrap();
     assert_eq!(unknown.status(), 404);
@@ -363,20 +665,74 @@ async fn bad_input_gets_a_json_error_and_stores_nothing() {
 async fn graphs_health_and_metrics_endpoints() {
     let server = TestServer::start(model(false, None), |_| {}).await;
     let client = reqwest::Client::new();
-    let graphs = client.get(server.url("/api/graphs")).send().await.unwrap().json_value().await;
-    let ids: Vec<&str> = graphs["graphs"].as_array().unwrap().iter().filter_map(|g| g["id"].as_str()).collect();
+    let graphs = client
+        .get(server.url("/api/graphs"))
+        .send()
+        .await
+        .unwrap()
+        .json_value()
+        .await;
+    let ids: Vec<&str> = graphs["graphs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|g| g["id"].as_str())
+        .collect();
     assert_eq!(ids, ["chat", "tools"]);
-    let chat = client.get(server.url("/api/graphs/chat")).send().await.unwrap().json_value().await;
-    assert!(chat["mermaid"].as_str().unwrap().starts_with("flowchart TD"));
-    assert!(chat["mermaid"].as_str().unwrap().contains("router -->|RESEARCH| research"));
+    let chat = client
+        .get(server.url("/api/graphs/chat"))
+        .send()
+        .await
+        .unwrap()
+        .json_value()
+        .await;
+    assert!(
+        chat["mermaid"]
+            .as_str()
+            .unwrap()
+            .starts_with("flowchart TD")
+    );
+    assert!(
+        chat["mermaid"]
+            .as_str()
+            .unwrap()
+            .contains("router -->|RESEARCH| research")
+    );
     assert_eq!(chat["nodes"].as_array().unwrap().len(), 10);
-    assert_eq!(client.get(server.url("/api/graphs/nope")).send().await.unwrap().status(), 404);
-    assert_eq!(client.get(server.url("/healthz")).send().await.unwrap().status(), 200);
+    assert_eq!(
+        client
+            .get(server.url("/api/graphs/nope"))
+            .send()
+            .await
+            .unwrap()
+            .status(),
+        404
+    );
+    assert_eq!(
+        client
+            .get(server.url("/healthz"))
+            .send()
+            .await
+            .unwrap()
+            .status(),
+        200
+    );
     let ready = client.get(server.url("/readyz")).send().await.unwrap();
     assert_eq!(ready.status(), 200);
     assert_eq!(ready.json_value().await["store"]["ok"], true);
-    let _ = post_json(&client, &server.url("/api/chat"), &chat_body("m-1", "hi")).await.text().await.unwrap();
-    let metrics = client.get(server.url("/metrics")).send().await.unwrap().text().await.unwrap();
+    let _ = post_json(&client, &server.url("/api/chat"), &chat_body("m-1", "hi"))
+        .await
+        .text()
+        .await
+        .unwrap();
+    let metrics = client
+        .get(server.url("/metrics"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
     for needle in [
         r#"stategraph_http_requests_total{method="POST",route="/api/chat",status="200"} 1"#,
         r#"stategraph_runs_total{graph="chat",outcome="finished"} 1"#,
@@ -407,9 +763,20 @@ fn editable_graphs() -> tempfile::TempDir {
     let root = crate::support::root();
     std::fs::create_dir_all(dir.path().join("graphs")).unwrap();
     std::fs::create_dir_all(dir.path().join("prompts/chat")).unwrap();
-    std::fs::copy(root.join("graphs/chat.yaml"), dir.path().join("graphs/chat.yaml")).unwrap();
-    for e in std::fs::read_dir(root.join("prompts/chat")).unwrap().flatten() {
-        std::fs::copy(e.path(), dir.path().join("prompts/chat").join(e.file_name())).unwrap();
+    std::fs::copy(
+        root.join("graphs/chat.yaml"),
+        dir.path().join("graphs/chat.yaml"),
+    )
+    .unwrap();
+    for e in std::fs::read_dir(root.join("prompts/chat"))
+        .unwrap()
+        .flatten()
+    {
+        std::fs::copy(
+            e.path(),
+            dir.path().join("prompts/chat").join(e.file_name()),
+        )
+        .unwrap();
     }
     dir
 }
@@ -426,7 +793,15 @@ async fn graph_files_reload_on_change_and_a_broken_file_keeps_the_previous_versi
     .await;
     let client = reqwest::Client::new();
     let version = |v: &Value| v["graphs"][0]["version"].as_str().unwrap().to_owned();
-    let v1 = version(&client.get(server.url("/api/graphs")).send().await.unwrap().json_value().await);
+    let v1 = version(
+        &client
+            .get(server.url("/api/graphs"))
+            .send()
+            .await
+            .unwrap()
+            .json_value()
+            .await,
+    );
     // A prompt edit is picked up by the watcher and changes the version.
     let prompt = dir.path().join("prompts/chat/direct.md");
     let text = std::fs::read_to_string(&prompt).unwrap();
@@ -434,7 +809,15 @@ async fn graph_files_reload_on_change_and_a_broken_file_keeps_the_previous_versi
     let mut v2 = v1.clone();
     for _ in 0..50 {
         tokio::time::sleep(Duration::from_millis(100)).await;
-        v2 = version(&client.get(server.url("/api/graphs")).send().await.unwrap().json_value().await);
+        v2 = version(
+            &client
+                .get(server.url("/api/graphs"))
+                .send()
+                .await
+                .unwrap()
+                .json_value()
+                .await,
+        );
         if v2 != v1 {
             break;
         }
@@ -443,25 +826,68 @@ async fn graph_files_reload_on_change_and_a_broken_file_keeps_the_previous_versi
     // A broken file is rejected with its diagnostics; the previous version keeps serving.
     let graph = dir.path().join("graphs/chat.yaml");
     let yaml = std::fs::read_to_string(&graph).unwrap();
-    std::fs::write(&graph, yaml.replace("narrator -> followup", "narrator -> folowup")).unwrap();
-    let resp = client.post(server.url("/api/graphs/reload")).send().await.unwrap();
+    std::fs::write(
+        &graph,
+        yaml.replace("narrator -> followup", "narrator -> folowup"),
+    )
+    .unwrap();
+    let resp = client
+        .post(server.url("/api/graphs/reload"))
+        .send()
+        .await
+        .unwrap();
     assert_eq!(resp.status(), 422);
     let report = resp.json_value().await;
     assert_eq!(report["rejected"], json!(["chat"]));
     let d = &report["diagnostics"][0];
     assert_eq!(d["code"], "unknown-node");
     assert!(d["hint"].as_str().unwrap().contains("followup"));
-    let listed = client.get(server.url("/api/graphs")).send().await.unwrap().json_value().await;
+    let listed = client
+        .get(server.url("/api/graphs"))
+        .send()
+        .await
+        .unwrap()
+        .json_value()
+        .await;
     assert_eq!(version(&listed), v2, "the last good version serves");
     assert_eq!(listed["graphs"][0]["stale"], true);
-    assert_eq!(client.get(server.url("/readyz")).send().await.unwrap().status(), 503, "not ready while a graph file is invalid");
-    let text = post_json(&client, &server.url("/api/chat"), &chat_body("reload-1", "hi")).await.text().await.unwrap();
+    assert_eq!(
+        client
+            .get(server.url("/readyz"))
+            .send()
+            .await
+            .unwrap()
+            .status(),
+        503,
+        "not ready while a graph file is invalid"
+    );
+    let text = post_json(
+        &client,
+        &server.url("/api/chat"),
+        &chat_body("reload-1", "hi"),
+    )
+    .await
+    .text()
+    .await
+    .unwrap();
     assert!(text.contains(&format!(r#""graphVersion":"{v2}""#)));
     // Fixing the file brings it back.
     std::fs::write(&graph, yaml).unwrap();
-    let resp = client.post(server.url("/api/graphs/reload")).send().await.unwrap();
+    let resp = client
+        .post(server.url("/api/graphs/reload"))
+        .send()
+        .await
+        .unwrap();
     assert_eq!(resp.status(), 200);
-    assert_eq!(client.get(server.url("/readyz")).send().await.unwrap().status(), 200);
+    assert_eq!(
+        client
+            .get(server.url("/readyz"))
+            .send()
+            .await
+            .unwrap()
+            .status(),
+        200
+    );
     server.shutdown().await;
 }
 
@@ -472,13 +898,29 @@ async fn shutdown_lets_runs_in_flight_finish() {
     let url = server.url("/api/chat");
     let stream = tokio::spawn({
         let client = client.clone();
-        async move { post_json(&client, &url, &chat_body("sd-1", "research a lot")).await.text().await.unwrap() }
+        async move {
+            post_json(&client, &url, &chat_body("sd-1", "research a lot"))
+                .await
+                .text()
+                .await
+                .unwrap()
+        }
     });
     tokio::time::sleep(Duration::from_millis(200)).await;
     let state = Arc::clone(&server.state);
-    tokio::time::timeout(Duration::from_secs(20), server.shutdown()).await.expect("shutdown completes");
+    tokio::time::timeout(Duration::from_secs(20), server.shutdown())
+        .await
+        .expect("shutdown completes");
     let text = stream.await.unwrap();
-    assert!(text.contains(r#""finishReason":"stop""#), "the run finished rather than being cut: {}", &text[text.len().saturating_sub(300)..]);
+    assert!(
+        text.contains(r#""finishReason":"stop""#),
+        "the run finished rather than being cut: {}",
+        &text[text.len().saturating_sub(300)..]
+    );
     let chat = state.store.messages("sd-1").await.unwrap();
-    assert_eq!(chat.len(), 2, "the answer was stored before the server stopped");
+    assert_eq!(
+        chat.len(),
+        2,
+        "the answer was stored before the server stopped"
+    );
 }

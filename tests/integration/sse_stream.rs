@@ -19,18 +19,36 @@ fn responder(fail_narrator: bool) -> ScriptedModel {
             Some(ChatMessage::System { content }) => content.clone(),
             _ => String::new(),
         };
-        if req.response_format.as_ref().is_some_and(|f| f.name == "intent_classification") {
-            return Turn::json(json!({"intent": "RESEARCH", "reasoning": "needs data", "missing_slots": [], "detected_language": "en"}));
+        if req
+            .response_format
+            .as_ref()
+            .is_some_and(|f| f.name == "intent_classification")
+        {
+            return Turn::json(
+                json!({"intent": "RESEARCH", "reasoning": "needs data", "missing_slots": [], "detected_language": "en"}),
+            );
         }
-        if req.response_format.as_ref().is_some_and(|f| f.name == "followups") {
+        if req
+            .response_format
+            .as_ref()
+            .is_some_and(|f| f.name == "followups")
+        {
             return Turn::json(json!({"questions": ["Why?", "How?"]}));
         }
-        if !req.tools.is_empty() && !req.messages.iter().any(|m| matches!(m, ChatMessage::Tool { .. })) {
+        if !req.tools.is_empty()
+            && !req
+                .messages
+                .iter()
+                .any(|m| matches!(m, ChatMessage::Tool { .. }))
+        {
             return Turn::tool("calculator", json!({"expression": "2+2"}));
         }
         if system.contains("You write the answer") {
             if fail_narrator {
-                return Turn::Fail(LlmError::Http { status: 400, message: "bad request".into() });
+                return Turn::Fail(LlmError::Http {
+                    status: 400,
+                    message: "bad request".into(),
+                });
             }
             return Turn::text("The answer is **4**, as computed.");
         }
@@ -50,13 +68,26 @@ pub(crate) async fn chat_events(fail_narrator: bool) -> Vec<Event> {
         v
     });
     let input = json!({"messages": [{"id": "u1", "role": "user", "content": "what is 2+2?"}], "query": "what is 2+2?"});
-    let _ = runtime::run(graph, services(Arc::new(responder(fail_narrator))), input, RunOptions { events: Some(tx), ..Default::default() }).await;
+    let _ = runtime::run(
+        graph,
+        services(Arc::new(responder(fail_narrator))),
+        input,
+        RunOptions {
+            events: Some(tx),
+            ..Default::default()
+        },
+    )
+    .await;
     collect.await.unwrap()
 }
 
 fn config() -> BridgeConfig {
     let cat = shipped_catalog();
-    BridgeConfig::for_graph(cat.get("chat").unwrap(), "msg-1".into(), json!({"runId": "run-1"}))
+    BridgeConfig::for_graph(
+        cat.get("chat").unwrap(),
+        "msg-1".into(),
+        json!({"runId": "run-1"}),
+    )
 }
 
 #[tokio::test]
@@ -71,25 +102,45 @@ async fn a_research_run_streams_a_valid_ui_message() {
     assert!(text.contains(r#""type":"data-thinking""#) && text.contains(r#""node":"research""#));
     assert!(text.contains(r#""type":"data-followups""#));
     assert!(text.contains(r#""type":"data-usage""#));
-    assert!(!text.contains(r#""type":"tool-input-start""#), "the research node is a thinking surface: its tools show in the panel");
+    assert!(
+        !text.contains(r#""type":"tool-input-start""#),
+        "the research node is a thinking surface: its tools show in the panel"
+    );
     let report = report_json(&report);
-    let parts = report["message"]["parts"].as_array().expect("assembled message");
-    let text: String = parts.iter().filter(|p| p["type"] == "text").filter_map(|p| p["text"].as_str()).collect();
+    let parts = report["message"]["parts"]
+        .as_array()
+        .expect("assembled message");
+    let text: String = parts
+        .iter()
+        .filter(|p| p["type"] == "text")
+        .filter_map(|p| p["text"].as_str())
+        .collect();
     assert_eq!(text, "The answer is **4**, as computed.");
 }
 
 #[tokio::test]
 async fn a_failing_run_ends_with_one_error_then_finish_and_done() {
     let events = chat_events(true).await;
-    assert!(matches!(events.last().unwrap().event, EventKind::RunFailed { .. }));
+    assert!(matches!(
+        events.last().unwrap().event,
+        EventKind::RunFailed { .. }
+    ));
     let text = sse::render(config(), &events, 0);
     let (ok, report) = aisdk_validate(&text);
     assert!(ok, "{report}\n{text}");
     let tail: Vec<&str> = text.trim_end().rsplit("\n\n").take(3).collect();
     assert_eq!(tail[0], "data: [DONE]");
-    assert!(tail[1].ends_with(r#"{"type":"finish","finishReason":"error","messageMetadata":{"reference":"run-1"}}"#), "{tail:?}");
+    assert!(
+        tail[1].ends_with(
+            r#"{"type":"finish","finishReason":"error","messageMetadata":{"reference":"run-1"}}"#
+        ),
+        "{tail:?}"
+    );
     assert_eq!(text.matches(r#""type":"error""#).count(), 1);
-    assert!(text.contains("reference run-1") && !text.contains("bad request"), "no internals in the error chunk");
+    assert!(
+        text.contains("reference run-1") && !text.contains("bad request"),
+        "no internals in the error chunk"
+    );
 }
 
 #[tokio::test]
@@ -97,11 +148,24 @@ async fn resuming_after_any_event_gives_exactly_the_rest() {
     let events = chat_events(false).await;
     let full = sse::render(config(), &events, 0);
     let frames: Vec<&str> = full.split_inclusive("\n\n").collect();
-    for cut in [1u64, 5, 17, events.len() as u64 / 2, events.len() as u64 - 1] {
+    for cut in [
+        1u64,
+        5,
+        17,
+        events.len() as u64 / 2,
+        events.len() as u64 - 1,
+    ] {
         let rest = sse::render(config(), &events, cut);
         let expected: String = frames
             .iter()
-            .filter(|f| f.starts_with("data: [DONE]") || f.split('\n').next().and_then(|l| l.strip_prefix("id: ")).and_then(|n| n.parse::<u64>().ok()).is_some_and(|n| n > cut))
+            .filter(|f| {
+                f.starts_with("data: [DONE]")
+                    || f.split('\n')
+                        .next()
+                        .and_then(|l| l.strip_prefix("id: "))
+                        .and_then(|n| n.parse::<u64>().ok())
+                        .is_some_and(|n| n > cut)
+            })
             .copied()
             .collect();
         assert_eq!(rest, expected, "resume after {cut}");
@@ -120,19 +184,46 @@ async fn the_assembled_message_matches_what_the_client_builds() {
         chunks.iter().for_each(|c| asm.push(c));
     }
     assert_eq!(asm.message_id(), Some("msg-1"));
-    let text: String = asm.parts().iter().filter(|p| p["type"] == "text").filter_map(|p| p["text"].as_str()).collect();
+    let text: String = asm
+        .parts()
+        .iter()
+        .filter(|p| p["type"] == "text")
+        .filter_map(|p| p["text"].as_str())
+        .collect();
     assert_eq!(text, "The answer is **4**, as computed.");
-    assert!(asm.parts().iter().all(|p| p["state"] != "streaming"), "every part is closed");
-    let thinking: Vec<&Value> = asm.parts().iter().filter(|p| p["type"] == "data-thinking").collect();
-    assert!(thinking.iter().any(|p| p["data"]["node"] == "router" && p["data"]["text"].as_str().unwrap().starts_with("Intent: RESEARCH")));
-    let research = thinking.iter().find(|p| p["data"]["node"] == "research").unwrap();
+    assert!(
+        asm.parts().iter().all(|p| p["state"] != "streaming"),
+        "every part is closed"
+    );
+    let thinking: Vec<&Value> = asm
+        .parts()
+        .iter()
+        .filter(|p| p["type"] == "data-thinking")
+        .collect();
+    assert!(thinking.iter().any(|p| {
+        p["data"]["node"] == "router"
+            && p["data"]["text"]
+                .as_str()
+                .unwrap()
+                .starts_with("Intent: RESEARCH")
+    }));
+    let research = thinking
+        .iter()
+        .find(|p| p["data"]["node"] == "research")
+        .unwrap();
     assert_eq!(research["data"]["status"], "done");
-    assert_eq!(research["data"]["toolCalls"][0]["state"], "output-available");
+    assert_eq!(
+        research["data"]["toolCalls"][0]["state"],
+        "output-available"
+    );
     assert_eq!(research["data"]["toolCalls"][0]["output"]["result"], 4);
     assert_eq!(asm.metadata()["finishReason"], "stop");
     // And it is exactly what the AI SDK's own client assembles.
     let (ok, report) = aisdk_validate(&sse::render(config(), &events, 0));
     assert!(ok);
-    assert_eq!(Value::Array(asm.parts().to_vec()), report_json(&report)["message"]["parts"]);
+    assert_eq!(
+        Value::Array(asm.parts().to_vec()),
+        report_json(&report)["message"]["parts"]
+    );
     let _ = Chunk::StartStep;
 }

@@ -2,9 +2,14 @@
 //! run against the memory store (the reference), SQLite in a temporary
 //! directory, and PostgreSQL in a fresh database per test
 //! (`stategraph_test_<random>` on 127.0.0.1:5432, dropped afterwards), so
-//! tests run in parallel and repeatedly. Then backend-specific checks:
-//! migrations, refusing a newer schema, future event kinds, configuration,
-//! and a real graph run checkpointed through `LogCheckpointer`.
+//! tests run in parallel and repeatedly. The checks cover chats, runs, the
+//! event log, leases, pruning, notifications, and `LogCheckpointer` riding
+//! out outages (with a fault-injecting wrapper, `flaky`) and a real graph
+//! run. Then backend-specific checks: migrations, refusing a newer schema,
+//! future event kinds, configuration, and on PostgreSQL several instances
+//! on one database and an outage simulated by a TCP proxy (`proxy`, `pg`).
+//! A real server restart is `tests/pg_restart.rs`, its own binary, run
+//! alone because it would disturb every other test using the server.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use std::future::Future;
@@ -31,12 +36,21 @@ use uuid::Uuid;
 
 mod backends;
 mod chats;
+mod flaky;
 mod graph_run;
+mod leases;
 mod log;
+mod outage;
+mod pg;
+mod proxy;
+mod upkeep;
 
 use chats::*;
 use graph_run::*;
+use leases::*;
 use log::*;
+use outage::*;
+use upkeep::*;
 
 const ADMIN_URL: &str = "postgres://postgres@127.0.0.1:5432/postgres";
 
@@ -152,6 +166,16 @@ conformance!(
     large_unicode_and_every_kind_of_event_round_trip,
     concurrent_appends_to_different_runs_all_land,
     a_real_graph_run_checkpoints_through_the_store,
+    a_real_graph_run_survives_lost_replies_and_outages,
+    leases_are_acquired_renewed_expire_and_are_released,
+    finishing_a_run_clears_its_lease,
+    orphans_are_running_runs_with_an_expired_or_no_lease,
+    concurrent_claimers_never_get_the_same_run,
+    prune_deletes_old_finished_runs_and_idle_chats,
+    prune_works_through_more_runs_than_one_batch,
+    subscribers_hear_every_committed_append,
+    the_checkpointer_rides_out_outages_and_lost_replies,
+    the_checkpointer_fails_on_real_errors_and_long_outages,
 );
 
 // ---------------------------------------------------------------- fixtures

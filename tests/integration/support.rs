@@ -14,14 +14,25 @@ pub fn root() -> PathBuf {
 
 /// The shipped graphs and prompts, compiled.
 pub fn shipped_catalog() -> Catalog {
-    let cat = Catalog::load(&root().join("graphs"), &root().join("prompts"), &Registries::default());
-    assert!(!cat.has_errors(), "shipped graphs must be valid: {:#?}", cat.diagnostics);
+    let cat = Catalog::load(
+        &root().join("graphs"),
+        &root().join("prompts"),
+        &Registries::default(),
+    );
+    assert!(
+        !cat.has_errors(),
+        "shipped graphs must be valid: {:#?}",
+        cat.diagnostics
+    );
     cat
 }
 
 /// Services with one model for every role and the built-in tools.
 pub fn services(model: Arc<dyn ChatModel>) -> Arc<Services> {
-    Arc::new(Services::new(Models::single(model), Arc::clone(&Registries::default().tools)))
+    Arc::new(Services::new(
+        Models::single(model),
+        Arc::clone(&Registries::default().tools),
+    ))
 }
 
 /// Runs the AI SDK's own parser (../shared/tools/aisdk-validate) over an SSE
@@ -41,7 +52,10 @@ pub fn aisdk_validate(sse: &str) -> (bool, String) {
 
 /// The validator's `--json` report from its output.
 pub fn report_json(report: &str) -> serde_json::Value {
-    report.find('{').and_then(|i| serde_json::from_str(&report[i..]).ok()).unwrap_or_default()
+    report
+        .find('{')
+        .and_then(|i| serde_json::from_str(&report[i..]).ok())
+        .unwrap_or_default()
 }
 
 /// Runs the validator with arguments (a URL or file, flags).
@@ -52,7 +66,11 @@ pub fn validate_args(args: &[&str]) -> (bool, String) {
         .args(args)
         .output()
         .expect("node runs");
-    let report = format!("{}\n{}", String::from_utf8_lossy(&out.stderr), String::from_utf8_lossy(&out.stdout));
+    let report = format!(
+        "{}\n{}",
+        String::from_utf8_lossy(&out.stderr),
+        String::from_utf8_lossy(&out.stdout)
+    );
     (out.status.success(), report)
 }
 
@@ -108,7 +126,11 @@ edges: [helper -> END]
         }
 
         /// As [`TestServer::start`] with a given store.
-        pub async fn start_with_store(model: Arc<dyn ChatModel>, store: Arc<dyn Store>, tweak: impl FnOnce(&mut Config)) -> Self {
+        pub async fn start_with_store(
+            model: Arc<dyn ChatModel>,
+            store: Arc<dyn Store>,
+            tweak: impl FnOnce(&mut Config),
+        ) -> Self {
             let mut config = Config::default();
             config.server.keep_alive.0 = std::time::Duration::from_secs(5);
             tweak(&mut config);
@@ -117,21 +139,37 @@ edges: [helper -> END]
                 // A test that edits files serves them from its own directories.
                 Graphs::load(&config.paths.graphs, &config.paths.prompts, reg.clone())
             } else {
-                let chat = std::fs::read_to_string(root().join("graphs/chat.yaml")).expect("chat graph");
+                let chat =
+                    std::fs::read_to_string(root().join("graphs/chat.yaml")).expect("chat graph");
                 let prompts = Prompts::load(&root().join("prompts"));
-                let cat = Catalog::from_sources(&[("chat", &chat), ("tools", TOOLS_GRAPH)], prompts, &reg);
+                let cat = Catalog::from_sources(
+                    &[("chat", &chat), ("tools", TOOLS_GRAPH)],
+                    prompts,
+                    &reg,
+                );
                 assert!(!cat.has_errors(), "{:?}", cat.diagnostics);
                 Graphs::from_catalog(cat, reg.clone())
             };
             let services = Services::new(Models::single(model), Arc::clone(&reg.tools));
             let state = AppState::new(config, store, graphs, services);
-            let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
+            let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+                .await
+                .expect("bind");
             let addr = listener.local_addr().expect("addr");
             let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-            let task = tokio::spawn(stategraph::server::serve(Arc::clone(&state), listener, async move {
-                let _ = stopped.await;
-            }));
-            Self { addr, state, stop: Some(stop), task: Some(task) }
+            let task = tokio::spawn(stategraph::server::serve(
+                Arc::clone(&state),
+                listener,
+                async move {
+                    let _ = stopped.await;
+                },
+            ));
+            Self {
+                addr,
+                state,
+                stop: Some(stop),
+                task: Some(task),
+            }
         }
 
         /// `http://addr{path}`.
@@ -161,6 +199,16 @@ pub fn chat_body(chat: &str, text: &str) -> serde_json::Value {
 }
 
 /// POSTs JSON, returning the response.
-pub async fn post_json(client: &reqwest::Client, url: &str, body: &serde_json::Value) -> reqwest::Response {
-    client.post(url).header("content-type", "application/json").body(body.to_string()).send().await.expect("request")
+pub async fn post_json(
+    client: &reqwest::Client,
+    url: &str,
+    body: &serde_json::Value,
+) -> reqwest::Response {
+    client
+        .post(url)
+        .header("content-type", "application/json")
+        .body(body.to_string())
+        .send()
+        .await
+        .expect("request")
 }

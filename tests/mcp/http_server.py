@@ -50,9 +50,9 @@ def extra() -> str:
 
 
 @server.tool(structured_output=False)
-def toggle_extra() -> str:
+async def toggle_extra() -> str:
     """Adds the tool `extra`, or removes it if present."""
-    names = {t.name for t in server._tool_manager.list_tools()}
+    names = {t.name for t in await server.list_tools()}
     if "extra" in names:
         server.remove_tool("extra")
         return "removed"

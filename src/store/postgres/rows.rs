@@ -10,7 +10,13 @@ use crate::events::{ErrorInfo, ForkOrigin, Usage, now_micros};
 use crate::store::sql;
 use crate::store::{ChatRecord, MessageRecord, RunRecord, StoreResult};
 
-/// The append statement (see the module docs).
+/// The append statement (see the module docs): events, checkpoint, the run's
+/// progress (a final batch also clears the lease), and the notification of
+/// the run's highest seq — one statement, so one round trip and one
+/// transaction (the notification is sent only if it commits).
+///
+/// `$1` goes through `uuid` on its way to text, so the parameter's inferred
+/// type stays `uuid` whichever use the parser meets first.
 pub(super) const APPEND: &str = "
 WITH events AS (
     INSERT INTO run_events (run_id, seq, at, step, task, node, kind, payload)
@@ -22,11 +28,17 @@ WITH events AS (
     VALUES ($1, $9, $10::text::json, $11::text::json, $12::text::json, $13::text::json)
     ON CONFLICT (run_id, step) DO UPDATE SET writes = excluded.writes, next = excluded.next,
         joins = excluded.joins, snapshot = excluded.snapshot
+), progress AS (
+    UPDATE runs SET last_seq = greatest(last_seq, $15::bigint), last_step = greatest(last_step, $9),
+        status = CASE WHEN $14::text = 'running' THEN status ELSE $14::text END,
+        finished_at = CASE WHEN $14::text = 'running' THEN finished_at ELSE $16::bigint END,
+        lease_owner = CASE WHEN $14::text = 'running' THEN lease_owner END,
+        lease_until = CASE WHEN $14::text = 'running' THEN lease_until END
+    WHERE id = $1
+    RETURNING last_seq
 )
-UPDATE runs SET last_seq = greatest(last_seq, $15::bigint), last_step = greatest(last_step, $9),
-    status = CASE WHEN $14::text = 'running' THEN status ELSE $14::text END,
-    finished_at = CASE WHEN $14::text = 'running' THEN finished_at ELSE $16::bigint END
-WHERE id = $1";
+SELECT pg_notify('stategraph_events',
+    $1::uuid::text || ':' || coalesce((SELECT last_seq FROM progress), $15::bigint, 0))";
 
 pub(super) const CHAT_COLS: &str = "id, user_id, title, created_at, updated_at, active_run";
 

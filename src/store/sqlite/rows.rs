@@ -1,7 +1,7 @@
 //! How records map to SQLite rows: the column lists, the row decoders and
 //! the write transactions.
 
-use rusqlite::{Connection, ErrorCode, Row, TransactionBehavior, params};
+use rusqlite::{Connection, ErrorCode, OptionalExtension, Row, TransactionBehavior, params};
 use uuid::Uuid;
 
 use crate::events::{ErrorInfo, ForkOrigin, Usage, now_micros};
@@ -159,10 +159,12 @@ pub(super) fn insert_run(conn: &Connection, run: &RunRecord) -> StoreResult<()> 
 }
 
 /// Stores one batch: events, checkpoint and the run's progress, one
-/// transaction.
-pub(super) fn append(conn: &mut Connection, b: &EncodedBatch) -> StoreResult<()> {
+/// transaction; a final batch also clears the lease. Returns the highest seq
+/// stored for the run (for the notification).
+pub(super) fn append(conn: &mut Connection, b: &EncodedBatch) -> StoreResult<u64> {
     let run = b.run_id.to_string();
     let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+    let last_seq;
     {
         let mut insert = tx.prepare_cached(
             "INSERT INTO run_events (run_id, seq, at, step, node, task, kind, payload)
@@ -195,14 +197,19 @@ pub(super) fn append(conn: &mut Connection, b: &EncodedBatch) -> StoreResult<()>
                  joins = excluded.joins, snapshot = excluded.snapshot",
         )?
         .execute(params![run, b.step, b.writes, b.next, b.joins, b.snapshot])?;
-        tx.prepare_cached(
-            "UPDATE runs SET last_seq = max(last_seq, coalesce(?2, last_seq)), last_step = max(last_step, ?3),
-                 status = CASE WHEN ?4 = 'running' THEN status ELSE ?4 END,
-                 finished_at = CASE WHEN ?4 = 'running' THEN finished_at ELSE ?5 END
-             WHERE id = ?1",
-        )?
-        .execute(params![run, b.max_seq, b.step, b.status, b.now])?;
+        let stored: Option<i64> = tx
+            .prepare_cached(
+                "UPDATE runs SET last_seq = max(last_seq, coalesce(?2, last_seq)), last_step = max(last_step, ?3),
+                     status = CASE WHEN ?4 = 'running' THEN status ELSE ?4 END,
+                     finished_at = CASE WHEN ?4 = 'running' THEN finished_at ELSE ?5 END,
+                     lease_owner = CASE WHEN ?4 = 'running' THEN lease_owner END,
+                     lease_until = CASE WHEN ?4 = 'running' THEN lease_until END
+                 WHERE id = ?1 RETURNING last_seq",
+            )?
+            .query_row(params![run, b.max_seq, b.step, b.status, b.now], |r| r.get(0))
+            .optional()?;
+        last_seq = stored.or(b.max_seq).unwrap_or(0);
     }
     tx.commit()?;
-    Ok(())
+    sql::u64_of(last_seq, "last seq")
 }

@@ -1,4 +1,4 @@
-//! `[mcp]` configuration: which MCP servers to connect to and how their
+//! `[tools.mcp]` configuration: which MCP servers to connect to and how their
 //! tools are named and treated.
 //!
 //! The file is parsed into a raw shape first and then checked as a whole
@@ -8,15 +8,15 @@
 //! error.
 //!
 //! ```toml
-//! [mcp.servers.everything]
+//! [tools.mcp.servers.everything]
 //! command = ["node", "mcp/node_modules/@modelcontextprotocol/server-everything/dist/index.js", "stdio"]
 //! prefix = true            # tools become `everything__echo`, …
 //! timeout = "20s"
 //!
-//! [mcp.servers.everything.tools.get-sum]
+//! [tools.mcp.servers.everything.tools.get-sum]
 //! cache_ttl = "5m"
 //!
-//! [mcp.servers.docs]
+//! [tools.mcp.servers.docs]
 //! url = "http://127.0.0.1:8765/mcp"
 //! headers = { Authorization = "Bearer …" }
 //! partition = "data"
@@ -31,7 +31,7 @@ use std::time::Duration;
 use serde::Deserialize;
 
 use crate::config::{Bytes, Dur};
-use crate::tools::{DEFAULT_TOOL_TIMEOUT, ToolPolicy};
+use crate::tools::{DEFAULT_TOOL_TIMEOUT, ToolPolicy, ToolRegistry};
 
 /// Default interval between two listings of a server's tools.
 pub const DEFAULT_REFRESH: Duration = Duration::from_secs(300);
@@ -51,7 +51,7 @@ pub const DEFAULT_MAX_BACKOFF: Duration = Duration::from_secs(60);
 /// Headers the MCP transport sets itself; a config may not override them.
 const RESERVED_HEADERS: &[&str] = &["accept", "mcp-session-id", "last-event-id", "content-type"];
 
-/// `[mcp]`: the MCP servers whose tools graphs may use.
+/// `[tools.mcp]`: the MCP servers whose tools graphs may use.
 #[derive(Clone, Debug, Default)]
 pub struct McpConfig {
     /// Servers by name (the name is also the default partition).
@@ -121,12 +121,25 @@ impl McpServerConfig {
     /// A stdio server with default settings (partition and prefix still to
     /// be chosen by the caller).
     pub fn stdio(command: Vec<String>, partition: impl Into<String>) -> Self {
-        Self::with_transport(McpTransport::Stdio { command, env: BTreeMap::new(), cwd: None }, partition.into())
+        Self::with_transport(
+            McpTransport::Stdio {
+                command,
+                env: BTreeMap::new(),
+                cwd: None,
+            },
+            partition.into(),
+        )
     }
 
     /// A streamable-HTTP server with default settings.
     pub fn http(url: impl Into<String>, partition: impl Into<String>) -> Self {
-        Self::with_transport(McpTransport::Http { url: url.into(), headers: BTreeMap::new() }, partition.into())
+        Self::with_transport(
+            McpTransport::Http {
+                url: url.into(),
+                headers: BTreeMap::new(),
+            },
+            partition.into(),
+        )
     }
 
     fn with_transport(transport: McpTransport, partition: String) -> Self {
@@ -147,7 +160,10 @@ impl McpServerConfig {
     /// The policy calls to `remote_name` follow: the server's timeout, then
     /// the tool's overrides.
     pub fn policy_for(&self, remote_name: &str) -> ToolPolicy {
-        let mut policy = ToolPolicy { timeout: self.timeout, ..ToolPolicy::default() };
+        let mut policy = ToolPolicy {
+            timeout: self.timeout,
+            ..ToolPolicy::default()
+        };
         if let Some(o) = self.tools.get(remote_name) {
             if let Some(t) = o.timeout {
                 policy.timeout = t.0;
@@ -158,7 +174,7 @@ impl McpServerConfig {
             if let Some(p) = o.pass_through {
                 policy.pass_through = p;
             }
-            if let Some(b) = o.max_output {
+            if let Some(b) = o.max_output_bytes {
                 policy.max_output_bytes = b.0;
             }
         }
@@ -166,7 +182,8 @@ impl McpServerConfig {
     }
 }
 
-/// `[mcp.servers.NAME.tools.TOOL]`: how calls to one tool are treated.
+/// `[tools.mcp.servers.NAME.tools.TOOL]`: how calls to one tool are treated
+/// (keyed by the tool's name on the server, without the prefix).
 #[derive(Clone, Copy, Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct McpToolOverride {
@@ -177,7 +194,7 @@ pub struct McpToolOverride {
     /// The result goes to the user verbatim instead of through the model.
     pub pass_through: Option<bool>,
     /// Cut results longer than this.
-    pub max_output: Option<Bytes>,
+    pub max_output_bytes: Option<Bytes>,
 }
 
 /// `prefix = true` (the server name and `__`) or a literal prefix.
@@ -224,6 +241,14 @@ impl<'de> Deserialize<'de> for McpConfig {
 }
 
 impl McpConfig {
+    /// Makes every server's partition known to `registry` without
+    /// connecting (`stategraph check`: graph files naming them validate).
+    pub fn declare(&self, registry: &ToolRegistry) {
+        for server in self.servers.values() {
+            registry.declare_partition(&server.partition);
+        }
+    }
+
     fn from_raw(raw: RawConfig) -> Result<Self, String> {
         let mut servers = BTreeMap::new();
         let mut partitions = BTreeSet::new();
@@ -246,7 +271,11 @@ fn server(name: &str, s: RawServer) -> Result<McpServerConfig, String> {
         return Err("the server name is empty".into());
     }
     let transport = match (s.command, s.url) {
-        (Some(_), Some(_)) => return Err("give either `command` (stdio) or `url` (streamable HTTP), not both".into()),
+        (Some(_), Some(_)) => {
+            return Err(
+                "give either `command` (stdio) or `url` (streamable HTTP), not both".into(),
+            );
+        }
         (None, None) => {
             return Err("give `command = [\"program\", \"arg\", …]` (stdio) or `url = \"http://…/mcp\"` (streamable HTTP)".into());
         }
@@ -257,10 +286,15 @@ fn server(name: &str, s: RawServer) -> Result<McpServerConfig, String> {
             if !s.headers.is_empty() {
                 return Err("`headers` apply to `url` servers only".into());
             }
-            McpTransport::Stdio { command, env: s.env, cwd: s.cwd }
+            McpTransport::Stdio {
+                command,
+                env: s.env,
+                cwd: s.cwd,
+            }
         }
         (None, Some(url)) => {
-            let parsed = reqwest::Url::parse(&url).map_err(|e| format!("`url` {url:?} is not a URL: {e}"))?;
+            let parsed = reqwest::Url::parse(&url)
+                .map_err(|e| format!("`url` {url:?} is not a URL: {e}"))?;
             if !matches!(parsed.scheme(), "http" | "https") {
                 return Err(format!("`url` {url:?} must be http:// or https://"));
             }
@@ -271,11 +305,17 @@ fn server(name: &str, s: RawServer) -> Result<McpServerConfig, String> {
                 let header = reqwest::header::HeaderName::from_bytes(k.as_bytes())
                     .map_err(|_| format!("header name {k:?} is not a valid HTTP header name"))?;
                 if RESERVED_HEADERS.contains(&header.as_str()) {
-                    return Err(format!("header `{k}` is set by the MCP transport and cannot be configured"));
+                    return Err(format!(
+                        "header `{k}` is set by the MCP transport and cannot be configured"
+                    ));
                 }
-                reqwest::header::HeaderValue::from_str(v).map_err(|_| format!("header `{k}` has an invalid value"))?;
+                reqwest::header::HeaderValue::from_str(v)
+                    .map_err(|_| format!("header `{k}` has an invalid value"))?;
             }
-            McpTransport::Http { url, headers: s.headers }
+            McpTransport::Http {
+                url,
+                headers: s.headers,
+            }
         }
     };
     let partition = s.partition.unwrap_or_else(|| name.to_owned());
@@ -303,7 +343,12 @@ fn server(name: &str, s: RawServer) -> Result<McpServerConfig, String> {
     set(s.connect_timeout, &mut cfg.connect_timeout);
     set(s.backoff, &mut cfg.backoff);
     set(s.max_backoff, &mut cfg.max_backoff);
-    for (what, d) in [("refresh", cfg.refresh), ("timeout", cfg.timeout), ("connect_timeout", cfg.connect_timeout), ("backoff", cfg.backoff)] {
+    for (what, d) in [
+        ("refresh", cfg.refresh),
+        ("timeout", cfg.timeout),
+        ("connect_timeout", cfg.connect_timeout),
+        ("backoff", cfg.backoff),
+    ] {
         if d.is_zero() {
             return Err(format!("`{what}` must be longer than zero"));
         }
@@ -321,7 +366,9 @@ mod tests {
         struct File {
             mcp: McpConfig,
         }
-        toml::from_str::<File>(text).map(|f| f.mcp).map_err(|e| e.to_string())
+        toml::from_str::<File>(text)
+            .map(|f| f.mcp)
+            .map_err(|e| e.to_string())
     }
 
     #[test]
@@ -347,27 +394,76 @@ refresh = "1m"
         .unwrap();
         let e = &c.servers["everything"];
         assert_eq!(e.transport.kind(), "stdio");
-        assert_eq!((e.partition.as_str(), e.prefix.as_str()), ("everything", "everything__"));
+        assert_eq!(
+            (e.partition.as_str(), e.prefix.as_str()),
+            ("everything", "everything__")
+        );
         assert_eq!(e.refresh, DEFAULT_REFRESH);
         let p = e.policy_for("get-sum");
-        assert_eq!((p.timeout, p.cache_ttl, p.pass_through), (Duration::from_secs(20), Some(Duration::from_secs(300)), true));
+        assert_eq!(
+            (p.timeout, p.cache_ttl, p.pass_through),
+            (
+                Duration::from_secs(20),
+                Some(Duration::from_secs(300)),
+                true
+            )
+        );
         assert_eq!(e.policy_for("echo").cache_ttl, None);
         let d = &c.servers["docs"];
-        assert_eq!((d.partition.as_str(), d.prefix.as_str(), d.refresh), ("data", "docs_", Duration::from_secs(60)));
-        assert!(matches!(&d.transport, McpTransport::Http { headers, .. } if headers["Authorization"] == "Bearer x"));
+        assert_eq!(
+            (d.partition.as_str(), d.prefix.as_str(), d.refresh),
+            ("data", "docs_", Duration::from_secs(60))
+        );
+        assert!(
+            matches!(&d.transport, McpTransport::Http { headers, .. } if headers["Authorization"] == "Bearer x")
+        );
+    }
+
+    #[test]
+    fn the_section_sits_under_tools_in_the_config_file() {
+        let c: crate::config::Config = toml::from_str(
+            "[tools.mcp.servers.time]\ncommand = [\"mcp-server-time\"]\nhealth_check = 0\n",
+        )
+        .unwrap();
+        let time = &c.tools.mcp.servers["time"];
+        assert_eq!((time.partition.as_str(), time.health_check), ("time", None));
+        let registry = ToolRegistry::new();
+        c.tools.mcp.declare(&registry);
+        assert!(registry.knows("time"));
     }
 
     #[test]
     fn wrong_servers_are_rejected_with_the_server_named() {
         let cases = [
             ("[mcp.servers.a]\npartition = \"x\"\n", "give `command"),
-            ("[mcp.servers.a]\ncommand = [\"x\"]\nurl = \"http://h/mcp\"\n", "not both"),
-            ("[mcp.servers.a]\ncommand = []\n", "must start with the program"),
-            ("[mcp.servers.a]\nurl = \"ftp://h/mcp\"\n", "http:// or https://"),
-            ("[mcp.servers.a]\nurl = \"http://h/mcp\"\nheaders = { Accept = \"x\" }\n", "cannot be configured"),
-            ("[mcp.servers.a]\ncommand = [\"x\"]\n[mcp.servers.b]\ncommand = [\"y\"]\npartition = \"a\"\n", "partition `a` is used"),
-            ("[mcp.servers.a]\ncommand = [\"x\"]\ncomand = 1\n", "unknown field"),
-            ("[mcp.servers.a]\ncommand = [\"x\"]\nrefresh = 0\n", "longer than zero"),
+            (
+                "[mcp.servers.a]\ncommand = [\"x\"]\nurl = \"http://h/mcp\"\n",
+                "not both",
+            ),
+            (
+                "[mcp.servers.a]\ncommand = []\n",
+                "must start with the program",
+            ),
+            (
+                "[mcp.servers.a]\nurl = \"ftp://h/mcp\"\n",
+                "http:// or https://",
+            ),
+            (
+                "[mcp.servers.a]\nurl = \"http://h/mcp\"\nheaders = { Accept = \"x\" }\n",
+                "cannot be configured",
+            ),
+            (
+                "[mcp.servers.a]\ncommand = [\"x\"]\n[mcp.servers.b]\ncommand = [\"y\"]\npartition = \"a\"\n",
+                "partition `a` is used",
+            ),
+            (
+                "[mcp.servers.a]\ncommand = [\"x\"]\ncomand = 1\n",
+                "unknown field",
+            ),
+            (
+                "[mcp.servers.a]\ncommand = [\"x\"]\nrefresh = 0\n",
+                "longer than zero",
+            ),
         ];
         for (text, want) in cases {
             let err = parse(text).unwrap_err();

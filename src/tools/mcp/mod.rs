@@ -13,19 +13,20 @@
 //! `warn` log), its partition is emptied, calls to its tools fail at once
 //! with a structured `execution_error`, and it is retried with backoff.
 //!
-//! Layout: `config` (the `[mcp]` section) → `supervisor` (connection
-//! lifecycle) → `remote` (the [`crate::tools::Tool`] that forwards a call,
-//! and the mapping of MCP results and errors) → `status` (what is
-//! reported).
+//! Layout: `config` (the `[tools.mcp]` section) → `supervisor` (connection
+//! lifecycle) → `connect` (stdio child or HTTP endpoint, handshake) →
+//! `remote` (the [`crate::tools::Tool`] that forwards a call, and the
+//! mapping of MCP results and errors) → `status` (what is reported).
 
 mod config;
+mod connect;
 mod remote;
 mod status;
 mod supervisor;
 
 pub use config::{
-    DEFAULT_BACKOFF, DEFAULT_CONNECT_TIMEOUT, DEFAULT_HEALTH_CHECK, DEFAULT_MAX_BACKOFF, DEFAULT_REFRESH, McpConfig, McpServerConfig,
-    McpToolOverride, McpTransport,
+    DEFAULT_BACKOFF, DEFAULT_CONNECT_TIMEOUT, DEFAULT_HEALTH_CHECK, DEFAULT_MAX_BACKOFF,
+    DEFAULT_REFRESH, McpConfig, McpServerConfig, McpToolOverride, McpTransport,
 };
 pub use status::{McpHealth, Missing, ServerState, ServerStatus};
 
@@ -54,7 +55,9 @@ pub struct McpManager {
 
 impl std::fmt::Debug for McpManager {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("McpManager").field("servers", &self.status()).finish()
+        f.debug_struct("McpManager")
+            .field("servers", &self.status())
+            .finish()
     }
 }
 
@@ -62,8 +65,12 @@ impl McpManager {
     /// Declares every server's partition in `registry` and starts
     /// connecting to each server in the background.
     ///
-    /// Returns at once; call it before graph files are compiled, inside a
-    /// Tokio runtime.
+    /// Returns at once; call it before graph files are compiled (to only
+    /// validate graph files, without starting servers, use
+    /// [`McpConfig::declare`]).
+    ///
+    /// # Panics
+    /// Outside a Tokio runtime (the servers' tasks are spawned on it).
     pub fn start(config: &McpConfig, registry: Arc<ToolRegistry>) -> Self {
         let stop = CancellationToken::new();
         let mut servers = Vec::new();
@@ -71,10 +78,19 @@ impl McpManager {
         for (name, cfg) in &config.servers {
             registry.declare_partition(&cfg.partition);
             let shared = Arc::new(Shared::new(name, cfg.clone()));
-            tasks.push(tokio::spawn(supervisor::run(Arc::clone(&shared), Arc::clone(&registry), stop.child_token())));
+            tasks.push(tokio::spawn(supervisor::run(
+                Arc::clone(&shared),
+                Arc::clone(&registry),
+                stop.child_token(),
+            )));
             servers.push(shared);
         }
-        Self { servers, registry, stop, tasks: Mutex::new(tasks) }
+        Self {
+            servers,
+            registry,
+            stop,
+            tasks: Mutex::new(tasks),
+        }
     }
 
     /// Every server's status, in config order (by name).
@@ -102,7 +118,11 @@ impl McpManager {
     pub async fn wait_ready(&self, limit: Duration) -> bool {
         let deadline = tokio::time::Instant::now() + limit;
         loop {
-            if self.servers.iter().all(|s| s.status().state == ServerState::Ready) {
+            if self
+                .servers
+                .iter()
+                .all(|s| s.status().state == ServerState::Ready)
+            {
                 return true;
             }
             if tokio::time::Instant::now() >= deadline {
@@ -119,7 +139,12 @@ impl McpManager {
     /// # Errors
     /// `not_found` if there is no such server or the server does not know
     /// the tool; otherwise the server's failure, as for a registry call.
-    pub async fn call_tool(&self, server: &str, tool: &str, args: Value) -> Result<Value, ToolError> {
+    pub async fn call_tool(
+        &self,
+        server: &str,
+        tool: &str,
+        args: Value,
+    ) -> Result<Value, ToolError> {
         let Some(s) = self.find(server) else {
             let names: Vec<&str> = self.servers.iter().map(|s| s.name()).collect();
             return Err(ToolError::NotFound {
@@ -167,10 +192,24 @@ impl McpManager {
                 None if kind == "partition" => "the partition has no tools".to_owned(),
                 None => "no tool or partition has this name".to_owned(),
             };
-            missing.push(Missing { name: name.clone(), kind, server: server.map(|s| s.name), reason });
+            missing.push(Missing {
+                name: name.clone(),
+                kind,
+                server: server.map(|s| s.name),
+                reason,
+            });
         }
-        let servers_down = servers.iter().filter(|s| s.state != ServerState::Ready).map(|s| s.name.clone()).collect();
-        McpHealth { ok: missing.is_empty(), missing, servers_down, servers }
+        let servers_down = servers
+            .iter()
+            .filter(|s| s.state != ServerState::Ready)
+            .map(|s| s.name.clone())
+            .collect();
+        McpHealth {
+            ok: missing.is_empty(),
+            missing,
+            servers_down,
+            servers,
+        }
     }
 
     /// Stops every server: child processes get their stdin closed, then
@@ -183,7 +222,10 @@ impl McpManager {
             // Closing a stdio child takes at most ~6s (rmcp's graceful
             // shutdown); past that the task is abandoned and the child
             // killed when its handle drops.
-            if tokio::time::timeout(Duration::from_secs(10), task).await.is_err() {
+            if tokio::time::timeout(Duration::from_secs(10), task)
+                .await
+                .is_err()
+            {
                 tracing::warn!("an MCP server did not shut down in time");
             }
         }

@@ -55,17 +55,31 @@ pub(super) async fn call(server: &Shared, tool: &str, args: Value) -> Result<Val
     let params = CallToolRequestParams::new(tool.to_owned()).with_arguments(arguments);
     match peer.call_tool(params).await {
         Ok(result) => from_result(server.name(), tool, result),
-        Err(ServiceError::McpError(e)) => Err(from_code(server.name(), tool, Some(e.code), e.message.into_owned(), e.data)),
-        Err(e @ (ServiceError::Timeout { .. } | ServiceError::Cancelled { .. } | ServiceError::UnexpectedResponse)) => {
-            Err(ToolError::Execution(format!("MCP server `{}`: {e}", server.name())))
-        }
+        Err(ServiceError::McpError(e)) => Err(from_code(
+            server.name(),
+            tool,
+            Some(e.code),
+            e.message.into_owned(),
+            e.data,
+        )),
+        Err(
+            e @ (ServiceError::Timeout { .. }
+            | ServiceError::Cancelled { .. }
+            | ServiceError::UnexpectedResponse),
+        ) => Err(ToolError::Execution(format!(
+            "MCP server `{}`: {e}",
+            server.name()
+        ))),
         Err(e) => {
             // The connection failed under the call: have the supervisor look
             // now rather than at the next refresh.
             server.suspect();
             let why = describe(&e);
             tracing::warn!(server = %server.name(), tool, error = %why, "MCP call lost its connection");
-            Err(ToolError::Execution(format!("MCP server `{}` is not reachable ({why}); try again later", server.name())))
+            Err(ToolError::Execution(format!(
+                "MCP server `{}` is not reachable ({why}); try again later",
+                server.name()
+            )))
         }
     }
 }
@@ -74,7 +88,9 @@ pub(super) async fn call(server: &Shared, tool: &str, args: Value) -> Result<Val
 /// the underlying causes (`connection refused`).
 pub(super) fn describe(e: &ServiceError) -> String {
     match e {
-        ServiceError::TransportSend(t) => with_causes(format!("transport error: {}", t.error), t.error.source()),
+        ServiceError::TransportSend(t) => {
+            with_causes(format!("transport error: {}", t.error), t.error.source())
+        }
         other => with_causes(other.to_string(), std::error::Error::source(other)),
     }
 }
@@ -82,15 +98,19 @@ pub(super) fn describe(e: &ServiceError) -> String {
 /// A failed handshake in words (as [`describe`]).
 pub(super) fn describe_init(e: &rmcp::service::ClientInitializeError) -> String {
     match e {
-        rmcp::service::ClientInitializeError::TransportError { error, context } => {
-            with_causes(format!("transport error ({context}): {}", error.error), error.error.source())
-        }
+        rmcp::service::ClientInitializeError::TransportError { error, context } => with_causes(
+            format!("transport error ({context}): {}", error.error),
+            error.error.source(),
+        ),
         other => with_causes(other.to_string(), std::error::Error::source(other)),
     }
 }
 
 /// `text` followed by each cause not already in it.
-pub(super) fn with_causes(mut text: String, mut source: Option<&(dyn std::error::Error + 'static)>) -> String {
+pub(super) fn with_causes(
+    mut text: String,
+    mut source: Option<&(dyn std::error::Error + 'static)>,
+) -> String {
     while let Some(cause) = source {
         let c = cause.to_string();
         if !text.contains(&c) {
@@ -104,7 +124,11 @@ pub(super) fn with_causes(mut text: String, mut source: Option<&(dyn std::error:
 
 /// A successful response: `structuredContent` if the server sent one, the
 /// content blocks otherwise; an `isError` response becomes a [`ToolError`].
-pub(super) fn from_result(server: &str, tool: &str, result: CallToolResult) -> Result<Value, ToolError> {
+pub(super) fn from_result(
+    server: &str,
+    tool: &str,
+    result: CallToolResult,
+) -> Result<Value, ToolError> {
     let structured = result.structured_content.filter(|v| !v.is_null());
     if result.is_error == Some(true) {
         let text = text_of(&result.content);
@@ -126,8 +150,11 @@ pub(super) fn from_result(server: &str, tool: &str, result: CallToolResult) -> R
 /// otherwise `{text, content: [non-text blocks as JSON]}`.
 pub(super) fn content_value(content: &[ContentBlock]) -> Value {
     let text = text_of(content);
-    let others: Vec<Value> =
-        content.iter().filter(|b| b.as_text().is_none()).filter_map(|b| serde_json::to_value(b).ok()).collect();
+    let others: Vec<Value> = content
+        .iter()
+        .filter(|b| b.as_text().is_none())
+        .filter_map(|b| serde_json::to_value(b).ok())
+        .collect();
     match (others.is_empty(), text.is_empty()) {
         (true, true) => Value::Null,
         (true, false) => Value::String(text),
@@ -137,7 +164,12 @@ pub(super) fn content_value(content: &[ContentBlock]) -> Value {
 }
 
 fn text_of(content: &[ContentBlock]) -> String {
-    content.iter().filter_map(|b| b.as_text()).map(|t| t.text.as_str()).collect::<Vec<_>>().join("\n")
+    content
+        .iter()
+        .filter_map(|b| b.as_text())
+        .map(|t| t.text.as_str())
+        .collect::<Vec<_>>()
+        .join("\n")
 }
 
 /// Servers built on the TypeScript SDK turn protocol errors into `isError`
@@ -154,9 +186,16 @@ fn split_code(message: &str) -> (Option<ErrorCode>, String) {
 }
 
 /// The failure kind for a server's error code and message.
-pub(super) fn from_code(server: &str, tool: &str, code: Option<ErrorCode>, message: String, data: Option<Value>) -> ToolError {
+pub(super) fn from_code(
+    server: &str,
+    tool: &str,
+    code: Option<ErrorCode>,
+    message: String,
+    data: Option<Value>,
+) -> ToolError {
     let lower = message.to_ascii_lowercase();
-    let unknown_tool = lower.contains("unknown tool") || (lower.contains("tool") && lower.contains("not found"));
+    let unknown_tool =
+        lower.contains("unknown tool") || (lower.contains("tool") && lower.contains("not found"));
     let mut details = json!({ "server": server, "tool": tool });
     if let Some(c) = code {
         details["code"] = json!(c.0);
@@ -185,33 +224,70 @@ mod tests {
 
     #[test]
     fn results_map_to_structured_content_or_text() {
-        let structured = result(json!({"content": [{"type": "text", "text": "{\"a\":1}"}], "structuredContent": {"a": 1}}));
+        let structured = result(
+            json!({"content": [{"type": "text", "text": "{\"a\":1}"}], "structuredContent": {"a": 1}}),
+        );
         assert_eq!(from_result("s", "t", structured).unwrap(), json!({"a": 1}));
-        let text = result(json!({"content": [{"type": "text", "text": "one"}, {"type": "text", "text": "two"}]}));
+        let text = result(
+            json!({"content": [{"type": "text", "text": "one"}, {"type": "text", "text": "two"}]}),
+        );
         assert_eq!(from_result("s", "t", text).unwrap(), json!("one\ntwo"));
-        let mixed = result(json!({"content": [{"type": "text", "text": "pic"}, {"type": "image", "data": "AAA=", "mimeType": "image/png"}]}));
+        let mixed = result(
+            json!({"content": [{"type": "text", "text": "pic"}, {"type": "image", "data": "AAA=", "mimeType": "image/png"}]}),
+        );
         let v = from_result("s", "t", mixed).unwrap();
         assert_eq!(v["text"], "pic");
         assert_eq!(v["content"][0]["type"], "image");
-        assert_eq!(from_result("s", "t", result(json!({"content": []}))).unwrap(), Value::Null);
+        assert_eq!(
+            from_result("s", "t", result(json!({"content": []}))).unwrap(),
+            Value::Null
+        );
     }
 
     #[test]
     fn errors_keep_the_server_message_and_get_a_kind() {
-        let is_error = |text: &str| result(json!({"content": [{"type": "text", "text": text}], "isError": true}));
-        let e = from_result("s", "get-sum", is_error("MCP error -32602: Input validation error: a must be a number")).unwrap_err();
+        let is_error = |text: &str| {
+            result(json!({"content": [{"type": "text", "text": text}], "isError": true}))
+        };
+        let e = from_result(
+            "s",
+            "get-sum",
+            is_error("MCP error -32602: Input validation error: a must be a number"),
+        )
+        .unwrap_err();
         assert_eq!(e.kind(), "validation_error");
         assert!(e.to_string().contains("a must be a number"), "{e}");
         assert_eq!(e.to_failure().details["code"], -32602);
         let e = from_result("s", "nope", is_error("Unknown tool: nope")).unwrap_err();
         assert_eq!(e.kind(), "not_found");
         let e = from_result("s", "fail", is_error("disk full")).unwrap_err();
-        assert_eq!((e.kind(), e.to_string().as_str()), ("execution_error", "disk full"));
-        let e = from_code("time", "nope", Some(ErrorCode::INVALID_PARAMS), "Unknown tool: nope".into(), None);
+        assert_eq!(
+            (e.kind(), e.to_string().as_str()),
+            ("execution_error", "disk full")
+        );
+        let e = from_code(
+            "time",
+            "nope",
+            Some(ErrorCode::INVALID_PARAMS),
+            "Unknown tool: nope".into(),
+            None,
+        );
         assert_eq!(e.kind(), "not_found");
-        let e = from_code("time", "get_current_time", Some(ErrorCode::INVALID_PARAMS), "bad timezone".into(), None);
+        let e = from_code(
+            "time",
+            "get_current_time",
+            Some(ErrorCode::INVALID_PARAMS),
+            "bad timezone".into(),
+            None,
+        );
         assert_eq!(e.kind(), "validation_error");
-        let e = from_code("time", "x", Some(ErrorCode::INTERNAL_ERROR), "boom".into(), None);
+        let e = from_code(
+            "time",
+            "x",
+            Some(ErrorCode::INTERNAL_ERROR),
+            "boom".into(),
+            None,
+        );
         assert_eq!(e.kind(), "execution_error");
     }
 }

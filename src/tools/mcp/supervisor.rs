@@ -12,23 +12,20 @@
 //! stopped, and the task tries again after a delay that doubles per
 //! failure up to `max_backoff`.
 
-use std::collections::{BTreeSet, HashMap, VecDeque};
-use std::process::Stdio;
+use std::collections::{BTreeSet, VecDeque};
 use std::sync::{Arc, Mutex, PoisonError, RwLock};
 use std::time::{Duration, Instant};
 
-use rmcp::model::{ClientCapabilities, ClientConfig, ClientRequest, Implementation, PingRequest};
-use rmcp::service::{NotificationContext, QuitReason, RunningService};
-use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
-use rmcp::transport::{StreamableHttpClientTransport, TokioChildProcess};
-use rmcp::{ClientCacheConfig, ClientHandler, Peer, RoleClient, ServiceError, ServiceExt};
+use rmcp::model::{ClientRequest, PingRequest};
+use rmcp::service::QuitReason;
+use rmcp::{ClientCacheConfig, Peer, RoleClient, ServiceError};
 use serde_json::Value;
-use tokio::io::AsyncBufReadExt;
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
 use super::config::{McpServerConfig, McpTransport};
-use super::remote::{McpTool, describe, describe_init};
+use super::connect::{Handler, connect};
+use super::remote::{McpTool, describe};
 use super::status::{ServerState, ServerStatus};
 use crate::tools::{Tool, ToolError, ToolRegistry, ToolSpec};
 
@@ -82,7 +79,10 @@ impl Shared {
 
     /// The live connection, if there is one.
     pub(super) fn peer(&self) -> Option<Peer<RoleClient>> {
-        self.peer.read().unwrap_or_else(PoisonError::into_inner).clone()
+        self.peer
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
     }
 
     fn set_peer(&self, peer: Option<Peer<RoleClient>>) {
@@ -97,7 +97,10 @@ impl Shared {
             (_, Some(e)) => format!("is down ({e})"),
             (_, None) => "is down".to_owned(),
         };
-        ToolError::Execution(format!("MCP server `{}` {why}; it is retried automatically, try again later", self.name))
+        ToolError::Execution(format!(
+            "MCP server `{}` {why}; it is retried automatically, try again later",
+            self.name
+        ))
     }
 
     /// A call lost its connection: check now.
@@ -112,19 +115,42 @@ impl Shared {
 
     /// A copy of the status.
     pub(super) fn status(&self) -> ServerStatus {
-        self.status.lock().unwrap_or_else(PoisonError::into_inner).clone()
+        self.status
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
     }
 
-    fn update(&self, f: impl FnOnce(&mut ServerStatus)) {
+    pub(super) fn update(&self, f: impl FnOnce(&mut ServerStatus)) {
         f(&mut self.status.lock().unwrap_or_else(PoisonError::into_inner));
     }
 
-    fn stderr_hint(&self) -> String {
+    pub(super) fn clear_stderr(&self) {
+        self.stderr
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clear();
+    }
+
+    /// Keeps one line of the child's stderr (the last few are kept).
+    pub(super) fn push_stderr(&self, line: &str) {
+        let mut tail = self.stderr.lock().unwrap_or_else(PoisonError::into_inner);
+        if tail.len() == STDERR_TAIL {
+            tail.pop_front();
+        }
+        tail.push_back(line.chars().take(500).collect());
+    }
+
+    /// `; stderr: …` with the child's last lines, or nothing.
+    pub(super) fn stderr_hint(&self) -> String {
         let tail = self.stderr.lock().unwrap_or_else(PoisonError::into_inner);
         if tail.is_empty() {
             String::new()
         } else {
-            format!("; stderr: {}", tail.iter().cloned().collect::<Vec<_>>().join(" | "))
+            format!(
+                "; stderr: {}",
+                tail.iter().cloned().collect::<Vec<_>>().join(" | ")
+            )
         }
     }
 
@@ -136,7 +162,8 @@ impl Shared {
         }
         let mut repeated = false;
         self.update(|s| {
-            repeated = s.state == ServerState::Down && s.last_error.as_deref() == Some(reason.as_str());
+            repeated =
+                s.state == ServerState::Down && s.last_error.as_deref() == Some(reason.as_str());
             s.state = ServerState::Down;
             s.tools = 0;
             s.pid = None;
@@ -162,7 +189,11 @@ enum End {
 /// in rmcp must not end a server's supervision for good.
 pub(super) async fn run(shared: Arc<Shared>, registry: Arc<ToolRegistry>, stop: CancellationToken) {
     loop {
-        let task = tokio::spawn(supervise(Arc::clone(&shared), Arc::clone(&registry), stop.clone()));
+        let task = tokio::spawn(supervise(
+            Arc::clone(&shared),
+            Arc::clone(&registry),
+            stop.clone(),
+        ));
         match task.await {
             Ok(()) => return,
             Err(e) => {
@@ -198,14 +229,27 @@ async fn supervise(shared: Arc<Shared>, registry: Arc<ToolRegistry>, stop: Cance
         }
         delay = (delay * 2).min(cfg.max_backoff);
     }
-    shared.go_down(&registry, "shut down".into());
+    shared.set_peer(None);
+    if let Err(e) = registry.set_partition(&cfg.partition, Vec::new()) {
+        tracing::error!(server = %shared.name, error = %e, "cannot empty the partition of an MCP server");
+    }
+    shared.update(|s| {
+        s.state = ServerState::Down;
+        s.tools = 0;
+        s.pid = None;
+        s.last_error = Some("shut down".into());
+    });
+    tracing::info!(server = %shared.name, "MCP server shut down");
 }
 
 /// One connection, from start to loss.
 async fn session(shared: &Arc<Shared>, registry: &ToolRegistry, stop: &CancellationToken) -> End {
     let cfg = &shared.cfg;
-    let lost = |reason: String| End::Lost { reason, up: Duration::ZERO };
-    let handler = Handler { shared: Arc::clone(shared) };
+    let lost = |reason: String| End::Lost {
+        reason,
+        up: Duration::ZERO,
+    };
+    let handler = Handler::new(Arc::clone(shared));
     let client = tokio::select! {
         () = stop.cancelled() => return End::Stopped,
         r = tokio::time::timeout(cfg.connect_timeout, connect(shared, handler)) => match r {
@@ -217,10 +261,13 @@ async fn session(shared: &Arc<Shared>, registry: &ToolRegistry, stop: &Cancellat
     let peer = client.peer().clone();
     // Listings must come from the server, not from rmcp's response cache
     // (which would also serve stale lists while the server is down).
-    peer.set_response_cache_config(ClientCacheConfig::disabled()).await;
-    let info = client
-        .peer_info()
-        .and_then(|i| i.server_info.as_ref().map(|s| format!("{} {}", s.name, s.version).trim().to_owned()));
+    peer.set_response_cache_config(ClientCacheConfig::disabled())
+        .await;
+    let info = client.peer_info().and_then(|i| {
+        i.server_info
+            .as_ref()
+            .map(|s| format!("{} {}", s.name, s.version).trim().to_owned())
+    });
     let cancel = client.cancellation_token();
     let mut closed = std::pin::pin!(client.waiting());
     let mut listed = None;
@@ -241,7 +288,10 @@ async fn session(shared: &Arc<Shared>, registry: &ToolRegistry, stop: &Cancellat
             None
         }
         Some(Ok(Err(e))) => Some(format!("listing tools failed: {}", describe(&e))),
-        Some(Err(_)) => Some(format!("no answer to tools/list within {:?}", cfg.connect_timeout)),
+        Some(Err(_)) => Some(format!(
+            "no answer to tools/list within {:?}",
+            cfg.connect_timeout
+        )),
     };
     if let Some(reason) = failure {
         cancel.cancel();
@@ -259,7 +309,9 @@ async fn session(shared: &Arc<Shared>, registry: &ToolRegistry, stop: &Cancellat
 
     let far = || tokio::time::Instant::now() + Duration::from_secs(86_400 * 365);
     let mut next_refresh = tokio::time::Instant::now() + cfg.refresh;
-    let mut next_ping = cfg.health_check.map_or_else(far, |h| tokio::time::Instant::now() + h);
+    let mut next_ping = cfg
+        .health_check
+        .map_or_else(far, |h| tokio::time::Instant::now() + h);
     let reason = loop {
         let ping = tokio::select! {
             // An ended connection wins over a pending refresh, so its reason
@@ -297,7 +349,9 @@ async fn session(shared: &Arc<Shared>, registry: &ToolRegistry, stop: &Cancellat
             // The server answered: it is alive, only the listing failed.
             Ok(Err(ServiceError::McpError(e))) => {
                 tracing::warn!(server = %shared.name, error = %e.message, "MCP tool listing failed; keeping the previous tools");
-                shared.update(|s| s.last_error = Some(format!("listing tools failed: {}", e.message)));
+                shared.update(|s| {
+                    s.last_error = Some(format!("listing tools failed: {}", e.message))
+                });
             }
             Ok(Err(e)) => break format!("listing tools failed: {}", describe(&e)),
             Err(_) => break format!("no answer to tools/list within {:?}", cfg.timeout),
@@ -306,11 +360,17 @@ async fn session(shared: &Arc<Shared>, registry: &ToolRegistry, stop: &Cancellat
     shared.set_peer(None);
     // A request failing because the connection ended: report why it ended.
     if let Ok(q) = tokio::time::timeout(Duration::from_millis(200), &mut closed).await {
-        return End::Lost { reason: closed_reason(shared, &q), up: ready.elapsed() };
+        return End::Lost {
+            reason: closed_reason(shared, &q),
+            up: ready.elapsed(),
+        };
     }
     cancel.cancel();
     let _ = tokio::time::timeout(CLOSE_GRACE, closed).await;
-    End::Lost { reason, up: ready.elapsed() }
+    End::Lost {
+        reason,
+        up: ready.elapsed(),
+    }
 }
 
 fn closed_reason(shared: &Shared, quit: &Result<QuitReason, tokio::task::JoinError>) -> String {
@@ -325,65 +385,14 @@ fn closed_reason(shared: &Shared, quit: &Result<QuitReason, tokio::task::JoinErr
     }
 }
 
-/// Starts the child process or opens the HTTP connection, and shakes hands.
-async fn connect(shared: &Arc<Shared>, handler: Handler) -> Result<RunningService<RoleClient, Handler>, String> {
-    match &shared.cfg.transport {
-        McpTransport::Stdio { command, env, cwd } => {
-            let Some((program, args)) = command.split_first() else {
-                return Err("empty command".into());
-            };
-            let mut cmd = tokio::process::Command::new(program);
-            cmd.args(args).envs(env).kill_on_drop(true);
-            if let Some(dir) = cwd {
-                cmd.current_dir(dir);
-            }
-            shared.stderr.lock().unwrap_or_else(PoisonError::into_inner).clear();
-            let (transport, stderr) = TokioChildProcess::builder(cmd)
-                .stderr(Stdio::piped())
-                .spawn()
-                .map_err(|e| format!("cannot start `{program}`: {e}"))?;
-            let pid = transport.id();
-            shared.update(|s| s.pid = pid);
-            if let Some(stderr) = stderr {
-                tokio::spawn(forward_stderr(Arc::clone(shared), stderr));
-            }
-            handler.serve(transport).await.map_err(|e| {
-                format!("MCP handshake failed: {}{}", describe_init(&e), shared.stderr_hint())
-            })
-        }
-        McpTransport::Http { url, headers } => {
-            let mut map = HashMap::new();
-            for (k, v) in headers {
-                let name = reqwest::header::HeaderName::from_bytes(k.as_bytes()).map_err(|e| format!("header `{k}`: {e}"))?;
-                let value = reqwest::header::HeaderValue::from_str(v).map_err(|e| format!("header `{k}`: {e}"))?;
-                map.insert(name, value);
-            }
-            let config = StreamableHttpClientTransportConfig::with_uri(url.as_str()).custom_headers(map);
-            let transport = StreamableHttpClientTransport::from_config(config);
-            handler
-                .serve(transport)
-                .await
-                .map_err(|e| format!("cannot connect to {url}: {}", describe_init(&e)))
-        }
-    }
-}
-
-/// Sends a child's stderr to the log and keeps its last lines for errors.
-async fn forward_stderr(shared: Arc<Shared>, stderr: tokio::process::ChildStderr) {
-    let mut lines = tokio::io::BufReader::new(stderr).lines();
-    while let Ok(Some(line)) = lines.next_line().await {
-        tracing::debug!(server = %shared.name, "{line}");
-        let mut tail = shared.stderr.lock().unwrap_or_else(PoisonError::into_inner);
-        if tail.len() == STDERR_TAIL {
-            tail.pop_front();
-        }
-        tail.push_back(line.chars().take(500).collect());
-    }
-}
-
 /// Registers the listed tools as the server's partition, unless the list
 /// is the same as last time.
-fn publish(shared: &Arc<Shared>, registry: &ToolRegistry, tools: &[rmcp::model::Tool], listed: &mut Option<String>) {
+fn publish(
+    shared: &Arc<Shared>,
+    registry: &ToolRegistry,
+    tools: &[rmcp::model::Tool],
+    listed: &mut Option<String>,
+) {
     let cfg = &shared.cfg;
     let now = crate::tools::builtin::rfc3339(crate::events::now_micros() / 1_000_000);
     shared.update(|s| s.last_refresh = Some(now));
@@ -398,14 +407,29 @@ fn publish(shared: &Arc<Shared>, registry: &ToolRegistry, tools: &[rmcp::model::
         let name = local_name(&cfg.prefix, &t.name);
         let schema = Value::Object((*t.input_schema).clone());
         if let Err(e) = jsonschema::validator_for(&schema) {
-            problems.push(format!("tool `{}` skipped: invalid input schema ({e})", t.name));
+            problems.push(format!(
+                "tool `{}` skipped: invalid input schema ({e})",
+                t.name
+            ));
             continue;
         }
-        if registry.spec(&name).is_some_and(|s| s.partition != cfg.partition) || !names.insert(name.clone()) {
-            problems.push(format!("tool `{}` skipped: the name `{name}` is taken (set `prefix` for this server)", t.name));
+        if registry
+            .spec(&name)
+            .is_some_and(|s| s.partition != cfg.partition)
+            || !names.insert(name.clone())
+        {
+            problems.push(format!(
+                "tool `{}` skipped: the name `{name}` is taken (set `prefix` for this server)",
+                t.name
+            ));
             continue;
         }
-        let description = t.description.as_deref().or(t.title.as_deref()).unwrap_or_default().to_owned();
+        let description = t
+            .description
+            .as_deref()
+            .or(t.title.as_deref())
+            .unwrap_or_default()
+            .to_owned();
         let spec = ToolSpec {
             name,
             description,
@@ -413,7 +437,11 @@ fn publish(shared: &Arc<Shared>, registry: &ToolRegistry, tools: &[rmcp::model::
             partition: cfg.partition.clone(),
             policy: cfg.policy_for(&t.name),
         };
-        out.push(Arc::new(McpTool { spec, remote: t.name.to_string(), server: Arc::clone(shared) }));
+        out.push(Arc::new(McpTool {
+            spec,
+            remote: t.name.to_string(),
+            server: Arc::clone(shared),
+        }));
     }
     let count = out.len();
     if let Err(e) = registry.set_partition(&cfg.partition, out) {
@@ -432,23 +460,16 @@ fn publish(shared: &Arc<Shared>, registry: &ToolRegistry, tools: &[rmcp::model::
 
 /// `prefix + name`, with characters models reject in tool names replaced by `_`.
 fn local_name(prefix: &str, remote: &str) -> String {
-    format!("{prefix}{remote}").chars().map(|c| if c.is_ascii_alphanumeric() || c == '_' || c == '-' { c } else { '_' }).collect()
-}
-
-/// The client side of the connection: it names the runtime and listens for
-/// `notifications/tools/list_changed`.
-struct Handler {
-    shared: Arc<Shared>,
-}
-
-impl ClientHandler for Handler {
-    async fn on_tool_list_changed(&self, _cx: NotificationContext<RoleClient>) {
-        self.shared.refresh_now();
-    }
-
-    fn get_info(&self) -> ClientConfig {
-        ClientConfig::new(ClientCapabilities::default(), Implementation::new("stategraph", env!("CARGO_PKG_VERSION")))
-    }
+    format!("{prefix}{remote}")
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '_' || c == '-' {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect()
 }
 
 #[cfg(test)]

@@ -1,5 +1,7 @@
-//! A real graph run checkpointed through `LogCheckpointer` into each store.
+//! A real graph run checkpointed through `LogCheckpointer` into each store,
+//! also with appends failing on the way (lost replies, a short outage).
 
+use super::flaky::{Fault, Flaky};
 use super::*;
 
 /// Saves every batch to the store and to memory.
@@ -15,6 +17,31 @@ impl Checkpointer for Tee {
 }
 
 pub(super) async fn a_real_graph_run_checkpoints_through_the_store(store: Arc<dyn Store>) {
+    graph_run(Arc::clone(&store), store).await;
+}
+
+pub(super) async fn a_real_graph_run_survives_lost_replies_and_outages(store: Arc<dyn Store>) {
+    let flaky = Flaky::new(Arc::clone(&store));
+    flaky.inject([
+        Fault::Pass,
+        Fault::ReplyLost,
+        Fault::Unavailable,
+        Fault::Unavailable,
+        Fault::Pass,
+        Fault::ReplyLost,
+        Fault::ReplyLost,
+    ]);
+    graph_run(flaky.clone(), store).await;
+    assert!(
+        flaky.attempts() > 7,
+        "the faults were met: {} appends",
+        flaky.attempts()
+    );
+}
+
+/// Runs the chat graph checkpointing through `checkpoints` (the store, or a
+/// wrapper around it) and checks what `store` holds afterwards.
+async fn graph_run(checkpoints: Arc<dyn Store>, store: Arc<dyn Store>) {
     use stategraph::llm::ChatMessage;
     use stategraph::llm::scripted::{ScriptedModel, Turn};
     let model = ScriptedModel::from_fn(|req| {
@@ -53,7 +80,7 @@ pub(super) async fn a_real_graph_run_checkpoints_through_the_store(store: Arc<dy
     let memory = Arc::new(MemoryCheckpointer::new());
     let opts = RunOptions {
         checkpointer: Some(Arc::new(Tee(
-            LogCheckpointer(Arc::clone(&store)),
+            LogCheckpointer::new(checkpoints),
             Arc::clone(&memory),
         ))),
         snapshot_every: 2,

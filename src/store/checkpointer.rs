@@ -1,0 +1,168 @@
+//! [`LogCheckpointer`]: the executor's checkpoint hook on a [`Store`], and
+//! what it does while the database is away.
+//!
+//! A database restart, a failover or a network blip makes appends fail with
+//! [`StoreError::Unavailable`] for a few seconds. Failing the run for that
+//! would turn every maintenance window into failed chats, so the
+//! checkpointer retries transient failures with exponential backoff (100 ms
+//! doubling to 2 s) for up to an *outage limit* (30 s by default), then gives
+//! up with an error saying how long the store has been unavailable. The
+//! executor waits for the save, so meanwhile the run just pauses. Other
+//! errors (a conflict, data that cannot be encoded) are not retried: a retry
+//! cannot fix them.
+//!
+//! # Lost replies
+//! An append can commit and its reply still be lost: the connection drops
+//! between the commit and the answer. The retry then finds the batch's events
+//! already stored and fails with [`StoreError::Conflict`]. So a conflict on a
+//! *retried* append is checked by reading back the batch's last event: if it
+//! is stored exactly as sent, the earlier attempt landed (an append is
+//! atomic, so the whole batch did) and the save succeeds. Anything else is a
+//! real conflict — another writer took those seqs — and fails.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use futures::future::BoxFuture;
+
+use super::{Store, StoreError, StoreResult};
+use crate::runtime::{CheckpointError, Checkpointer, StepBatch};
+
+/// How long [`LogCheckpointer`] retries by default before giving up.
+pub const DEFAULT_OUTAGE_LIMIT: Duration = Duration::from_secs(30);
+
+/// The first pause between attempts; it doubles up to [`MAX_DELAY`].
+const FIRST_DELAY: Duration = Duration::from_millis(100);
+const MAX_DELAY: Duration = Duration::from_secs(2);
+
+/// Stores each step in a [`Store`]'s event log, retrying through outages
+/// (see the module docs).
+#[derive(Clone)]
+pub struct LogCheckpointer {
+    store: Arc<dyn Store>,
+    outage_limit: Duration,
+}
+
+impl std::fmt::Debug for LogCheckpointer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LogCheckpointer")
+            .field("backend", &self.store.backend())
+            .field("outage_limit", &self.outage_limit)
+            .finish()
+    }
+}
+
+impl LogCheckpointer {
+    /// A checkpointer over `store` with the default outage limit (30 s).
+    pub fn new(store: Arc<dyn Store>) -> Self {
+        Self {
+            store,
+            outage_limit: DEFAULT_OUTAGE_LIMIT,
+        }
+    }
+
+    /// How long a save keeps retrying an unavailable store before it fails.
+    /// Zero means a single attempt.
+    #[must_use]
+    pub fn with_outage_limit(mut self, limit: Duration) -> Self {
+        self.outage_limit = limit;
+        self
+    }
+
+    /// The outage limit.
+    pub fn outage_limit(&self) -> Duration {
+        self.outage_limit
+    }
+
+    /// The store.
+    pub fn store(&self) -> &Arc<dyn Store> {
+        &self.store
+    }
+
+    /// Appends `batch`, retrying transient failures up to the outage limit.
+    ///
+    /// # Errors
+    /// A non-transient store error, a real conflict, or an outage longer than
+    /// the limit ("the store has been unavailable for 30s: …").
+    pub async fn save_batch(&self, batch: &StepBatch) -> Result<(), CheckpointError> {
+        let started = Instant::now();
+        let mut delay = FIRST_DELAY;
+        let mut retried = false;
+        loop {
+            let error = match self.store.append(batch).await {
+                Ok(()) => return Ok(()),
+                Err(StoreError::Conflict(conflict)) if retried => {
+                    match self.already_stored(batch).await {
+                        Ok(true) => {
+                            tracing::info!(run_id = %batch.run_id, step = batch.step,
+                                "an earlier attempt stored the batch (its reply was lost)");
+                            return Ok(());
+                        }
+                        Ok(false) => {
+                            return Err(CheckpointError(
+                                StoreError::Conflict(conflict).to_string(),
+                            ));
+                        }
+                        Err(e) => e,
+                    }
+                }
+                Err(e) => e,
+            };
+            if !error.is_transient() {
+                return Err(CheckpointError(error.to_string()));
+            }
+            let elapsed = started.elapsed();
+            if elapsed >= self.outage_limit {
+                return Err(CheckpointError(format!(
+                    "the store has been unavailable for {}: {error}",
+                    human(self.outage_limit)
+                )));
+            }
+            let pause = delay.min(self.outage_limit - elapsed);
+            tracing::warn!(run_id = %batch.run_id, step = batch.step, error = %error,
+                retry_in_ms = pause.as_millis() as u64, "store unavailable; retrying the checkpoint");
+            tokio::time::sleep(pause).await;
+            delay = (delay * 2).min(MAX_DELAY);
+            retried = true;
+        }
+    }
+
+    /// Whether the batch's last event is stored exactly as in the batch.
+    async fn already_stored(&self, batch: &StepBatch) -> StoreResult<bool> {
+        let Some(last) = batch.events.iter().max_by_key(|e| e.seq) else {
+            return Ok(false);
+        };
+        let Some(after) = last.seq.checked_sub(1) else {
+            return Ok(false);
+        };
+        let stored = self.store.events(batch.run_id, after, 1).await?;
+        Ok(stored.first().is_some_and(|e| *e == **last))
+    }
+}
+
+impl Checkpointer for LogCheckpointer {
+    fn save(&self, batch: StepBatch) -> BoxFuture<'_, Result<(), CheckpointError>> {
+        Box::pin(async move { self.save_batch(&batch).await })
+    }
+}
+
+/// `30s`, `1500ms`.
+fn human(d: Duration) -> String {
+    if d.subsec_millis() == 0 {
+        format!("{}s", d.as_secs())
+    } else {
+        format!("{}ms", d.as_millis())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn limits_read_as_people_write_them() {
+        assert_eq!(human(Duration::from_secs(30)), "30s");
+        assert_eq!(human(Duration::from_millis(1500)), "1500ms");
+        assert_eq!(human(Duration::ZERO), "0s");
+    }
+}

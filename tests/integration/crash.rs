@@ -1,0 +1,399 @@
+//! Crashes: a server process killed (SIGKILL) at points of a run — before,
+//! during and after model streaming, during a tool call — and started
+//! again; and two servers on one PostgreSQL database, the first killed.
+//! The run completes and a resumed client stream carries every part
+//! exactly once.
+
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::Duration;
+
+use futures::StreamExt;
+use serde_json::{Value, json};
+use tokio::io::{AsyncBufReadExt, BufReader};
+
+use crate::support::{aisdk_validate, chat_body, report_json, root};
+
+struct Server {
+    child: tokio::process::Child,
+    base: String,
+}
+
+/// Starts `stategraph serve` with `config` (TOML) in `dir`, serving `graphs`.
+async fn start(dir: &Path, config: &str, graphs: &Path) -> Server {
+    let cfg = dir.join(format!("stategraph-{}.toml", uuid::Uuid::now_v7().simple()));
+    std::fs::write(&cfg, config).unwrap();
+    let log =
+        std::fs::File::create(dir.join(format!("server-{}.log", uuid::Uuid::now_v7().simple())))
+            .unwrap();
+    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_stategraph"))
+        .args(["serve", "--bind", "127.0.0.1:0", "--config"])
+        .arg(&cfg)
+        .args(["--graphs"])
+        .arg(graphs)
+        .args(["--prompts"])
+        .arg(root().join("prompts"))
+        .env("RUST_LOG", "info")
+        .env_remove("OPENAI_API_KEY")
+        .env_remove("OPENAI_BASE_URL")
+        .env_remove("DATABASE_URL")
+        .stdout(Stdio::piped())
+        .stderr(log)
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let mut base = None;
+    while let Ok(Ok(Some(line))) =
+        tokio::time::timeout(Duration::from_secs(60), lines.next_line()).await
+    {
+        if let Some(url) = line.strip_prefix("stategraph is serving on ") {
+            base = Some(url.trim().to_owned());
+            break;
+        }
+    }
+    tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
+    Server {
+        child,
+        base: base.expect("server address"),
+    }
+}
+
+fn config(store: &str) -> String {
+    format!(
+        "[server]\nlease = \"1s\"\nrecover_interval = \"200ms\"\nlinger = \"30s\"\nkeep_alive = \"1s\"\n\
+         [llm.offline]\ntoken_delay = \"15ms\"\nanswer_tokens = 40\n\
+         [tools.http]\nallow = [\"127.0.0.1\"]\ntimeout = \"30s\"\n{store}"
+    )
+}
+
+/// The shipped graphs plus `fetcher`: an answer node that fetches a URL.
+fn graphs(dir: &Path) -> PathBuf {
+    let g = dir.join("graphs");
+    std::fs::create_dir_all(&g).unwrap();
+    std::fs::copy(root().join("graphs/chat.yaml"), g.join("chat.yaml")).unwrap();
+    std::fs::write(
+        g.join("fetcher.yaml"),
+        "state: chat\nentry: fetch\nnodes:\n  - id: fetch\n    kind: agent\n    prompt: chat/direct.md\n    surface: answer\n    \
+         tools: [http_fetch]\n    input: query\n    max_iterations: 3\n    output: answer\nedges: [fetch -> END]\n",
+    )
+    .unwrap();
+    g
+}
+
+/// Where to kill the server.
+#[derive(Clone, Copy, Debug)]
+enum KillAt {
+    /// Right after `start`: before any model output.
+    Start,
+    /// After some of the narrator's text.
+    MidText,
+    /// After the narrator's text ended (follow-ups still to come).
+    AfterText,
+    /// While a tool call is waiting on a slow page.
+    InTool,
+}
+
+/// Reads the SSE stream until the kill point.
+async fn read_until(
+    resp: reqwest::Response,
+    at: KillAt,
+    tool_waiting: &tokio::sync::Notify,
+) -> String {
+    let mut body = resp.bytes_stream();
+    let mut seen = String::new();
+    loop {
+        if let KillAt::InTool = at {
+            tokio::select! {
+                _ = tool_waiting.notified() => return seen,
+                chunk = body.next() => match chunk {
+                    Some(Ok(b)) => seen.push_str(&String::from_utf8_lossy(&b)),
+                    _ => return seen,
+                },
+            }
+            continue;
+        }
+        match body.next().await {
+            Some(Ok(b)) => seen.push_str(&String::from_utf8_lossy(&b)),
+            _ => return seen,
+        }
+        let done = match at {
+            KillAt::Start => seen.contains(r#""type":"start""#),
+            KillAt::MidText => seen.matches(r#""type":"text-delta""#).count() >= 10,
+            KillAt::AfterText => seen.contains(r#""type":"text-end""#),
+            KillAt::InTool => false,
+        };
+        if done {
+            return seen;
+        }
+    }
+}
+
+/// A page that answers only after `delay`, signalling when asked.
+async fn slow_page(delay: Duration) -> (String, std::sync::Arc<tokio::sync::Notify>) {
+    let notify = std::sync::Arc::new(tokio::sync::Notify::new());
+    let n = std::sync::Arc::clone(&notify);
+    let app = axum::Router::new().route(
+        "/slow",
+        axum::routing::get(move || {
+            let n = std::sync::Arc::clone(&n);
+            async move {
+                n.notify_waiters();
+                tokio::time::sleep(delay).await;
+                "<html><title>Slow</title><body>tide tables for today</body></html>"
+            }
+        }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}/slow", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    (url, notify)
+}
+
+/// Resumes the chat's stream on `server` until it ends; checks it.
+async fn resume_and_check(server: &Server, chat: &str, expect_text: &str) -> Value {
+    let client = reqwest::Client::new();
+    let url = format!("{}/api/chat/{chat}/stream", server.base);
+    let mut text = String::new();
+    let mut last = 0;
+    for _ in 0..300 {
+        let resp = client.get(&url).send().await.unwrap();
+        last = resp.status().as_u16();
+        if resp.status() == 200 {
+            text = tokio::time::timeout(Duration::from_secs(60), resp.text())
+                .await
+                .expect("the resumed stream ends")
+                .unwrap();
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(
+        text.ends_with("data: [DONE]\n\n"),
+        "resumed stream (last status {last}):\n{text}"
+    );
+    let (ok, raw) = aisdk_validate(&text);
+    assert!(ok, "{raw}\n{text}");
+    let report = report_json(&raw);
+    let parts = report["message"]["parts"].as_array().unwrap().clone();
+    let texts: Vec<&str> = parts
+        .iter()
+        .filter(|p| p["type"] == "text")
+        .filter_map(|p| p["text"].as_str())
+        .collect();
+    assert_eq!(texts, [expect_text], "one answer, exactly once");
+    assert!(
+        text.contains(r#""type":"finish","finishReason":"stop""#),
+        "the run finished normally"
+    );
+    // Every event id once, in order: no duplicate part from a lost attempt.
+    let ids: Vec<u64> = text
+        .lines()
+        .filter_map(|l| l.strip_prefix("id: "))
+        .map(|n| n.parse().unwrap())
+        .collect();
+    assert!(ids.windows(2).all(|w| w[0] <= w[1]), "ids in order");
+    for kind in ["data-followups"] {
+        let n = parts.iter().filter(|p| p["type"] == kind).count();
+        assert!(n <= 1, "{kind} {n} times");
+    }
+    // The stored answer is the same message.
+    let chat_json: Value = serde_json::from_str(
+        &client
+            .get(format!("{}/api/chat/{chat}", server.base))
+            .send()
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap(),
+    )
+    .unwrap();
+    let stored = chat_json["messages"]
+        .as_array()
+        .unwrap()
+        .last()
+        .unwrap()
+        .clone();
+    assert_eq!(stored["role"], "assistant");
+    let stored_text: String = stored["parts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|p| p["type"] == "text")
+        .filter_map(|p| p["text"].as_str())
+        .collect();
+    assert_eq!(stored_text, expect_text);
+    report
+}
+
+/// The offline narrator's answer to `query` (deterministic).
+async fn reference_answer(dir: &Path, graphs: &Path, graph: &str, query: &str) -> String {
+    let server = start(
+        dir,
+        &config(&format!("[store]\nbackend = \"memory\"\n")),
+        graphs,
+    )
+    .await;
+    let mut body = chat_body("reference", query);
+    body["graph"] = json!(graph);
+    let text = reqwest::Client::new()
+        .post(format!("{}/api/chat", server.base))
+        .header("content-type", "application/json")
+        .body(body.to_string())
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let (_, raw) = aisdk_validate(&text);
+    let report = report_json(&raw);
+    report["message"]["parts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|p| p["type"] == "text")
+        .filter_map(|p| p["text"].as_str())
+        .collect()
+}
+
+async fn crash_and_restart(at: KillAt) {
+    let dir = tempfile::tempdir().unwrap();
+    let g = graphs(dir.path());
+    let (page, tool_waiting) = slow_page(Duration::from_secs(3)).await;
+    let (graph, query) = match at {
+        KillAt::InTool => ("fetcher", format!("what does {page} say?")),
+        _ => ("chat", "please research the tides".to_owned()),
+    };
+    let expect = reference_answer(dir.path(), &g, graph, &query).await;
+    assert!(!expect.is_empty());
+    let store = format!(
+        "[store]\nbackend = \"sqlite\"\ndata_dir = \"{}\"\n",
+        dir.path().join("data").display()
+    );
+    let mut a = start(dir.path(), &config(&store), &g).await;
+    let mut body = chat_body("crash-chat", &query);
+    body["graph"] = json!(graph);
+    let resp = reqwest::Client::new()
+        .post(format!("{}/api/chat", a.base))
+        .header("content-type", "application/json")
+        .body(body.to_string())
+        .send()
+        .await
+        .unwrap();
+    let _seen = tokio::time::timeout(Duration::from_secs(60), read_until(resp, at, &tool_waiting))
+        .await
+        .expect("kill point reached");
+    a.child.start_kill().unwrap();
+    let _ = a.child.wait().await;
+    let b = start(dir.path(), &config(&store), &g).await;
+    let check = tokio::spawn({
+        let b_base = b.base.clone();
+        let expect = expect.clone();
+        async move {
+            resume_and_check(
+                &Server {
+                    child: tokio::process::Command::new("true").spawn().unwrap(),
+                    base: b_base,
+                },
+                "crash-chat",
+                &expect,
+            )
+            .await
+        }
+    });
+    if let Err(e) = check.await {
+        for f in std::fs::read_dir(dir.path()).unwrap().flatten() {
+            if f.file_name().to_string_lossy().ends_with(".log") {
+                eprintln!(
+                    "==> {}\n{}",
+                    f.path().display(),
+                    std::fs::read_to_string(f.path()).unwrap_or_default()
+                );
+            }
+        }
+        std::panic::resume_unwind(e.into_panic());
+    }
+    drop(b);
+}
+
+#[tokio::test]
+async fn killed_before_model_output_the_run_completes_after_restart() {
+    crash_and_restart(KillAt::Start).await;
+}
+
+#[tokio::test]
+async fn killed_during_model_streaming_the_run_completes_after_restart() {
+    crash_and_restart(KillAt::MidText).await;
+}
+
+#[tokio::test]
+async fn killed_after_model_streaming_the_run_completes_after_restart() {
+    crash_and_restart(KillAt::AfterText).await;
+}
+
+#[tokio::test]
+async fn killed_during_a_tool_call_the_run_completes_after_restart() {
+    crash_and_restart(KillAt::InTool).await;
+}
+
+async fn create_db() -> (String, String) {
+    let name = format!("stategraph_test_{}", uuid::Uuid::now_v7().simple());
+    let (client, conn) = tokio_postgres::connect(
+        "host=127.0.0.1 port=5432 user=postgres dbname=postgres",
+        tokio_postgres::NoTls,
+    )
+    .await
+    .unwrap();
+    tokio::spawn(conn);
+    client
+        .batch_execute(&format!("CREATE DATABASE {name}"))
+        .await
+        .unwrap();
+    (format!("postgres://postgres@127.0.0.1:5432/{name}"), name)
+}
+
+async fn drop_db(name: &str) {
+    let (client, conn) = tokio_postgres::connect(
+        "host=127.0.0.1 port=5432 user=postgres dbname=postgres",
+        tokio_postgres::NoTls,
+    )
+    .await
+    .unwrap();
+    tokio::spawn(conn);
+    let _ = client
+        .batch_execute(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
+        .await;
+}
+
+#[tokio::test]
+async fn two_servers_on_one_database_a_killed_b_resumes_the_run_and_the_stream() {
+    let dir = tempfile::tempdir().unwrap();
+    let g = graphs(dir.path());
+    let query = "please research the tides";
+    let expect = reference_answer(dir.path(), &g, "chat", query).await;
+    let (url, name) = create_db().await;
+    let store = format!("[store]\nbackend = \"postgres\"\ndatabase_url = \"{url}\"\n");
+    let mut a = start(dir.path(), &config(&store), &g).await;
+    let b = start(dir.path(), &config(&store), &g).await;
+    let resp = reqwest::Client::new()
+        .post(format!("{}/api/chat", a.base))
+        .header("content-type", "application/json")
+        .body(chat_body("ab-chat", query).to_string())
+        .send()
+        .await
+        .unwrap();
+    let never = tokio::sync::Notify::new();
+    tokio::time::timeout(
+        Duration::from_secs(60),
+        read_until(resp, KillAt::MidText, &never),
+    )
+    .await
+    .expect("kill point");
+    a.child.start_kill().unwrap();
+    let _ = a.child.wait().await;
+    resume_and_check(&b, "ab-chat", &expect).await;
+    drop(b);
+    drop_db(&name).await;
+}
