@@ -12,6 +12,7 @@ use stategraph::graph::catalog::{Catalog, Registries};
 use stategraph::graph::spec::DurationSpec;
 use stategraph::runtime::{RunOptions, Services};
 use stategraph::store::Store;
+use stategraph::tools::mcp::{McpManager, ServerState};
 use stategraph::{replay, server};
 
 /// mimalloc: the runtime allocates many small, short-lived objects (events,
@@ -143,6 +144,9 @@ fn real_main() -> anyhow::Result<ExitCode> {
         .tools
         .apply(&registries.tools)
         .map_err(anyhow::Error::msg)?;
+    // MCP partitions are known without connecting, so graph files naming
+    // them validate; commands that execute graphs connect (`with_mcp`).
+    config.tools.mcp.declare(&registries.tools);
     match cli.command {
         Command::Serve { bind } => serve(config, bind),
         Command::Check { paths } => {
@@ -187,7 +191,9 @@ fn real_main() -> anyhow::Result<ExitCode> {
                 forced_intent: intent,
                 json,
             };
-            let ok = runtime()?.block_on(cli::run(g, services, args, &mut std::io::stdout()))?;
+            let ok = runtime()?.block_on(with_mcp(&config, &registries, async {
+                cli::run(g, services, args, &mut std::io::stdout()).await
+            }))?;
             Ok(if ok {
                 ExitCode::SUCCESS
             } else {
@@ -225,73 +231,76 @@ fn real_main() -> anyhow::Result<ExitCode> {
             }
             Ok(ExitCode::SUCCESS)
         }),
-        Command::Fork { run, at, set } => runtime()?.block_on(async move {
-            let store = open_store(&config).await?;
-            let parent = store
-                .get_run(run)
-                .await?
-                .ok_or_else(|| anyhow!("no run {run}"))?;
-            let catalog = Catalog::load(&config.paths.graphs, &config.paths.prompts, &registries);
-            let g = graph(&catalog, &parent.graph)?;
-            let mut edits = Vec::new();
-            for s in &set {
-                let (field, value) = s
-                    .split_once('=')
-                    .ok_or_else(|| anyhow!("--set {s}: expected FIELD=JSON"))?;
-                let value = serde_json::from_str(value)
-                    .with_context(|| format!("--set {field}: the value must be JSON"))?;
-                edits.push((field.to_owned(), value));
-            }
-            let from = replay::fork_point(&*store, &g, run, at, &edits).await?;
-            let id = uuid::Uuid::now_v7();
-            store
-                .create_run(stategraph::store::RunRecord {
-                    id,
-                    chat_id: None,
-                    user_id: parent.user_id.clone(),
-                    graph: g.id.to_string(),
-                    graph_version: g.version.clone(),
-                    status: stategraph::runtime::RunStatus::Running,
-                    input: from.state.to_json(),
-                    created_at: stategraph::events::now_micros(),
-                    finished_at: None,
-                    error: None,
-                    usage: Default::default(),
-                    parent: Some(replay::origin(run, at)),
-                    request_id: None,
-                    message_id: None,
-                    last_seq: 0,
-                    last_step: at,
+        Command::Fork { run, at, set } => {
+            runtime()?.block_on(with_mcp(&config, &registries, async {
+                let store = open_store(&config).await?;
+                let parent = store
+                    .get_run(run)
+                    .await?
+                    .ok_or_else(|| anyhow!("no run {run}"))?;
+                let catalog =
+                    Catalog::load(&config.paths.graphs, &config.paths.prompts, &registries);
+                let g = graph(&catalog, &parent.graph)?;
+                let mut edits = Vec::new();
+                for s in &set {
+                    let (field, value) = s
+                        .split_once('=')
+                        .ok_or_else(|| anyhow!("--set {s}: expected FIELD=JSON"))?;
+                    let value = serde_json::from_str(value)
+                        .with_context(|| format!("--set {field}: the value must be JSON"))?;
+                    edits.push((field.to_owned(), value));
+                }
+                let from = replay::fork_point(&*store, &g, run, at, &edits).await?;
+                let id = uuid::Uuid::now_v7();
+                store
+                    .create_run(stategraph::store::RunRecord {
+                        id,
+                        chat_id: None,
+                        user_id: parent.user_id.clone(),
+                        graph: g.id.to_string(),
+                        graph_version: g.version.clone(),
+                        status: stategraph::runtime::RunStatus::Running,
+                        input: from.state.to_json(),
+                        created_at: stategraph::events::now_micros(),
+                        finished_at: None,
+                        error: None,
+                        usage: Default::default(),
+                        parent: Some(replay::origin(run, at)),
+                        request_id: None,
+                        message_id: None,
+                        last_seq: 0,
+                        last_step: at,
+                    })
+                    .await?;
+                let opts = RunOptions {
+                    run_id: id,
+                    checkpointer: Some(Arc::new(stategraph::store::LogCheckpointer::new(
+                        Arc::clone(&store),
+                    ))),
+                    forked_from: Some(replay::origin(run, at)),
+                    ..Default::default()
+                };
+                let services = Arc::new(services(&config, &registries)?);
+                let result = stategraph::runtime::resume(g, services, from, opts).await;
+                let (status, error, usage) = match &result {
+                    Ok(o) => (stategraph::runtime::RunStatus::Finished, None, o.usage),
+                    Err(e) => (
+                        stategraph::runtime::RunStatus::Failed,
+                        Some(e.info()),
+                        Default::default(),
+                    ),
+                };
+                store.finish_run(id, status, error, usage).await?;
+                let (record, events) = replay::load(&*store, id).await?;
+                print!("{}", replay::timeline(&record, &events));
+                println!("fork {id} of run {run} at step {at}");
+                Ok(if result.is_ok() {
+                    ExitCode::SUCCESS
+                } else {
+                    ExitCode::FAILURE
                 })
-                .await?;
-            let opts = RunOptions {
-                run_id: id,
-                checkpointer: Some(Arc::new(stategraph::store::LogCheckpointer::new(
-                    Arc::clone(&store),
-                ))),
-                forked_from: Some(replay::origin(run, at)),
-                ..Default::default()
-            };
-            let services = Arc::new(services(&config, &registries)?);
-            let result = stategraph::runtime::resume(g, services, from, opts).await;
-            let (status, error, usage) = match &result {
-                Ok(o) => (stategraph::runtime::RunStatus::Finished, None, o.usage),
-                Err(e) => (
-                    stategraph::runtime::RunStatus::Failed,
-                    Some(e.info()),
-                    Default::default(),
-                ),
-            };
-            store.finish_run(id, status, error, usage).await?;
-            let (record, events) = replay::load(&*store, id).await?;
-            print!("{}", replay::timeline(&record, &events));
-            println!("fork {id} of run {run} at step {at}");
-            Ok(if result.is_ok() {
-                ExitCode::SUCCESS
-            } else {
-                ExitCode::FAILURE
-            })
-        }),
+            }))
+        }
         Command::Migrate => runtime()?.block_on(async move {
             let report = stategraph::store::config::migrate(&config.store).await?;
             println!(
@@ -310,6 +319,39 @@ fn real_main() -> anyhow::Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }),
     }
+}
+
+/// Runs `work` with the configured MCP servers connected (given up to
+/// ten seconds to come up; one still down makes its tools fail as data),
+/// and closes them afterwards.
+async fn with_mcp<T>(
+    config: &Config,
+    registries: &Registries,
+    work: impl std::future::Future<Output = T>,
+) -> T {
+    if config.tools.mcp.servers.is_empty() {
+        return work.await;
+    }
+    let mcp = McpManager::start(&config.tools.mcp, Arc::clone(&registries.tools));
+    if !mcp.wait_settled(std::time::Duration::from_secs(10)).await {
+        for s in mcp
+            .status()
+            .iter()
+            .filter(|s| s.state != ServerState::Ready)
+        {
+            eprintln!(
+                "warning: MCP server `{}` is not ready{}",
+                s.name,
+                s.last_error
+                    .as_deref()
+                    .map(|e| format!(": {e}"))
+                    .unwrap_or_default()
+            );
+        }
+    }
+    let out = work.await;
+    mcp.shutdown().await;
+    out
 }
 
 fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {

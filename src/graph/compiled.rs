@@ -127,10 +127,16 @@ pub struct CompiledNode {
     pub retry: RetryPolicy,
     /// Time limit per attempt.
     pub timeout: Option<Duration>,
+    /// Model role answering when a model call of the node fails before it
+    /// has answered (`fallback_model:`).
+    pub fallback_model: Option<Arc<str>>,
     /// What happens after it finishes.
     pub out: Vec<Transition>,
     /// Description from the file.
     pub description: Option<String>,
+    /// The tools and partitions its `tools:` key names (expanded per call;
+    /// kept here so health checks can compare them with what is provided).
+    pub tools: Vec<String>,
 }
 
 /// Node weights of the petgraph topology.
@@ -193,6 +199,12 @@ pub struct CompiledGraph {
     pub prompts: Arc<Prompts>,
     /// Source file.
     pub file: PathBuf,
+    /// State fields a chat turn takes over from the previous turn's final
+    /// state (`carry:`).
+    pub carry: Vec<Arc<str>>,
+    /// Tools or partitions the file says configuration provides
+    /// (`external_tools:`); they may resolve to nothing.
+    pub external_tools: Vec<String>,
 }
 
 impl CompiledGraph {
@@ -208,5 +220,22 @@ impl CompiledGraph {
     pub fn surface(&self, id: &str) -> Surface {
         self.node_index(id)
             .map_or(Surface::Hidden, |i| self.nodes[i as usize].surface)
+    }
+
+    /// `(node id, tool or partition name)` for every tool entry of every
+    /// node, subgraphs included (their node ids prefixed `sub/`).
+    pub fn tool_refs(&self) -> Vec<(String, String)> {
+        let mut out = Vec::new();
+        for node in &self.nodes {
+            for t in &node.tools {
+                out.push((node.id.to_string(), t.clone()));
+            }
+            if let Some(sub) = node.imp.subgraph() {
+                for (n, t) in sub.tool_refs() {
+                    out.push((format!("{}/{n}", node.id), t));
+                }
+            }
+        }
+        out
     }
 }

@@ -7,11 +7,18 @@ use crate::config::Config;
 use crate::graph::catalog::Registries;
 use crate::runtime::Services;
 use crate::store::Store;
+use crate::tools::mcp::{McpManager, ServerState};
+
+/// How long startup waits for MCP servers before serving anyway.
+const MCP_STARTUP_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// Everything `serve` sets up before listening, or why it could not.
 pub async fn build_state(config: Config) -> Result<Arc<AppState>, String> {
     let registries = Registries::default();
     config.tools.apply(&registries.tools)?;
+    // Before the graphs compile: it declares the MCP partitions they name.
+    let mcp = (!config.tools.mcp.servers.is_empty())
+        .then(|| McpManager::start(&config.tools.mcp, Arc::clone(&registries.tools)));
     let models = config
         .llm
         .build_models()
@@ -41,8 +48,17 @@ pub async fn build_state(config: Config) -> Result<Arc<AppState>, String> {
         tracing::info!(dir = %config.paths.graphs.display(), "no graph directory; serving the graphs built into the binary");
     }
     tracing::info!(graphs = ?cat.graphs.keys().collect::<Vec<_>>(), "graphs loaded");
+    if let Some(m) = &mcp {
+        // Give servers a moment so the first chats see their tools; one
+        // that is slow or down keeps connecting in the background.
+        if !m.wait_settled(MCP_STARTUP_WAIT).await {
+            for s in m.status().iter().filter(|s| s.state != ServerState::Ready) {
+                tracing::warn!(server = %s.name, error = ?s.last_error, "MCP server not ready yet; retrying in the background");
+            }
+        }
+    }
     let services = Services::new(models, Arc::clone(&registries.tools));
-    Ok(AppState::new(config, store, graphs, services))
+    Ok(AppState::with_mcp(config, store, graphs, services, mcp))
 }
 
 async fn open_store(config: &Config) -> Result<Arc<dyn Store>, String> {

@@ -7,6 +7,7 @@
 //! - `GET /api/runs`, `GET /api/runs/{id}`, `GET /api/runs/{id}/events`,
 //!   `GET /api/runs/{id}/state?step=N`, `POST /api/runs/{id}/fork`
 //! - `GET /api/graphs`, `GET /api/graphs/{name}`, `POST /api/graphs/reload`
+//! - `GET /api/tools`, `GET /api/tools/health`
 //! - `GET /healthz`, `GET /readyz`, `GET /metrics`
 //!
 //! Every request gets a correlation id (`x-request-id`, accepted or made
@@ -25,6 +26,7 @@ mod recovery;
 mod runs;
 mod runs_api;
 mod stream;
+mod tools;
 mod ui;
 
 use std::net::SocketAddr;
@@ -44,6 +46,7 @@ use tracing::Instrument;
 use crate::config::Config;
 use crate::runtime::Services;
 use crate::store::Store;
+use crate::tools::mcp::McpManager;
 
 pub use auth::User;
 pub use boot::build_state;
@@ -72,6 +75,8 @@ pub struct AppState {
     pub metrics: Metrics,
     /// This process's id: the owner of the leases on the runs it executes.
     pub instance: String,
+    /// The MCP servers' connections, when any are configured.
+    pub mcp: Option<Arc<McpManager>>,
 }
 
 impl std::fmt::Debug for AppState {
@@ -83,12 +88,24 @@ impl std::fmt::Debug for AppState {
 }
 
 impl AppState {
-    /// State from its parts.
+    /// State from its parts, without MCP servers.
     pub fn new(
         config: Config,
         store: Arc<dyn Store>,
         graphs: Graphs,
         services: Services,
+    ) -> Arc<Self> {
+        Self::with_mcp(config, store, graphs, services, None)
+    }
+
+    /// State from its parts, with the manager of the MCP servers whose
+    /// partitions `services.tools` holds (stopped when the server stops).
+    pub fn with_mcp(
+        config: Config,
+        store: Arc<dyn Store>,
+        graphs: Graphs,
+        services: Services,
+        mcp: Option<McpManager>,
     ) -> Arc<Self> {
         Arc::new(Self {
             config,
@@ -98,6 +115,7 @@ impl AppState {
             runs: RunManager::default(),
             metrics: Metrics::default(),
             instance: format!("{}-{}", hostname(), uuid::Uuid::now_v7().simple()),
+            mcp: mcp.map(Arc::new),
         })
     }
 }
@@ -124,6 +142,8 @@ pub fn app(state: Arc<AppState>) -> Router {
         .route("/api/runs/{id}/events", get(runs_api::events))
         .route("/api/runs/{id}/state", get(runs_api::state_at))
         .route("/api/runs/{id}/fork", post(runs_api::fork))
+        .route("/api/tools", get(tools::list))
+        .route("/api/tools/health", get(tools::health))
         .route("/api/graphs", get(graphs::list))
         .route("/api/graphs/reload", post(graphs::reload))
         .route("/api/graphs/{name}", get(graphs::get))
@@ -259,6 +279,9 @@ pub async fn serve(
     .with_graceful_shutdown(async move { wait.notified().await })
     .await;
     let _ = stopper.await;
+    if let Some(mcp) = &state.mcp {
+        mcp.shutdown().await;
+    }
     if let Some(r) = reload {
         r.abort();
     }

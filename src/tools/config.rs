@@ -28,7 +28,7 @@ use serde::Deserialize;
 use super::http::HttpFetchConfig;
 use super::search::SearchConfig;
 use super::sql::SqlConfig;
-use super::{ToolPolicy, ToolRegistry};
+use super::{PolicyOverride, ToolRegistry};
 use crate::config::{Bytes, Dur};
 
 /// Overrides of one tool's [`ToolPolicy`].
@@ -78,20 +78,17 @@ impl ToolsConfig {
             super::sql::register(registry, c).map_err(|e| format!("[tools.sql]: {e}"))?;
         }
         for (tool, p) in &self.policy {
-            let mut policy = registry.policy(tool);
-            if let Some(t) = p.timeout {
-                policy.timeout = t.0;
-            }
-            if let Some(ttl) = p.cache_ttl {
-                policy.cache_ttl = (ttl.0 > Duration::ZERO).then_some(ttl.0);
-            }
-            if let Some(b) = p.max_output_bytes {
-                policy.max_output_bytes = b.0;
-            }
-            if let Some(pass) = p.pass_through {
-                policy.pass_through = pass;
-            }
-            registry.set_policy(tool, ToolPolicy { ..policy });
+            registry.set_policy(
+                tool,
+                PolicyOverride {
+                    timeout: p.timeout.map(|t| t.0),
+                    cache_ttl: p
+                        .cache_ttl
+                        .map(|ttl| (ttl.0 > Duration::ZERO).then_some(ttl.0)),
+                    max_output_bytes: p.max_output_bytes.map(|b| b.0),
+                    pass_through: p.pass_through,
+                },
+            );
         }
         Ok(())
     }

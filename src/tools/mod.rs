@@ -16,7 +16,7 @@ mod registry;
 pub mod search;
 pub mod sql;
 
-pub use registry::{RegistryError, ToolOutcome, ToolRegistry};
+pub use registry::{RegistryError, ToolOutcome, ToolRegistry, VIZ_PARTITION};
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -55,6 +55,41 @@ impl Default for ToolPolicy {
             max_output_bytes: DEFAULT_MAX_OUTPUT_BYTES,
             pass_through: false,
         }
+    }
+}
+
+/// A partial [`ToolPolicy`] from config: only the fields it sets replace
+/// the tool's own. Kept partial in the registry because tools (MCP ones)
+/// may register after config is applied, and an override of one field must
+/// not reset the others to defaults.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct PolicyOverride {
+    /// Replaces [`ToolPolicy::timeout`].
+    pub timeout: Option<Duration>,
+    /// Replaces [`ToolPolicy::cache_ttl`] (`Some(None)`: never cache).
+    pub cache_ttl: Option<Option<Duration>>,
+    /// Replaces [`ToolPolicy::max_output_bytes`].
+    pub max_output_bytes: Option<usize>,
+    /// Replaces [`ToolPolicy::pass_through`].
+    pub pass_through: Option<bool>,
+}
+
+impl PolicyOverride {
+    /// `base` with this override's fields applied.
+    pub fn apply(&self, mut base: ToolPolicy) -> ToolPolicy {
+        if let Some(t) = self.timeout {
+            base.timeout = t;
+        }
+        if let Some(ttl) = self.cache_ttl {
+            base.cache_ttl = ttl;
+        }
+        if let Some(b) = self.max_output_bytes {
+            base.max_output_bytes = b;
+        }
+        if let Some(p) = self.pass_through {
+            base.pass_through = p;
+        }
+        base
     }
 }
 

@@ -17,8 +17,11 @@ use serde_json::{Value, json};
 use tracing::Instrument;
 
 use super::cache::{ToolCache, key};
-use super::{Tool, ToolError, ToolPolicy, ToolSpec, builtin};
+use super::{PolicyOverride, Tool, ToolError, ToolPolicy, ToolSpec, builtin};
 use crate::llm::ToolDef;
+
+/// The partition of chart and table tools (provided by MCP servers).
+pub const VIZ_PARTITION: &str = "viz";
 
 /// Errors registering a tool.
 #[derive(Debug, thiserror::Error)]
@@ -58,8 +61,9 @@ struct Inner {
     tools: BTreeMap<String, Arc<Entry>>,
     /// Partitions known before their tools are (MCP servers not yet up).
     declared: BTreeSet<String>,
-    /// Per-tool policy overrides from config.
-    policies: BTreeMap<String, ToolPolicy>,
+    /// Per-tool policy overrides from config, merged onto the tool's own
+    /// policy at call time (the tool may register later).
+    policies: BTreeMap<String, PolicyOverride>,
 }
 
 /// All tools.
@@ -102,10 +106,12 @@ impl ToolRegistry {
         Self::default()
     }
 
-    /// A registry with the built-in tools ([`builtin`]), and the built-in
-    /// partitions whose tools need configuration (`data`: SQL sources,
-    /// `web`: fetch and search) declared, so graphs naming them validate
-    /// before (or without) that configuration.
+    /// A registry with the built-in tools ([`builtin`]), and the well-known
+    /// partitions whose tools need configuration declared (`data`: SQL
+    /// sources and data MCP servers, `web`: fetch and search, `viz`: charts
+    /// and tables from an MCP server configured with `partition = "viz"`),
+    /// so the shipped graphs naming them validate before (or without) that
+    /// configuration; `GET /api/tools/health` reports them while empty.
     pub fn with_builtins() -> Self {
         let r = Self::new();
         for tool in builtin::all() {
@@ -115,6 +121,7 @@ impl ToolRegistry {
         }
         crate::tools::sql::declare(&r);
         r.declare_partition(crate::tools::http::PARTITION);
+        r.declare_partition(VIZ_PARTITION);
         r
     }
 
@@ -184,8 +191,15 @@ impl ToolRegistry {
         self.write().declared.insert(partition.to_owned());
     }
 
-    /// Overrides a tool's policy (from config); applies to later calls.
-    pub fn set_policy(&self, tool: &str, policy: ToolPolicy) {
+    /// Whether `partition` was declared (its tools come from configuration,
+    /// so a tool it does not hold yet may still be provided by it).
+    pub fn is_declared(&self, partition: &str) -> bool {
+        self.read().declared.contains(partition)
+    }
+
+    /// Overrides fields of a tool's policy (from config), whether or not
+    /// the tool is registered yet; applies to later calls.
+    pub fn set_policy(&self, tool: &str, policy: PolicyOverride) {
         self.write().policies.insert(tool.to_owned(), policy);
     }
 
@@ -243,11 +257,15 @@ impl ToolRegistry {
     /// The policy a call to `name` follows.
     pub fn policy(&self, name: &str) -> ToolPolicy {
         let g = self.read();
-        g.policies
+        let base = g
+            .tools
             .get(name)
-            .cloned()
-            .or_else(|| g.tools.get(name).map(|e| e.tool.spec().policy.clone()))
-            .unwrap_or_default()
+            .map(|e| e.tool.spec().policy.clone())
+            .unwrap_or_default();
+        match g.policies.get(name) {
+            Some(o) => o.apply(base),
+            None => base,
+        }
     }
 
     /// Definitions to offer the model.
@@ -417,6 +435,36 @@ mod tests {
             },
             calls: AtomicU32::new(0),
         })
+    }
+
+    #[tokio::test]
+    async fn a_config_override_set_before_the_tool_registers_changes_only_its_fields() {
+        let r = ToolRegistry::new();
+        r.set_policy(
+            "late",
+            crate::tools::PolicyOverride {
+                pass_through: Some(true),
+                ..Default::default()
+            },
+        );
+        let own = ToolPolicy {
+            cache_ttl: Some(Duration::from_secs(300)),
+            timeout: Duration::from_secs(7),
+            ..Default::default()
+        };
+        r.register(counting("late", own.clone())).unwrap();
+        let p = r.policy("late");
+        assert!(p.pass_through);
+        assert_eq!(
+            p.cache_ttl, own.cache_ttl,
+            "the tool's own cache TTL is kept"
+        );
+        assert_eq!(p.timeout, own.timeout);
+        let allowed = vec!["late".to_owned()];
+        let first = r.call("late", json!({}), &allowed).await.unwrap();
+        let second = r.call("late", json!({}), &allowed).await.unwrap();
+        assert!(first.display && !first.cached);
+        assert!(second.cached, "still cached after the override");
     }
 
     #[tokio::test]

@@ -570,3 +570,192 @@ async fn mcp_agent_run_calls_an_mcp_tool_end_to_end() {
     })
     .await;
 }
+
+#[tokio::test]
+async fn mcp_tools_are_listed_by_partition_and_health_compares_them_with_the_graphs() {
+    within(async {
+        let f = fixtures();
+        let dir = tempfile::tempdir().unwrap();
+        let graphs = dir.path().join("graphs");
+        std::fs::create_dir(&graphs).unwrap();
+        std::fs::write(
+            graphs.join("clock.yaml"),
+            "state: chat\nentry: ask\nnodes:\n  - id: ask\n    kind: agent\n    prompt: chat/direct.md\n    tools: [clock, calculator]\n    input: query\n    output: answer\n  - id: draw\n    kind: agent\n    prompt: chat/direct.md\n    tools: [charts]\n    input: query\n    output: answer\nedges: [ask -> draw, draw -> END]\n",
+        )
+        .unwrap();
+        let mut config = stategraph::config::Config::default();
+        config.paths.graphs = graphs;
+        config.paths.prompts = root().join("prompts");
+        config.store.backend = Some(stategraph::store::config::Backend::Memory);
+        config.tools.mcp = self::config(&format!(
+            "{}{}",
+            time_server(&f, "time", "partition = \"clock\"\n[servers.time.tools.get_current_time]\ncache_ttl = \"0s\"\ntimeout = \"3s\""),
+            "[servers.plots]\ncommand = [\"/nonexistent/mcp-plots\"]\npartition = \"charts\"\n"
+        ));
+        config.tools.policy.insert(
+            "convert_time".into(),
+            toml::from_str("cache_ttl = \"1h\"").unwrap(),
+        );
+        let state = stategraph::server::build_state(config).await.unwrap();
+        assert!(state.graphs.get("clock").is_some(), "a graph naming MCP partitions compiles while servers start");
+        let server = crate::support::server::TestServer::serve(state).await;
+        let http = reqwest::Client::new();
+
+        let tools: Value = http.get(server.url("/api/tools")).send().await.unwrap().json().await.unwrap();
+        let clock = tools["partitions"]["clock"].as_array().expect("the clock partition");
+        let names: Vec<&str> = clock.iter().map(|t| t["name"].as_str().unwrap()).collect();
+        assert!(names.contains(&"get_current_time") && names.contains(&"convert_time"), "{names:?}");
+        let now = clock.iter().find(|t| t["name"] == "get_current_time").unwrap();
+        assert_eq!(now["inputSchema"]["type"], "object", "{now}");
+        assert_eq!(now["policy"]["timeoutMs"], 3000, "server tool override: {now}");
+        assert_eq!(now["policy"]["cacheTtlMs"], Value::Null);
+        let convert = clock.iter().find(|t| t["name"] == "convert_time").unwrap();
+        assert_eq!(convert["policy"]["cacheTtlMs"], 3_600_000, "[tools.policy] applies to a tool that registered later: {convert}");
+        assert_eq!(tools["partitions"]["charts"], json!([]), "a server that is down leaves its partition empty");
+        assert!(tools["partitions"]["basic"].as_array().unwrap().iter().any(|t| t["name"] == "calculator"));
+        let servers = tools["servers"].as_array().unwrap();
+        assert_eq!(servers.len(), 2);
+
+        let resp = http.get(server.url("/api/tools/health")).send().await.unwrap();
+        assert_eq!(resp.status(), 503, "a referenced partition has no tools");
+        let health: Value = resp.json().await.unwrap();
+        assert_eq!(health["ok"], false);
+        let missing = health["missing"].as_array().unwrap();
+        assert_eq!(missing.len(), 1, "{health}");
+        assert_eq!(missing[0]["name"], "charts");
+        assert_eq!(missing[0]["kind"], "partition");
+        assert_eq!(missing[0]["server"], "plots");
+        assert_eq!(missing[0]["usedBy"], json!(["clock.draw"]));
+        assert!(missing[0]["reason"].as_str().unwrap().contains("plots"), "{health}");
+        assert_eq!(health["serversDown"], json!(["plots"]));
+        let clock_ref = health["referenced"].as_array().unwrap().iter().find(|r| r["name"] == "clock").unwrap();
+        assert_eq!(clock_ref["usedBy"], json!(["clock.ask"]));
+        assert!(clock_ref["provides"].as_array().unwrap().len() >= 2, "{clock_ref}");
+
+        let mcp = server.state.mcp.clone().unwrap();
+        server.shutdown().await;
+        assert_eq!(mcp.server("time").unwrap().state, ServerState::Down, "stopping the server closes MCP servers");
+    })
+    .await;
+}
+
+/// The shipped chat graph with MCP servers in config: the thinking nodes
+/// get the `data` partition, the narrator only `viz`; a `viz` result marked
+/// pass-through reaches the answer verbatim; the narrator asking for a
+/// `data` tool gets a structured `not_allowed` error and nothing runs.
+#[tokio::test]
+async fn mcp_chat_graph_research_uses_data_and_the_narrator_viz() {
+    within(async {
+        let f = fixtures();
+        let mcp_config = self::config(&format!(
+            "{}{}",
+            everything(&f, "everything", "prefix = true\npartition = \"data\""),
+            time_server(&f, "time", "partition = \"viz\"\n[servers.time.tools.get_current_time]\npass_through = true")
+        ));
+        let registries = Registries::default();
+        let mcp = McpManager::start(&mcp_config, Arc::clone(&registries.tools));
+        let prompts = Prompts::load(&root().join("prompts"));
+        let chat = std::fs::read_to_string(root().join("graphs/chat.yaml")).unwrap();
+        let cat = Catalog::from_sources(&[("chat", &chat)], prompts, &registries);
+        assert!(!cat.has_errors(), "{:#?}", cat.diagnostics);
+        assert!(mcp.wait_ready(READY).await, "{:?}", mcp.status());
+
+        let narrator_calls = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let seen = Arc::clone(&narrator_calls);
+        let log = Arc::new(std::sync::Mutex::new(Vec::<stategraph::llm::ChatRequest>::new()));
+        let logged = Arc::clone(&log);
+        let model = Arc::new(ScriptedModel::from_fn(move |req| {
+            logged.lock().unwrap().push(req.clone());
+            let system = match req.messages.first() {
+                Some(stategraph::llm::ChatMessage::System { content }) => content.clone(),
+                _ => String::new(),
+            };
+            let tool_rounds = req.messages.iter().filter(|m| matches!(m, stategraph::llm::ChatMessage::Tool { .. })).count();
+            if system.contains("You classify the user's latest message") {
+                Turn::json(json!({"intent": "RESEARCH", "reasoning": "data", "missing_slots": [], "detected_language": "en"}))
+            } else if system.contains("research the user's question") {
+                if tool_rounds == 0 {
+                    Turn::tool("everything__get-sum", json!({"a": 2, "b": 40}))
+                } else {
+                    Turn::text("the sum is 42")
+                }
+            } else if system.contains("You write the answer the user will read") {
+                match seen.fetch_add(1, std::sync::atomic::Ordering::SeqCst) {
+                    0 => Turn::tool("everything__echo", json!({"message": "not mine"})),
+                    1 => Turn::tool("get_current_time", json!({"timezone": "UTC"})),
+                    _ => Turn::text("Here is the time."),
+                }
+            } else if system.contains("You suggest follow-up questions") {
+                Turn::json(json!({"questions": ["a?", "b?"]}))
+            } else {
+                Turn::text("ok")
+            }
+        }));
+        let services = Services::new(Models::single(model), Arc::clone(&registries.tools));
+        let mut config = stategraph::config::Config::default();
+        config.server.keep_alive.0 = Duration::from_secs(5);
+        let state = stategraph::server::AppState::with_mcp(
+            config,
+            Arc::new(stategraph::store::memory::MemoryStore::new()),
+            stategraph::server::Graphs::from_catalog(cat, registries.clone()),
+            services,
+            Some(mcp),
+        );
+        let server = crate::support::server::TestServer::serve(state).await;
+        let http = reqwest::Client::new();
+        let resp = crate::support::post_json(&http, &server.url("/api/chat"), &crate::support::chat_body("mcp-chat", "what is 2 + 40, and the time?")).await;
+        assert_eq!(resp.status(), 200);
+        let sse = resp.text().await.unwrap();
+        let (ok, report) = crate::support::aisdk_validate(&sse);
+        assert!(ok, "{report}\n{sse}");
+
+        let requests = log.lock().unwrap().clone();
+        let offered = |marker: &str| -> Vec<String> {
+            let req = requests
+                .iter()
+                .find(|r| matches!(r.messages.first(), Some(stategraph::llm::ChatMessage::System { content }) if content.contains(marker)))
+                .unwrap_or_else(|| panic!("no request with {marker}"));
+            req.tools.iter().map(|t| t.name.clone()).collect()
+        };
+        let research = offered("research the user's question");
+        assert!(research.contains(&"everything__get-sum".to_owned()) && research.contains(&"calculator".to_owned()), "{research:?}");
+        assert!(!research.iter().any(|t| t == "get_current_time"), "viz is not research's: {research:?}");
+        let narrator = offered("You write the answer the user will read");
+        assert!(narrator.contains(&"get_current_time".to_owned()), "{narrator:?}");
+        assert!(narrator.iter().all(|t| !t.starts_with("everything__") && t != "calculator"), "only viz: {narrator:?}");
+
+        // The forbidden call came back to the model as structured data.
+        let narrator_second = requests
+            .iter()
+            .filter(|r| matches!(r.messages.first(), Some(stategraph::llm::ChatMessage::System { content }) if content.contains("You write the answer the user will read")))
+            .nth(1)
+            .expect("the narrator was asked again after the refused call");
+        let refusal = narrator_second
+            .messages
+            .iter()
+            .find_map(|m| match m {
+                stategraph::llm::ChatMessage::Tool { content, .. } => serde_json::from_str::<Value>(content).ok(),
+                _ => None,
+            })
+            .expect("a tool message");
+        assert_eq!(refusal["error"], true, "{refusal}");
+        assert_eq!(refusal["type"], "not_allowed", "{refusal}");
+        assert!(!sse.contains("Echo: not mine"), "the refused tool did not run");
+
+        // The pass-through result is in the answer text verbatim.
+        let chunks: Vec<Value> = sse
+            .lines()
+            .filter_map(|l| l.strip_prefix("data: "))
+            .filter_map(|d| serde_json::from_str(d).ok())
+            .collect();
+        assert!(
+            chunks.iter().any(|c| c["type"] == "text-delta" && c["delta"].as_str().is_some_and(|d| d.contains("\"datetime\""))),
+            "the time result is answer text, verbatim: {sse}"
+        );
+        assert!(sse.contains("42"), "{sse}");
+        let mcp = server.state.mcp.clone().unwrap();
+        server.shutdown().await;
+        assert_eq!(mcp.server("everything").unwrap().state, ServerState::Down);
+    })
+    .await;
+}

@@ -151,7 +151,11 @@ edges: [helper -> END]
                 Graphs::from_catalog(cat, reg.clone())
             };
             let services = Services::new(Models::single(model), Arc::clone(&reg.tools));
-            let state = AppState::new(config, store, graphs, services);
+            Self::serve(AppState::new(config, store, graphs, services)).await
+        }
+
+        /// Serves a state built elsewhere (e.g. by `build_state`).
+        pub async fn serve(state: Arc<AppState>) -> Self {
             let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
                 .await
                 .expect("bind");

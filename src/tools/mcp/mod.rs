@@ -132,6 +132,24 @@ impl McpManager {
         }
     }
 
+    /// Waits until no server is still making its first connection (each
+    /// is ready or has failed at least once) or `limit` has passed; true if
+    /// all are ready. Startup uses it: a server that cannot start should
+    /// not hold the others' users up for the whole limit.
+    pub async fn wait_settled(&self, limit: Duration) -> bool {
+        let deadline = tokio::time::Instant::now() + limit;
+        loop {
+            let all = self.status();
+            let settled = all
+                .iter()
+                .all(|s| s.state == ServerState::Ready || s.last_error.is_some());
+            if settled || tokio::time::Instant::now() >= deadline {
+                return all.iter().all(|s| s.state == ServerState::Ready);
+            }
+            tokio::time::sleep(Duration::from_millis(25)).await;
+        }
+    }
+
     /// Calls a tool by its name on the server, bypassing the registry (no
     /// allow-list, schema check, cache or time limit): for diagnostics and
     /// tests. Graph nodes go through [`ToolRegistry::call`].

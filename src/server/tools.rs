@@ -1,0 +1,146 @@
+//! `GET /api/tools` (every tool's schema and policy, by partition) and
+//! `GET /api/tools/health` (what the graphs reference against what the
+//! registry and the MCP servers provide right now).
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use axum::Json;
+use axum::extract::State;
+use axum::http::StatusCode;
+use serde_json::{Value, json};
+
+use super::AppState;
+use super::auth::User;
+use crate::tools::ToolRegistry;
+use crate::tools::mcp::Missing;
+
+/// Every partition with its tools: name, description, input schema and
+/// the policy calls follow (config overrides applied).
+pub(super) async fn list(State(state): State<Arc<AppState>>, _user: User) -> Json<Value> {
+    let tools = &state.services.tools;
+    let partitions: BTreeMap<String, Vec<Value>> = tools
+        .partitions()
+        .into_iter()
+        .map(|(p, names)| (p, names.iter().filter_map(|n| describe(tools, n)).collect()))
+        .collect();
+    let servers = state.mcp.as_ref().map(|m| m.status()).unwrap_or_default();
+    Json(json!({"partitions": partitions, "servers": servers}))
+}
+
+fn describe(tools: &ToolRegistry, name: &str) -> Option<Value> {
+    let spec = tools.spec(name)?;
+    let policy = tools.policy(name);
+    Some(json!({
+        "name": spec.name,
+        "description": spec.description,
+        "inputSchema": *spec.input_schema,
+        "policy": {
+            "timeoutMs": policy.timeout.as_millis() as u64,
+            "cacheTtlMs": policy.cache_ttl.map(|t| t.as_millis() as u64),
+            "maxOutputBytes": policy.max_output_bytes,
+            "passThrough": policy.pass_through,
+        },
+    }))
+}
+
+/// Every tool or partition a served graph names, with the tools it
+/// resolves to now, and the names that resolve to nothing (and why).
+/// 200 when every reference resolves, 503 otherwise — a monitor can poll it
+/// like `/readyz`, which does not fail on tools (a chat that never reaches
+/// the tool-using node still works).
+pub(super) async fn health(
+    State(state): State<Arc<AppState>>,
+    _user: User,
+) -> (StatusCode, Json<Value>) {
+    let tools = &state.services.tools;
+    let cat = state.graphs.catalog();
+    let mut by_name: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    let mut external: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    for g in cat.graphs.values() {
+        for (node, name) in g.tool_refs() {
+            by_name
+                .entry(name)
+                .or_default()
+                .push(format!("{}.{node}", g.id));
+        }
+        for name in &g.external_tools {
+            external
+                .entry(name.clone())
+                .or_default()
+                .push(g.id.to_string());
+        }
+    }
+    let names: Vec<String> = by_name.keys().cloned().collect();
+    let (missing, servers_down, servers) = match &state.mcp {
+        Some(m) => {
+            let h = m.health(&names);
+            (h.missing, h.servers_down, h.servers)
+        }
+        None => (registry_missing(tools, &names), Vec::new(), Vec::new()),
+    };
+    let referenced: Vec<Value> = by_name
+        .iter()
+        .map(|(name, users)| {
+            json!({
+                "name": name,
+                "usedBy": users,
+                "provides": tools.expand(std::slice::from_ref(name)),
+            })
+        })
+        .collect();
+    let missing: Vec<Value> = missing
+        .into_iter()
+        .map(|m| {
+            let users = by_name.get(&m.name).cloned().unwrap_or_default();
+            let reason = match (external.get(&m.name), &m.server) {
+                // Declared by the graph file, expected from a server that is
+                // not configured here.
+                (Some(graphs), None) => format!(
+                    "declared in `external_tools` of {} and provided by no configured server: add an MCP server with partition = \"{}\" (or tools of that name)",
+                    graphs.join(", "),
+                    m.name
+                ),
+                _ => m.reason,
+            };
+            json!({"name": m.name, "kind": m.kind, "server": m.server, "reason": reason, "usedBy": users})
+        })
+        .collect();
+    let ok = missing.is_empty();
+    let status = if ok {
+        StatusCode::OK
+    } else {
+        StatusCode::SERVICE_UNAVAILABLE
+    };
+    (
+        status,
+        Json(json!({
+            "ok": ok,
+            "referenced": referenced,
+            "missing": missing,
+            "serversDown": servers_down,
+            "servers": servers,
+        })),
+    )
+}
+
+/// Without MCP servers: the names the registry cannot expand.
+fn registry_missing(tools: &ToolRegistry, names: &[String]) -> Vec<Missing> {
+    names
+        .iter()
+        .filter(|n| tools.expand(std::slice::from_ref(n)).is_empty())
+        .map(|n| {
+            let partition = tools.knows(n);
+            Missing {
+                name: n.clone(),
+                kind: if partition { "partition" } else { "tool" },
+                server: None,
+                reason: if partition {
+                    "the partition has no tools: configure the tools that form it ([tools.sql], [tools.http], [tools.search] or an MCP server with this partition)".to_owned()
+                } else {
+                    "no tool or partition has this name".to_owned()
+                },
+            }
+        })
+        .collect()
+}
