@@ -9,6 +9,10 @@
 //! event numbering continues where the log stops. Steps that completed
 //! before the crash — with their model and tool calls — are not repeated.
 //! Clients resume the stream as usual (`GET /api/chat/{id}/stream`).
+//!
+//! A stop asked of an instance that does not execute the run is stored as a
+//! request on the run; the executing instance polls for requests on its own
+//! runs while it has any in flight and cancels them.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -23,6 +27,11 @@ use crate::store::RunRecord;
 /// Runs claimed per pass.
 const CLAIM_BATCH: usize = 16;
 
+/// How often an instance with runs in flight asks the store whether
+/// another instance was asked to stop one of them: the delay a stop
+/// request made elsewhere can take.
+const STOP_POLL: Duration = Duration::from_millis(250);
+
 /// Starts lease renewal and orphan recovery.
 pub(super) fn spawn(state: Arc<AppState>) -> Option<tokio::task::JoinHandle<()>> {
     let every = state.config.server.recover_interval.0;
@@ -34,8 +43,10 @@ pub(super) fn spawn(state: Arc<AppState>) -> Option<tokio::task::JoinHandle<()>>
         let renew_every = (lease / 3).max(Duration::from_millis(50));
         let mut renew = tokio::time::interval(renew_every);
         let mut claim = tokio::time::interval(every.max(Duration::from_millis(50)));
+        let mut stops = tokio::time::interval(STOP_POLL);
         renew.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         claim.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        stops.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             tokio::select! {
                 _ = renew.tick() => {
@@ -45,9 +56,25 @@ pub(super) fn spawn(state: Arc<AppState>) -> Option<tokio::task::JoinHandle<()>>
                     }
                 }
                 _ = claim.tick() => recover_orphans(&state).await,
+                _ = stops.tick(), if state.runs.running() > 0 => stop_requested(&state).await,
             }
         }
     }))
+}
+
+/// Cancels the runs this process executes that a stop request made on
+/// another instance names.
+async fn stop_requested(state: &Arc<AppState>) {
+    match state.store.stop_requests(&state.instance).await {
+        Ok(ids) => {
+            for id in ids {
+                if state.runs.cancel_run(id) {
+                    tracing::info!(run_id = %id, "stopping a run as asked through another instance");
+                }
+            }
+        }
+        Err(e) => tracing::warn!(error = %e, "could not check for stop requests"),
+    }
 }
 
 /// Claims and resumes runs whose instance died.

@@ -66,6 +66,16 @@ async fn follow(state: Arc<AppState>, hub: Arc<RunHub>) {
             _ = state.runs.shutdown.cancelled() => break,
         }
     }
+    // The executing instance stores the message and the run's status just
+    // after the last event; streams end (`[DONE]`) once that is visible.
+    for _ in 0..100 {
+        match state.store.get_run(hub.run_id).await {
+            Ok(Some(r)) if r.status == crate::runtime::RunStatus::Running => {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            _ => break,
+        }
+    }
     hub.finish();
     tokio::select! {
         _ = tokio::time::sleep(state.config.server.linger.0) => {}
@@ -274,6 +284,21 @@ impl RunManager {
             .unwrap_or_else(PoisonError::into_inner)
             .get(chat_id)
             .cloned()
+    }
+
+    /// Cancels the run if this process executes it; false otherwise.
+    pub(super) fn cancel_run(&self, run_id: Uuid) -> bool {
+        let chats = self.by_chat.lock().unwrap_or_else(PoisonError::into_inner);
+        match chats
+            .values()
+            .find(|h| h.run_id == run_id && !h.follower && !h.is_done())
+        {
+            Some(h) => {
+                h.cancel.cancel();
+                true
+            }
+            None => false,
+        }
     }
 
     /// Whether the chat has a run that is not over.

@@ -25,6 +25,9 @@ use crate::sse::{self, Bridge, Chunk};
 /// Events read from the store per query.
 const PAGE: usize = 512;
 
+/// The longest `[DONE]` waits for the run to be recorded.
+const DONE_WAIT: Duration = Duration::from_secs(5);
+
 struct Reader {
     hub: Arc<RunHub>,
     state: Arc<AppState>,
@@ -33,6 +36,9 @@ struct Reader {
     after: u64,
     progress: watch::Receiver<Progress>,
     keep_alive: Duration,
+    /// The run's last event was sent; `[DONE]` follows once the run is
+    /// recorded (see [`Reader::next`]).
+    ending: bool,
     finished: bool,
     /// Record token delays (the original response, not resumes).
     live: bool,
@@ -56,19 +62,25 @@ impl Drop for StreamGauge {
 impl Reader {
     fn render<'e>(&mut self, events: impl IntoIterator<Item = &'e Event>, out: &mut String) {
         for ev in events {
-            if self.finished {
+            if self.ending || self.finished {
                 break;
             }
             self.cursor = ev.seq;
-            if self.live {
-                if let crate::events::EventKind::TextDelta { .. } = ev.event {
-                    let delay = crate::events::now_micros().saturating_sub(ev.at);
-                    self.state.metrics.token_delay(delay as f64 / 1e6);
-                }
+            let before = out.len();
+            let done = sse::render_event(&mut self.bridge, ev, self.after, &mut self.scratch, out);
+            // Token delay: the token's event time (the model's chunk
+            // arriving) to its SSE bytes, for tokens that produce bytes now
+            // (hidden nodes send none; thinking updates are throttled).
+            if self.live
+                && out.len() > before
+                && matches!(ev.event, crate::events::EventKind::TextDelta { .. })
+            {
+                let delay = crate::events::now_micros().saturating_sub(ev.at);
+                self.state.metrics.token_delay(delay as f64 / 1e6);
             }
-            if sse::render_event(&mut self.bridge, ev, self.after, &mut self.scratch, out) {
-                out.push_str(sse::DONE);
-                self.finished = true;
+            if done {
+                self.ending = true;
+                break;
             }
         }
     }
@@ -78,6 +90,16 @@ impl Reader {
         loop {
             if self.finished {
                 return None;
+            }
+            if self.ending {
+                // The stream ends only once the run's message and status
+                // are stored and the chat is free again, so a client that
+                // sends its next message on `[DONE]` is not told the chat
+                // is still busy. (Bounded: a store that hangs does not hold
+                // the stream open forever.)
+                self.finished = true;
+                let _ = tokio::time::timeout(DONE_WAIT, self.progress.wait_for(|p| p.done)).await;
+                return Some(sse::DONE.to_owned());
             }
             let progress = *self.progress.borrow_and_update();
             let mut out = String::new();
@@ -171,6 +193,7 @@ pub(super) fn response(state: Arc<AppState>, hub: Arc<RunHub>, after: u64, live:
         state,
         cursor: 0,
         after,
+        ending: false,
         finished: false,
         live: after == 0 && live,
         scratch: Vec::new(),

@@ -28,6 +28,7 @@ struct Inner {
     events: HashMap<Uuid, BTreeMap<u64, Event>>,
     checkpoints: HashMap<Uuid, BTreeMap<u32, CheckpointRecord>>,
     leases: HashMap<Uuid, Lease>,
+    stops: HashSet<Uuid>,
 }
 
 /// Everything in process memory.
@@ -394,6 +395,35 @@ impl Leases for MemoryStore {
     fn lease(&self, run: Uuid) -> BoxFuture<'_, StoreResult<Option<Lease>>> {
         ready(Ok(self.lock().leases.get(&run).cloned()))
     }
+
+    fn request_stop(&self, run: Uuid) -> BoxFuture<'_, StoreResult<bool>> {
+        let mut g = self.lock();
+        let running = g
+            .runs
+            .get(&run)
+            .is_some_and(|r| r.status == RunStatus::Running);
+        if running {
+            g.stops.insert(run);
+        }
+        ready(Ok(running))
+    }
+
+    fn stop_requests(&self, owner: &str) -> BoxFuture<'_, StoreResult<Vec<Uuid>>> {
+        let g = self.lock();
+        let mut out: Vec<Uuid> = g
+            .stops
+            .iter()
+            .filter(|id| {
+                g.runs
+                    .get(id)
+                    .is_some_and(|r| r.status == RunStatus::Running)
+                    && g.leases.get(id).is_some_and(|l| l.owner == owner)
+            })
+            .copied()
+            .collect();
+        out.sort_unstable();
+        ready(Ok(out))
+    }
 }
 
 impl Maintenance for MemoryStore {
@@ -409,6 +439,7 @@ impl Maintenance for MemoryStore {
         for id in old {
             g.runs.remove(&id);
             g.leases.remove(&id);
+            g.stops.remove(&id);
             report.runs += 1;
             report.events += g.events.remove(&id).map_or(0, |l| l.len() as u64);
             report.checkpoints += g.checkpoints.remove(&id).map_or(0, |c| c.len() as u64);

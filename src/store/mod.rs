@@ -307,6 +307,13 @@ pub trait Leases: Send + Sync {
     /// The lease of `run`, if one is set (for diagnostics; expired leases
     /// are reported too).
     fn lease(&self, run: Uuid) -> BoxFuture<'_, StoreResult<Option<Lease>>>;
+    /// Asks whichever instance executes `run` to stop it (a stop request
+    /// that reached another instance): true when the run is running. The
+    /// executor learns of it through [`Leases::stop_requests`].
+    fn request_stop(&self, run: Uuid) -> BoxFuture<'_, StoreResult<bool>>;
+    /// The running runs `owner` holds the lease of whose stop was
+    /// requested, sorted. Polled by every instance with runs in flight.
+    fn stop_requests(&self, owner: &str) -> BoxFuture<'_, StoreResult<Vec<Uuid>>>;
 }
 
 /// What [`Maintenance::prune`] deleted.

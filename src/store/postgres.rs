@@ -21,18 +21,18 @@
 //! the database is expected on a private network or a local socket.
 //!
 //! # Notifications
-//! The append statement also calls `pg_notify('stategraph_events',
-//! '<run>:<last_seq>')`, delivered when it commits to every session
-//! listening on the database — so one round trip still. Each store keeps
+//! After an append commits, the store sends `pg_notify('stategraph_events',
+//! '<run>:<last_seq>')`, delivered to every session listening on the
+//! database. Not from the append statement itself: PostgreSQL serializes
+//! the commits of notifying transactions, WAL flush included, which divided
+//! append throughput by 8 with 16 writers on the development machine
+//! (whole chat runs, 64 at a time: 49 runs/s, 266 without). A background
+//! task sends the notifications queued since its last statement in one
+//! statement of their own, on a connection outside the pool (the `notify`
+//! module has the measurements); the append stays one round trip. Each store also keeps
 //! one dedicated connection outside the pool that `LISTEN`s and feeds
 //! [`Maintenance::subscribe`](super::Maintenance::subscribe) (the `listen`
 //! module says how it reconnects and what is lost meanwhile).
-//!
-//! Measured on the development machine (PostgreSQL 15, `pgbench`, a
-//! 50-row insert per transaction): the notification costs ~4% serially but
-//! ~37% of throughput with 32 concurrent writers (4.6k → 2.9k commits/s),
-//! because PostgreSQL serializes the commits of notifying transactions on
-//! one lock.
 //!
 //! # Outages
 //! Connection failures, pool timeouts, shutdowns and restarts (57P01…57P03),
@@ -45,6 +45,7 @@
 //! server that vanished without closing its sockets is noticed too.
 
 mod listen;
+mod notify;
 mod rows;
 mod upkeep;
 
@@ -85,6 +86,11 @@ const MIGRATIONS: &[Migration] = &[
         name: "leases",
         sql: include_str!("migrations/postgres/0002_leases.sql"),
     },
+    Migration {
+        version: 3,
+        name: "stop_requests",
+        sql: include_str!("migrations/postgres/0003_stop_requests.sql"),
+    },
 ];
 
 /// Advisory lock key serializing migrations across instances ("stgraph").
@@ -98,6 +104,8 @@ pub struct PostgresStore {
     pool: Pool,
     /// Fed by the listening connection.
     notify: broadcast::Sender<Appended>,
+    /// Notifications of committed appends, to send.
+    outbox: notify::Outbox,
     /// Stops the listening task when the store is dropped.
     _listener: DropGuard,
 }
@@ -112,7 +120,8 @@ impl std::fmt::Debug for PostgresStore {
 
 impl PostgresStore {
     /// Connects to `url` with a pool of at most `pool_size` connections
-    /// (plus one listening for notifications) and applies pending
+    /// (plus one listening for notifications and one sending them, opened
+    /// when the first append commits) and applies pending
     /// migrations. Returns once the listening connection is listening, so
     /// [`Maintenance::subscribe`](super::Maintenance::subscribe) hears every
     /// append committed after this.
@@ -128,8 +137,12 @@ impl PostgresStore {
         apply_migrations(&mut client).await?;
         drop(client);
         let notify = broadcast::channel(NOTIFY_CAPACITY).0;
+        // The notifications go out on a connection of their own, so they
+        // never wait for a pooled one behind the appends.
+        let outbox = notify::Outbox::start(self::pool(config.clone(), 1)?);
         let listener = listen::start(config, notify.clone()).await?;
         Ok(Self {
+            outbox,
             pool,
             notify,
             _listener: listener,
@@ -577,7 +590,13 @@ impl EventLog for PostgresStore {
                 &b.max_seq,
                 &b.now,
             ];
-            self.execute(APPEND, &params).await?;
+            let last_seq: i64 = self
+                .query_opt(APPEND, &params)
+                .await?
+                .ok_or_else(|| StoreError::Backend("the append statement answered no row".into()))?
+                .try_get(0)?;
+            self.outbox
+                .send((b.run_id, sql::u64_of(last_seq, "event seq")?));
             Ok(())
         })
     }

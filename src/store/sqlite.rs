@@ -64,6 +64,11 @@ const MIGRATIONS: &[Migration] = &[
         name: "leases",
         sql: include_str!("migrations/sqlite/0002_leases.sql"),
     },
+    Migration {
+        version: 3,
+        name: "stop_requests",
+        sql: include_str!("migrations/sqlite/0003_stop_requests.sql"),
+    },
 ];
 
 /// Settings for [`SqliteStore::open_with`].

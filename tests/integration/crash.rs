@@ -95,17 +95,18 @@ enum KillAt {
 }
 
 /// Reads the SSE stream until the kill point.
-async fn read_until(
-    resp: reqwest::Response,
-    at: KillAt,
-    tool_waiting: &tokio::sync::Notify,
-) -> String {
+async fn read_until(resp: reqwest::Response, at: KillAt, tool_waiting: &SlowPage) -> String {
     let mut body = resp.bytes_stream();
     let mut seen = String::new();
     loop {
         if let KillAt::InTool = at {
+            // Polled, not notified: a notification sent while this loop
+            // handles a chunk would be missed.
+            if tool_waiting.waiting() {
+                return seen;
+            }
             tokio::select! {
-                _ = tool_waiting.notified() => return seen,
+                _ = tokio::time::sleep(Duration::from_millis(10)) => {}
                 chunk = body.next() => match chunk {
                     Some(Ok(b)) => seen.push_str(&String::from_utf8_lossy(&b)),
                     _ => return seen,
@@ -129,16 +130,42 @@ async fn read_until(
     }
 }
 
-/// A page that answers only after `delay`, signalling when asked.
-async fn slow_page(delay: Duration) -> (String, std::sync::Arc<tokio::sync::Notify>) {
-    let notify = std::sync::Arc::new(tokio::sync::Notify::new());
-    let n = std::sync::Arc::clone(&notify);
+/// Requests in flight on the slow page.
+#[derive(Clone, Default)]
+struct SlowPage(std::sync::Arc<std::sync::atomic::AtomicUsize>);
+
+impl SlowPage {
+    /// Whether a request is waiting for the page now.
+    fn waiting(&self) -> bool {
+        self.0.load(std::sync::atomic::Ordering::SeqCst) > 0
+    }
+
+    /// A page that never waits (for kill points outside tool calls).
+    fn none() -> Self {
+        Self::default()
+    }
+}
+
+/// Decrements the in-flight count when a request ends or is dropped.
+struct InFlight(SlowPage);
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        (self.0).0.fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
+/// A page that answers only after `delay`; counts the requests waiting.
+async fn slow_page(delay: Duration) -> (String, SlowPage) {
+    let page = SlowPage::default();
+    let n = page.clone();
     let app = axum::Router::new().route(
         "/slow",
         axum::routing::get(move || {
-            let n = std::sync::Arc::clone(&n);
+            let n = n.clone();
             async move {
-                n.notify_waiters();
+                n.0.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                let _in_flight = InFlight(n);
                 tokio::time::sleep(delay).await;
                 "<html><title>Slow</title><body>tide tables for today</body></html>"
             }
@@ -147,7 +174,7 @@ async fn slow_page(delay: Duration) -> (String, std::sync::Arc<tokio::sync::Noti
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let url = format!("http://{}/slow", listener.local_addr().unwrap());
     tokio::spawn(async move { axum::serve(listener, app).await });
-    (url, notify)
+    (url, page)
 }
 
 /// Resumes the chat's stream on `server` until it ends; checks it.
@@ -384,10 +411,9 @@ async fn two_servers_on_one_database_a_killed_b_resumes_the_run_and_the_stream()
         .send()
         .await
         .unwrap();
-    let never = tokio::sync::Notify::new();
     tokio::time::timeout(
         Duration::from_secs(60),
-        read_until(resp, KillAt::MidText, &never),
+        read_until(resp, KillAt::MidText, &SlowPage::none()),
     )
     .await
     .expect("kill point");
@@ -395,5 +421,84 @@ async fn two_servers_on_one_database_a_killed_b_resumes_the_run_and_the_stream()
     let _ = a.child.wait().await;
     resume_and_check(&b, "ab-chat", &expect).await;
     drop(b);
+    drop_db(&name).await;
+}
+
+#[tokio::test]
+async fn two_servers_on_one_database_a_stop_asked_of_b_stops_the_run_on_a() {
+    let dir = tempfile::tempdir().unwrap();
+    let g = graphs(dir.path());
+    let (url, name) = create_db().await;
+    let store = format!("[store]\nbackend = \"postgres\"\ndatabase_url = \"{url}\"\n");
+    let a = start(dir.path(), &config(&store), &g).await;
+    let b = start(dir.path(), &config(&store), &g).await;
+    let client = reqwest::Client::new();
+    let resp = client
+        .post(format!("{}/api/chat", a.base))
+        .header("content-type", "application/json")
+        .body(chat_body("stop-chat", "please research the tides").to_string())
+        .send()
+        .await
+        .unwrap();
+    let mut body = resp.bytes_stream();
+    let mut seen = String::new();
+    while seen.matches(r#""type":"text-delta""#).count() < 3 {
+        let chunk = tokio::time::timeout(Duration::from_secs(60), body.next())
+            .await
+            .expect("text streams")
+            .expect("stream open")
+            .unwrap();
+        seen.push_str(&String::from_utf8_lossy(&chunk));
+    }
+    let stop = client
+        .post(format!("{}/api/chat/stop-chat/stop", b.base))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(stop.status(), 202);
+    let stopped: Value = stop.json().await.unwrap();
+    assert_eq!(stopped["elsewhere"], true, "{stopped}");
+    // A's stream (the client's original one) ends with an abort, soon.
+    let rest = tokio::time::timeout(Duration::from_secs(10), async {
+        let mut rest = String::new();
+        while let Some(Ok(chunk)) = body.next().await {
+            rest.push_str(&String::from_utf8_lossy(&chunk));
+        }
+        rest
+    })
+    .await
+    .expect("the stream on A ends within seconds of the stop on B");
+    let all = format!("{seen}{rest}");
+    assert!(all.contains(r#""type":"abort""#), "{all}");
+    assert!(all.ends_with("data: [DONE]\n\n"), "{all}");
+    let (ok, raw) = aisdk_validate(&all);
+    assert!(ok, "{raw}");
+    assert!(
+        !all.contains(r#""finishReason":"stop""#),
+        "the answer did not run to its end"
+    );
+    let mut runs = Value::Null;
+    for _ in 0..50 {
+        runs = client
+            .get(format!("{}/api/runs?chat=stop-chat", b.base))
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        if runs["runs"][0]["status"] != "running" {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(runs["runs"][0]["status"], "cancelled", "{runs}");
+    let again = client
+        .post(format!("{}/api/chat/stop-chat/stop", b.base))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(again.status(), 409, "nothing left to stop");
+    drop((a, b));
     drop_db(&name).await;
 }

@@ -169,6 +169,7 @@ conformance!(
     a_real_graph_run_survives_lost_replies_and_outages,
     leases_are_acquired_renewed_expire_and_are_released,
     finishing_a_run_clears_its_lease,
+    stop_requests_reach_the_lease_owner,
     orphans_are_running_runs_with_an_expired_or_no_lease,
     concurrent_claimers_never_get_the_same_run,
     prune_deletes_old_finished_runs_and_idle_chats,

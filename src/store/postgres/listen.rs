@@ -4,7 +4,7 @@
 //! Each store keeps one connection outside the pool (`LISTEN` is session
 //! state, and a pooled connection goes back to other work) that runs
 //! `LISTEN stategraph_events` and turns every notification
-//! `<run>:<last_seq>`, sent by the append statement of any instance, into a
+//! `<run>:<last_seq>`, sent after each append by any instance, into a
 //! broadcast message.
 //!
 //! When the connection drops (server restart, network failure) a
@@ -32,8 +32,8 @@ use uuid::Uuid;
 
 use crate::store::{Appended, StoreResult};
 
-/// The channel the append statement notifies (see `rows::APPEND`).
-const CHANNEL: &str = "stategraph_events";
+/// The channel appends are notified on (see the `notify` module).
+pub(super) const CHANNEL: &str = "stategraph_events";
 
 const FIRST_DELAY: Duration = Duration::from_millis(100);
 const MAX_DELAY: Duration = Duration::from_secs(5);

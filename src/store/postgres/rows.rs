@@ -10,13 +10,11 @@ use crate::events::{ErrorInfo, ForkOrigin, Usage, now_micros};
 use crate::store::sql;
 use crate::store::{ChatRecord, MessageRecord, RunRecord, StoreResult};
 
-/// The append statement (see the module docs): events, checkpoint, the run's
-/// progress (a final batch also clears the lease), and the notification of
-/// the run's highest seq — one statement, so one round trip and one
-/// transaction (the notification is sent only if it commits).
-///
-/// `$1` goes through `uuid` on its way to text, so the parameter's inferred
-/// type stays `uuid` whichever use the parser meets first.
+/// The append statement (see the module docs): events, checkpoint and the
+/// run's progress (a final batch also clears the lease) — one statement, so
+/// one round trip and one transaction. It answers the run's highest seq,
+/// for the notification sent after it commits (never from within: see the
+/// `notify` module).
 pub(super) const APPEND: &str = "
 WITH events AS (
     INSERT INTO run_events (run_id, seq, at, step, task, node, kind, payload)
@@ -37,8 +35,7 @@ WITH events AS (
     WHERE id = $1
     RETURNING last_seq
 )
-SELECT pg_notify('stategraph_events',
-    $1::uuid::text || ':' || coalesce((SELECT last_seq FROM progress), $15::bigint, 0))";
+SELECT coalesce((SELECT last_seq FROM progress), $15::bigint, 0)";
 
 pub(super) const CHAT_COLS: &str = "id, user_id, title, created_at, updated_at, active_run";
 

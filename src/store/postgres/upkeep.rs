@@ -167,6 +167,34 @@ impl Leases for PostgresStore {
             }
         })
     }
+
+    fn request_stop(&self, run: Uuid) -> BoxFuture<'_, StoreResult<bool>> {
+        Box::pin(async move {
+            let n = self
+                .execute(
+                    "UPDATE runs SET stop_requested = true WHERE id = $1 AND status = 'running'",
+                    &[&run],
+                )
+                .await?;
+            Ok(n > 0)
+        })
+    }
+
+    fn stop_requests(&self, owner: &str) -> BoxFuture<'_, StoreResult<Vec<Uuid>>> {
+        let owner = owner.to_owned();
+        Box::pin(async move {
+            let rows = self
+                .query(
+                    "SELECT id FROM runs WHERE lease_owner = $1 AND status = 'running' AND stop_requested ORDER BY id",
+                    &[&owner],
+                )
+                .await?;
+            Ok(rows
+                .iter()
+                .map(|r| r.try_get(0))
+                .collect::<Result<Vec<Uuid>, _>>()?)
+        })
+    }
 }
 
 impl Maintenance for PostgresStore {

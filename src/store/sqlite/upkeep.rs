@@ -129,6 +129,32 @@ impl Leases for SqliteStore {
             }
         }))
     }
+
+    fn request_stop(&self, run: Uuid) -> BoxFuture<'_, StoreResult<bool>> {
+        Box::pin(self.writer.run(move |conn| {
+            let n = conn
+                .prepare_cached(
+                    "UPDATE runs SET stop_requested = 1 WHERE id = ?1 AND status = 'running'",
+                )?
+                .execute([run.to_string()])?;
+            Ok(n > 0)
+        }))
+    }
+
+    fn stop_requests(&self, owner: &str) -> BoxFuture<'_, StoreResult<Vec<Uuid>>> {
+        let owner = owner.to_owned();
+        Box::pin(self.readers.run(move |conn| {
+            let mut stmt = conn.prepare_cached(
+                "SELECT id FROM runs WHERE lease_owner = ?1 AND status = 'running' AND stop_requested = 1 ORDER BY id",
+            )?;
+            let mut rows = stmt.query([owner])?;
+            let mut out = Vec::new();
+            while let Some(r) = rows.next()? {
+                out.push(uuid_of(text(r, 0)?)?);
+            }
+            Ok(out)
+        }))
+    }
 }
 
 impl Maintenance for SqliteStore {

@@ -198,6 +198,12 @@ impl Leases for Flaky {
     fn lease(&self, run: Uuid) -> BoxFuture<'_, StoreResult<Option<Lease>>> {
         self.inner.lease(run)
     }
+    fn request_stop(&self, run: Uuid) -> BoxFuture<'_, StoreResult<bool>> {
+        self.inner.request_stop(run)
+    }
+    fn stop_requests(&self, owner: &str) -> BoxFuture<'_, StoreResult<Vec<Uuid>>> {
+        self.inner.stop_requests(owner)
+    }
 }
 
 impl Maintenance for Flaky {

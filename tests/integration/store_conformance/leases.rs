@@ -271,3 +271,52 @@ pub(super) async fn claim_in_parallel(a: Arc<dyn Store>, b: Arc<dyn Store>, runs
 pub(super) async fn concurrent_claimers_never_get_the_same_run(store: Arc<dyn Store>) {
     claim_in_parallel(Arc::clone(&store), store, 50).await;
 }
+
+pub(super) async fn stop_requests_reach_the_lease_owner(store: Arc<dyn Store>) {
+    let a = running(&*store, 1).await;
+    let b = running(&*store, 2).await;
+    assert!(store.acquire_lease(a, "owner", 0, 100).await.unwrap());
+    assert!(store.acquire_lease(b, "owner", 0, 100).await.unwrap());
+    assert!(
+        store.stop_requests("owner").await.unwrap().is_empty(),
+        "nothing asked yet"
+    );
+
+    assert!(
+        store.request_stop(b).await.unwrap(),
+        "a running run can be asked to stop"
+    );
+    assert_eq!(store.stop_requests("owner").await.unwrap(), [b]);
+    assert!(
+        store.stop_requests("other").await.unwrap().is_empty(),
+        "only the executor is told"
+    );
+    assert!(store.request_stop(b).await.unwrap(), "asking twice is fine");
+    assert_eq!(store.stop_requests("owner").await.unwrap(), [b]);
+
+    // The request follows the run to whoever executes it.
+    assert!(store.acquire_lease(b, "next", 101, 200).await.unwrap());
+    assert!(store.stop_requests("owner").await.unwrap().is_empty());
+    assert_eq!(store.stop_requests("next").await.unwrap(), [b]);
+
+    store
+        .finish_run(b, RunStatus::Cancelled, None, Usage::default())
+        .await
+        .unwrap();
+    assert!(
+        store.stop_requests("next").await.unwrap().is_empty(),
+        "a finished run is not listed"
+    );
+    assert!(
+        !store.request_stop(b).await.unwrap(),
+        "a finished run cannot be stopped"
+    );
+    assert!(
+        !store.request_stop(Uuid::now_v7()).await.unwrap(),
+        "nor an unknown one"
+    );
+    assert!(
+        store.stop_requests("owner").await.unwrap().is_empty(),
+        "`a` was never asked"
+    );
+}
