@@ -388,6 +388,20 @@ mod tests {
     }
 
     #[test]
+    fn the_readme_example_is_a_valid_config() {
+        let readme = include_str!("../README.md");
+        let start = readme
+            .find("```toml\n[server]")
+            .expect("the README's config example")
+            + 8;
+        let end = start + readme[start..].find("```").expect("its end");
+        let c =
+            Config::from_toml(&readme[start..end]).unwrap_or_else(|e| panic!("README config: {e}"));
+        assert_eq!(c.tools.mcp.servers.len(), 2);
+        assert!(c.tools.sql.is_some() && c.tools.http.is_some() && c.tools.search.is_some());
+    }
+
+    #[test]
     fn bad_files_say_where() {
         let e = Config::from_toml("[server]\nbnd = 1\n").unwrap_err();
         assert!(e.contains("bnd") && e.contains("line 2"), "{e}");

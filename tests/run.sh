@@ -7,7 +7,10 @@
 #   - the AI SDK stream validator (npm ci in ../shared/tools/aisdk-validate);
 #   - MCP test servers (npm ci in tests/mcp; a Python venv under
 #     ${XDG_CACHE_HOME:-~/.cache}/stategraph-tests/venv);
-#   - cargo-nextest (installed if missing).
+#   - cargo-nextest (installed if missing);
+#   - for tests/local_llm.rs, llama.cpp's llama-server with a tiny model on
+#     127.0.0.1:8097 (../shared/tools/local-llm; the first start builds it,
+#     about 10 minutes; stopped at exit unless it was already running).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$(pwd)
@@ -55,7 +58,18 @@ if ! cargo nextest --version >/dev/null 2>&1; then
 fi
 
 log "running tests"
-cargo nextest run --workspace --all-targets --no-fail-fast -E 'not binary(pg_restart)' "$@"
+cargo nextest run --workspace --all-targets --no-fail-fast -E 'not binary(pg_restart) and not binary(local_llm)' "$@"
 # Restarts the PostgreSQL server mid-run, so it runs alone after the rest.
 cargo nextest run --test pg_restart --no-fail-fast
+# The model client against a real OpenAI-compatible server.
+llm_port=8097
+if curl -sf -m 2 "http://127.0.0.1:$llm_port/health" >/dev/null 2>&1; then
+  log "using the local LLM server already answering on 127.0.0.1:$llm_port"
+else
+  log "starting the local LLM server on 127.0.0.1:$llm_port"
+  trap 'bash "$root/../shared/tools/local-llm/stop.sh" "$llm_port" >/dev/null' EXIT
+  bash "$root/../shared/tools/local-llm/start.sh" "$llm_port" >/dev/null
+fi
+export STATEGRAPH_TEST_LOCAL_LLM="http://127.0.0.1:$llm_port/v1"
+cargo nextest run --test local_llm --no-fail-fast
 cargo test --doc --quiet

@@ -127,6 +127,7 @@ fn readable(
             error.kind, error.message
         ),
         EventKind::Thinking { text } => format!("  {node} thinks: {text}"),
+        EventKind::Source { source_id, url, .. } => format!("  {node} cites [{source_id}] {url}"),
         EventKind::Custom { name, data } => {
             format!("  {node} data-{name}: {}", truncate(&data.to_string(), 200))
         }

@@ -304,6 +304,17 @@ pub enum EventKind {
         /// Payload.
         data: Value,
     },
+    /// A source the answer cites (`source-url` in the UI stream, whatever
+    /// the node's surface).
+    Source {
+        /// The number the answer cites it by (`[2]` → `2`).
+        source_id: String,
+        /// Where it is.
+        url: String,
+        /// Its title.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        title: Option<String>,
+    },
     /// The state after a step was handed to the checkpoint store.
     CheckpointSaved {
         /// The step stored.

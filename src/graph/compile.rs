@@ -82,6 +82,9 @@ pub fn compile(
         );
     }
 
+    let carry = super::settings::carry(&spec.carry, schema, &mut d);
+    let external_tools = super::settings::external_tools(&spec.external_tools, &mut d);
+
     // Node ids and kinds.
     let n = spec.nodes.len();
     let mut index: HashMap<&str, NodeIdx> = HashMap::new();
@@ -181,6 +184,7 @@ pub fn compile(
             map_targets.contains(&(i as NodeIdx)),
             &mut d,
         );
+        cx.external_tools = &external_tools;
         let mut writes = Vec::new();
         for w in &node.writes {
             if let Some(f) = cx.field(w, "a field", |_| true) {
@@ -200,6 +204,18 @@ pub fn compile(
         prompts_used.append(&mut cx.prompts_used);
         let retry = retry_policy(node.retry.as_ref(), &mut d);
         let timeout = node.timeout.as_ref().map(|t| t.value.0);
+        let fallback_model = node.fallback_model.as_ref().map(|f| {
+            let role = node.model.as_ref().map_or("chat", |m| m.value.as_str());
+            if f.value == role {
+                d.error(
+                    f.loc,
+                    "invalid-setting",
+                    format!("`fallback_model` names the node's own model role `{role}`"),
+                    Some("name another role (configured in [llm.roles])".into()),
+                );
+            }
+            Arc::<str>::from(f.value.as_str())
+        });
         if let Some(t) = &node.timeout {
             if t.value.0.is_zero() {
                 d.error(
@@ -215,16 +231,30 @@ pub fn compile(
         } else {
             Surface::Hidden
         };
-        compiled.push(imp.map(|imp| CompiledNode {
-            id: node.id.value.as_str().into(),
-            kind: kind.into(),
-            imp,
-            writes,
-            surface: node.surface.as_ref().map_or(default_surface, |s| s.value),
-            retry,
-            timeout,
-            out: out[i].clone(),
-            description: node.description.clone(),
+        compiled.push(imp.map(|imp| {
+            CompiledNode {
+                id: node.id.value.as_str().into(),
+                kind: kind.into(),
+                imp,
+                writes,
+                surface: node.surface.as_ref().map_or(default_surface, |s| s.value),
+                retry,
+                timeout,
+                fallback_model,
+                out: out[i].clone(),
+                description: node.description.clone(),
+                tools: node
+                    .tools
+                    .iter()
+                    .chain(node.tool.iter())
+                    .map(|t| t.value.clone())
+                    .fold(Vec::new(), |mut all, t| {
+                        if !all.contains(&t) {
+                            all.push(t);
+                        }
+                        all
+                    }),
+            }
         }));
     }
 
@@ -295,6 +325,8 @@ pub fn compile(
         topology: topo,
         prompts: Arc::clone(env.prompts),
         file: file.path.clone(),
+        carry,
+        external_tools,
     };
     Ok((graph, d.into_vec()))
 }

@@ -11,6 +11,8 @@ use super::prompts::Prompts;
 const GRAPHS: &[(&str, &str)] = &[
     ("chat", include_str!("../../graphs/chat.yaml")),
     ("analyst", include_str!("../../graphs/analyst.yaml")),
+    ("research", include_str!("../../graphs/research.yaml")),
+    ("assistant", include_str!("../../graphs/assistant.yaml")),
 ];
 
 /// (prompt path, template text).
@@ -58,6 +60,26 @@ const PROMPTS: &[(&str, &str)] = &[
     (
         "analyst/analyst.md",
         include_str!("../../prompts/analyst/analyst.md"),
+    ),
+    (
+        "research/plan.md",
+        include_str!("../../prompts/research/plan.md"),
+    ),
+    (
+        "research/reflect.md",
+        include_str!("../../prompts/research/reflect.md"),
+    ),
+    (
+        "research/synthesize.md",
+        include_str!("../../prompts/research/synthesize.md"),
+    ),
+    (
+        "research/related.md",
+        include_str!("../../prompts/research/related.md"),
+    ),
+    (
+        "assistant/assistant.md",
+        include_str!("../../prompts/assistant/assistant.md"),
     ),
 ];
 

@@ -16,6 +16,7 @@ pub mod loc;
 pub mod mermaid;
 pub mod prompts;
 mod rules;
+mod settings;
 pub mod spec;
 
 pub use catalog::Catalog;

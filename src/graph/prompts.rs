@@ -18,7 +18,7 @@ use super::diagnostic::{Diagnostic, Severity};
 const EXTENSIONS: &[&str] = &["md", "txt", "j2", "jinja", "tmpl", "prompt"];
 
 /// Names minijinja provides itself; not state variables.
-const BUILTIN_GLOBALS: &[&str] = &[
+pub(crate) const BUILTIN_GLOBALS: &[&str] = &[
     "range",
     "dict",
     "namespace",
@@ -62,7 +62,7 @@ impl std::fmt::Debug for Prompts {
     }
 }
 
-fn environment() -> Environment<'static> {
+pub(crate) fn environment() -> Environment<'static> {
     let mut env = Environment::new();
     env.set_auto_escape_callback(|_| AutoEscape::None);
     // State fields may be empty (null, missing keys): `routing.missing_slots`

@@ -31,6 +31,14 @@ pub struct GraphSpec {
     /// The edges.
     #[serde(default)]
     pub edges: Vec<Sp<EdgeSpec>>,
+    /// State fields a chat turn starts with from the previous turn's final
+    /// state (`POST /api/chat`); the request's own fields win.
+    #[serde(default)]
+    pub carry: Vec<Sp<String>>,
+    /// Tools or partitions provided at run time by configuration (an MCP
+    /// server), so the graph validates before, or without, them.
+    #[serde(default)]
+    pub external_tools: Vec<Sp<String>>,
 }
 
 /// Where a node's streamed output goes in the chat UI.
@@ -145,6 +153,25 @@ pub struct NodeSpec {
     /// Registered Rust nodes: free-form parameters.
     #[serde(default)]
     pub params: Option<Sp<serde_json::Value>>,
+    /// Kinds that call a model: the role used when the `model` role's call
+    /// fails before it has answered anything.
+    #[serde(default)]
+    pub fallback_model: Option<Sp<String>>,
+    /// Tool: the tool to call.
+    #[serde(default)]
+    pub tool: Option<Sp<String>>,
+    /// Tool: its arguments; string values are templates (`"{{ item }}"`).
+    #[serde(default)]
+    pub args: Option<Sp<serde_json::Map<String, serde_json::Value>>>,
+    /// Tool: what a failed call does, `fail` (default) or `continue`.
+    #[serde(default)]
+    pub on_error: Option<Sp<String>>,
+    /// Agent: entities to remember from tool results, by kind.
+    #[serde(default)]
+    pub entities: Option<EntityRules>,
+    /// Agent: the field the entities are written to (default `entities`).
+    #[serde(default)]
+    pub entity_field: Option<Sp<String>>,
 }
 
 impl NodeSpec {
@@ -187,6 +214,14 @@ impl NodeSpec {
         }
         opt(&mut out, "set", &self.set);
         opt(&mut out, "params", &self.params);
+        opt(&mut out, "fallback_model", &self.fallback_model);
+        opt(&mut out, "tool", &self.tool);
+        opt(&mut out, "args", &self.args);
+        opt(&mut out, "on_error", &self.on_error);
+        if let Some(e) = &self.entities {
+            out.push(("entities", e.loc));
+        }
+        opt(&mut out, "entity_field", &self.entity_field);
         if let Some(first) = self.tools.first() {
             out.push(("tools", first.loc));
         }
@@ -384,6 +419,60 @@ impl<'de> Deserialize<'de> for ScalarText {
             }
         }
         d.deserialize_any(V)
+    }
+}
+
+/// `entities:` of an agent: per entity kind, which tool results name one
+/// and where in them its id and name are.
+#[derive(Clone, Debug, Default)]
+pub struct EntityRules {
+    /// Where the map starts.
+    pub loc: Loc,
+    /// Kind → rule, in file order.
+    pub rules: Vec<(Sp<String>, Sp<EntityRule>)>,
+}
+
+/// How to read one kind of entity from tool results.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct EntityRule {
+    /// The tools whose (successful) results name an entity of this kind.
+    pub from: Sp<Names>,
+    /// JSON pointer (RFC 6901) to the id in the result, e.g. `/id`.
+    pub id: Sp<String>,
+    /// JSON pointer to the display name, e.g. `/name`.
+    #[serde(default)]
+    pub name: Option<Sp<String>>,
+}
+
+impl<'de> Deserialize<'de> for EntityRules {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct Rules(Vec<(Sp<String>, Sp<EntityRule>)>);
+        impl<'de> Deserialize<'de> for Rules {
+            fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+                struct V;
+                impl<'de> Visitor<'de> for V {
+                    type Value = Rules;
+                    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                        f.write_str("a map of entity kinds to `{from: [tools], id: /pointer, name: /pointer}`")
+                    }
+                    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Rules, A::Error> {
+                        let mut out = Vec::new();
+                        while let Some(k) = map.next_key::<Sp<String>>()? {
+                            let v: Sp<EntityRule> = map.next_value()?;
+                            out.push((k, v));
+                        }
+                        Ok(Rules(out))
+                    }
+                }
+                d.deserialize_map(V)
+            }
+        }
+        let s = serde_saphyr::Spanned::<Rules>::deserialize(d)?;
+        Ok(EntityRules {
+            loc: s.referenced.into(),
+            rules: s.value.0,
+        })
     }
 }
 

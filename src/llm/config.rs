@@ -16,6 +16,9 @@
 //! [llm.roles.local]
 //! endpoint = "backup"
 //! model = "llama3.2"
+//! [llm.roles.local.extra]                # more request-body fields for this role
+//! cache_prompt = false
+//! top_k = 40
 //! [llm.timeouts]
 //! connect = "10s"
 //! first_token = "30s"
@@ -35,6 +38,15 @@
 //! meant for one server is never sent to another the file chose.
 //! `STATEGRAPH_MODEL` is this program's own and overrides `model`.
 //!
+//! A role's `extra` table is sent with each of its calls as additional
+//! request-body fields: what one server or model needs and graph files
+//! should not know about — stop sequences matching a chat template,
+//! llama.cpp's `cache_prompt`, vLLM's `chat_template_kwargs`, a `seed`.
+//! They fill in what a request leaves unset (a node that sets
+//! `temperature` keeps it, so `temperature` here is the role's default);
+//! the fields the client writes itself (`model`, `messages`, `stream`,
+//! `stream_options`, `tools`, `response_format`) are rejected.
+//!
 //! With no endpoint at all, every role gets the built-in offline model, so a
 //! fresh checkout runs; [`LlmConfig::uses_offline_model`] tells the caller to
 //! say so.
@@ -44,10 +56,13 @@ use std::fmt;
 use std::sync::Arc;
 
 use serde::Deserialize;
+use serde_json::{Map, Value};
 
 use super::fallback::FallbackModel;
 use super::offline::OfflineModel;
-use super::openai::{EndpointError, EndpointSettings, OpenAiEndpoint, RetryPolicy, Timeouts};
+use super::openai::{
+    EndpointError, EndpointSettings, OpenAiEndpoint, RESERVED_FIELDS, RetryPolicy, Timeouts,
+};
 use super::{ChatModel, Models};
 use crate::graph::spec::DurationSpec;
 
@@ -121,6 +136,9 @@ pub struct RoleConfig {
     pub model: Option<String>,
     /// Another role to use when this one fails before answering.
     pub fallback: Option<String>,
+    /// More request-body fields for every call of this role (see the
+    /// module docs).
+    pub extra: Map<String, Value>,
 }
 
 /// `[llm.timeouts]`; unset values keep the defaults of [`Timeouts`].
@@ -221,6 +239,19 @@ pub enum LlmConfigError {
     /// `attempts = 0`.
     #[error("[llm.retry] attempts must be at least 1 (1 means no retries)")]
     NoAttempts,
+    /// An `extra` field the client writes itself.
+    #[error(
+        "[llm.roles.{role}.extra] sets `{field}`, which the client writes itself; \
+         remove it (the fields it owns: {owned})"
+    )]
+    ReservedExtra {
+        /// The role.
+        role: String,
+        /// The field.
+        field: String,
+        /// The fields the client owns.
+        owned: String,
+    },
 }
 
 fn process_env(name: &str) -> Option<String> {
@@ -500,12 +531,29 @@ impl Builder<'_> {
                     endpoint: endpoint_name.to_owned(),
                     known: known(),
                 })?;
+        if let Some(field) = role
+            .extra
+            .keys()
+            .find(|k| RESERVED_FIELDS.contains(&k.as_str()))
+        {
+            return Err(LlmConfigError::ReservedExtra {
+                role: name.to_owned(),
+                field: field.clone(),
+                owned: RESERVED_FIELDS
+                    .iter()
+                    .map(|f| format!("`{f}`"))
+                    .collect::<Vec<_>>()
+                    .join(", "),
+            });
+        }
         let model = role
             .model
             .as_deref()
             .or(self.config.model.as_deref())
             .unwrap_or(DEFAULT_MODEL);
-        Ok(Arc::new(endpoint.model(model)))
+        Ok(Arc::new(
+            endpoint.model(model).with_extra(role.extra.clone()),
+        ))
     }
 }
 
@@ -670,6 +718,27 @@ mod tests {
                 .api_key
                 .as_deref(),
             Some("sk-openai")
+        );
+    }
+
+    #[test]
+    fn role_extra_fields_are_kept_and_reserved_ones_rejected() {
+        let config = parse(
+            "[endpoints.default]\n[roles.chat.extra]\nstop = [\"</tool_call>\"]\ncache_prompt = false\ntemperature = 0",
+        );
+        let extra = &config.roles["chat"].extra;
+        assert_eq!(
+            Value::Object(extra.clone()),
+            serde_json::json!({"stop": ["</tool_call>"], "cache_prompt": false, "temperature": 0})
+        );
+        let models = config.build_models_with(env(&[])).unwrap();
+        let chat = format!("{:?}", models.for_role("chat"));
+        assert!(chat.contains("cache_prompt"), "{chat}");
+        assert!(!format!("{:?}", models.for_role("other")).contains("cache_prompt"));
+        let e = build_err("[endpoints.a]\n[roles.chat.extra]\nstream = false");
+        assert!(
+            e.starts_with("[llm.roles.chat.extra] sets `stream`, which the client writes itself"),
+            "{e}"
         );
     }
 

@@ -208,6 +208,15 @@ pub enum LlmError {
     /// A recorded call is missing during re-execution.
     #[error("recording has no model call here: {0}")]
     NotRecorded(String),
+    /// A failure served from a recording (re-execution, resume), with the
+    /// original's message and transience, so the run takes the same path.
+    #[error("{message}")]
+    Replayed {
+        /// The recorded message, as the original displayed it.
+        message: String,
+        /// Whether the original was transient.
+        transient: bool,
+    },
 }
 
 impl LlmError {
@@ -219,6 +228,37 @@ impl LlmError {
             }
             LlmError::Connect(_) | LlmError::Timeout(_) | LlmError::Stream(_) => true,
             LlmError::NoModel(_) | LlmError::Scripted(_) | LlmError::NotRecorded(_) => false,
+            LlmError::Replayed { transient, .. } => *transient,
+        }
+    }
+
+    /// The error a recorded failure message stands for: the same message,
+    /// transient when the original kind was (read back from the message,
+    /// which is all an `llm_failed` event keeps).
+    pub fn replayed(message: &str) -> Self {
+        let transient = if let Some(rest) = message.strip_prefix("model endpoint returned HTTP ") {
+            let status: u16 = rest
+                .split(':')
+                .next()
+                .and_then(|s| s.trim().parse().ok())
+                .unwrap_or(0);
+            LlmError::Http {
+                status,
+                message: String::new(),
+            }
+            .is_transient()
+        } else {
+            [
+                "model endpoint unreachable",
+                "model call timed out",
+                "model stream broke",
+            ]
+            .iter()
+            .any(|p| message.starts_with(p))
+        };
+        LlmError::Replayed {
+            message: message.to_owned(),
+            transient,
         }
     }
 }

@@ -34,12 +34,15 @@ use async_openai::error::{OpenAIError, StreamError};
 use async_openai::middleware::ReqwestService;
 use futures::StreamExt;
 use futures::stream::BoxStream;
+use serde_json::{Map, Value};
 use tokio::time::Instant;
 use tower::Layer;
 
 use super::{ChatModel, ChatRequest, ChunkStream, LlmChunk, LlmError};
 use retry::{Attempts, HttpFailure, RetryLayer};
 use wire::{ChunkParser, WireChunk, WireRequest};
+
+pub(crate) use wire::RESERVED_FIELDS;
 
 /// How long a call may take.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -224,6 +227,7 @@ impl OpenAiEndpoint {
         OpenAiModel {
             endpoint: self.clone(),
             name: Arc::from(name.into()),
+            extra: None,
         }
     }
 }
@@ -233,6 +237,7 @@ impl OpenAiEndpoint {
 pub struct OpenAiModel {
     endpoint: OpenAiEndpoint,
     name: Arc<str>,
+    extra: Option<Arc<Map<String, Value>>>,
 }
 
 impl OpenAiModel {
@@ -249,6 +254,24 @@ impl OpenAiModel {
     pub fn endpoint(&self) -> &OpenAiEndpoint {
         &self.endpoint
     }
+
+    /// Sends `extra` as additional request-body fields on every call: what
+    /// a server needs beyond the request (llama.cpp's `cache_prompt`, stop
+    /// sequences for its chat template, `top_k`, a `seed`, …). They fill in
+    /// what the request leaves unset: a request's own `temperature` or
+    /// `max_tokens` wins, and the fields the client always writes
+    /// (`model`, `messages`, `stream`, `stream_options`, `tools`,
+    /// `response_format`) are never replaced — [`crate::llm::LlmConfig`]
+    /// rejects them.
+    pub fn with_extra(mut self, extra: Map<String, Value>) -> Self {
+        self.extra = (!extra.is_empty()).then(|| Arc::new(extra));
+        self
+    }
+
+    /// The extra request-body fields (see [`OpenAiModel::with_extra`]).
+    pub fn extra(&self) -> Option<&Map<String, Value>> {
+        self.extra.as_deref()
+    }
 }
 
 impl ChatModel for OpenAiModel {
@@ -260,6 +283,7 @@ impl ChatModel for OpenAiModel {
         let call = Call::new(
             self.endpoint.inner.clone(),
             Arc::clone(&self.name),
+            self.extra.clone(),
             request.clone(),
         );
         futures::stream::unfold(call, |mut call| async move {
@@ -277,6 +301,7 @@ const AFTER_FINISH_GRACE: Duration = Duration::from_secs(5);
 struct Call {
     endpoint: Arc<EndpointInner>,
     model: Arc<str>,
+    extra: Option<Arc<Map<String, Value>>>,
     request: ChatRequest,
     attempts: Arc<Attempts>,
     total_deadline: Instant,
@@ -289,7 +314,12 @@ struct Call {
 }
 
 impl Call {
-    fn new(endpoint: Arc<EndpointInner>, model: Arc<str>, request: ChatRequest) -> Self {
+    fn new(
+        endpoint: Arc<EndpointInner>,
+        model: Arc<str>,
+        extra: Option<Arc<Map<String, Value>>>,
+        request: ChatRequest,
+    ) -> Self {
         let now = Instant::now();
         let attempts = Arc::new(Attempts::new(endpoint.retry.attempts));
         Self {
@@ -299,6 +329,7 @@ impl Call {
             attempts,
             endpoint,
             model,
+            extra,
             request,
             stream: None,
             parser: ChunkParser::default(),
@@ -333,6 +364,7 @@ impl Call {
                 let opening = open(
                     &self.endpoint,
                     &self.model,
+                    self.extra.as_deref(),
                     &self.request,
                     &self.attempts,
                     deadline,
@@ -423,6 +455,7 @@ fn after(from: Instant, d: Duration) -> Instant {
 async fn open(
     ep: &EndpointInner,
     model: &Arc<str>,
+    extra: Option<&Map<String, Value>>,
     request: &ChatRequest,
     attempts: &Arc<Attempts>,
     deadline: Instant,
@@ -439,7 +472,7 @@ async fn open(
         .with_http_service(layer.layer(ReqwestService::new(ep.http.clone())));
     let stream = client
         .chat()
-        .create_stream_byot(WireRequest::new(model, request))
+        .create_stream_byot(WireRequest::new(model, request, extra))
         .await?;
     Ok(stream.boxed())
 }

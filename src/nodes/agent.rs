@@ -11,6 +11,7 @@ use std::time::Instant;
 
 use serde_json::{Value, json};
 
+use super::entities::EntityRules;
 use super::{BuildCx, NodeContext, NodeError, PromptRef, history};
 use crate::events::{EventKind, ToolCallRecord};
 use crate::llm::{ChatMessage, ChatRequest};
@@ -27,6 +28,9 @@ const SETTINGS: &[&str] = &[
     "history_window",
     "max_iterations",
     "trace",
+    "entities",
+    "entity_field",
+    "fallback_model",
 ];
 
 /// Default cap on model calls.
@@ -44,6 +48,8 @@ pub struct Agent {
     max_iterations: u32,
     output: Arc<str>,
     trace: Option<Arc<str>>,
+    /// Entities to remember from tool results (`entities`).
+    entities: Option<EntityRules>,
 }
 
 impl Agent {
@@ -52,6 +58,10 @@ impl Agent {
         cx.accept(SETTINGS);
         let prompt = cx.prompt(true);
         let tools = cx.tools();
+        let entities = match &tools {
+            Ok(t) => EntityRules::build(cx, t),
+            Err(()) => Err(()),
+        };
         let input = match &n.input {
             Some(_) => cx.input(&n.input, "query").map(Some).ok_or(()),
             None => Ok(None),
@@ -94,6 +104,7 @@ impl Agent {
                 .ok()?
                 .and(n.trace.as_ref())
                 .map(|t| t.value.as_str().into()),
+            entities: entities.ok()?,
         })
     }
 
@@ -117,6 +128,7 @@ impl Agent {
             ..Default::default()
         };
         let mut trace = Vec::new();
+        let mut entities = Vec::new();
         let mut answer = String::new();
         for call in 0..self.max_iterations {
             let last = call + 1 == self.max_iterations;
@@ -152,6 +164,9 @@ impl Agent {
                 if let Some(text) = display {
                     shown.push(text);
                 }
+                if let (Some(rules), Some(output)) = (&self.entities, record.get("output")) {
+                    entities.extend(rules.extract(&tc.name, output));
+                }
                 request.messages.push(ChatMessage::Tool {
                     call_id: tc.id.clone(),
                     content,
@@ -170,6 +185,12 @@ impl Agent {
             if !trace.is_empty() {
                 patch.insert(Arc::clone(field), Value::Array(trace));
             }
+        }
+        if let (Some(rules), false) = (&self.entities, entities.is_empty()) {
+            // In mention order: the field's reducer keeps the last of a kind.
+            let value = serde_json::to_value(&entities).unwrap_or(Value::Null);
+            cx.events.custom("entities", value.clone()).await;
+            patch.insert(Arc::clone(rules.field()), value);
         }
         Ok(patch)
     }

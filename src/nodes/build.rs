@@ -30,6 +30,9 @@ pub struct BuildCx<'a> {
     pub states: &'a StateTypes,
     /// Whether a map edge targets this node (its prompt may use `item`).
     pub is_map_target: bool,
+    /// Tools and partitions the graph file says configuration provides
+    /// (`external_tools:`): accepted in `tools` though no registry knows them.
+    pub external_tools: &'a [String],
     diags: &'a mut Diagnostics,
     pub(crate) writes: Vec<FieldId>,
     pub(crate) prompts_used: BTreeSet<String>,
@@ -56,6 +59,7 @@ impl<'a> BuildCx<'a> {
             graphs,
             states,
             is_map_target,
+            external_tools: &[],
             diags,
             writes: Vec::new(),
             prompts_used: BTreeSet::new(),
@@ -303,7 +307,7 @@ impl<'a> BuildCx<'a> {
         let mut out: Vec<String> = Vec::new();
         let mut ok = true;
         for entry in &self.node.tools {
-            if self.tools.knows(&entry.value) {
+            if self.tools.knows(&entry.value) || self.external_tools.contains(&entry.value) {
                 if !out.contains(&entry.value) {
                     out.push(entry.value.clone());
                 }
@@ -316,6 +320,12 @@ impl<'a> BuildCx<'a> {
                         .map(String::as_str)
                         .chain(partitions.keys().map(String::as_str))
                         .collect();
+                    let hint = name_hint(&entry.value, candidates.iter().copied()).or_else(|| {
+                        Some(format!(
+                            "if configuration provides it (an MCP server), declare it in the graph file: `external_tools: [{}]`",
+                            entry.value
+                        ))
+                    });
                     self.error(
                         entry.loc,
                         "unknown-tool",
@@ -323,7 +333,7 @@ impl<'a> BuildCx<'a> {
                             "no tool registry provides `{}` (neither a tool nor a partition)",
                             entry.value
                         ),
-                        name_hint(&entry.value, candidates.iter().copied()),
+                        hint,
                     );
                     ok = false;
                 }

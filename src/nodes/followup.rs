@@ -21,6 +21,7 @@ const SETTINGS: &[&str] = &[
     "count",
     "history",
     "history_window",
+    "fallback_model",
 ];
 
 /// Follow-up question generator.

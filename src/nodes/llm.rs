@@ -16,6 +16,7 @@ const SETTINGS: &[&str] = &[
     "output",
     "history",
     "history_window",
+    "fallback_model",
 ];
 
 /// A single-prompt model node.

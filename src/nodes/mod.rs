@@ -9,26 +9,32 @@
 
 mod agent;
 mod build;
+mod entities;
 mod followup;
 mod llm;
 mod noop;
+mod research;
 mod router;
 mod subgraph;
 mod summarizer;
+mod tool;
 
 use std::collections::BTreeMap;
 use std::fmt;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
+use futures::StreamExt;
 use futures::future::BoxFuture;
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
 use crate::events::NodeEvents;
 use crate::graph::prompts::Prompts;
+use crate::llm::fallback::is_answer;
 use crate::llm::{
-    ChatMessage, ChatRequest, LlmError, LlmReply, ModelCall, call_model, stream_call,
+    ChatMessage, ChatRequest, ChunkStream, LlmError, LlmReply, ModelCall, stream_call,
 };
 use crate::runtime::Services;
 use crate::state::{DynState, FieldId, Message, Patch, Role};
@@ -42,9 +48,17 @@ pub const BUILTIN_KINDS: &[&str] = &[
     "followup",
     "llm",
     "noop",
+    "research_facts",
+    "research_passages",
+    "research_plan",
+    "research_reflect",
+    "research_score",
+    "research_select",
+    "research_synthesize",
     "router",
     "subgraph",
     "summarizer",
+    "tool",
 ];
 
 /// What a running node sees.
@@ -64,6 +78,9 @@ pub struct NodeContext<'a> {
     pub attempt: u32,
     /// Cancelled when the run is stopped.
     pub cancel: &'a CancellationToken,
+    /// The role that answers when a model call fails before answering
+    /// (the node's `fallback_model`); see [`NodeContext::llm`].
+    pub fallback_model: Option<&'a Arc<str>>,
 }
 
 impl NodeContext<'_> {
@@ -71,31 +88,79 @@ impl NodeContext<'_> {
     /// streaming its events — or serves the call from the recording when
     /// the run is being re-executed or resumed.
     ///
+    /// With a `fallback_model`, a call that fails before the model has
+    /// answered anything (no text, reasoning or tool call streamed) is made
+    /// again, with the same call number, for the fallback role, after a
+    /// thinking note; the events show both calls (`llm_failed`, then a
+    /// second `llm_started`), and a recording serves them in that order.
+    /// A call that fails after it streamed part of an answer is not
+    /// repeated: the client has seen that text.
+    ///
     /// # Errors
-    /// The model failed (emitted as `llm_failed`).
+    /// The model failed (emitted as `llm_failed`), and so did the fallback.
     pub async fn llm(
         &self,
         role: &Arc<str>,
         call: u32,
         request: &ChatRequest,
     ) -> Result<LlmReply, LlmError> {
+        let Some(fallback) = self.fallback_model.filter(|f| *f != role) else {
+            return self.llm_as(role, call, request, None).await;
+        };
+        let answered = Arc::new(AtomicBool::new(false));
+        match self.llm_as(role, call, request, Some(&answered)).await {
+            Err(error) if !answered.load(Ordering::Relaxed) => {
+                tracing::warn!(node = %self.events.node(), %role, %fallback, %error, "model failed before answering; calling the fallback role");
+                self.events
+                    .thinking(format!(
+                        "The `{role}` model failed before answering; the fallback model (`{fallback}`) answers instead."
+                    ))
+                    .await;
+                self.llm_as(fallback, call, request, None).await
+            }
+            other => other,
+        }
+    }
+
+    /// One model call for `role`; sets `answered` once an answer chunk
+    /// (text, reasoning, a tool call) has streamed.
+    async fn llm_as(
+        &self,
+        role: &Arc<str>,
+        call: u32,
+        request: &ChatRequest,
+        answered: Option<&Arc<AtomicBool>>,
+    ) -> Result<LlmReply, LlmError> {
+        let watch = |stream: ChunkStream| match answered {
+            None => stream,
+            Some(flag) => {
+                let flag = Arc::clone(flag);
+                stream
+                    .inspect(move |c| {
+                        if matches!(c, Ok(chunk) if is_answer(chunk)) {
+                            flag.store(true, Ordering::Relaxed);
+                        }
+                    })
+                    .boxed()
+            }
+        };
         let cx = ModelCall {
             events: self.events,
             role,
             call,
         };
-        if let Some(rec) = &self.services.recording {
-            if let Some((model, stream)) = rec.llm(
+        if let Some(rec) = &self.services.recording
+            && let Some((model, stream)) = rec.llm(
                 self.events.node(),
                 self.events.step(),
                 self.events.task(),
                 call,
-            ) {
-                return stream_call(&model, stream, cx, request).await;
-            }
+            )
+        {
+            return stream_call(&model, watch(stream), cx, request).await;
         }
         let model = self.services.models.for_role(role);
-        call_model(model.as_ref(), cx, request).await
+        stream_call(model.name(), watch(model.stream(request)), cx, request).await
     }
 
     /// Calls a tool on behalf of this node (allowed: `allowed`) — or serves
@@ -161,6 +226,14 @@ pub enum NodeError {
     /// The node's own failure.
     #[error("{0}")]
     Failed(String),
+    /// A tool the node calls itself (kind `tool`) failed.
+    #[error("tool `{tool}` failed: {error}")]
+    Tool {
+        /// The tool.
+        tool: String,
+        /// Its structured failure.
+        error: ToolError,
+    },
 }
 
 impl NodeError {
@@ -169,6 +242,7 @@ impl NodeError {
         match self {
             NodeError::Llm(e) => e.is_transient(),
             NodeError::Timeout(_) => true,
+            NodeError::Tool { error, .. } => tool::is_transient(error),
             NodeError::Prompt { .. } | NodeError::Subgraph { .. } | NodeError::Failed(_) => false,
         }
     }
@@ -232,6 +306,10 @@ pub enum NodeImpl {
     Followup(followup::Followup),
     /// Runs another graph.
     Subgraph(subgraph::Subgraph),
+    /// Calls one tool.
+    Tool(tool::ToolNode),
+    /// A step of the research pipeline.
+    Research(research::Research),
     /// A registered Rust node.
     Custom(Arc<dyn Node>),
 }
@@ -246,6 +324,8 @@ impl fmt::Debug for NodeImpl {
             NodeImpl::Summarizer(_) => "summarizer",
             NodeImpl::Followup(_) => "followup",
             NodeImpl::Subgraph(_) => "subgraph",
+            NodeImpl::Tool(_) => "tool",
+            NodeImpl::Research(r) => r.kind(),
             NodeImpl::Custom(_) => "custom",
         })
     }
@@ -265,6 +345,8 @@ impl NodeImpl {
             NodeImpl::Summarizer(n) => n.run(cx).await,
             NodeImpl::Followup(n) => n.run(cx).await,
             NodeImpl::Subgraph(n) => n.run(cx).await,
+            NodeImpl::Tool(n) => n.run(cx).await,
+            NodeImpl::Research(n) => n.run(cx).await,
             NodeImpl::Custom(n) => n.run(cx).await,
         }
     }
@@ -297,6 +379,10 @@ pub fn build(kind: &str, cx: &mut BuildCx<'_>, registry: &NodeRegistry) -> Optio
         "summarizer" => summarizer::Summarizer::build(cx).map(NodeImpl::Summarizer),
         "followup" => followup::Followup::build(cx).map(NodeImpl::Followup),
         "subgraph" => subgraph::Subgraph::build(cx).map(NodeImpl::Subgraph),
+        "tool" => tool::ToolNode::build(cx).map(NodeImpl::Tool),
+        k if research::KINDS.contains(&k) => {
+            research::Research::build(k, cx).map(NodeImpl::Research)
+        }
         other => {
             let factory = registry.get(other)?;
             cx.accept(&["params"]);

@@ -29,6 +29,7 @@ const SETTINGS: &[&str] = &[
     "language",
     "history",
     "history_window",
+    "fallback_model",
 ];
 
 /// An intent classifier.

@@ -24,6 +24,7 @@ const SETTINGS: &[&str] = &[
     "first_after",
     "every",
     "window",
+    "fallback_model",
 ];
 
 /// Rolling-summary node.

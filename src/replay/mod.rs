@@ -232,9 +232,44 @@ fn comparable(ev: &Event) -> Option<Value> {
         _ => {}
     }
     if let Some(o) = kind.as_object_mut() {
+        // Timing, not behaviour (retry delays carry jitter).
         o.remove("duration_us");
+        o.remove("delay_ms");
     }
     Some(serde_json::json!({"step": ev.step, "node": ev.node, "task": ev.task, "event": kind}))
+}
+
+/// The comparable events of a run (with their indexes), in an order that
+/// does not depend on timing: tasks of one superstep run concurrently, so
+/// their events interleave differently from run to run; within a step,
+/// each task's events are kept in order and the tasks are taken by node id
+/// and task index, between the step's own events before and after them.
+fn canonical(events: &[Event]) -> Vec<(usize, Value)> {
+    // (step, phase, node, task) where phase 0 = the step's events before any
+    // task's, 1 = tasks', 2 = after; a stable sort keeps each task's order.
+    let mut keyed: Vec<((u32, u8, Option<&str>, u32), usize, Value)> = Vec::new();
+    let mut step = None;
+    let mut phase = 0u8;
+    for (i, e) in events.iter().enumerate() {
+        let Some(c) = comparable(e) else { continue };
+        if step != Some(e.step) {
+            step = Some(e.step);
+            phase = 0;
+        }
+        let node = e.node.as_deref();
+        if node.is_some() {
+            phase = 1;
+        } else if phase == 1 {
+            phase = 2;
+        }
+        let key = match node {
+            Some(_) => (e.step, 1, node, e.task),
+            None => (e.step, phase, None, 0),
+        };
+        keyed.push((key, i, c));
+    }
+    keyed.sort_by(|x, y| x.0.cmp(&y.0));
+    keyed.into_iter().map(|(_, i, c)| (i, c)).collect()
 }
 
 /// The outcome of a re-execution.
@@ -243,7 +278,9 @@ pub struct Reexecution {
     /// Events of the new run.
     pub events: Vec<Event>,
     /// The first difference: (index, recorded, re-executed), either side
-    /// `None` when one stream is longer.
+    /// `None` when one stream is longer. Indexes count comparable events in
+    /// a timing-independent order (concurrent tasks' events by node and
+    /// task, each task's in order).
     pub divergence: Option<(usize, Option<Event>, Option<Event>)>,
     /// The graph version that ran, and whether it is the recorded one.
     pub same_version: bool,
@@ -323,16 +360,8 @@ pub async fn reexecute(
     )
     .await;
     let events = collect.await.unwrap_or_default();
-    let a: Vec<(usize, Value)> = recorded
-        .iter()
-        .enumerate()
-        .filter_map(|(i, e)| comparable(e).map(|c| (i, c)))
-        .collect();
-    let b: Vec<(usize, Value)> = events
-        .iter()
-        .enumerate()
-        .filter_map(|(i, e)| comparable(e).map(|c| (i, c)))
-        .collect();
+    let a = canonical(recorded);
+    let b = canonical(&events);
     let mut divergence = None;
     for k in 0..a.len().max(b.len()) {
         match (a.get(k), b.get(k)) {

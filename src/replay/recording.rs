@@ -100,7 +100,7 @@ impl Recording {
                 }
                 EventKind::LlmFailed { error, .. } => {
                     if let Some((key, mut chunks, _)) = open.remove(&task) {
-                        chunks.push(Err(LlmError::Stream(format!("recorded failure: {error}"))));
+                        chunks.push(Err(LlmError::replayed(error)));
                         rec.llm
                             .get_mut()
                             .unwrap_or_else(PoisonError::into_inner)

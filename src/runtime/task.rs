@@ -47,6 +47,7 @@ pub(super) async fn run_task(
             prompts: env.prompts,
             attempt,
             cancel: env.cancel,
+            fallback_model: node.fallback_model.as_ref(),
         };
         let result = match node.timeout {
             Some(limit) => match tokio::time::timeout(limit, node.imp.run(cx)).await {

@@ -110,7 +110,12 @@ pub(super) async fn post(
 
     let run_id = Uuid::now_v7();
     let message_id = format!("msg_{}", Uuid::now_v7().simple());
-    let input = ui::input_state(graph.state.schema, &body);
+    let mut input = ui::input_state(graph.state.schema, &body);
+    if !graph.carry.is_empty()
+        && let Some(previous) = previous_state(&state, &graph, &chat.id, &body).await?
+    {
+        ui::carry_into(&mut input, &previous, &graph.carry);
+    }
     let metadata = stream_metadata(&state, run_id, &request_id.0, &chat.id, &graph);
     state
         .store
@@ -206,6 +211,47 @@ pub(super) async fn post(
         }
     };
     Ok(stream::response(Arc::clone(&state), hub, 0, true))
+}
+
+/// How many of a chat's newest runs are searched for the turn a request
+/// continues (a turn has one run, plus one per regeneration or failure).
+const CARRY_LOOKBACK: usize = 50;
+
+/// The final state of the turn this request continues, for the graph's
+/// `carry:` fields: that of the newest *finished* run of `graph` whose
+/// answer the request still shows. Matching by answer rather than taking
+/// the chat's newest run means a regenerated or edited turn continues from
+/// the turn before it, not from the answer it replaces. Failed, cancelled
+/// and running runs contribute nothing (an older finished turn does), and
+/// so does a run whose checkpoints no longer rebuild (logged).
+async fn previous_state(
+    state: &AppState,
+    graph: &crate::graph::CompiledGraph,
+    chat_id: &str,
+    body: &ui::ChatBody,
+) -> Result<Option<Value>, ApiError> {
+    let answered = ui::answered(body);
+    if answered.is_empty() {
+        return Ok(None);
+    }
+    let runs = state.store.list_runs(Some(chat_id), CARRY_LOOKBACK).await?;
+    let run = answered.iter().find_map(|id| {
+        runs.iter().find(|r| {
+            r.message_id.as_deref() == Some(*id)
+                && r.status == RunStatus::Finished
+                && r.graph == *graph.id
+        })
+    });
+    let Some(run) = run else {
+        return Ok(None);
+    };
+    match crate::replay::state_at(&*state.store, graph, run.id, run.last_step).await {
+        Ok(s) => Ok(Some(s.to_json())),
+        Err(e) => {
+            tracing::warn!(run = %run.id, error = %e, "cannot rebuild the previous turn's state; carrying nothing");
+            Ok(None)
+        }
+    }
 }
 
 /// `GET /api/chat/{id}/stream`: the active run's stream from its start (or
@@ -320,28 +366,42 @@ async fn follow_elsewhere(
     Ok(bridge.map(|b| state.runs.follow(state, &chat.id, run_id, b)))
 }
 
-/// `POST /api/chat/{id}/stop`: cancels the active run.
+/// `POST /api/chat/{id}/stop`: cancels the active run — here, or, when
+/// another instance executes it, through a stop request in the store that
+/// instance acts on within a fraction of a second. Either way the run's
+/// streams end with `abort`.
 pub(super) async fn stop(
     State(state): State<Arc<AppState>>,
     user: User,
     Path(id): Path<String>,
 ) -> Result<Response, ApiError> {
-    owned_chat(&state, &user, &id).await?;
-    match state.runs.for_chat(&id).filter(|h| !h.is_done()) {
-        Some(hub) => {
-            hub.cancel.cancel();
-            Ok((
-                StatusCode::ACCEPTED,
-                Json(json!({"stopped": true, "runId": hub.run_id})),
-            )
-                .into_response())
-        }
-        None => Err(ApiError::new(
-            StatusCode::CONFLICT,
-            "no_active_run",
-            "this chat has no run to stop",
-        )),
+    let chat = owned_chat(&state, &user, &id).await?;
+    if let Some(hub) = state
+        .runs
+        .for_chat(&id)
+        .filter(|h| !h.is_done() && !h.follower)
+    {
+        hub.cancel.cancel();
+        return Ok((
+            StatusCode::ACCEPTED,
+            Json(json!({"stopped": true, "runId": hub.run_id})),
+        )
+            .into_response());
     }
+    if let Some(run_id) = chat.active_run
+        && state.store.request_stop(run_id).await?
+    {
+        return Ok((
+            StatusCode::ACCEPTED,
+            Json(json!({"stopped": true, "runId": run_id, "elsewhere": true})),
+        )
+            .into_response());
+    }
+    Err(ApiError::new(
+        StatusCode::CONFLICT,
+        "no_active_run",
+        "this chat has no run to stop",
+    ))
 }
 
 fn chat_json(c: &ChatRecord) -> Value {

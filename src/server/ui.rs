@@ -226,9 +226,64 @@ pub(super) fn input_state(schema: &StateSchema, body: &ChatBody) -> Value {
     Value::Object(input)
 }
 
+/// Ids of the request's assistant messages, newest first: the answers of
+/// earlier turns that the client still shows (a regenerated or edited turn
+/// drops its answer and everything after it).
+pub(super) fn answered(body: &ChatBody) -> Vec<&str> {
+    body.messages
+        .iter()
+        .rev()
+        .filter(|m| m.role == "assistant")
+        .map(|m| m.id.as_str())
+        .collect()
+}
+
+/// Seeds `input` with the `fields` of `previous` (the state the last turn
+/// ended with); what the request itself sets wins.
+pub(super) fn carry_into(input: &mut Value, previous: &Value, fields: &[std::sync::Arc<str>]) {
+    let Value::Object(input) = input else { return };
+    for f in fields {
+        if input.contains_key(&**f) {
+            continue;
+        }
+        if let Some(v) = previous.get(&**f) {
+            input.insert(f.to_string(), v.clone());
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn carried_fields_seed_the_input_but_never_override_the_request() {
+        let body: ChatBody = serde_json::from_value(json!({
+            "id": "c",
+            "messages": [
+                {"id": "u1", "role": "user", "parts": [{"type": "text", "text": "find Acme"}]},
+                {"id": "a1", "role": "assistant", "parts": [{"type": "text", "text": "C-1"}]},
+                {"id": "u2", "role": "user", "parts": [{"type": "text", "text": "their invoices"}]},
+                {"id": "a2", "role": "assistant", "parts": []},
+            ]
+        }))
+        .unwrap();
+        assert_eq!(answered(&body), ["a2", "a1"]);
+        let schema = <crate::state::ChatState as crate::state::State>::SCHEMA;
+        let mut input = input_state(schema, &body);
+        let previous = json!({
+            "entities": [{"kind": "customer", "id": "C-1", "name": "Acme"}],
+            "query": "find Acme",
+            "summary": "",
+        });
+        let fields: Vec<std::sync::Arc<str>> =
+            vec!["entities".into(), "query".into(), "language".into()];
+        carry_into(&mut input, &previous, &fields);
+        assert_eq!(input["entities"][0]["id"], "C-1");
+        assert_eq!(input["query"], "their invoices", "the request wins");
+        assert!(input.get("language").is_none(), "absent fields stay absent");
+        assert!(input.get("summary").is_none(), "only carried fields");
+    }
 
     fn code(body: &str) -> &'static str {
         parse(body.as_bytes()).err().map_or("ok", |e| e.code)

@@ -15,7 +15,8 @@
 //!   router's reasoning) and custom data, which always reach the UI.
 //!
 //! Every node's token usage is kept in one `data-usage` part; follow-up
-//! questions and other custom data become `data-<name>` parts.
+//! questions and other custom data become `data-<name>` parts, cited sources
+//! `source-url` parts.
 
 use std::collections::{BTreeMap, HashMap};
 
@@ -441,6 +442,16 @@ impl Bridge {
                 )),
                 data: data.clone(),
                 transient: false,
+            }),
+            // Cited sources reach the UI whatever the node's surface, like custom data.
+            EventKind::Source {
+                source_id,
+                url,
+                title,
+            } => out.push(Chunk::SourceUrl {
+                source_id: source_id.clone(),
+                url: url.clone(),
+                title: title.clone(),
             }),
             EventKind::RunFinished { steps, usage } => {
                 self.flush(out);

@@ -1,6 +1,6 @@
 //! The chat pipeline's state (`state: chat` in graph files).
 
-use super::Message;
+use super::{Entity, Message};
 
 crate::state! {
     /// State of the chat pipeline (graphs/chat.yaml).
@@ -29,5 +29,8 @@ crate::state! {
         answer: String => last,
         /// Suggested follow-up questions.
         followups: Vec<String> => last,
+        /// Active entities (one per kind, the latest mentioned), extracted
+        /// from tool results by agents with an `entities` setting.
+        entities: Vec<Entity> => merge_by_id,
     }
 }

@@ -7,10 +7,12 @@
 //! every state type a graph file can name.
 
 mod chat;
+mod entity;
 mod merge;
 mod message;
 mod patch;
 pub mod reduce;
+mod research;
 mod schema;
 
 use std::any::Any;
@@ -22,9 +24,11 @@ use serde::de::DeserializeOwned;
 use serde_json::Value;
 
 pub use chat::ChatState;
+pub use entity::Entity;
 pub use merge::{TaskPatch, apply_step};
 pub use message::{Message, Role};
 pub use patch::Patch;
+pub use research::{Citation, Fact, Passage, ResearchState, Source};
 pub use schema::{FieldId, FieldSpec, FieldType, FieldValue, Reducer, StateSchema};
 
 /// Errors from applying writes to state.
@@ -268,12 +272,13 @@ pub struct StateTypes {
 }
 
 impl Default for StateTypes {
-    /// The built-in types: `chat`.
+    /// The built-in types: `chat` and `research`.
     fn default() -> Self {
         let mut t = Self {
             types: BTreeMap::new(),
         };
         t.register::<ChatState>();
+        t.register::<ResearchState>();
         t
     }
 }

@@ -8,6 +8,7 @@
     clippy::panic
 )]
 
+mod assistant;
 mod binary;
 mod chat_graph;
 mod crash;
@@ -16,6 +17,7 @@ mod executor;
 mod mcp;
 mod openai_client;
 mod replay;
+mod research;
 mod server;
 mod sse_stream;
 mod store_conformance;

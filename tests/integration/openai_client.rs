@@ -22,7 +22,8 @@ use serde_json::{Value, json};
 use stategraph::events::{EventKind, EventSink, NodeEvents, ToolCallRecord, Usage};
 use stategraph::llm::{
     ChatMessage, ChatModel, ChatRequest, EndpointSettings, FallbackModel, JsonSchemaFormat,
-    LlmChunk, LlmError, ModelCall, OpenAiModel, RetryPolicy, Timeouts, ToolDef, call_model,
+    LlmChunk, LlmConfig, LlmError, ModelCall, OpenAiModel, RetryPolicy, Timeouts, ToolDef,
+    call_model,
 };
 use tokio::sync::mpsc;
 use uuid::Uuid;
@@ -424,6 +425,94 @@ async fn sends_the_request_body_with_tools_schema_and_stream_options() {
     );
     assert_eq!(body["temperature"], 0.25);
     assert_eq!(body["max_tokens"], 100);
+}
+
+/// llama.cpp answers a history whose tool-call arguments are not JSON with
+/// a 500 (`Failed to parse tool call arguments as JSON`), so a model cut
+/// off mid-call would fail every later call of an agent — after retries.
+#[tokio::test]
+async fn broken_tool_arguments_in_the_history_are_sent_as_an_empty_object() {
+    let mock = Mock::start([answer(&["ok"])]).await;
+    let request = ChatRequest {
+        messages: vec![
+            ChatMessage::User {
+                content: "Weather?".into(),
+            },
+            ChatMessage::Assistant {
+                content: String::new(),
+                tool_calls: vec![
+                    ToolCallRecord {
+                        id: "call_1".into(),
+                        name: "get_weather".into(),
+                        arguments: "{\"city\": \"Par".into(),
+                    },
+                    ToolCallRecord {
+                        id: "call_2".into(),
+                        name: "get_weather".into(),
+                        arguments: "{\"city\": \"Rome\"}".into(),
+                    },
+                ],
+            },
+            ChatMessage::Tool {
+                call_id: "call_1".into(),
+                content: "{\"error\":true,\"type\":\"validation_error\"}".into(),
+            },
+            ChatMessage::Tool {
+                call_id: "call_2".into(),
+                content: "{\"temp\":21}".into(),
+            },
+        ],
+        ..Default::default()
+    };
+    let out = run(&mock.model(), request).await;
+    assert!(errors(&out).is_empty(), "{out:?}");
+    let body = &mock.received()[0].body;
+    let sent: Vec<&str> = body["messages"][1]["tool_calls"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["function"]["arguments"].as_str().unwrap())
+        .collect();
+    assert_eq!(sent, ["{}", "{\"city\": \"Rome\"}"]);
+}
+
+#[tokio::test]
+async fn a_role_extra_table_adds_body_fields_without_overriding_the_request() {
+    let mock = Mock::start([answer(&["ok"]), answer(&["ok"])]).await;
+    let config: LlmConfig = toml::from_str(&format!(
+        r#"
+        [endpoints.default]
+        base_url = "{}"
+        [roles.tools]
+        model = "local"
+        [roles.tools.extra]
+        stop = ["</tool_call>"]
+        cache_prompt = false
+        temperature = 0.5
+        max_tokens = 64
+        "#,
+        mock.base_url
+    ))
+    .unwrap();
+    let models = config.build_models_with(|_| None).unwrap();
+    let mut request = ask("hi");
+    request.temperature = Some(0.0);
+    let out = run(&**models.for_role("tools"), request).await;
+    assert!(errors(&out).is_empty(), "{out:?}");
+    run(&**models.for_role("chat"), ask("hi")).await;
+    let received = mock.received();
+    let body = &received[0].body;
+    assert_eq!(body["model"], "local");
+    assert_eq!(body["stop"], json!(["</tool_call>"]));
+    assert_eq!(body["cache_prompt"], false);
+    assert_eq!(body["temperature"], 0.0, "the request's temperature wins");
+    assert_eq!(body["max_tokens"], 64, "the role's default fills in");
+    assert_eq!(body["stream"], true);
+    let other = received[1].body.as_object().unwrap();
+    assert!(
+        !other.contains_key("stop") && !other.contains_key("cache_prompt"),
+        "another role sends none of it: {other:?}"
+    );
 }
 
 #[tokio::test]

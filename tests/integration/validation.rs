@@ -42,24 +42,35 @@ fn fixture_prompts() -> PathBuf {
     fixtures().join("prompts")
 }
 
-/// Diagnostic codes in the compiler's source: string literals of lowercase
-/// words joined by `-`, such as `"unknown-node"`.
+/// Diagnostic codes in the compiler's source (src/graph and src/nodes, with
+/// their subdirectories): string literals of lowercase words joined by `-`,
+/// such as `"unknown-node"`.
 fn codes_in_source() -> BTreeSet<String> {
     let mut codes = BTreeSet::new();
-    for dir in ["src/graph", "src/nodes"] {
-        for file in std::fs::read_dir(root().join(dir)).unwrap() {
-            let text = std::fs::read_to_string(file.unwrap().path()).unwrap();
-            for (i, _) in text.match_indices('"') {
-                let word: String = text[i + 1..]
-                    .chars()
-                    .take_while(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == '-')
-                    .collect();
-                if word.starts_with(|c: char| c.is_ascii_lowercase())
-                    && word.contains('-')
-                    && text[i + 1 + word.len()..].starts_with('"')
-                {
-                    codes.insert(word);
-                }
+    let mut files = Vec::new();
+    let mut dirs = vec![root().join("src/graph"), root().join("src/nodes")];
+    while let Some(dir) = dirs.pop() {
+        for entry in std::fs::read_dir(dir).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                dirs.push(path);
+            } else {
+                files.push(path);
+            }
+        }
+    }
+    for file in files {
+        let text = std::fs::read_to_string(file).unwrap();
+        for (i, _) in text.match_indices('"') {
+            let word: String = text[i + 1..]
+                .chars()
+                .take_while(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == '-')
+                .collect();
+            if word.starts_with(|c: char| c.is_ascii_lowercase())
+                && word.contains('-')
+                && text[i + 1 + word.len()..].starts_with('"')
+            {
+                codes.insert(word);
             }
         }
     }

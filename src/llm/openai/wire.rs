@@ -8,8 +8,9 @@
 //! field is optional and unknown fields are ignored; a chunk is malformed
 //! only when it is not JSON or a field has an impossible type.
 
-use serde::{Deserialize, Serialize};
-use serde_json::Value;
+use serde::ser::SerializeMap;
+use serde::{Deserialize, Serialize, Serializer};
+use serde_json::{Map, Value};
 
 use crate::events::Usage;
 use crate::llm::{ChatMessage, ChatRequest, LlmChunk};
@@ -29,6 +30,50 @@ pub(super) struct WireRequest<'a> {
     temperature: Option<f32>,
     #[serde(skip_serializing_if = "Option::is_none")]
     max_tokens: Option<u32>,
+    /// The model's extra fields, minus those written above.
+    #[serde(flatten)]
+    extra: Extra<'a>,
+}
+
+/// Body fields the client writes itself; a model's extra fields may not
+/// set them (`temperature` and `max_tokens` may: a request that sets them
+/// wins).
+pub(crate) const RESERVED_FIELDS: &[&str] = &[
+    "model",
+    "messages",
+    "stream",
+    "stream_options",
+    "tools",
+    "response_format",
+];
+
+/// A model's extra body fields, serialized without the ones the request
+/// sets itself, so no key is ever written twice.
+#[derive(Debug)]
+struct Extra<'a> {
+    fields: Option<&'a Map<String, Value>>,
+    temperature: bool,
+    max_tokens: bool,
+}
+
+impl Extra<'_> {
+    fn keeps(&self, key: &str) -> bool {
+        !(RESERVED_FIELDS.contains(&key)
+            || (self.temperature && key == "temperature")
+            || (self.max_tokens && key == "max_tokens"))
+    }
+}
+
+impl Serialize for Extra<'_> {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let mut map = serializer.serialize_map(None)?;
+        for (k, v) in self.fields.into_iter().flatten() {
+            if self.keeps(k) {
+                map.serialize_entry(k, v)?;
+            }
+        }
+        map.end()
+    }
 }
 
 #[derive(Debug, Serialize)]
@@ -100,7 +145,13 @@ struct JsonSchema<'a> {
 
 impl<'a> WireRequest<'a> {
     /// The streaming request for `model`; usage is always asked for.
-    pub(super) fn new(model: &'a str, request: &'a ChatRequest) -> Self {
+    /// `extra` fields (the model's configured ones) fill in what the
+    /// request leaves unset.
+    pub(super) fn new(
+        model: &'a str,
+        request: &'a ChatRequest,
+        extra: Option<&'a Map<String, Value>>,
+    ) -> Self {
         let messages = request.messages.iter().map(WireMessage::from).collect();
         let tools = request
             .tools
@@ -136,6 +187,11 @@ impl<'a> WireRequest<'a> {
             response_format,
             temperature: request.temperature,
             max_tokens: request.max_tokens,
+            extra: Extra {
+                fields: extra,
+                temperature: request.temperature.is_some(),
+                max_tokens: request.max_tokens.is_some(),
+            },
         }
     }
 }
@@ -157,12 +213,7 @@ impl<'a> From<&'a ChatMessage> for WireMessage<'a> {
                         r#type: "function",
                         function: WireFunctionCall {
                             name: &c.name,
-                            // Servers that render chat templates parse these; "" is not JSON.
-                            arguments: if c.arguments.trim().is_empty() {
-                                "{}"
-                            } else {
-                                &c.arguments
-                            },
+                            arguments: sendable_arguments(&c.arguments),
                         },
                     })
                     .collect(),
@@ -172,6 +223,21 @@ impl<'a> From<&'a ChatMessage> for WireMessage<'a> {
                 content,
             },
         }
+    }
+}
+
+/// A past tool call's arguments as they can be sent back. Servers that
+/// render chat templates (llama.cpp, vLLM) parse them and fail the whole
+/// request when they are not a JSON object — llama.cpp with a 500, so it
+/// would even be retried. A model cut off mid-call (`finish_reason:
+/// length`) or a small model writing broken JSON leaves such arguments in
+/// an agent's history; they go as `{}`. Nothing is lost: the agent's tool
+/// result for such a call reports the invalid arguments, text included.
+fn sendable_arguments(arguments: &str) -> &str {
+    if serde_json::from_str::<Map<String, Value>>(arguments).is_ok() {
+        arguments
+    } else {
+        "{}"
     }
 }
 
@@ -604,7 +670,7 @@ mod tests {
             temperature: None,
             max_tokens: Some(5),
         };
-        let v = serde_json::to_value(WireRequest::new("m", &req)).unwrap();
+        let v = serde_json::to_value(WireRequest::new("m", &req, None)).unwrap();
         assert_eq!(
             v,
             json!({
@@ -622,6 +688,60 @@ mod tests {
                 "response_format": {"type": "json_schema", "json_schema": {"name": "out", "schema": {"type": "object"}, "strict": true}},
                 "max_tokens": 5,
             })
+        );
+    }
+
+    #[test]
+    fn past_tool_arguments_go_back_as_a_json_object() {
+        for (given, sent) in [
+            (r#"{"city": "Paris"}"#, r#"{"city": "Paris"}"#),
+            (
+                r#" {"a": [1, {"b": null}]} "#,
+                r#" {"a": [1, {"b": null}]} "#,
+            ),
+            ("", "{}"),
+            (r#"{"city": "Par"#, "{}"),
+            ("[1, 2]", "{}"),
+            ("Paris", "{}"),
+        ] {
+            assert_eq!(sendable_arguments(given), sent, "{given}");
+        }
+    }
+
+    #[test]
+    fn extra_fields_fill_in_what_the_request_leaves_unset() {
+        let extra = json!({"stop": ["</tool_call>"], "cache_prompt": false, "temperature": 0.7,
+            "max_tokens": 64, "model": "other", "stream": false})
+        .as_object()
+        .cloned()
+        .unwrap();
+        let mut req = ChatRequest {
+            messages: vec![ChatMessage::User {
+                content: "hi".into(),
+            }],
+            temperature: Some(0.0),
+            ..Default::default()
+        };
+        let body = |req: &ChatRequest| {
+            serde_json::to_string(&WireRequest::new("m", req, Some(&extra))).unwrap()
+        };
+        let text = body(&req);
+        let v: Value = serde_json::from_str(&text).unwrap();
+        assert_eq!(
+            (&v["model"], &v["stream"], &v["temperature"]),
+            (&json!("m"), &json!(true), &json!(0.0)),
+            "the request's own fields win: {text}"
+        );
+        assert_eq!(v["max_tokens"], 64);
+        assert_eq!(v["stop"], json!(["</tool_call>"]));
+        assert_eq!(v["cache_prompt"], false);
+        for key in ["model", "stream", "temperature", "max_tokens"] {
+            assert_eq!(text.matches(&format!("\"{key}\"")).count(), 1, "{text}");
+        }
+        req.max_tokens = Some(5);
+        assert_eq!(
+            serde_json::from_str::<Value>(&body(&req)).unwrap()["max_tokens"],
+            5
         );
     }
 

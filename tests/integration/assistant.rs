@@ -1,0 +1,575 @@
+//! graphs/assistant.yaml end to end: the real HTTP server on a socket with
+//! a SQLite store, the business MCP server (tests/mcp/business_server.py,
+//! stdio, started through `McpManager`) and a scripted model. Turn by turn,
+//! as a `useChat` client would send them: the customer found in one turn is
+//! in the next turn's prompt, a display-ready table goes straight to the
+//! answer, a repeated lookup comes from the cache, and a regenerated turn
+//! continues from the turn before the answer it replaces.
+//!
+//! Also: graphs/chat.yaml carries its rolling summary from turn to turn.
+//!
+//! Needs the test venv (tests/run.sh; `STATEGRAPH_TEST_PYTHON`).
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use serde_json::{Value, json};
+use stategraph::config::Config;
+use stategraph::events::EventKind;
+use stategraph::graph::catalog::Registries;
+use stategraph::llm::scripted::{ScriptedModel, Turn};
+use stategraph::llm::{ChatMessage, ChatRequest, Models};
+use stategraph::runtime::Services;
+use stategraph::server::{AppState, Graphs};
+use stategraph::store::SqliteStore;
+use stategraph::tools::mcp::{McpConfig, McpManager};
+use uuid::Uuid;
+
+use crate::support::server::TestServer;
+use crate::support::{aisdk_validate, post_json, root};
+
+/// Every test's upper bound.
+const TEST_LIMIT: Duration = Duration::from_secs(120);
+
+/// The venv's Python (tests/run.sh), with a message saying how to get it.
+fn python() -> PathBuf {
+    let python = std::env::var_os("STATEGRAPH_TEST_PYTHON")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| {
+            let cache = std::env::var_os("XDG_CACHE_HOME")
+                .map(PathBuf::from)
+                .unwrap_or_else(|| {
+                    PathBuf::from(std::env::var_os("HOME").unwrap_or_default()).join(".cache")
+                });
+            cache.join("stategraph-tests/venv/bin/python")
+        });
+    assert!(
+        python.exists(),
+        "the MCP test venv is missing ({}): run `bash tests/run.sh` or set STATEGRAPH_TEST_PYTHON",
+        python.display()
+    );
+    python
+}
+
+/// `[tools.mcp]` for the business server, with the policies the graph
+/// comments recommend.
+fn business_config() -> McpConfig {
+    let lit = |p: PathBuf| serde_json::to_string(&p.to_string_lossy()).unwrap();
+    let text = format!(
+        r#"
+[servers.business]
+command = [{}, {}]
+health_check = 0
+[servers.business.tools.find_customer]
+cache_ttl = "5m"
+[servers.business.tools.get_customer]
+cache_ttl = "5m"
+[servers.business.tools.invoice_table]
+pass_through = true
+"#,
+        lit(python()),
+        lit(root().join("tests/mcp/business_server.py"))
+    );
+    toml::from_str(&text).unwrap()
+}
+
+/// What one POST /api/chat streamed.
+struct Streamed {
+    sse: String,
+    chunks: Vec<Value>,
+    run_id: Uuid,
+    message_id: String,
+}
+
+impl Streamed {
+    /// The answer text (all text deltas).
+    fn text(&self) -> String {
+        self.chunks
+            .iter()
+            .filter(|c| c["type"] == "text-delta")
+            .filter_map(|c| c["delta"].as_str())
+            .collect()
+    }
+
+    /// The output of the (answer-surface) tool call of `tool`.
+    fn tool_output(&self, tool: &str) -> Option<&Value> {
+        let id = self.chunks.iter().find_map(|c| {
+            (c["type"] == "tool-input-available" && c["toolName"] == tool)
+                .then(|| c["toolCallId"].clone())
+        })?;
+        self.chunks
+            .iter()
+            .find(|c| c["type"] == "tool-output-available" && c["toolCallId"] == id)
+            .map(|c| &c["output"])
+    }
+}
+
+/// A UI message.
+fn msg(id: &str, role: &str, text: &str) -> Value {
+    json!({"id": id, "role": role, "parts": [{"type": "text", "text": text}]})
+}
+
+async fn chat(
+    client: &reqwest::Client,
+    server: &TestServer,
+    chat: &str,
+    graph: &str,
+    messages: &[Value],
+    trigger: &str,
+) -> Streamed {
+    let body = json!({"id": chat, "graph": graph, "messages": messages, "trigger": trigger});
+    // Straight after the previous turn's `[DONE]`: the server ends a stream
+    // only once its run is recorded, so the chat is free again.
+    let resp = post_json(client, &server.url("/api/chat"), &body).await;
+    assert_eq!(resp.status(), 200, "POST /api/chat");
+    let sse = resp.text().await.unwrap();
+    let chunks: Vec<Value> = sse
+        .lines()
+        .filter_map(|l| l.strip_prefix("data: "))
+        .filter(|d| *d != "[DONE]")
+        .map(|d| serde_json::from_str(d).unwrap())
+        .collect();
+    let start = chunks
+        .iter()
+        .find(|c| c["type"] == "start")
+        .unwrap_or_else(|| panic!("no start chunk in {sse}"));
+    assert!(
+        chunks.iter().any(|c| c["type"] == "finish"),
+        "the run did not finish: {sse}"
+    );
+    Streamed {
+        run_id: start["messageMetadata"]["runId"]
+            .as_str()
+            .unwrap()
+            .parse()
+            .unwrap(),
+        message_id: start["messageId"].as_str().unwrap().to_owned(),
+        chunks,
+        sse,
+    }
+}
+
+/// The system prompt of a captured model request.
+fn system(req: &ChatRequest) -> &str {
+    match req.messages.first() {
+        Some(ChatMessage::System { content }) => content,
+        other => panic!("no system prompt: {other:?}"),
+    }
+}
+
+/// The run's record; its stream has ended, so its end is recorded.
+async fn recorded(server: &TestServer, run: Uuid) -> stategraph::store::RunRecord {
+    let record = server
+        .state
+        .store
+        .get_run(run)
+        .await
+        .unwrap()
+        .expect("run stored");
+    assert_ne!(
+        record.status,
+        stategraph::runtime::RunStatus::Running,
+        "a run whose stream ended is recorded as over"
+    );
+    record
+}
+
+/// The final state of a run, from its checkpoints in the store.
+async fn final_state(server: &TestServer, run: Uuid) -> Value {
+    let state = &server.state;
+    let record = recorded(server, run).await;
+    assert_eq!(record.status, stategraph::runtime::RunStatus::Finished);
+    let graph = state.graphs.get(&record.graph).expect("graph served");
+    stategraph::replay::state_at(&*state.store, &graph, run, record.last_step)
+        .await
+        .unwrap()
+        .to_json()
+}
+
+/// The `tool_result` events of a run: (tool, output, cached, display).
+async fn tool_results(server: &TestServer, run: Uuid) -> Vec<(String, Value, bool, bool)> {
+    recorded(server, run).await;
+    let events = server.state.store.events(run, 0, 10_000).await.unwrap();
+    events
+        .into_iter()
+        .filter_map(|e| match e.event {
+            EventKind::ToolResult {
+                tool,
+                output,
+                cached,
+                display,
+                ..
+            } => Some((tool, output, cached, display)),
+            _ => None,
+        })
+        .collect()
+}
+
+fn customer(id: &str, name: &str) -> Value {
+    json!([{"kind": "customer", "id": id, "name": name, "source": "find_customer"}])
+}
+
+#[tokio::test]
+async fn assistant_remembers_the_customer_across_turns_caches_lookups_and_passes_tables_through() {
+    tokio::time::timeout(TEST_LIMIT, async {
+        let reg = Registries::default();
+        let mcp = McpManager::start(&business_config(), Arc::clone(&reg.tools));
+        // The shipped files, compiled against a registry in which the MCP
+        // partition is declared (the server may still be starting).
+        let graphs = Graphs::load(&root().join("graphs"), &root().join("prompts"), reg.clone());
+        assert!(
+            graphs.get("assistant").is_some(),
+            "{:#?}",
+            graphs.catalog().diagnostics
+        );
+        assert!(
+            mcp.wait_ready(Duration::from_secs(60)).await,
+            "the business MCP server did not start: {:?}",
+            mcp.status()
+        );
+
+        let model = ScriptedModel::new([
+            // chat "acme", turn 1: find the customer.
+            Turn::tool("find_customer", json!({"name": "Acme"})),
+            Turn::text("Acme Corporation (C-1001), Rotterdam."),
+            // turn 2: "their" invoices, then the table.
+            Turn::tool("list_invoices", json!({"customer_id": "C-1001"})),
+            Turn::tool("invoice_table", json!({"customer_id": "C-1001"})),
+            // turn 3: the same lookup again.
+            Turn::tool("find_customer", json!({"name": "Acme"})),
+            Turn::text("Yes, Acme Corporation."),
+            // chat "regen": Globex, then Initech, then turn 2 regenerated.
+            Turn::tool("find_customer", json!({"name": "Globex"})),
+            Turn::text("Globex Industries (C-1002)."),
+            Turn::tool("find_customer", json!({"name": "Initech"})),
+            Turn::text("Initech (C-1003)."),
+            Turn::text("Regenerated."),
+        ])
+        .shared();
+        let dir = tempfile::tempdir().unwrap();
+        let store = Arc::new(
+            SqliteStore::open(dir.path().join("stategraph.db"))
+                .await
+                .unwrap(),
+        );
+        let services = Services::new(Models::single(model.clone()), Arc::clone(&reg.tools));
+        let state = AppState::with_mcp(Config::default(), store, graphs, services, Some(mcp));
+        let server = TestServer::serve(state).await;
+        let client = reqwest::Client::new();
+
+        // Turn 1: the model finds Acme; the customer becomes the active entity.
+        let mut history = vec![msg("u1", "user", "find customer Acme")];
+        let t1 = chat(
+            &client,
+            &server,
+            "acme",
+            "assistant",
+            &history,
+            "submit-message",
+        )
+        .await;
+        assert!(
+            !system(&model.requests()[0]).contains("C-1001"),
+            "no customer is known before the first lookup"
+        );
+        let found = t1
+            .tool_output("find_customer")
+            .expect("find_customer streamed");
+        assert_eq!(
+            (found["id"].as_str(), found["name"].as_str()),
+            (Some("C-1001"), Some("Acme Corporation"))
+        );
+        assert_eq!(
+            found["other_matches"][0]["id"], "C-1004",
+            "the MCP server's own answer"
+        );
+        let s1 = final_state(&server, t1.run_id).await;
+        assert_eq!(s1["entities"], customer("C-1001", "Acme Corporation"));
+        assert!(
+            t1.chunks
+                .iter()
+                .any(|c| c["type"] == "data-entities" && c["data"][0]["id"] == "C-1001"),
+            "the UI hears of the active entity: {}",
+            t1.sse
+        );
+        let (ok, report) = aisdk_validate(&t1.sse);
+        assert!(ok, "{report}");
+        let r1 = tool_results(&server, t1.run_id).await;
+        assert_eq!(
+            (r1.len(), r1[0].2),
+            (1, false),
+            "the first lookup is not cached"
+        );
+
+        // Turn 2: "their" resolves through the carried entity.
+        history.push(msg(&t1.message_id, "assistant", &t1.text()));
+        history.push(msg("u2", "user", "show their invoices"));
+        let t2 = chat(
+            &client,
+            &server,
+            "acme",
+            "assistant",
+            &history,
+            "submit-message",
+        )
+        .await;
+        let requests = model.requests();
+        let prompt = system(&requests[2]);
+        assert!(
+            prompt.contains("- customer: Acme Corporation (id C-1001)"),
+            "the second turn's prompt names the active customer:\n{prompt}"
+        );
+        let run2 = server
+            .state
+            .store
+            .get_run(t2.run_id)
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(
+            run2.input["entities"],
+            customer("C-1001", "Acme Corporation"),
+            "carried into the stored input"
+        );
+        assert_eq!(run2.input["query"], "show their invoices");
+        let listed = t2
+            .tool_output("list_invoices")
+            .expect("list_invoices streamed");
+        assert_eq!(listed["customer_id"], "C-1001");
+        let ids: Vec<&str> = listed["invoices"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter_map(|i| i["id"].as_str())
+            .collect();
+        assert_eq!(ids, ["INV-2024-0107", "INV-2024-0311", "INV-2024-0518"]);
+        // Pass-through: the table is the answer, verbatim, and the model is
+        // not asked to restate it.
+        let table = t2
+            .tool_output("invoice_table")
+            .and_then(Value::as_str)
+            .expect("the table")
+            .to_owned();
+        assert!(
+            table.contains("| INV-2024-0311 | 2024-03-20 | 2024-04-19 | 8,420.50 EUR | overdue |"),
+            "{table}"
+        );
+        assert_eq!(t2.text(), table, "the streamed answer is the table");
+        assert_eq!(
+            model.requests().len(),
+            4,
+            "no model call after a pass-through result"
+        );
+        let r2 = tool_results(&server, t2.run_id).await;
+        let flags: Vec<(&str, bool, bool)> =
+            r2.iter().map(|(t, _, c, d)| (t.as_str(), *c, *d)).collect();
+        assert_eq!(
+            flags,
+            [
+                ("list_invoices", false, false),
+                ("invoice_table", false, true)
+            ]
+        );
+        let s2 = final_state(&server, t2.run_id).await;
+        assert_eq!(s2["answer"], table);
+        assert_eq!(
+            s2["entities"],
+            customer("C-1001", "Acme Corporation"),
+            "kept through a turn that names no customer"
+        );
+        let (ok, report) = aisdk_validate(&t2.sse);
+        assert!(ok, "{report}");
+        recorded(&server, t2.run_id).await;
+        let stored = server.state.store.messages("acme").await.unwrap();
+        assert!(
+            stored
+                .last()
+                .unwrap()
+                .parts
+                .to_string()
+                .contains("INV-2024-0518"),
+            "the stored answer holds the table"
+        );
+
+        // Turn 3: the repeated lookup is served from the cache; the server
+        // is not called again.
+        history.push(msg(&t2.message_id, "assistant", &t2.text()));
+        history.push(msg("u3", "user", "is that Acme Corporation?"));
+        let t3 = chat(
+            &client,
+            &server,
+            "acme",
+            "assistant",
+            &history,
+            "submit-message",
+        )
+        .await;
+        assert!(
+            system(&model.requests()[4]).contains("(id C-1001)"),
+            "still active two turns later"
+        );
+        let r3 = tool_results(&server, t3.run_id).await;
+        assert_eq!(
+            (r3[0].0.as_str(), r3[0].2),
+            ("find_customer", true),
+            "served from the cache: {r3:?}"
+        );
+        assert_eq!(r3[0].1, r1[0].1, "the cached result is the first one");
+        let mcp = server.state.mcp.as_ref().unwrap();
+        let counts = mcp
+            .call_tool("business", "call_counts", json!({}))
+            .await
+            .unwrap();
+        assert_eq!(
+            counts,
+            json!({"find_customer": 1, "list_invoices": 1, "invoice_table": 1})
+        );
+
+        // Another chat: Globex, then Initech; regenerating the Initech turn
+        // continues from the Globex turn, not from the answer it replaces.
+        let mut other = vec![msg("g1", "user", "find Globex")];
+        let g1 = chat(
+            &client,
+            &server,
+            "regen",
+            "assistant",
+            &other,
+            "submit-message",
+        )
+        .await;
+        other.push(msg(&g1.message_id, "assistant", &g1.text()));
+        other.push(msg("g2", "user", "and Initech?"));
+        let g2 = chat(
+            &client,
+            &server,
+            "regen",
+            "assistant",
+            &other,
+            "submit-message",
+        )
+        .await;
+        assert!(system(&model.requests()[8]).contains("(id C-1002)"));
+        assert_eq!(
+            final_state(&server, g2.run_id).await["entities"],
+            customer("C-1003", "Initech")
+        );
+        let g2b = chat(
+            &client,
+            &server,
+            "regen",
+            "assistant",
+            &other,
+            "regenerate-message",
+        )
+        .await;
+        let prompt = system(&model.requests()[10]).to_owned();
+        assert!(
+            prompt.contains("Globex Industries (id C-1002)") && !prompt.contains("C-1003"),
+            "the regenerated turn starts from the turn before it:\n{prompt}"
+        );
+        assert_eq!(
+            final_state(&server, g2b.run_id).await["entities"],
+            customer("C-1002", "Globex Industries")
+        );
+        assert_eq!(model.remaining(), 0);
+        server.shutdown().await;
+    })
+    .await
+    .expect("the test took longer than its time limit");
+}
+
+#[tokio::test]
+async fn the_assistant_graph_is_served_without_its_mcp_server() {
+    // The embedded copy, on a registry with nothing configured: the graph
+    // declares `business` external, so it validates; its agent has no tools.
+    let cat = stategraph::graph::embedded::catalog(&Registries::default());
+    let graph = cat
+        .get("assistant")
+        .unwrap_or_else(|| panic!("{:#?}", cat.diagnostics));
+    assert_eq!(graph.external_tools, ["business"]);
+    assert_eq!(
+        graph.carry.iter().map(|f| &**f).collect::<Vec<_>>(),
+        ["entities"]
+    );
+    assert!(
+        Registries::default()
+            .tools
+            .expand(&["business".to_owned()])
+            .is_empty()
+    );
+}
+
+#[tokio::test]
+async fn the_chat_graph_carries_its_summary_so_it_is_not_rewritten_every_turn() {
+    let summaries = Arc::new(AtomicUsize::new(0));
+    let counted = Arc::clone(&summaries);
+    let model = ScriptedModel::from_fn(move |req: &ChatRequest| {
+        let system = match req.messages.first() {
+            Some(ChatMessage::System { content }) => content.as_str(),
+            _ => "",
+        };
+        if req
+            .response_format
+            .as_ref()
+            .is_some_and(|f| f.name == "intent_classification")
+        {
+            return Turn::json(
+                json!({"intent": "DIRECT", "reasoning": "chat", "missing_slots": [], "detected_language": "en"}),
+            );
+        }
+        if system.starts_with("You maintain a running summary") {
+            let n = counted.fetch_add(1, Ordering::SeqCst) + 1;
+            return Turn::text(format!("SUMMARY-{n}"));
+        }
+        // The direct answer shows which summary its prompt got.
+        let seen = system
+            .split_whitespace()
+            .find(|w| w.starts_with("SUMMARY-"))
+            .unwrap_or("none");
+        Turn::text(format!("seen {seen}"))
+    });
+    let server = TestServer::start(Arc::new(model), |_| {}).await;
+    let client = reqwest::Client::new();
+    // 21 messages: past `first_after: 20`, so the first turn summarizes.
+    let mut history: Vec<Value> = (0..20)
+        .map(|i| {
+            msg(
+                &format!("m{i}"),
+                if i % 2 == 0 { "user" } else { "assistant" },
+                &format!("message {i}"),
+            )
+        })
+        .collect();
+    history.push(msg("m20", "user", "first question"));
+    let t1 = chat(&client, &server, "long", "chat", &history, "submit-message").await;
+    assert_eq!(summaries.load(Ordering::SeqCst), 1);
+    assert_eq!(t1.text(), "seen SUMMARY-1");
+    // 23 messages, 2 past the 21 summarized (`every: 8`): no new summary,
+    // and the answer still sees the carried one.
+    history.push(msg(&t1.message_id, "assistant", &t1.text()));
+    history.push(msg("m22", "user", "second question"));
+    let t2 = chat(&client, &server, "long", "chat", &history, "submit-message").await;
+    assert_eq!(
+        summaries.load(Ordering::SeqCst),
+        1,
+        "the carried summary is still fresh"
+    );
+    assert_eq!(t2.text(), "seen SUMMARY-1");
+    let run = server
+        .state
+        .store
+        .get_run(t2.run_id)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        (
+            run.input["summary"].as_str(),
+            run.input["summarized_count"].as_u64()
+        ),
+        (Some("SUMMARY-1"), Some(21))
+    );
+    server.shutdown().await;
+}
