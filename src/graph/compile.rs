@@ -216,15 +216,15 @@ pub fn compile(
             }
             Arc::<str>::from(f.value.as_str())
         });
-        if let Some(t) = &node.timeout {
-            if t.value.0.is_zero() {
-                d.error(
-                    t.loc,
-                    "invalid-setting",
-                    "`timeout` must be greater than zero",
-                    None,
-                );
-            }
+        if let Some(t) = &node.timeout
+            && t.value.0.is_zero()
+        {
+            d.error(
+                t.loc,
+                "invalid-setting",
+                "`timeout` must be greater than zero",
+                None,
+            );
         }
         let default_surface = if matches!(kind, "llm" | "agent") {
             Surface::Answer
@@ -317,7 +317,7 @@ pub fn compile(
         id: file.id.as_str().into(),
         version,
         description: spec.description.clone(),
-        state: state.unwrap_or_else(|| crate::state::StateType::of::<crate::state::ChatState>()),
+        state: state.unwrap_or_else(crate::state::StateType::of::<crate::state::ChatState>),
         nodes,
         entry,
         joins,
@@ -396,13 +396,12 @@ fn check_route_values(
             if let Some(Some((f, vals))) = compiled
                 .get(i)
                 .map(|c| c.as_ref().and_then(|c| c.imp.declared_values()))
+                && f == route.field
             {
-                if f == route.field {
-                    writers.push(spec_nodes[i].value.id.value.clone());
-                    for v in vals {
-                        if !values.contains(v) {
-                            values.push(v.clone());
-                        }
+                writers.push(spec_nodes[i].value.id.value.clone());
+                for v in vals {
+                    if !values.contains(v) {
+                        values.push(v.clone());
                     }
                 }
             }

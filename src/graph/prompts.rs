@@ -263,15 +263,14 @@ fn collect(root: &Path, dir: &Path, out: &mut Vec<(String, PathBuf)>, depth: u32
             .extension()
             .and_then(|x| x.to_str())
             .is_some_and(|x| EXTENSIONS.contains(&x))
+            && let Ok(rel) = path.strip_prefix(root)
         {
-            if let Ok(rel) = path.strip_prefix(root) {
-                let name = rel
-                    .components()
-                    .map(|c| c.as_os_str().to_string_lossy())
-                    .collect::<Vec<_>>()
-                    .join("/");
-                out.push((name, path));
-            }
+            let name = rel
+                .components()
+                .map(|c| c.as_os_str().to_string_lossy())
+                .collect::<Vec<_>>()
+                .join("/");
+            out.push((name, path));
         }
     }
 }

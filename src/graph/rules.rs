@@ -246,9 +246,9 @@ fn joins(s: &Shape<'_>, d: &mut Diagnostics) {
                 or_into(&mut prefix, &sets[i]);
             }
         }
-        'pairs: for a in 0..k {
+        'pairs: for (a, co_a) in co.iter().enumerate().take(k) {
             for b in a + 1..k {
-                if !bit(&co[a], b) {
+                if !bit(co_a, b) {
                     let (na, nb) = (join.sources[a] as usize, join.sources[b] as usize);
                     d.error(
                         s.join_locs[j],

@@ -272,7 +272,8 @@ impl DurationSpec {
             "d" => n * 86_400e3,
             _ => return None,
         };
-        (ms.is_finite() && ms >= 0.0 && ms < 1e12).then(|| Duration::from_micros((ms * 1e3) as u64))
+        (ms.is_finite() && (0.0..1e12).contains(&ms))
+            .then(|| Duration::from_micros((ms * 1e3) as u64))
     }
 }
 

@@ -11,6 +11,7 @@ use std::time::Instant;
 
 use serde_json::{Value, json};
 
+use super::Reported;
 use super::entities::EntityRules;
 use super::{BuildCx, NodeContext, NodeError, PromptRef, history};
 use crate::events::{EventKind, ToolCallRecord};
@@ -60,10 +61,10 @@ impl Agent {
         let tools = cx.tools();
         let entities = match &tools {
             Ok(t) => EntityRules::build(cx, t),
-            Err(()) => Err(()),
+            Err(Reported) => Err(Reported),
         };
         let input = match &n.input {
-            Some(_) => cx.input(&n.input, "query").map(Some).ok_or(()),
+            Some(_) => cx.input(&n.input, "query").map(Some).ok_or(Reported),
             None => Ok(None),
         };
         let history = cx.history(12);
@@ -113,12 +114,12 @@ impl Agent {
             content: self.prompt.render(&cx)?,
         }];
         messages.extend(history(cx.state, self.history.0, self.history.1));
-        if let Some(text) = self.input.and_then(|f| cx.state.text(f)) {
-            if !matches!(messages.last(), Some(ChatMessage::User { content }) if content == text) {
-                messages.push(ChatMessage::User {
-                    content: text.to_owned(),
-                });
-            }
+        if let Some(text) = self.input.and_then(|f| cx.state.text(f))
+            && !matches!(messages.last(), Some(ChatMessage::User { content }) if content == text)
+        {
+            messages.push(ChatMessage::User {
+                content: text.to_owned(),
+            });
         }
         let allowed = cx.services.tools.expand(&self.tools);
         let defs = cx.services.tools.defs(&allowed);
@@ -181,10 +182,10 @@ impl Agent {
             }
         }
         let mut patch = Patch::new().set(Arc::clone(&self.output), answer);
-        if let Some(field) = &self.trace {
-            if !trace.is_empty() {
-                patch.insert(Arc::clone(field), Value::Array(trace));
-            }
+        if let Some(field) = &self.trace
+            && !trace.is_empty()
+        {
+            patch.insert(Arc::clone(field), Value::Array(trace));
         }
         if let (Some(rules), false) = (&self.entities, entities.is_empty()) {
             // In mention order: the field's reducer keeps the last of a kind.

@@ -13,6 +13,11 @@ use crate::graph::spec::NodeSpec;
 use crate::state::{FieldId, FieldSpec, FieldType, StateSchema, StateTypes};
 use crate::tools::ToolRegistry;
 
+/// A setting was wrong and its diagnostic has been reported: the node
+/// does not build, and the caller has nothing more to say.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Reported;
+
 /// Everything a kind's `build` can consult, and where it reports problems.
 pub struct BuildCx<'a> {
     /// The node's spec.
@@ -171,7 +176,7 @@ impl<'a> BuildCx<'a> {
         setting: &Option<Sp<String>>,
         expected: &str,
         check: impl Fn(&FieldSpec) -> bool,
-    ) -> Result<Option<FieldId>, ()> {
+    ) -> Result<Option<FieldId>, Reported> {
         match setting {
             None => Ok(None),
             Some(name) => match self.field(name, expected, check) {
@@ -179,7 +184,7 @@ impl<'a> BuildCx<'a> {
                     self.writes.push(id);
                     Ok(Some(id))
                 }
-                None => Err(()),
+                None => Err(Reported),
             },
         }
     }
@@ -193,7 +198,7 @@ impl<'a> BuildCx<'a> {
     }
 
     /// The history field and window (`history`, `history_window`).
-    pub fn history(&mut self, default_window: u32) -> Result<(Option<FieldId>, usize), ()> {
+    pub fn history(&mut self, default_window: u32) -> Result<(Option<FieldId>, usize), Reported> {
         let window = self
             .node
             .history_window
@@ -204,7 +209,7 @@ impl<'a> BuildCx<'a> {
             Some(name) => self
                 .field(name, "a list of messages", is_messages)
                 .map(|f| (Some(f), window))
-                .ok_or(()),
+                .ok_or(Reported),
         }
     }
 
@@ -219,7 +224,7 @@ impl<'a> BuildCx<'a> {
 
     /// The node's prompt, checked: it exists, parses, and uses only state
     /// fields (and `item` on map targets).
-    pub fn prompt(&mut self, required: bool) -> Result<Option<PromptRef>, ()> {
+    pub fn prompt(&mut self, required: bool) -> Result<Option<PromptRef>, Reported> {
         let Some(name) = &self.node.prompt else {
             if required {
                 let (kind, id) = (self.kind().to_owned(), self.node.id.value.clone());
@@ -229,7 +234,7 @@ impl<'a> BuildCx<'a> {
                     format!("node `{id}` of kind `{kind}` needs a `prompt`"),
                     None,
                 );
-                return Err(());
+                return Err(Reported);
             }
             return Ok(None);
         };
@@ -243,12 +248,12 @@ impl<'a> BuildCx<'a> {
                 format!("prompt `{}` does not exist in {dir}", name.value),
                 Some(hint),
             );
-            return Err(());
+            return Err(Reported);
         };
         self.prompts_used.insert(name.value.clone());
         if let Some(d) = &file.error {
             self.diags.extend(vec![d.clone()]);
-            return Err(());
+            return Err(Reported);
         }
         let mut ok = true;
         let mut vars = Vec::new();
@@ -291,7 +296,7 @@ impl<'a> BuildCx<'a> {
             }
         }
         if !ok {
-            return Err(());
+            return Err(Reported);
         }
         Ok(Some(PromptRef {
             name: name.value.as_str().into(),
@@ -303,7 +308,7 @@ impl<'a> BuildCx<'a> {
     /// The tool and partition names the node may call, each checked to be
     /// known to the registry (a partition's tools are looked up per call, so
     /// MCP servers can come and go).
-    pub fn tools(&mut self) -> Result<Vec<String>, ()> {
+    pub fn tools(&mut self) -> Result<Vec<String>, Reported> {
         let mut out: Vec<String> = Vec::new();
         let mut ok = true;
         for entry in &self.node.tools {
@@ -339,7 +344,7 @@ impl<'a> BuildCx<'a> {
                 }
             }
         }
-        if ok { Ok(out) } else { Err(()) }
+        if ok { Ok(out) } else { Err(Reported) }
     }
 }
 

@@ -21,6 +21,7 @@ use std::sync::Arc;
 use serde_json::Value;
 
 use super::BuildCx;
+use super::Reported;
 use crate::graph::load::valid_id;
 use crate::graph::loc::Sp;
 use crate::state::{Entity, FieldSpec, FieldType, Reducer};
@@ -43,7 +44,7 @@ struct Rule {
 impl EntityRules {
     /// Reads and checks the node's `entities` and `entity_field`; `tools`
     /// are the node's checked `tools` entries. `Ok(None)`: no `entities`.
-    pub(super) fn build(cx: &mut BuildCx<'_>, tools: &[String]) -> Result<Option<Self>, ()> {
+    pub(super) fn build(cx: &mut BuildCx<'_>, tools: &[String]) -> Result<Option<Self>, Reported> {
         let n = cx.node;
         let Some(spec) = &n.entities else {
             if let Some(f) = &n.entity_field {
@@ -53,7 +54,7 @@ impl EntityRules {
                     "`entity_field` has no effect without `entities`",
                     Some("add `entities: {kind: {from: [tool], id: /id, name: /name}}`".into()),
                 );
-                return Err(());
+                return Err(Reported);
             }
             return Ok(None);
         };
@@ -129,7 +130,7 @@ impl EntityRules {
         };
         match (ok, field) {
             (true, Some(field)) => Ok(Some(Self { field, rules })),
-            _ => Err(()),
+            _ => Err(Reported),
         }
     }
 

@@ -9,6 +9,7 @@ use std::sync::Arc;
 
 use serde_json::{Value, json};
 
+use super::Reported;
 use super::{BuildCx, NodeContext, NodeError, PromptRef, history};
 use crate::llm::{ChatMessage, ChatRequest, JsonSchemaFormat};
 use crate::state::{FieldId, FieldType, Patch};
@@ -41,7 +42,7 @@ impl Followup {
         cx.accept(SETTINGS);
         let prompt = cx.prompt(true);
         let input = match &n.input {
-            Some(_) => cx.input(&n.input, "query").map(Some).ok_or(()),
+            Some(_) => cx.input(&n.input, "query").map(Some).ok_or(Reported),
             None => Ok(None),
         };
         let history = cx.history(6);

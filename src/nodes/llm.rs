@@ -4,6 +4,7 @@
 
 use std::sync::Arc;
 
+use super::Reported;
 use super::{BuildCx, NodeContext, NodeError, PromptRef, history};
 use crate::llm::{ChatMessage, ChatRequest};
 use crate::state::{FieldId, FieldType, Patch};
@@ -35,7 +36,7 @@ impl LlmNode {
         cx.accept(SETTINGS);
         let prompt = cx.prompt(true);
         let input = match &n.input {
-            Some(_) => cx.input(&n.input, "query").map(Some).ok_or(()),
+            Some(_) => cx.input(&n.input, "query").map(Some).ok_or(Reported),
             None => Ok(None),
         };
         let history = cx.history(12);

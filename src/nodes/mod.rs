@@ -40,7 +40,7 @@ use crate::runtime::Services;
 use crate::state::{DynState, FieldId, Message, Patch, Role};
 use crate::tools::{ToolError, ToolOutcome};
 
-pub use build::{BuildCx, PromptRef};
+pub use build::{BuildCx, PromptRef, Reported};
 
 /// The built-in kinds.
 pub const BUILTIN_KINDS: &[&str] = &[
@@ -175,15 +175,15 @@ impl NodeContext<'_> {
         args: Value,
         allowed: &[String],
     ) -> Result<ToolOutcome, ToolError> {
-        if let Some(rec) = &self.services.recording {
-            if let Some(r) = rec.tool(
+        if let Some(rec) = &self.services.recording
+            && let Some(r) = rec.tool(
                 self.events.node(),
                 self.events.step(),
                 self.events.task(),
                 call_id,
-            ) {
-                return r;
-            }
+            )
+        {
+            return r;
         }
         self.services.tools.call(name, args, allowed).await
     }
@@ -231,8 +231,8 @@ pub enum NodeError {
     Tool {
         /// The tool.
         tool: String,
-        /// Its structured failure.
-        error: ToolError,
+        /// Its structured failure (boxed: errors stay small to move).
+        error: Box<ToolError>,
     },
 }
 

@@ -12,6 +12,7 @@ use std::sync::Arc;
 use serde::Deserialize;
 use serde_json::{Value, json};
 
+use super::Reported;
 use super::{BuildCx, NodeContext, NodeError, PromptRef, history};
 use crate::llm::{ChatMessage, ChatRequest, JsonSchemaFormat};
 use crate::state::{FieldId, FieldType, Patch};
@@ -140,7 +141,7 @@ impl Router {
             Some(name) => cx
                 .field(name, "a text field", |f| f.ty == FieldType::Text)
                 .map(Some)
-                .ok_or(()),
+                .ok_or(Reported),
             None => Ok(None),
         };
         let output = cx.output(&n.output, "intent", "a text field", |f| {
@@ -228,10 +229,10 @@ impl Router {
         details["intent"] = json!(intent);
         details["source"] = json!(source.as_str());
         let mut patch = Patch::new().set(Arc::clone(&self.output.1), intent);
-        if let (Some(field), Some(lang)) = (&self.language, details["detected_language"].as_str()) {
-            if !lang.is_empty() {
-                patch.insert(Arc::clone(field), lang.to_owned());
-            }
+        if let (Some(field), Some(lang)) = (&self.language, details["detected_language"].as_str())
+            && !lang.is_empty()
+        {
+            patch.insert(Arc::clone(field), lang.to_owned());
         }
         if let Some(field) = &self.details {
             patch.insert(Arc::clone(field), details);

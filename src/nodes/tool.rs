@@ -184,7 +184,7 @@ impl ToolNode {
                 } else {
                     Err(NodeError::Tool {
                         tool: self.tool.clone(),
-                        error,
+                        error: Box::new(error),
                     })
                 }
             }

@@ -247,7 +247,8 @@ fn comparable(ev: &Event) -> Option<Value> {
 fn canonical(events: &[Event]) -> Vec<(usize, Value)> {
     // (step, phase, node, task) where phase 0 = the step's events before any
     // task's, 1 = tasks', 2 = after; a stable sort keeps each task's order.
-    let mut keyed: Vec<((u32, u8, Option<&str>, u32), usize, Value)> = Vec::new();
+    type Key<'a> = (u32, u8, Option<&'a str>, u32);
+    let mut keyed: Vec<(Key<'_>, usize, Value)> = Vec::new();
     let mut step = None;
     let mut phase = 0u8;
     for (i, e) in events.iter().enumerate() {

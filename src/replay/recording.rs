@@ -28,10 +28,13 @@ pub enum RecordedTool {
     Err(crate::events::ToolFailure),
 }
 
+/// One recorded model call: its chunks, as the model streamed them.
+type Chunks = Vec<Result<LlmChunk, LlmError>>;
+
 /// Recorded model streams and tool results of one run.
 #[derive(Debug, Default)]
 pub struct Recording {
-    llm: Mutex<HashMap<CallKey, VecDeque<Vec<Result<LlmChunk, LlmError>>>>>,
+    llm: Mutex<HashMap<CallKey, VecDeque<Chunks>>>,
     tools: Mutex<HashMap<ToolKey, VecDeque<RecordedTool>>>,
     /// Model names by key, for the replayed `llm_started`.
     models: HashMap<CallKey, String>,
@@ -42,10 +45,8 @@ impl Recording {
     pub fn from_events<'a>(events: impl IntoIterator<Item = &'a Event>) -> Self {
         let mut rec = Recording::default();
         // The call in progress per task: (key, chunks, tool index by call id).
-        let mut open: HashMap<
-            (String, u32, u32),
-            (CallKey, Vec<Result<LlmChunk, LlmError>>, Vec<String>),
-        > = HashMap::new();
+        type Open = (CallKey, Chunks, Vec<String>);
+        let mut open: HashMap<(String, u32, u32), Open> = HashMap::new();
         for ev in events {
             let node = ev.node.as_deref().unwrap_or("").to_owned();
             let task = (node.clone(), ev.step, ev.task);
@@ -77,13 +78,13 @@ impl Recording {
                     }
                 }
                 EventKind::ToolCallDelta { call_id, delta } => {
-                    if let Some(o) = open.get_mut(&task) {
-                        if let Some(index) = o.2.iter().position(|c| c == call_id) {
-                            o.1.push(Ok(LlmChunk::ToolCallArgs {
-                                index: index as u32,
-                                delta: delta.clone(),
-                            }));
-                        }
+                    if let Some(o) = open.get_mut(&task)
+                        && let Some(index) = o.2.iter().position(|c| c == call_id)
+                    {
+                        o.1.push(Ok(LlmChunk::ToolCallArgs {
+                            index: index as u32,
+                            delta: delta.clone(),
+                        }));
                     }
                 }
                 EventKind::LlmFinished { output, usage, .. } => {

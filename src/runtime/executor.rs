@@ -343,16 +343,16 @@ impl<'a> Exec<'a> {
             .collect();
         let mut patches: Vec<TaskPatch<'_>> = Vec::with_capacity(finished.len());
         for (i, ev) in finished.iter().enumerate() {
-            if let EventKind::NodeFinished { patch, .. } = &ev.event {
-                if !patch.is_empty() {
-                    let t = &self.tasks[i];
-                    patches.push(TaskPatch {
-                        order: t.order,
-                        label: &labels[i],
-                        writes: &self.graph.nodes[t.node as usize].writes,
-                        patch,
-                    });
-                }
+            if let EventKind::NodeFinished { patch, .. } = &ev.event
+                && !patch.is_empty()
+            {
+                let t = &self.tasks[i];
+                patches.push(TaskPatch {
+                    order: t.order,
+                    label: &labels[i],
+                    writes: &self.graph.nodes[t.node as usize].writes,
+                    patch,
+                });
             }
         }
         apply_step(&mut *self.state, &mut patches).map_err(RunError::State)?;

@@ -59,10 +59,10 @@ pub(super) async fn post(
             format!("no graph `{graph_id}` (available: {})", known.join(", ")),
         )
     })?;
-    if let Some(existing) = state.store.get_chat(&body.id).await? {
-        if existing.user_id != user.0 {
-            return Err(ApiError::not_found(format!("no chat `{}`", body.id)));
-        }
+    if let Some(existing) = state.store.get_chat(&body.id).await?
+        && existing.user_id != user.0
+    {
+        return Err(ApiError::not_found(format!("no chat `{}`", body.id)));
     }
     if state.runs.is_busy(&body.id) {
         return Err(ApiError::new(

@@ -328,7 +328,7 @@ impl RunManager {
         // elsewhere until now) gives way; its subscribers keep following.
         if chats
             .get(&start.chat_id)
-            .is_some_and(|h| !h.is_done() && !(h.follower && h.run_id == start.run_id))
+            .is_some_and(|h| !h.is_done() && (!h.follower || h.run_id != start.run_id))
         {
             return Err(StartError::Busy);
         }
@@ -488,10 +488,8 @@ async fn drive(state: Arc<AppState>, hub: Arc<RunHub>, start: RunStart) {
         ..Default::default()
     };
     let graph_id = start.graph.id.to_string();
-    let (history, run): (
-        Vec<Event>,
-        Pin<Box<dyn Future<Output = Result<RunOutcome, RunError>> + Send>>,
-    ) = match start.begin {
+    type RunFuture = Pin<Box<dyn Future<Output = Result<RunOutcome, RunError>> + Send>>;
+    let (history, run): (Vec<Event>, RunFuture) = match start.begin {
         Begin::Fresh(input) => (
             Vec::new(),
             Box::pin(runtime::run(

@@ -118,7 +118,7 @@ pub(super) async fn events(
     if wants_sse {
         let (_, events) = replay::load(&*state.store, run.id)
             .await
-            .map_err(|e| ApiError::internal(e))?;
+            .map_err(ApiError::internal)?;
         let text = replay::sse(&events)
             .map_err(|e| ApiError::new(StatusCode::CONFLICT, "not_streamed", e.to_string()))?;
         let mut resp = Bytes::from(text).into_response();

@@ -197,20 +197,18 @@ impl Bridge {
                 message_id: self.cfg.message_id.clone(),
                 message_metadata: self.cfg.metadata.clone(),
             }),
-            EventKind::NodeStarted { attempt, .. } => {
-                if surface == Surface::Thinking {
-                    let k = key();
-                    if *attempt > 1 {
-                        if let Some(t) = self.thinking.get_mut(&k) {
-                            t.status = "running";
-                            t.text.clear();
-                            t.tools.clear();
-                            out.push(emit(t, ev.at));
-                        }
-                    } else {
-                        let t = self.thinking_part(&k, node, ev);
+            EventKind::NodeStarted { attempt, .. } if surface == Surface::Thinking => {
+                let k = key();
+                if *attempt > 1 {
+                    if let Some(t) = self.thinking.get_mut(&k) {
+                        t.status = "running";
+                        t.text.clear();
+                        t.tools.clear();
                         out.push(emit(t, ev.at));
                     }
+                } else {
+                    let t = self.thinking_part(&k, node, ev);
+                    out.push(emit(t, ev.at));
                 }
             }
             EventKind::LlmStarted { .. } if surface == Surface::Answer => {

@@ -52,14 +52,14 @@ pub fn apply_step(
                 });
             }
             if schema.spec(field).reducer == Reducer::Last {
-                if let Some(&(_, first)) = last_writer.iter().find(|(f, _)| *f == field) {
-                    if first != t {
-                        return Err(StateError::Conflict {
-                            field: name.to_owned(),
-                            first: patches[first].label.to_owned(),
-                            second: task.label.to_owned(),
-                        });
-                    }
+                if let Some(&(_, first)) = last_writer.iter().find(|(f, _)| *f == field)
+                    && first != t
+                {
+                    return Err(StateError::Conflict {
+                        field: name.to_owned(),
+                        first: patches[first].label.to_owned(),
+                        second: task.label.to_owned(),
+                    });
                 }
                 last_writer.push((field, t));
             }

@@ -172,10 +172,10 @@ impl ToolRegistry {
         let entries: Vec<Entry> = tools.into_iter().map(entry).collect::<Result<_, _>>()?;
         let mut g = self.write();
         for e in &entries {
-            if let Some(existing) = g.tools.get(&e.def.name) {
-                if existing.tool.spec().partition != partition {
-                    return Err(RegistryError::Duplicate(e.def.name.clone()));
-                }
+            if let Some(existing) = g.tools.get(&e.def.name)
+                && existing.tool.spec().partition != partition
+            {
+                return Err(RegistryError::Duplicate(e.def.name.clone()));
             }
         }
         g.tools.retain(|_, t| t.tool.spec().partition != partition);
@@ -343,14 +343,14 @@ impl ToolRegistry {
         }
         let policy = self.policy(name);
         let cache_key = policy.cache_ttl.map(|_| key(name, &args));
-        if let Some(k) = &cache_key {
-            if let Some(output) = self.cache.get(k) {
-                return Ok(ToolOutcome {
-                    output,
-                    cached: true,
-                    display: policy.pass_through,
-                });
-            }
+        if let Some(k) = &cache_key
+            && let Some(output) = self.cache.get(k)
+        {
+            return Ok(ToolOutcome {
+                output,
+                cached: true,
+                display: policy.pass_through,
+            });
         }
         let output = match tokio::time::timeout(policy.timeout, entry.tool.call(args)).await {
             Ok(r) => r?,

@@ -64,8 +64,11 @@ fn route(intent: &str) -> Turn {
     )
 }
 
+/// The requests a scripted model received, with the node that sent each.
+type RequestLog = Arc<Mutex<Vec<(String, ChatRequest)>>>;
+
 /// A scripted model following `script`; returns it with the log of (node, request).
-fn model(script: Script) -> (Arc<ScriptedModel>, Arc<Mutex<Vec<(String, ChatRequest)>>>) {
+fn model(script: Script) -> (Arc<ScriptedModel>, RequestLog) {
     let log = Arc::new(Mutex::new(Vec::new()));
     let seen = Arc::clone(&log);
     let m = ScriptedModel::from_fn(move |req| {

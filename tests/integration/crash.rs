@@ -220,7 +220,8 @@ async fn resume_and_check(server: &Server, chat: &str, expect_text: &str) -> Val
         .map(|n| n.parse().unwrap())
         .collect();
     assert!(ids.windows(2).all(|w| w[0] <= w[1]), "ids in order");
-    for kind in ["data-followups"] {
+    {
+        let kind = "data-followups";
         let n = parts.iter().filter(|p| p["type"] == kind).count();
         assert!(n <= 1, "{kind} {n} times");
     }
@@ -256,12 +257,7 @@ async fn resume_and_check(server: &Server, chat: &str, expect_text: &str) -> Val
 
 /// The offline narrator's answer to `query` (deterministic).
 async fn reference_answer(dir: &Path, graphs: &Path, graph: &str, query: &str) -> String {
-    let server = start(
-        dir,
-        &config(&format!("[store]\nbackend = \"memory\"\n")),
-        graphs,
-    )
-    .await;
+    let server = start(dir, &config("[store]\nbackend = \"memory\"\n"), graphs).await;
     let mut body = chat_body("reference", query);
     body["graph"] = json!(graph);
     let text = reqwest::Client::new()
