@@ -22,8 +22,9 @@
 //! database, and skips PostgreSQL if the server is not there.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, missing_docs)]
 
+mod support;
+
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use criterion::{Criterion, Throughput};
@@ -33,12 +34,9 @@ use stategraph::runtime::{PendingTask, RunStatus, StepBatch, TaskWrite};
 use stategraph::state::Patch;
 use stategraph::store::memory::MemoryStore;
 use stategraph::store::{EventLog, PostgresStore, RunRecord, RunStore, SqliteStore, Store};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::{TcpListener, TcpStream};
+use support::pg::{self, PG, WireCount};
 use tokio::runtime::Runtime;
 use uuid::Uuid;
-
-const PG: &str = "postgres://postgres@127.0.0.1:5432";
 
 // ------------------------------------------------------------ workloads
 
@@ -377,14 +375,6 @@ impl Backend {
     }
 }
 
-async fn pg_admin() -> Option<tokio_postgres::Client> {
-    let (client, conn) = tokio_postgres::connect(&format!("{PG}/postgres"), tokio_postgres::NoTls)
-        .await
-        .ok()?;
-    tokio::spawn(conn);
-    Some(client)
-}
-
 /// Appends whole runs of `plan`'s batches (run rows created first, untimed).
 async fn append_runs(
     store: &dyn Store,
@@ -552,87 +542,9 @@ async fn pg_storage_per_run(url: &str, store: &dyn Store) {
     );
 }
 
-/// Counts the client's protocol messages that wait for the server.
-#[derive(Default)]
-struct WireCount {
-    syncs: AtomicU64,
-    queries: AtomicU64,
-}
-
-/// A TCP proxy to PostgreSQL that counts `Sync` and `Query` messages.
-async fn counting_proxy(count: Arc<WireCount>) -> u16 {
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let port = listener.local_addr().unwrap().port();
-    tokio::spawn(async move {
-        while let Ok((client, _)) = listener.accept().await {
-            let count = Arc::clone(&count);
-            tokio::spawn(async move {
-                let server = TcpStream::connect("127.0.0.1:5432").await.unwrap();
-                let (mut cr, mut cw) = client.into_split();
-                let (mut sr, mut sw) = server.into_split();
-                tokio::spawn(async move {
-                    let _ = tokio::io::copy(&mut sr, &mut cw).await;
-                });
-                let mut buf = Vec::new();
-                let mut chunk = vec![0u8; 64 * 1024];
-                let mut startup = true;
-                loop {
-                    let n = match cr.read(&mut chunk).await {
-                        Ok(0) | Err(_) => break,
-                        Ok(n) => n,
-                    };
-                    if sw.write_all(&chunk[..n]).await.is_err() {
-                        break;
-                    }
-                    buf.extend_from_slice(&chunk[..n]);
-                    count_messages(&mut buf, &mut startup, &count);
-                }
-            });
-        }
-    });
-    port
-}
-
-/// Consumes the complete messages at the front of `buf`.
-fn count_messages(buf: &mut Vec<u8>, startup: &mut bool, count: &WireCount) {
-    let mut at = 0;
-    loop {
-        let rest = &buf[at..];
-        if *startup {
-            // Untyped: length (with itself), then a protocol code.
-            if rest.len() < 8 {
-                break;
-            }
-            let len = u32::from_be_bytes([rest[0], rest[1], rest[2], rest[3]]) as usize;
-            if rest.len() < len {
-                break;
-            }
-            let code = u32::from_be_bytes([rest[4], rest[5], rest[6], rest[7]]);
-            // SSL and GSS encryption requests precede the real startup.
-            *startup = code == 80_877_103 || code == 80_877_104;
-            at += len;
-        } else {
-            if rest.len() < 5 {
-                break;
-            }
-            let len = u32::from_be_bytes([rest[1], rest[2], rest[3], rest[4]]) as usize;
-            if rest.len() < 1 + len {
-                break;
-            }
-            match rest[0] {
-                b'S' => count.syncs.fetch_add(1, Ordering::Relaxed),
-                b'Q' => count.queries.fetch_add(1, Ordering::Relaxed),
-                _ => 0,
-            };
-            at += 1 + len;
-        }
-    }
-    buf.drain(..at);
-}
-
 async fn pg_round_trips(db: &str) {
     let count = Arc::new(WireCount::default());
-    let port = counting_proxy(Arc::clone(&count)).await;
+    let port = pg::counting_proxy(Arc::clone(&count)).await;
     let store = PostgresStore::connect(&format!("postgres://postgres@127.0.0.1:{port}/{db}"), 1)
         .await
         .unwrap();
@@ -642,22 +554,23 @@ async fn pg_round_trips(db: &str) {
     for p in &planned {
         store.create_run(run_record(p[0].run_id)).await.unwrap();
     }
-    let (s0, q0) = (
-        count.syncs.load(Ordering::Relaxed),
-        count.queries.load(Ordering::Relaxed),
-    );
+    let before = count.snapshot();
     let mut appends = 0u64;
     for b in planned.iter().flatten() {
         store.append(b).await.unwrap();
         appends += 1;
     }
-    let (syncs, queries) = (
-        count.syncs.load(Ordering::Relaxed) - s0,
-        count.queries.load(Ordering::Relaxed) - q0,
+    // Let the notifications of the last appends go out.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let (on_path, notify) = (
+        count.since(&before, "INSERT INTO run_events"),
+        count.since(&before, "pg_notify"),
     );
     println!(
-        "\nPostgreSQL round trips per append: {:.2} ({appends} appends of 1–107 events: {syncs} Sync + {queries} simple Query messages on the wire)",
-        (syncs + queries) as f64 / appends as f64
+        "\nPostgreSQL round trips per append: {:.2} ({appends} appends of 1–107 events, counted on the wire), \
+         plus {:.2} notification statements per append sent after them on another connection",
+        on_path as f64 / appends as f64,
+        notify as f64 / appends as f64
     );
 }
 
@@ -694,7 +607,7 @@ fn main() {
             },
         ];
         let mut pg_url = None;
-        match pg_admin().await {
+        match pg::admin().await {
             Some(admin) => {
                 admin
                     .batch_execute(&format!("CREATE DATABASE {db}"))
@@ -739,7 +652,7 @@ fn main() {
     drop(backends);
     if pg_url.is_some() {
         rt.block_on(async {
-            if let Some(admin) = pg_admin().await {
+            if let Some(admin) = pg::admin().await {
                 let _ = admin
                     .batch_execute(&format!("DROP DATABASE IF EXISTS {db} WITH (FORCE)"))
                     .await;

@@ -1,5 +1,8 @@
-//! Shared bench fixtures: generated graphs and the scripted chat model.
+//! Shared bench fixtures: generated graphs and the scripted chat model;
+//! [`pg`] for benches that use PostgreSQL.
 #![allow(dead_code, missing_docs, unreachable_pub)]
+
+pub mod pg;
 
 use std::fmt::Write;
 use std::path::Path;
@@ -256,6 +259,28 @@ pub async fn run_consumed(
     services: Arc<Services>,
     input: impl Into<Arc<Value>>,
 ) -> usize {
+    run_with(graph, services, input, RunOptions::default())
+        .await
+        .events
+}
+
+/// What one run did.
+#[derive(Clone, Copy, Debug)]
+pub struct Ran {
+    /// Events emitted (and consumed).
+    pub events: usize,
+    /// Supersteps executed.
+    pub steps: u32,
+}
+
+/// Runs once with `opts` (its event channel replaced by one whose events
+/// are all consumed, as a server's pump does); panics if the run fails.
+pub async fn run_with(
+    graph: Arc<CompiledGraph>,
+    services: Arc<Services>,
+    input: impl Into<Arc<Value>>,
+    opts: RunOptions,
+) -> Ran {
     let (tx, mut rx) = mpsc::channel(1024);
     let drain = tokio::spawn(async move {
         let mut n = 0usize;
@@ -271,12 +296,28 @@ pub async fn run_consumed(
         input,
         RunOptions {
             events: Some(tx),
-            ..Default::default()
+            ..opts
         },
     )
     .await;
-    assert!(out.is_ok(), "{:?}", out.err());
-    drain.await.unwrap_or(0)
+    let steps = match out {
+        Ok(o) => o.steps,
+        Err(e) => panic!("run failed: {e}"),
+    };
+    Ran {
+        events: drain.await.unwrap_or(0),
+        steps,
+    }
+}
+
+/// Tokens per model call that make the chat RESEARCH path emit about
+/// `events` events (measured, so it follows changes to the graph).
+pub async fn tokens_for_events(events: usize) -> usize {
+    let (graph, input) = (chat_graph(), research_input());
+    let base = run_consumed(graph.clone(), services(research_model(0)), input.clone()).await;
+    let with = run_consumed(graph, services(research_model(100)), input).await;
+    let per_token = (with.saturating_sub(base) as f64 / 100.0).max(1.0);
+    ((events.saturating_sub(base)) as f64 / per_token).round() as usize
 }
 
 pub fn current_thread() -> tokio::runtime::Runtime {

@@ -1,0 +1,506 @@
+//! Load generator for the chat server (`cargo bench --bench load`). It
+//! starts `stategraph serve` as a child process (SQLite store in a temp
+//! dir unless told otherwise) and drives it over HTTP + SSE on loopback,
+//! reading every response as a browser would.
+//!
+//! 1. `paced`: 1,000 concurrent chats (RESEARCH path), every model call
+//!    streaming 50 tokens at 20 tokens/s. Targets: p99 of the time from a
+//!    token leaving the model to its SSE bytes being written ≤ 1 ms; server
+//!    RSS ≤ 100 MB. Run twice:
+//!    - against a paced OpenAI-compatible model served by this process on
+//!      127.0.0.1 (`model.rs`), the production path: the server's HTTP
+//!      client parses the model's stream. Answer tokens carry the time they
+//!      were made, so this client measures model socket → client read end
+//!      to end (an upper bound: two loopback hops and this process's own
+//!      scheduling are included);
+//!    - against the built-in offline model paced the same way.
+//!
+//!    Both report the server's own figure, its
+//!    `stategraph_sse_token_delay_seconds` histogram: the token's event
+//!    timestamp (taken when the node receives the model's chunk) to the
+//!    moment its SSE bytes are handed to the connection, for the tokens
+//!    whose bytes are sent then (answer tokens, and thinking updates, which
+//!    are throttled to a few per second by design; hidden nodes send none).
+//!    Quantiles of a histogram are bucket bounds.
+//! 2. `throughput`: the offline model with no delay, RESEARCH path, many
+//!    clients in a loop for a fixed time. Target: sustained ≥ 1,000 chats/s.
+//!
+//! Arguments: `paced`, `throughput` (default both); `--chats N`,
+//! `--seconds S`, `--clients C`, `--store memory|sqlite|postgres`,
+//! `--model http|offline`, `--ramp MS` (chats start spread evenly over this
+//! time; default 1000, 0 starts them all at once). CPU figures come from
+//! `/proc/<pid>/stat` (10 ms ticks). The bench raises its open-files limit
+//! (through `sh -c ulimit`) when it is too low for the connections it
+//! opens. `STATEGRAPH_LOAD_SERVER_WRAPPER="perf record -g -o FILE"` runs
+//! the server under a profiler.
+
+#![allow(
+    missing_docs,
+    unreachable_pub,
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic
+)]
+
+mod client;
+mod model;
+#[path = "../support/mod.rs"]
+mod support;
+
+use std::io::Write as _;
+use std::process::Stdio;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use support::pg::{TempDb, cpu_time};
+use tokio::io::{AsyncBufReadExt, BufReader};
+
+fn arg<T: std::str::FromStr>(name: &str) -> Option<T> {
+    let args: Vec<String> = std::env::args().collect();
+    args.iter()
+        .position(|a| a == name)
+        .and_then(|i| args.get(i + 1)?.parse().ok())
+}
+
+/// The soft and hard open-files limits.
+fn open_files() -> (u64, u64) {
+    let limits = std::fs::read_to_string("/proc/self/limits").unwrap_or_default();
+    limits
+        .lines()
+        .find(|l| l.starts_with("Max open files"))
+        .and_then(|l| {
+            let mut v = l.split_whitespace().skip(3).map(|x| x.parse().ok());
+            Some((v.next()??, v.next()??))
+        })
+        .unwrap_or((1024, 1024))
+}
+
+/// Re-executes this bench under `sh -c 'ulimit -n …'` when the soft limit
+/// is below `needed` (the server child inherits the limit).
+fn ensure_open_files(needed: u64) {
+    let (soft, hard) = open_files();
+    if soft >= needed || std::env::var_os("STATEGRAPH_LOAD_ULIMIT").is_some() {
+        if soft < needed {
+            println!(
+                "warning: only {soft} open files allowed (hard limit {hard}); expect failed connections"
+            );
+        }
+        return;
+    }
+    let exe = std::env::current_exe().expect("own path");
+    let status = std::process::Command::new("sh")
+        .arg("-c")
+        .arg(format!(
+            "ulimit -n {} && exec \"$0\" \"$@\"",
+            needed.min(hard)
+        ))
+        .arg(exe)
+        .args(std::env::args().skip(1))
+        .env("STATEGRAPH_LOAD_ULIMIT", "1")
+        .status()
+        .expect("re-exec under sh");
+    std::process::exit(status.code().unwrap_or(1));
+}
+
+struct Server {
+    child: tokio::process::Child,
+    base: String,
+    pid: u32,
+    _dir: tempfile::TempDir,
+}
+
+impl Server {
+    fn cpu(&self) -> Duration {
+        cpu_time(&self.pid.to_string()).unwrap_or_default()
+    }
+
+    fn rss_mb(&self, key: &str) -> f64 {
+        std::fs::read_to_string(format!("/proc/{}/status", self.pid))
+            .ok()
+            .and_then(|s| {
+                s.lines()
+                    .find(|l| l.starts_with(key))
+                    .and_then(|l| l.split_whitespace().nth(1)?.parse::<f64>().ok())
+            })
+            .unwrap_or(0.0)
+            / 1024.0
+    }
+
+    /// Stops the server with SIGTERM (a profiler wrapping it then writes
+    /// its data), killing it if it is not gone within 10 s.
+    async fn stop(mut self) {
+        let _ = tokio::process::Command::new("kill")
+            .args(["-TERM", &self.pid.to_string()])
+            .status()
+            .await;
+        let _ = tokio::time::timeout(Duration::from_secs(10), self.child.wait()).await;
+    }
+
+    async fn metrics(&self, client: &reqwest::Client) -> String {
+        let resp = client.get(format!("{}/metrics", self.base)).send().await;
+        match resp {
+            Ok(r) => r.text().await.unwrap_or_default(),
+            Err(_) => String::new(),
+        }
+    }
+}
+
+async fn start_server(config: &str) -> Server {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("stategraph.toml");
+    let mut f = std::fs::File::create(&path).expect("config");
+    writeln!(
+        f,
+        "{config}\n[paths]\ndata = \"{}\"",
+        dir.path().join("data").display()
+    )
+    .expect("write");
+    // A profiler to run the server under, e.g. `perf record -g -o FILE`
+    // (the RSS and CPU figures are then the wrapper's).
+    let wrapper = std::env::var("STATEGRAPH_LOAD_SERVER_WRAPPER").unwrap_or_default();
+    let mut command = wrapper
+        .split_whitespace()
+        .chain([env!("CARGO_BIN_EXE_stategraph")]);
+    let mut child = tokio::process::Command::new(command.next().unwrap_or_default())
+        .args(command)
+        .args([
+            "serve",
+            "--config",
+            path.to_str().unwrap_or_default(),
+            "--bind",
+            "127.0.0.1:0",
+        ])
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .env("RUST_LOG", "warn")
+        .env_remove("OPENAI_API_KEY")
+        .env_remove("OPENAI_BASE_URL")
+        .env_remove("DATABASE_URL")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("server starts");
+    let pid = child.id().unwrap_or(0);
+    let mut lines = BufReader::new(child.stdout.take().expect("stdout")).lines();
+    let mut base = String::new();
+    while let Ok(Some(line)) = lines.next_line().await {
+        if let Some(url) = line.strip_prefix("stategraph is serving on ") {
+            base = url.trim().to_owned();
+            break;
+        }
+    }
+    assert!(
+        !base.is_empty(),
+        "the server did not start (see its log above)"
+    );
+    tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
+    Server {
+        child,
+        base,
+        pid,
+        _dir: dir,
+    }
+}
+
+/// A histogram's cumulative buckets `(le, count)` from the metrics text.
+fn buckets(metrics: &str, name: &str) -> Vec<(String, u64)> {
+    metrics
+        .lines()
+        .filter(|l| l.starts_with(&format!("{name}_bucket")))
+        .filter_map(|l| {
+            let le = l.split("le=\"").nth(1)?.split('"').next()?.to_owned();
+            Some((le, l.rsplit(' ').next()?.parse().ok()?))
+        })
+        .collect()
+}
+
+/// The upper bound of the bucket holding quantile `q`.
+fn bucket_quantile(b: &[(String, u64)], q: f64) -> String {
+    let total = b.last().map_or(0, |x| x.1);
+    let want = (total as f64 * q).ceil() as u64;
+    b.iter()
+        .find(|(_, n)| *n >= want)
+        .map_or_else(|| "?".into(), |(le, _)| le.clone())
+}
+
+fn ms(seconds: &str) -> String {
+    seconds.parse::<f64>().map_or_else(
+        |_| seconds.to_owned(),
+        |s| format!("{} ms", (s * 1e6).round() / 1e3),
+    )
+}
+
+fn verdict(ok: bool) -> &'static str {
+    if ok { "met" } else { "MISSED" }
+}
+
+/// Samples the server's RSS every 100 ms; the peak in MB.
+fn rss_sampler(pid: u32) -> (Arc<AtomicU64>, tokio::task::JoinHandle<()>) {
+    let peak = Arc::new(AtomicU64::new(0));
+    let p = Arc::clone(&peak);
+    let task = tokio::spawn(async move {
+        loop {
+            let kb = std::fs::read_to_string(format!("/proc/{pid}/status"))
+                .ok()
+                .and_then(|s| {
+                    s.lines()
+                        .find(|l| l.starts_with("VmRSS:"))
+                        .and_then(|l| l.split_whitespace().nth(1)?.parse().ok())
+                })
+                .unwrap_or(0);
+            p.fetch_max(kb, Ordering::Relaxed);
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    });
+    (peak, task)
+}
+
+#[derive(Clone, Copy, PartialEq)]
+enum Model {
+    Http,
+    Offline,
+}
+
+async fn paced(chats: u64, model: Model, ramp: Duration) {
+    let pace = model::Pace {
+        tokens: 50,
+        every: Duration::from_millis(50),
+    };
+    let llm = match model {
+        Model::Http => format!(
+            "[llm]\nmodel = \"bench\"\n[llm.endpoints.default]\nbase_url = \"{}\"\napi_key = \"bench\"\n",
+            model::start(pace).await
+        ),
+        Model::Offline => "[llm.offline]\ntoken_delay = \"50ms\"\nanswer_tokens = 50\n".to_owned(),
+    };
+    let server = start_server(&format!(
+        "[server]\nmax_concurrent_runs = 100000\nkeep_alive = \"15s\"\n{llm}"
+    ))
+    .await;
+    let client = reqwest::Client::builder()
+        .pool_max_idle_per_host(chats as usize)
+        .build()
+        .expect("client");
+    let idle_rss = server.rss_mb("VmRSS:");
+    let (peak, sampler) = rss_sampler(server.pid);
+    let (server_cpu0, own_cpu0) = (server.cpu(), cpu_time("self").unwrap_or_default());
+    let started = Instant::now();
+    let t0 = tokio::time::Instant::now();
+    let tasks: Vec<_> = (0..chats)
+        .map(|i| {
+            let (client, base) = (client.clone(), server.base.clone());
+            let at = t0 + ramp * i as u32 / chats.max(1) as u32;
+            tokio::spawn(async move {
+                tokio::time::sleep_until(at).await;
+                client::chat(&client, &base, i).await
+            })
+        })
+        .collect();
+    let (mut ok, mut delays, mut bytes) = (0, Vec::new(), 0);
+    for t in tasks {
+        let c = t.await.unwrap_or_default();
+        ok += u64::from(c.ok);
+        bytes += c.bytes;
+        delays.extend(c.delays_us);
+    }
+    let elapsed = started.elapsed();
+    let (server_cpu, own_cpu) = (
+        server.cpu() - server_cpu0,
+        cpu_time("self").unwrap_or_default() - own_cpu0,
+    );
+    sampler.abort();
+    let metrics = server.metrics(&client).await;
+    let hist = buckets(&metrics, "stategraph_sse_token_delay_seconds");
+    let counted = hist.last().map_or(0, |b| b.1);
+    let p99 = bucket_quantile(&hist, 0.99);
+    let which = match model {
+        Model::Http => "an OpenAI-compatible model over HTTP on 127.0.0.1",
+        Model::Offline => "the built-in offline model",
+    };
+    println!(
+        "\npaced: {chats} concurrent chats (started over {} ms), {which}, every call 50 tokens at 20 tokens/s, SQLite store",
+        ramp.as_millis()
+    );
+    println!(
+        "  chats completed        {ok}/{chats} in {:.1} s ({:.0} KB of SSE each)",
+        elapsed.as_secs_f64(),
+        bytes as f64 / chats.max(1) as f64 / 1024.0
+    );
+    println!(
+        "  server token delay     p50 ≤ {}, p99 ≤ {} (bucket bounds; {counted} tokens)   target p99 ≤ 1 ms {}",
+        ms(&bucket_quantile(&hist, 0.5)),
+        ms(&p99),
+        verdict(p99.parse::<f64>().is_ok_and(|s| s <= 0.001))
+    );
+    let share: Vec<String> = hist
+        .iter()
+        .map(|(le, n)| {
+            format!(
+                "≤{}: {:.1}%",
+                ms(le).replace(" ms", ""),
+                *n as f64 * 100.0 / counted.max(1) as f64
+            )
+        })
+        .collect();
+    println!("    cumulative (ms)      {}", share.join("  "));
+    if !delays.is_empty() {
+        delays.sort_unstable();
+        let q = |q: f64| {
+            delays[((delays.len() as f64 * q).ceil() as usize).clamp(1, delays.len()) - 1] as f64
+                / 1e3
+        };
+        println!(
+            "  end to end (answer)    p50 {:.2} ms, p99 {:.2} ms, p99.9 {:.2} ms, max {:.2} ms ({} tokens; model socket → this client's read, upper bound)",
+            q(0.5),
+            q(0.99),
+            q(0.999),
+            q(1.0),
+            delays.len()
+        );
+    }
+    let (sampled, hwm) = (
+        peak.load(Ordering::Relaxed) as f64 / 1024.0,
+        server.rss_mb("VmHWM:"),
+    );
+    println!(
+        "  server RSS peak        {sampled:.1} MB sampled, {hwm:.1} MB VmHWM (idle before: {idle_rss:.1} MB)   target ≤ 100 MB {}",
+        verdict(hwm <= 100.0)
+    );
+    println!(
+        "  CPU                    server {:.1} s ({:.2} ms per chat); this process (client{}) {:.1} s",
+        server_cpu.as_secs_f64(),
+        server_cpu.as_secs_f64() * 1e3 / chats.max(1) as f64,
+        if model == Model::Http { " + model" } else { "" },
+        own_cpu.as_secs_f64()
+    );
+    server.stop().await;
+}
+
+async fn throughput(seconds: u64, clients: u64, store: &str) {
+    let db = if store == "postgres" {
+        TempDb::create("load").await
+    } else {
+        None
+    };
+    let store_config = match &db {
+        Some(db) => format!("backend = \"postgres\"\ndatabase_url = \"{}\"", db.url),
+        None if store == "postgres" => {
+            println!("\nthroughput: PostgreSQL is not running on 127.0.0.1:5432: skipped");
+            return;
+        }
+        None => format!("backend = \"{store}\""),
+    };
+    let server = start_server(&format!(
+        "[server]\nmax_concurrent_runs = 100000\n[store]\n{store_config}\n"
+    ))
+    .await;
+    let client = reqwest::Client::builder()
+        .pool_max_idle_per_host(clients as usize)
+        .build()
+        .expect("client");
+    // Warm up: connections, statement caches, the allocator.
+    for i in 0..clients {
+        client::chat(&client, &server.base, u64::MAX - i).await;
+    }
+    let done = Arc::new(AtomicU64::new(0));
+    let failed = Arc::new(AtomicU64::new(0));
+    let next = Arc::new(AtomicU64::new(0));
+    let (server_cpu0, own_cpu0) = (server.cpu(), cpu_time("self").unwrap_or_default());
+    let deadline = Instant::now() + Duration::from_secs(seconds);
+    let started = Instant::now();
+    let workers: Vec<_> = (0..clients)
+        .map(|_| {
+            let (client, base) = (client.clone(), server.base.clone());
+            let (done, failed, next) = (Arc::clone(&done), Arc::clone(&failed), Arc::clone(&next));
+            tokio::spawn(async move {
+                while Instant::now() < deadline {
+                    let i = next.fetch_add(1, Ordering::Relaxed);
+                    if client::chat(&client, &base, i).await.ok {
+                        done.fetch_add(1, Ordering::Relaxed);
+                    } else {
+                        failed.fetch_add(1, Ordering::Relaxed);
+                    }
+                }
+            })
+        })
+        .collect();
+    for w in workers {
+        let _ = w.await;
+    }
+    let elapsed = started.elapsed().as_secs_f64();
+    let (server_cpu, own_cpu) = (
+        server.cpu() - server_cpu0,
+        cpu_time("self").unwrap_or_default() - own_cpu0,
+    );
+    let n = done.load(Ordering::Relaxed);
+    let rate = n as f64 / elapsed;
+    println!(
+        "\nthroughput: zero-latency offline model, RESEARCH path over HTTP+SSE, {clients} clients in a loop, {store} store"
+    );
+    println!(
+        "  chats completed        {n} in {elapsed:.1} s ({} failed)",
+        failed.load(Ordering::Relaxed)
+    );
+    println!(
+        "  sustained              {rate:.0} chats/s   target ≥ 1000 {}",
+        verdict(rate >= 1000.0)
+    );
+    println!(
+        "  CPU per chat           server {:.2} ms, client {:.2} ms (both on this 2-core machine)",
+        server_cpu.as_secs_f64() * 1e3 / n.max(1) as f64,
+        own_cpu.as_secs_f64() * 1e3 / n.max(1) as f64
+    );
+    println!(
+        "  server RSS peak        {:.1} MB (VmHWM)",
+        server.rss_mb("VmHWM:")
+    );
+    server.stop().await;
+    drop(db);
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    if args.iter().any(|a| a == "--list") {
+        return;
+    }
+    let chats: u64 = arg("--chats").unwrap_or(1000);
+    let clients: u64 = arg("--clients").unwrap_or(32);
+    // Each chat: this client's socket and the server's; with the HTTP
+    // model, its socket to the model and the model's.
+    ensure_open_files(4 * chats.max(clients) + 1024);
+    let which: Vec<&str> = args
+        .iter()
+        .skip(1)
+        .map(String::as_str)
+        .filter(|a| matches!(*a, "paced" | "throughput"))
+        .collect();
+    let all = which.is_empty();
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    rt.block_on(async {
+        if all || which.contains(&"paced") {
+            let models = match arg::<String>("--model").as_deref() {
+                Some("offline") => vec![Model::Offline],
+                Some(_) => vec![Model::Http],
+                None => vec![Model::Http, Model::Offline],
+            };
+            let ramp = Duration::from_millis(arg("--ramp").unwrap_or(1000));
+            for m in models {
+                paced(chats, m, ramp).await;
+            }
+        }
+        if all || which.contains(&"throughput") {
+            let seconds = arg("--seconds").unwrap_or(10);
+            let stores = arg::<String>("--store").map_or_else(
+                || vec!["memory".to_owned(), "sqlite".to_owned()],
+                |s| vec![s],
+            );
+            for store in stores {
+                throughput(seconds, clients, &store).await;
+            }
+        }
+    });
+}
