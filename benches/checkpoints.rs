@@ -1,17 +1,18 @@
 //! Checkpoint bytes for a long run: 200 supersteps, each appending one
 //! 1 KB message to the state (`messages`, merged by id), with the default
-//! snapshot interval. LangGraph writes 24.6 MB of checkpoints for this (a
-//! full state per step); the target is ≤ 0.5 MB.
+//! snapshot cadence and weight rule (`runtime::checkpoint` docs). LangGraph
+//! writes 24.6 MB of checkpoints for this (a full state per step); the
+//! issue's target is ≤ 0.5 MB.
 //!
 //! "Written" is what the executor hands to the checkpointer, encoded as the
 //! SQL stores encode it (JSON text of the checkpoint columns: writes,
 //! next, joins, snapshot), summed over every batch. "Stored" is what the
-//! checkpoints table holds afterwards (the final batch replaces the last
-//! step's row): SQLite text lengths, PostgreSQL raw and on-disk
+//! checkpoints table holds afterwards (the final batch is the last step's
+//! row): SQLite text lengths, PostgreSQL raw and on-disk
 //! (`pg_column_size`, after TOAST compression) sizes. The event log is
 //! reported separately: its `node_finished` events carry the patches too.
 //!
-//! Other snapshot intervals are printed for comparison (not the target).
+//! Other snapshot cadences are printed for comparison (not the target).
 //! Run: `cargo bench --bench checkpoints`.
 
 #![allow(
@@ -148,9 +149,9 @@ fn main() {
             let ([writes, snaps, rest], events) = written(&batches);
             let total = writes + snaps + rest;
             let label = if every == u32::MAX {
-                "no periodic snapshot (input and final only)".to_owned()
+                "no cadence (input, and the final batch by weight)".to_owned()
             } else {
-                format!("snapshot every {every} steps")
+                format!("snapshot cadence {every} steps + weight rule")
             };
             let snapshots = batches.iter().filter(|b| b.snapshot.is_some()).count();
             if every == default_every {

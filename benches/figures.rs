@@ -80,9 +80,15 @@ fn main() {
             .and_then(|t| t.parse().ok())
             .unwrap_or(0);
         let svc = services(research_model(tokens));
-        let (cpu, _) = measure(2000, || {
-            rt.block_on(run_consumed(graph.clone(), svc.clone(), input.clone()));
-        });
+        let (cpu, _) = measure(
+            std::env::var("FIGURES_N")
+                .ok()
+                .and_then(|n| n.parse().ok())
+                .unwrap_or(2000),
+            || {
+                rt.block_on(run_consumed(graph.clone(), svc.clone(), input.clone()));
+            },
+        );
         row("chat RESEARCH path", cpu / 1e3, "µs", "-", true);
         return;
     }
@@ -152,9 +158,15 @@ fn main() {
     for (tokens, target_us) in [(50usize, 100.0), (0, 20.0)] {
         let svc = services(research_model(tokens));
         let events = rt.block_on(run_consumed(graph.clone(), svc.clone(), input.clone()));
-        let (cpu, _) = measure(2000, || {
-            rt.block_on(run_consumed(graph.clone(), svc.clone(), input.clone()));
-        });
+        let (cpu, _) = measure(
+            std::env::var("FIGURES_N")
+                .ok()
+                .and_then(|n| n.parse().ok())
+                .unwrap_or(2000),
+            || {
+                rt.block_on(run_consumed(graph.clone(), svc.clone(), input.clone()));
+            },
+        );
         row(
             &format!("chat RESEARCH path, {tokens} tokens/call ({events} events consumed)"),
             cpu / 1e3,

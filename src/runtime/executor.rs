@@ -12,7 +12,7 @@ use tokio_util::sync::CancellationToken;
 use super::task::{TaskEnv, run_task};
 use super::{
     CheckpointError, Checkpointer, Durability, PendingTask, RunError, RunOptions, RunOutcome,
-    RunStatus, Services, StepBatch, TaskWrite, input_state,
+    RunStatus, SNAPSHOT_FACTOR, Services, StepBatch, TaskWrite, input_state, json_weight,
 };
 use crate::events::{EVENT_FORMAT, Event, EventKind, EventSink, NodeEvents};
 use crate::graph::{CompiledGraph, NodeIdx, Target, Transition};
@@ -240,6 +240,13 @@ struct Exec<'a> {
     /// The step being saved in the background (async durability).
     in_flight: Option<(u32, tokio::task::JoinHandle<Result<(), CheckpointError>>)>,
     snapshot_every: u32,
+    /// Weight of the last snapshot, and of the patches written since it
+    /// (the snapshot rule of the checkpoint module).
+    snapshot_weight: usize,
+    weight_since: usize,
+    /// The last step's writes when it led to END: they travel in the final
+    /// batch with `run_finished`, one write instead of two.
+    last_writes: Option<Vec<TaskWrite>>,
     /// Scratch: nodes triggered for the next step (marks, and the list of
     /// marked nodes so a step costs what it triggers, not the graph size).
     triggered: Vec<bool>,
@@ -289,6 +296,9 @@ impl<'a> Exec<'a> {
             durability: Durability::Sync,
             in_flight: None,
             snapshot_every: snapshot_every.max(1),
+            snapshot_weight: 0,
+            weight_since: 0,
+            last_writes: None,
             triggered: vec![false; graph.nodes.len()],
             triggered_list: Vec::new(),
         }
@@ -321,6 +331,11 @@ impl<'a> Exec<'a> {
         };
         drop(finished);
         self.route()?;
+        if self.tasks.is_empty() && self.checkpointer.is_some() {
+            // END: this step is stored with the run's final batch.
+            self.last_writes = Some(writes);
+            return Ok(());
+        }
         self.checkpoint(writes, false)
             .await
             .map_err(RunError::Checkpoint)?;
@@ -531,8 +546,11 @@ impl<'a> Exec<'a> {
         let Some(cp) = self.checkpointer.clone() else {
             return Ok(());
         };
-        let snapshot = (initial || self.step.is_multiple_of(self.snapshot_every))
-            .then(|| self.state.to_json());
+        let snapshot = self.snapshot_for(
+            &writes,
+            initial || self.step.is_multiple_of(self.snapshot_every),
+            initial,
+        );
         let batch = StepBatch {
             run_id: self.sink.run_id(),
             step: self.step,
@@ -563,6 +581,30 @@ impl<'a> Exec<'a> {
             self.in_flight = Some((self.step, tokio::spawn(async move { cp.save(batch).await })));
         }
         Ok(())
+    }
+
+    /// The snapshot for a batch with `writes`, if the snapshot rule takes
+    /// one: `forced`, or at a `candidate` step when the patches since the
+    /// last snapshot weigh [`SNAPSHOT_FACTOR`] times as much as it.
+    fn snapshot_for(
+        &mut self,
+        writes: &[TaskWrite],
+        candidate: bool,
+        forced: bool,
+    ) -> Option<Value> {
+        self.weight_since += writes
+            .iter()
+            .flat_map(|w| w.patch.iter())
+            .map(|(field, value)| field.len() + 4 + json_weight(value))
+            .sum::<usize>();
+        let outweighed = self.weight_since >= SNAPSHOT_FACTOR * self.snapshot_weight;
+        if !(forced || candidate && outweighed) {
+            return None;
+        }
+        let snapshot = self.state.to_json();
+        self.snapshot_weight = json_weight(&snapshot);
+        self.weight_since = 0;
+        Some(snapshot)
     }
 
     fn pending(&self) -> Vec<PendingTask> {
@@ -623,10 +665,20 @@ impl<'a> Exec<'a> {
         };
         self.sink.emit(self.step, None, 0, event).await;
         if let Some(cp) = self.checkpointer.clone() {
+            // With the last step's writes the weight rule decides; without
+            // them this batch replaces a stored step's writes with none, so
+            // it must carry the whole state.
+            let (writes, snapshot) = match self.last_writes.take() {
+                Some(writes) => {
+                    let snapshot = self.snapshot_for(&writes, true, false);
+                    (writes, snapshot)
+                }
+                None => (Vec::new(), Some(self.state.to_json())),
+            };
             let batch = StepBatch {
                 run_id,
                 step: self.step,
-                writes: Vec::new(),
+                writes,
                 events: self.sink.take_pending(),
                 next: if status == RunStatus::Finished {
                     Vec::new()
@@ -634,7 +686,7 @@ impl<'a> Exec<'a> {
                     self.pending()
                 },
                 joins: self.join_progress(),
-                snapshot: Some(self.state.to_json()),
+                snapshot,
                 status,
             };
             if let Err(e) = cp.save(batch).await {

@@ -32,8 +32,8 @@ use crate::state::{DynState, StateError};
 use crate::tools::ToolRegistry;
 
 pub use checkpoint::{
-    CheckpointError, Checkpointer, MemoryCheckpointer, PendingTask, RunStatus, StepBatch,
-    TaskWrite, rebuild_state,
+    CheckpointError, Checkpointer, MemoryCheckpointer, PendingTask, RunStatus, SNAPSHOT_FACTOR,
+    StepBatch, TaskWrite, json_weight, rebuild_state,
 };
 pub use executor::{Resume, resume, run, run_nested};
 
@@ -71,7 +71,8 @@ pub struct RunOptions {
     pub cancel: CancellationToken,
     /// Receives each step's batch.
     pub checkpointer: Option<Arc<dyn Checkpointer>>,
-    /// A full state snapshot every this many steps (patches in between).
+    /// Snapshot cadence: every this many steps a full snapshot is taken if
+    /// the patches since the last one outweigh it (the snapshot rule of the checkpoint module).
     pub snapshot_every: u32,
     /// Set when this run is a fork.
     pub forked_from: Option<ForkOrigin>,

@@ -591,17 +591,27 @@ async fn checkpoints_hold_patches_and_rebuild_every_step_then_resume() {
     let (r, events) = run_collect(Arc::clone(&g), services(&reg), json!({}), opts).await;
     let out = r.unwrap();
     let batches = store.batches(run_id);
-    // Step 0 (input) + 6 steps + the final batch.
-    assert_eq!(batches.len(), 8);
+    // Step 0 (input) + 5 steps + step 6, which led to END, in the final batch.
     assert_eq!(
-        batches
-            .iter()
-            .filter(|b| b.snapshot.is_some())
-            .map(|b| b.step)
-            .collect::<Vec<_>>(),
-        [0, 4, 6]
+        batches.iter().map(|b| b.step).collect::<Vec<_>>(),
+        [0, 1, 2, 3, 4, 5, 6]
     );
-    assert_eq!(batches.last().unwrap().status, RunStatus::Finished);
+    let snapshots: Vec<u32> = batches
+        .iter()
+        .filter(|b| b.snapshot.is_some())
+        .map(|b| b.step)
+        .collect();
+    assert_eq!(snapshots[0], 0, "the input is always a snapshot");
+    assert!(
+        snapshots.iter().all(|s| [0, 4, 6].contains(s)),
+        "snapshots only on the cadence or in the final batch: {snapshots:?}"
+    );
+    let last = batches.last().unwrap();
+    assert_eq!(last.status, RunStatus::Finished);
+    assert!(
+        !last.writes.is_empty(),
+        "the last step's writes travel with it"
+    );
     // Every event is in exactly one batch, in order.
     let stored: Vec<u64> = batches
         .iter()
@@ -682,6 +692,69 @@ fn the_test_state_schema_is_generated() {
     );
 }
 
+/// A state that grows by ~1 KB a step: snapshots thin out geometrically
+/// instead of repeating the whole history every few steps.
+#[tokio::test]
+async fn snapshots_of_a_growing_state_follow_the_patches_weight() {
+    let reg = registries(0);
+    let label = "x".repeat(1000);
+    let yaml = LOOP
+        .replace("RL", "200")
+        .replace("TARGET", "60")
+        .replace("label: check", &format!("label: {label}"));
+    let g = compile(&yaml, &reg);
+    let store = Arc::new(MemoryCheckpointer::new());
+    let opts = RunOptions {
+        checkpointer: Some(store.clone()),
+        snapshot_every: 4,
+        ..Default::default()
+    };
+    let run_id = opts.run_id;
+    let (r, _) = run_collect(Arc::clone(&g), services(&reg), json!({}), opts).await;
+    let out = r.unwrap();
+    assert_eq!(out.steps, 120);
+    let batches = store.batches(run_id);
+    let bytes = |v: &serde_json::Value| serde_json::to_string(v).unwrap().len();
+    let snapshots: Vec<(u32, usize)> = batches
+        .iter()
+        .filter_map(|b| Some((b.step, bytes(b.snapshot.as_ref()?))))
+        .collect();
+    let patch_bytes: usize = batches
+        .iter()
+        .flat_map(|b| &b.writes)
+        .map(|w| serde_json::to_string(&w.patch).unwrap().len())
+        .sum();
+    let snapshot_bytes: usize = snapshots.iter().map(|s| s.1).sum();
+    // Every 4 steps would be 30 snapshots and ~15x the patches' bytes.
+    assert!(
+        snapshots.len() <= 6,
+        "snapshots at {:?}",
+        snapshots.iter().map(|s| s.0).collect::<Vec<_>>()
+    );
+    // Geometric snapshots sum to at most ~1.5x the last one, itself at most
+    // the final state, which the patches add up to.
+    assert!(
+        snapshot_bytes * 2 <= patch_bytes * 3,
+        "{snapshot_bytes} B of snapshots for {patch_bytes} B of patches: {snapshots:?}"
+    );
+    // Each snapshot is about three times the previous one (the patches
+    // since it weighed twice as much, by an estimate within a few percent of
+    // the JSON text) — and every step still rebuilds.
+    for pair in snapshots.windows(2).skip(1) {
+        assert!(pair[1].1 * 10 >= pair[0].1 * 28, "{pair:?}");
+    }
+    for step in [0, 1, 7, 33, 64, 119, 120] {
+        let state = store.state_at(run_id, g.state, step).unwrap();
+        assert_eq!(
+            log_of(&*state).len(),
+            step as usize / 2,
+            "the log after step {step}"
+        );
+    }
+    let last = store.state_at(run_id, g.state, 120).unwrap();
+    assert_eq!(last.to_json(), out.state.to_json());
+}
+
 #[tokio::test]
 async fn async_durability_stores_every_step_at_most_one_behind() {
     let reg = registries(0);
@@ -698,7 +771,7 @@ async fn async_durability_stores_every_step_at_most_one_behind() {
     let batches = store.batches(run_id);
     assert_eq!(
         batches.iter().map(|b| b.step).collect::<Vec<_>>(),
-        [0, 1, 2, 3, 4, 5, 6, 6]
+        [0, 1, 2, 3, 4, 5, 6]
     );
     let stored: Vec<u64> = batches
         .iter()
@@ -718,7 +791,7 @@ async fn async_durability_stores_every_step_at_most_one_behind() {
         .collect();
     assert_eq!(
         saved,
-        [1, 2, 3, 4, 5, 6],
-        "each step is confirmed once it has landed"
+        [1, 2, 3, 4, 5],
+        "each step is confirmed once it has landed (the last lands with run_finished)"
     );
 }
