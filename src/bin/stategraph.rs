@@ -252,26 +252,46 @@ fn real_main() -> anyhow::Result<ExitCode> {
                 }
                 let from = replay::fork_point(&*store, &g, run, at, &edits).await?;
                 let id = uuid::Uuid::now_v7();
+                // Leased like a server's run (and renewed while it runs), so a
+                // server sharing the database does not take it for an orphan.
+                let owner = format!("cli-fork-{}-{id}", std::process::id());
+                let lease = config.server.lease.0;
+                let until = move || stategraph::events::now_micros() + lease.as_micros() as u64;
                 store
-                    .create_run(stategraph::store::RunRecord {
-                        id,
-                        chat_id: None,
-                        user_id: parent.user_id.clone(),
-                        graph: g.id.to_string(),
-                        graph_version: g.version.clone(),
-                        status: stategraph::runtime::RunStatus::Running,
-                        input: from.state.to_json(),
-                        created_at: stategraph::events::now_micros(),
-                        finished_at: None,
-                        error: None,
-                        usage: Default::default(),
-                        parent: Some(replay::origin(run, at)),
-                        request_id: None,
-                        message_id: None,
-                        last_seq: 0,
-                        last_step: at,
-                    })
+                    .create_leased_run(
+                        stategraph::store::RunRecord {
+                            id,
+                            chat_id: None,
+                            user_id: parent.user_id.clone(),
+                            graph: g.id.to_string(),
+                            graph_version: g.version.clone(),
+                            status: stategraph::runtime::RunStatus::Running,
+                            input: from.state.to_json(),
+                            created_at: stategraph::events::now_micros(),
+                            finished_at: None,
+                            error: None,
+                            usage: Default::default(),
+                            parent: Some(replay::origin(run, at)),
+                            request_id: None,
+                            message_id: None,
+                            last_seq: 0,
+                            last_step: at,
+                        },
+                        &owner,
+                        until(),
+                    )
                     .await?;
+                let renew = tokio::spawn({
+                    let (store, owner) = (Arc::clone(&store), owner.clone());
+                    async move {
+                        loop {
+                            tokio::time::sleep(lease / 3).await;
+                            if let Err(e) = store.renew_leases(&owner, until()).await {
+                                tracing::warn!(error = %e, "could not renew the fork's lease");
+                            }
+                        }
+                    }
+                });
                 let opts = RunOptions {
                     run_id: id,
                     checkpointer: Some(Arc::new(stategraph::store::LogCheckpointer::new(
@@ -282,6 +302,7 @@ fn real_main() -> anyhow::Result<ExitCode> {
                 };
                 let services = Arc::new(services(&config, &registries)?);
                 let result = stategraph::runtime::resume(g, services, from, opts).await;
+                renew.abort();
                 let (status, error, usage) = match &result {
                     Ok(o) => (stategraph::runtime::RunStatus::Finished, None, o.usage),
                     Err(e) => (

@@ -119,59 +119,30 @@ pub(super) async fn post(
     let metadata = stream_metadata(&state, run_id, &request_id.0, &chat.id, &graph);
     state
         .store
-        .create_run(RunRecord {
-            id: run_id,
-            chat_id: Some(chat.id.clone()),
-            user_id: user.0.clone(),
-            graph: graph.id.to_string(),
-            graph_version: graph.version.clone(),
-            status: RunStatus::Running,
-            input: input.clone(),
-            created_at: now,
-            finished_at: None,
-            error: None,
-            usage: Default::default(),
-            parent: None,
-            request_id: Some(request_id.0.clone()),
-            message_id: Some(message_id.clone()),
-            last_seq: 0,
-            last_step: 0,
-        })
-        .await?;
-    let now = now_micros();
-    state.store.set_active_run(&chat.id, Some(run_id)).await?;
-    let leased = state
-        .store
-        .acquire_lease(
-            run_id,
+        .create_leased_run(
+            RunRecord {
+                id: run_id,
+                chat_id: Some(chat.id.clone()),
+                user_id: user.0.clone(),
+                graph: graph.id.to_string(),
+                graph_version: graph.version.clone(),
+                status: RunStatus::Running,
+                input: input.clone(),
+                created_at: now,
+                finished_at: None,
+                error: None,
+                usage: Default::default(),
+                parent: None,
+                request_id: Some(request_id.0.clone()),
+                message_id: Some(message_id.clone()),
+                last_seq: 0,
+                last_step: 0,
+            },
             &state.instance,
-            now,
-            now + state.config.server.lease.0.as_micros() as u64,
+            now_micros() + state.config.server.lease.0.as_micros() as u64,
         )
         .await?;
-    if !leased {
-        // A run without a lease counts as an orphan, so another instance's
-        // recovery may have claimed it in the gap since `create_run`: it now
-        // executes the run, and this response follows it there.
-        let run = state.store.get_run(run_id).await?;
-        let bridge = match &run {
-            Some(run) => run_bridge(&state, run).await?,
-            None => None,
-        };
-        return match bridge {
-            Some(b) => Ok(stream::response(
-                Arc::clone(&state),
-                state.runs.follow(&state, &chat.id, run_id, b),
-                0,
-                true,
-            )),
-            None => Err(ApiError::new(
-                StatusCode::CONFLICT,
-                "run_in_progress",
-                "this run was taken over by another instance",
-            )),
-        };
-    }
+    state.store.set_active_run(&chat.id, Some(run_id)).await?;
     let start = RunStart {
         run_id,
         chat_id: chat.id.clone(),

@@ -201,24 +201,28 @@ pub(super) async fn fork(
     let origin = replay::origin(parent.id, body.at);
     state
         .store
-        .create_run(RunRecord {
-            id: run_id,
-            chat_id: None,
-            user_id: user.0.clone(),
-            graph: graph.id.to_string(),
-            graph_version: graph.version.clone(),
-            status: RunStatus::Running,
-            input: from.state.to_json(),
-            created_at: now_micros(),
-            finished_at: None,
-            error: None,
-            usage: Default::default(),
-            parent: Some(origin.clone()),
-            request_id: None,
-            message_id: None,
-            last_seq: 0,
-            last_step: body.at,
-        })
+        .create_leased_run(
+            RunRecord {
+                id: run_id,
+                chat_id: None,
+                user_id: user.0.clone(),
+                graph: graph.id.to_string(),
+                graph_version: graph.version.clone(),
+                status: RunStatus::Running,
+                input: from.state.to_json(),
+                created_at: now_micros(),
+                finished_at: None,
+                error: None,
+                usage: Default::default(),
+                parent: Some(origin.clone()),
+                request_id: None,
+                message_id: None,
+                last_seq: 0,
+                last_step: body.at,
+            },
+            &state.instance,
+            now_micros() + state.config.server.lease.0.as_micros() as u64,
+        )
         .await?;
     let opts = RunOptions {
         run_id,

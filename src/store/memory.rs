@@ -304,6 +304,35 @@ impl Store for MemoryStore {
 }
 
 impl Leases for MemoryStore {
+    fn create_leased_run(
+        &self,
+        run: RunRecord,
+        owner: &str,
+        until: u64,
+    ) -> BoxFuture<'_, StoreResult<()>> {
+        let mut g = self.lock();
+        let id = run.id;
+        let r = match g.runs.entry(id) {
+            std::collections::hash_map::Entry::Occupied(_) => {
+                Err(StoreError::Conflict(format!("run {id} exists")))
+            }
+            std::collections::hash_map::Entry::Vacant(slot) => {
+                slot.insert(run);
+                Ok(())
+            }
+        };
+        if r.is_ok() {
+            g.leases.insert(
+                id,
+                Lease {
+                    owner: owner.to_owned(),
+                    until,
+                },
+            );
+        }
+        ready(r)
+    }
+
     fn acquire_lease(
         &self,
         run: Uuid,

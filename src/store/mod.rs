@@ -276,6 +276,16 @@ pub struct Lease {
 /// caller's) decides expiry and tests need no sleeping; instances' clocks
 /// should agree to well within the lease length.
 pub trait Leases: Send + Sync {
+    /// Records a new run with its lease already held by `owner` until
+    /// `until` — one write, so there is no moment when the run exists
+    /// without a lease and a recovery pass (this instance's or another's)
+    /// takes it for an orphan and executes it a second time.
+    fn create_leased_run(
+        &self,
+        run: RunRecord,
+        owner: &str,
+        until: u64,
+    ) -> BoxFuture<'_, StoreResult<()>>;
     /// Takes or extends the lease of `run` until `until`: true when the run
     /// is running and its lease is unset, expired (it ended before `now`) or
     /// already `owner`'s; false when another owner holds it or the run is

@@ -168,6 +168,7 @@ conformance!(
     a_real_graph_run_checkpoints_through_the_store,
     a_real_graph_run_survives_lost_replies_and_outages,
     leases_are_acquired_renewed_expire_and_are_released,
+    a_run_created_leased_is_never_an_orphan_while_its_lease_lasts,
     finishing_a_run_clears_its_lease,
     stop_requests_reach_the_lease_owner,
     orphans_are_running_runs_with_an_expired_or_no_lease,

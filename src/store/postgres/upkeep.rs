@@ -16,11 +16,13 @@ use tokio::sync::broadcast;
 use uuid::Uuid;
 
 use super::PostgresStore;
-use super::rows::{RUN_COLS, run_of};
+use super::rows::{RUN_COLS, RunColumns, run_of};
 use crate::store::sql;
 use crate::store::{
-    Appended, Lease, Leases, Maintenance, PRUNE_BATCH, PruneReport, RunRecord, StoreResult,
+    Appended, Lease, Leases, Maintenance, PRUNE_BATCH, PruneReport, RunRecord, StoreError,
+    StoreResult,
 };
+use tokio_postgres::types::ToSql;
 
 const CLAIM: &str = "
 UPDATE runs SET lease_owner = $1, lease_until = $3
@@ -66,6 +68,32 @@ WITH gone AS (
 SELECT (SELECT count(*) FROM gone), (SELECT count(*) FROM messages)";
 
 impl Leases for PostgresStore {
+    fn create_leased_run(
+        &self,
+        run: RunRecord,
+        owner: &str,
+        until: u64,
+    ) -> BoxFuture<'_, StoreResult<()>> {
+        let owner = owner.to_owned();
+        Box::pin(async move {
+            let until = sql::i64_of(until, "lease time")?;
+            let cols = RunColumns::new(&run)?;
+            let mut params: Vec<&(dyn ToSql + Sync)> = cols.params().to_vec();
+            params.push(&owner);
+            params.push(&until);
+            let sql = format!(
+                "INSERT INTO runs ({RUN_COLS}, lease_owner, lease_until)
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20)"
+            );
+            match self.execute(&sql, &params).await {
+                Err(StoreError::Conflict(_)) => {
+                    Err(StoreError::Conflict(format!("run {} exists", run.id)))
+                }
+                other => other.map(|_| ()),
+            }
+        })
+    }
+
     fn acquire_lease(
         &self,
         run: Uuid,

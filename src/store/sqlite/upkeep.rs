@@ -16,13 +16,34 @@ use tokio::sync::broadcast;
 use uuid::Uuid;
 
 use super::SqliteStore;
-use super::rows::{RUN_COLS, run_of, text, uuid_of};
+use super::rows::{RUN_COLS, insert_run, run_of, text, uuid_of};
 use crate::store::sql;
 use crate::store::{
     Appended, Lease, Leases, Maintenance, PRUNE_BATCH, PruneReport, RunRecord, StoreResult,
 };
 
 impl Leases for SqliteStore {
+    fn create_leased_run(
+        &self,
+        run: RunRecord,
+        owner: &str,
+        until: u64,
+    ) -> BoxFuture<'_, StoreResult<()>> {
+        let owner = owner.to_owned();
+        Box::pin(self.writer.run(move |conn| {
+            let tx = conn.unchecked_transaction()?;
+            insert_run(&tx, &run)?;
+            tx.prepare_cached("UPDATE runs SET lease_owner = ?2, lease_until = ?3 WHERE id = ?1")?
+                .execute(params![
+                    run.id.to_string(),
+                    owner,
+                    sql::i64_of(until, "lease time")?
+                ])?;
+            tx.commit()?;
+            Ok(())
+        }))
+    }
+
     fn acquire_lease(
         &self,
         run: Uuid,

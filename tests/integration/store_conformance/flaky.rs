@@ -171,6 +171,15 @@ impl RunStore for Flaky {
 }
 
 impl Leases for Flaky {
+    fn create_leased_run(
+        &self,
+        run: RunRecord,
+        owner: &str,
+        until: u64,
+    ) -> BoxFuture<'_, StoreResult<()>> {
+        self.inner.create_leased_run(run, owner, until)
+    }
+
     fn acquire_lease(
         &self,
         run: Uuid,

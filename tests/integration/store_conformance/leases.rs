@@ -20,6 +20,30 @@ async fn running(store: &dyn Store, created_at: u64) -> Uuid {
     r.id
 }
 
+pub(super) async fn a_run_created_leased_is_never_an_orphan_while_its_lease_lasts(
+    store: Arc<dyn Store>,
+) {
+    let r = run(None, 1);
+    store.create_leased_run(r.clone(), "a", 200).await.unwrap();
+    assert_eq!(store.get_run(r.id).await.unwrap().unwrap(), r);
+    assert_eq!(store.lease(r.id).await.unwrap(), lease("a", 200));
+    // A plain run created at the same time is an orphan at once; this one is not.
+    let bare = running(&*store, 2).await;
+    let claimed = store.claim_orphans("b", 100, 1_000, 10).await.unwrap();
+    assert_eq!(claimed.iter().map(|c| c.id).collect::<Vec<_>>(), [bare]);
+    assert!(!store.acquire_lease(r.id, "b", 150, 300).await.unwrap());
+    assert!(store.acquire_lease(r.id, "a", 150, 300).await.unwrap());
+    assert_eq!(store.renew_leases("a", 400).await.unwrap(), [r.id]);
+    // Once it lapses, it is claimed like any other.
+    let claimed = store.claim_orphans("b", 401, 900, 10).await.unwrap();
+    assert_eq!(claimed.iter().map(|c| c.id).collect::<Vec<_>>(), [r.id]);
+    assert!(matches!(
+        store.create_leased_run(r.clone(), "c", 1_000).await,
+        Err(StoreError::Conflict(_))
+    ));
+    assert_eq!(store.lease(r.id).await.unwrap(), lease("b", 900), "unchanged");
+}
+
 pub(super) async fn leases_are_acquired_renewed_expire_and_are_released(store: Arc<dyn Store>) {
     let r = running(&*store, 1).await;
     assert!(store.acquire_lease(r, "a", 100, 200).await.unwrap());
