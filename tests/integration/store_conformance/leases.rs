@@ -41,7 +41,11 @@ pub(super) async fn a_run_created_leased_is_never_an_orphan_while_its_lease_last
         store.create_leased_run(r.clone(), "c", 1_000).await,
         Err(StoreError::Conflict(_))
     ));
-    assert_eq!(store.lease(r.id).await.unwrap(), lease("b", 900), "unchanged");
+    assert_eq!(
+        store.lease(r.id).await.unwrap(),
+        lease("b", 900),
+        "unchanged"
+    );
 }
 
 pub(super) async fn leases_are_acquired_renewed_expire_and_are_released(store: Arc<dyn Store>) {
