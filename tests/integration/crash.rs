@@ -426,8 +426,11 @@ async fn two_servers_on_one_database_a_stop_asked_of_b_stops_the_run_on_a() {
     let g = graphs(dir.path());
     let (url, name) = create_db().await;
     let store = format!("[store]\nbackend = \"postgres\"\ndatabase_url = \"{url}\"\n");
-    let a = start(dir.path(), &config(&store), &g).await;
-    let b = start(dir.path(), &config(&store), &g).await;
+    // An answer of 6 s, so the stop (polled by A every 250 ms) lands
+    // mid-answer even on a loaded machine.
+    let config = config(&store).replace("answer_tokens = 40", "answer_tokens = 400");
+    let a = start(dir.path(), &config, &g).await;
+    let b = start(dir.path(), &config, &g).await;
     let client = reqwest::Client::new();
     let resp = client
         .post(format!("{}/api/chat", a.base))
