@@ -77,6 +77,11 @@ impl Checkpointer for Counting {
         self.saves.fetch_add(1, Ordering::Relaxed);
         self.inner.save(batch)
     }
+
+    fn save_steps(&self, batches: Vec<StepBatch>) -> BoxFuture<'_, Result<(), CheckpointError>> {
+        self.saves.fetch_add(1, Ordering::Relaxed);
+        self.inner.save_steps(batches)
+    }
 }
 
 /// One workload: the graph, its model and input, and where runs go.
@@ -240,7 +245,7 @@ async fn round_trips(work: &Work, db: &TempDb, concurrency: usize) -> [Trips; 2]
         tokio::time::sleep(Duration::from_millis(100)).await;
         let runs = p.runs as f64;
         let create = count.since(&before, "INSERT INTO runs") as f64;
-        let appends = count.since(&before, "INSERT INTO run_events") as f64;
+        let appends = count.since(&before, "INSERT INTO run_event_pages") as f64;
         let notify = count.since(&before, "pg_notify") as f64;
         let total = (count.round_trips() - total0) as f64;
         out.push(Trips {
@@ -282,7 +287,7 @@ async fn storage(client: &tokio_postgres::Client, runs: usize, disk_before: &[i6
     }
 }
 
-const TABLES: [&str; 3] = ["runs", "run_events", "checkpoints"];
+const TABLES: [&str; 3] = ["runs", "run_event_pages", "checkpoints"];
 
 async fn relation_size(client: &tokio_postgres::Client, table: &str) -> i64 {
     client
@@ -303,7 +308,7 @@ async fn postgres(work: &Work, db: &TempDb, concurrency: usize, seconds: u64) {
     let work = work.with_store(store);
     sustain(&work, concurrency, Duration::from_secs(2)).await;
     stats
-        .batch_execute("TRUNCATE runs, run_events, checkpoints")
+        .batch_execute("TRUNCATE runs, run_event_pages, checkpoints")
         .await
         .unwrap();
     let mut disk = Vec::new();
@@ -384,7 +389,7 @@ async fn postgres(work: &Work, db: &TempDb, concurrency: usize, seconds: u64) {
     storage(&stats, p.runs, &disk).await;
     let rows: i64 = stats
         .query_one(
-            "SELECT (SELECT count(*) FROM runs) + (SELECT count(*) FROM run_events) + (SELECT count(*) FROM checkpoints)",
+            "SELECT (SELECT count(*) FROM runs) + (SELECT count(*) FROM run_event_pages) + (SELECT count(*) FROM checkpoints)",
             &[],
         )
         .await

@@ -499,10 +499,10 @@ async fn pg_storage_per_run(url: &str, store: &dyn Store) {
         .unwrap();
     tokio::spawn(conn);
     client
-        .batch_execute("TRUNCATE runs, run_events, checkpoints")
+        .batch_execute("TRUNCATE runs, run_event_pages, checkpoints")
         .await
         .unwrap();
-    let tables = ["runs", "run_events", "checkpoints"];
+    let tables = ["runs", "run_event_pages", "checkpoints"];
     let total = async |client: &tokio_postgres::Client| -> i64 {
         let mut sum = 0;
         for t in tables {
@@ -563,7 +563,7 @@ async fn pg_round_trips(db: &str) {
     // Let the notifications of the last appends go out.
     tokio::time::sleep(Duration::from_millis(200)).await;
     let (on_path, notify) = (
-        count.since(&before, "INSERT INTO run_events"),
+        count.since(&before, "INSERT INTO run_event_pages"),
         count.since(&before, "pg_notify"),
     );
     println!(

@@ -48,8 +48,10 @@ pub enum ReplayError {
     Run(#[from] RunError),
 }
 
-/// Events per store query.
-const PAGE: usize = 2000;
+/// Events per store query. Large: `load` keeps every event anyway, and on
+/// PostgreSQL, whose log is stored a superstep per row, a smaller limit
+/// would decode a big step's row once per query that touches it.
+const PAGE: usize = 100_000;
 
 /// A run and all its events, in order.
 ///

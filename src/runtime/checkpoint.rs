@@ -1,8 +1,10 @@
 //! The checkpoint hook: each superstep's patches and events go to a store.
 //!
 //! The executor hands a [`StepBatch`] to a [`Checkpointer`] at the end of
-//! every superstep (and once at the start of a run; the last step's batch is
-//! the run's final batch, so a run costs one write per step plus one). A
+//! every superstep. The run's input is a batch too (step 0, with
+//! `run_started`), but it is handed over together with the first
+//! superstep's ([`Checkpointer::save_steps`]), and the last step's batch is
+//! the run's final batch, so a run costs exactly one write per superstep. A
 //! batch holds what changed — the patches — plus sometimes a full snapshot,
 //! the events of the step, and the frontier (the next step's tasks and join
 //! progress), which is all a run needs to resume or fork from that step.
@@ -121,6 +123,20 @@ pub struct CheckpointError(pub String);
 pub trait Checkpointer: Send + Sync {
     /// Stores one batch. The executor waits for it before the next step.
     fn save(&self, batch: StepBatch) -> BoxFuture<'_, Result<(), CheckpointError>>;
+
+    /// Stores consecutive batches of one run, in order. The executor sends
+    /// two at once when the input checkpoint (step 0) rides with the first
+    /// superstep's; a checkpointer over a database stores them in one
+    /// transaction and round trip. By default, one [`Checkpointer::save`]
+    /// after the other.
+    fn save_steps(&self, batches: Vec<StepBatch>) -> BoxFuture<'_, Result<(), CheckpointError>> {
+        Box::pin(async move {
+            for b in batches {
+                self.save(b).await?;
+            }
+            Ok(())
+        })
+    }
 }
 
 /// Keeps every batch in memory (tests, and runs without a store).

@@ -247,6 +247,13 @@ struct Exec<'a> {
     /// The last step's writes when it led to END: they travel in the final
     /// batch with `run_finished`, one write instead of two.
     last_writes: Option<Vec<TaskWrite>>,
+    /// The input checkpoint (step 0, with `run_started`), stored together
+    /// with the first superstep's batch rather than on its own: one write
+    /// less per run. Nothing is lost by waiting: until then the run's only
+    /// stored progress would be its input, which the run record holds, and
+    /// a run that dies before its first checkpoint is restarted from that
+    /// input (what resuming from step 0 would do).
+    deferred: Option<StepBatch>,
     /// Scratch: nodes triggered for the next step (marks, and the list of
     /// marked nodes so a step costs what it triggers, not the graph size).
     triggered: Vec<bool>,
@@ -299,6 +306,7 @@ impl<'a> Exec<'a> {
             snapshot_weight: 0,
             weight_since: 0,
             last_writes: None,
+            deferred: None,
             triggered: vec![false; graph.nodes.len()],
             triggered_list: Vec::new(),
         }
@@ -561,26 +569,47 @@ impl<'a> Exec<'a> {
             snapshot,
             status: RunStatus::Running,
         };
-        if initial || self.durability == Durability::Sync {
+        if initial {
+            self.deferred = Some(batch);
+            return Ok(());
+        }
+        let batches = self.with_deferred(batch);
+        if self.durability == Durability::Sync {
             self.settle().await?;
-            cp.save(batch).await?;
-            if !initial {
-                self.sink
-                    .emit(
-                        self.step,
-                        None,
-                        0,
-                        EventKind::CheckpointSaved {
-                            checkpoint: self.step,
-                        },
-                    )
-                    .await;
-            }
+            cp.save_steps(batches).await?;
+            self.sink
+                .emit(
+                    self.step,
+                    None,
+                    0,
+                    EventKind::CheckpointSaved {
+                        checkpoint: self.step,
+                    },
+                )
+                .await;
         } else {
             self.settle().await?;
-            self.in_flight = Some((self.step, tokio::spawn(async move { cp.save(batch).await })));
+            self.in_flight = Some((
+                self.step,
+                tokio::spawn(async move { cp.save_steps(batches).await }),
+            ));
         }
         Ok(())
+    }
+
+    /// `batch`, after the input checkpoint if that is still waiting for
+    /// its ride (see [`Exec::deferred`]). Should the run end at step 0, the
+    /// final batch replaces the input checkpoint and takes its events.
+    fn with_deferred(&mut self, mut batch: StepBatch) -> Vec<StepBatch> {
+        match self.deferred.take() {
+            None => vec![batch],
+            Some(mut first) if first.step == batch.step => {
+                first.events.append(&mut batch.events);
+                batch.events = first.events;
+                vec![batch]
+            }
+            Some(first) => vec![first, batch],
+        }
     }
 
     /// The snapshot for a batch with `writes`, if the snapshot rule takes
@@ -689,7 +718,8 @@ impl<'a> Exec<'a> {
                 snapshot,
                 status,
             };
-            if let Err(e) = cp.save(batch).await {
+            let batches = self.with_deferred(batch);
+            if let Err(e) = cp.save_steps(batches).await {
                 tracing::error!(run_id = %run_id, error = %e, "could not store the final batch");
                 if result.is_ok() {
                     return Err(RunError::Checkpoint(e));

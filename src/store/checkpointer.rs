@@ -85,14 +85,27 @@ impl LogCheckpointer {
     /// A non-transient store error, a real conflict, or an outage longer than
     /// the limit ("the store has been unavailable for 30s: …").
     pub async fn save_batch(&self, batch: &StepBatch) -> Result<(), CheckpointError> {
+        self.save_batches(std::slice::from_ref(batch)).await
+    }
+
+    /// Appends consecutive `batches` of one run in one
+    /// [`EventLog::append_steps`](super::EventLog::append_steps), retrying as
+    /// [`LogCheckpointer::save_batch`] does.
+    ///
+    /// # Errors
+    /// As [`LogCheckpointer::save_batch`].
+    pub async fn save_batches(&self, batches: &[StepBatch]) -> Result<(), CheckpointError> {
+        let Some(batch) = batches.last() else {
+            return Ok(());
+        };
         let started = Instant::now();
         let mut delay = FIRST_DELAY;
         let mut retried = false;
         loop {
-            let error = match self.store.append(batch).await {
+            let error = match self.store.append_steps(batches).await {
                 Ok(()) => return Ok(()),
                 Err(StoreError::Conflict(conflict)) if retried => {
-                    match self.already_stored(batch).await {
+                    match self.already_stored(batches).await {
                         Ok(true) => {
                             tracing::info!(run_id = %batch.run_id, step = batch.step,
                                 "an earlier attempt stored the batch (its reply was lost)");
@@ -127,15 +140,16 @@ impl LogCheckpointer {
         }
     }
 
-    /// Whether the batch's last event is stored exactly as in the batch.
-    async fn already_stored(&self, batch: &StepBatch) -> StoreResult<bool> {
-        let Some(last) = batch.events.iter().max_by_key(|e| e.seq) else {
+    /// Whether the batches' last event is stored exactly as sent.
+    async fn already_stored(&self, batches: &[StepBatch]) -> StoreResult<bool> {
+        let events = batches.iter().flat_map(|b| &b.events);
+        let (Some(last), Some(run)) = (events.max_by_key(|e| e.seq), batches.last()) else {
             return Ok(false);
         };
         let Some(after) = last.seq.checked_sub(1) else {
             return Ok(false);
         };
-        let stored = self.store.events(batch.run_id, after, 1).await?;
+        let stored = self.store.events(run.run_id, after, 1).await?;
         Ok(stored.first().is_some_and(|e| *e == **last))
     }
 }
@@ -143,6 +157,10 @@ impl LogCheckpointer {
 impl Checkpointer for LogCheckpointer {
     fn save(&self, batch: StepBatch) -> BoxFuture<'_, Result<(), CheckpointError>> {
         Box::pin(async move { self.save_batch(&batch).await })
+    }
+
+    fn save_steps(&self, batches: Vec<StepBatch>) -> BoxFuture<'_, Result<(), CheckpointError>> {
+        Box::pin(async move { self.save_batches(&batches).await })
     }
 }
 

@@ -224,37 +224,45 @@ impl RunStore for MemoryStore {
 }
 
 impl EventLog for MemoryStore {
-    fn append(&self, batch: &StepBatch) -> BoxFuture<'_, StoreResult<()>> {
+    fn append_steps(&self, batches: &[StepBatch]) -> BoxFuture<'_, StoreResult<()>> {
+        let Some(last) = batches.last() else {
+            return ready(Ok(()));
+        };
+        let run_id = last.run_id;
         let mut g = self.lock();
-        let log = g.events.entry(batch.run_id).or_default();
-        if let Some(dup) = batch.events.iter().find(|e| log.contains_key(&e.seq)) {
+        let log = g.events.entry(run_id).or_default();
+        let mut seen = std::collections::HashSet::new();
+        let events = batches.iter().flat_map(|b| &b.events);
+        if let Some(dup) = events
+            .clone()
+            .find(|e| log.contains_key(&e.seq) || !seen.insert(e.seq))
+        {
             return ready(Err(StoreError::Conflict(format!(
-                "event {} of run {} exists",
-                dup.seq, batch.run_id
+                "event {} of run {run_id} exists",
+                dup.seq
             ))));
         }
-        for e in &batch.events {
+        for e in events.clone() {
             log.insert(e.seq, (**e).clone());
         }
-        let batch_max = batch.events.iter().map(|e| e.seq).max();
-        g.checkpoints
-            .entry(batch.run_id)
-            .or_default()
-            .insert(batch.step, CheckpointRecord::from_batch(batch));
-        let mut last_seq = batch_max.unwrap_or(0);
-        if let Some(run) = g.runs.get_mut(&batch.run_id) {
+        let checkpoints = g.checkpoints.entry(run_id).or_default();
+        for b in batches {
+            checkpoints.insert(b.step, CheckpointRecord::from_batch(b));
+        }
+        let mut last_seq = events.map(|e| e.seq).max().unwrap_or(0);
+        if let Some(run) = g.runs.get_mut(&run_id) {
             run.last_seq = run.last_seq.max(last_seq);
             last_seq = run.last_seq;
-            run.last_step = run.last_step.max(batch.step);
-            if batch.status != RunStatus::Running {
-                run.status = batch.status;
+            run.last_step = batches.iter().map(|b| b.step).fold(run.last_step, u32::max);
+            if last.status != RunStatus::Running {
+                run.status = last.status;
                 run.finished_at = Some(now_micros());
-                g.leases.remove(&batch.run_id);
+                g.leases.remove(&run_id);
             }
         }
         drop(g);
         // No subscriber is not an error.
-        let _ = self.notify.send((batch.run_id, last_seq));
+        let _ = self.notify.send((run_id, last_seq));
         ready(Ok(()))
     }
 

@@ -236,9 +236,16 @@ pub trait RunStore: Send + Sync {
 
 /// The event log and checkpoints.
 pub trait EventLog: Send + Sync {
-    /// Stores a step's events and checkpoint atomically, and advances the
-    /// run's `last_seq` / `last_step` (and status, for a final batch).
-    fn append(&self, batch: &StepBatch) -> BoxFuture<'_, StoreResult<()>>;
+    /// Stores consecutive steps — their events and checkpoints — atomically
+    /// (one transaction; one round trip where the backend has round trips),
+    /// and advances the run's `last_seq` / `last_step` (and status, when the
+    /// last batch is final). The executor sends two at once when the input
+    /// checkpoint (step 0) rides with the first superstep's.
+    fn append_steps(&self, batches: &[StepBatch]) -> BoxFuture<'_, StoreResult<()>>;
+    /// Stores one step: [`EventLog::append_steps`] of one batch.
+    fn append(&self, batch: &StepBatch) -> BoxFuture<'_, StoreResult<()>> {
+        self.append_steps(std::slice::from_ref(batch))
+    }
     /// Events of a run with `seq > after`, in order, at most `limit`.
     fn events(&self, run: Uuid, after: u64, limit: usize)
     -> BoxFuture<'_, StoreResult<Vec<Event>>>;

@@ -143,48 +143,27 @@ fn kind_tag(payload: &str) -> String {
         .unwrap_or_else(|| "unknown".to_owned())
 }
 
-/// A [`StepBatch`] as column values, column by column (SQLite binds row by
-/// row from it, PostgreSQL sends each column as one array).
-///
-/// Encoding happens on the caller's task, before the batch is queued, so the
-/// batch need not outlive the call and the SQLite writer thread does nothing
-/// but SQL.
+/// The checkpoint of a [`StepBatch`] and the run progress it records, as
+/// column values (both backends store these columns alike).
 #[derive(Debug)]
-pub(crate) struct EncodedBatch {
+pub(crate) struct EncodedCheckpoint {
     pub(crate) run_id: Uuid,
     pub(crate) step: i32,
-    pub(crate) seq: Vec<i64>,
-    pub(crate) at: Vec<i64>,
-    pub(crate) event_step: Vec<i32>,
-    pub(crate) node: Vec<Option<Arc<str>>>,
-    pub(crate) task: Vec<i32>,
-    pub(crate) kind: Vec<String>,
-    pub(crate) payload: Vec<String>,
     pub(crate) writes: String,
     pub(crate) next: String,
     pub(crate) joins: String,
     pub(crate) snapshot: Option<String>,
     pub(crate) status: &'static str,
-    /// The highest seq in the batch, if it has events.
-    pub(crate) max_seq: Option<i64>,
     /// `finished_at` for a final batch.
     pub(crate) now: i64,
 }
 
-impl EncodedBatch {
-    /// Encodes `b`.
+impl EncodedCheckpoint {
+    /// Encodes the checkpoint part of `b`.
     pub(crate) fn new(b: &StepBatch) -> StoreResult<Self> {
-        let n = b.events.len();
-        let mut out = Self {
+        Ok(Self {
             run_id: b.run_id,
             step: i32_of(b.step, "step")?,
-            seq: Vec::with_capacity(n),
-            at: Vec::with_capacity(n),
-            event_step: Vec::with_capacity(n),
-            node: Vec::with_capacity(n),
-            task: Vec::with_capacity(n),
-            kind: Vec::with_capacity(n),
-            payload: Vec::with_capacity(n),
             writes: to_json(&b.writes, "checkpoint writes")?,
             next: to_json(&b.next, "checkpoint frontier")?,
             joins: to_json(&b.joins, "checkpoint joins")?,
@@ -194,8 +173,45 @@ impl EncodedBatch {
                 .map(|s| to_json(s, "snapshot"))
                 .transpose()?,
             status: status_name(b.status),
-            max_seq: None,
             now: i64_of(crate::events::now_micros(), "time")?,
+        })
+    }
+}
+
+/// A [`StepBatch`] as column values, one event per row (SQLite binds row by
+/// row from it).
+///
+/// Encoding happens on the caller's task, before the batch is queued, so the
+/// batch need not outlive the call and the SQLite writer thread does nothing
+/// but SQL.
+#[derive(Debug)]
+pub(crate) struct EncodedBatch {
+    pub(crate) cp: EncodedCheckpoint,
+    pub(crate) seq: Vec<i64>,
+    pub(crate) at: Vec<i64>,
+    pub(crate) event_step: Vec<i32>,
+    pub(crate) node: Vec<Option<Arc<str>>>,
+    pub(crate) task: Vec<i32>,
+    pub(crate) kind: Vec<String>,
+    pub(crate) payload: Vec<String>,
+    /// The highest seq in the batch, if it has events.
+    pub(crate) max_seq: Option<i64>,
+}
+
+impl EncodedBatch {
+    /// Encodes `b`.
+    pub(crate) fn new(b: &StepBatch) -> StoreResult<Self> {
+        let n = b.events.len();
+        let mut out = Self {
+            cp: EncodedCheckpoint::new(b)?,
+            seq: Vec::with_capacity(n),
+            at: Vec::with_capacity(n),
+            event_step: Vec::with_capacity(n),
+            node: Vec::with_capacity(n),
+            task: Vec::with_capacity(n),
+            kind: Vec::with_capacity(n),
+            payload: Vec::with_capacity(n),
+            max_seq: None,
         };
         for e in &b.events {
             let payload = to_json(&e.event, "event")?;

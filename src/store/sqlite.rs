@@ -443,11 +443,14 @@ impl RunStore for SqliteStore {
 }
 
 impl EventLog for SqliteStore {
-    fn append(&self, batch: &StepBatch) -> BoxFuture<'_, StoreResult<()>> {
-        let encoded = EncodedBatch::new(batch);
+    fn append_steps(&self, batches: &[StepBatch]) -> BoxFuture<'_, StoreResult<()>> {
+        let encoded: StoreResult<Vec<EncodedBatch>> =
+            batches.iter().map(EncodedBatch::new).collect();
         Box::pin(async move {
             let b = encoded?;
-            let run = b.run_id;
+            let Some(run) = b.last().map(|b| b.cp.run_id) else {
+                return Ok(());
+            };
             let last_seq = self.writer.run(move |conn| append(conn, &b)).await?;
             // No subscriber is not an error.
             let _ = self.notify.send((run, last_seq));

@@ -16,7 +16,8 @@ use stategraph::llm::Models;
 use stategraph::llm::offline::OfflineModel;
 use stategraph::nodes::{Node, NodeContext, NodeError};
 use stategraph::runtime::{
-    self, MemoryCheckpointer, Resume, RunError, RunOptions, RunStatus, Services,
+    self, CheckpointError, Checkpointer, MemoryCheckpointer, Resume, RunError, RunOptions,
+    RunStatus, Services, StepBatch,
 };
 use stategraph::state::{DynState, Patch, State};
 use tokio::sync::mpsc;
@@ -638,6 +639,82 @@ async fn checkpoints_hold_patches_and_rebuild_every_step_then_resume() {
         .unwrap();
     assert_eq!(resumed.state.to_json(), out.state.to_json());
     assert_eq!(resumed.steps, 6);
+}
+
+/// Counts the checkpointer calls (each is one store write) and keeps what
+/// they carry.
+#[derive(Default)]
+struct Calls {
+    calls: std::sync::Mutex<Vec<Vec<u32>>>,
+    inner: MemoryCheckpointer,
+}
+
+impl Checkpointer for Calls {
+    fn save(&self, batch: StepBatch) -> BoxFuture<'_, Result<(), CheckpointError>> {
+        self.save_steps(vec![batch])
+    }
+
+    fn save_steps(&self, batches: Vec<StepBatch>) -> BoxFuture<'_, Result<(), CheckpointError>> {
+        self.calls
+            .lock()
+            .unwrap()
+            .push(batches.iter().map(|b| b.step).collect());
+        Box::pin(async move {
+            for b in batches {
+                self.inner.save(b).await?;
+            }
+            Ok(())
+        })
+    }
+}
+
+#[tokio::test]
+async fn a_run_costs_one_checkpointer_call_per_superstep() {
+    let reg = registries(0);
+    let g = compile(&LOOP.replace("RL", "25").replace("TARGET", "3"), &reg);
+    let calls = Arc::new(Calls::default());
+    let opts = RunOptions {
+        checkpointer: Some(calls.clone()),
+        ..Default::default()
+    };
+    let (r, _) = run_collect(Arc::clone(&g), services(&reg), json!({}), opts).await;
+    assert_eq!(r.unwrap().steps, 6);
+    // The input (step 0) rides with step 1; step 6 is the final batch.
+    assert_eq!(
+        *calls.calls.lock().unwrap(),
+        [vec![0, 1], vec![2], vec![3], vec![4], vec![5], vec![6]]
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_run_failing_in_its_first_step_stores_input_and_end_in_one_call() {
+    let reg = registries(5);
+    let g = compile(
+        r#"
+state: test
+entry: flaky
+nodes:
+  - {id: flaky, kind: flaky, writes: [note], retry: {attempts: 2, backoff: 10ms}}
+edges: [flaky -> END]
+"#,
+        &reg,
+    );
+    let calls = Arc::new(Calls::default());
+    let opts = RunOptions {
+        checkpointer: Some(calls.clone()),
+        ..Default::default()
+    };
+    let run_id = opts.run_id;
+    let (r, events) = run_collect(g, services(&reg), json!({}), opts).await;
+    assert_eq!(r.unwrap_err().code(), "node_failed");
+    assert_eq!(*calls.calls.lock().unwrap(), [vec![0, 1]]);
+    let batches = calls.inner.batches(run_id);
+    assert_eq!(batches[1].status, RunStatus::Failed);
+    let stored: Vec<u64> = batches
+        .iter()
+        .flat_map(|b| b.events.iter().map(|e| e.seq))
+        .collect();
+    assert_eq!(stored, events.iter().map(|e| e.seq).collect::<Vec<_>>());
 }
 
 #[tokio::test]

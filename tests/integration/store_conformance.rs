@@ -162,6 +162,7 @@ conformance!(
     events_page_and_checkpoints_filter_by_step,
     a_duplicate_seq_conflicts_and_stores_nothing_of_its_batch,
     the_final_batch_sets_the_status,
+    steps_appended_together_land_together,
     state_rebuilt_from_stored_checkpoints_matches_memory,
     large_unicode_and_every_kind_of_event_round_trip,
     concurrent_appends_to_different_runs_all_land,

@@ -10,32 +10,36 @@ use crate::events::{ErrorInfo, ForkOrigin, Usage, now_micros};
 use crate::store::sql;
 use crate::store::{ChatRecord, MessageRecord, RunRecord, StoreResult};
 
-/// The append statement (see the module docs): events, checkpoint and the
-/// run's progress (a final batch also clears the lease) — one statement, so
-/// one round trip and one transaction. It answers the run's highest seq,
-/// for the notification sent after it commits (never from within: see the
-/// `notify` module).
+/// The append statement (see the module docs): the events as one page
+/// (the `pages` module), the checkpoints, and the run's progress (a final
+/// batch also clears the lease) — one statement, so one round trip and one
+/// transaction. It answers the run's highest seq, for the notification sent
+/// after it commits (never from within: see the `notify` module).
+///
+/// Parameters: run; first and last seq and the events (all null without
+/// events); per checkpoint (arrays): step, writes, next, joins, snapshot;
+/// the highest step, the last batch's status, now.
 pub(super) const APPEND: &str = "
 WITH events AS (
-    INSERT INTO run_events (run_id, seq, at, step, task, node, kind, payload)
-    SELECT $1, e.seq, e.at, e.step, e.task, e.node, e.kind, e.payload::json
-    FROM unnest($2::bigint[], $3::bigint[], $4::int[], $5::int[], $6::text[], $7::text[], $8::text[])
-        AS e(seq, at, step, task, node, kind, payload)
+    INSERT INTO run_event_pages (run_id, first_seq, last_seq, events)
+    SELECT $1, $2::bigint, $3::bigint, $4::text WHERE $2::bigint IS NOT NULL
 ), checkpoint AS (
     INSERT INTO checkpoints (run_id, step, writes, next, joins, snapshot)
-    VALUES ($1, $9, $10::text::json, $11::text::json, $12::text::json, $13::text::json)
+    SELECT $1, c.step, c.writes::json, c.next::json, c.joins::json, c.snapshot::json
+    FROM unnest($5::int[], $6::text[], $7::text[], $8::text[], $9::text[])
+        AS c(step, writes, next, joins, snapshot)
     ON CONFLICT (run_id, step) DO UPDATE SET writes = excluded.writes, next = excluded.next,
         joins = excluded.joins, snapshot = excluded.snapshot
 ), progress AS (
-    UPDATE runs SET last_seq = greatest(last_seq, $15::bigint), last_step = greatest(last_step, $9),
-        status = CASE WHEN $14::text = 'running' THEN status ELSE $14::text END,
-        finished_at = CASE WHEN $14::text = 'running' THEN finished_at ELSE $16::bigint END,
-        lease_owner = CASE WHEN $14::text = 'running' THEN lease_owner END,
-        lease_until = CASE WHEN $14::text = 'running' THEN lease_until END
+    UPDATE runs SET last_seq = greatest(last_seq, $3::bigint), last_step = greatest(last_step, $10::int),
+        status = CASE WHEN $11::text = 'running' THEN status ELSE $11::text END,
+        finished_at = CASE WHEN $11::text = 'running' THEN finished_at ELSE $12::bigint END,
+        lease_owner = CASE WHEN $11::text = 'running' THEN lease_owner END,
+        lease_until = CASE WHEN $11::text = 'running' THEN lease_until END
     WHERE id = $1
     RETURNING last_seq
 )
-SELECT coalesce((SELECT last_seq FROM progress), $15::bigint, 0)";
+SELECT coalesce((SELECT last_seq FROM progress), $3::bigint, 0)";
 
 pub(super) const CHAT_COLS: &str = "id, user_id, title, created_at, updated_at, active_run";
 

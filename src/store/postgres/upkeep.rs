@@ -44,11 +44,12 @@ WITH gone AS (
       AND status <> 'running'
     RETURNING id
 ), events AS (
-    DELETE FROM run_events WHERE run_id IN (SELECT id FROM gone) RETURNING 1
+    DELETE FROM run_event_pages WHERE run_id IN (SELECT id FROM gone) RETURNING json_array_length(events::json) AS n
 ), checkpoints AS (
     DELETE FROM checkpoints WHERE run_id IN (SELECT id FROM gone) RETURNING 1
 )
-SELECT (SELECT count(*) FROM gone), (SELECT count(*) FROM events), (SELECT count(*) FROM checkpoints)";
+SELECT (SELECT count(*) FROM gone), (SELECT coalesce(sum(n), 0)::bigint FROM events),
+       (SELECT count(*) FROM checkpoints)";
 
 /// Up to `$2` chats idle since `$1` with no running run, with their
 /// messages. The outer `updated_at` test is re-checked against a row changed

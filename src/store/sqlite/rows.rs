@@ -158,58 +158,63 @@ pub(super) fn insert_run(conn: &Connection, run: &RunRecord) -> StoreResult<()> 
     }
 }
 
-/// Stores one batch: events, checkpoint and the run's progress, one
-/// transaction; a final batch also clears the lease. Returns the highest seq
-/// stored for the run (for the notification).
-pub(super) fn append(conn: &mut Connection, b: &EncodedBatch) -> StoreResult<u64> {
-    let run = b.run_id.to_string();
+/// Stores consecutive batches: events, checkpoints and the run's progress,
+/// one transaction; a final batch also clears the lease. Returns the highest
+/// seq stored for the run (for the notification).
+pub(super) fn append(conn: &mut Connection, batches: &[EncodedBatch]) -> StoreResult<u64> {
     let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
-    let last_seq;
-    {
-        let mut insert = tx.prepare_cached(
-            "INSERT INTO run_events (run_id, seq, at, step, node, task, kind, payload)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
-        )?;
-        for i in 0..b.seq.len() {
-            let row = params![
-                run,
-                b.seq[i],
-                b.at[i],
-                b.event_step[i],
-                b.node[i].as_deref(),
-                b.task[i],
-                b.kind[i],
-                b.payload[i]
-            ];
-            match insert.execute(row) {
-                Err(e) if e.sqlite_error_code() == Some(ErrorCode::ConstraintViolation) => {
-                    return Err(StoreError::Conflict(format!(
-                        "event {} of run {} exists",
-                        b.seq[i], b.run_id
-                    )));
-                }
-                other => other?,
-            };
-        }
-        tx.prepare_cached(
-            "INSERT INTO checkpoints (run_id, step, writes, next, joins, snapshot) VALUES (?1, ?2, ?3, ?4, ?5, ?6)
-             ON CONFLICT (run_id, step) DO UPDATE SET writes = excluded.writes, next = excluded.next,
-                 joins = excluded.joins, snapshot = excluded.snapshot",
-        )?
-        .execute(params![run, b.step, b.writes, b.next, b.joins, b.snapshot])?;
-        let stored: Option<i64> = tx
-            .prepare_cached(
-                "UPDATE runs SET last_seq = max(last_seq, coalesce(?2, last_seq)), last_step = max(last_step, ?3),
-                     status = CASE WHEN ?4 = 'running' THEN status ELSE ?4 END,
-                     finished_at = CASE WHEN ?4 = 'running' THEN finished_at ELSE ?5 END,
-                     lease_owner = CASE WHEN ?4 = 'running' THEN lease_owner END,
-                     lease_until = CASE WHEN ?4 = 'running' THEN lease_until END
-                 WHERE id = ?1 RETURNING last_seq",
-            )?
-            .query_row(params![run, b.max_seq, b.step, b.status, b.now], |r| r.get(0))
-            .optional()?;
-        last_seq = stored.or(b.max_seq).unwrap_or(0);
+    let mut last_seq = 0;
+    for b in batches {
+        last_seq = last_seq.max(append_one(&tx, b)?);
     }
     tx.commit()?;
     sql::u64_of(last_seq, "last seq")
+}
+
+/// One batch of [`append`], in its transaction; the run's highest seq.
+fn append_one(tx: &rusqlite::Transaction<'_>, b: &EncodedBatch) -> StoreResult<i64> {
+    let (run, c) = (b.cp.run_id.to_string(), &b.cp);
+    let mut insert = tx.prepare_cached(
+        "INSERT INTO run_events (run_id, seq, at, step, node, task, kind, payload)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+    )?;
+    for i in 0..b.seq.len() {
+        let row = params![
+            run,
+            b.seq[i],
+            b.at[i],
+            b.event_step[i],
+            b.node[i].as_deref(),
+            b.task[i],
+            b.kind[i],
+            b.payload[i]
+        ];
+        match insert.execute(row) {
+            Err(e) if e.sqlite_error_code() == Some(ErrorCode::ConstraintViolation) => {
+                return Err(StoreError::Conflict(format!(
+                    "event {} of run {} exists",
+                    b.seq[i], b.cp.run_id
+                )));
+            }
+            other => other?,
+        };
+    }
+    tx.prepare_cached(
+        "INSERT INTO checkpoints (run_id, step, writes, next, joins, snapshot) VALUES (?1, ?2, ?3, ?4, ?5, ?6)
+         ON CONFLICT (run_id, step) DO UPDATE SET writes = excluded.writes, next = excluded.next,
+             joins = excluded.joins, snapshot = excluded.snapshot",
+    )?
+    .execute(params![run, c.step, c.writes, c.next, c.joins, c.snapshot])?;
+    let stored: Option<i64> = tx
+        .prepare_cached(
+            "UPDATE runs SET last_seq = max(last_seq, coalesce(?2, last_seq)), last_step = max(last_step, ?3),
+                 status = CASE WHEN ?4 = 'running' THEN status ELSE ?4 END,
+                 finished_at = CASE WHEN ?4 = 'running' THEN finished_at ELSE ?5 END,
+                 lease_owner = CASE WHEN ?4 = 'running' THEN lease_owner END,
+                 lease_until = CASE WHEN ?4 = 'running' THEN lease_until END
+             WHERE id = ?1 RETURNING last_seq",
+        )?
+        .query_row(params![run, b.max_seq, c.step, c.status, c.now], |r| r.get(0))
+        .optional()?;
+    Ok(stored.or(b.max_seq).unwrap_or(0))
 }

@@ -43,9 +43,9 @@ async fn sqlite_migrates_once_runs_in_wal_mode_and_refuses_a_newer_schema() {
 async fn postgres_migrates_once_and_refuses_a_newer_schema() {
     PgDb::with(|url| async move {
         let first = store::postgres::migrate(&url).await.unwrap();
-        assert_eq!((first.from, first.applied.as_slice()), (0, &[1, 2, 3][..]));
+        assert_eq!((first.from, first.applied.as_slice()), (0, &[1, 2, 3, 4][..]));
         let second = store::postgres::migrate(&url).await.unwrap();
-        assert_eq!((second.from, second.to, second.applied.len()), (3, 3, 0), "a second migrate is a no-op");
+        assert_eq!((second.from, second.to, second.applied.len()), (4, 4, 0), "a second migrate is a no-op");
         let s = PostgresStore::connect(&url, 2).await.unwrap();
         s.ping().await.unwrap();
         drop(s);
@@ -96,18 +96,70 @@ async fn postgres_reads_event_kinds_from_newer_builds_as_unknown() {
         s.append(&batch(id, 1, vec![text(id, 1, 1)])).await.unwrap();
         let (client, conn) = tokio_postgres::connect(&url, tokio_postgres::NoTls).await.unwrap();
         tokio::spawn(conn);
+        let page = format!(r#"[{{"seq":2,"at":5,"step":1,"node":"n","event":{FUTURE_EVENT}}}]"#);
         client
             .execute(
-                "INSERT INTO run_events (run_id, seq, at, step, node, task, kind, payload) VALUES ($1, 2, 5, 1, 'n', 0, 'hologram', $2::text::json)",
-                &[&id, &FUTURE_EVENT],
+                "INSERT INTO run_event_pages (run_id, first_seq, last_seq, events) VALUES ($1, 2, 2, $2)",
+                &[&id, &page],
             )
             .await
             .unwrap();
-        let kind: String = client.query_one("SELECT kind FROM run_events WHERE seq = 1", &[]).await.unwrap().get(0);
-        assert_eq!(kind, "text_delta", "the kind column holds the type tag");
+        let stored: String = client
+            .query_one("SELECT events FROM run_event_pages WHERE first_seq = 1", &[])
+            .await
+            .unwrap()
+            .get(0);
+        assert!(stored.contains(r#""type":"text_delta""#), "the page holds the type tag: {stored}");
         let back = s.events(id, 0, 10).await.unwrap();
         assert_eq!(back.len(), 2);
         assert_eq!((back[1].seq, &back[1].event, back[1].node.as_deref()), (2, &EventKind::Unknown, Some("n")));
+    })
+    .await;
+}
+
+/// A database written by a build with the row-per-event log (schema 3):
+/// migration 4 turns its events into pages, and they read back unchanged.
+#[tokio::test]
+async fn postgres_migration_4_turns_stored_events_into_pages() {
+    PgDb::with(|url| async move {
+        let (client, conn) = tokio_postgres::connect(&url, tokio_postgres::NoTls).await.unwrap();
+        tokio::spawn(conn);
+        let schema = [
+            include_str!("../../../src/store/migrations/postgres/0001_init.sql"),
+            include_str!("../../../src/store/migrations/postgres/0002_leases.sql"),
+            include_str!("../../../src/store/migrations/postgres/0003_stop_requests.sql"),
+        ];
+        for sql in schema {
+            client.batch_execute(sql).await.unwrap();
+        }
+        client
+            .batch_execute(
+                "CREATE TABLE schema_migrations (version INTEGER NOT NULL PRIMARY KEY, name TEXT NOT NULL, applied_at BIGINT NOT NULL);
+                 INSERT INTO schema_migrations VALUES (1, 'init', 0), (2, 'leases', 0), (3, 'stop_requests', 0);",
+            )
+            .await
+            .unwrap();
+        let (a, b) = (Uuid::now_v7(), Uuid::now_v7());
+        // Steps 0 and 1: without and with a node; tasks 1, 2 and 0.
+        let events = [text(a, 1, 0), text(a, 2, 1), text(b, 3, 1)];
+        for e in &events {
+            let payload = serde_json::to_string(&e.event).unwrap();
+            client
+                .execute(
+                    "INSERT INTO run_events (run_id, seq, at, step, task, node, kind, payload) VALUES ($1, $2, $3, $4, $5, $6, 'text_delta', $7::text::json)",
+                    &[&e.run_id, &(e.seq as i64), &(e.at as i64), &(e.step as i32), &(e.task as i32), &e.node.as_deref(), &payload],
+                )
+                .await
+                .unwrap();
+        }
+        let s = PostgresStore::connect(&url, 2).await.unwrap();
+        assert_eq!(s.events(a, 0, 10).await.unwrap(), owned(&events[..2]));
+        assert_eq!(s.events(a, 1, 10).await.unwrap(), owned(&events[1..2]));
+        assert_eq!(s.events(b, 0, 10).await.unwrap(), owned(&events[2..]));
+        let err = s.append(&batch(a, 2, vec![text(a, 2, 2)])).await.unwrap_err();
+        assert!(matches!(err, StoreError::Conflict(_)), "a migrated seq is still taken: {err}");
+        s.append(&batch(a, 2, vec![text(a, 3, 2)])).await.unwrap();
+        assert_eq!(s.events(a, 0, 10).await.unwrap().len(), 3);
     })
     .await;
 }

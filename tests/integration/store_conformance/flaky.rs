@@ -59,22 +59,22 @@ impl Flaky {
 }
 
 impl EventLog for Flaky {
-    fn append(&self, batch: &StepBatch) -> BoxFuture<'_, StoreResult<()>> {
+    fn append_steps(&self, batches: &[StepBatch]) -> BoxFuture<'_, StoreResult<()>> {
         self.attempts.fetch_add(1, Ordering::SeqCst);
         let fault = if self.down.load(Ordering::SeqCst) {
             Some(Fault::Unavailable)
         } else {
             self.faults.lock().unwrap().pop_front()
         };
-        let batch = batch.clone();
+        let batches = batches.to_vec();
         Box::pin(async move {
             match fault {
-                None | Some(Fault::Pass) => self.inner.append(&batch).await,
+                None | Some(Fault::Pass) => self.inner.append_steps(&batches).await,
                 Some(Fault::Unavailable) => Err(StoreError::Unavailable(
                     "injected: connection refused".into(),
                 )),
                 Some(Fault::ReplyLost) => {
-                    self.inner.append(&batch).await?;
+                    self.inner.append_steps(&batches).await?;
                     Err(StoreError::Unavailable(
                         "injected: connection closed after the commit".into(),
                     ))

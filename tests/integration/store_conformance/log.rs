@@ -96,6 +96,53 @@ pub(super) async fn a_duplicate_seq_conflicts_and_stores_nothing_of_its_batch(
     assert_eq!(all_events(&*store, r.id).await.len(), 5);
 }
 
+/// Two steps in one append (the input checkpoint riding with the first
+/// superstep's): both checkpoints and all events land, or — when one event
+/// clashes — nothing of either does.
+pub(super) async fn steps_appended_together_land_together(store: Arc<dyn Store>) {
+    let r = run(None, 1);
+    store.create_run(r.clone()).await.unwrap();
+    let first = batch(r.id, 0, vec![text(r.id, 1, 0)]);
+    let mut last = batch(r.id, 1, vec![text(r.id, 2, 1), text(r.id, 3, 1)]);
+    last.status = RunStatus::Finished;
+    let clash = batch(r.id, 1, vec![text(r.id, 1, 1)]);
+    let err = store
+        .append_steps(&[first.clone(), clash])
+        .await
+        .unwrap_err();
+    assert!(matches!(err, StoreError::Conflict(_)), "{err}");
+    assert!(
+        all_events(&*store, r.id).await.is_empty(),
+        "nothing of the failed append"
+    );
+    assert!(store.checkpoints(r.id, 10).await.unwrap().is_empty());
+    store
+        .append_steps(&[first.clone(), last.clone()])
+        .await
+        .unwrap();
+    let mut events = first.events.clone();
+    events.extend(last.events.iter().cloned());
+    assert_eq!(all_events(&*store, r.id).await, owned(&events));
+    assert_eq!(
+        store.events(r.id, 1, 1).await.unwrap(),
+        owned(&events[1..2]),
+        "read back from the middle of an append"
+    );
+    let steps: Vec<u32> = store
+        .checkpoints(r.id, 10)
+        .await
+        .unwrap()
+        .iter()
+        .map(|c| c.step)
+        .collect();
+    assert_eq!(steps, [0, 1]);
+    let stored = store.get_run(r.id).await.unwrap().unwrap();
+    assert_eq!(
+        (stored.last_seq, stored.last_step, stored.status),
+        (3, 1, RunStatus::Finished)
+    );
+}
+
 pub(super) async fn the_final_batch_sets_the_status(store: Arc<dyn Store>) {
     let r = run(Some("c1"), 1);
     store.create_run(r.clone()).await.unwrap();
