@@ -5,8 +5,9 @@
 //!   answer (node start, model start, 45 text deltas, model end, node end,
 //!   checkpoint saved) with its patch;
 //! - **chat run**: a 300-event chat run (summarizer, router, a research agent
-//!   with a tool call, narrator, follow-ups) split into its 7 batches: the
-//!   input at step 0, five supersteps and the final batch.
+//!   with a tool call, narrator, follow-ups) in its 5 appends, as the
+//!   executor hands them over: the input (step 0) together with step 1,
+//!   steps 2–4, and step 5 as the final batch with `run_finished`.
 //!
 //! Criterion measures serial appends per backend (throughput in events).
 //! Then a table prints serial and concurrent (32 writers) events/s, and for
@@ -195,8 +196,11 @@ fn llm_call(run: Uuid, step: u32, first_seq: u64) -> StepBatch {
     step_batch(run, step, "narrator", patch, events)
 }
 
-/// A 300-event chat run in 7 batches.
-fn chat_run(run: Uuid) -> Vec<StepBatch> {
+/// One append: consecutive batches stored together.
+type Append = Vec<StepBatch>;
+
+/// A 300-event chat run in its 5 appends (6 checkpoints).
+fn chat_run(run: Uuid) -> Vec<Append> {
     let mut em = Emitter { run, seq: 0 };
     let messages: Vec<_> = (0..8).map(|i| json!({"id": format!("m{i}"), "role": if i % 2 == 0 { "user" } else { "assistant" }, "content": "An earlier message of the conversation, about as long as a real one tends to be."})).collect();
     let input =
@@ -219,7 +223,7 @@ fn chat_run(run: Uuid) -> Vec<StepBatch> {
         ("router", 12),
         ("research", 80),
         ("narrator", 110),
-        ("followup", 35),
+        ("followup", 36),
     ]
     .into_iter()
     .enumerate()
@@ -325,15 +329,22 @@ fn chat_run(run: Uuid) -> Vec<StepBatch> {
             },
         },
     );
-    let mut last = step_batch(run, 5, "", Patch::new(), vec![finished]);
-    last.writes.clear();
+    // Step 5 led to END: it is the final batch, with `run_finished` instead
+    // of `checkpoint_saved`.
+    let mut last = batches.pop().expect("five steps");
+    last.events.pop();
+    last.events.push(finished);
     last.next.clear();
     last.snapshot = Some(
         json!({"answer": tokens(110).concat(), "followups": ["Why 42?", "And 43?", "Is 41 close?"], "intent": "RESEARCH"}),
     );
     last.status = RunStatus::Finished;
-    batches.push(last);
-    batches
+    let mut steps = batches.into_iter();
+    let first: Append = steps.by_ref().take(2).collect();
+    let mut appends = vec![first];
+    appends.extend(steps.map(|b| vec![b]));
+    appends.push(vec![last]);
+    appends
 }
 
 fn run_record(id: Uuid) -> RunRecord {
@@ -379,38 +390,39 @@ impl Backend {
 async fn append_runs(
     store: &dyn Store,
     runs: usize,
-    plan: fn(Uuid) -> Vec<StepBatch>,
+    plan: fn(Uuid) -> Vec<Append>,
 ) -> (Duration, u64) {
-    let planned: Vec<Vec<StepBatch>> = (0..runs).map(|_| plan(Uuid::now_v7())).collect();
+    let planned: Vec<Vec<Append>> = (0..runs).map(|_| plan(Uuid::now_v7())).collect();
     for p in &planned {
-        store.create_run(run_record(p[0].run_id)).await.unwrap();
+        store.create_run(run_record(p[0][0].run_id)).await.unwrap();
     }
     let events = planned
         .iter()
+        .flatten()
         .flatten()
         .map(|b| b.events.len() as u64)
         .sum();
     let start = Instant::now();
     for p in &planned {
-        for b in p {
-            store.append(b).await.unwrap();
+        for a in p {
+            store.append_steps(a).await.unwrap();
         }
     }
     (start.elapsed(), events)
 }
 
-fn llm_plan(run: Uuid) -> Vec<StepBatch> {
-    vec![llm_call(run, 1, 0)]
+fn llm_plan(run: Uuid) -> Vec<Append> {
+    vec![vec![llm_call(run, 1, 0)]]
 }
 
 fn criterion_benches(c: &mut Criterion, rt: &Runtime, backends: &[Backend]) {
     for (scenario, plan, events) in [
         (
             "llm_call_50_events",
-            llm_plan as fn(Uuid) -> Vec<StepBatch>,
+            llm_plan as fn(Uuid) -> Vec<Append>,
             50,
         ),
-        ("chat_run_300_events_7_batches", chat_run, 300),
+        ("chat_run_300_events_5_appends", chat_run, 300),
     ] {
         let mut g = c.benchmark_group(format!("append/{scenario}"));
         g.throughput(Throughput::Elements(events));
@@ -445,7 +457,7 @@ async fn concurrent(store: Arc<dyn Store>, writers: usize, runs_each: usize) -> 
 }
 
 async fn figures(backends: &[Backend]) {
-    println!("\nstore append figures (events per second; chat run = 300 events in 7 appends)\n");
+    println!("\nstore append figures (events per second; chat run = 300 events in 5 appends)\n");
     println!(
         "{:<10} {:>16} {:>14} {:>16} {:>14} {:>24}",
         "backend",
@@ -465,7 +477,7 @@ async fn figures(backends: &[Backend]) {
             e1 as f64 / t1.as_secs_f64(),
             t1.as_secs_f64() * 1e6 / 1000.0,
             e2 as f64 / t2.as_secs_f64(),
-            t2.as_secs_f64() * 1e6 / (150.0 * 7.0),
+            t2.as_secs_f64() * 1e6 / (150.0 * 5.0),
             conc
         );
     }
@@ -550,15 +562,18 @@ async fn pg_round_trips(db: &str) {
         .unwrap();
     // Warm up: the append statement is prepared once per connection.
     append_runs(&store, 2, chat_run).await;
-    let planned: Vec<Vec<StepBatch>> = (0..30).map(|_| chat_run(Uuid::now_v7())).collect();
+    let planned: Vec<Vec<Append>> = (0..30).map(|_| chat_run(Uuid::now_v7())).collect();
     for p in &planned {
-        store.create_run(run_record(p[0].run_id)).await.unwrap();
+        store.create_run(run_record(p[0][0].run_id)).await.unwrap();
     }
     let before = count.snapshot();
     let mut appends = 0u64;
-    for b in planned.iter().flatten() {
-        store.append(b).await.unwrap();
+    let (mut fewest, mut most) = (usize::MAX, 0);
+    for a in planned.iter().flatten() {
+        store.append_steps(a).await.unwrap();
         appends += 1;
+        let n = a.iter().map(|b| b.events.len()).sum::<usize>();
+        (fewest, most) = (fewest.min(n), most.max(n));
     }
     // Let the notifications of the last appends go out.
     tokio::time::sleep(Duration::from_millis(200)).await;
@@ -567,7 +582,7 @@ async fn pg_round_trips(db: &str) {
         count.since(&before, "pg_notify"),
     );
     println!(
-        "\nPostgreSQL round trips per append: {:.2} ({appends} appends of 1–107 events, counted on the wire), \
+        "\nPostgreSQL round trips per append: {:.2} ({appends} appends of {fewest}–{most} events, counted on the wire), \
          plus {:.2} notification statements per append sent after them on another connection",
         on_path as f64 / appends as f64,
         notify as f64 / appends as f64
@@ -578,14 +593,16 @@ fn main() {
     if std::env::args().any(|a| a == "--list") {
         return;
     }
-    let events: usize = chat_run(Uuid::nil()).iter().map(|b| b.events.len()).sum();
+    let run = chat_run(Uuid::nil());
+    let events: usize = run.iter().flatten().map(|b| b.events.len()).sum();
     assert_eq!(
         (
             events,
-            chat_run(Uuid::nil()).len(),
+            run.len(),
+            run.iter().flatten().count(),
             llm_call(Uuid::nil(), 1, 0).events.len()
         ),
-        (300, 7, 50)
+        (300, 5, 6, 50)
     );
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)

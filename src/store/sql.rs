@@ -1,7 +1,9 @@
 //! What the two SQL backends share: migration bookkeeping and the encoding
 //! of records into column values.
 //!
-//! Both backends store the same columns, so the conversions live here once:
+//! Both backends store the same columns for chats, runs and checkpoints (the
+//! event log differs: a row per event on SQLite, a row per append on
+//! PostgreSQL — see `postgres::pages`), so the conversions live here once:
 //! unsigned Rust integers become signed SQL integers (checked, never
 //! wrapping), [`RunStatus`] becomes its snake_case name, and JSON is
 //! serialized straight from the typed value to text. The last point matters:
