@@ -3,7 +3,7 @@
 //! A [`ChatModel`] turns a [`ChatRequest`] into a stream of [`LlmChunk`]s.
 //! Nodes never talk to a model directly: they call [`call_model`], which
 //! emits the run's LLM events (start, deltas, tool-call fragments, finish)
-//! while it assembles the [`LlmOutput`]. Implementations: the
+//! while it assembles the [`LlmOutput`](crate::events::LlmOutput). Implementations: the
 //! OpenAI-compatible HTTP client, the built-in offline model, a scripted
 //! model for tests and a recorded model for replay.
 

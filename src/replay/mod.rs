@@ -1,11 +1,11 @@
 //! Replay for debugging: re-stream, re-execute, fork.
 //!
 //! A run's events are the source of truth. [`load`] reads them from the
-//! store; [`timeline`] prints what happened; [`sse`] reproduces the exact
+//! store; [`timeline`] prints what happened; [`sse()`] reproduces the exact
 //! bytes the client received (the stream settings are in `run_started`);
 //! [`reexecute`] runs the graph again with every model and tool result served
-//! from the recording and reports the first event that differs; [`fork`]
-//! starts a new run from a checkpoint with edited state.
+//! from the recording and reports the first event that differs; [`fork_point`]
+//! gives the edited state and frontier a forked run starts from.
 
 mod recording;
 

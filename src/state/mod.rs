@@ -105,7 +105,7 @@ pub trait State:
     fn template_value(&self, field: FieldId) -> minijinja::Value;
 
     /// The field itself, for typed reads without a JSON round trip
-    /// (see [`DynState::text`] and [`DynState::messages`]).
+    /// (see `text` and `messages` on `dyn DynState`).
     fn field_ref(&self, field: FieldId) -> &dyn Any;
 }
 

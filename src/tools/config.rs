@@ -31,7 +31,7 @@ use super::sql::SqlConfig;
 use super::{PolicyOverride, ToolRegistry};
 use crate::config::{Bytes, Dur};
 
-/// Overrides of one tool's [`ToolPolicy`].
+/// Overrides of one tool's [`ToolPolicy`](super::ToolPolicy).
 #[derive(Clone, Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct PolicyConfig {
