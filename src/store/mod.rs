@@ -21,6 +21,7 @@
 mod checkpointer;
 pub mod config;
 pub mod memory;
+mod pages;
 pub mod postgres;
 mod sql;
 pub mod sqlite;

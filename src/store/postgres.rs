@@ -8,8 +8,8 @@
 //! # One round trip per step
 //! [`EventLog::append`] is the hot path: the executor waits for it at the
 //! end of every superstep. It is **one SQL statement**: the step's events go
-//! in as one row, a *page* holding them as a JSON array (the `pages` module
-//! says why and how they are read back), the checkpoint is upserted and the
+//! in as one row, a *page* holding them as a JSON array (the `store::pages`
+//! module says why and how they are read back), the checkpoint is upserted and the
 //! run's `last_seq` / `last_step` / status advanced, all as data-modifying
 //! CTEs of that statement. A statement is its own transaction, so the batch is
 //! atomic (a duplicate seq stores nothing), and with the statement cached it
@@ -46,7 +46,6 @@
 
 mod listen;
 mod notify;
-mod pages;
 mod rows;
 mod upkeep;
 
@@ -70,7 +69,7 @@ use super::{
 use crate::events::{ErrorInfo, Event, Usage, now_micros};
 use crate::runtime::{PendingTask, RunStatus, StepBatch, TaskWrite};
 
-use pages::{EVENTS_AFTER, EncodedPage, Paged};
+use super::pages::{self, EVENTS_AFTER, EncodedPage, Paged};
 use rows::{
     APPEND, CHAT_COLS, MESSAGE_COLS, MessageColumns, RUN_COLS, RunColumns, UPSERT_MESSAGES,
     chat_of, message_of, run_of,
@@ -237,7 +236,7 @@ fn config(url: &str) -> StoreResult<tokio_postgres::Config> {
 /// generic plan took the chat path's server CPU from 3.8 to 3.3 ms per run
 /// on the development machine. A session setting, not a startup option, so
 /// connection poolers that refuse unknown startup options still work.
-const SESSION_SETUP: &str = "SET plan_cache_mode = force_generic_plan";
+pub(crate) const SESSION_SETUP: &str = "SET plan_cache_mode = force_generic_plan";
 
 fn pool(config: tokio_postgres::Config, size: usize) -> StoreResult<Pool> {
     let manager = Manager::from_config(

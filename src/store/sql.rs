@@ -1,9 +1,8 @@
 //! What the two SQL backends share: migration bookkeeping and the encoding
 //! of records into column values.
 //!
-//! Both backends store the same columns for chats, runs and checkpoints (the
-//! event log differs: a row per event on SQLite, a row per append on
-//! PostgreSQL — see `postgres::pages`), so the conversions live here once:
+//! Both backends store the same columns (the event log as pages: the
+//! `pages` module), so the conversions live here once:
 //! unsigned Rust integers become signed SQL integers (checked, never
 //! wrapping), [`RunStatus`] becomes its snake_case name, and JSON is
 //! serialized straight from the typed value to text. The last point matters:
@@ -11,14 +10,10 @@
 //! verbatim (SQLite `TEXT`, PostgreSQL `json`, never `jsonb`) and must not
 //! pass through [`serde_json::Value`], whose maps sort their keys.
 
-use std::sync::Arc;
-
 use serde::Serialize;
 use serde::de::DeserializeOwned;
-use uuid::Uuid;
 
 use super::{StoreError, StoreResult};
-use crate::events::{Event, EventKind};
 use crate::runtime::{RunStatus, StepBatch};
 
 /// One numbered schema change, embedded in the binary.
@@ -129,42 +124,21 @@ pub(crate) fn from_json<T: DeserializeOwned>(text: &str, what: &str) -> StoreRes
         .map_err(|e| StoreError::Backend(format!("cannot decode stored {what}: {e}")))
 }
 
-/// The `type` tag of a serialized [`EventKind`], for the `kind` column.
-///
-/// serde writes an internally tagged enum's tag first, so this is a prefix
-/// read; the fallback parses the object for any other shape.
-fn kind_tag(payload: &str) -> String {
-    if let Some(rest) = payload.strip_prefix("{\"type\":\"")
-        && let Some(end) = rest.find('"')
-    {
-        return rest[..end].to_owned();
-    }
-    serde_json::from_str::<serde_json::Value>(payload)
-        .ok()
-        .and_then(|v| v.get("type").and_then(|t| t.as_str()).map(str::to_owned))
-        .unwrap_or_else(|| "unknown".to_owned())
-}
-
-/// The checkpoint of a [`StepBatch`] and the run progress it records, as
-/// column values (both backends store these columns alike).
+/// The checkpoint of a [`StepBatch`] as column values (both backends store
+/// these columns alike).
 #[derive(Debug)]
 pub(crate) struct EncodedCheckpoint {
-    pub(crate) run_id: Uuid,
     pub(crate) step: i32,
     pub(crate) writes: String,
     pub(crate) next: String,
     pub(crate) joins: String,
     pub(crate) snapshot: Option<String>,
-    pub(crate) status: &'static str,
-    /// `finished_at` for a final batch.
-    pub(crate) now: i64,
 }
 
 impl EncodedCheckpoint {
     /// Encodes the checkpoint part of `b`.
     pub(crate) fn new(b: &StepBatch) -> StoreResult<Self> {
         Ok(Self {
-            run_id: b.run_id,
             step: i32_of(b.step, "step")?,
             writes: to_json(&b.writes, "checkpoint writes")?,
             next: to_json(&b.next, "checkpoint frontier")?,
@@ -174,83 +148,6 @@ impl EncodedCheckpoint {
                 .as_ref()
                 .map(|s| to_json(s, "snapshot"))
                 .transpose()?,
-            status: status_name(b.status),
-            now: i64_of(crate::events::now_micros(), "time")?,
-        })
-    }
-}
-
-/// A [`StepBatch`] as column values, one event per row (SQLite binds row by
-/// row from it).
-///
-/// Encoding happens on the caller's task, before the batch is queued, so the
-/// batch need not outlive the call and the SQLite writer thread does nothing
-/// but SQL.
-#[derive(Debug)]
-pub(crate) struct EncodedBatch {
-    pub(crate) cp: EncodedCheckpoint,
-    pub(crate) seq: Vec<i64>,
-    pub(crate) at: Vec<i64>,
-    pub(crate) event_step: Vec<i32>,
-    pub(crate) node: Vec<Option<Arc<str>>>,
-    pub(crate) task: Vec<i32>,
-    pub(crate) kind: Vec<String>,
-    pub(crate) payload: Vec<String>,
-    /// The highest seq in the batch, if it has events.
-    pub(crate) max_seq: Option<i64>,
-}
-
-impl EncodedBatch {
-    /// Encodes `b`.
-    pub(crate) fn new(b: &StepBatch) -> StoreResult<Self> {
-        let n = b.events.len();
-        let mut out = Self {
-            cp: EncodedCheckpoint::new(b)?,
-            seq: Vec::with_capacity(n),
-            at: Vec::with_capacity(n),
-            event_step: Vec::with_capacity(n),
-            node: Vec::with_capacity(n),
-            task: Vec::with_capacity(n),
-            kind: Vec::with_capacity(n),
-            payload: Vec::with_capacity(n),
-            max_seq: None,
-        };
-        for e in &b.events {
-            let payload = to_json(&e.event, "event")?;
-            out.seq.push(i64_of(e.seq, "event seq")?);
-            out.at.push(i64_of(e.at, "event time")?);
-            out.event_step.push(i32_of(e.step, "event step")?);
-            out.node.push(e.node.clone());
-            out.task.push(i32_of(e.task, "event task")?);
-            out.kind.push(kind_tag(&payload));
-            out.payload.push(payload);
-        }
-        out.max_seq = out.seq.iter().copied().max();
-        Ok(out)
-    }
-}
-
-/// The columns of one `run_events` row, as read back.
-#[derive(Debug)]
-pub(crate) struct EventRow {
-    pub(crate) seq: i64,
-    pub(crate) at: i64,
-    pub(crate) step: i64,
-    pub(crate) node: Option<String>,
-    pub(crate) task: i64,
-}
-
-impl EventRow {
-    /// The event, with its decoded kind.
-    pub(crate) fn into_event(self, run_id: Uuid, event: EventKind) -> StoreResult<Event> {
-        Ok(Event {
-            run_id,
-            seq: u64_of(self.seq, "event seq")?,
-            at: u64_of(self.at, "event time")?,
-            step: u32_of(self.step, "event step")?,
-            node: self.node.map(Arc::from),
-            task: u32_of(self.task, "event task")?,
-            event,
         })
     }
 }
@@ -286,21 +183,7 @@ mod tests {
     }
 
     #[test]
-    fn kind_tags_come_from_the_serialized_event() {
-        let text = to_json(
-            &EventKind::TextDelta {
-                call: 0,
-                delta: "hi".into(),
-            },
-            "e",
-        )
-        .unwrap();
-        assert_eq!(kind_tag(&text), "text_delta");
-        assert_eq!(
-            kind_tag(&to_json(&EventKind::Unknown, "e").unwrap()),
-            "unknown"
-        );
-        assert_eq!(kind_tag(r#"{"beam":1,"type":"hologram"}"#), "hologram");
+    fn statuses_round_trip_by_name() {
         assert_eq!(
             status_of(status_name(RunStatus::Cancelled)).unwrap(),
             RunStatus::Cancelled

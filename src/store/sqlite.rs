@@ -38,7 +38,8 @@ use rusqlite::{Connection, ErrorCode, OptionalExtension, TransactionBehavior, pa
 use tokio::sync::broadcast;
 use uuid::Uuid;
 
-use super::sql::{self, EncodedBatch, EventRow, Migration, MigrationReport};
+use super::pages::{self, EVENTS_AFTER, EncodedPage, Paged};
+use super::sql::{self, Migration, MigrationReport};
 use super::{
     Appended, ChatRecord, ChatStore, CheckpointRecord, EventLog, MessageRecord, NOTIFY_CAPACITY,
     RunRecord, RunStore, Store, StoreError, StoreResult,
@@ -68,6 +69,11 @@ const MIGRATIONS: &[Migration] = &[
         version: 3,
         name: "stop_requests",
         sql: include_str!("migrations/sqlite/0003_stop_requests.sql"),
+    },
+    Migration {
+        version: 4,
+        name: "event_pages",
+        sql: include_str!("migrations/sqlite/0004_event_pages.sql"),
     },
 ];
 
@@ -444,13 +450,10 @@ impl RunStore for SqliteStore {
 
 impl EventLog for SqliteStore {
     fn append_steps(&self, batches: &[StepBatch]) -> BoxFuture<'_, StoreResult<()>> {
-        let encoded: StoreResult<Vec<EncodedBatch>> =
-            batches.iter().map(EncodedBatch::new).collect();
+        let encoded = EncodedPage::new(batches);
         Box::pin(async move {
             let b = encoded?;
-            let Some(run) = b.last().map(|b| b.cp.run_id) else {
-                return Ok(());
-            };
+            let run = b.run_id;
             let last_seq = self.writer.run(move |conn| append(conn, &b)).await?;
             // No subscriber is not an error.
             let _ = self.notify.send((run, last_seq));
@@ -465,25 +468,15 @@ impl EventLog for SqliteStore {
         limit: usize,
     ) -> BoxFuture<'_, StoreResult<Vec<Event>>> {
         Box::pin(self.readers.run(move |conn| {
-            let Ok(after) = i64::try_from(after) else {
+            let Ok(after_sql) = i64::try_from(after) else {
                 return Ok(Vec::new());
             };
-            let mut stmt = conn.prepare_cached(
-                "SELECT seq, at, step, node, task, payload FROM run_events
-                 WHERE run_id = ?1 AND seq > ?2 ORDER BY seq LIMIT ?3",
-            )?;
-            let mut rows = stmt.query(params![run.to_string(), after, sql::limit_of(limit)])?;
+            let mut stmt = conn.prepare_cached(EVENTS_AFTER)?;
+            let mut rows = stmt.query(params![run.to_string(), after_sql, sql::limit_of(limit)])?;
             let mut out = Vec::new();
             while let Some(r) = rows.next()? {
-                let row = EventRow {
-                    seq: r.get(0)?,
-                    at: r.get(1)?,
-                    step: r.get(2)?,
-                    node: r.get(3)?,
-                    task: r.get(4)?,
-                };
-                let kind = sql::from_json(text(r, 5)?, "event")?;
-                out.push(row.into_event(run, kind)?);
+                let page: Vec<Paged> = sql::from_json(text(r, 0)?, "events")?;
+                pages::read_page(run, page, after, limit, &mut out);
             }
             Ok(out)
         }))

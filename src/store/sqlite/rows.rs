@@ -5,7 +5,8 @@ use rusqlite::{Connection, ErrorCode, OptionalExtension, Row, TransactionBehavio
 use uuid::Uuid;
 
 use crate::events::{ErrorInfo, ForkOrigin, Usage, now_micros};
-use crate::store::sql::{self, EncodedBatch};
+use crate::store::pages::EncodedPage;
+use crate::store::sql;
 use crate::store::{ChatRecord, MessageRecord, RunRecord, StoreError, StoreResult};
 
 /// A UUID stored in its hyphenated text form.
@@ -158,53 +159,51 @@ pub(super) fn insert_run(conn: &Connection, run: &RunRecord) -> StoreResult<()> 
     }
 }
 
-/// Stores consecutive batches: events, checkpoints and the run's progress,
-/// one transaction; a final batch also clears the lease. Returns the highest
-/// seq stored for the run (for the notification).
-pub(super) fn append(conn: &mut Connection, batches: &[EncodedBatch]) -> StoreResult<u64> {
+/// Stores consecutive batches of one run: their events as one page,
+/// their checkpoints and the run's progress, one transaction; a final batch
+/// also clears the lease. Returns the highest seq stored for the run (for
+/// the notification).
+pub(super) fn append(conn: &mut Connection, b: &EncodedPage) -> StoreResult<u64> {
+    let run = b.run_id.to_string();
     let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
-    let mut last_seq = 0;
-    for b in batches {
-        last_seq = last_seq.max(append_one(&tx, b)?);
+    if let (Some(first), Some(last), Some(events)) = (b.first_seq, b.last_seq, &b.events) {
+        // Ranges of a run never overlap (the `pages` module): the stored page
+        // with the lowest `last_seq >= first` is the only one that can.
+        let clash: Option<(i64, i64)> = tx
+            .prepare_cached(
+                "SELECT first_seq, last_seq FROM run_event_pages
+                 WHERE run_id = ?1 AND last_seq >= ?2 ORDER BY last_seq LIMIT 1",
+            )?
+            .query_row(params![run, first], |r| Ok((r.get(0)?, r.get(1)?)))
+            .optional()?;
+        if let Some((f, l)) = clash.filter(|&(f, _)| f <= last) {
+            return Err(StoreError::Conflict(format!(
+                "events {first}..={last} of run {} overlap stored events {f}..={l}",
+                b.run_id
+            )));
+        }
+        tx.prepare_cached(
+            "INSERT INTO run_event_pages (run_id, first_seq, last_seq, events) VALUES (?1, ?2, ?3, ?4)",
+        )?
+        .execute(params![run, first, last, events])?;
     }
-    tx.commit()?;
-    sql::u64_of(last_seq, "last seq")
-}
-
-/// One batch of [`append`], in its transaction; the run's highest seq.
-fn append_one(tx: &rusqlite::Transaction<'_>, b: &EncodedBatch) -> StoreResult<i64> {
-    let (run, c) = (b.cp.run_id.to_string(), &b.cp);
-    let mut insert = tx.prepare_cached(
-        "INSERT INTO run_events (run_id, seq, at, step, node, task, kind, payload)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
-    )?;
-    for i in 0..b.seq.len() {
-        let row = params![
-            run,
-            b.seq[i],
-            b.at[i],
-            b.event_step[i],
-            b.node[i].as_deref(),
-            b.task[i],
-            b.kind[i],
-            b.payload[i]
-        ];
-        match insert.execute(row) {
-            Err(e) if e.sqlite_error_code() == Some(ErrorCode::ConstraintViolation) => {
-                return Err(StoreError::Conflict(format!(
-                    "event {} of run {} exists",
-                    b.seq[i], b.cp.run_id
-                )));
-            }
-            other => other?,
-        };
+    {
+        let mut insert = tx.prepare_cached(
+            "INSERT INTO checkpoints (run_id, step, writes, next, joins, snapshot) VALUES (?1, ?2, ?3, ?4, ?5, ?6)
+             ON CONFLICT (run_id, step) DO UPDATE SET writes = excluded.writes, next = excluded.next,
+                 joins = excluded.joins, snapshot = excluded.snapshot",
+        )?;
+        for i in 0..b.steps.len() {
+            insert.execute(params![
+                run,
+                b.steps[i],
+                b.writes[i],
+                b.next[i],
+                b.joins[i],
+                b.snapshots[i]
+            ])?;
+        }
     }
-    tx.prepare_cached(
-        "INSERT INTO checkpoints (run_id, step, writes, next, joins, snapshot) VALUES (?1, ?2, ?3, ?4, ?5, ?6)
-         ON CONFLICT (run_id, step) DO UPDATE SET writes = excluded.writes, next = excluded.next,
-             joins = excluded.joins, snapshot = excluded.snapshot",
-    )?
-    .execute(params![run, c.step, c.writes, c.next, c.joins, c.snapshot])?;
     let stored: Option<i64> = tx
         .prepare_cached(
             "UPDATE runs SET last_seq = max(last_seq, coalesce(?2, last_seq)), last_step = max(last_step, ?3),
@@ -214,7 +213,8 @@ fn append_one(tx: &rusqlite::Transaction<'_>, b: &EncodedBatch) -> StoreResult<i
                  lease_until = CASE WHEN ?4 = 'running' THEN lease_until END
              WHERE id = ?1 RETURNING last_seq",
         )?
-        .query_row(params![run, b.max_seq, c.step, c.status, c.now], |r| r.get(0))
+        .query_row(params![run, b.last_seq, b.last_step, b.status, b.now], |r| r.get(0))
         .optional()?;
-    Ok(stored.or(b.max_seq).unwrap_or(0))
+    tx.commit()?;
+    sql::u64_of(stored.or(b.last_seq).unwrap_or(0), "last seq")
 }

@@ -228,9 +228,14 @@ fn prune_runs(conn: &mut Connection, before: i64) -> StoreResult<(usize, PruneRe
         rows.collect::<Result<_, _>>()?
     };
     for id in &ids {
-        report.events += tx
-            .prepare_cached("DELETE FROM run_events WHERE run_id = ?1")?
-            .execute([id])? as u64;
+        let events: i64 = tx
+            .prepare_cached(
+                "SELECT coalesce(sum(json_array_length(events)), 0) FROM run_event_pages WHERE run_id = ?1",
+            )?
+            .query_row([id], |r| r.get(0))?;
+        report.events += events as u64;
+        tx.prepare_cached("DELETE FROM run_event_pages WHERE run_id = ?1")?
+            .execute([id])?;
         report.checkpoints += tx
             .prepare_cached("DELETE FROM checkpoints WHERE run_id = ?1")?
             .execute([id])? as u64;

@@ -8,11 +8,14 @@ async fn sqlite_migrates_once_runs_in_wal_mode_and_refuses_a_newer_schema() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("nested").join("dir").join("stategraph.db");
     let first = store::sqlite::migrate(&path).await.unwrap();
-    assert_eq!((first.from, first.applied.as_slice()), (0, &[1, 2, 3][..]));
+    assert_eq!(
+        (first.from, first.applied.as_slice()),
+        (0, &[1, 2, 3, 4][..])
+    );
     let second = store::sqlite::migrate(&path).await.unwrap();
     assert_eq!(
         (second.from, second.to, second.applied.len()),
-        (3, 3, 0),
+        (4, 4, 0),
         "a second migrate is a no-op"
     );
     let s = SqliteStore::open(&path).await.unwrap();
@@ -27,7 +30,7 @@ async fn sqlite_migrates_once_runs_in_wal_mode_and_refuses_a_newer_schema() {
     let versions: i64 = conn
         .query_row("SELECT count(*) FROM schema_migrations", [], |r| r.get(0))
         .unwrap();
-    assert_eq!(versions, 3);
+    assert_eq!(versions, 4);
     conn.execute(
         "INSERT INTO schema_migrations (version, name, applied_at) VALUES (99, 'future', 0)",
         [],
@@ -69,23 +72,83 @@ async fn sqlite_reads_event_kinds_from_newer_builds_as_unknown() {
     let id = Uuid::now_v7();
     s.append(&batch(id, 1, vec![text(id, 1, 1)])).await.unwrap();
     let conn = rusqlite::Connection::open(&path).unwrap();
+    let page = format!(r#"[{{"seq":2,"at":5,"step":1,"node":"n","event":{FUTURE_EVENT}}}]"#);
     conn.execute(
-        "INSERT INTO run_events (run_id, seq, at, step, node, task, kind, payload) VALUES (?1, 2, 5, 1, 'n', 0, 'hologram', ?2)",
-        rusqlite::params![id.to_string(), FUTURE_EVENT],
+        "INSERT INTO run_event_pages (run_id, first_seq, last_seq, events) VALUES (?1, 2, 2, ?2)",
+        rusqlite::params![id.to_string(), page],
     )
     .unwrap();
-    let kind: String = conn
-        .query_row("SELECT kind FROM run_events WHERE seq = 1", [], |r| {
-            r.get(0)
-        })
+    let stored: String = conn
+        .query_row(
+            "SELECT events FROM run_event_pages WHERE first_seq = 1",
+            [],
+            |r| r.get(0),
+        )
         .unwrap();
-    assert_eq!(kind, "text_delta", "the kind column holds the type tag");
+    assert!(
+        stored.contains(r#""type":"text_delta""#),
+        "the page holds the type tag: {stored}"
+    );
     let back = s.events(id, 0, 10).await.unwrap();
     assert_eq!(back.len(), 2);
     assert_eq!(
         (back[1].seq, &back[1].event, back[1].node.as_deref()),
         (2, &EventKind::Unknown, Some("n"))
     );
+}
+
+/// A file written by a build with the row-per-event log (schema 3):
+/// migration 4 turns its events into pages, and they read back unchanged.
+#[tokio::test]
+async fn sqlite_migration_4_turns_stored_events_into_pages() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("stategraph.db");
+    let conn = rusqlite::Connection::open(&path).unwrap();
+    for sql in [
+        include_str!("../../../src/store/migrations/sqlite/0001_init.sql"),
+        include_str!("../../../src/store/migrations/sqlite/0002_leases.sql"),
+        include_str!("../../../src/store/migrations/sqlite/0003_stop_requests.sql"),
+    ] {
+        conn.execute_batch(sql).unwrap();
+    }
+    conn.execute_batch(
+        "CREATE TABLE IF NOT EXISTS schema_migrations (version INTEGER NOT NULL PRIMARY KEY, name TEXT NOT NULL, applied_at INTEGER NOT NULL);
+         INSERT INTO schema_migrations VALUES (1, 'init', 0), (2, 'leases', 0), (3, 'stop_requests', 0);",
+    )
+    .unwrap();
+    let (a, b) = (Uuid::now_v7(), Uuid::now_v7());
+    // Steps 0 and 1: without and with a node; tasks 1, 2 and 0; stored out of order.
+    let events = [text(a, 1, 0), text(a, 2, 1), text(b, 3, 1)];
+    for e in [&events[1], &events[0], &events[2]] {
+        conn.execute(
+            "INSERT INTO run_events (run_id, seq, at, step, node, task, kind, payload) VALUES (?1, ?2, ?3, ?4, ?5, ?6, 'text_delta', ?7)",
+            rusqlite::params![
+                e.run_id.to_string(),
+                e.seq as i64,
+                e.at as i64,
+                e.step,
+                e.node.as_deref(),
+                e.task,
+                serde_json::to_string(&e.event).unwrap()
+            ],
+        )
+        .unwrap();
+    }
+    drop(conn);
+    let s = SqliteStore::open(&path).await.unwrap();
+    assert_eq!(s.events(a, 0, 10).await.unwrap(), owned(&events[..2]));
+    assert_eq!(s.events(a, 1, 10).await.unwrap(), owned(&events[1..2]));
+    assert_eq!(s.events(b, 0, 10).await.unwrap(), owned(&events[2..]));
+    let err = s
+        .append(&batch(a, 2, vec![text(a, 2, 2)]))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(err, StoreError::Conflict(_)),
+        "a migrated seq is still taken: {err}"
+    );
+    s.append(&batch(a, 2, vec![text(a, 3, 2)])).await.unwrap();
+    assert_eq!(s.events(a, 0, 10).await.unwrap().len(), 3);
 }
 
 #[tokio::test]

@@ -1,6 +1,6 @@
-//! The event log on PostgreSQL as *pages*: one `run_event_pages` row per
-//! appended batch, holding the batch's events as one JSON array, keyed by
-//! the run and the batch's seq range.
+//! The event log as *pages*: one `run_event_pages` row per append, holding
+//! its events as one JSON array, keyed by the run and the append's seq range
+//! — on PostgreSQL and on SQLite alike (the memory store keeps events).
 //!
 //! # Why pages and not a row per event
 //! The log is written far more than it is queried, and always read as a
@@ -11,17 +11,18 @@
 //! (5.2 ms), and the reason the chat path stayed at ~260 runs/s. A page is
 //! one tuple (its JSON compressed and TOASTed when large) and one index
 //! entry per superstep, whatever the number of tokens. With pages (and
-//! generic plans, see `SESSION_SETUP`) the same bench measures 2.0–2.9 ms
-//! of server CPU and 420–640 runs/s, by how busy the host is; rows per run
-//! fell from 312 to 12 and disk per run from 78 to 21 KB.
+//! generic plans, see `postgres::SESSION_SETUP`) the same bench measures
+//! 2.0–2.9 ms of server CPU and 420–640 runs/s, by how busy the host is;
+//! rows per run fell from 312 to 12 and disk per run from 78 to 21 KB.
 //!
 //! # What the pages guarantee
-//! - Ranges of one run never overlap: an exclusion constraint
-//!   (`run_id WITH =, int8range(first_seq, last_seq, '[]') WITH &&`) rejects
-//!   a batch that repeats a stored seq, atomically with the rest of the
-//!   append statement, so a duplicate stores nothing (a
-//!   [`StoreError::Conflict`], as on the other backends). A batch that
-//!   repeats a seq within itself is refused before it is sent.
+//! - Ranges of one run never overlap, so a seq is stored once: a batch that
+//!   repeats a stored seq is a [`StoreError::Conflict`] and stores nothing.
+//!   PostgreSQL enforces it with an exclusion constraint
+//!   (`run_id WITH =, int8range(first_seq, last_seq, '[]') WITH &&`),
+//!   atomically with the rest of the append statement; SQLite checks in the
+//!   append's transaction (it has one writer). A batch that repeats a seq
+//!   within itself is refused before it is sent.
 //! - Non-overlapping ranges sorted by `last_seq` are sorted by `first_seq`
 //!   too, so the primary key `(run_id, last_seq)` serves "events after N":
 //!   the pages with `last_seq > N`, in key order.
@@ -29,17 +30,17 @@
 //!   without gaps, and a resumed run continues after the last stored seq),
 //!   so the events `N+1 ..= N+limit` lie in pages with `first_seq <= N +
 //!   limit`; the reader also always takes the first page after `N`, so even
-//!   a log with gaps is read to its end, page by page.
+//!   a log with gaps is read to its end, page by page ([`EVENTS_AFTER`]).
 
 use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
+use super::sql::{self, EncodedCheckpoint};
+use super::{StoreError, StoreResult};
 use crate::events::{Event, EventKind};
 use crate::runtime::StepBatch;
-use crate::store::sql::{self, EncodedCheckpoint};
-use crate::store::{StoreError, StoreResult};
 
 /// One event in a page: the envelope without the run id (the row has it).
 #[derive(Serialize)]
@@ -61,7 +62,7 @@ fn is_zero(v: &u32) -> bool {
 /// [`PagedRef`] as read back. `node` may be `null` (pages converted from the
 /// row-per-event schema by migration 4 carry every column).
 #[derive(Deserialize)]
-pub(super) struct Paged {
+pub(crate) struct Paged {
     seq: u64,
     at: u64,
     step: u32,
@@ -90,23 +91,23 @@ impl Paged {
 /// their events as one page (none when they have no events), and their
 /// checkpoints column by column.
 #[derive(Debug)]
-pub(super) struct EncodedPage {
-    pub(super) run_id: Uuid,
-    pub(super) first_seq: Option<i64>,
-    pub(super) last_seq: Option<i64>,
+pub(crate) struct EncodedPage {
+    pub(crate) run_id: Uuid,
+    pub(crate) first_seq: Option<i64>,
+    pub(crate) last_seq: Option<i64>,
     /// The events as a JSON array, in seq order.
-    pub(super) events: Option<String>,
-    pub(super) steps: Vec<i32>,
-    pub(super) writes: Vec<String>,
-    pub(super) next: Vec<String>,
-    pub(super) joins: Vec<String>,
-    pub(super) snapshots: Vec<Option<String>>,
+    pub(crate) events: Option<String>,
+    pub(crate) steps: Vec<i32>,
+    pub(crate) writes: Vec<String>,
+    pub(crate) next: Vec<String>,
+    pub(crate) joins: Vec<String>,
+    pub(crate) snapshots: Vec<Option<String>>,
     /// The highest step.
-    pub(super) last_step: i32,
+    pub(crate) last_step: i32,
     /// The last batch's status (a final batch ends the run).
-    pub(super) status: &'static str,
+    pub(crate) status: &'static str,
     /// `finished_at` for a final batch.
-    pub(super) now: i64,
+    pub(crate) now: i64,
 }
 
 impl EncodedPage {
@@ -116,7 +117,7 @@ impl EncodedPage {
     /// [`StoreError::Conflict`] when two of their events have the same seq;
     /// [`StoreError::Backend`] when a value does not fit its column, or the
     /// batches belong to different runs.
-    pub(super) fn new(batches: &[StepBatch]) -> StoreResult<Self> {
+    pub(crate) fn new(batches: &[StepBatch]) -> StoreResult<Self> {
         let Some(last) = batches.last() else {
             return Err(StoreError::Backend("an append needs a batch".into()));
         };
@@ -195,8 +196,9 @@ impl EncodedPage {
 }
 
 /// The pages holding the events of run `$1` after seq `$2`, at most `$3` of
-/// them, in order (see the module docs for the bound).
-pub(super) const EVENTS_AFTER: &str = "
+/// them, in order (see the module docs for the bound). The same text works
+/// on both backends (SQLite reads `$N` as a numbered parameter).
+pub(crate) const EVENTS_AFTER: &str = "
 SELECT events FROM run_event_pages
 WHERE run_id = $1 AND last_seq > $2
   AND (first_seq - $3 <= $2
@@ -205,7 +207,7 @@ ORDER BY last_seq";
 
 /// Adds the events of `page` with `seq > after` to `out`, until it holds
 /// `limit`.
-pub(super) fn read_page(
+pub(crate) fn read_page(
     run: Uuid,
     page: Vec<Paged>,
     after: u64,
