@@ -157,6 +157,21 @@ fn registries(flaky_fails: u32) -> Registries {
     reg
 }
 
+/// One `flaky` node with the given retry policy.
+fn flaky_graph(
+    attempts: u32,
+    backoff: &str,
+    reg: &Registries,
+) -> Arc<stategraph::graph::CompiledGraph> {
+    compile(
+        &format!(
+            "state: test\nentry: flaky\nnodes:\n  - {{id: flaky, kind: flaky, writes: [note], \
+             retry: {{attempts: {attempts}, backoff: {backoff}}}}}\nedges: [flaky -> END]\n"
+        ),
+        reg,
+    )
+}
+
 fn compile(yaml: &str, reg: &Registries) -> Arc<stategraph::graph::CompiledGraph> {
     compile_many(&[("g", yaml)], reg, "g")
 }
@@ -409,16 +424,7 @@ async fn recursion_limit_names_the_path_that_looped() {
 #[tokio::test(start_paused = true)]
 async fn transient_failures_are_retried_with_backoff() {
     let reg = registries(2);
-    let g = compile(
-        r#"
-state: test
-entry: flaky
-nodes:
-  - {id: flaky, kind: flaky, writes: [note], retry: {attempts: 3, backoff: 100ms}}
-edges: [flaky -> END]
-"#,
-        &reg,
-    );
+    let g = flaky_graph(3, "100ms", &reg);
     let started = tokio::time::Instant::now();
     let (r, events) = run_collect(g, services(&reg), json!({}), RunOptions::default()).await;
     let out = r.unwrap();
@@ -444,16 +450,7 @@ edges: [flaky -> END]
 #[tokio::test(start_paused = true)]
 async fn retries_are_bounded_and_the_last_error_fails_the_run() {
     let reg = registries(5);
-    let g = compile(
-        r#"
-state: test
-entry: flaky
-nodes:
-  - {id: flaky, kind: flaky, writes: [note], retry: {attempts: 2, backoff: 10ms}}
-edges: [flaky -> END]
-"#,
-        &reg,
-    );
+    let g = flaky_graph(2, "10ms", &reg);
     let (r, events) = run_collect(g, services(&reg), json!({}), RunOptions::default()).await;
     assert_eq!(r.unwrap_err().code(), "node_failed");
     assert!(
@@ -689,16 +686,7 @@ async fn a_run_costs_one_checkpointer_call_per_superstep() {
 #[tokio::test(start_paused = true)]
 async fn a_run_failing_in_its_first_step_stores_input_and_end_in_one_call() {
     let reg = registries(5);
-    let g = compile(
-        r#"
-state: test
-entry: flaky
-nodes:
-  - {id: flaky, kind: flaky, writes: [note], retry: {attempts: 2, backoff: 10ms}}
-edges: [flaky -> END]
-"#,
-        &reg,
-    );
+    let g = flaky_graph(2, "10ms", &reg);
     let calls = Arc::new(Calls::default());
     let opts = RunOptions {
         checkpointer: Some(calls.clone()),
