@@ -18,6 +18,14 @@ use std::time::Instant;
 use serde_json::json;
 use support::*;
 
+/// A number from the environment (profiling knobs), or `default`.
+fn env_or<T: std::str::FromStr>(name: &str, default: T) -> T {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
 fn thread_cpu_ns() -> u64 {
     std::fs::read_to_string("/proc/thread-self/schedstat")
         .ok()
@@ -75,20 +83,11 @@ fn main() {
     }
     if only == "research" {
         let (graph, input) = (chat_graph(), research_input());
-        let tokens = std::env::var("FIGURES_TOKENS")
-            .ok()
-            .and_then(|t| t.parse().ok())
-            .unwrap_or(0);
+        let tokens = env_or("FIGURES_TOKENS", 0);
         let svc = services(research_model(tokens));
-        let (cpu, _) = measure(
-            std::env::var("FIGURES_N")
-                .ok()
-                .and_then(|n| n.parse().ok())
-                .unwrap_or(2000),
-            || {
-                rt.block_on(run_consumed(graph.clone(), svc.clone(), input.clone()));
-            },
-        );
+        let (cpu, _) = measure(env_or("FIGURES_N", 2000), || {
+            rt.block_on(run_consumed(graph.clone(), svc.clone(), input.clone()));
+        });
         row("chat RESEARCH path", cpu / 1e3, "µs", "-", true);
         return;
     }
@@ -158,15 +157,9 @@ fn main() {
     for (tokens, target_us) in [(50usize, 100.0), (0, 20.0)] {
         let svc = services(research_model(tokens));
         let events = rt.block_on(run_consumed(graph.clone(), svc.clone(), input.clone()));
-        let (cpu, _) = measure(
-            std::env::var("FIGURES_N")
-                .ok()
-                .and_then(|n| n.parse().ok())
-                .unwrap_or(2000),
-            || {
-                rt.block_on(run_consumed(graph.clone(), svc.clone(), input.clone()));
-            },
-        );
+        let (cpu, _) = measure(env_or("FIGURES_N", 2000), || {
+            rt.block_on(run_consumed(graph.clone(), svc.clone(), input.clone()));
+        });
         row(
             &format!("chat RESEARCH path, {tokens} tokens/call ({events} events consumed)"),
             cpu / 1e3,

@@ -598,18 +598,13 @@ impl<'a> Exec<'a> {
     }
 
     /// `batch`, after the input checkpoint if that is still waiting for
-    /// its ride (see [`Exec::deferred`]). Should the run end at step 0, the
-    /// final batch replaces the input checkpoint and takes its events.
-    fn with_deferred(&mut self, mut batch: StepBatch) -> Vec<StepBatch> {
-        match self.deferred.take() {
-            None => vec![batch],
-            Some(mut first) if first.step == batch.step => {
-                first.events.append(&mut batch.events);
-                batch.events = first.events;
-                vec![batch]
-            }
-            Some(first) => vec![first, batch],
-        }
+    /// its ride (see [`Exec::deferred`]). Every batch after the input is of
+    /// step 1 or later: a graph always has an entry node, so a run ends in
+    /// a superstep, never at step 0.
+    fn with_deferred(&mut self, batch: StepBatch) -> Vec<StepBatch> {
+        let first = self.deferred.take();
+        debug_assert!(first.as_ref().is_none_or(|f| f.step < batch.step));
+        first.into_iter().chain([batch]).collect()
     }
 
     /// The snapshot for a batch with `writes`, if the snapshot rule takes

@@ -62,7 +62,7 @@ fn is_zero(v: &u32) -> bool {
 /// [`PagedRef`] as read back. `node` may be `null` (pages converted from the
 /// row-per-event schema by migration 4 carry every column).
 #[derive(Deserialize)]
-pub(crate) struct Paged {
+struct Paged {
     seq: u64,
     at: u64,
     step: u32,
@@ -196,8 +196,9 @@ impl EncodedPage {
 }
 
 /// The pages holding the events of run `$1` after seq `$2`, at most `$3` of
-/// them, in order (see the module docs for the bound). The same text works
-/// on both backends (SQLite reads `$N` as a numbered parameter).
+/// them, in order (see the module docs for the bound). The same text serves
+/// both backends: SQLite takes `$1`…`$3` as named parameters and numbers
+/// them by first appearance, which is their order here.
 pub(crate) const EVENTS_AFTER: &str = "
 SELECT events FROM run_event_pages
 WHERE run_id = $1 AND last_seq > $2
@@ -205,15 +206,19 @@ WHERE run_id = $1 AND last_seq > $2
        OR last_seq = (SELECT min(last_seq) FROM run_event_pages WHERE run_id = $1 AND last_seq > $2))
 ORDER BY last_seq";
 
-/// Adds the events of `page` with `seq > after` to `out`, until it holds
-/// `limit`.
+/// Decodes a stored page (the `events` column) and adds its events with
+/// `seq > after` to `out`, until it holds `limit`.
+///
+/// # Errors
+/// The page is not the JSON this module writes.
 pub(crate) fn read_page(
     run: Uuid,
-    page: Vec<Paged>,
+    page: &str,
     after: u64,
     limit: usize,
     out: &mut Vec<Event>,
-) {
+) -> StoreResult<()> {
+    let page: Vec<Paged> = sql::from_json(page, "events")?;
     let room = limit.saturating_sub(out.len());
     out.extend(
         page.into_iter()
@@ -221,6 +226,7 @@ pub(crate) fn read_page(
             .take(room)
             .map(|e| e.into_event(run)),
     );
+    Ok(())
 }
 
 #[cfg(test)]
@@ -270,9 +276,8 @@ mod tests {
         assert_eq!((page.first_seq, page.last_seq), (Some(3), Some(5)));
         let text = page.events.unwrap();
         assert!(!text.contains(&run.to_string()), "no run id per event");
-        let parsed: Vec<Paged> = serde_json::from_str(&text).unwrap();
         let mut out = Vec::new();
-        read_page(run, parsed, 3, 10, &mut out);
+        read_page(run, &text, 3, 10, &mut out).unwrap();
         assert_eq!(out, vec![events[2].clone(), events[0].clone()]);
     }
 
@@ -308,8 +313,8 @@ mod tests {
             .events
             .unwrap();
         let mut out = Vec::new();
-        read_page(run, serde_json::from_str(&text).unwrap(), 0, 2, &mut out);
-        read_page(run, serde_json::from_str(&text).unwrap(), 0, 2, &mut out);
+        read_page(run, &text, 0, 2, &mut out).unwrap();
+        read_page(run, &text, 0, 2, &mut out).unwrap();
         assert_eq!(out.iter().map(|e| e.seq).collect::<Vec<_>>(), vec![1, 2]);
     }
 
@@ -331,7 +336,7 @@ mod tests {
         let run = Uuid::now_v7();
         let text = r#"[{"seq":1,"at":5,"step":0,"node":null,"task":0,"event":{"type":"hologram","beam":1}}]"#;
         let mut out = Vec::new();
-        read_page(run, serde_json::from_str(text).unwrap(), 0, 10, &mut out);
+        read_page(run, text, 0, 10, &mut out).unwrap();
         assert_eq!(out.len(), 1);
         assert_eq!(
             (out[0].node.clone(), &out[0].event),

@@ -69,7 +69,7 @@ use super::{
 use crate::events::{ErrorInfo, Event, Usage, now_micros};
 use crate::runtime::{PendingTask, RunStatus, StepBatch, TaskWrite};
 
-use super::pages::{self, EVENTS_AFTER, EncodedPage, Paged};
+use super::pages::{self, EVENTS_AFTER, EncodedPage};
 use rows::{
     APPEND, CHAT_COLS, MESSAGE_COLS, MessageColumns, RUN_COLS, RunColumns, UPSERT_MESSAGES,
     chat_of, message_of, run_of,
@@ -640,8 +640,7 @@ impl EventLog for PostgresStore {
                 .await?;
             let mut out = Vec::new();
             for r in &rows {
-                let page: Vec<Paged> = sql::from_json(r.try_get(0)?, "events")?;
-                pages::read_page(run, page, after, limit, &mut out);
+                pages::read_page(run, r.try_get(0)?, after, limit, &mut out)?;
             }
             Ok(out)
         })

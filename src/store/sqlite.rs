@@ -38,7 +38,7 @@ use rusqlite::{Connection, ErrorCode, OptionalExtension, TransactionBehavior, pa
 use tokio::sync::broadcast;
 use uuid::Uuid;
 
-use super::pages::{self, EVENTS_AFTER, EncodedPage, Paged};
+use super::pages::{self, EVENTS_AFTER, EncodedPage};
 use super::sql::{self, Migration, MigrationReport};
 use super::{
     Appended, ChatRecord, ChatStore, CheckpointRecord, EventLog, MessageRecord, NOTIFY_CAPACITY,
@@ -475,8 +475,7 @@ impl EventLog for SqliteStore {
             let mut rows = stmt.query(params![run.to_string(), after_sql, sql::limit_of(limit)])?;
             let mut out = Vec::new();
             while let Some(r) = rows.next()? {
-                let page: Vec<Paged> = sql::from_json(text(r, 0)?, "events")?;
-                pages::read_page(run, page, after, limit, &mut out);
+                pages::read_page(run, text(r, 0)?, after, limit, &mut out)?;
             }
             Ok(out)
         }))
