@@ -33,7 +33,7 @@ impl Default for Registries {
     /// Built-in state types, no extra kinds, built-in tools.
     fn default() -> Self {
         Self {
-            states: StateTypes::default(),
+            states: StateTypes::builtin(),
             kinds: NodeRegistry::default(),
             tools: Arc::new(ToolRegistry::with_builtins()),
         }

@@ -22,7 +22,7 @@ use super::prompts::Prompts;
 use super::rules::{self, Shape};
 use super::spec::{EdgeSpec, RouteSpec, Surface};
 use crate::nodes::{self, BuildCx, NodeRegistry};
-use crate::state::{FieldType, StateSchema, StateTypes};
+use crate::state::{StateSchema, StateTypes};
 use crate::tools::ToolRegistry;
 
 /// Default recursion limit (supersteps).
@@ -64,7 +64,7 @@ pub fn compile(
             name_hint(&spec.state.value, env.states.names()),
         );
     }
-    let schema = state.map(|s| s.schema);
+    let schema = state.as_ref().map(|s| &*s.schema);
     let recursion_limit = spec
         .recursion_limit
         .as_ref()
@@ -384,8 +384,10 @@ fn check_route_values(
 ) {
     let field = schema.spec(route.field);
     // Values the field can take: booleans, or what the routers writing it declare.
-    let mut declared: Option<(Vec<String>, String)> = (field.ty == FieldType::Bool)
-        .then(|| (vec!["true".into(), "false".into()], "a boolean".into()));
+    let mut declared: Option<(Vec<String>, String)> = field
+        .ty
+        .finite_values()
+        .map(|v| (v, format!("the type of `{}`", field.name)));
     if declared.is_none() {
         let mut values = Vec::new();
         let mut writers = Vec::new();
@@ -464,7 +466,7 @@ fn check_route_values(
 struct EdgeBuilder<'a, 'd> {
     n: usize,
     index: &'a HashMap<&'a str, NodeIdx>,
-    schema: Option<&'static StateSchema>,
+    schema: Option<&'a StateSchema>,
     d: &'d mut Diagnostics,
     topo: Topology,
     out: Vec<Vec<Transition>>,
@@ -480,7 +482,7 @@ impl<'a, 'd> EdgeBuilder<'a, 'd> {
     fn new(
         n: usize,
         index: &'a HashMap<&'a str, NodeIdx>,
-        schema: Option<&'static StateSchema>,
+        schema: Option<&'a StateSchema>,
         d: &'d mut Diagnostics,
     ) -> Self {
         let mut topo = Topology::new();
@@ -702,7 +704,7 @@ impl<'a, 'd> EdgeBuilder<'a, 'd> {
     fn list_field(&mut self, name: &Sp<String>) -> Option<crate::state::FieldId> {
         let schema = self.schema?;
         match schema.field(&name.value) {
-            Some(f) if schema.spec(f).ty == FieldType::List => Some(f),
+            Some(f) if schema.spec(f).ty.is_list() => Some(f),
             Some(_) => {
                 self.d.error(
                     name.loc,
@@ -735,7 +737,7 @@ impl<'a, 'd> EdgeBuilder<'a, 'd> {
                 self.d.error(
                     r.on.loc,
                     "field-type",
-                    format!("cannot route on `{}`: it is {:?}; route on a text, boolean or integer field", r.on.value, schema.spec(f).ty),
+                    format!("cannot route on `{}`: it is {}; route on a string, boolean or integer field", r.on.value, schema.spec(f).ty.describe()),
                     None,
                 );
                 None

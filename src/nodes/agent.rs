@@ -16,7 +16,7 @@ use super::entities::EntityRules;
 use super::{BuildCx, NodeContext, NodeError, PromptRef, history};
 use crate::events::{EventKind, ToolCallRecord};
 use crate::llm::{ChatMessage, ChatRequest};
-use crate::state::{FieldId, FieldType, Patch, Reducer};
+use crate::state::{FieldId, Patch, Reducer};
 use crate::tools::{failure_payload, parse_arguments};
 
 const SETTINGS: &[&str] = &[
@@ -68,11 +68,9 @@ impl Agent {
             None => Ok(None),
         };
         let history = cx.history(12);
-        let output = cx.output(&n.output, "answer", "a text field", |f| {
-            f.ty == FieldType::Text
-        });
+        let output = cx.output(&n.output, "answer", "a text field", |f| f.ty.is_string());
         let trace = cx.optional_output(&n.trace, "a list field with the append reducer", |f| {
-            f.ty == FieldType::List && f.reducer == Reducer::Append
+            f.ty.is_list() && f.reducer == Reducer::Append
         });
         let max_iterations = n
             .max_iterations

@@ -10,7 +10,7 @@ use crate::graph::diagnostic::{Diagnostics, name_hint};
 use crate::graph::loc::{Loc, Sp};
 use crate::graph::prompts::Prompts;
 use crate::graph::spec::NodeSpec;
-use crate::state::{FieldId, FieldSpec, FieldType, StateSchema, StateTypes};
+use crate::state::{FieldId, FieldSpec, StateSchema, StateTypes};
 use crate::tools::ToolRegistry;
 
 /// A setting was wrong and its diagnostic has been reported: the node
@@ -24,7 +24,7 @@ pub struct BuildCx<'a> {
     pub node: &'a NodeSpec,
     /// The graph's state schema (`None` if the state type is unknown; that
     /// is reported once and field checks are skipped).
-    pub schema: Option<&'static StateSchema>,
+    pub schema: Option<&'a StateSchema>,
     /// The catalog's prompts.
     pub prompts: &'a Prompts,
     /// Tools available.
@@ -48,7 +48,7 @@ impl<'a> BuildCx<'a> {
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn new(
         node: &'a NodeSpec,
-        schema: Option<&'static StateSchema>,
+        schema: Option<&'a StateSchema>,
         prompts: &'a Prompts,
         tools: &'a ToolRegistry,
         graphs: &'a BTreeMap<String, Arc<CompiledGraph>>,
@@ -144,8 +144,10 @@ impl<'a> BuildCx<'a> {
                 name.loc,
                 "field-type",
                 format!(
-                    "field `{}` is {:?} but `{}` needs {expected}",
-                    name.value, spec.ty, self.node.id.value
+                    "field `{}` is {} but `{}` needs {expected}",
+                    name.value,
+                    spec.ty.describe(),
+                    self.node.id.value
                 ),
                 None,
             );
@@ -194,7 +196,7 @@ impl<'a> BuildCx<'a> {
         let name = setting
             .clone()
             .unwrap_or_else(|| Sp::new(default.to_owned(), self.node.kind.loc));
-        self.field(&name, "a text field", |f| f.ty == FieldType::Text)
+        self.field(&name, "a text field", |f| f.ty.is_string())
     }
 
     /// The history field and window (`history`, `history_window`).
@@ -350,7 +352,7 @@ impl<'a> BuildCx<'a> {
 
 /// Whether a field holds chat messages (a list with the merge-by-id reducer).
 pub(crate) fn is_messages(f: &FieldSpec) -> bool {
-    f.ty == FieldType::List && f.reducer == crate::state::Reducer::MergeById
+    f.ty.is_messages()
 }
 
 /// A resolved prompt: the template and the state fields it reads.

@@ -24,7 +24,7 @@ use super::BuildCx;
 use super::Reported;
 use crate::graph::load::valid_id;
 use crate::graph::loc::Sp;
-use crate::state::{Entity, FieldSpec, FieldType, Reducer};
+use crate::state::{Entity, Reducer};
 
 /// The compiled `entities` setting of one agent.
 #[derive(Debug)]
@@ -122,7 +122,7 @@ impl EntityRules {
             &n.entity_field,
             "entities",
             "a list of entities with the merge_by_id reducer",
-            |f| f.ty == FieldType::List && f.reducer == Reducer::MergeById,
+            |f| f.ty.is_list() && matches!(f.reducer, Reducer::MergeById { .. }),
         );
         let field = match field {
             Some(id) => holds_entities(cx, id),
@@ -263,17 +263,17 @@ fn pointer(cx: &mut BuildCx<'_>, p: &Sp<String>) -> bool {
 /// than entities (chat messages) would fail every write at run time.
 fn holds_entities(cx: &mut BuildCx<'_>, id: crate::state::FieldId) -> Option<Arc<str>> {
     let schema = cx.schema?;
-    let FieldSpec { name, .. } = *schema.spec(id);
-    let state = cx.states.get(schema.name)?;
+    let spec = schema.spec(id);
+    let name = Arc::clone(&spec.name);
     let sample = Entity {
         kind: "kind".into(),
         id: "id".into(),
         name: "name".into(),
         source: "tool".into(),
     };
-    let sample = serde_json::to_value([sample]).unwrap_or(Value::Null);
-    if state.default_state().apply(id, &sample).is_ok() {
-        return Some(name.into());
+    let sample = serde_json::to_value(sample).unwrap_or(Value::Null);
+    if spec.ty.items().is_some_and(|t| t.check(&sample).is_ok()) {
+        return Some(name);
     }
     let loc = cx
         .node

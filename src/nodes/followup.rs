@@ -12,7 +12,7 @@ use serde_json::{Value, json};
 use super::Reported;
 use super::{BuildCx, NodeContext, NodeError, PromptRef, history};
 use crate::llm::{ChatMessage, ChatRequest, JsonSchemaFormat};
-use crate::state::{FieldId, FieldType, Patch};
+use crate::state::{FieldId, Patch};
 
 const SETTINGS: &[&str] = &[
     "prompt",
@@ -46,9 +46,7 @@ impl Followup {
             None => Ok(None),
         };
         let history = cx.history(6);
-        let output = cx.output(&n.output, "followups", "a list field", |f| {
-            f.ty == FieldType::List
-        });
+        let output = cx.output(&n.output, "followups", "a list field", |f| f.ty.is_list());
         let count = n.count.as_ref().map_or(3, |c| c.value);
         if !(2..=3).contains(&count) {
             let loc = n.count.as_ref().map_or(n.kind.loc, |c| c.loc);

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use super::Reported;
 use super::{BuildCx, NodeContext, NodeError, PromptRef, history};
 use crate::llm::{ChatMessage, ChatRequest};
-use crate::state::{FieldId, FieldType, Patch};
+use crate::state::{FieldId, Patch};
 
 /// Settings this kind accepts.
 const SETTINGS: &[&str] = &[
@@ -40,9 +40,7 @@ impl LlmNode {
             None => Ok(None),
         };
         let history = cx.history(12);
-        let output = cx.output(&n.output, "answer", "a text field", |f| {
-            f.ty == FieldType::Text
-        });
+        let output = cx.output(&n.output, "answer", "a text field", |f| f.ty.is_string());
         output?;
         Some(Self {
             prompt: prompt.ok()??,

@@ -15,7 +15,7 @@ use serde_json::{Value, json};
 use super::Reported;
 use super::{BuildCx, NodeContext, NodeError, PromptRef, history};
 use crate::llm::{ChatMessage, ChatRequest, JsonSchemaFormat};
-use crate::state::{FieldId, FieldType, Patch};
+use crate::state::{FieldId, Patch};
 
 const SETTINGS: &[&str] = &[
     "prompt",
@@ -139,16 +139,14 @@ impl Router {
         let history = cx.history(6);
         let forced = match &n.forced {
             Some(name) => cx
-                .field(name, "a text field", |f| f.ty == FieldType::Text)
+                .field(name, "a text field", |f| f.ty.is_string())
                 .map(Some)
                 .ok_or(Reported),
             None => Ok(None),
         };
-        let output = cx.output(&n.output, "intent", "a text field", |f| {
-            f.ty == FieldType::Text
-        });
-        let details = cx.optional_output(&n.details, "a JSON field", |f| f.ty == FieldType::Json);
-        let language = cx.optional_output(&n.language, "a text field", |f| f.ty == FieldType::Text);
+        let output = cx.output(&n.output, "intent", "a text field", |f| f.ty.is_string());
+        let details = cx.optional_output(&n.details, "a JSON field", |f| f.ty.holds_objects());
+        let language = cx.optional_output(&n.language, "a text field", |f| f.ty.is_string());
         let name = |o: &Option<crate::graph::loc::Sp<String>>, d: &str| -> Arc<str> {
             o.as_ref().map_or(d, |v| v.value.as_str()).into()
         };

@@ -43,7 +43,7 @@ impl Subgraph {
             );
             return None;
         };
-        let child = graph.state.schema;
+        let child = &*graph.state.schema;
         let parent = cx.schema?;
         let mut ok = true;
         let mut child_field = |cx: &mut BuildCx<'_>, sp: &Sp<String>| {
@@ -74,8 +74,8 @@ impl Subgraph {
                 }
             }
             None => {
-                for f in child.fields {
-                    if let (Some(cf), Some(pf)) = (child.field(f.name), parent.field(f.name)) {
+                for f in &child.fields {
+                    if let (Some(cf), Some(pf)) = (child.field(&f.name), parent.field(&f.name)) {
                         inputs.push((cf, pf));
                     }
                 }

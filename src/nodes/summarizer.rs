@@ -13,7 +13,7 @@ use std::sync::Arc;
 use super::{BuildCx, NodeContext, NodeError, PromptRef, build::is_messages};
 use crate::graph::loc::Sp;
 use crate::llm::{ChatMessage, ChatRequest};
-use crate::state::{FieldId, FieldType, Patch, Role};
+use crate::state::{FieldId, Patch, Role};
 
 const SETTINGS: &[&str] = &[
     "prompt",
@@ -50,11 +50,9 @@ impl Summarizer {
             .clone()
             .unwrap_or_else(|| Sp::new("messages".into(), n.kind.loc));
         let history = cx.field(&history_name, "a list of messages", is_messages);
-        let output = cx.output(&n.output, "summary", "a text field", |f| {
-            f.ty == FieldType::Text
-        });
+        let output = cx.output(&n.output, "summary", "a text field", |f| f.ty.is_string());
         let covered = cx.output(&n.covered, "summarized_count", "an integer field", |f| {
-            f.ty == FieldType::Integer
+            matches!(f.ty.kind, crate::state::TypeKind::Integer { .. })
         });
         let num = |v: &Option<Sp<u32>>, d: u32| v.as_ref().map_or(d, |v| v.value) as usize;
         let (first_after, every, window) = (

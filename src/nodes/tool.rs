@@ -34,7 +34,7 @@ use super::{BuildCx, NodeContext, NodeError};
 use crate::events::EventKind;
 use crate::graph::diagnostic::name_hint;
 use crate::graph::prompts::{BUILTIN_GLOBALS, environment};
-use crate::state::{FieldId, FieldType, Patch};
+use crate::state::{FieldId, Patch};
 use crate::tools::{ToolError, failure_payload};
 
 /// Settings this kind accepts.
@@ -83,7 +83,7 @@ impl ToolNode {
         let output = cx.require(&n.output, "output").cloned();
         let output = output.and_then(|o| {
             cx.output(&Some(o.clone()), "", "a list or JSON field", |f| {
-                matches!(f.ty, FieldType::List | FieldType::Json)
+                f.ty.is_list() || f.ty.holds_objects()
             })
             .map(|_| Arc::<str>::from(o.value.as_str()))
         });

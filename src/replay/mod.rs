@@ -398,7 +398,7 @@ pub async fn state_at(
 ) -> Result<Box<dyn DynState>, ReplayError> {
     let cps = store.checkpoints(run, step).await?;
     let batches: Vec<_> = cps.iter().map(|c| c.to_batch(run)).collect();
-    rebuild_state(&batches, graph.state, step).map_err(|e| ReplayError::State(e.to_string()))
+    rebuild_state(&batches, &graph.state, step).map_err(|e| ReplayError::State(e.to_string()))
 }
 
 /// Where a fork starts: the edited state and the checkpoint's frontier.

@@ -169,7 +169,7 @@ impl MemoryCheckpointer {
     pub fn state_at(
         &self,
         run: Uuid,
-        state: StateType,
+        state: &StateType,
         step: u32,
     ) -> Result<Box<dyn DynState>, CheckpointError> {
         let batches = self.batches(run);
@@ -183,7 +183,7 @@ impl MemoryCheckpointer {
 /// No snapshot at or before `step`, or a patch that no longer applies.
 pub fn rebuild_state(
     batches: &[StepBatch],
-    state: StateType,
+    state: &StateType,
     step: u32,
 ) -> Result<Box<dyn DynState>, CheckpointError> {
     let base = batches

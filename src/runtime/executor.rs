@@ -174,7 +174,7 @@ fn unknown_node(node: &str) -> crate::state::StateError {
     crate::state::StateError::UnknownField {
         node: node.to_owned(),
         field: "(node)".into(),
-        state: "graph",
+        state: "graph".into(),
     }
 }
 

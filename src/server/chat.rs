@@ -110,7 +110,7 @@ pub(super) async fn post(
 
     let run_id = Uuid::now_v7();
     let message_id = format!("msg_{}", Uuid::now_v7().simple());
-    let mut input = ui::input_state(graph.state.schema, &body);
+    let mut input = ui::input_state(&graph.state.schema, &body);
     if !graph.carry.is_empty()
         && let Some(previous) = previous_state(&state, &graph, &chat.id, &body).await?
     {

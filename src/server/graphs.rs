@@ -56,7 +56,7 @@ pub(super) async fn get(
                 "kind": n.kind.as_ref(),
                 "surface": n.surface,
                 "description": n.description,
-                "writes": n.writes.iter().map(|f| g.state.schema.spec(*f).name).collect::<Vec<_>>(),
+                "writes": n.writes.iter().map(|f| &*g.state.schema.spec(*f).name).collect::<Vec<_>>(),
             })
         })
         .collect();

@@ -165,7 +165,7 @@ async fn recover(state: &Arc<AppState>, run: RunRecord) -> Result<(), String> {
     };
     let batches: Vec<_> = checkpoints.iter().map(|c| c.to_batch(run.id)).collect();
     let resumed_state =
-        rebuild_state(&batches, graph.state, last.step).map_err(|e| e.to_string())?;
+        rebuild_state(&batches, &graph.state, last.step).map_err(|e| e.to_string())?;
     let last_seq = history.last().map_or(0, |e| e.seq);
     let from = Resume {
         state: resumed_state,

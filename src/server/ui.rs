@@ -269,7 +269,7 @@ mod tests {
         }))
         .unwrap();
         assert_eq!(answered(&body), ["a2", "a1"]);
-        let schema = <crate::state::ChatState as crate::state::State>::SCHEMA;
+        let schema = &**<crate::state::ChatState as crate::state::State>::static_schema();
         let mut input = input_state(schema, &body);
         let previous = json!({
             "entities": [{"kind": "customer", "id": "C-1", "name": "Acme"}],

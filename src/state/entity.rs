@@ -64,3 +64,9 @@ mod tests {
         );
     }
 }
+
+impl super::FieldValue for Entity {
+    fn type_spec() -> super::TypeSpec {
+        super::TypeSpec::object()
+    }
+}

@@ -5,7 +5,7 @@
 //! index) before anything is applied, so the resulting state never depends on
 //! completion order. Everything is checked before the first write lands.
 
-use super::{DynState, FieldId, Patch, Reducer, StateError};
+use super::{DynState, FieldId, Patch, StateError};
 
 /// One task's patch, with what the merge needs to know about the task.
 #[derive(Debug)]
@@ -31,6 +31,30 @@ pub fn apply_step(
     patches: &mut [TaskPatch<'_>],
 ) -> Result<(), StateError> {
     patches.sort_by_key(|p| p.order);
+    let resolved = resolve(&*state, patches)?;
+    let mut failure = None;
+    for (t, field, value) in resolved {
+        if let Err(mismatch) = state.apply(field, value) {
+            failure = Some((t, field, mismatch));
+            break;
+        }
+    }
+    match failure {
+        None => Ok(()),
+        Some((t, field, mismatch)) => Err(StateError::Type {
+            node: patches[t].label.to_owned(),
+            field: state.schema().spec(field).name.to_string(),
+            mismatch,
+        }),
+    }
+}
+
+/// Checks every write of the step (known, declared, no last-value
+/// conflict) and returns them in task order.
+fn resolve<'p>(
+    state: &dyn DynState,
+    patches: &'p [TaskPatch<'_>],
+) -> Result<Vec<(usize, FieldId, &'p serde_json::Value)>, StateError> {
     let schema = state.schema();
     let mut resolved: Vec<(usize, FieldId, &serde_json::Value)> = Vec::new();
     // (field, task) of last-value writes; a step writes few fields, so a
@@ -42,7 +66,7 @@ pub fn apply_step(
                 return Err(StateError::UnknownField {
                     node: task.label.to_owned(),
                     field: name.to_owned(),
-                    state: schema.name,
+                    state: schema.name.to_string(),
                 });
             };
             if !task.writes.contains(&field) {
@@ -51,7 +75,7 @@ pub fn apply_step(
                     field: name.to_owned(),
                 });
             }
-            if schema.spec(field).reducer == Reducer::Last {
+            if schema.spec(field).reducer.is_last() {
                 if let Some(&(_, first)) = last_writer.iter().find(|(f, _)| *f == field)
                     && first != t
                 {
@@ -66,16 +90,7 @@ pub fn apply_step(
             resolved.push((t, field, value));
         }
     }
-    for (t, field, value) in resolved {
-        state
-            .apply(field, value)
-            .map_err(|source| StateError::Type {
-                node: patches[t].label.to_owned(),
-                field: schema.spec(field).name.to_owned(),
-                source,
-            })?;
-    }
-    Ok(())
+    Ok(resolved)
 }
 
 #[cfg(test)]
@@ -86,7 +101,7 @@ mod tests {
     use serde_json::json;
 
     fn f(name: &str) -> FieldId {
-        ChatState::SCHEMA.field(name).unwrap()
+        ChatState::static_schema().field(name).unwrap()
     }
 
     #[test]

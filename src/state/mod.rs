@@ -1,12 +1,16 @@
-//! Typed state: a Rust type with per-field reducers, patched by nodes.
+//! State: fields with a type and a reducer, patched by nodes.
 //!
-//! A state type is declared with [`crate::state!`], which generates the
-//! struct, its static [`StateSchema`] (what graph files are checked against)
-//! and the field dispatch the executor uses to apply [`Patch`]es. The runtime
-//! itself works through the object-safe [`DynState`], so one executor serves
-//! every state type a graph file can name.
+//! A state is either declared in the graph file (`state: {fields: …}`,
+//! JSON-Schema types, a reducer per field; see [`DeclaredState`]) or a Rust
+//! type declared with [`crate::state!`] and registered through the public
+//! API, optionally extended with declared fields. Either way its
+//! [`StateSchema`] is what graph files are checked against, and the executor
+//! works through the object-safe [`DynState`]: nodes return [`Patch`]es, the
+//! executor applies them with each field's reducer ([`apply_step`]), and every
+//! write is checked against the field's type.
 
 mod chat;
+mod declared;
 mod entity;
 mod merge;
 mod message;
@@ -14,35 +18,39 @@ mod patch;
 pub mod reduce;
 mod research;
 mod schema;
+mod types;
 
 use std::any::Any;
 use std::collections::BTreeMap;
 use std::fmt;
+use std::sync::Arc;
 
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 
 pub use chat::ChatState;
+pub use declared::{DeclaredState, ExtendedState};
 pub use entity::Entity;
 pub use merge::{TaskPatch, apply_step};
 pub use message::{Message, Role};
 pub use patch::Patch;
 pub use research::{Citation, Fact, Passage, ResearchState, Source};
-pub use schema::{FieldId, FieldSpec, FieldType, FieldValue, Reducer, StateSchema};
+pub use schema::{BUILTIN_REDUCERS, FieldId, FieldSpec, ReduceFn, Reducer, Reducers, StateSchema};
+pub use types::{FieldValue, Mismatch, TypeKind, TypeSpec, describe_value};
 
 /// Errors from applying writes to state.
 #[derive(Debug, thiserror::Error)]
 pub enum StateError {
-    /// A patch named a field the state type does not have.
+    /// A patch named a field the state does not have.
     #[error("node `{node}` wrote unknown field `{field}` (state `{state}` has no such field)")]
     UnknownField {
         /// The writing task.
         node: String,
         /// The field it named.
         field: String,
-        /// The state type.
-        state: &'static str,
+        /// The state.
+        state: String,
     },
     /// A patch wrote a field its node does not declare in `writes`.
     #[error("node `{node}` wrote field `{field}`, which is not in its `writes` list")]
@@ -66,31 +74,31 @@ pub enum StateError {
         second: String,
     },
     /// A written value does not have the field's type.
-    #[error("node `{node}` wrote field `{field}` with a value of the wrong type: {source}")]
+    #[error("node `{node}` wrote field `{field}` with a value of the wrong type: {mismatch}")]
     Type {
         /// The writing task.
         node: String,
         /// The field.
         field: String,
-        /// The decoding error.
-        source: serde_json::Error,
+        /// Where, what was expected and what came.
+        mismatch: Mismatch,
     },
     /// An initial state or snapshot did not decode.
-    #[error("state `{state}` could not be decoded: {source}")]
+    #[error("state `{state}` could not be decoded: {message}")]
     Decode {
-        /// The state type.
-        state: &'static str,
-        /// The decoding error.
-        source: serde_json::Error,
+        /// The state.
+        state: String,
+        /// Why.
+        message: String,
     },
 }
 
-/// A state type. Implemented by [`crate::state!`]; see there.
+/// A Rust state type. Implemented by [`crate::state!`]; see there.
 pub trait State:
     Clone + Default + fmt::Debug + Send + Sync + Serialize + DeserializeOwned + 'static
 {
-    /// The static schema graph files are checked against.
-    const SCHEMA: &'static StateSchema;
+    /// The schema graph files are checked against.
+    fn static_schema() -> &'static Arc<StateSchema>;
 
     /// Applies one write to `field` with its reducer.
     ///
@@ -101,29 +109,31 @@ pub trait State:
     /// The field's value as JSON.
     fn get(&self, field: FieldId) -> Value;
 
-    /// The field's value for prompt templates.
+    /// The field's value for prompt templates and expressions.
     fn template_value(&self, field: FieldId) -> minijinja::Value;
 
     /// The field itself, for typed reads without a JSON round trip
-    /// (see `text` and `messages` on `dyn DynState`).
+    /// (see [`DynState::text`] and [`DynState::messages`]).
     fn field_ref(&self, field: FieldId) -> &dyn Any;
 }
 
-/// The object-safe face of a [`State`], used by the executor.
+/// The object-safe face of a state, used by the executor and nodes.
 pub trait DynState: Send + Sync + fmt::Debug {
-    /// The schema of the concrete type.
-    fn schema(&self) -> &'static StateSchema;
-    /// See [`State::apply`].
+    /// The schema.
+    fn schema(&self) -> &StateSchema;
+    /// Applies one write to `field` with its reducer.
     ///
     /// # Errors
-    /// See [`State::apply`].
-    fn apply(&mut self, field: FieldId, value: &Value) -> Result<(), serde_json::Error>;
-    /// See [`State::get`].
+    /// The value does not have the field's type; the field is unchanged.
+    fn apply(&mut self, field: FieldId, value: &Value) -> Result<(), Mismatch>;
+    /// The field's value as JSON.
     fn get(&self, field: FieldId) -> Value;
-    /// See [`State::template_value`].
+    /// The field's value for prompt templates and expressions.
     fn template_value(&self, field: FieldId) -> minijinja::Value;
-    /// See [`State::field_ref`].
-    fn field_ref(&self, field: FieldId) -> &dyn Any;
+    /// A text field's value without copying; `None` for other types.
+    fn text(&self, field: FieldId) -> Option<&str>;
+    /// A chat-messages field without copying; `None` for other types.
+    fn messages(&self, field: FieldId) -> Option<&[Message]>;
     /// The whole state as JSON (snapshots, run output).
     fn to_json(&self) -> Value;
     /// A deep copy.
@@ -131,11 +141,22 @@ pub trait DynState: Send + Sync + fmt::Debug {
 }
 
 impl<S: State> DynState for S {
-    fn schema(&self) -> &'static StateSchema {
-        S::SCHEMA
+    fn schema(&self) -> &StateSchema {
+        S::static_schema()
     }
-    fn apply(&mut self, field: FieldId, value: &Value) -> Result<(), serde_json::Error> {
-        State::apply(self, field, value)
+    fn apply(&mut self, field: FieldId, value: &Value) -> Result<(), Mismatch> {
+        State::apply(self, field, value).map_err(|e| {
+            let spec = S::static_schema().spec(field);
+            // The declared type names what was expected; serde says where.
+            match spec.ty.check(value) {
+                Err(m) => m,
+                Ok(()) => Mismatch {
+                    path: String::new(),
+                    expected: format!("{} ({e})", spec.ty.describe()),
+                    got: describe_value(value),
+                },
+            }
+        })
     }
     fn get(&self, field: FieldId) -> Value {
         State::get(self, field)
@@ -143,20 +164,7 @@ impl<S: State> DynState for S {
     fn template_value(&self, field: FieldId) -> minijinja::Value {
         State::template_value(self, field)
     }
-    fn field_ref(&self, field: FieldId) -> &dyn Any {
-        State::field_ref(self, field)
-    }
-    fn to_json(&self) -> Value {
-        serde_json::to_value(self).unwrap_or(Value::Null)
-    }
-    fn clone_box(&self) -> Box<dyn DynState> {
-        Box::new(self.clone())
-    }
-}
-
-impl dyn DynState + '_ {
-    /// A text field's value without copying; `None` for other types.
-    pub fn text(&self, field: FieldId) -> Option<&str> {
+    fn text(&self, field: FieldId) -> Option<&str> {
         let any = self.field_ref(field);
         match any.downcast_ref::<String>() {
             Some(s) => Some(s),
@@ -165,12 +173,16 @@ impl dyn DynState + '_ {
                 .and_then(Option::as_deref),
         }
     }
-
-    /// A list-of-messages field without copying; `None` for other types.
-    pub fn messages(&self, field: FieldId) -> Option<&[Message]> {
+    fn messages(&self, field: FieldId) -> Option<&[Message]> {
         self.field_ref(field)
             .downcast_ref::<Vec<Message>>()
             .map(Vec::as_slice)
+    }
+    fn to_json(&self) -> Value {
+        serde_json::to_value(self).unwrap_or(Value::Null)
+    }
+    fn clone_box(&self) -> Box<dyn DynState> {
+        Box::new(self.clone())
     }
 }
 
@@ -204,12 +216,14 @@ pub fn to_template<T: Serialize + 'static>(value: &T) -> minijinja::Value {
     }
 }
 
-/// A registered state type: its schema and how to build one from JSON.
-#[derive(Clone, Copy)]
+type MakeFn = dyn Fn(&Value) -> Result<Box<dyn DynState>, StateError> + Send + Sync;
+
+/// A state type a graph runs on: its schema and how to build one from JSON.
+#[derive(Clone)]
 pub struct StateType {
     /// The schema.
-    pub schema: &'static StateSchema,
-    from_json: fn(&Value) -> Result<Box<dyn DynState>, StateError>,
+    pub schema: Arc<StateSchema>,
+    make: Arc<MakeFn>,
 }
 
 impl fmt::Debug for StateType {
@@ -221,83 +235,101 @@ impl fmt::Debug for StateType {
 }
 
 impl StateType {
-    /// The entry for `S`.
+    /// The entry for the Rust state `S`.
     pub fn of<S: State>() -> Self {
-        fn from_json<S: State>(v: &Value) -> Result<Box<dyn DynState>, StateError> {
-            let s = S::deserialize(v).map_err(|source| StateError::Decode {
-                state: S::SCHEMA.name,
-                source,
-            })?;
-            Ok(Box::new(s))
-        }
         Self {
-            schema: S::SCHEMA,
-            from_json: from_json::<S>,
+            schema: Arc::clone(S::static_schema()),
+            make: Arc::new(|v: &Value| {
+                let s = S::deserialize(v).map_err(|e| StateError::Decode {
+                    state: S::static_schema().name.to_string(),
+                    message: e.to_string(),
+                })?;
+                Ok(Box::new(s) as Box<dyn DynState>)
+            }),
         }
     }
 
-    /// Builds a state from JSON; missing fields take their defaults.
+    /// A state declared by its schema (a graph file's `state: {fields}`).
+    pub fn declared(schema: StateSchema) -> Self {
+        let schema = Arc::new(schema);
+        let for_make = Arc::clone(&schema);
+        Self {
+            schema,
+            make: Arc::new(move |v: &Value| {
+                DeclaredState::from_json(Arc::clone(&for_make), v)
+                    .map(|s| Box::new(s) as Box<dyn DynState>)
+            }),
+        }
+    }
+
+    /// `base` with more fields declared after its own (`state: {type:
+    /// chat, fields: …}`); the combined state is called `name`.
+    pub fn extended(base: &StateType, name: &str, extra: Vec<crate::state::FieldSpec>) -> Self {
+        let mut fields = base.schema.fields.clone();
+        fields.extend(extra.iter().cloned());
+        let schema = Arc::new(StateSchema::new(name, fields));
+        let extra = Arc::new(StateSchema::new(name, extra));
+        let (base, for_make) = (base.clone(), Arc::clone(&schema));
+        Self {
+            schema,
+            make: Arc::new(move |v: &Value| {
+                let b = base.from_json(v)?;
+                let e = DeclaredState::from_json(Arc::clone(&extra), v)?;
+                Ok(Box::new(ExtendedState::new(Arc::clone(&for_make), b, e)) as Box<dyn DynState>)
+            }),
+        }
+    }
+
+    /// Builds a state from JSON; missing fields take their initial values.
     ///
     /// # Errors
-    /// The JSON does not decode as this state type.
+    /// The JSON does not decode as this state.
     pub fn from_json(&self, value: &Value) -> Result<Box<dyn DynState>, StateError> {
-        (self.from_json)(value)
+        (self.make)(value)
     }
 
-    /// The default (empty) state.
+    /// The state with every field at its initial value.
     pub fn default_state(&self) -> Box<dyn DynState> {
-        // An empty object always decodes: every generated state is `#[serde(default)]`.
-        match (self.from_json)(&Value::Object(Default::default())) {
+        match (self.make)(&Value::Object(Default::default())) {
             Ok(s) => s,
-            Err(_) => unreachable_default(self.schema.name),
+            // A hand-written Rust `State` that refuses `{}`: the same fields,
+            // declared, at their initial values.
+            Err(_) => Box::new(DeclaredState::new(Arc::clone(&self.schema))),
         }
     }
 }
 
-#[cold]
-fn unreachable_default(name: &str) -> Box<dyn DynState> {
-    // `state!` types are `#[serde(default)]`; a hand-written `State` that
-    // rejects `{}` gets the chat state rather than a panic.
-    tracing::error!(
-        state = name,
-        "state type does not decode from {{}}; using an empty chat state"
-    );
-    Box::new(ChatState::default())
-}
-
-/// The state types graph files can name, by name.
-#[derive(Clone, Debug)]
+/// The Rust state types graph files can name, by name.
+#[derive(Clone, Debug, Default)]
 pub struct StateTypes {
-    types: BTreeMap<&'static str, StateType>,
+    types: BTreeMap<String, StateType>,
 }
 
-impl Default for StateTypes {
-    /// The built-in types: `chat` and `research`.
-    fn default() -> Self {
-        let mut t = Self {
-            types: BTreeMap::new(),
-        };
+impl StateTypes {
+    /// The types the engine ships: none besides those an application
+    /// registers, and, for now, the built-in chat and research states.
+    pub fn builtin() -> Self {
+        let mut t = Self::default();
         t.register::<ChatState>();
         t.register::<ResearchState>();
         t
     }
-}
 
-impl StateTypes {
-    /// Adds (or replaces) a state type.
+    /// Adds (or replaces) a Rust state type.
     pub fn register<S: State>(&mut self) -> &mut Self {
-        self.types.insert(S::SCHEMA.name, StateType::of::<S>());
+        self.types
+            .insert(S::static_schema().name.to_string(), StateType::of::<S>());
         self
     }
 
     /// Looks a type up by the name graph files use.
     pub fn get(&self, name: &str) -> Option<StateType> {
-        self.types.get(name).copied()
+        self.types.get(name).cloned()
     }
 
     /// Registered names, for hints.
-    pub fn names(&self) -> impl Iterator<Item = &'static str> + '_ {
-        self.types.keys().copied()
+    pub fn names(&self) -> impl Iterator<Item = &str> + '_ {
+        self.types.keys().map(String::as_str)
     }
 }
 
@@ -314,7 +346,7 @@ impl StateTypes {
 ///     }
 /// }
 /// use stategraph::state::State;
-/// assert_eq!(Counter::SCHEMA.fields.len(), 2);
+/// assert_eq!(Counter::static_schema().fields.len(), 2);
 /// ```
 ///
 /// Reducers: `last` (replace), `append` (extend a list), `merge_by_id`
@@ -335,18 +367,21 @@ macro_rules! state {
         }
 
         impl $crate::state::State for $name {
-            const SCHEMA: &'static $crate::state::StateSchema = &$crate::state::StateSchema {
-                    name: $tyname,
-                    fields: &[$(
-                        $crate::state::FieldSpec {
-                            name: stringify!($field),
-                            ty: <$fty as $crate::state::FieldValue>::TYPE,
-                            nullable: <$fty as $crate::state::FieldValue>::NULLABLE,
-                            reducer: $crate::state::reduce::$reducer::KIND,
-                            doc: concat!($($doc),*),
-                        },
-                    )*],
-                };
+            fn static_schema() -> &'static ::std::sync::Arc<$crate::state::StateSchema> {
+                static SCHEMA: ::std::sync::LazyLock<::std::sync::Arc<$crate::state::StateSchema>> =
+                    ::std::sync::LazyLock::new(|| {
+                        ::std::sync::Arc::new($crate::state::StateSchema::new($tyname, vec![$(
+                            $crate::state::FieldSpec {
+                                name: stringify!($field).into(),
+                                ty: <$fty as $crate::state::FieldValue>::type_spec(),
+                                reducer: $crate::state::reduce::$reducer::reducer(),
+                                default: None,
+                                doc: concat!($($doc),*).trim().to_owned(),
+                            },
+                        )*]))
+                    });
+                &SCHEMA
+            }
 
             #[allow(unused_assignments)]
             fn apply(

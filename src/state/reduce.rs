@@ -1,15 +1,21 @@
 //! Reducers: how one write combines with a field's current value.
 //!
-//! Each reducer is a module with a `KIND` constant (for the schema) and an
-//! `apply` function (for the generated [`crate::state::State::apply`]), so the
-//! [`crate::state!`] macro can name it by the identifier written in the state
-//! declaration. Every `apply` decodes the whole write before touching the
-//! field: a write that fails leaves the field unchanged.
+//! For Rust states, each reducer is a module with a `reducer` function (for
+//! the schema) and a typed `apply` (for the generated
+//! [`crate::state::State::apply`]), so the [`crate::state!`] macro can name
+//! it by the identifier written in the state declaration. For declared
+//! states, [`apply_value`] does the same on JSON values, checking every
+//! write against the field's type. Either way the whole write is decoded and
+//! checked before the field is touched: a write that fails leaves the field
+//! unchanged.
 
 use std::any::Any;
 
 use serde::de::DeserializeOwned;
 use serde_json::Value;
+
+use super::Reducer;
+use super::types::{Mismatch, TypeSpec, describe_value};
 
 /// Items merged by [`merge_by_id`] expose a stable id.
 pub trait HasId {
@@ -46,8 +52,10 @@ fn decode_items<T: DeserializeOwned + 'static>(value: &Value) -> Result<Vec<T>, 
 pub mod last {
     use super::*;
 
-    /// The schema's name for this reducer.
-    pub const KIND: crate::state::Reducer = crate::state::Reducer::Last;
+    /// The reducer, for the schema.
+    pub fn reducer() -> crate::state::Reducer {
+        crate::state::Reducer::Last
+    }
 
     /// Replaces `slot` with the decoded value.
     ///
@@ -66,8 +74,10 @@ pub mod last {
 pub mod append {
     use super::*;
 
-    /// The schema's name for this reducer.
-    pub const KIND: crate::state::Reducer = crate::state::Reducer::Append;
+    /// The reducer, for the schema.
+    pub fn reducer() -> crate::state::Reducer {
+        crate::state::Reducer::Append
+    }
 
     /// Appends the decoded items (an array) or item (anything else).
     ///
@@ -87,8 +97,10 @@ pub mod append {
 pub mod merge_by_id {
     use super::*;
 
-    /// The schema's name for this reducer.
-    pub const KIND: crate::state::Reducer = crate::state::Reducer::MergeById;
+    /// The reducer, for the schema.
+    pub fn reducer() -> crate::state::Reducer {
+        crate::state::Reducer::merge_by_id()
+    }
 
     /// Merges the decoded items into `slot` by id.
     ///
@@ -109,6 +121,79 @@ pub mod merge_by_id {
         }
         Ok(())
     }
+}
+
+/// Applies one write to a declared field's JSON value with its reducer,
+/// checking it against the field's type first.
+///
+/// # Errors
+/// The write (or, for `append` and `merge_by_id`, one of its items) does
+/// not have the field's type, or a custom reducer refused it; the value is
+/// unchanged.
+pub fn apply_value(
+    reducer: &Reducer,
+    ty: &TypeSpec,
+    slot: &mut Value,
+    write: &Value,
+) -> Result<(), Mismatch> {
+    match reducer {
+        Reducer::Last => {
+            ty.check(write)?;
+            *slot = write.clone();
+        }
+        Reducer::Append | Reducer::MergeById { .. } => {
+            let item_ty = ty.items().unwrap_or_else(TypeSpec::any);
+            let items: Vec<&Value> = match write {
+                Value::Array(items) => items.iter().collect(),
+                single => vec![single],
+            };
+            for (i, item) in items.iter().enumerate() {
+                item_ty.check(item).map_err(|mut m| {
+                    if matches!(write, Value::Array(_)) {
+                        m.path = format!("/{i}{}", m.path);
+                    }
+                    m
+                })?;
+            }
+            if !slot.is_array() {
+                *slot = Value::Array(Vec::new());
+            }
+            let Value::Array(list) = slot else {
+                return Ok(());
+            };
+            match reducer {
+                Reducer::MergeById { key } => {
+                    for item in &items {
+                        if item.get(&**key).is_none_or(Value::is_null) {
+                            return Err(Mismatch {
+                                path: format!("/{key}"),
+                                expected: format!("an item with a `{key}` (the merge key)"),
+                                got: describe_value(item),
+                            });
+                        }
+                    }
+                    for item in items {
+                        let k = &item[&**key];
+                        match list.iter_mut().find(|old| &old[&**key] == k) {
+                            Some(old) => *old = item.clone(),
+                            None => list.push(item.clone()),
+                        }
+                    }
+                }
+                _ => list.extend(items.into_iter().cloned()),
+            }
+        }
+        Reducer::Custom { name, f } => {
+            let new = f(slot, write).map_err(|why| Mismatch {
+                path: String::new(),
+                expected: format!("a value reducer `{name}` accepts ({why})"),
+                got: describe_value(write),
+            })?;
+            ty.check(&new)?;
+            *slot = new;
+        }
+    }
+    Ok(())
 }
 
 #[cfg(test)]

@@ -117,3 +117,27 @@ pub struct Citation {
     /// Its title.
     pub title: String,
 }
+
+impl super::FieldValue for Passage {
+    fn type_spec() -> super::TypeSpec {
+        super::TypeSpec::object()
+    }
+}
+
+impl super::FieldValue for Fact {
+    fn type_spec() -> super::TypeSpec {
+        super::TypeSpec::object()
+    }
+}
+
+impl super::FieldValue for Source {
+    fn type_spec() -> super::TypeSpec {
+        super::TypeSpec::object()
+    }
+}
+
+impl super::FieldValue for Citation {
+    fn type_spec() -> super::TypeSpec {
+        super::TypeSpec::object()
+    }
+}

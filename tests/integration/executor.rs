@@ -617,10 +617,10 @@ async fn checkpoints_hold_patches_and_rebuild_every_step_then_resume() {
         .collect();
     assert_eq!(stored, events.iter().map(|e| e.seq).collect::<Vec<_>>());
     // State at step 3 = snapshot 0 + patches 1..=3: count ran twice, check once.
-    let at3 = store.state_at(run_id, g.state, 3).unwrap();
+    let at3 = store.state_at(run_id, &g.state, 3).unwrap();
     assert_eq!(at3.get(at3.schema().field("n").unwrap()), json!(2));
     assert_eq!(log_of(&*at3), ["check"]);
-    let at6 = store.state_at(run_id, g.state, 6).unwrap();
+    let at6 = store.state_at(run_id, &g.state, 6).unwrap();
     assert_eq!(at6.to_json(), out.state.to_json());
     // Resume from step 3's frontier: the rest of the run gives the same final state.
     let b3 = batches.iter().find(|b| b.step == 3).unwrap();
@@ -750,7 +750,7 @@ edges: [before -> sub, sub -> END]
 
 #[test]
 fn the_test_state_schema_is_generated() {
-    let s = TestState::SCHEMA;
+    let s = &**TestState::static_schema();
     assert_eq!(
         s.names().collect::<Vec<_>>(),
         ["log", "n", "done", "items", "note"]
@@ -809,14 +809,14 @@ async fn snapshots_of_a_growing_state_follow_the_patches_weight() {
         assert!(pair[1].1 * 10 >= pair[0].1 * 28, "{pair:?}");
     }
     for step in [0, 1, 7, 33, 64, 119, 120] {
-        let state = store.state_at(run_id, g.state, step).unwrap();
+        let state = store.state_at(run_id, &g.state, step).unwrap();
         assert_eq!(
             log_of(&*state).len(),
             step as usize / 2,
             "the log after step {step}"
         );
     }
-    let last = store.state_at(run_id, g.state, 120).unwrap();
+    let last = store.state_at(run_id, &g.state, 120).unwrap();
     assert_eq!(last.to_json(), out.state.to_json());
 }
 

@@ -590,7 +590,7 @@ async fn without_web_tools_or_a_model_research_ends_gracefully_with_nothing_foun
 fn the_research_graph_compiles_with_its_cycle_maps_and_join() {
     let cat = shipped_catalog();
     let g = cat.get("research").expect("graphs/research.yaml compiles");
-    assert_eq!(g.state.schema.name, "research");
+    assert_eq!(&*g.state.schema.name, "research");
     let kind = |id: &str| g.nodes[g.node_index(id).unwrap() as usize].kind.to_string();
     assert_eq!(kind("search"), "tool");
     assert_eq!(kind("synthesize"), "research_synthesize");

@@ -20,10 +20,11 @@ use std::collections::BTreeSet;
 use serde::Deserialize;
 use serde_json::json;
 
+use super::FieldType;
 use super::text::terms;
 use super::{Field, params, round3, within};
 use crate::nodes::{BuildCx, NodeContext, NodeError};
-use crate::state::{Fact, FieldType, Passage, Patch};
+use crate::state::{Fact, Passage, Patch};
 
 /// `params` of `research_facts`.
 #[derive(Debug, Deserialize)]

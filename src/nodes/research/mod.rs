@@ -45,7 +45,29 @@ use serde::de::DeserializeOwned;
 
 use super::{BuildCx, NodeContext, NodeError};
 use crate::graph::loc::Sp;
-use crate::state::{DynState, FieldId, FieldType, Patch};
+use crate::state::{DynState, FieldId, Patch, TypeSpec};
+
+/// The field types research steps need.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum FieldType {
+    Text,
+    List,
+    Bool,
+    Integer,
+    Number,
+}
+
+impl FieldType {
+    fn fits(self, t: &TypeSpec) -> bool {
+        match self {
+            FieldType::Text => t.is_string(),
+            FieldType::List => t.is_list(),
+            FieldType::Bool => t.finite_values().is_some_and(|v| v == ["true", "false"]),
+            FieldType::Integer => matches!(t.kind, crate::state::TypeKind::Integer { .. }),
+            FieldType::Number => t.is_number(),
+        }
+    }
+}
 
 /// The research kinds.
 pub(super) const KINDS: &[&str] = &[
@@ -129,7 +151,7 @@ impl Field {
     fn read(cx: &mut BuildCx<'_>, name: &str, ty: FieldType) -> Option<Self> {
         let sp = Sp::new(name.to_owned(), cx.node.kind.loc);
         let expected = format!("a {ty:?} field").to_lowercase();
-        let id = cx.field(&sp, &expected, |f| f.ty == ty)?;
+        let id = cx.field(&sp, &expected, |f| ty.fits(&f.ty))?;
         Some(Self {
             id,
             name: name.into(),
@@ -149,9 +171,6 @@ impl Field {
     where
         T: DeserializeOwned + Clone + 'static,
     {
-        if let Some(v) = state.field_ref(self.id).downcast_ref::<T>() {
-            return Ok(Cow::Borrowed(v));
-        }
         serde_json::from_value(state.get(self.id))
             .map(Cow::Owned)
             .map_err(|e| NodeError::Failed(format!("field `{}`: {e}", self.name)))

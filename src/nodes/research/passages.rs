@@ -16,10 +16,11 @@ use std::collections::HashSet;
 use serde::Deserialize;
 use serde_json::{Value, json};
 
+use super::FieldType;
 use super::text::{arg, canonical_url, error, output, passages};
 use super::{Field, params, within};
 use crate::nodes::{BuildCx, NodeContext, NodeError};
-use crate::state::{FieldType, Passage, Patch};
+use crate::state::{Passage, Patch};
 
 /// `params` of `research_passages`.
 #[derive(Debug, Deserialize)]

@@ -15,10 +15,11 @@ use std::sync::Arc;
 use serde::Deserialize;
 use serde_json::{Value, json};
 
+use super::FieldType;
 use super::{Field, params, within};
 use crate::llm::{ChatMessage, ChatRequest, JsonSchemaFormat};
 use crate::nodes::{BuildCx, NodeContext, NodeError, PromptRef, history, router::extract_json};
-use crate::state::{FieldType, Patch};
+use crate::state::Patch;
 
 /// `params` of `research_plan`.
 #[derive(Debug, Deserialize)]

@@ -22,12 +22,13 @@ use std::sync::Arc;
 use serde::Deserialize;
 use serde_json::{Value, json};
 
+use super::FieldType;
 use super::plan::{parse_queries, queries_format};
 use super::text::{arg, clip, output, quoted};
 use super::{Field, params, round3, within};
 use crate::llm::{ChatMessage, ChatRequest, JsonSchemaFormat};
 use crate::nodes::{BuildCx, NodeContext, NodeError, PromptRef};
-use crate::state::{Fact, FieldType, Patch};
+use crate::state::{Fact, Patch};
 
 /// `params` of `research_reflect`.
 #[derive(Debug, Deserialize)]

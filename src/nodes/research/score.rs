@@ -17,10 +17,11 @@ use std::collections::{BTreeSet, HashMap};
 
 use serde_json::{Value, json};
 
+use super::FieldType;
 use super::text::{arg, canonical_url, output, terms};
 use super::{Field, round3};
 use crate::nodes::{BuildCx, NodeContext, NodeError};
-use crate::state::{FieldType, Passage, Patch, Source};
+use crate::state::{Passage, Patch, Source};
 
 /// The source ranker.
 #[derive(Debug)]

@@ -20,10 +20,11 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use serde::Deserialize;
 use serde_json::{Value, json};
 
+use super::FieldType;
 use super::text::{arg, canonical_url, error, output};
 use super::{Field, params, within};
 use crate::nodes::{BuildCx, NodeContext, NodeError};
-use crate::state::{FieldType, Patch};
+use crate::state::Patch;
 
 /// The constant of reciprocal rank fusion (the usual 60).
 const RRF_K: f64 = 60.0;

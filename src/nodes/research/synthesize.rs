@@ -28,12 +28,13 @@ use std::sync::Arc;
 use serde::Deserialize;
 use serde_json::{Value, json};
 
+use super::FieldType;
 use super::text::{error, output};
 use super::{Field, params, within};
 use crate::events::EventKind;
 use crate::llm::{ChatMessage, ChatRequest};
 use crate::nodes::{BuildCx, NodeContext, NodeError, PromptRef};
-use crate::state::{Citation, Fact, FieldType, Patch, Source};
+use crate::state::{Citation, Fact, Patch, Source};
 
 /// `params` of `research_synthesize`.
 #[derive(Debug, Deserialize)]

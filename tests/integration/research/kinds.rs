@@ -68,7 +68,7 @@ edges: [a -> b, b -> c, c -> d, d -> END]
             "invalid-setting",
             "`args.n` uses `nope`, but state `chat` has no such field",
         ),
-        ("field-type", "field `answer` is Text"),
+        ("field-type", "field `answer` is string"),
         ("invalid-setting", "`on_error` is `maybe`"),
         (
             "invalid-setting",

@@ -145,17 +145,17 @@ async fn graph_run(checkpoints: Arc<dyn Store>, store: Arc<dyn Store>) {
         .map(|c| c.to_batch(run_id))
         .collect();
     for step in 0..=out.steps {
-        let from_store = rebuild_state(&batches, graph.state, step)
+        let from_store = rebuild_state(&batches, &graph.state, step)
             .unwrap()
             .to_json();
         let from_memory = memory
-            .state_at(run_id, graph.state, step)
+            .state_at(run_id, &graph.state, step)
             .unwrap()
             .to_json();
         assert_eq!(from_store, from_memory, "state after step {step}");
     }
     assert_eq!(
-        rebuild_state(&batches, graph.state, out.steps)
+        rebuild_state(&batches, &graph.state, out.steps)
             .unwrap()
             .to_json(),
         out.state.to_json()

@@ -227,7 +227,7 @@ fn chat_batches(run: Uuid) -> Vec<StepBatch> {
         }];
         if step == 4 {
             b.snapshot = Some(
-                rebuild_state(&[batches.as_slice(), &[b.clone()]].concat(), ty, 4)
+                rebuild_state(&[batches.as_slice(), &[b.clone()]].concat(), &ty, 4)
                     .unwrap()
                     .to_json(),
             );
@@ -253,11 +253,11 @@ pub(super) async fn state_rebuilt_from_stored_checkpoints_matches_memory(store: 
         .collect();
     assert_eq!(stored.len(), batches.len());
     for step in 0..batches.len() as u32 {
-        let from_store = rebuild_state(&stored, ty, step).unwrap().to_json();
-        let from_memory = rebuild_state(&batches, ty, step).unwrap().to_json();
+        let from_store = rebuild_state(&stored, &ty, step).unwrap().to_json();
+        let from_memory = rebuild_state(&batches, &ty, step).unwrap().to_json();
         assert_eq!(from_store, from_memory, "state after step {step}");
     }
-    let last = rebuild_state(&stored, ty, 6).unwrap().to_json();
+    let last = rebuild_state(&stored, &ty, 6).unwrap().to_json();
     assert_eq!(last["answer"], "The answer is 42 ✓");
     assert_eq!(last["tool_results"].as_array().map(Vec::len), Some(2));
 }

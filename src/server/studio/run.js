@@ -1,0 +1,208 @@
+// Run page: header, tabs (timeline, state, events, replay, fork), live updates
+// while the run is running (events polled with ?after=lastSeq every 500 ms).
+
+import { h, hrefFor, replaceHash, fmtTime, fmtMs, badge, errorBox, json, announce } from './util.js';
+import { getJSON, graphDetail } from './api.js';
+import { shortId, originOf } from './runs.js';
+import * as timeline from './timeline.js';
+import * as states from './states.js';
+import * as events from './events.js';
+import * as replay from './replay.js';
+import * as fork from './fork.js';
+
+const TABS = [
+  ['timeline', 'Timeline', timeline],
+  ['state', 'State', states],
+  ['events', 'Events', events],
+  ['replay', 'Replay', replay],
+  ['fork', 'Fork', fork],
+];
+const POLL_MS = 500;
+
+function errorText(err) {
+  if (!err) return '';
+  if (typeof err === 'string') return err;
+  return err.message ? `${err.code ? `${err.code}: ` : ''}${err.message}` : json(err);
+}
+
+function header(run) {
+  const o = originOf(run);
+  const dur = run.finishedAt ? run.finishedAt - run.createdAt : run.status === 'running' ? Date.now() - run.createdAt : null;
+  const u = run.usage || {};
+  const origin = o ? [
+    h('a', { href: hrefFor(['runs', o.parent]), 'data-testid': 'run-origin' }, `fork of ${shortId(o.parent)}`),
+    o.step !== undefined ? ` from step ${o.step}` : '',
+    o.node ? ` (${o.mode || 'after'} ${o.node})` : '',
+    o.set && Object.keys(o.set).length ? h('span', { class: 'muted' }, ` — set ${Object.keys(o.set).join(', ')}`) : '',
+  ] : '—';
+  return h('div', { class: 'card', 'data-testid': 'run-header' },
+    h('div', { class: 'row' },
+      h('h1', { style: 'margin:0' }, 'Run ', h('span', { class: 'mono', 'data-testid': 'run-id', style: 'font-size:16px' }, run.id)),
+      h('span', { 'data-testid': 'run-status', 'data-status': run.status }, badge(run.status)),
+      h('span', { class: 'spacer' }),
+      run.chatId ? h('a', { class: 'btn btn-small', href: hrefFor(['playground', run.graph], { chat: run.chatId }) }, 'Open chat') : null),
+    h('dl', { class: 'kv', style: 'margin-top:10px' },
+      h('dt', null, 'Graph'), h('dd', null, h('a', { href: hrefFor(['graphs', run.graph]), 'data-testid': 'run-graph' }, run.graph), h('span', { class: 'muted mono small' }, ` ${String(run.graphVersion || '').slice(0, 12)}`)),
+      h('dt', null, 'Timing'), h('dd', null, `${fmtTime(run.createdAt)} → ${run.finishedAt ? fmtTime(run.finishedAt) : run.status === 'running' ? 'running' : '—'} · ${fmtMs(dur)}`),
+      h('dt', null, 'Usage'), h('dd', { 'data-testid': 'run-usage' }, `${u.promptTokens ?? 0} prompt + ${u.completionTokens ?? 0} completion tokens`),
+      h('dt', null, 'Progress'), h('dd', null, `${run.lastStep ?? 0} steps · ${run.lastSeq ?? 0} events`),
+      h('dt', null, 'Origin'), h('dd', null, origin),
+      run.chatId ? [h('dt', null, 'Chat'), h('dd', { class: 'mono small' }, run.chatId, run.messageId ? ` · message ${run.messageId}` : '')] : null,
+      run.requestId ? [h('dt', null, 'Request'), h('dd', { class: 'mono small' }, run.requestId)] : null),
+    run.error ? h('div', { class: 'alert alert-error', role: 'alert', 'data-testid': 'run-error' }, h('b', null, 'Error: '), errorText(run.error)) : null);
+}
+
+export function mount(main, r) {
+  const id = r.parts[1];
+  let tab = TABS.some(([k]) => k === r.query.get('tab')) ? r.query.get('tab') : 'timeline';
+  let alive = true;
+  let timer = null;
+  let lastTimeline = 0;
+  const stateCache = new Map();
+  const listeners = new Set();
+
+  const ctx = {
+    id,
+    run: null,
+    timeline: null,
+    timelineError: null,
+    step: r.query.has('step') ? +r.query.get('step') : null,
+    graph: () => (ctx._graph ||= graphDetail(ctx.run.graph)),
+    /** The state after step N (cached while the run is not running). */
+    async stateAt(step) {
+      const key = `${step}`;
+      if (!stateCache.has(key) || ctx.run.status === 'running') stateCache.set(key, getJSON(`/api/runs/${encodeURIComponent(id)}/state?step=${step}`));
+      try { return await stateCache.get(key); } catch (e) { stateCache.delete(key); throw e; }
+    },
+    /** Nodes that ran in a step (from the timeline). */
+    nodesOf(step) {
+      const tl = ctx.timeline;
+      if (!tl) return [];
+      if (ctx._stepIndex?.tl !== tl) ctx._stepIndex = { tl, map: new Map(tl.steps.map((x) => [x.step, x])) };
+      const s = ctx._stepIndex.map.get(step);
+      return s ? [...new Set(s.tasks.map((t) => t.node))] : [];
+    },
+    on(fn) { listeners.add(fn); return () => listeners.delete(fn); },
+    emit(kind, data) { for (const fn of listeners) fn(kind, data); },
+    openTab(name, opts = {}) { if (opts.step !== undefined) ctx.step = opts.step; select(name, true); },
+    setQuery() {
+      const q = { tab };
+      if (ctx.step !== null && (tab === 'state' || tab === 'fork')) q.step = ctx.step;
+      replaceHash(hrefFor(['runs', id], q));
+    },
+  };
+
+  const headSlot = h('div', null, h('div', { class: 'card' }, h('p', { class: 'muted' }, 'Loading run…')));
+  const tablist = h('div', { class: 'tabs', role: 'tablist', 'aria-label': 'Run views' });
+  const panels = new Map();
+  const mounted = new Map();
+  for (const [key, label] of TABS) {
+    const t = h('button', {
+      type: 'button', role: 'tab', id: `tab-${key}`, 'aria-controls': `panel-${key}`, 'aria-selected': 'false', tabindex: '-1', 'data-testid': `tab-${key}`,
+      onclick: () => select(key, true),
+    }, label);
+    tablist.append(t);
+    panels.set(key, h('section', { role: 'tabpanel', id: `panel-${key}`, 'aria-labelledby': `tab-${key}`, class: 'hidden', tabindex: '0', 'data-testid': `panel-${key}` }));
+  }
+  tablist.addEventListener('keydown', (ev) => {
+    const keys = TABS.map(([k]) => k);
+    let i = keys.indexOf(tab);
+    if (ev.key === 'ArrowRight') i = (i + 1) % keys.length;
+    else if (ev.key === 'ArrowLeft') i = (i - 1 + keys.length) % keys.length;
+    else if (ev.key === 'Home') i = 0;
+    else if (ev.key === 'End') i = keys.length - 1;
+    else return;
+    ev.preventDefault();
+    select(keys[i], true);
+    tablist.querySelector(`#tab-${keys[i]}`).focus();
+  });
+  main.append(h('div', { 'data-testid': 'run-screen', 'data-run': id },
+    h('nav', { 'aria-label': 'Breadcrumb', class: 'small', style: 'margin-bottom:8px' }, h('a', { href: '#/runs' }, 'Runs'), ' / ', h('span', { class: 'mono' }, shortId(id))),
+    headSlot, tablist, ...panels.values()));
+
+  function select(key, user) {
+    tab = key;
+    for (const [k] of TABS) {
+      const t = tablist.querySelector(`#tab-${k}`);
+      t.setAttribute('aria-selected', String(k === key));
+      t.setAttribute('tabindex', k === key ? '0' : '-1');
+      panels.get(k).classList.toggle('hidden', k !== key);
+    }
+    if (!ctx.run) return;
+    const mod = TABS.find(([k]) => k === key)[2];
+    if (!mounted.has(key)) mounted.set(key, mod.mount(panels.get(key), ctx) || {});
+    else mounted.get(key).show?.();
+    if (user) ctx.setQuery();
+  }
+
+  async function loadTimeline() {
+    try {
+      ctx.timeline = await getJSON(`/api/runs/${encodeURIComponent(id)}/timeline`);
+      ctx.timelineError = null;
+    } catch (e) {
+      if (e.status === 404 && e.code !== 'not_found_run' && /endpoint|no such/i.test(e.message)) {
+        // Older server: build the timeline from the events when the run is small enough.
+        ctx.timelineError = e;
+        try { ctx.timeline = await timeline.fromEvents(id, ctx.run.lastSeq); } catch (e2) { ctx.timeline = null; ctx.timelineError = e2; }
+      } else {
+        ctx.timeline = null;
+        ctx.timelineError = e;
+      }
+    }
+    lastTimeline = Date.now();
+    ctx.emit('timeline', ctx.timeline);
+  }
+
+  async function live() {
+    if (!alive || !ctx.run || ctx.run.status !== 'running') return;
+    try {
+      const after = ctx.run.lastSeq || 0;
+      const d = await getJSON(`/api/runs/${encodeURIComponent(id)}/events?after=${after}&limit=1000`);
+      if (!alive) return;
+      const evs = d.events || [];
+      const run = await getJSON(`/api/runs/${encodeURIComponent(id)}`);
+      if (!alive) return;
+      if (evs.length) {
+        run.lastSeq = Math.max(run.lastSeq || 0, evs[evs.length - 1].seq);
+        ctx.emit('events', evs);
+      }
+      const ended = run.status !== 'running';
+      ctx.run = run;
+      headSlot.replaceChildren(header(run));
+      ctx.emit('run', run);
+      if (ended || (evs.length && Date.now() - lastTimeline > 1500)) await loadTimeline();
+      if (ended) { announce(`Run ${run.status}`); return; }
+    } catch { /* retry on the next tick */ }
+    if (alive) timer = setTimeout(live, POLL_MS);
+  }
+
+  (async () => {
+    try {
+      ctx.run = await getJSON(`/api/runs/${encodeURIComponent(id)}`);
+    } catch (e) {
+      headSlot.replaceChildren(errorBox(e, `Could not load run ${id}: `));
+      tablist.classList.add('hidden');
+      return;
+    }
+    if (!alive) return;
+    headSlot.replaceChildren(header(ctx.run));
+    const tl = loadTimeline();
+    select(tab, false);
+    await tl;
+    if (ctx.run.status === 'running') timer = setTimeout(live, POLL_MS);
+  })();
+
+  return {
+    cleanup() {
+      alive = false;
+      clearTimeout(timer);
+      for (const m of mounted.values()) m.cleanup?.();
+    },
+    update(nr) {
+      const t = nr.query.get('tab');
+      if (nr.query.has('step')) ctx.step = +nr.query.get('step');
+      if (t && t !== tab && TABS.some(([k]) => k === t)) select(t, false);
+      return true;
+    },
+  };
+}
