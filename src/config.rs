@@ -15,10 +15,10 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use serde::{Deserialize, Deserializer};
+use serde::Deserialize;
 
-use crate::graph::spec::DurationSpec;
 use crate::llm::LlmConfig;
+pub use crate::units::{Bytes, Dur};
 
 /// Errors reading the configuration.
 #[derive(Debug, thiserror::Error)]
@@ -47,57 +47,6 @@ pub enum ConfigError {
         /// Why.
         message: String,
     },
-}
-
-/// A duration read as `500ms` / `30s` / `2m` or milliseconds.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Dur(pub Duration);
-
-impl<'de> Deserialize<'de> for Dur {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        DurationSpec::deserialize(d).map(|s| Dur(s.0))
-    }
-}
-
-/// A byte size read as `1MiB`, `512KiB`, `1000000` or `2MB`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Bytes(pub usize);
-
-impl Bytes {
-    /// Parses a size.
-    pub fn parse(s: &str) -> Option<usize> {
-        let s = s.trim();
-        let split = s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len());
-        let (n, unit) = s.split_at(split);
-        let n: usize = n.parse().ok()?;
-        let mult = match unit.trim().to_ascii_lowercase().as_str() {
-            "" | "b" => 1,
-            "kb" => 1000,
-            "kib" | "k" => 1024,
-            "mb" => 1_000_000,
-            "mib" | "m" => 1024 * 1024,
-            "gib" | "g" => 1024 * 1024 * 1024,
-            _ => return None,
-        };
-        n.checked_mul(mult)
-    }
-}
-
-impl<'de> Deserialize<'de> for Bytes {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        #[derive(Deserialize)]
-        #[serde(untagged)]
-        enum Raw {
-            N(usize),
-            S(String),
-        }
-        match Raw::deserialize(d)? {
-            Raw::N(n) => Ok(Bytes(n)),
-            Raw::S(s) => Bytes::parse(&s).map(Bytes).ok_or_else(|| {
-                serde::de::Error::custom(format!("`{s}` is not a size; write e.g. 1MiB or 512KiB"))
-            }),
-        }
-    }
 }
 
 /// What happens to a run when its client disconnects.

@@ -12,6 +12,7 @@ pub mod sse;
 pub mod state;
 pub mod telemetry;
 pub mod tools;
+pub mod units;
 #[doc(hidden)]
 pub mod __private {
     pub use minijinja;

@@ -9,10 +9,10 @@ use clap::{Parser, Subcommand, ValueEnum};
 use stategraph::cli::{self, GraphFormat, RunArgs};
 use stategraph::config::Config;
 use stategraph::graph::catalog::{Catalog, Registries};
-use stategraph::graph::spec::DurationSpec;
 use stategraph::runtime::{RunOptions, Services};
 use stategraph::store::Store;
 use stategraph::tools::mcp::{McpManager, ServerState};
+use stategraph::units::Dur;
 use stategraph::{replay, server};
 
 /// mimalloc: the runtime allocates many small, short-lived objects (events,
@@ -331,7 +331,7 @@ fn real_main() -> anyhow::Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }),
         Command::Prune { older_than, chats } => runtime()?.block_on(async move {
-            let age = DurationSpec::parse(&older_than)
+            let age = Dur::parse(&older_than)
                 .ok_or_else(|| anyhow!("--older-than {older_than}: write e.g. 30d or 12h"))?;
             let before = stategraph::events::now_micros().saturating_sub(age.as_micros() as u64);
             let store = open_store(&config).await?;

@@ -5,12 +5,12 @@
 //! diagnostic may point at is wrapped in [`Sp`] to keep its location.
 
 use std::fmt;
-use std::time::Duration;
 
 use serde::de::{self, Deserializer, MapAccess, SeqAccess, Visitor};
 use serde::{Deserialize, Serialize};
 
 use super::loc::{Loc, Sp};
+use crate::units::Dur;
 
 /// One graph file.
 #[derive(Debug, Deserialize)]
@@ -84,7 +84,7 @@ pub struct NodeSpec {
     pub retry: Option<Sp<RetrySpec>>,
     /// Time limit per attempt.
     #[serde(default)]
-    pub timeout: Option<Sp<DurationSpec>>,
+    pub timeout: Option<Sp<Dur>>,
 
     // ---- kind settings (each kind lists the ones it accepts) ----
     /// Field holding the input text (router, agent, llm).
@@ -240,69 +240,14 @@ pub struct RetrySpec {
     pub attempts: u32,
     /// Delay before the first retry (default 250ms); doubles each time.
     #[serde(default)]
-    pub backoff: Option<DurationSpec>,
+    pub backoff: Option<Dur>,
     /// Upper bound on the delay (default 10s).
     #[serde(default)]
-    pub max_backoff: Option<DurationSpec>,
+    pub max_backoff: Option<Dur>,
 }
 
 fn default_attempts() -> u32 {
     3
-}
-
-/// A duration: an integer number of milliseconds or a string such as
-/// `500ms`, `30s`, `2m`, `1h`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct DurationSpec(pub Duration);
-
-impl DurationSpec {
-    /// Parses `500ms`, `30s`, `2m`, `1h`, `7d` or a bare number of milliseconds.
-    pub fn parse(s: &str) -> Option<Duration> {
-        let s = s.trim();
-        let split = s
-            .find(|c: char| !c.is_ascii_digit() && c != '.')
-            .unwrap_or(s.len());
-        let (num, unit) = s.split_at(split);
-        let n: f64 = num.parse().ok()?;
-        let ms = match unit.trim() {
-            "" | "ms" => n,
-            "s" => n * 1e3,
-            "m" => n * 60e3,
-            "h" => n * 3600e3,
-            "d" => n * 86_400e3,
-            _ => return None,
-        };
-        (ms.is_finite() && (0.0..1e12).contains(&ms))
-            .then(|| Duration::from_micros((ms * 1e3) as u64))
-    }
-}
-
-impl<'de> Deserialize<'de> for DurationSpec {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        struct V;
-        impl Visitor<'_> for V {
-            type Value = DurationSpec;
-            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                f.write_str("a duration such as 500ms, 30s, 2m or a number of milliseconds")
-            }
-            fn visit_u64<E: de::Error>(self, v: u64) -> Result<DurationSpec, E> {
-                Ok(DurationSpec(Duration::from_millis(v)))
-            }
-            fn visit_i64<E: de::Error>(self, v: i64) -> Result<DurationSpec, E> {
-                u64::try_from(v)
-                    .map(|v| DurationSpec(Duration::from_millis(v)))
-                    .map_err(|_| E::custom("a duration cannot be negative"))
-            }
-            fn visit_str<E: de::Error>(self, v: &str) -> Result<DurationSpec, E> {
-                DurationSpec::parse(v).map(DurationSpec).ok_or_else(|| {
-                    E::custom(format!(
-                        "`{v}` is not a duration; write e.g. 500ms, 30s or 2m"
-                    ))
-                })
-            }
-        }
-        d.deserialize_any(V)
-    }
 }
 
 /// One name or a list of names (`from: a` or `from: [a, b]`).
@@ -579,22 +524,6 @@ fn parse_short_edge(text: &str) -> Option<EdgeSpec> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn durations_parse() {
-        assert_eq!(
-            DurationSpec::parse("500ms"),
-            Some(Duration::from_millis(500))
-        );
-        assert_eq!(
-            DurationSpec::parse("1.5s"),
-            Some(Duration::from_millis(1500))
-        );
-        assert_eq!(DurationSpec::parse("2m"), Some(Duration::from_secs(120)));
-        assert_eq!(DurationSpec::parse("250"), Some(Duration::from_millis(250)));
-        assert_eq!(DurationSpec::parse("soon"), None);
-        assert_eq!(DurationSpec::parse("-1s"), None);
-    }
 
     #[test]
     fn spans_survive_nested_specs() {

@@ -64,7 +64,7 @@ use super::openai::{
     EndpointError, EndpointSettings, OpenAiEndpoint, RESERVED_FIELDS, RetryPolicy, Timeouts,
 };
 use super::{ChatModel, Models};
-use crate::graph::spec::DurationSpec;
+use crate::units::Dur;
 
 /// The endpoint that `OPENAI_*` variables and roles without `endpoint` use.
 pub const DEFAULT_ENDPOINT: &str = "default";
@@ -99,7 +99,7 @@ pub struct LlmConfig {
 #[serde(default, deny_unknown_fields)]
 pub struct OfflineConfig {
     /// Delay before each streamed token (e.g. `50ms` = 20 tokens/s).
-    pub token_delay: Option<DurationSpec>,
+    pub token_delay: Option<Dur>,
     /// Text answers padded or cut to this many tokens.
     pub answer_tokens: Option<usize>,
 }
@@ -146,11 +146,11 @@ pub struct RoleConfig {
 #[serde(default, deny_unknown_fields)]
 pub struct TimeoutsConfig {
     /// Connecting.
-    pub connect: Option<DurationSpec>,
+    pub connect: Option<Dur>,
     /// Until the first answer chunk.
-    pub first_token: Option<DurationSpec>,
+    pub first_token: Option<Dur>,
     /// The whole call.
-    pub total: Option<DurationSpec>,
+    pub total: Option<Dur>,
 }
 
 /// `[llm.retry]`; unset values keep the defaults of [`RetryPolicy`].
@@ -160,11 +160,11 @@ pub struct RetryConfig {
     /// Attempts per call, the first included.
     pub attempts: Option<u32>,
     /// First retry delay.
-    pub backoff: Option<DurationSpec>,
+    pub backoff: Option<Dur>,
     /// Longest computed delay.
-    pub max_backoff: Option<DurationSpec>,
+    pub max_backoff: Option<Dur>,
     /// Longest server-requested delay honoured.
-    pub max_retry_after: Option<DurationSpec>,
+    pub max_retry_after: Option<Dur>,
 }
 
 /// A configuration that cannot be built.

@@ -29,7 +29,7 @@ use super::http::HttpFetchConfig;
 use super::search::SearchConfig;
 use super::sql::SqlConfig;
 use super::{PolicyOverride, ToolRegistry};
-use crate::config::{Bytes, Dur};
+use crate::units::{Bytes, Dur};
 
 /// Overrides of one tool's [`ToolPolicy`](super::ToolPolicy).
 #[derive(Clone, Debug, Default, Deserialize)]

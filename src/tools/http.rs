@@ -30,7 +30,7 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 
 use super::{RegistryError, Tool, ToolError, ToolPolicy, ToolRegistry, ToolSpec};
-use crate::config::{Bytes, Dur};
+use crate::units::{Bytes, Dur};
 
 /// The partition of the web tools (`http_fetch`, `web_search`).
 pub const PARTITION: &str = "web";

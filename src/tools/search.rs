@@ -27,7 +27,7 @@ use serde_json::{Value, json};
 
 use super::http::{PARTITION, SetupError, client, read_limited, request_error};
 use super::{Tool, ToolError, ToolPolicy, ToolRegistry, ToolSpec};
-use crate::config::Dur;
+use crate::units::Dur;
 
 /// How long results are cached by default.
 pub const DEFAULT_CACHE_TTL: Duration = Duration::from_secs(300);

@@ -30,8 +30,8 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
-use crate::config::{Bytes, Dur};
 use crate::tools::{DEFAULT_TOOL_TIMEOUT, ToolPolicy, ToolRegistry};
+use crate::units::{Bytes, Dur};
 
 /// Default interval between two listings of a server's tools.
 pub const DEFAULT_REFRESH: Duration = Duration::from_secs(300);

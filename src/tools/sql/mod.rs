@@ -57,7 +57,7 @@ use serde_json::{Value, json};
 pub use tools::{CompareSources, ListSources, QuerySource};
 
 use super::{RegistryError, Tool, ToolError, ToolRegistry};
-use crate::config::Dur;
+use crate::units::Dur;
 
 /// The partition of the SQL tools.
 pub const PARTITION: &str = "data";
