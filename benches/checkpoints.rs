@@ -63,10 +63,7 @@ fn yaml() -> String {
     );
     for i in 0..STEPS {
         let msg = json!({"id": format!("m{i}"), "role": "user", "content": content(i)});
-        let _ = writeln!(
-            y,
-            "  - {{id: n{i}, kind: noop, set: {{messages: [{msg}]}}}}"
-        );
+        let _ = writeln!(y, "  - {{id: n{i}, kind: set, set: {{messages: [{msg}]}}}}");
     }
     y.push_str("edges:\n");
     for i in 0..STEPS {
@@ -103,11 +100,7 @@ fn mb(bytes: usize) -> String {
     format!("{:.3} MB", bytes as f64 / 1e6)
 }
 
-async fn run(
-    graph: &Arc<stategraph::graph::CompiledGraph>,
-    cp: Arc<dyn Checkpointer>,
-    every: u32,
-) -> Uuid {
+async fn run(graph: &Arc<stategraph::nodes::Graph>, cp: Arc<dyn Checkpointer>, every: u32) -> Uuid {
     let run_id = Uuid::now_v7();
     let ran = run_with(
         Arc::clone(graph),
@@ -184,7 +177,7 @@ fn main() {
 
 /// The same run through the SQLite and PostgreSQL stores: what their
 /// checkpoints tables hold afterwards.
-async fn stored(graph: &Arc<stategraph::graph::CompiledGraph>, every: u32) {
+async fn stored(graph: &Arc<stategraph::nodes::Graph>, every: u32) {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("s.db");
     let sqlite: Arc<dyn Store> = Arc::new(SqliteStore::open(&path).await.unwrap());

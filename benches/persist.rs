@@ -48,7 +48,7 @@ use std::time::{Duration, Instant};
 use futures::future::BoxFuture;
 use serde_json::{Value, json};
 use stategraph::events::now_micros;
-use stategraph::graph::CompiledGraph;
+use stategraph::nodes::Graph as CompiledGraph;
 use stategraph::runtime::{
     CheckpointError, Checkpointer, RunOptions, RunStatus, Services, StepBatch,
 };

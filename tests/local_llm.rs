@@ -525,7 +525,10 @@ async fn a_wrong_base_path_is_an_http_404_with_the_servers_message() {
 
 const GRAPH: &str = "\
 description: One model call against the local server.
-state: chat
+state:
+  fields:
+    query: { type: string }
+    answer: { type: string }
 entry: answer
 nodes:
   - id: answer

@@ -23,9 +23,9 @@ use futures::FutureExt;
 use futures::future::BoxFuture;
 use serde_json::json;
 use stategraph::events::{Event, EventKind, Usage};
-use stategraph::graph::catalog::{Catalog, Registries};
 use stategraph::llm::scripted::{ScriptedModel, Turn};
 use stategraph::llm::{ChatMessage, Models};
+use stategraph::nodes::Registries;
 use stategraph::runtime::{
     self, CheckpointError, Checkpointer, RunOptions, RunStatus, Services, StepBatch,
 };
@@ -170,11 +170,7 @@ async fn restart_mid_run(url: String) {
     let store: Arc<dyn Store> = Arc::new(PostgresStore::connect(&url, 4).await.unwrap());
     let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
     let registries = Registries::default();
-    let catalog = Catalog::load_files(
-        &[root.join("graphs/chat.yaml")],
-        &root.join("prompts"),
-        &registries,
-    );
+    let catalog = registries.load_files(&[root.join("graphs/chat.yaml")], &root.join("prompts"));
     assert!(!catalog.has_errors(), "{:#?}", catalog.diagnostics);
     let graph = Arc::clone(catalog.get("chat").unwrap());
     let services = Arc::new(Services::new(

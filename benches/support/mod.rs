@@ -10,16 +10,54 @@ use std::sync::Arc;
 
 use serde_json::{Value, json};
 use stategraph::events::Usage;
-use stategraph::graph::CompiledGraph;
-use stategraph::graph::catalog::{Catalog, Registries};
 use stategraph::graph::prompts::Prompts;
 use stategraph::llm::scripted::{ScriptedModel, Turn};
 use stategraph::llm::{ChatMessage, ChatRequest, LlmChunk, Models};
+use stategraph::nodes::Graph as CompiledGraph;
+use stategraph::nodes::Registries;
 
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 use stategraph::runtime::{self, RunOptions, Services};
 use tokio::sync::mpsc;
+
+stategraph::state! {
+    /// The chat pipeline's state as a Rust type (the shipped graph declares
+    /// it in YAML; the figures bench compares the two).
+    pub struct ChatState as "chat" {
+        /// The conversation so far.
+        messages: Vec<stategraph::state::Message> => merge_by_id,
+        /// The newest user message's text.
+        query: String => last,
+        /// Rolling summary.
+        summary: String => last,
+        /// Messages the summary covers.
+        summarized_count: u32 => last,
+        /// A forced intent.
+        forced_intent: Option<String> => last,
+        /// The intent.
+        intent: String => last,
+        /// The router's details.
+        routing: Value => last,
+        /// Detected language.
+        language: String => last,
+        /// Agent findings.
+        findings: String => last,
+        /// Tool call records.
+        tool_results: Vec<Value> => append,
+        /// The answer.
+        answer: String => last,
+        /// Follow-up questions.
+        followups: Vec<String> => last,
+    }
+}
+
+/// Registries with the Rust `chat` state registered.
+pub fn registries() -> Registries {
+    let mut reg = Registries::default();
+    reg.states.register::<ChatState>();
+    reg
+}
 
 /// A chain of `n` no-op nodes.
 pub fn chain_yaml(n: usize) -> String {
@@ -72,7 +110,7 @@ pub fn mixed_yaml(n: usize) -> String {
                 "  - {{id: n{i}, kind: llm, prompt: p.md, output: answer}}"
             );
         } else {
-            let _ = writeln!(y, "  - {{id: n{i}, kind: noop, set: {{findings: x}}}}");
+            let _ = writeln!(y, "  - {{id: n{i}, kind: set, set: {{findings: x}}}}");
         }
     }
     y.push_str("edges:\n  - from: r\n    route:\n      on: intent\n      cases: {A: n0, B: n1}\n");
@@ -88,7 +126,7 @@ pub fn mixed_yaml(n: usize) -> String {
 }
 
 pub fn compile(yaml: &str) -> Arc<CompiledGraph> {
-    let cat = Catalog::from_sources(&[("g", yaml)], prompts(), &Registries::default());
+    let cat = registries().from_sources(&[("g", yaml)], prompts());
     assert!(!cat.has_errors(), "{:?}", cat.diagnostics);
     Arc::clone(cat.get("g").expect("compiled"))
 }
@@ -110,7 +148,7 @@ pub struct CompileFixture {
 impl CompileFixture {
     pub fn new() -> Self {
         Self {
-            reg: Registries::default(),
+            reg: registries(),
             prompts: Arc::new(prompts()),
             graphs: Default::default(),
         }
@@ -125,6 +163,7 @@ impl CompileFixture {
     pub fn compile(&self, file: &stategraph::graph::load::GraphFile) -> usize {
         let env = stategraph::graph::CompileEnv {
             states: &self.reg.states,
+            reducers: &self.reg.reducers,
             kinds: &self.reg.kinds,
             tools: &self.reg.tools,
             prompts: &self.prompts,
@@ -138,11 +177,7 @@ impl CompileFixture {
 /// The shipped chat graph.
 pub fn chat_graph() -> Arc<CompiledGraph> {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let cat = Catalog::load(
-        &root.join("graphs"),
-        &root.join("prompts"),
-        &Registries::default(),
-    );
+    let cat = registries().load(&root.join("graphs"), &root.join("prompts"));
     Arc::clone(cat.get("chat").expect("chat graph"))
 }
 
@@ -249,7 +284,7 @@ pub fn research_input() -> Arc<Value> {
 pub fn services(model: Arc<ScriptedModel>) -> Arc<Services> {
     Arc::new(Services::new(
         Models::single(model),
-        Arc::clone(&Registries::default().tools),
+        Arc::clone(&registries().tools),
     ))
 }
 

@@ -8,7 +8,7 @@ use anyhow::{Context, anyhow, bail};
 use clap::{Parser, Subcommand, ValueEnum};
 use stategraph::cli::{self, GraphFormat, RunArgs};
 use stategraph::config::Config;
-use stategraph::graph::catalog::{Catalog, Registries};
+use stategraph::nodes::{GraphCatalog as Catalog, Registries};
 use stategraph::runtime::{RunOptions, Services};
 use stategraph::store::Store;
 use stategraph::tools::mcp::{McpManager, ServerState};
@@ -168,7 +168,7 @@ fn real_main() -> anyhow::Result<ExitCode> {
             })
         }
         Command::Graph { name, format } => {
-            let catalog = Catalog::load(&config.paths.graphs, &config.paths.prompts, &registries);
+            let catalog = registries.load(&config.paths.graphs, &config.paths.prompts);
             let g = graph(&catalog, &name)?;
             let format = match format {
                 Format::Mermaid => GraphFormat::Mermaid,
@@ -183,7 +183,7 @@ fn real_main() -> anyhow::Result<ExitCode> {
             intent,
             json,
         } => {
-            let catalog = Catalog::load(&config.paths.graphs, &config.paths.prompts, &registries);
+            let catalog = registries.load(&config.paths.graphs, &config.paths.prompts);
             let g = graph(&catalog, &id)?;
             let services = Arc::new(services(&config, &registries)?);
             let args = RunArgs {
@@ -215,8 +215,7 @@ fn real_main() -> anyhow::Result<ExitCode> {
                     println!("{}", serde_json::to_string(e)?);
                 }
             } else if reexecute {
-                let catalog =
-                    Catalog::load(&config.paths.graphs, &config.paths.prompts, &registries);
+                let catalog = registries.load(&config.paths.graphs, &config.paths.prompts);
                 let g = graph(&catalog, &record.graph)?;
                 let services = services(&config, &registries)?;
                 let r = replay::reexecute(g, services, &events).await?;
@@ -238,8 +237,7 @@ fn real_main() -> anyhow::Result<ExitCode> {
                     .get_run(run)
                     .await?
                     .ok_or_else(|| anyhow!("no run {run}"))?;
-                let catalog =
-                    Catalog::load(&config.paths.graphs, &config.paths.prompts, &registries);
+                let catalog = registries.load(&config.paths.graphs, &config.paths.prompts);
                 let g = graph(&catalog, &parent.graph)?;
                 let mut edits = Vec::new();
                 for s in &set {
@@ -383,7 +381,7 @@ async fn open_store(config: &Config) -> anyhow::Result<Arc<dyn Store>> {
     Ok(stategraph::store::config::open(&config.store).await?)
 }
 
-fn graph(catalog: &Catalog, name: &str) -> anyhow::Result<Arc<stategraph::graph::CompiledGraph>> {
+fn graph(catalog: &Catalog, name: &str) -> anyhow::Result<Arc<stategraph::nodes::Graph>> {
     if let Some(g) = catalog.get(name) {
         return Ok(Arc::clone(g));
     }
@@ -414,7 +412,7 @@ fn serve(mut config: Config, bind: Option<std::net::SocketAddr>) -> anyhow::Resu
         stategraph::telemetry::init(&config.telemetry).map_err(|e| anyhow!("telemetry: {e}"))?;
     runtime()?.block_on(async move {
         let bind = config.server.bind;
-        let state = server::build_state(config).await.map_err(anyhow::Error::msg)?;
+        let state = server::build_state(config, Registries::default()).await.map_err(anyhow::Error::msg)?;
         let listener = listen(bind).map_err(|e| anyhow!("cannot listen on {bind}: {e}"))?;
         let addr = listener.local_addr()?;
         tracing::info!(%addr, "listening");

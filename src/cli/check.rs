@@ -3,7 +3,7 @@
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
-use crate::graph::catalog::{Catalog, Registries};
+use crate::nodes::Registries;
 
 /// Checks graph files (or directories of them) against `prompts`; prints
 /// each diagnostic and a summary to `out`. Returns whether there were no
@@ -28,7 +28,7 @@ pub fn check(
             files.push(p.clone());
         }
     }
-    let catalog = Catalog::load_files(&files, prompts, reg);
+    let catalog = crate::graph::Catalog::load_files(&files, prompts, reg.env());
     for d in &catalog.diagnostics {
         writeln!(out, "{d}")?;
     }

@@ -1,7 +1,7 @@
 //! `stategraph graph NAME`: draw a graph.
 
-use crate::graph::CompiledGraph;
 use crate::graph::mermaid::{dot, mermaid};
+use crate::nodes::Graph;
 
 /// Output formats of `stategraph graph`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -13,7 +13,7 @@ pub enum GraphFormat {
 }
 
 /// The drawing of `g`.
-pub fn graph(g: &CompiledGraph, format: GraphFormat) -> String {
+pub fn graph(g: &Graph, format: GraphFormat) -> String {
     match format {
         GraphFormat::Mermaid => mermaid(g),
         GraphFormat::Dot => dot(g),

@@ -7,7 +7,7 @@ use serde_json::json;
 use tokio::sync::mpsc;
 
 use crate::events::{Event, EventKind};
-use crate::graph::CompiledGraph;
+use crate::nodes::Graph;
 use crate::runtime::{self, RunOptions, Services};
 
 /// What to run and how to print it.
@@ -27,7 +27,7 @@ pub struct RunArgs {
 /// # Errors
 /// Writing to `out` failed.
 pub async fn run(
-    graph: Arc<CompiledGraph>,
+    graph: Arc<Graph>,
     services: Arc<Services>,
     args: RunArgs,
     out: &mut (dyn Write + Send),
@@ -128,7 +128,7 @@ fn readable(
         ),
         EventKind::Thinking { text } => format!("  {node} thinks: {text}"),
         EventKind::Source { source_id, url, .. } => format!("  {node} cites [{source_id}] {url}"),
-        EventKind::Custom { name, data } => {
+        EventKind::Custom { name, data, .. } => {
             format!("  {node} data-{name}: {}", truncate(&data.to_string(), 200))
         }
         _ => return Ok(()),

@@ -6,6 +6,7 @@
 //! meaning, and readers skip variants they do not know ([`EventKind::Unknown`]).
 //! The format version is carried by [`EventKind::RunStarted`].
 
+mod contracts;
 mod sink;
 
 pub use sink::now_micros;
@@ -18,6 +19,7 @@ use uuid::Uuid;
 
 use crate::state::Patch;
 
+pub use contracts::{PendingTask, RunStatus, StepBatch, TaskWrite};
 pub use sink::{Emit, EventSink, NodeEvents};
 
 /// Version of the serialized event format, stored in `run_started`.
@@ -303,6 +305,14 @@ pub enum EventKind {
         name: String,
         /// Payload.
         data: Value,
+        /// The UI part's id, when the data replaces an earlier part with
+        /// the same id (progress); otherwise one part per node task.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        id: Option<String>,
+        /// Shown while streaming but not kept in the stored message
+        /// (progress that means nothing once the answer is there).
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        transient: bool,
     },
     /// A source the answer cites (`source-url` in the UI stream, whatever
     /// the node's surface).

@@ -249,6 +249,21 @@ impl NodeEvents {
             .emit(EventKind::Custom {
                 name: name.into(),
                 data,
+                id: None,
+                transient: false,
+            })
+            .await;
+    }
+
+    /// Emits progress: a transient `data-stage` part (one part, replaced by
+    /// each newer stage) saying what the run is doing now.
+    pub async fn stage(&self, status: impl Into<String>) {
+        let _ = self
+            .emit(EventKind::Custom {
+                name: "stage".into(),
+                data: serde_json::json!({ "node": &**self.node(), "status": status.into() }),
+                id: Some("stage".into()),
+                transient: true,
             })
             .await;
     }

@@ -12,39 +12,32 @@ use std::sync::Arc;
 use super::compile::{CompileEnv, compile};
 use super::compiled::CompiledGraph;
 use super::diagnostic::{Diagnostic, Diagnostics};
+use super::kinds::NodeKinds;
 use super::load::{GraphFile, load_file};
 use super::prompts::Prompts;
-use crate::nodes::NodeRegistry;
-use crate::state::StateTypes;
+use super::value::SpValue;
+use crate::state::{Reducers, StateTypes};
 use crate::tools::ToolRegistry;
 
-/// What graph files are checked against: state types, Rust node kinds, tools.
-#[derive(Clone, Debug)]
-pub struct Registries {
-    /// State types.
-    pub states: StateTypes,
-    /// Registered Rust node kinds.
-    pub kinds: NodeRegistry,
+/// What graph files are checked against: state types, reducers, node
+/// kinds, tools.
+#[derive(Clone, Copy)]
+pub struct CatalogEnv<'a, K: NodeKinds> {
+    /// Registered Rust state types.
+    pub states: &'a StateTypes,
+    /// Reducers declared fields may name.
+    pub reducers: &'a Reducers,
+    /// Node kinds.
+    pub kinds: &'a K,
     /// Tools.
-    pub tools: Arc<ToolRegistry>,
-}
-
-impl Default for Registries {
-    /// Built-in state types, no extra kinds, built-in tools.
-    fn default() -> Self {
-        Self {
-            states: StateTypes::builtin(),
-            kinds: NodeRegistry::default(),
-            tools: Arc::new(ToolRegistry::with_builtins()),
-        }
-    }
+    pub tools: &'a ToolRegistry,
 }
 
 /// Compiled graphs by id, with the diagnostics of every file.
 #[derive(Debug)]
-pub struct Catalog {
+pub struct Catalog<N> {
     /// Graphs that compiled.
-    pub graphs: BTreeMap<String, Arc<CompiledGraph>>,
+    pub graphs: BTreeMap<String, Arc<CompiledGraph<N>>>,
     /// Errors and warnings of all files (prompt files included).
     pub diagnostics: Vec<Diagnostic>,
     /// Graph ids whose files have errors.
@@ -53,9 +46,13 @@ pub struct Catalog {
     pub prompts: Arc<Prompts>,
 }
 
-impl Catalog {
+impl<N> Catalog<N> {
     /// Loads and compiles every `*.yaml` / `*.yml` file in `graphs_dir`.
-    pub fn load(graphs_dir: &Path, prompts_dir: &Path, reg: &Registries) -> Self {
+    pub fn load<K: NodeKinds<Node = N>>(
+        graphs_dir: &Path,
+        prompts_dir: &Path,
+        reg: CatalogEnv<'_, K>,
+    ) -> Self {
         let mut files: Vec<PathBuf> = std::fs::read_dir(graphs_dir)
             .map(|rd| {
                 rd.flatten()
@@ -74,14 +71,22 @@ impl Catalog {
     }
 
     /// Loads and compiles the given files.
-    pub fn load_files(files: &[PathBuf], prompts_dir: &Path, reg: &Registries) -> Self {
+    pub fn load_files<K: NodeKinds<Node = N>>(
+        files: &[PathBuf],
+        prompts_dir: &Path,
+        reg: CatalogEnv<'_, K>,
+    ) -> Self {
         let prompts = Arc::new(Prompts::load(prompts_dir));
         let loaded = files.iter().map(|p| (p.clone(), load_file(p))).collect();
         Self::compile_all(loaded, prompts, reg)
     }
 
     /// Compiles graphs given as text (`(id, yaml)`), for tests and embedding.
-    pub fn from_sources(graphs: &[(&str, &str)], prompts: Prompts, reg: &Registries) -> Self {
+    pub fn from_sources<K: NodeKinds<Node = N>>(
+        graphs: &[(&str, &str)],
+        prompts: Prompts,
+        reg: CatalogEnv<'_, K>,
+    ) -> Self {
         let loaded = graphs
             .iter()
             .map(|(id, yaml)| {
@@ -92,10 +97,10 @@ impl Catalog {
         Self::compile_all(loaded, Arc::new(prompts), reg)
     }
 
-    fn compile_all(
+    fn compile_all<K: NodeKinds<Node = N>>(
         loaded: Vec<(PathBuf, Result<GraphFile, Vec<Diagnostic>>)>,
         prompts: Arc<Prompts>,
-        reg: &Registries,
+        reg: CatalogEnv<'_, K>,
     ) -> Self {
         let mut diagnostics = Vec::new();
         let mut failed = BTreeSet::new();
@@ -130,7 +135,7 @@ impl Catalog {
                 }
             }
         }
-        let mut graphs: BTreeMap<String, Arc<CompiledGraph>> = BTreeMap::new();
+        let mut graphs: BTreeMap<String, Arc<CompiledGraph<N>>> = BTreeMap::new();
         // Compile in dependency order: a graph waits for the subgraphs it runs.
         let deps: BTreeMap<String, BTreeSet<String>> = parsed
             .iter()
@@ -139,7 +144,7 @@ impl Catalog {
                     .spec
                     .nodes
                     .iter()
-                    .filter_map(|n| n.value.graph.as_ref().map(|g| g.value.clone()))
+                    .filter_map(|n| subgraph_of(&n.value).map(|g| g.value))
                     .collect();
                 (id.clone(), d)
             })
@@ -167,12 +172,7 @@ impl Catalog {
                 for id in &cyclic {
                     let file = &parsed[id];
                     let mut d = Diagnostics::new(Arc::clone(&file.display));
-                    for g in file
-                        .spec
-                        .nodes
-                        .iter()
-                        .filter_map(|n| n.value.graph.as_ref())
-                    {
+                    for g in file.spec.nodes.iter().filter_map(|n| subgraph_of(&n.value)) {
                         if g.value == *id {
                             d.error(
                                 g.loc,
@@ -206,9 +206,10 @@ impl Catalog {
                 pending.remove(&id);
                 let file = &parsed[&id];
                 let env = CompileEnv {
-                    states: &reg.states,
-                    kinds: &reg.kinds,
-                    tools: &reg.tools,
+                    states: reg.states,
+                    reducers: reg.reducers,
+                    kinds: reg.kinds,
+                    tools: reg.tools,
                     prompts: &prompts,
                     graphs: &graphs,
                 };
@@ -235,7 +236,7 @@ impl Catalog {
     }
 
     /// A graph by id.
-    pub fn get(&self, id: &str) -> Option<&Arc<CompiledGraph>> {
+    pub fn get(&self, id: &str) -> Option<&Arc<CompiledGraph<N>>> {
         self.graphs.get(id)
     }
 
@@ -290,4 +291,15 @@ fn missing(path: &Path, message: &str) -> Diagnostic {
     let mut d = Diagnostics::new(path.display().to_string());
     d.error(super::loc::Loc::new(1, 1), "io", message, None);
     d.into_vec().remove(0)
+}
+
+/// The graph a node runs: its `graph:` setting (a subgraph node).
+fn subgraph_of(node: &super::spec::NodeSpec) -> Option<super::loc::Sp<String>> {
+    node.settings
+        .iter()
+        .find(|(k, _)| k.value == "graph")
+        .and_then(|(_, v)| match &v.value {
+            SpValue::Str(s) => Some(super::loc::Sp::new(s.clone(), v.loc)),
+            _ => None,
+        })
 }

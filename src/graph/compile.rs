@@ -1,47 +1,51 @@
 //! Validation and compilation of one graph file.
 //!
-//! One pass resolves every name (nodes, fields, prompts, tools, subgraphs)
-//! and records every problem as a diagnostic; the structural rules then run
-//! on the resolved topology. Only a graph without errors becomes a
-//! [`CompiledGraph`].
+//! One pass resolves every name (state, nodes, fields, prompts, tools,
+//! subgraphs, expressions) and records every problem as a diagnostic; the
+//! structural rules then run on the resolved topology. Only a graph without
+//! errors becomes a [`CompiledGraph`]. Compilation is generic over the node
+//! kinds ([`NodeKinds`]): what a node runs is theirs to decide.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 
-use petgraph::graph::NodeIndex;
 use xxhash_rust::xxh3::Xxh3;
 
-use super::compiled::{
-    CompiledGraph, CompiledNode, EdgeKind, Join, NodeIdx, RetryPolicy, Route, Target, Topology,
-    Transition,
-};
-use super::diagnostic::{Diagnostic, Diagnostics, name_hint};
+use super::build::BuildCx;
+use super::compiled::{CompiledGraph, CompiledNode, NodeIdx, RetryPolicy, Route, Selector};
+use super::diagnostic::{Diagnostic, Diagnostics, did_you_mean, name_hint};
+use super::edges::EdgeBuilder;
+use super::kinds::NodeKinds;
 use super::load::{GraphFile, valid_id};
 use super::loc::{Loc, Sp};
 use super::prompts::Prompts;
 use super::rules::{self, Shape};
-use super::spec::{EdgeSpec, RouteSpec, Surface};
-use crate::nodes::{self, BuildCx, NodeRegistry};
-use crate::state::{StateSchema, StateTypes};
+use super::spec::{NodeSpec, RouteSpec};
+use super::state_decl::{self, StateEnv};
+use crate::state::{FieldId, Reducers, StateSchema, StateTypes};
 use crate::tools::ToolRegistry;
 
 /// Default recursion limit (supersteps).
 pub const DEFAULT_RECURSION_LIMIT: u32 = 25;
 
 /// What compilation checks names against.
-#[derive(Clone, Copy)]
-pub struct CompileEnv<'a> {
-    /// State types.
+pub struct CompileEnv<'a, K: NodeKinds> {
+    /// Registered Rust state types.
     pub states: &'a StateTypes,
-    /// Registered Rust node kinds.
-    pub kinds: &'a NodeRegistry,
+    /// Reducers declared fields may name.
+    pub reducers: &'a Reducers,
+    /// Node kinds.
+    pub kinds: &'a K,
     /// Tools.
     pub tools: &'a ToolRegistry,
     /// Prompt templates.
     pub prompts: &'a Arc<Prompts>,
     /// Graphs already compiled (subgraphs must come first).
-    pub graphs: &'a BTreeMap<String, Arc<CompiledGraph>>,
+    pub graphs: &'a BTreeMap<String, Arc<CompiledGraph<K::Node>>>,
 }
+
+/// A compiled graph and the warnings its file produced.
+pub type Compiled<N> = (CompiledGraph<N>, Vec<Diagnostic>);
 
 /// Validates and compiles a graph file.
 ///
@@ -49,111 +53,25 @@ pub struct CompileEnv<'a> {
 ///
 /// # Errors
 /// Every problem found, as diagnostics (errors and warnings).
-pub fn compile(
+pub fn compile<K: NodeKinds>(
     file: &GraphFile,
-    env: &CompileEnv<'_>,
-) -> Result<(CompiledGraph, Vec<Diagnostic>), Vec<Diagnostic>> {
+    env: &CompileEnv<'_, K>,
+) -> Result<Compiled<K::Node>, Vec<Diagnostic>> {
     let mut d = Diagnostics::new(Arc::clone(&file.display));
     let spec = &file.spec;
-    let state = env.states.get(&spec.state.value);
-    if state.is_none() {
-        d.error(
-            spec.state.loc,
-            "unknown-state",
-            format!("unknown state type `{}`", spec.state.value),
-            name_hint(&spec.state.value, env.states.names()),
-        );
-    }
+    let state_env = StateEnv {
+        states: env.states,
+        reducers: env.reducers,
+    };
+    let state = state_decl::resolve(&spec.state, &file.id, state_env, &mut d);
     let schema = state.as_ref().map(|s| &*s.schema);
-    let recursion_limit = spec
-        .recursion_limit
-        .as_ref()
-        .map_or(DEFAULT_RECURSION_LIMIT, |l| l.value);
-    if !(1..=10_000).contains(&recursion_limit) {
-        let loc = spec
-            .recursion_limit
-            .as_ref()
-            .map_or(Loc::new(1, 1), |l| l.loc);
-        d.error(
-            loc,
-            "invalid-setting",
-            "`recursion_limit` must be between 1 and 10000",
-            None,
-        );
-    }
-
-    let carry = super::settings::carry(&spec.carry, schema, &mut d);
+    let recursion_limit = recursion_limit(file, &mut d);
+    let chat = super::settings::chat_io(spec.chat.as_ref(), schema, &mut d);
     let external_tools = super::settings::external_tools(&spec.external_tools, &mut d);
+    let (index, duplicates) = node_index(file, env.kinds, &mut d);
 
-    // Node ids and kinds.
-    let n = spec.nodes.len();
-    let mut index: HashMap<&str, NodeIdx> = HashMap::new();
-    let mut duplicates = false;
-    for (i, node) in spec.nodes.iter().enumerate() {
-        let id = &node.value.id;
-        if id.value == "END" || id.value == "START" {
-            d.error(
-                id.loc,
-                "reserved-node-id",
-                format!("`{}` is reserved and cannot be a node id", id.value),
-                None,
-            );
-        } else if !valid_id(&id.value) {
-            d.error(
-                id.loc,
-                "invalid-node-id",
-                format!("node id `{}` must start with a letter or `_` and use only ASCII letters, digits, `_`, `-` (max 64)", id.value.escape_debug()),
-                None,
-            );
-        }
-        if let Some(&first) = index.get(id.value.as_str()) {
-            duplicates = true;
-            let first_loc = spec.nodes[first as usize].value.id.loc;
-            d.error(
-                id.loc,
-                "duplicate-node",
-                format!(
-                    "node `{}` is already defined at line {}",
-                    id.value, first_loc.line
-                ),
-                Some("node ids must be unique; rename one".into()),
-            );
-        } else {
-            index.insert(&id.value, i as NodeIdx);
-        }
-        let kind = &node.value.kind;
-        if !nodes::kind_exists(&kind.value, env.kinds) {
-            d.error(
-                kind.loc,
-                "unknown-kind",
-                format!("unknown node kind `{}`", kind.value),
-                name_hint(
-                    &kind.value,
-                    nodes::BUILTIN_KINDS
-                        .iter()
-                        .copied()
-                        .chain(env.kinds.names()),
-                ),
-            );
-        }
-    }
-
-    // Edges.
-    let mut edges = EdgeBuilder::new(n, &index, schema, &mut d);
-    let entry: Vec<NodeIdx> = spec
-        .entry
-        .items()
-        .iter()
-        .filter_map(|e| edges.source(e))
-        .collect();
-    if entry.is_empty() && spec.entry.value.0.is_empty() {
-        edges.d.error(
-            spec.entry.loc,
-            "missing-entry",
-            "`entry` names no node",
-            None,
-        );
-    }
+    let mut edges = EdgeBuilder::new(spec.nodes.len(), &index, schema, &mut d);
+    let entry = entry(file, &mut edges);
     for edge in &spec.edges {
         edges.add(edge);
     }
@@ -168,97 +86,18 @@ pub fn compile(
         ..
     } = edges;
 
-    // Nodes.
-    let mut compiled: Vec<Option<CompiledNode>> = Vec::with_capacity(n);
     let mut prompts_used = BTreeSet::new();
+    let mut compiled = Vec::with_capacity(spec.nodes.len());
     for (i, node) in spec.nodes.iter().enumerate() {
-        let node = &node.value;
-        let kind = node.kind.value.as_str();
-        let mut cx = BuildCx::new(
-            node,
+        let cx = NodeEnv {
             schema,
-            env.prompts,
-            env.tools,
-            env.graphs,
-            env.states,
-            map_targets.contains(&(i as NodeIdx)),
-            &mut d,
-        );
-        cx.external_tools = &external_tools;
-        let mut writes = Vec::new();
-        for w in &node.writes {
-            if let Some(f) = cx.field(w, "a field", |_| true) {
-                writes.push(f);
-            }
-        }
-        let imp = if nodes::kind_exists(kind, env.kinds) {
-            nodes::build(kind, &mut cx, env.kinds)
-        } else {
-            None
+            is_map_target: map_targets.contains(&(i as NodeIdx)),
+            external_tools: &external_tools,
+            out: &out[i],
         };
-        for w in std::mem::take(&mut cx.writes) {
-            if !writes.contains(&w) {
-                writes.push(w);
-            }
-        }
-        prompts_used.append(&mut cx.prompts_used);
-        let retry = retry_policy(node.retry.as_ref(), &mut d);
-        let timeout = node.timeout.as_ref().map(|t| t.value.0);
-        let fallback_model = node.fallback_model.as_ref().map(|f| {
-            let role = node.model.as_ref().map_or("chat", |m| m.value.as_str());
-            if f.value == role {
-                d.error(
-                    f.loc,
-                    "invalid-setting",
-                    format!("`fallback_model` names the node's own model role `{role}`"),
-                    Some("name another role (configured in [llm.roles])".into()),
-                );
-            }
-            Arc::<str>::from(f.value.as_str())
-        });
-        if let Some(t) = &node.timeout
-            && t.value.0.is_zero()
-        {
-            d.error(
-                t.loc,
-                "invalid-setting",
-                "`timeout` must be greater than zero",
-                None,
-            );
-        }
-        let default_surface = if matches!(kind, "llm" | "agent") {
-            Surface::Answer
-        } else {
-            Surface::Hidden
-        };
-        compiled.push(imp.map(|imp| {
-            CompiledNode {
-                id: node.id.value.as_str().into(),
-                kind: kind.into(),
-                imp,
-                writes,
-                surface: node.surface.as_ref().map_or(default_surface, |s| s.value),
-                retry,
-                timeout,
-                fallback_model,
-                out: out[i].clone(),
-                description: node.description.clone(),
-                tools: node
-                    .tools
-                    .iter()
-                    .chain(node.tool.iter())
-                    .map(|t| t.value.clone())
-                    .fold(Vec::new(), |mut all, t| {
-                        if !all.contains(&t) {
-                            all.push(t);
-                        }
-                        all
-                    }),
-            }
-        }));
+        compiled.push(build_node(&node.value, env, cx, &mut prompts_used, &mut d));
     }
 
-    // Conditional edges map every value their field can take.
     if let Some(schema) = schema {
         for (src, route, spec_route) in &routes {
             check_route_values(
@@ -272,7 +111,6 @@ pub fn compile(
             );
         }
     }
-
     // The structural rules need every name to resolve to exactly one node
     // and an entry to start from; otherwise they only repeat the problem
     // (every node "unreachable", a duplicate never reached).
@@ -295,29 +133,17 @@ pub fn compile(
         rules::check(&shape, &mut d);
     }
 
-    if d.has_errors() || compiled.iter().any(Option::is_none) || state.is_none() {
-        let mut diags = d.into_vec();
-        if !diags.iter().any(Diagnostic::is_error) {
-            // A node failed to build without saying why; never compile it.
-            diags.push(Diagnostic {
-                severity: super::diagnostic::Severity::Error,
-                file: Arc::clone(&file.display),
-                line: 1,
-                column: 1,
-                code: "invalid-graph",
-                message: "graph could not be compiled".into(),
-                hint: None,
-            });
-        }
-        return Err(diags);
-    }
-    let nodes: Vec<CompiledNode> = compiled.into_iter().flatten().collect();
+    let Some(state) = state.filter(|_| !d.has_errors() && compiled.iter().all(Option::is_some))
+    else {
+        return Err(failed(d, file));
+    };
+    let nodes: Vec<CompiledNode<K::Node>> = compiled.into_iter().flatten().collect();
     let version = version_hash(file, env, &prompts_used, &nodes);
     let graph = CompiledGraph {
         id: file.id.as_str().into(),
         version,
         description: spec.description.clone(),
-        state: state.unwrap_or_else(crate::state::StateType::of::<crate::state::ChatState>),
+        state,
         nodes,
         entry,
         joins,
@@ -325,10 +151,291 @@ pub fn compile(
         topology: topo,
         prompts: Arc::clone(env.prompts),
         file: file.path.clone(),
-        carry,
+        chat,
         external_tools,
     };
     Ok((graph, d.into_vec()))
+}
+
+/// The diagnostics of a graph that does not compile (never empty of errors).
+fn failed(d: Diagnostics, file: &GraphFile) -> Vec<Diagnostic> {
+    let mut diags = d.into_vec();
+    if !diags.iter().any(Diagnostic::is_error) {
+        // A node failed to build without saying why; never compile it.
+        diags.push(Diagnostic {
+            severity: super::diagnostic::Severity::Error,
+            file: Arc::clone(&file.display),
+            line: 1,
+            column: 1,
+            code: "invalid-graph",
+            message: "graph could not be compiled".into(),
+            hint: None,
+        });
+    }
+    diags
+}
+
+fn recursion_limit(file: &GraphFile, d: &mut Diagnostics) -> u32 {
+    let spec = &file.spec;
+    let limit = spec
+        .recursion_limit
+        .as_ref()
+        .map_or(DEFAULT_RECURSION_LIMIT, |l| l.value);
+    if !(1..=10_000).contains(&limit) {
+        let loc = spec
+            .recursion_limit
+            .as_ref()
+            .map_or(Loc::new(1, 1), |l| l.loc);
+        d.error(
+            loc,
+            "invalid-setting",
+            "`recursion_limit` must be between 1 and 10000",
+            None,
+        );
+    }
+    limit
+}
+
+/// Node ids by name, checked (reserved, valid, unique) with their kinds;
+/// also whether a duplicate was found.
+fn node_index<'f, K: NodeKinds>(
+    file: &'f GraphFile,
+    kinds: &K,
+    d: &mut Diagnostics,
+) -> (HashMap<&'f str, NodeIdx>, bool) {
+    let mut index: HashMap<&str, NodeIdx> = HashMap::new();
+    let mut duplicates = false;
+    for (i, node) in file.spec.nodes.iter().enumerate() {
+        let id = &node.value.id;
+        let place = |loc: Loc| if loc.is_known() { loc } else { node.loc };
+        if id.value.is_empty() {
+            d.error(
+                place(id.loc),
+                "missing-setting",
+                "a node needs an `id`",
+                misspelt(&node.value, "id"),
+            );
+        } else if id.value == "END" || id.value == "START" {
+            d.error(
+                id.loc,
+                "reserved-node-id",
+                format!("`{}` is reserved and cannot be a node id", id.value),
+                None,
+            );
+        } else if !valid_id(&id.value) {
+            d.error(
+                id.loc,
+                "invalid-node-id",
+                format!("node id `{}` must start with a letter or `_` and use only ASCII letters, digits, `_`, `-` (max 64)", id.value.escape_debug()),
+                None,
+            );
+        }
+        if let Some(&first) = index.get(id.value.as_str()) {
+            duplicates = true;
+            let first_loc = file.spec.nodes[first as usize].value.id.loc;
+            d.error(
+                id.loc,
+                "duplicate-node",
+                format!(
+                    "node `{}` is already defined at line {}",
+                    id.value, first_loc.line
+                ),
+                Some("node ids must be unique; rename one".into()),
+            );
+        } else {
+            index.insert(&id.value, i as NodeIdx);
+        }
+        let kind = &node.value.kind;
+        if kind.value.is_empty() {
+            d.error(
+                place(kind.loc),
+                "missing-setting",
+                format!("node `{}` needs a `kind`", id.value),
+                misspelt(&node.value, "kind")
+                    .or_else(|| Some(format!("one of: {}", kinds.names().join(", ")))),
+            );
+        } else if kinds.info(&kind.value).is_none() {
+            d.error(
+                kind.loc,
+                "unknown-kind",
+                format!("unknown node kind `{}`", kind.value),
+                name_hint(&kind.value, kinds.names()),
+            );
+        }
+    }
+    (index, duplicates)
+}
+
+/// "`knd` looks like a misspelt `kind`", when a key of the node does.
+fn misspelt(node: &NodeSpec, key: &str) -> Option<String> {
+    node.settings
+        .iter()
+        .find(|(k, _)| did_you_mean(&k.value, [key]).is_some())
+        .map(|(k, _)| format!("`{}` looks like a misspelt `{key}`", k.value))
+}
+
+/// The entry nodes; an entry named twice is an error (the node would run
+/// twice in the first step and conflict with itself).
+fn entry(file: &GraphFile, edges: &mut EdgeBuilder<'_, '_>) -> Vec<NodeIdx> {
+    let spec = &file.spec;
+    let mut entry: Vec<NodeIdx> = Vec::new();
+    for e in spec.entry.items() {
+        if let Some(i) = edges.source(&e) {
+            if entry.contains(&i) {
+                edges.d.error(
+                    e.loc,
+                    "duplicate-entry",
+                    format!("`{}` is listed twice in `entry`", e.value),
+                    None,
+                );
+                edges.resolved = false;
+            } else {
+                entry.push(i);
+            }
+        }
+    }
+    if entry.is_empty() && spec.entry.value.0.is_empty() {
+        edges.d.error(
+            spec.entry.loc,
+            "missing-entry",
+            "`entry` names no node",
+            None,
+        );
+    }
+    entry
+}
+
+/// What building one node needs besides the environment.
+struct NodeEnv<'a> {
+    schema: Option<&'a StateSchema>,
+    is_map_target: bool,
+    external_tools: &'a [String],
+    out: &'a [super::compiled::Transition],
+}
+
+/// Builds one node: its kind's settings, its `writes`, and the settings
+/// every node has (retry, timeout, surface).
+fn build_node<K: NodeKinds>(
+    node: &NodeSpec,
+    env: &CompileEnv<'_, K>,
+    ne: NodeEnv<'_>,
+    prompts_used: &mut BTreeSet<String>,
+    d: &mut Diagnostics,
+) -> Option<CompiledNode<K::Node>> {
+    let info = env.kinds.info(&node.kind.value);
+    let mut cx = BuildCx::new(
+        node,
+        ne.schema,
+        env.prompts,
+        env.tools,
+        env.graphs,
+        ne.is_map_target,
+        ne.external_tools,
+        d,
+    );
+    let mut writes: Vec<FieldId> = Vec::new();
+    for w in &node.writes {
+        if let Some(f) = cx.field(w, "a field", |_| true) {
+            writes.push(f);
+        }
+    }
+    let imp = info.and_then(|_| env.kinds.build(&node.kind.value, &mut cx));
+    let status = node.status.as_ref().map(|s| {
+        let v = Sp::new(super::value::SpValue::Str(s.value.clone()), s.loc);
+        cx.value_expr(&v, "`status`", &[])
+    });
+    if let Some(info) = info {
+        report_unknown(node, info.settings, cx.diagnostics());
+    }
+    for w in std::mem::take(&mut cx.writes) {
+        if !writes.contains(&w) {
+            writes.push(w);
+        }
+    }
+    prompts_used.append(&mut cx.prompts_used);
+    let (declared, subgraph, tools) = (
+        cx.declared.take(),
+        cx.subgraph.take(),
+        std::mem::take(&mut cx.tools_used),
+    );
+    let preferred = cx.surface;
+    let prompt = node
+        .settings
+        .iter()
+        .find(|(k, _)| k.value == "prompt")
+        .and_then(|(_, v)| v.value.as_name());
+    drop(cx);
+    let retry = retry_policy(node.retry.as_ref(), d);
+    if let Some(t) = &node.timeout
+        && t.value.0.is_zero()
+    {
+        d.error(
+            t.loc,
+            "invalid-setting",
+            "`timeout` must be greater than zero",
+            None,
+        );
+    }
+    let info = info?;
+    let status = match status {
+        Some(Ok(s)) => Some(s),
+        Some(Err(_)) => return None,
+        None => None,
+    };
+    Some(CompiledNode {
+        id: node.id.value.as_str().into(),
+        kind: node.kind.value.as_str().into(),
+        imp: imp?,
+        writes,
+        surface: node
+            .surface
+            .as_ref()
+            .map(|s| s.value)
+            .or(preferred)
+            .unwrap_or(info.default_surface),
+        retry,
+        timeout: node.timeout.as_ref().map(|t| t.value.0),
+        out: ne.out.to_vec(),
+        description: node.description.clone(),
+        tools,
+        subgraph,
+        declared,
+        settings: serde_json::Value::Object(
+            node.settings
+                .iter()
+                .map(|(k, v)| (k.value.clone(), v.value.to_json()))
+                .collect(),
+        ),
+        prompt,
+        status,
+    })
+}
+
+/// Every key the kind does not declare is not one of its settings.
+fn report_unknown(node: &NodeSpec, accepted: &[super::kinds::SettingDoc], d: &mut Diagnostics) {
+    let kind = node.kind.value.as_str();
+    let unknown = node
+        .settings
+        .iter()
+        .filter(|(k, _)| !accepted.iter().any(|s| s.name == k.value))
+        .map(|(k, _)| (k.value.as_str(), k.loc));
+    for (name, loc) in unknown {
+        let names = accepted.iter().map(|s| s.name);
+        let hint = did_you_mean(name, names.clone()).unwrap_or_else(|| {
+            let all: Vec<&str> = names.collect();
+            if all.is_empty() {
+                format!("kind `{kind}` takes no settings besides the common ones")
+            } else {
+                format!("kind `{kind}` accepts: {}", all.join(", "))
+            }
+        });
+        d.error(
+            loc,
+            "setting-not-applicable",
+            format!("`{name}` is not a setting of kind `{kind}`"),
+            Some(hint),
+        );
+    }
 }
 
 fn retry_policy(spec: Option<&Sp<super::spec::RetrySpec>>, d: &mut Diagnostics) -> RetryPolicy {
@@ -355,34 +462,38 @@ fn retry_policy(spec: Option<&Sp<super::spec::RetrySpec>>, d: &mut Diagnostics) 
 /// The version of a compiled graph: a hash (xxh3-128: versions identify
 /// content, they do not protect it) of its file, its prompts and the versions
 /// of its subgraphs.
-fn version_hash(
+fn version_hash<K: NodeKinds>(
     file: &GraphFile,
-    env: &CompileEnv<'_>,
+    env: &CompileEnv<'_, K>,
     prompts: &BTreeSet<String>,
-    nodes: &[CompiledNode],
+    nodes: &[CompiledNode<K::Node>],
 ) -> String {
     let mut h = Xxh3::new();
     h.update(file.source.as_bytes());
     h.update(&[0]);
     env.prompts.hash_into(prompts, &mut h);
     for node in nodes {
-        if let Some(sub) = node.imp.subgraph() {
+        if let Some(sub) = &node.subgraph {
             h.update(sub.version.as_bytes());
         }
     }
     format!("{:032x}", h.digest128())
 }
 
-fn check_route_values(
+fn check_route_values<N>(
     src: NodeIdx,
     route: &Route,
     spec_route: &Sp<RouteSpec>,
     schema: &StateSchema,
-    compiled: &[Option<CompiledNode>],
+    compiled: &[Option<CompiledNode<N>>],
     spec_nodes: &[Sp<super::spec::NodeSpec>],
     d: &mut Diagnostics,
 ) {
-    let field = schema.spec(route.field);
+    let Selector::Field(route_field) = &*route.on else {
+        check_expr_route(route, spec_route, d);
+        return;
+    };
+    let field = schema.spec(*route_field);
     // Values the field can take: booleans, or what the routers writing it declare.
     let mut declared: Option<(Vec<String>, String)> = field
         .ty
@@ -397,8 +508,8 @@ fn check_route_values(
         for i in order {
             if let Some(Some((f, vals))) = compiled
                 .get(i)
-                .map(|c| c.as_ref().and_then(|c| c.imp.declared_values()))
-                && f == route.field
+                .map(|c| c.as_ref().and_then(|c| c.declared.as_ref()))
+                && f == route_field
             {
                 writers.push(spec_nodes[i].value.id.value.clone());
                 for v in vals {
@@ -413,6 +524,10 @@ fn check_route_values(
         }
     }
     let r = &spec_route.value;
+    let on_loc =
+        r.on.as_ref()
+            .or(r.expr.as_ref())
+            .map_or(spec_route.loc, |s| s.loc);
     let cases = r
         .cases
         .as_ref()
@@ -424,11 +539,11 @@ fn check_route_values(
                 for v in &values {
                     if !cases.iter().any(|(k, _)| &k.value == v) {
                         d.error(
-                            r.on.loc,
+                            on_loc,
                             "route-unmapped-value",
                             format!(
                                 "route on `{}` has no target for `{v}` (declared by {by})",
-                                r.on.value
+                                route.field_name
                             ),
                             Some(format!("add `{v}: <node>` under `cases`, or a `default`")),
                         );
@@ -442,7 +557,7 @@ fn check_route_values(
                         "route-unknown-value",
                         format!(
                             "`{}` is never a value of `{}` (declared by {by})",
-                            k.value, r.on.value
+                            k.value, route.field_name
                         ),
                         name_hint(&k.value, values.iter().map(String::as_str)),
                     );
@@ -450,11 +565,11 @@ fn check_route_values(
             }
         }
         None if r.default.is_none() => d.error(
-            r.on.loc,
+            on_loc,
             "route-needs-default",
             format!(
                 "`{}` can take any value, so the route needs a `default` target",
-                r.on.value
+                route.field_name
             ),
             Some("add `default: <node or END>`, or route on a field a router writes".into()),
         ),
@@ -462,354 +577,36 @@ fn check_route_values(
     }
 }
 
-/// Resolves edges into transitions and the petgraph topology.
-struct EdgeBuilder<'a, 'd> {
-    n: usize,
-    index: &'a HashMap<&'a str, NodeIdx>,
-    schema: Option<&'a StateSchema>,
-    d: &'d mut Diagnostics,
-    topo: Topology,
-    out: Vec<Vec<Transition>>,
-    joins: Vec<Join>,
-    join_locs: Vec<Loc>,
-    routes: Vec<(NodeIdx, Route, &'a Sp<RouteSpec>)>,
-    map_targets: HashSet<NodeIdx>,
-    /// No name failed to resolve (structural rules can run).
-    resolved: bool,
-}
-
-impl<'a, 'd> EdgeBuilder<'a, 'd> {
-    fn new(
-        n: usize,
-        index: &'a HashMap<&'a str, NodeIdx>,
-        schema: Option<&'a StateSchema>,
-        d: &'d mut Diagnostics,
-    ) -> Self {
-        let mut topo = Topology::new();
-        for i in 0..=n {
-            topo.add_node(rules::slot(i, n));
-        }
-        Self {
-            n,
-            index,
-            schema,
-            d,
-            topo,
-            out: vec![Vec::new(); n],
-            joins: Vec::new(),
-            join_locs: Vec::new(),
-            routes: Vec::new(),
-            map_targets: HashSet::new(),
-            resolved: true,
-        }
+/// A route on an expression: a boolean one must map both values (or have
+/// a default), any other needs a default.
+fn check_expr_route(route: &Route, spec_route: &Sp<RouteSpec>, d: &mut Diagnostics) {
+    let r = &spec_route.value;
+    if r.default.is_some() {
+        return;
     }
-
-    fn unknown(&mut self, name: &Sp<String>) {
-        self.resolved = false;
-        let hint = name_hint(&name.value, self.index.keys().copied().chain(["END"]));
-        self.d.error(
-            name.loc,
-            "unknown-node",
-            format!("no node named `{}`", name.value),
-            hint,
+    let loc = r.expr.as_ref().map_or(spec_route.loc, |e| e.loc);
+    let keys: Vec<&str> = route.cases.iter().map(|(k, _)| k.as_str()).collect();
+    let boolean = !keys.is_empty() && keys.iter().all(|k| *k == "true" || *k == "false");
+    if boolean {
+        for v in ["true", "false"] {
+            if !keys.contains(&v) {
+                d.error(
+                    loc,
+                    "route-unmapped-value",
+                    format!("route on `{}` has no target for `{v}`", route.field_name),
+                    Some(format!("add `{v}: <node>` under `cases`, or a `default`")),
+                );
+            }
+        }
+    } else {
+        d.error(
+            loc,
+            "route-needs-default",
+            format!(
+                "`{}` can take any value, so the route needs a `default` target",
+                route.field_name
+            ),
+            Some("add `default: <node or END>`, or map `true` and `false` for a condition".into()),
         );
-    }
-
-    fn source(&mut self, name: &Sp<String>) -> Option<NodeIdx> {
-        if name.value == "END" {
-            self.resolved = false;
-            self.d
-                .error(name.loc, "end-as-source", "END cannot start an edge", None);
-            return None;
-        }
-        let found = self.index.get(name.value.as_str()).copied();
-        if found.is_none() {
-            self.unknown(name);
-        }
-        found
-    }
-
-    fn target(&mut self, name: &Sp<String>) -> Option<Target> {
-        if name.value == "END" {
-            return Some(Target::End);
-        }
-        let found = self
-            .index
-            .get(name.value.as_str())
-            .map(|&i| Target::Node(i));
-        if found.is_none() {
-            self.unknown(name);
-        }
-        found
-    }
-
-    fn edge(&mut self, src: NodeIdx, t: Target, kind: EdgeKind) {
-        let to = match t {
-            Target::Node(i) => i as usize,
-            Target::End => self.n,
-        };
-        self.topo
-            .add_edge(NodeIndex::new(src as usize), NodeIndex::new(to), kind);
-    }
-
-    fn add(&mut self, edge: &'a Sp<EdgeSpec>) {
-        match &edge.value {
-            EdgeSpec::Short { from, to } => {
-                let (s, t) = (self.source(from), self.target(to));
-                if let (Some(s), Some(t)) = (s, t) {
-                    self.out[s as usize].push(Transition::Goto(t));
-                    self.edge(s, t, EdgeKind::Plain);
-                }
-            }
-            EdgeSpec::Full(f) => {
-                let forms = usize::from(f.to.is_some())
-                    + usize::from(f.route.is_some())
-                    + usize::from(f.map.is_some());
-                if forms != 1 {
-                    self.resolved = false;
-                    self.d.error(
-                        edge.loc,
-                        "edge-form",
-                        "an edge needs exactly one of `to`, `route` or `map`",
-                        None,
-                    );
-                    return;
-                }
-                let froms = f.from.items();
-                if froms.is_empty() {
-                    self.resolved = false;
-                    self.d
-                        .error(f.from.loc, "edge-form", "`from` names no node", None);
-                    return;
-                }
-                if froms.len() > 1 && f.to.is_none() {
-                    self.resolved = false;
-                    self.d.error(
-                        f.from.loc,
-                        "edge-form",
-                        "only a plain `to` edge can have several sources (a join)",
-                        None,
-                    );
-                    return;
-                }
-                let sources: Vec<Option<NodeIdx>> = froms.iter().map(|s| self.source(s)).collect();
-                if let Some(to) = &f.to {
-                    self.add_to(&froms, &sources, to, edge.loc);
-                } else if let Some(route) = &f.route {
-                    if let Some(src) = sources[0] {
-                        self.add_route(src, route);
-                    }
-                } else if let Some(map) = &f.map {
-                    let over = self.list_field(&map.value.over);
-                    let to = self.target(&map.value.to);
-                    if let Some(Target::End) = to {
-                        self.resolved = false;
-                        self.d.error(
-                            map.value.to.loc,
-                            "edge-form",
-                            "a map edge must lead to a node, not END",
-                            None,
-                        );
-                    }
-                    // The edge exists even when `over` is wrong (already
-                    // reported), so the structural rules see the target.
-                    if let (Some(src), Some(Target::Node(to))) = (sources[0], to) {
-                        if let Some(over) = over {
-                            self.out[src as usize].push(Transition::Map { over, to });
-                        }
-                        self.map_targets.insert(to);
-                        self.edge(
-                            src,
-                            Target::Node(to),
-                            EdgeKind::Map(map.value.over.value.clone()),
-                        );
-                    }
-                }
-            }
-        }
-    }
-
-    fn add_to(
-        &mut self,
-        froms: &[Sp<String>],
-        sources: &[Option<NodeIdx>],
-        to: &Sp<super::spec::Names>,
-        loc: Loc,
-    ) {
-        let targets: Vec<Option<Target>> = to.items().iter().map(|t| self.target(t)).collect();
-        if froms.len() == 1 {
-            if let Some(src) = sources[0] {
-                for t in targets.into_iter().flatten() {
-                    self.out[src as usize].push(Transition::Goto(t));
-                    self.edge(src, t, EdgeKind::Plain);
-                }
-            }
-            return;
-        }
-        // A join.
-        if targets.len() != 1 {
-            self.resolved = false;
-            self.d.error(
-                to.loc,
-                "edge-form",
-                "a join (several `from` nodes) has exactly one target",
-                None,
-            );
-            return;
-        }
-        let target = match targets[0] {
-            Some(Target::Node(t)) => t,
-            Some(Target::End) => {
-                self.resolved = false;
-                self.d.error(
-                    to.loc,
-                    "edge-form",
-                    "a join must lead to a node, not END",
-                    Some("join into a `noop` node that goes to END".into()),
-                );
-                return;
-            }
-            None => return,
-        };
-        let mut srcs: Vec<NodeIdx> = Vec::new();
-        for (name, s) in froms.iter().zip(sources) {
-            let Some(s) = *s else { continue };
-            if srcs.contains(&s) {
-                self.d.error(
-                    name.loc,
-                    "duplicate-join-source",
-                    format!("`{}` is listed twice in this join", name.value),
-                    None,
-                );
-                continue;
-            }
-            srcs.push(s);
-        }
-        if srcs.len() != froms.len() {
-            self.resolved = false;
-            return;
-        }
-        let j = self.joins.len();
-        for &s in &srcs {
-            self.out[s as usize].push(Transition::Join(j));
-            self.edge(s, Target::Node(target), EdgeKind::Join);
-        }
-        self.joins.push(Join {
-            target,
-            sources: srcs,
-        });
-        self.join_locs.push(loc);
-    }
-
-    fn list_field(&mut self, name: &Sp<String>) -> Option<crate::state::FieldId> {
-        let schema = self.schema?;
-        match schema.field(&name.value) {
-            Some(f) if schema.spec(f).ty.is_list() => Some(f),
-            Some(_) => {
-                self.d.error(
-                    name.loc,
-                    "field-type",
-                    format!(
-                        "map fan-out needs a list field; `{}` is not a list",
-                        name.value
-                    ),
-                    None,
-                );
-                None
-            }
-            None => {
-                self.d.error(
-                    name.loc,
-                    "unknown-field",
-                    format!("state `{}` has no field `{}`", schema.name, name.value),
-                    name_hint(&name.value, schema.names()),
-                );
-                None
-            }
-        }
-    }
-
-    fn add_route(&mut self, src: NodeIdx, route: &'a Sp<RouteSpec>) {
-        let r = &route.value;
-        let field = self.schema.and_then(|schema| match schema.field(&r.on.value) {
-            Some(f) if schema.spec(f).ty.routable() => Some(f),
-            Some(f) => {
-                self.d.error(
-                    r.on.loc,
-                    "field-type",
-                    format!("cannot route on `{}`: it is {}; route on a string, boolean or integer field", r.on.value, schema.spec(f).ty.describe()),
-                    None,
-                );
-                None
-            }
-            None => {
-                self.d.error(
-                    r.on.loc,
-                    "unknown-field",
-                    format!("route on `{}`, but state `{}` has no such field", r.on.value, schema.name),
-                    name_hint(&r.on.value, schema.names()),
-                );
-                None
-            }
-        });
-        let mut cases: Vec<(String, Target)> = Vec::new();
-        let mut ok = true;
-        for (value, target) in r
-            .cases
-            .as_ref()
-            .map(|c| c.entries.as_slice())
-            .unwrap_or_default()
-        {
-            if cases.iter().any(|(v, _)| v == &value.value) {
-                self.d.error(
-                    value.loc,
-                    "duplicate-case",
-                    format!("value `{}` is mapped twice", value.value),
-                    None,
-                );
-                ok = false;
-                continue;
-            }
-            match self.target(target) {
-                Some(t) => cases.push((value.value.clone(), t)),
-                None => ok = false,
-            }
-        }
-        let default = match &r.default {
-            Some(t) => match self.target(t) {
-                Some(t) => Some(t),
-                None => {
-                    ok = false;
-                    None
-                }
-            },
-            None => None,
-        };
-        if cases.is_empty() && r.default.is_none() {
-            self.d.error(
-                route.loc,
-                "edge-form",
-                "a route needs `cases` or a `default`",
-                None,
-            );
-            ok = false;
-        }
-        for (v, t) in &cases {
-            self.edge(src, *t, EdgeKind::Case(v.clone()));
-        }
-        if let Some(t) = default {
-            self.edge(src, t, EdgeKind::Default);
-        }
-        let (Some(field), true) = (field, ok) else {
-            return;
-        };
-        let route_t = Route {
-            field,
-            field_name: r.on.value.as_str().into(),
-            cases,
-            default,
-        };
-        self.out[src as usize].push(Transition::Route(route_t.clone()));
-        self.routes.push((src, route_t, route));
     }
 }

@@ -12,10 +12,10 @@ use std::time::Duration;
 
 use petgraph::graph::DiGraph;
 
+use super::expr::Expr;
 use super::prompts::Prompts;
 use super::spec::Surface;
-use crate::nodes::NodeImpl;
-use crate::state::{FieldId, StateType};
+use crate::state::{DynState, FieldId, StateType, route_key};
 
 /// Index of a node in [`CompiledGraph::nodes`].
 pub type NodeIdx = u32;
@@ -36,10 +36,10 @@ pub enum Transition {
     Goto(Target),
     /// Go where the field's value says.
     Route(Route),
-    /// One task of `to` per item of the list field `over`.
+    /// One task of `to` per item of the list `over` gives.
     Map {
-        /// The list field.
-        over: FieldId,
+        /// The list.
+        over: Arc<Selector>,
         /// The node run per item.
         to: NodeIdx,
     },
@@ -47,12 +47,55 @@ pub enum Transition {
     Join(usize),
 }
 
+/// What a route or a map edge reads: a state field or an expression.
+#[derive(Debug)]
+pub enum Selector {
+    /// The field's value.
+    Field(FieldId),
+    /// The expression's value.
+    Expr(Expr),
+}
+
+impl Selector {
+    /// The value routed on: strings as themselves, booleans and integers as
+    /// their JSON text, `null` (and an expression that fails) as no value.
+    pub fn key(&self, state: &dyn DynState) -> Option<String> {
+        match self {
+            Selector::Field(f) => route_key(state, *f),
+            Selector::Expr(e) => match e.eval_json(state, &[]).ok()? {
+                serde_json::Value::String(s) => Some(s),
+                serde_json::Value::Bool(b) => Some(b.to_string()),
+                serde_json::Value::Number(n) => Some(n.to_string()),
+                _ => None,
+            },
+        }
+    }
+
+    /// The list a map edge fans out over (empty when it is not a list).
+    ///
+    /// # Errors
+    /// The expression failed.
+    pub fn list(
+        &self,
+        state: &dyn DynState,
+    ) -> Result<Vec<serde_json::Value>, super::expr::ExprError> {
+        let v = match self {
+            Selector::Field(f) => state.get(*f),
+            Selector::Expr(e) => e.eval_json(state, &[])?,
+        };
+        Ok(match v {
+            serde_json::Value::Array(items) => items,
+            _ => Vec::new(),
+        })
+    }
+}
+
 /// A conditional edge.
 #[derive(Clone, Debug)]
 pub struct Route {
-    /// Field routed on.
-    pub field: FieldId,
-    /// Its name, for errors.
+    /// What it routes on.
+    pub on: Arc<Selector>,
+    /// The field or expression, for errors.
     pub field_name: Arc<str>,
     /// Value → target.
     pub cases: Vec<(String, Target)>,
@@ -110,15 +153,15 @@ impl RetryPolicy {
     }
 }
 
-/// A compiled node.
+/// A compiled node; `N` is what it runs (`crate::nodes` decides).
 #[derive(Debug)]
-pub struct CompiledNode {
+pub struct CompiledNode<N> {
     /// Id from the graph file.
     pub id: Arc<str>,
     /// Kind name.
     pub kind: Arc<str>,
     /// Behaviour.
-    pub imp: NodeImpl,
+    pub imp: N,
     /// Fields it may write.
     pub writes: Vec<FieldId>,
     /// UI surface for its streamed output.
@@ -127,16 +170,24 @@ pub struct CompiledNode {
     pub retry: RetryPolicy,
     /// Time limit per attempt.
     pub timeout: Option<Duration>,
-    /// Model role answering when a model call of the node fails before it
-    /// has answered (`fallback_model:`).
-    pub fallback_model: Option<Arc<str>>,
     /// What happens after it finishes.
     pub out: Vec<Transition>,
     /// Description from the file.
     pub description: Option<String>,
-    /// The tools and partitions its `tools:` key names (expanded per call;
-    /// kept here so health checks can compare them with what is provided).
+    /// The tools and partitions it calls (expanded per call; kept here so
+    /// health checks can compare them with what is provided).
     pub tools: Vec<String>,
+    /// The graph it runs, for a subgraph node.
+    pub subgraph: Option<Arc<CompiledGraph<N>>>,
+    /// The values it writes to a field, when it declares them (a router's
+    /// intents).
+    pub declared: Option<(FieldId, Vec<String>)>,
+    /// Its kind settings as written (for the API and the studio).
+    pub settings: serde_json::Value,
+    /// The prompt template it renders, if any.
+    pub prompt: Option<String>,
+    /// Progress shown when it starts (`status:`).
+    pub status: Option<super::expr::ValueExpr>,
 }
 
 /// Node weights of the petgraph topology.
@@ -174,9 +225,9 @@ impl EdgeKind {
 /// last node is END.
 pub type Topology = DiGraph<Slot, EdgeKind>;
 
-/// A graph ready to run.
+/// A graph ready to run; `N` is what its nodes run.
 #[derive(Debug)]
-pub struct CompiledGraph {
+pub struct CompiledGraph<N> {
     /// Graph id (file stem).
     pub id: Arc<str>,
     /// Content hash of the graph file and its prompts.
@@ -186,7 +237,7 @@ pub struct CompiledGraph {
     /// The state type.
     pub state: StateType,
     /// Nodes in file order.
-    pub nodes: Vec<CompiledNode>,
+    pub nodes: Vec<CompiledNode<N>>,
     /// Nodes of the first superstep.
     pub entry: Vec<NodeIdx>,
     /// Joins.
@@ -199,15 +250,29 @@ pub struct CompiledGraph {
     pub prompts: Arc<Prompts>,
     /// Source file.
     pub file: PathBuf,
-    /// State fields a chat turn takes over from the previous turn's final
-    /// state (`carry:`).
-    pub carry: Vec<Arc<str>>,
+    /// How `POST /api/chat` fills the state (`chat:`).
+    pub chat: ChatIo,
     /// Tools or partitions the file says configuration provides
     /// (`external_tools:`); they may resolve to nothing.
     pub external_tools: Vec<String>,
 }
 
-impl CompiledGraph {
+/// How a chat request maps onto the state (`chat:` in the graph file).
+#[derive(Clone, Debug, Default)]
+pub struct ChatIo {
+    /// The field receiving the conversation.
+    pub history: Option<Arc<str>>,
+    /// The field receiving the newest user message's text.
+    pub text: Option<Arc<str>>,
+    /// The field holding the turn's answer.
+    pub answer: Option<Arc<str>>,
+    /// Fields a turn takes over from the previous turn's final state.
+    pub carry: Vec<Arc<str>>,
+    /// Request body key → field it may set.
+    pub inputs: Vec<(String, Arc<str>)>,
+}
+
+impl<N> CompiledGraph<N> {
     /// A node's index by id.
     pub fn node_index(&self, id: &str) -> Option<NodeIdx> {
         self.nodes
@@ -230,7 +295,7 @@ impl CompiledGraph {
             for t in &node.tools {
                 out.push((node.id.to_string(), t.clone()));
             }
-            if let Some(sub) = node.imp.subgraph() {
+            if let Some(sub) = &node.subgraph {
                 for (n, t) in sub.tool_refs() {
                     out.push((format!("{}/{n}", node.id), t));
                 }

@@ -6,7 +6,7 @@ use petgraph::visit::EdgeRef;
 
 use super::compiled::{CompiledGraph, EdgeKind, Slot};
 
-fn name(g: &CompiledGraph, slot: Slot) -> String {
+fn name<N>(g: &CompiledGraph<N>, slot: Slot) -> String {
     match slot {
         Slot::Node(i) => g.nodes[i as usize].id.to_string(),
         Slot::End => "__end__".into(),
@@ -14,7 +14,7 @@ fn name(g: &CompiledGraph, slot: Slot) -> String {
 }
 
 /// The graph as a Mermaid flowchart.
-pub fn mermaid(g: &CompiledGraph) -> String {
+pub fn mermaid<N>(g: &CompiledGraph<N>) -> String {
     let mut out = String::from("flowchart TD\n    __start__([START])\n    __end__([END])\n");
     for n in &g.nodes {
         let (open, close) = match &*n.kind {
@@ -50,7 +50,7 @@ pub fn mermaid(g: &CompiledGraph) -> String {
 }
 
 /// The graph in Graphviz DOT.
-pub fn dot(g: &CompiledGraph) -> String {
+pub fn dot<N>(g: &CompiledGraph<N>) -> String {
     let mut out = format!(
         "digraph \"{}\" {{\n    rankdir=TB;\n    __start__ [shape=circle,label=\"START\"];\n    __end__ [shape=doublecircle,label=\"END\"];\n",
         g.id

@@ -1,16 +1,25 @@
 //! Graph files: spec → validate → compile.
 //!
-//! [`load`] parses a file into [`spec`] types with source locations;
-//! [`compile()`] resolves and checks every name and structural rule, returning
-//! all problems at once as [`Diagnostic`]s, or a [`CompiledGraph`] — the only
-//! form the executor ever sees. [`catalog`] does this for a whole directory
-//! (subgraphs first) and [`mermaid`] draws a compiled graph.
+//! [`load`] parses a file into [`spec`] types with source locations (node
+//! settings as located [`value::SpValue`]s); [`compile()`] resolves and checks
+//! the state declaration, every name, expression and structural rule,
+//! returning all problems at once as [`Diagnostic`]s, or a [`CompiledGraph`]
+//! — the only form the executor ever sees. Node kinds build through
+//! [`BuildCx`] and are supplied by the caller ([`NodeKinds`]), so this module
+//! never depends on them. [`catalog`] does this for a whole directory
+//! (subgraphs first), [`mermaid`] draws a compiled graph and [`file_schema`]
+//! describes the file format as JSON Schema.
 
+mod build;
 pub mod catalog;
 mod compile;
 mod compiled;
 pub mod diagnostic;
+mod edges;
 pub mod embedded;
+pub mod expr;
+pub mod file_schema;
+pub mod kinds;
 pub mod load;
 pub mod loc;
 pub mod mermaid;
@@ -18,11 +27,15 @@ pub mod prompts;
 mod rules;
 mod settings;
 pub mod spec;
+mod state_decl;
+pub mod value;
 
-pub use catalog::Catalog;
-pub use compile::{CompileEnv, DEFAULT_RECURSION_LIMIT, compile};
+pub use build::{BuildCx, PromptRef, Reported};
+pub use catalog::{Catalog, CatalogEnv};
+pub use compile::{CompileEnv, Compiled, DEFAULT_RECURSION_LIMIT, compile};
 pub use compiled::{
-    CompiledGraph, CompiledNode, EdgeKind, Join, NodeIdx, RetryPolicy, Route, Slot, Target,
-    Topology, Transition,
+    ChatIo, CompiledGraph, CompiledNode, EdgeKind, Join, NodeIdx, RetryPolicy, Route, Selector,
+    Slot, Target, Topology, Transition,
 };
 pub use diagnostic::{Diagnostic, Severity};
+pub use kinds::{KindInfo, NodeKinds, SettingDoc};

@@ -1,21 +1,135 @@
-//! Graph-level settings besides nodes and edges: `carry` (state kept from
-//! one chat turn to the next) and `external_tools` (tools that only
-//! configuration provides).
+//! Graph-level settings besides nodes and edges: `chat` (how a chat request
+//! fills the state and which fields carry over between turns) and
+//! `external_tools` (tools that only configuration provides).
 
 use std::sync::Arc;
 
+use super::compiled::ChatIo;
 use super::diagnostic::{Diagnostics, name_hint};
 use super::loc::Sp;
+use super::spec::ChatSpec;
 use crate::state::StateSchema;
 
-/// Fields every chat request sets itself (`src/server/ui.rs`): carrying them
-/// would have no effect, so naming one is a mistake worth reporting.
-const REQUEST_FIELDS: &[&str] = &["messages", "query"];
+/// Body keys of `POST /api/chat` itself; `chat.inputs` cannot claim them.
+const BODY_KEYS: &[&str] = &["id", "messages", "trigger", "messageId", "graph"];
 
-/// Checks `carry:` against the state; returns the field names in file order.
-pub(super) fn carry(
-    entries: &[Sp<String>],
+/// Checks `chat:` against the state and fills in its defaults.
+pub(super) fn chat_io(
+    spec: Option<&Sp<ChatSpec>>,
     schema: Option<&StateSchema>,
+    d: &mut Diagnostics,
+) -> ChatIo {
+    let empty = ChatSpec::default();
+    let c = spec.map_or(&empty, |s| &s.value);
+    let Some(schema) = schema else {
+        return ChatIo::default();
+    };
+    let field = |d: &mut Diagnostics,
+                 sp: &Sp<String>,
+                 what: &str,
+                 ok: &dyn Fn(&crate::state::TypeSpec) -> bool,
+                 needs: &str|
+     -> Option<Arc<str>> {
+        match schema.field(&sp.value) {
+            Some(f) if ok(&schema.spec(f).ty) => Some(sp.value.as_str().into()),
+            Some(f) => {
+                d.error(
+                    sp.loc,
+                    "field-type",
+                    format!(
+                        "`chat.{what}` is `{}`, which is {}; it needs {needs}",
+                        sp.value,
+                        schema.spec(f).ty.describe()
+                    ),
+                    None,
+                );
+                None
+            }
+            None => {
+                d.error(
+                    sp.loc,
+                    "unknown-field",
+                    format!(
+                        "`chat.{what}` names `{}`, but state `{}` has no such field",
+                        sp.value, schema.name
+                    ),
+                    name_hint(&sp.value, schema.names()),
+                );
+                None
+            }
+        }
+    };
+    let string_named = |name: &str| {
+        schema
+            .field(name)
+            .filter(|f| schema.spec(*f).ty.is_string())
+            .map(|_| Arc::<str>::from(name))
+    };
+    let history = match &c.history {
+        Some(h) => field(
+            d,
+            h,
+            "history",
+            &|t| t.is_messages(),
+            "a field of type messages",
+        ),
+        None => schema
+            .messages_field()
+            .map(|f| Arc::clone(&schema.spec(f).name)),
+    };
+    let text = match &c.text {
+        Some(t) => field(d, t, "text", &|t| t.is_string(), "a string field"),
+        None => string_named("query"),
+    };
+    let answer = match &c.answer {
+        Some(a) => field(d, a, "answer", &|t| t.is_string(), "a string field"),
+        None => string_named("answer"),
+    };
+    let request: Vec<&str> = history.iter().chain(text.iter()).map(|f| &**f).collect();
+    let carry = carry(&c.carry, schema, &request, d);
+    let mut inputs = Vec::new();
+    for (key, target) in c
+        .inputs
+        .as_ref()
+        .map(|m| m.entries.as_slice())
+        .unwrap_or_default()
+    {
+        if BODY_KEYS.contains(&key.value.as_str()) {
+            d.error(
+                key.loc,
+                "invalid-setting",
+                format!(
+                    "`{}` is part of every chat request; `chat.inputs` cannot use it",
+                    key.value
+                ),
+                None,
+            );
+            continue;
+        }
+        if let Some(f) = field(
+            d,
+            target,
+            &format!("inputs.{}", key.value),
+            &|_| true,
+            "a field",
+        ) {
+            inputs.push((key.value.clone(), f));
+        }
+    }
+    ChatIo {
+        history,
+        text,
+        answer,
+        carry,
+        inputs,
+    }
+}
+
+/// Checks `chat.carry`; `request` are the fields every request sets.
+fn carry(
+    entries: &[Sp<String>],
+    schema: &StateSchema,
+    request: &[&str],
     d: &mut Diagnostics,
 ) -> Vec<Arc<str>> {
     let mut out: Vec<Arc<str>> = Vec::new();
@@ -30,7 +144,7 @@ pub(super) fn carry(
             );
             continue;
         }
-        if REQUEST_FIELDS.contains(&name) {
+        if request.contains(&name) {
             d.error(
                 e.loc,
                 "invalid-setting",
@@ -39,9 +153,7 @@ pub(super) fn carry(
             );
             continue;
         }
-        if let Some(schema) = schema
-            && schema.field(name).is_none()
-        {
+        if schema.field(name).is_none() {
             d.error(
                 e.loc,
                 "unknown-field",

@@ -10,14 +10,17 @@ use serde::de::{self, Deserializer, MapAccess, SeqAccess, Visitor};
 use serde::{Deserialize, Serialize};
 
 use super::loc::{Loc, Sp};
+use super::value::SpValue;
 use crate::units::Dur;
 
 /// One graph file.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct GraphSpec {
-    /// The state type the graph runs on (e.g. `chat`).
-    pub state: Sp<String>,
+    /// The state: a registered Rust state's name (`chat`), or fields
+    /// declared here (`{fields: …}`, optionally `{type: chat, fields: …}`
+    /// to extend a Rust state).
+    pub state: Sp<StateSpec>,
     /// The node(s) the first superstep runs.
     pub entry: Sp<Names>,
     /// What the graph is for.
@@ -26,19 +29,138 @@ pub struct GraphSpec {
     /// Maximum supersteps before the run fails (default 25).
     #[serde(default)]
     pub recursion_limit: Option<Sp<u32>>,
+    /// How `POST /api/chat` fills the state (defaults need nothing).
+    #[serde(default)]
+    pub chat: Option<Sp<ChatSpec>>,
     /// The nodes.
     pub nodes: Vec<Sp<NodeSpec>>,
     /// The edges.
     #[serde(default)]
     pub edges: Vec<Sp<EdgeSpec>>,
-    /// State fields a chat turn starts with from the previous turn's final
-    /// state (`POST /api/chat`); the request's own fields win.
-    #[serde(default)]
-    pub carry: Vec<Sp<String>>,
     /// Tools or partitions provided at run time by configuration (an MCP
     /// server), so the graph validates before, or without, them.
     #[serde(default)]
     pub external_tools: Vec<Sp<String>>,
+}
+
+/// `state:`: a registered state's name, or declared fields.
+#[derive(Debug)]
+pub enum StateSpec {
+    /// `state: chat`.
+    Named(String),
+    /// `state: {fields: …}` or `state: {type: chat, fields: …}`.
+    Declared(DeclaredStateSpec),
+}
+
+/// Fields declared in the graph file.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DeclaredStateSpec {
+    /// A registered Rust state these fields extend.
+    #[serde(rename = "type", default)]
+    pub base: Option<Sp<String>>,
+    /// The fields, in file order.
+    pub fields: SpPairs<TypeDecl>,
+}
+
+impl<'de> Deserialize<'de> for StateSpec {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = StateSpec;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a state name, or `fields:` declaring the state")
+            }
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<StateSpec, E> {
+                Ok(StateSpec::Named(v.to_owned()))
+            }
+            fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<StateSpec, A::Error> {
+                DeclaredStateSpec::deserialize(de::value::MapAccessDeserializer::new(map))
+                    .map(StateSpec::Declared)
+            }
+        }
+        d.deserialize_any(V)
+    }
+}
+
+/// The declaration of a field's type (JSON-Schema keywords), with its
+/// reducer and default when it declares a state field.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TypeDecl {
+    /// `string`, `integer`, `number`, `boolean`, `array`, `object`,
+    /// `messages`, `any` — or a list with `"null"` for a nullable type.
+    #[serde(rename = "type", default)]
+    pub ty: Option<Sp<Names>>,
+    /// The allowed values of a string.
+    #[serde(rename = "enum", default)]
+    pub values: Option<Sp<Vec<serde_json::Value>>>,
+    /// The items' type of an array.
+    #[serde(default)]
+    pub items: Option<Box<Sp<TypeDecl>>>,
+    /// The properties of an object.
+    #[serde(default)]
+    pub properties: Option<SpPairs<TypeDecl>>,
+    /// Properties an object must have.
+    #[serde(default)]
+    pub required: Vec<Sp<String>>,
+    /// Whether an object may have undeclared properties (default true).
+    #[serde(rename = "additionalProperties", default)]
+    pub additional_properties: Option<bool>,
+    /// Whether `null` is allowed.
+    #[serde(default)]
+    pub nullable: Option<bool>,
+    /// Lower bound of a number.
+    #[serde(default)]
+    pub minimum: Option<Sp<f64>>,
+    /// Upper bound of a number.
+    #[serde(default)]
+    pub maximum: Option<Sp<f64>>,
+    /// Longest string.
+    #[serde(rename = "maxLength", default)]
+    pub max_length: Option<Sp<u64>>,
+    /// Longest array.
+    #[serde(rename = "maxItems", default)]
+    pub max_items: Option<Sp<u64>>,
+    /// What the field is for.
+    #[serde(default)]
+    pub description: Option<String>,
+    /// State fields only: the value it starts with.
+    #[serde(default)]
+    pub default: Option<Sp<serde_json::Value>>,
+    /// State fields only: how writes combine (`last`, `append`,
+    /// `merge_by_id`, or one the application registers).
+    #[serde(default)]
+    pub reducer: Option<Sp<String>>,
+    /// State fields only: the merge key of `merge_by_id` (default `id`).
+    #[serde(default)]
+    pub key: Option<Sp<String>>,
+}
+
+/// `chat:`: how `POST /api/chat` fills the state and reads the answer.
+/// Every key has a default, so the simple case needs nothing.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ChatSpec {
+    /// The field receiving the conversation (default: the one field of
+    /// type `messages`).
+    #[serde(default)]
+    pub history: Option<Sp<String>>,
+    /// The field receiving the newest user message's text (default: a
+    /// string field called `query`, if there is one).
+    #[serde(default)]
+    pub text: Option<Sp<String>>,
+    /// The field holding the turn's answer (default: a string field
+    /// called `answer`, if there is one).
+    #[serde(default)]
+    pub answer: Option<Sp<String>>,
+    /// Fields a turn takes over from the previous turn's final state.
+    #[serde(default)]
+    pub carry: Vec<Sp<String>>,
+    /// Request body keys that may set a field (`{forced_intent:
+    /// forced_intent}`: the body's `forced_intent` sets that field).
+    #[serde(default)]
+    pub inputs: Option<SpMap>,
 }
 
 /// Where a node's streamed output goes in the chat UI.
@@ -53,181 +175,97 @@ pub enum Surface {
     Hidden,
 }
 
-/// One node.
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
+/// One node: the keys every kind shares, typed, and the kind's own
+/// settings, kept with their locations until the kind reads them.
+#[derive(Debug)]
 pub struct NodeSpec {
     /// Unique id within the graph.
     pub id: Sp<String>,
     /// Built-in kind or a registered Rust node.
     pub kind: Sp<String>,
     /// What the node is for.
-    #[serde(default)]
     pub description: Option<String>,
-    /// Prompt template path under the prompts directory.
-    #[serde(default)]
-    pub prompt: Option<Sp<String>>,
-    /// Model role (mapped to an endpoint and model in config).
-    #[serde(default)]
-    pub model: Option<Sp<String>>,
-    /// Tools or tool partitions the node may use.
-    #[serde(default)]
-    pub tools: Vec<Sp<String>>,
     /// State fields the node writes (besides those its settings name).
-    #[serde(default)]
     pub writes: Vec<Sp<String>>,
     /// UI surface for streamed output.
-    #[serde(default)]
     pub surface: Option<Sp<Surface>>,
     /// Retry policy.
-    #[serde(default)]
     pub retry: Option<Sp<RetrySpec>>,
     /// Time limit per attempt.
-    #[serde(default)]
     pub timeout: Option<Sp<Dur>>,
-
-    // ---- kind settings (each kind lists the ones it accepts) ----
-    /// Field holding the input text (router, agent, llm).
-    #[serde(default)]
-    pub input: Option<Sp<String>>,
-    /// Field the node's result is written to.
-    #[serde(default)]
-    pub output: Option<Sp<String>>,
-    /// List-of-messages field given to the model as conversation history.
-    #[serde(default)]
-    pub history: Option<Sp<String>>,
-    /// How many of the newest history messages to send.
-    #[serde(default)]
-    pub history_window: Option<Sp<u32>>,
-    /// Router: the intents it may return.
-    #[serde(default)]
-    pub intents: Vec<Sp<String>>,
-    /// Router: override tokens in the input text and the intent each forces.
-    #[serde(default)]
-    pub overrides: Option<SpMap>,
-    /// Router: intent used when classification fails.
-    #[serde(default)]
-    pub fallback: Option<Sp<String>>,
-    /// Router: field holding an intent forced by the caller.
-    #[serde(default)]
-    pub forced: Option<Sp<String>>,
-    /// Router: field receiving reasoning, missing slots and language.
-    #[serde(default)]
-    pub details: Option<Sp<String>>,
-    /// Router: field receiving the detected language.
-    #[serde(default)]
-    pub language: Option<Sp<String>>,
-    /// Agent: maximum model calls.
-    #[serde(default)]
-    pub max_iterations: Option<Sp<u32>>,
-    /// Agent: list field that receives a record of each tool call.
-    #[serde(default)]
-    pub trace: Option<Sp<String>>,
-    /// Summarizer: first summary once history exceeds this many messages.
-    #[serde(default)]
-    pub first_after: Option<Sp<u32>>,
-    /// Summarizer: re-summarize after this many new messages.
-    #[serde(default)]
-    pub every: Option<Sp<u32>>,
-    /// Summarizer: messages sent to the model.
-    #[serde(default)]
-    pub window: Option<Sp<u32>>,
-    /// Summarizer: field counting the messages the summary covers.
-    #[serde(default)]
-    pub covered: Option<Sp<String>>,
-    /// Followup: how many questions (2 or 3).
-    #[serde(default)]
-    pub count: Option<Sp<u32>>,
-    /// Subgraph: the graph to run.
-    #[serde(default)]
-    pub graph: Option<Sp<String>>,
-    /// Subgraph: child field ← parent field.
-    #[serde(default)]
-    pub inputs: Option<SpMap>,
-    /// Subgraph: parent field ← child field.
-    #[serde(default)]
-    pub outputs: Option<SpMap>,
-    /// Noop: constant writes.
-    #[serde(default)]
-    pub set: Option<Sp<serde_json::Map<String, serde_json::Value>>>,
-    /// Registered Rust nodes: free-form parameters.
-    #[serde(default)]
-    pub params: Option<Sp<serde_json::Value>>,
-    /// Kinds that call a model: the role used when the `model` role's call
-    /// fails before it has answered anything.
-    #[serde(default)]
-    pub fallback_model: Option<Sp<String>>,
-    /// Tool: the tool to call.
-    #[serde(default)]
-    pub tool: Option<Sp<String>>,
-    /// Tool: its arguments; string values are templates (`"{{ item }}"`).
-    #[serde(default)]
-    pub args: Option<Sp<serde_json::Map<String, serde_json::Value>>>,
-    /// Tool: what a failed call does, `fail` (default) or `continue`.
-    #[serde(default)]
-    pub on_error: Option<Sp<String>>,
-    /// Agent: entities to remember from tool results, by kind.
-    #[serde(default)]
-    pub entities: Option<EntityRules>,
-    /// Agent: the field the entities are written to (default `entities`).
-    #[serde(default)]
-    pub entity_field: Option<Sp<String>>,
+    /// What the node is doing, shown as progress (`data-stage`) when it
+    /// starts: text, or a template over the state.
+    pub status: Option<Sp<String>>,
+    /// Every other key, for the kind.
+    pub settings: Vec<(Sp<String>, Sp<SpValue>)>,
 }
 
-impl NodeSpec {
-    /// Kind settings present on this node, with their locations, so a kind
-    /// can reject settings that do not apply to it.
-    pub fn present_settings(&self) -> Vec<(&'static str, Loc)> {
-        fn opt<T>(out: &mut Vec<(&'static str, Loc)>, name: &'static str, v: &Option<Sp<T>>) {
-            if let Some(v) = v {
-                out.push((name, v.loc));
+/// The keys every node has, whatever its kind.
+pub const COMMON_NODE_KEYS: &[&str] = &[
+    "id",
+    "kind",
+    "description",
+    "writes",
+    "surface",
+    "retry",
+    "timeout",
+    "status",
+];
+
+impl<'de> Deserialize<'de> for NodeSpec {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = NodeSpec;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a node: a mapping with `id`, `kind` and its settings")
+            }
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<NodeSpec, A::Error> {
+                let (mut id, mut kind, mut description) = (None, None, None);
+                let (mut writes, mut surface, mut retry, mut timeout) =
+                    (Vec::new(), None, None, None);
+                let mut status = None;
+                let mut settings = Vec::new();
+                while let Some(key) = map.next_key::<Sp<String>>()? {
+                    match key.value.as_str() {
+                        "id" => id = Some(map.next_value()?),
+                        "kind" => kind = Some(map.next_value()?),
+                        "description" => description = map.next_value()?,
+                        "writes" => writes = map.next_value()?,
+                        "surface" => surface = Some(map.next_value()?),
+                        "retry" => retry = Some(map.next_value()?),
+                        "timeout" => timeout = Some(map.next_value()?),
+                        "status" => status = Some(map.next_value()?),
+                        _ => settings.push((key, map.next_value()?)),
+                    }
+                }
+                // A missing `id` or `kind` is left empty for compilation to
+                // report with the node's other problems (and, when a key
+                // looks like a misspelling of it, at that key).
+                let near = |name: &str| {
+                    settings
+                        .iter()
+                        .find(|(k, _): &&(Sp<String>, Sp<SpValue>)| {
+                            super::diagnostic::did_you_mean(&k.value, [name]).is_some()
+                        })
+                        .map_or(Loc::default(), |(k, _)| k.loc)
+                };
+                let id = id.unwrap_or_else(|| Sp::new(String::new(), near("id")));
+                let kind = kind.unwrap_or_else(|| Sp::new(String::new(), near("kind")));
+                Ok(NodeSpec {
+                    id,
+                    kind,
+                    description,
+                    writes,
+                    surface,
+                    retry,
+                    timeout,
+                    status,
+                    settings,
+                })
             }
         }
-        let mut out = Vec::new();
-        opt(&mut out, "input", &self.input);
-        opt(&mut out, "output", &self.output);
-        opt(&mut out, "history", &self.history);
-        opt(&mut out, "history_window", &self.history_window);
-        if let Some(first) = self.intents.first() {
-            out.push(("intents", first.loc));
-        }
-        if let Some(m) = &self.overrides {
-            out.push(("overrides", m.loc));
-        }
-        opt(&mut out, "fallback", &self.fallback);
-        opt(&mut out, "forced", &self.forced);
-        opt(&mut out, "details", &self.details);
-        opt(&mut out, "language", &self.language);
-        opt(&mut out, "max_iterations", &self.max_iterations);
-        opt(&mut out, "trace", &self.trace);
-        opt(&mut out, "first_after", &self.first_after);
-        opt(&mut out, "every", &self.every);
-        opt(&mut out, "window", &self.window);
-        opt(&mut out, "covered", &self.covered);
-        opt(&mut out, "count", &self.count);
-        opt(&mut out, "graph", &self.graph);
-        if let Some(m) = &self.inputs {
-            out.push(("inputs", m.loc));
-        }
-        if let Some(m) = &self.outputs {
-            out.push(("outputs", m.loc));
-        }
-        opt(&mut out, "set", &self.set);
-        opt(&mut out, "params", &self.params);
-        opt(&mut out, "fallback_model", &self.fallback_model);
-        opt(&mut out, "tool", &self.tool);
-        opt(&mut out, "args", &self.args);
-        opt(&mut out, "on_error", &self.on_error);
-        if let Some(e) = &self.entities {
-            out.push(("entities", e.loc));
-        }
-        opt(&mut out, "entity_field", &self.entity_field);
-        if let Some(first) = self.tools.first() {
-            out.push(("tools", first.loc));
-        }
-        opt(&mut out, "prompt", &self.prompt);
-        opt(&mut out, "model", &self.model);
-        out
+        d.deserialize_map(V)
     }
 }
 
@@ -368,57 +406,34 @@ impl<'de> Deserialize<'de> for ScalarText {
     }
 }
 
-/// `entities:` of an agent: per entity kind, which tool results name one
-/// and where in them its id and name are.
-#[derive(Clone, Debug, Default)]
-pub struct EntityRules {
-    /// Where the map starts.
-    pub loc: Loc,
-    /// Kind → rule, in file order.
-    pub rules: Vec<(Sp<String>, Sp<EntityRule>)>,
+/// A mapping of names to values of `T`, in file order, each with its place.
+#[derive(Debug)]
+pub struct SpPairs<T>(pub Vec<(Sp<String>, Sp<T>)>);
+
+impl<T> Default for SpPairs<T> {
+    fn default() -> Self {
+        Self(Vec::new())
+    }
 }
 
-/// How to read one kind of entity from tool results.
-#[derive(Clone, Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct EntityRule {
-    /// The tools whose (successful) results name an entity of this kind.
-    pub from: Sp<Names>,
-    /// JSON pointer (RFC 6901) to the id in the result, e.g. `/id`.
-    pub id: Sp<String>,
-    /// JSON pointer to the display name, e.g. `/name`.
-    #[serde(default)]
-    pub name: Option<Sp<String>>,
-}
-
-impl<'de> Deserialize<'de> for EntityRules {
+impl<'de, T: Deserialize<'de>> Deserialize<'de> for SpPairs<T> {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        struct Rules(Vec<(Sp<String>, Sp<EntityRule>)>);
-        impl<'de> Deserialize<'de> for Rules {
-            fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-                struct V;
-                impl<'de> Visitor<'de> for V {
-                    type Value = Rules;
-                    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                        f.write_str("a map of entity kinds to `{from: [tools], id: /pointer, name: /pointer}`")
-                    }
-                    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Rules, A::Error> {
-                        let mut out = Vec::new();
-                        while let Some(k) = map.next_key::<Sp<String>>()? {
-                            let v: Sp<EntityRule> = map.next_value()?;
-                            out.push((k, v));
-                        }
-                        Ok(Rules(out))
-                    }
+        struct V<T>(std::marker::PhantomData<T>);
+        impl<'de, T: Deserialize<'de>> Visitor<'de> for V<T> {
+            type Value = SpPairs<T>;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a mapping")
+            }
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<SpPairs<T>, A::Error> {
+                let mut out = Vec::new();
+                while let Some(k) = map.next_key::<Sp<String>>()? {
+                    let v: Sp<T> = map.next_value()?;
+                    out.push((k, v));
                 }
-                d.deserialize_map(V)
+                Ok(SpPairs(out))
             }
         }
-        let s = serde_saphyr::Spanned::<Rules>::deserialize(d)?;
-        Ok(EntityRules {
-            loc: s.referenced.into(),
-            rules: s.value.0,
-        })
+        d.deserialize_map(V(std::marker::PhantomData))
     }
 }
 
@@ -434,7 +449,7 @@ pub enum EdgeSpec {
         to: Sp<String>,
     },
     /// The map form.
-    Full(FullEdge),
+    Full(Box<FullEdge>),
 }
 
 /// The map form of an edge.
@@ -454,12 +469,17 @@ pub struct FullEdge {
     pub map: Option<Sp<MapSpec>>,
 }
 
-/// Conditional routing on a state field.
+/// Conditional routing on a state field or an expression.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RouteSpec {
     /// The field whose value selects the target.
-    pub on: Sp<String>,
+    #[serde(default)]
+    pub on: Option<Sp<String>>,
+    /// Or an expression over the state whose value selects it
+    /// (`coverage < 0.7 and iteration < 3` routes on `true` / `false`).
+    #[serde(default)]
+    pub expr: Option<Sp<String>>,
     /// Value → target (node or `END`).
     #[serde(default)]
     pub cases: Option<SpMap>,
@@ -472,7 +492,8 @@ pub struct RouteSpec {
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct MapSpec {
-    /// List field; one task per item, the item available as `item`.
+    /// A list field, or an expression giving a list; one task per item,
+    /// the item available as `item`.
     pub over: Sp<String>,
     /// The node that runs once per item.
     pub to: Sp<String>,
@@ -497,7 +518,7 @@ impl<'de> Deserialize<'de> for EdgeSpec {
             }
             fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<EdgeSpec, A::Error> {
                 FullEdge::deserialize(de::value::MapAccessDeserializer::new(map))
-                    .map(EdgeSpec::Full)
+                    .map(|f| EdgeSpec::Full(Box::new(f)))
             }
         }
         d.deserialize_any(V)
@@ -537,11 +558,30 @@ mod tests {
         };
         assert_eq!(full.from.items()[1].loc, Loc::new(8, 15));
         let route = full.route.as_ref().unwrap();
-        assert_eq!(route.on.loc, Loc::new(10, 11));
+        assert_eq!(route.on.as_ref().unwrap().loc, Loc::new(10, 11));
         let cases = route.cases.as_ref().unwrap();
         assert_eq!(cases.entries[1].0.value, "true");
         assert_eq!(cases.entries[1].1.loc, Loc::new(11, 27));
         assert!(matches!(&g.edges[0].value, EdgeSpec::Short { to, .. } if to.value == "END"));
         assert_eq!(g.edges[0].loc, Loc::new(7, 5));
+    }
+
+    #[test]
+    fn declared_state_and_kind_settings_keep_their_places() {
+        let yaml = "state:\n  fields:\n    ticket: { type: string }\n    tags: { type: array, items: { type: string }, reducer: append }\nentry: a\nnodes:\n  - id: a\n    kind: llm\n    prompt: p.md\n    timeout: 5s\n";
+        let g: GraphSpec = serde_saphyr::from_str(yaml).unwrap();
+        let StateSpec::Declared(d) = &g.state.value else {
+            panic!("declared")
+        };
+        assert_eq!(d.fields.0[1].0.value, "tags");
+        assert_eq!(
+            d.fields.0[1].1.value.reducer.as_ref().unwrap().loc,
+            Loc::new(4, 60)
+        );
+        let node = &g.nodes[0].value;
+        assert_eq!(node.settings.len(), 1);
+        assert_eq!(node.settings[0].0.value, "prompt");
+        assert_eq!(node.settings[0].1.loc, Loc::new(9, 13));
+        assert!(node.timeout.is_some());
     }
 }

@@ -9,39 +9,67 @@
 use std::sync::Arc;
 use std::time::Instant;
 
+use futures::FutureExt;
+use futures::future::BoxFuture;
 use serde_json::{Value, json};
 
-use super::Reported;
-use super::entities::EntityRules;
-use super::{BuildCx, NodeContext, NodeError, PromptRef, history};
+use super::extract::{self, Extract};
+use super::model::{self, HISTORY_SETTINGS, INPUT, PROMPT, ROLE_SETTINGS};
+use super::{BuildCx, Kind, Node, NodeContext, NodeError, Roles};
 use crate::events::{EventKind, ToolCallRecord};
+use crate::graph::kinds::schema;
+use crate::graph::spec::Surface;
+use crate::graph::{PromptRef, SettingDoc};
 use crate::llm::{ChatMessage, ChatRequest};
 use crate::state::{FieldId, Patch, Reducer};
 use crate::tools::{failure_payload, parse_arguments};
 
-const SETTINGS: &[&str] = &[
-    "prompt",
-    "model",
-    "tools",
-    "input",
-    "output",
-    "history",
-    "history_window",
-    "max_iterations",
-    "trace",
-    "entities",
-    "entity_field",
-    "fallback_model",
-];
-
 /// Default cap on model calls.
-const DEFAULT_MAX_ITERATIONS: u32 = 5;
+const DEFAULT_MAX_ITERATIONS: i64 = 5;
+
+/// The kind.
+pub(super) fn kind() -> Kind {
+    let mut settings = vec![
+        PROMPT,
+        INPUT,
+        SettingDoc::new(
+            "tools",
+            schema::NAMES,
+            "tools and tool partitions it may call",
+        ),
+        SettingDoc::new(
+            "output",
+            schema::FIELD,
+            "string field receiving the answer (default `answer`)",
+        ),
+        SettingDoc::new(
+            "max_iterations",
+            schema::INTEGER,
+            "cap on model calls (1–100, default 5)",
+        ),
+        SettingDoc::new(
+            "trace",
+            schema::FIELD,
+            "list field (append reducer) receiving a record of each tool call",
+        ),
+        extract::SETTING,
+    ];
+    settings.extend(ROLE_SETTINGS);
+    settings.extend(HISTORY_SETTINGS);
+    Kind::new(
+        "agent",
+        "A model with tools in a loop: tool calls, results back to the model, until it answers or reaches its cap.",
+        &settings,
+        Surface::Answer,
+        |cx| Agent::build(cx).map(|n| Arc::new(n) as Arc<dyn Node>),
+    )
+}
 
 /// A tool-using model loop.
 #[derive(Debug)]
-pub struct Agent {
+struct Agent {
     prompt: PromptRef,
-    role: Arc<str>,
+    roles: Roles,
     input: Option<FieldId>,
     history: (Option<FieldId>, usize),
     /// Tool and partition names from the graph file, expanded per run.
@@ -49,69 +77,44 @@ pub struct Agent {
     max_iterations: u32,
     output: Arc<str>,
     trace: Option<Arc<str>>,
-    /// Entities to remember from tool results (`entities`).
-    entities: Option<EntityRules>,
+    /// Values to remember from tool results.
+    extract: Extract,
 }
 
 impl Agent {
-    pub(super) fn build(cx: &mut BuildCx<'_>) -> Option<Self> {
-        let n = cx.node;
-        cx.accept(SETTINGS);
+    fn build(cx: &mut BuildCx<'_>) -> Option<Self> {
         let prompt = cx.prompt(true);
         let tools = cx.tools();
-        let entities = match &tools {
-            Ok(t) => EntityRules::build(cx, t),
-            Err(Reported) => Err(Reported),
+        let extract = match &tools {
+            Ok(t) => Extract::build(cx, t),
+            Err(r) => Err(*r),
         };
-        let input = match &n.input {
-            Some(_) => cx.input(&n.input, "query").map(Some).ok_or(Reported),
-            None => Ok(None),
-        };
+        let input = cx.text_input("input");
         let history = cx.history(12);
-        let output = cx.output(&n.output, "answer", "a text field", |f| f.ty.is_string());
-        let trace = cx.optional_output(&n.trace, "a list field with the append reducer", |f| {
+        let roles = model::roles(cx);
+        let output = cx.output("output", "answer", "a string field", |f| f.ty.is_string());
+        let trace = cx.optional_output("trace", "a list field with the append reducer", |f| {
             f.ty.is_list() && f.reducer == Reducer::Append
         });
-        let max_iterations = n
-            .max_iterations
-            .as_ref()
-            .map_or(DEFAULT_MAX_ITERATIONS, |m| m.value);
-        if max_iterations == 0 || max_iterations > 100 {
-            let loc = n.max_iterations.as_ref().map_or(n.kind.loc, |m| m.loc);
-            cx.error(
-                loc,
-                "invalid-setting",
-                "`max_iterations` must be between 1 and 100",
-                None,
-            );
-            return None;
-        }
-        output?;
+        let max_iterations = cx.integer("max_iterations", 1..=100, DEFAULT_MAX_ITERATIONS);
         Some(Self {
             prompt: prompt.ok()??,
-            role: cx.role(),
+            roles: roles.ok()?,
             input: input.ok()?,
             history: history.ok()?,
             tools: tools.ok()?,
-            max_iterations,
-            output: n
-                .output
-                .as_ref()
-                .map_or("answer", |o| o.value.as_str())
-                .into(),
-            trace: trace
-                .ok()?
-                .and(n.trace.as_ref())
-                .map(|t| t.value.as_str().into()),
-            entities: entities.ok()?,
+            max_iterations: max_iterations.ok()? as u32,
+            output: output?.1,
+            trace: trace.ok()?.map(|t| t.1),
+            extract: extract.ok()?,
         })
     }
 
-    pub(super) async fn run(&self, cx: NodeContext<'_>) -> Result<Patch, NodeError> {
+    async fn call(&self, cx: NodeContext<'_>) -> Result<Patch, NodeError> {
         let mut messages = vec![ChatMessage::System {
-            content: self.prompt.render(&cx)?,
+            content: cx.render(&self.prompt)?,
         }];
-        messages.extend(history(cx.state, self.history.0, self.history.1));
+        messages.extend(model::history(cx.state, self.history.0, self.history.1));
         if let Some(text) = self.input.and_then(|f| cx.state.text(f))
             && !matches!(messages.last(), Some(ChatMessage::User { content }) if content == text)
         {
@@ -127,7 +130,7 @@ impl Agent {
             ..Default::default()
         };
         let mut trace = Vec::new();
-        let mut entities = Vec::new();
+        let mut extracted: Vec<(Arc<str>, Value, bool)> = Vec::new();
         let mut answer = String::new();
         for call in 0..self.max_iterations {
             let last = call + 1 == self.max_iterations;
@@ -142,7 +145,7 @@ impl Agent {
             if last {
                 request.tools.clear();
             }
-            let reply = cx.llm(&self.role, call, &request).await?;
+            let reply = cx.llm(&self.roles, call, &request).await?;
             let out = reply.output();
             if out.tool_calls.is_empty() || last {
                 answer = out.text.clone();
@@ -163,8 +166,13 @@ impl Agent {
                 if let Some(text) = display {
                     shown.push(text);
                 }
-                if let (Some(rules), Some(output)) = (&self.entities, record.get("output")) {
-                    entities.extend(rules.extract(&tc.name, output));
+                if let (false, Some(output)) = (self.extract.is_empty(), record.get("output")) {
+                    extracted.extend(self.extract.apply(
+                        cx.state,
+                        &tc.name,
+                        &record["args"],
+                        output,
+                    ));
                 }
                 request.messages.push(ChatMessage::Tool {
                     call_id: tc.id.clone(),
@@ -185,11 +193,10 @@ impl Agent {
         {
             patch.insert(Arc::clone(field), Value::Array(trace));
         }
-        if let (Some(rules), false) = (&self.entities, entities.is_empty()) {
+        for (field, value) in extract::writes(extracted) {
             // In mention order: the field's reducer keeps the last of a kind.
-            let value = serde_json::to_value(&entities).unwrap_or(Value::Null);
-            cx.events.custom("entities", value.clone()).await;
-            patch.insert(Arc::clone(rules.field()), value);
+            cx.events.custom(field.to_string(), value.clone()).await;
+            patch.insert(field, value);
         }
         Ok(patch)
     }
@@ -255,5 +262,11 @@ impl Agent {
                 )
             }
         }
+    }
+}
+
+impl Node for Agent {
+    fn run<'a>(&'a self, cx: NodeContext<'a>) -> BoxFuture<'a, Result<Patch, NodeError>> {
+        self.call(cx).boxed()
     }
 }

@@ -7,29 +7,51 @@
 
 use std::sync::Arc;
 
+use futures::FutureExt;
+use futures::future::BoxFuture;
 use serde_json::{Value, json};
 
-use super::Reported;
-use super::{BuildCx, NodeContext, NodeError, PromptRef, history};
+use super::model::{self, HISTORY_SETTINGS, INPUT, PROMPT, ROLE_SETTINGS};
+use super::structured::extract_json;
+use super::{BuildCx, Kind, Node, NodeContext, NodeError, Roles};
+use crate::graph::kinds::schema;
+use crate::graph::spec::Surface;
+use crate::graph::{PromptRef, SettingDoc};
 use crate::llm::{ChatMessage, ChatRequest, JsonSchemaFormat};
 use crate::state::{FieldId, Patch};
 
-const SETTINGS: &[&str] = &[
-    "prompt",
-    "model",
-    "input",
-    "output",
-    "count",
-    "history",
-    "history_window",
-    "fallback_model",
-];
+/// The kind.
+pub(super) fn kind() -> Kind {
+    let mut settings = vec![
+        PROMPT,
+        INPUT,
+        SettingDoc::new(
+            "output",
+            schema::FIELD,
+            "list field receiving the questions (default `followups`)",
+        ),
+        SettingDoc::new(
+            "count",
+            schema::INTEGER,
+            "how many questions (2 or 3, default 3)",
+        ),
+    ];
+    settings.extend(ROLE_SETTINGS);
+    settings.extend(HISTORY_SETTINGS);
+    Kind::new(
+        "followup",
+        "Two or three suggested follow-up questions; a failure adds none, never fails the run.",
+        &settings,
+        Surface::Hidden,
+        |cx| Followup::build(cx).map(|n| Arc::new(n) as Arc<dyn Node>),
+    )
+}
 
 /// Follow-up question generator.
 #[derive(Debug)]
-pub struct Followup {
+struct Followup {
     prompt: PromptRef,
-    role: Arc<str>,
+    roles: Roles,
     input: Option<FieldId>,
     history: (Option<FieldId>, usize),
     output: Arc<str>,
@@ -37,51 +59,37 @@ pub struct Followup {
 }
 
 impl Followup {
-    pub(super) fn build(cx: &mut BuildCx<'_>) -> Option<Self> {
-        let n = cx.node;
-        cx.accept(SETTINGS);
+    fn build(cx: &mut BuildCx<'_>) -> Option<Self> {
         let prompt = cx.prompt(true);
-        let input = match &n.input {
-            Some(_) => cx.input(&n.input, "query").map(Some).ok_or(Reported),
-            None => Ok(None),
-        };
+        let input = cx.text_input("input");
         let history = cx.history(6);
-        let output = cx.output(&n.output, "followups", "a list field", |f| f.ty.is_list());
-        let count = n.count.as_ref().map_or(3, |c| c.value);
-        if !(2..=3).contains(&count) {
-            let loc = n.count.as_ref().map_or(n.kind.loc, |c| c.loc);
-            cx.error(loc, "invalid-setting", "`count` must be 2 or 3", None);
-            return None;
-        }
-        output?;
+        let roles = model::roles(cx);
+        let output = cx.output("output", "followups", "a list field", |f| f.ty.is_list());
+        let count = cx.integer("count", 2..=3, 3);
         Some(Self {
             prompt: prompt.ok()??,
-            role: cx.role(),
+            roles: roles.ok()?,
             input: input.ok()?,
             history: history.ok()?,
-            output: n
-                .output
-                .as_ref()
-                .map_or("followups", |o| o.value.as_str())
-                .into(),
-            count: count as usize,
+            output: output?.1,
+            count: count.ok()? as usize,
         })
     }
 
-    pub(super) async fn run(&self, cx: NodeContext<'_>) -> Result<Patch, NodeError> {
+    async fn call(&self, cx: NodeContext<'_>) -> Result<Patch, NodeError> {
         // The rendered prompt (question and answer) is the user turn; some
         // endpoints reject a request without one.
         let mut messages = vec![ChatMessage::System {
             content: "You suggest follow-up questions.".into(),
         }];
-        messages.extend(history(cx.state, self.history.0, self.history.1));
+        messages.extend(model::history(cx.state, self.history.0, self.history.1));
         if let Some(text) = self.input.and_then(|f| cx.state.text(f)) {
             messages.push(ChatMessage::User {
                 content: text.to_owned(),
             });
         }
         messages.push(ChatMessage::User {
-            content: self.prompt.render(&cx)?,
+            content: cx.render(&self.prompt)?,
         });
         let format = JsonSchemaFormat {
             name: "followups".into(),
@@ -98,7 +106,7 @@ impl Followup {
             response_format: Some(format),
             ..Default::default()
         };
-        let questions = match cx.llm(&self.role, 0, &request).await {
+        let questions = match cx.llm(&self.roles, 0, &request).await {
             Ok(reply) => parse_questions(&reply.output().text, self.count),
             Err(e) => {
                 cx.events
@@ -116,10 +124,16 @@ impl Followup {
     }
 }
 
+impl Node for Followup {
+    fn run<'a>(&'a self, cx: NodeContext<'a>) -> BoxFuture<'a, Result<Patch, NodeError>> {
+        self.call(cx).boxed()
+    }
+}
+
 /// Questions from a model answer: the JSON `questions` array, else one
 /// question per non-empty line; at most `count`, fewer than two means none.
 pub(crate) fn parse_questions(text: &str, count: usize) -> Vec<String> {
-    let from_json = serde_json::from_str::<Value>(super::router::extract_json(text))
+    let from_json = serde_json::from_str::<Value>(extract_json(text))
         .ok()
         .and_then(|v| {
             v["questions"].as_array().map(|a| {

@@ -1,80 +1,210 @@
-//! `llm`: one prompt, one model call, the streamed text into a field.
-//! Used for the narrator, direct answers, clarifying questions and
-//! suggestions.
+//! `llm`: one prompt, one model call. Either the streamed text goes into
+//! one field (`output`: the narrator, direct answers, clarifying
+//! questions), or the model answers as JSON checked against a type and
+//! written to fields (`outputs`, see the structured-output module).
+//!
+//! Citations: with `citations: sources` (a list field of objects with
+//! `url` and `title`, numbered from 1 in order, or by their `id`), every
+//! source the text cites as `[N]` (or `[N, M]`) is sent as a `source-url`
+//! part once the answer is complete, in the order first cited — only the
+//! sources the answer uses.
 
 use std::sync::Arc;
 
-use super::Reported;
-use super::{BuildCx, NodeContext, NodeError, PromptRef, history};
+use futures::FutureExt;
+use futures::future::BoxFuture;
+
+use super::model::{self, HISTORY_SETTINGS, INPUT, PROMPT, ROLE_SETTINGS};
+use super::structured::{self, Structured};
+use super::{BuildCx, Kind, Node, NodeContext, NodeError, Roles};
+use crate::events::EventKind;
+use crate::graph::kinds::schema;
+use crate::graph::spec::Surface;
+use crate::graph::{PromptRef, SettingDoc};
 use crate::llm::{ChatMessage, ChatRequest};
 use crate::state::{FieldId, Patch};
+use serde_json::Value;
 
-/// Settings this kind accepts.
-const SETTINGS: &[&str] = &[
-    "prompt",
-    "model",
-    "input",
-    "output",
-    "history",
-    "history_window",
-    "fallback_model",
-];
+/// The kind.
+pub(super) fn kind() -> Kind {
+    let mut settings = vec![
+        PROMPT,
+        INPUT,
+        SettingDoc::new(
+            "output",
+            schema::FIELD,
+            "string field receiving the text (default `answer`)",
+        ),
+    ];
+    settings.extend(ROLE_SETTINGS);
+    settings.extend(HISTORY_SETTINGS);
+    settings.extend(structured::SETTINGS);
+    settings.push(SettingDoc::new(
+        "citations",
+        schema::FIELD,
+        "list field of sources ({url, title}); the ones the answer cites as [N] become source-url parts",
+    ));
+    Kind::new(
+        "llm",
+        "One prompt, one model call: streamed text into a field, or JSON answering several fields (`outputs`).",
+        &settings,
+        Surface::Answer,
+        |cx| LlmNode::build(cx).map(|n| Arc::new(n) as Arc<dyn Node>),
+    )
+}
+
+/// What the node writes.
+#[derive(Debug)]
+enum Output {
+    /// The text, into one string field.
+    Text(Arc<str>),
+    /// JSON, into several fields.
+    Structured(Structured),
+}
 
 /// A single-prompt model node.
 #[derive(Debug)]
-pub struct LlmNode {
+struct LlmNode {
     prompt: PromptRef,
-    role: Arc<str>,
+    roles: Roles,
     input: Option<FieldId>,
     history: (Option<FieldId>, usize),
-    output: Arc<str>,
+    output: Output,
+    citations: Option<FieldId>,
 }
 
 impl LlmNode {
-    pub(super) fn build(cx: &mut BuildCx<'_>) -> Option<Self> {
-        let n = cx.node;
-        cx.accept(SETTINGS);
+    fn build(cx: &mut BuildCx<'_>) -> Option<Self> {
         let prompt = cx.prompt(true);
-        let input = match &n.input {
-            Some(_) => cx.input(&n.input, "query").map(Some).ok_or(Reported),
-            None => Ok(None),
-        };
+        let input = cx.text_input("input");
         let history = cx.history(12);
-        let output = cx.output(&n.output, "answer", "a text field", |f| f.ty.is_string());
-        output?;
+        let roles = model::roles(cx);
+        let structured = Structured::build(cx, cx.id());
+        let output = match structured {
+            Ok(Some(s)) => {
+                if let Some(v) = cx.setting("output") {
+                    cx.error(
+                        v.loc,
+                        "invalid-setting",
+                        "a node has `output` (text) or `outputs` (structured), not both",
+                        None,
+                    );
+                    return None;
+                }
+                Some(Output::Structured(s))
+            }
+            Ok(None) => cx
+                .output("output", "answer", "a string field", |f| f.ty.is_string())
+                .map(|(_, name)| Output::Text(name)),
+            Err(_) => None,
+        };
+        let citations = match cx.string("citations") {
+            Ok(None) => Ok(None),
+            Ok(Some(name)) => cx
+                .field(&name, "a list field", |f| f.ty.is_list())
+                .map(Some)
+                .ok_or(()),
+            Err(_) => Err(()),
+        };
         Some(Self {
             prompt: prompt.ok()??,
-            role: cx.role(),
+            roles: roles.ok()?,
             input: input.ok()?,
             history: history.ok()?,
-            output: n
-                .output
-                .as_ref()
-                .map_or("answer", |o| o.value.as_str())
-                .into(),
+            output: output?,
+            citations: citations.ok()?,
         })
     }
 
-    pub(super) async fn run(&self, cx: NodeContext<'_>) -> Result<Patch, NodeError> {
+    async fn call(&self, cx: NodeContext<'_>) -> Result<Patch, NodeError> {
         let mut messages = vec![ChatMessage::System {
-            content: self.prompt.render(&cx)?,
+            content: cx.render(&self.prompt)?,
         }];
-        messages.extend(history(cx.state, self.history.0, self.history.1));
+        messages.extend(model::history(cx.state, self.history.0, self.history.1));
         if let Some(text) = self.input.and_then(|f| cx.state.text(f)) {
             messages.push(ChatMessage::User {
                 content: text.to_owned(),
             });
         }
-        let reply = cx
-            .llm(
-                &self.role,
-                0,
-                &ChatRequest {
-                    messages,
-                    ..Default::default()
-                },
-            )
-            .await?;
-        Ok(Patch::new().set(Arc::clone(&self.output), reply.output().text.as_str()))
+        let request = ChatRequest {
+            messages,
+            ..Default::default()
+        };
+        match &self.output {
+            Output::Text(field) => {
+                let reply = cx.llm(&self.roles, 0, &request).await?;
+                let text = reply.output().text.as_str();
+                if let Some(list) = self.citations {
+                    emit_citations(&cx, text, &cx.state.get(list)).await;
+                }
+                Ok(Patch::new().set(Arc::clone(field), text))
+            }
+            Output::Structured(s) => s.call(&cx, &self.roles, request).await,
+        }
+    }
+}
+
+impl Node for LlmNode {
+    fn run<'a>(&'a self, cx: NodeContext<'a>) -> BoxFuture<'a, Result<Patch, NodeError>> {
+        self.call(cx).boxed()
+    }
+}
+
+/// Sends a `source-url` part for each source `text` cites as `[N]`, in the
+/// order first cited.
+async fn emit_citations(cx: &NodeContext<'_>, text: &str, sources: &Value) {
+    let Value::Array(list) = sources else { return };
+    for n in cited(text) {
+        let found = list
+            .iter()
+            .find(|s| s.get("id").and_then(Value::as_u64) == Some(u64::from(n)))
+            .or_else(|| list.get((n as usize).wrapping_sub(1)));
+        let Some(source) = found else { continue };
+        let Some(url) = source.get("url").and_then(Value::as_str) else {
+            continue;
+        };
+        cx.events
+            .emit(EventKind::Source {
+                source_id: n.to_string(),
+                url: url.to_owned(),
+                title: source
+                    .get("title")
+                    .and_then(Value::as_str)
+                    .map(str::to_owned),
+            })
+            .await;
+    }
+}
+
+/// The numbers cited as `[N]` or `[N, M]`, each once, in order.
+pub(super) fn cited(text: &str) -> Vec<u32> {
+    let mut out: Vec<u32> = Vec::new();
+    let mut rest = text;
+    while let Some(open) = rest.find('[') {
+        let after = &rest[open + 1..];
+        let Some(close) = after.find(']') else { break };
+        let inner = &after[..close];
+        let numbers: Option<Vec<u32>> = inner.split(',').map(|p| p.trim().parse().ok()).collect();
+        if let Some(numbers) = numbers {
+            for n in numbers.into_iter().filter(|n| *n > 0) {
+                if !out.contains(&n) {
+                    out.push(n);
+                }
+            }
+        }
+        rest = &after[close..];
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn citations_are_read_once_in_order() {
+        assert_eq!(
+            super::cited("A [2]. B [1, 3] and [2] again; [x] and [0] are not."),
+            [2, 1, 3]
+        );
+        assert!(super::cited("no citations [here").is_empty());
     }
 }

@@ -1,36 +1,31 @@
-//! `noop`: passes control on, optionally writing constants (`set`).
-//! Useful for joins, fan-out points and tests.
+//! `noop`: passes control on without writing anything. Useful for joins,
+//! fan-out points and tests.
 
-use super::BuildCx;
+use std::sync::Arc;
+
+use futures::future::BoxFuture;
+
+use super::{Kind, Node, NodeContext, NodeError};
+use crate::graph::spec::Surface;
 use crate::state::Patch;
 
-/// A node that writes fixed values.
-#[derive(Debug)]
-pub struct Noop {
-    patch: Patch,
+/// The kind.
+pub(super) fn kind() -> Kind {
+    Kind::new(
+        "noop",
+        "Passes control on without writing anything (joins, fan-out points).",
+        &[],
+        Surface::Hidden,
+        |_| Some(Arc::new(Noop) as Arc<dyn Node>),
+    )
 }
 
-impl Noop {
-    pub(super) fn build(cx: &mut BuildCx<'_>) -> Option<Self> {
-        cx.accept(&["set"]);
-        let mut patch = Patch::new();
-        let mut ok = true;
-        if let Some(set) = &cx.node.set {
-            for (name, value) in &set.value {
-                let sp = crate::graph::loc::Sp::new(name.clone(), set.loc);
-                match cx.field(&sp, "a field", |_| true) {
-                    Some(id) => {
-                        cx.writes.push(id);
-                        patch.insert(name.as_str(), value.clone());
-                    }
-                    None => ok = false,
-                }
-            }
-        }
-        ok.then_some(Self { patch })
-    }
+/// A node that does nothing.
+#[derive(Debug)]
+struct Noop;
 
-    pub(super) fn run(&self) -> Patch {
-        self.patch.clone()
+impl Node for Noop {
+    fn run<'a>(&'a self, _cx: NodeContext<'a>) -> BoxFuture<'a, Result<Patch, NodeError>> {
+        Box::pin(async { Ok(Patch::new()) })
     }
 }

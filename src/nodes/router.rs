@@ -9,35 +9,75 @@
 
 use std::sync::Arc;
 
+use futures::FutureExt;
+use futures::future::BoxFuture;
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use super::Reported;
-use super::{BuildCx, NodeContext, NodeError, PromptRef, history};
+use super::model::{self, HISTORY_SETTINGS, INPUT, PROMPT, ROLE_SETTINGS};
+use super::structured::extract_json;
+use super::{BuildCx, Kind, Node, NodeContext, NodeError, Roles};
+use crate::graph::diagnostic::name_hint;
+use crate::graph::kinds::schema;
+use crate::graph::loc::Sp;
+use crate::graph::spec::Surface;
+use crate::graph::{PromptRef, Reported, SettingDoc};
 use crate::llm::{ChatMessage, ChatRequest, JsonSchemaFormat};
 use crate::state::{FieldId, Patch};
 
-const SETTINGS: &[&str] = &[
-    "prompt",
-    "model",
-    "input",
-    "output",
-    "intents",
-    "overrides",
-    "fallback",
-    "forced",
-    "details",
-    "language",
-    "history",
-    "history_window",
-    "fallback_model",
-];
+/// The kind.
+pub(super) fn kind() -> Kind {
+    let mut settings = vec![
+        PROMPT,
+        INPUT,
+        SettingDoc::new(
+            "output",
+            schema::FIELD,
+            "string field receiving the intent (default `intent`)",
+        ),
+        SettingDoc::new("intents", schema::NAMES, "the intents it may return"),
+        SettingDoc::new(
+            "overrides",
+            schema::NAME_MAP,
+            "tokens in the input text and the intent each forces, without a model call",
+        ),
+        SettingDoc::new(
+            "fallback",
+            schema::STRING,
+            "intent used when classification fails",
+        ),
+        SettingDoc::new(
+            "forced",
+            schema::FIELD,
+            "string field holding an intent forced by the caller",
+        ),
+        SettingDoc::new(
+            "details",
+            schema::FIELD,
+            "object field receiving reasoning, missing slots and language",
+        ),
+        SettingDoc::new(
+            "language",
+            schema::FIELD,
+            "string field receiving the detected language",
+        ),
+    ];
+    settings.extend(ROLE_SETTINGS);
+    settings.extend(HISTORY_SETTINGS);
+    Kind::new(
+        "router",
+        "Intent classification that never crashes: overrides, forced intents, a model in JSON mode, a fallback.",
+        &settings,
+        Surface::Hidden,
+        |cx| Router::build(cx).map(|n| Arc::new(n) as Arc<dyn Node>),
+    )
+}
 
 /// An intent classifier.
 #[derive(Debug)]
-pub struct Router {
+struct Router {
     prompt: PromptRef,
-    role: Arc<str>,
+    roles: Roles,
     input: FieldId,
     history: (Option<FieldId>, usize),
     forced: Option<FieldId>,
@@ -45,7 +85,7 @@ pub struct Router {
     /// (lower-cased token, intent)
     overrides: Vec<(String, String)>,
     fallback: String,
-    output: (FieldId, Arc<str>),
+    output: Arc<str>,
     details: Option<Arc<str>>,
     language: Option<Arc<str>>,
     format: JsonSchemaFormat,
@@ -83,96 +123,100 @@ impl Source {
 }
 
 impl Router {
-    pub(super) fn build(cx: &mut BuildCx<'_>) -> Option<Self> {
-        let n = cx.node;
-        cx.accept(SETTINGS);
-        let mut ok = true;
-        let intents: Vec<String> = n.intents.iter().map(|i| i.value.clone()).collect();
-        if intents.is_empty() {
-            cx.error(
-                n.kind.loc,
-                "missing-setting",
-                format!("router `{}` needs `intents`", n.id.value),
-                None,
-            );
-            ok = false;
-        }
-        for (i, intent) in n.intents.iter().enumerate() {
-            if n.intents[..i].iter().any(|o| o.value == intent.value) {
+    fn build(cx: &mut BuildCx<'_>) -> Option<Self> {
+        let (intents, mut ok) = match intents(cx) {
+            Ok(i) => (i, true),
+            Err((i, _)) => (i, false),
+        };
+        let mut check_intent = |cx: &mut BuildCx<'_>, sp: &Sp<String>, what: &str| {
+            if !intents.is_empty() && !intents.contains(&sp.value) {
                 cx.error(
-                    intent.loc,
-                    "duplicate-intent",
-                    format!("intent `{}` is listed twice", intent.value),
-                    None,
+                    sp.loc,
+                    "unknown-intent",
+                    format!("{what} `{}` is not one of the router's intents", sp.value),
+                    name_hint(&sp.value, intents.iter().map(String::as_str)),
                 );
                 ok = false;
             }
-        }
-        let mut check_intent =
-            |cx: &mut BuildCx<'_>, sp: &crate::graph::loc::Sp<String>, what: &str| {
-                if !intents.is_empty() && !intents.contains(&sp.value) {
-                    cx.error(
-                        sp.loc,
-                        "unknown-intent",
-                        format!("{what} `{}` is not one of the router's intents", sp.value),
-                        crate::graph::diagnostic::name_hint(
-                            &sp.value,
-                            intents.iter().map(String::as_str),
-                        ),
-                    );
-                    ok = false;
-                }
-            };
+        };
         let mut overrides = Vec::new();
-        if let Some(map) = &n.overrides {
+        if let Ok(Some(map)) = cx.name_map("overrides") {
             for (token, intent) in &map.entries {
                 check_intent(cx, intent, "override intent");
                 overrides.push((token.value.to_lowercase(), intent.value.clone()));
             }
         }
-        let fallback = cx.require(&n.fallback, "fallback").cloned();
-        if let Some(f) = &fallback {
+        let fallback = cx.require_string("fallback");
+        if let Ok(f) = &fallback {
             check_intent(cx, f, "fallback");
         }
         let prompt = cx.prompt(true);
-        let input = cx.input(&n.input, "query");
+        let input = cx.text_input("input").ok()?.or_else(|| {
+            cx.field(
+                &Sp::new("query".into(), cx.kind_loc()),
+                "a string field",
+                |f| f.ty.is_string(),
+            )
+        });
         let history = cx.history(6);
-        let forced = match &n.forced {
-            Some(name) => cx
-                .field(name, "a text field", |f| f.ty.is_string())
-                .map(Some)
-                .ok_or(Reported),
-            None => Ok(None),
-        };
-        let output = cx.output(&n.output, "intent", "a text field", |f| f.ty.is_string());
-        let details = cx.optional_output(&n.details, "a JSON field", |f| f.ty.holds_objects());
-        let language = cx.optional_output(&n.language, "a text field", |f| f.ty.is_string());
-        let name = |o: &Option<crate::graph::loc::Sp<String>>, d: &str| -> Arc<str> {
-            o.as_ref().map_or(d, |v| v.value.as_str()).into()
-        };
+        let forced = cx.text_input("forced");
+        let roles = model::roles(cx);
+        let output = cx.output("output", "intent", "a string field", |f| f.ty.is_string());
+        let details = cx.optional_output("details", "an object field", |f| f.ty.holds_objects());
+        let language = cx.optional_output("language", "a string field", |f| f.ty.is_string());
+        if let Some((field, _)) = &output {
+            cx.declare_values(*field, intents.clone());
+        }
         if !ok {
             return None;
         }
-        let format = schema_for(&intents);
         Some(Self {
-            format,
+            format: schema_for(&intents),
             prompt: prompt.ok()??,
-            role: cx.role(),
+            roles: roles.ok()?,
             input: input?,
             history: history.ok()?,
             forced: forced.ok()?,
             intents,
             overrides,
-            fallback: fallback?.value,
-            output: (output?, name(&n.output, "intent")),
-            details: details.ok()?.map(|_| name(&n.details, "")),
-            language: language.ok()?.map(|_| name(&n.language, "")),
+            fallback: fallback.ok()?.value,
+            output: output?.1,
+            details: details.ok()?.map(|d| d.1),
+            language: language.ok()?.map(|l| l.1),
         })
     }
+}
 
-    pub(super) fn declared_values(&self) -> (FieldId, &[String]) {
-        (self.output.0, &self.intents)
+/// `intents`: at least one, each once. On a problem (reported), the
+/// intents that could be read, so the other settings are still checked.
+fn intents(cx: &mut BuildCx<'_>) -> Result<Vec<String>, (Vec<String>, Reported)> {
+    let listed = cx.names("intents").map_err(|r| (Vec::new(), r))?;
+    if listed.is_empty() {
+        let id = cx.id().to_owned();
+        cx.error(
+            cx.kind_loc(),
+            "missing-setting",
+            format!("router `{id}` needs `intents`"),
+            None,
+        );
+        return Err((Vec::new(), Reported));
     }
+    let mut out: Vec<String> = Vec::new();
+    let mut ok = true;
+    for intent in &listed {
+        if out.contains(&intent.value) {
+            cx.error(
+                intent.loc,
+                "duplicate-intent",
+                format!("intent `{}` is listed twice", intent.value),
+                None,
+            );
+            ok = false;
+            continue;
+        }
+        out.push(intent.value.clone());
+    }
+    if ok { Ok(out) } else { Err((out, Reported)) }
 }
 
 /// The structured-output schema of a classification.
@@ -193,8 +237,14 @@ fn schema_for(intents: &[String]) -> JsonSchemaFormat {
     }
 }
 
+impl Node for Router {
+    fn run<'a>(&'a self, cx: NodeContext<'a>) -> BoxFuture<'a, Result<Patch, NodeError>> {
+        self.route(cx).boxed()
+    }
+}
+
 impl Router {
-    pub(super) async fn run(&self, cx: NodeContext<'_>) -> Result<Patch, NodeError> {
+    async fn route(&self, cx: NodeContext<'_>) -> Result<Patch, NodeError> {
         let text = cx.state.text(self.input).unwrap_or_default();
         let lower = text.to_lowercase();
         let (intent, source, mut details) = if let Some((token, intent)) = self
@@ -226,7 +276,7 @@ impl Router {
             .await;
         details["intent"] = json!(intent);
         details["source"] = json!(source.as_str());
-        let mut patch = Patch::new().set(Arc::clone(&self.output.1), intent);
+        let mut patch = Patch::new().set(Arc::clone(&self.output), intent);
         if let (Some(field), Some(lang)) = (&self.language, details["detected_language"].as_str())
             && !lang.is_empty()
         {
@@ -261,9 +311,9 @@ impl Router {
         text: &str,
     ) -> Result<(String, Source, Value), NodeError> {
         let mut messages = vec![ChatMessage::System {
-            content: self.prompt.render(cx)?,
+            content: cx.render(&self.prompt)?,
         }];
-        messages.extend(history(cx.state, self.history.0, self.history.1));
+        messages.extend(model::history(cx.state, self.history.0, self.history.1));
         if !matches!(messages.last(), Some(ChatMessage::User { content }) if content == text) {
             messages.push(ChatMessage::User {
                 content: text.to_owned(),
@@ -282,7 +332,7 @@ impl Router {
                 json!({ "reasoning": why }),
             )
         };
-        let reply = match cx.llm(&self.role, 0, &request).await {
+        let reply = match cx.llm(&self.roles, 0, &request).await {
             Ok(reply) => reply,
             Err(e) => {
                 return Ok(fallback(format!(
@@ -312,14 +362,5 @@ impl Router {
             "detected_language": parsed.detected_language,
         });
         Ok((intent.clone(), Source::Model, details))
-    }
-}
-
-/// The JSON object in a model answer, tolerating code fences and prose
-/// around it.
-pub(crate) fn extract_json(text: &str) -> &str {
-    match (text.find('{'), text.rfind('}')) {
-        (Some(a), Some(b)) if b > a => &text[a..=b],
-        _ => text,
     }
 }

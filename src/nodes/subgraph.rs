@@ -8,18 +8,44 @@
 
 use std::sync::Arc;
 
-use super::{BuildCx, NodeContext, NodeError};
-use crate::graph::CompiledGraph;
-use crate::graph::diagnostic::name_hint;
-use crate::graph::loc::Sp;
-use crate::state::{FieldId, Patch};
+use futures::FutureExt;
+use futures::future::BoxFuture;
 
-const SETTINGS: &[&str] = &["graph", "inputs", "outputs"];
+use super::{BuildCx, Graph, Kind, Node, NodeContext, NodeError};
+use crate::graph::SettingDoc;
+use crate::graph::diagnostic::name_hint;
+use crate::graph::kinds::schema;
+use crate::graph::loc::Sp;
+use crate::graph::spec::Surface;
+use crate::state::{FieldId, Patch, StateSchema};
+
+/// The kind.
+pub(super) fn kind() -> Kind {
+    Kind::new(
+        "subgraph",
+        "Runs another graph file as one node.",
+        &[
+            SettingDoc::new("graph", schema::STRING, "the graph to run"),
+            SettingDoc::new(
+                "inputs",
+                schema::NAME_MAP,
+                "child field: parent field (default: fields both states have)",
+            ),
+            SettingDoc::new(
+                "outputs",
+                schema::NAME_MAP,
+                "parent field: child field written back",
+            ),
+        ],
+        Surface::Hidden,
+        |cx| Subgraph::build(cx).map(|n| Arc::new(n) as Arc<dyn Node>),
+    )
+}
 
 /// A node running a whole graph.
 #[derive(Debug)]
-pub struct Subgraph {
-    graph: Arc<CompiledGraph>,
+struct Subgraph {
+    graph: Arc<Graph>,
     /// (child field, parent field)
     inputs: Vec<(FieldId, FieldId)>,
     /// (parent field name, child field)
@@ -27,10 +53,8 @@ pub struct Subgraph {
 }
 
 impl Subgraph {
-    pub(super) fn build(cx: &mut BuildCx<'_>) -> Option<Self> {
-        let n = cx.node;
-        cx.accept(SETTINGS);
-        let name = cx.require(&n.graph, "graph")?;
+    fn build(cx: &mut BuildCx<'_>) -> Option<Self> {
+        let name = cx.require_string("graph").ok()?;
         let Some(graph) = cx.graphs.get(&name.value).cloned() else {
             let known: Vec<&str> = cx.graphs.keys().map(String::as_str).collect();
             cx.error(
@@ -43,67 +67,52 @@ impl Subgraph {
             );
             return None;
         };
-        let child = &*graph.state.schema;
+        let child = Arc::clone(&graph.state.schema);
         let parent = cx.schema?;
         let mut ok = true;
-        let mut child_field = |cx: &mut BuildCx<'_>, sp: &Sp<String>| {
-            let f = child.field(&sp.value);
-            if f.is_none() {
-                ok = false;
-                cx.error(
-                    sp.loc,
-                    "unknown-field",
-                    format!(
-                        "subgraph state `{}` has no field `{}`",
-                        child.name, sp.value
-                    ),
-                    name_hint(&sp.value, child.names()),
-                );
-            }
-            f
-        };
-        let mut inputs = Vec::new();
-        match &n.inputs {
-            Some(map) => {
+        let inputs = match cx.name_map("inputs") {
+            Ok(Some(map)) => {
+                let mut inputs = Vec::new();
                 for (c, p) in &map.entries {
-                    let cf = child_field(cx, c);
+                    let cf = child_field(cx, &child, c);
                     let pf = cx.field(p, "a field", |_| true);
-                    if let (Some(cf), Some(pf)) = (cf, pf) {
-                        inputs.push((cf, pf));
+                    match (cf, pf) {
+                        (Some(cf), Some(pf)) => inputs.push((cf, pf)),
+                        _ => ok = false,
                     }
                 }
+                inputs
             }
-            None => {
-                for f in &child.fields {
-                    if let (Some(cf), Some(pf)) = (child.field(&f.name), parent.field(&f.name)) {
-                        inputs.push((cf, pf));
-                    }
-                }
-            }
-        }
-        let mut outputs = Vec::new();
-        let Some(map) = &n.outputs else {
+            Ok(None) => child
+                .fields
+                .iter()
+                .filter_map(|f| Some((child.field(&f.name)?, parent.field(&f.name)?)))
+                .collect(),
+            Err(_) => return None,
+        };
+        let Ok(Some(map)) = cx.name_map("outputs") else {
+            let id = cx.id().to_owned();
             cx.error(
-                n.kind.loc,
+                cx.kind_loc(),
                 "missing-setting",
-                format!(
-                    "subgraph node `{}` needs `outputs` (parent field: child field)",
-                    n.id.value
-                ),
+                format!("subgraph node `{id}` needs `outputs` (parent field: child field)"),
                 None,
             );
             return None;
         };
+        let mut outputs = Vec::new();
         for (p, c) in &map.entries {
-            let cf = child_field(cx, c);
+            let cf = child_field(cx, &child, c);
             let pf = cx.field(p, "a field", |_| true);
             if let Some(pf) = pf {
-                cx.writes.push(pf);
+                cx.writes(pf);
             }
-            if let (Some(cf), Some(_)) = (cf, pf) {
-                outputs.push((Arc::from(p.value.as_str()), cf));
+            match (cf, pf) {
+                (Some(cf), Some(_)) => outputs.push((Arc::from(p.value.as_str()), cf)),
+                _ => ok = false,
             }
         }
+        cx.runs_subgraph(Arc::clone(&graph));
         ok.then_some(Self {
             graph,
             inputs,
@@ -111,12 +120,7 @@ impl Subgraph {
         })
     }
 
-    /// The graph this node runs.
-    pub fn graph(&self) -> &Arc<CompiledGraph> {
-        &self.graph
-    }
-
-    pub(super) async fn run(&self, cx: NodeContext<'_>) -> Result<Patch, NodeError> {
+    async fn call(&self, cx: NodeContext<'_>) -> Result<Patch, NodeError> {
         let mut child = self.graph.state.default_state();
         for (c, p) in &self.inputs {
             let value = cx.state.get(*p);
@@ -126,24 +130,41 @@ impl Subgraph {
                     .map_err(|e| NodeError::Failed(format!("subgraph input: {e}")))?;
             }
         }
-        let prefix = cx.events.node().to_string();
-        let done = Box::pin(crate::runtime::run_nested(
-            Arc::clone(&self.graph),
-            cx.services,
-            child,
-            Arc::clone(cx.events.sink()),
-            &prefix,
-            cx.cancel,
-        ))
-        .await
-        .map_err(|e| NodeError::Subgraph {
-            graph: self.graph.id.to_string(),
-            message: e.to_string(),
-        })?;
+        let done = cx
+            .subgraphs
+            .run_subgraph(Arc::clone(&self.graph), child, &cx)
+            .await
+            .map_err(|message| NodeError::Subgraph {
+                graph: self.graph.id.to_string(),
+                message,
+            })?;
         let mut patch = Patch::new();
         for (p, c) in &self.outputs {
             patch.insert(Arc::clone(p), done.get(*c));
         }
         Ok(patch)
     }
+}
+
+impl Node for Subgraph {
+    fn run<'a>(&'a self, cx: NodeContext<'a>) -> BoxFuture<'a, Result<Patch, NodeError>> {
+        self.call(cx).boxed()
+    }
+}
+
+/// A field of the child's state named in `inputs` / `outputs`.
+fn child_field(cx: &mut BuildCx<'_>, child: &StateSchema, sp: &Sp<String>) -> Option<FieldId> {
+    let f = child.field(&sp.value);
+    if f.is_none() {
+        cx.error(
+            sp.loc,
+            "unknown-field",
+            format!(
+                "subgraph state `{}` has no field `{}`",
+                child.name, sp.value
+            ),
+            name_hint(&sp.value, child.names()),
+        );
+    }
+    f
 }

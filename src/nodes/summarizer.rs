@@ -10,28 +10,68 @@
 use std::fmt::Write;
 use std::sync::Arc;
 
-use super::{BuildCx, NodeContext, NodeError, PromptRef, build::is_messages};
-use crate::graph::loc::Sp;
-use crate::llm::{ChatMessage, ChatRequest};
-use crate::state::{FieldId, Patch, Role};
+use futures::FutureExt;
+use futures::future::BoxFuture;
 
-const SETTINGS: &[&str] = &[
-    "prompt",
-    "model",
-    "history",
-    "output",
-    "covered",
-    "first_after",
-    "every",
-    "window",
-    "fallback_model",
-];
+use super::model::{self, PROMPT, ROLE_SETTINGS};
+use super::{BuildCx, Kind, Node, NodeContext, NodeError, Roles};
+use crate::graph::kinds::schema;
+use crate::graph::loc::Sp;
+use crate::graph::spec::Surface;
+use crate::graph::{PromptRef, SettingDoc};
+use crate::llm::{ChatMessage, ChatRequest};
+use crate::state::{FieldId, Patch, Role, TypeKind};
+
+/// The kind.
+pub(super) fn kind() -> Kind {
+    let mut settings = vec![
+        PROMPT,
+        SettingDoc::new(
+            "history",
+            schema::FIELD,
+            "messages field to summarize (default `messages`)",
+        ),
+        SettingDoc::new(
+            "output",
+            schema::FIELD,
+            "string field receiving the summary (default `summary`)",
+        ),
+        SettingDoc::new(
+            "covered",
+            schema::FIELD,
+            "integer field counting the messages summarized (default `summarized_count`)",
+        ),
+        SettingDoc::new(
+            "first_after",
+            schema::INTEGER,
+            "first summary once the history exceeds this many messages (default 20)",
+        ),
+        SettingDoc::new(
+            "every",
+            schema::INTEGER,
+            "re-summarize after this many new messages (default 8)",
+        ),
+        SettingDoc::new(
+            "window",
+            schema::INTEGER,
+            "messages sent to the model (default 30)",
+        ),
+    ];
+    settings.extend(ROLE_SETTINGS);
+    Kind::new(
+        "summarizer",
+        "A rolling summary of long conversations, written only when due.",
+        &settings,
+        Surface::Hidden,
+        |cx| Summarizer::build(cx).map(|n| Arc::new(n) as Arc<dyn Node>),
+    )
+}
 
 /// Rolling-summary node.
 #[derive(Debug)]
-pub struct Summarizer {
+struct Summarizer {
     prompt: PromptRef,
-    role: Arc<str>,
+    roles: Roles,
     history: FieldId,
     output: (FieldId, Arc<str>),
     covered: (FieldId, Arc<str>),
@@ -41,52 +81,38 @@ pub struct Summarizer {
 }
 
 impl Summarizer {
-    pub(super) fn build(cx: &mut BuildCx<'_>) -> Option<Self> {
-        let n = cx.node;
-        cx.accept(SETTINGS);
+    fn build(cx: &mut BuildCx<'_>) -> Option<Self> {
         let prompt = cx.prompt(true);
-        let history_name = n
-            .history
-            .clone()
-            .unwrap_or_else(|| Sp::new("messages".into(), n.kind.loc));
-        let history = cx.field(&history_name, "a list of messages", is_messages);
-        let output = cx.output(&n.output, "summary", "a text field", |f| f.ty.is_string());
-        let covered = cx.output(&n.covered, "summarized_count", "an integer field", |f| {
-            matches!(f.ty.kind, crate::state::TypeKind::Integer { .. })
-        });
-        let num = |v: &Option<Sp<u32>>, d: u32| v.as_ref().map_or(d, |v| v.value) as usize;
-        let (first_after, every, window) = (
-            num(&n.first_after, 20),
-            num(&n.every, 8),
-            num(&n.window, 30),
-        );
-        if every == 0 || window == 0 {
-            cx.error(
-                n.kind.loc,
-                "invalid-setting",
-                "`every` and `window` must be at least 1",
-                None,
-            );
-            return None;
-        }
-        let name = |o: &Option<Sp<String>>, d: &str| -> Arc<str> {
-            o.as_ref().map_or(d, |v| v.value.as_str()).into()
+        let history_name = match cx.string("history") {
+            Ok(h) => h.unwrap_or_else(|| Sp::new("messages".into(), cx.kind_loc())),
+            Err(_) => return None,
         };
+        let history = cx.field(&history_name, "a field of type messages", |f| {
+            f.ty.is_messages()
+        });
+        let output = cx.output("output", "summary", "a string field", |f| f.ty.is_string());
+        let covered = cx.output("covered", "summarized_count", "an integer field", |f| {
+            matches!(f.ty.kind, TypeKind::Integer { .. })
+        });
+        let first_after = cx.integer("first_after", 0..=100_000, 20);
+        let every = cx.integer("every", 1..=100_000, 8);
+        let window = cx.integer("window", 1..=100_000, 30);
+        let roles = model::roles(cx);
         Some(Self {
             prompt: prompt.ok()??,
-            role: cx.role(),
+            roles: roles.ok()?,
             history: history?,
-            output: (output?, name(&n.output, "summary")),
-            covered: (covered?, name(&n.covered, "summarized_count")),
-            first_after,
-            every,
-            window,
+            output: output?,
+            covered: covered?,
+            first_after: first_after.ok()? as usize,
+            every: every.ok()? as usize,
+            window: window.ok()? as usize,
         })
     }
 
     /// Whether a (new) summary is due for `len` messages when `covered` are
     /// already summarized (`has_summary` tells if a summary exists).
-    pub fn due(&self, len: usize, covered: usize, has_summary: bool) -> bool {
+    fn due(&self, len: usize, covered: usize, has_summary: bool) -> bool {
         if !has_summary || covered == 0 {
             len > self.first_after
         } else {
@@ -94,7 +120,7 @@ impl Summarizer {
         }
     }
 
-    pub(super) async fn run(&self, cx: NodeContext<'_>) -> Result<Patch, NodeError> {
+    async fn call(&self, cx: NodeContext<'_>) -> Result<Patch, NodeError> {
         let msgs = cx.state.messages(self.history).unwrap_or_default();
         let covered = cx.state.get(self.covered.0).as_u64().unwrap_or(0) as usize;
         let has_summary = cx.state.text(self.output.0).is_some_and(|s| !s.is_empty());
@@ -113,7 +139,7 @@ impl Summarizer {
         }
         let messages = vec![
             ChatMessage::System {
-                content: self.prompt.render(&cx)?,
+                content: cx.render(&self.prompt)?,
             },
             ChatMessage::User {
                 content: transcript,
@@ -121,7 +147,7 @@ impl Summarizer {
         ];
         let reply = cx
             .llm(
-                &self.role,
+                &self.roles,
                 0,
                 &ChatRequest {
                     messages,
@@ -133,5 +159,11 @@ impl Summarizer {
         Ok(Patch::new()
             .set(Arc::clone(&self.output.1), summary)
             .set(Arc::clone(&self.covered.1), msgs.len()))
+    }
+}
+
+impl Node for Summarizer {
+    fn run<'a>(&'a self, cx: NodeContext<'a>) -> BoxFuture<'a, Result<Patch, NodeError>> {
+        self.call(cx).boxed()
     }
 }

@@ -2,10 +2,11 @@
 //!
 //! The deterministic counterpart of `agent`: the graph file says which tool
 //! to call and with what, so a map fan-out can run one search or one fetch
-//! per item (graphs/research.yaml). `args` is a map whose string values may
-//! be minijinja templates over the state fields and, on map targets, `item`
-//! (`{query: "{{ item }}", max_results: 5}`); other values are passed as
-//! they are. The call goes through the registry like an agent's: only the
+//! per item (graphs/research.yaml), and a graph can run logic in any
+//! language behind an MCP server. `args` values follow the value rule:
+//! `"{{ expression }}"` is the expression's value (typed: `"{{ item }}"` is
+//! the map item itself), other strings with `{{ }}` are templates, anything
+//! else is passed as it is. The call goes through the registry like an agent's: only the
 //! tools in `tools` (default: the tool itself), arguments checked against
 //! the schema, the tool's time limit and cache, and it is recorded for
 //! replay.
@@ -13,7 +14,9 @@
 //! The `output` field receives a record, `{tool, args, output}` or, for a
 //! failure, `{tool, args, error: {error: true, type, message, details}}`,
 //! so with an `append` field every map task's outcome sits next to the
-//! others, failures included.
+//! others, failures included. `outputs` maps the result into fields
+//! instead (or as well): `{total: "{{ result.total }}"}`, expressions over
+//! `result` and `args`; `extract` works as on agents.
 //!
 //! `on_error: fail` (the default) fails the node; timeouts and execution
 //! errors are transient, so `retry` repeats the call. `on_error: continue`
@@ -23,75 +26,89 @@
 //! own `retry` setting, because only it knows that the last failure is to
 //! become data rather than an error.
 
-use std::collections::BTreeMap;
-use std::fmt;
 use std::sync::Arc;
 use std::time::Instant;
 
+use futures::FutureExt;
+use futures::future::BoxFuture;
 use serde_json::{Value, json};
 
-use super::{BuildCx, NodeContext, NodeError};
+use super::extract::{self, Extract};
+use super::{BuildCx, Kind, Node, NodeContext, NodeError};
 use crate::events::EventKind;
 use crate::graph::diagnostic::name_hint;
-use crate::graph::prompts::{BUILTIN_GLOBALS, environment};
-use crate::state::{FieldId, Patch};
+use crate::graph::expr::{ValueExpr, from_json};
+use crate::graph::kinds::schema;
+use crate::graph::spec::Surface;
+use crate::graph::{Reported, SettingDoc};
+use crate::state::Patch;
 use crate::tools::{ToolError, failure_payload};
 
-/// Settings this kind accepts.
-const SETTINGS: &[&str] = &["tool", "tools", "args", "output", "on_error"];
-
-/// One argument: a template to render or a value to pass.
-#[derive(Debug)]
-enum Arg {
-    Template(String),
-    Value(Value),
+/// The kind.
+pub(super) fn kind() -> Kind {
+    Kind::new(
+        "tool",
+        "One tool call with arguments from the state; its result into fields.",
+        &[
+            SettingDoc::new("tool", schema::STRING, "the tool to call"),
+            SettingDoc::new(
+                "tools",
+                schema::NAMES,
+                "tools and partitions it may call (default: the tool itself)",
+            ),
+            SettingDoc::new(
+                "args",
+                schema::MAP,
+                "its arguments (values under the value rule; `item` on map targets)",
+            ),
+            SettingDoc::new(
+                "output",
+                schema::FIELD,
+                "list or object field receiving `{tool, args, output | error}`",
+            ),
+            SettingDoc::new(
+                "outputs",
+                schema::MAP,
+                "field → value computed from `result` and `args`",
+            ),
+            SettingDoc::new(
+                "on_error",
+                r#"{"enum":["fail","continue"]}"#,
+                "`fail` (default) or `continue`: the failure is written as data",
+            ),
+            extract::SETTING,
+        ],
+        Surface::Hidden,
+        |cx| ToolNode::build(cx).map(|n| Arc::new(n) as Arc<dyn Node>),
+    )
 }
 
 /// A node that calls one tool.
-pub struct ToolNode {
+#[derive(Debug)]
+struct ToolNode {
     tool: String,
     /// The `tools` entries (tools and partitions, expanded per call).
     entries: Vec<String>,
-    args: Vec<(String, Arg)>,
-    /// The argument templates, by `args.NAME`.
-    templates: minijinja::Environment<'static>,
-    /// State fields the templates read.
-    vars: Vec<(Arc<str>, FieldId)>,
-    uses_item: bool,
-    output: Arc<str>,
+    args: Vec<(String, ValueExpr)>,
+    output: Option<Arc<str>>,
+    outputs: Vec<(Arc<str>, ValueExpr)>,
+    extract: Extract,
     keep_going: bool,
     attempts: u32,
 }
 
-impl fmt::Debug for ToolNode {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("ToolNode")
-            .field("tool", &self.tool)
-            .field("args", &self.args)
-            .field("output", &self.output)
-            .field("keep_going", &self.keep_going)
-            .finish_non_exhaustive()
-    }
-}
-
 impl ToolNode {
-    pub(super) fn build(cx: &mut BuildCx<'_>) -> Option<Self> {
-        let n = cx.node;
-        cx.accept(SETTINGS);
-        let tool = cx.require(&n.tool, "tool").cloned();
+    fn build(cx: &mut BuildCx<'_>) -> Option<Self> {
+        let tool = cx.require_string("tool");
         let listed = cx.tools();
-        let output = cx.require(&n.output, "output").cloned();
-        let output = output.and_then(|o| {
-            cx.output(&Some(o.clone()), "", "a list or JSON field", |f| {
-                f.ty.is_list() || f.ty.holds_objects()
-            })
-            .map(|_| Arc::<str>::from(o.value.as_str()))
+        let output = cx.optional_output("output", "a list or object field", |f| {
+            f.ty.is_list() || f.ty.holds_objects()
         });
-        let keep_going = match &n.on_error {
-            None => Some(false),
-            Some(v) if v.value == "fail" => Some(false),
-            Some(v) if v.value == "continue" => Some(true),
-            Some(v) => {
+        let keep_going = match cx.string("on_error") {
+            Ok(None) => Some(false),
+            Ok(Some(v)) if v.value == "fail" => Some(false),
+            Ok(Some(v)) if v.value == "continue" => Some(true),
+            Ok(Some(v)) => {
                 cx.error(
                     v.loc,
                     "invalid-setting",
@@ -100,9 +117,11 @@ impl ToolNode {
                 );
                 None
             }
+            Err(_) => None,
         };
-        let args = Args::build(cx);
-        let tool = tool?;
+        let args = args(cx);
+        let outputs = outputs(cx);
+        let tool = tool.ok()?;
         let mut entries = listed.ok()?;
         if entries.is_empty() {
             entries.push(tool.value.clone());
@@ -110,24 +129,79 @@ impl ToolNode {
         if !covers(cx, &tool.value, &entries) {
             return None;
         }
-        let args = args?;
+        cx.uses_tool(&tool.value);
+        let extract = Extract::build(cx, &entries).ok()?;
+        let (output, outputs) = (output.ok()?, outputs.ok()?);
+        if output.is_none() && outputs.is_empty() && extract.is_empty() {
+            let id = cx.id().to_owned();
+            cx.error(
+                cx.kind_loc(),
+                "missing-setting",
+                format!("node `{id}` of kind `tool` needs `output`, `outputs` or `extract`"),
+                None,
+            );
+            return None;
+        }
         Some(Self {
             tool: tool.value.clone(),
             entries,
-            args: args.args,
-            templates: args.env,
-            vars: args.vars,
-            uses_item: args.uses_item,
-            output: output?,
+            args: args.ok()?,
+            output: output.map(|o| o.1),
+            outputs,
+            extract,
             keep_going: keep_going?,
-            attempts: n
+            attempts: cx
+                .node
                 .retry
                 .as_ref()
                 .map_or(1, |r| r.value.attempts.clamp(1, 20)),
         })
     }
 
-    pub(super) async fn run(&self, cx: NodeContext<'_>) -> Result<Patch, NodeError> {
+    /// The arguments, evaluated.
+    fn render(&self, cx: &NodeContext<'_>) -> Result<Value, NodeError> {
+        let extra: Vec<(&str, minijinja::Value)> = cx
+            .item
+            .map(|i| vec![("item", from_json(i))])
+            .unwrap_or_default();
+        let mut out = serde_json::Map::new();
+        for (name, arg) in &self.args {
+            out.insert(name.clone(), arg.eval(cx.state, &extra)?);
+        }
+        Ok(Value::Object(out))
+    }
+
+    /// The writes for a successful call.
+    fn success(
+        &self,
+        cx: &NodeContext<'_>,
+        args: &Value,
+        output: &Value,
+    ) -> Result<Patch, NodeError> {
+        let mut patch = Patch::new();
+        if let Some(field) = &self.output {
+            patch.insert(
+                Arc::clone(field),
+                json!({ "tool": self.tool, "args": args, "output": output }),
+            );
+        }
+        let result = match output {
+            Value::String(s) => serde_json::from_str(s).unwrap_or_else(|_| output.clone()),
+            other => other.clone(),
+        };
+        let extra = [("result", from_json(&result)), ("args", from_json(args))];
+        for (field, value) in &self.outputs {
+            patch.insert(Arc::clone(field), value.eval(cx.state, &extra)?);
+        }
+        for (field, value) in
+            extract::writes(self.extract.apply(cx.state, &self.tool, args, output))
+        {
+            patch.insert(field, value);
+        }
+        Ok(patch)
+    }
+
+    async fn call(&self, cx: NodeContext<'_>) -> Result<Patch, NodeError> {
         let args = self.render(&cx)?;
         // Unique in the run (the UI keys tool parts by it) and the same when
         // the run is re-executed (recorded results are keyed by it).
@@ -165,8 +239,7 @@ impl ToolNode {
                         duration_us: started.elapsed().as_micros() as u64,
                     })
                     .await;
-                let record = json!({ "tool": self.tool, "args": args, "output": outcome.output });
-                Ok(Patch::new().set(Arc::clone(&self.output), record))
+                self.success(&cx, &args, &outcome.output)
             }
             Err(error) => {
                 let failure = error.to_failure();
@@ -180,7 +253,10 @@ impl ToolNode {
                 let last_attempt = !is_transient(&error) || cx.attempt >= self.attempts;
                 if self.keep_going && last_attempt {
                     let record = json!({ "tool": self.tool, "args": args, "error": failure_payload(&failure) });
-                    Ok(Patch::new().set(Arc::clone(&self.output), record))
+                    Ok(self
+                        .output
+                        .as_ref()
+                        .map_or_else(Patch::new, |f| Patch::new().set(Arc::clone(f), record)))
                 } else {
                     Err(NodeError::Tool {
                         tool: self.tool.clone(),
@@ -190,40 +266,11 @@ impl ToolNode {
             }
         }
     }
+}
 
-    /// The arguments, templates rendered.
-    fn render(&self, cx: &NodeContext<'_>) -> Result<Value, NodeError> {
-        let mut ctx: BTreeMap<&str, minijinja::Value> = self
-            .vars
-            .iter()
-            .map(|(n, f)| (&**n, cx.state.template_value(*f)))
-            .collect();
-        if self.uses_item {
-            ctx.insert(
-                "item",
-                cx.item
-                    .map(|v| minijinja::Value::from(minijinja::value::Serde(v)))
-                    .unwrap_or_default(),
-            );
-        }
-        let ctx = minijinja::Value::from(ctx);
-        let mut out = serde_json::Map::new();
-        for (name, arg) in &self.args {
-            let value = match arg {
-                Arg::Value(v) => v.clone(),
-                Arg::Template(t) => Value::String(
-                    self.templates
-                        .get_template(t)
-                        .and_then(|t| t.render(&ctx))
-                        .map_err(|e| NodeError::Prompt {
-                            prompt: t.clone(),
-                            message: e.to_string(),
-                        })?,
-                ),
-            };
-            out.insert(name.clone(), value);
-        }
-        Ok(Value::Object(out))
+impl Node for ToolNode {
+    fn run<'a>(&'a self, cx: NodeContext<'a>) -> BoxFuture<'a, Result<Patch, NodeError>> {
+        self.call(cx).boxed()
     }
 }
 
@@ -245,7 +292,12 @@ pub(crate) fn is_transient(e: &ToolError) -> bool {
 /// `[tools.search]`) or an `external_tools` entry. Reports the problem
 /// otherwise.
 fn covers(cx: &mut BuildCx<'_>, tool: &str, entries: &[String]) -> bool {
-    let loc = cx.node.tool.as_ref().map_or(cx.node.kind.loc, |t| t.loc);
+    let loc = cx
+        .node
+        .settings
+        .iter()
+        .find(|(k, _)| k.value == "tool")
+        .map_or(cx.kind_loc(), |(_, v)| v.loc);
     if cx.external_tools.iter().any(|e| e == tool) {
         return true;
     }
@@ -290,98 +342,45 @@ fn covers(cx: &mut BuildCx<'_>, tool: &str, entries: &[String]) -> bool {
     }
 }
 
-/// `args`, checked: templates parse and read only state fields (and `item`
-/// on map targets).
-struct Args {
-    args: Vec<(String, Arg)>,
-    env: minijinja::Environment<'static>,
-    vars: Vec<(Arc<str>, FieldId)>,
-    uses_item: bool,
+/// `args`: each value under the value rule.
+fn args(cx: &mut BuildCx<'_>) -> Result<Vec<(String, ValueExpr)>, Reported> {
+    let Some(entries) = cx.mapping("args")? else {
+        return Ok(Vec::new());
+    };
+    let mut out = Vec::new();
+    let mut ok = true;
+    for (name, value) in entries {
+        match cx.value_expr(value, &format!("`args.{}`", name.value), &[]) {
+            Ok(v) => out.push((name.value.clone(), v)),
+            Err(Reported) => ok = false,
+        }
+    }
+    if ok { Ok(out) } else { Err(Reported) }
 }
 
-impl Args {
-    fn build(cx: &mut BuildCx<'_>) -> Option<Self> {
-        let mut out = Self {
-            args: Vec::new(),
-            env: environment(),
-            vars: Vec::new(),
-            uses_item: false,
-        };
-        let node = cx.node;
-        let Some(map) = &node.args else {
-            return Some(out);
-        };
-        let mut ok = true;
-        for (name, value) in &map.value {
-            let source = match value {
-                Value::String(s) if s.contains("{{") || s.contains("{%") => s,
-                other => {
-                    out.args.push((name.clone(), Arg::Value(other.clone())));
-                    continue;
-                }
-            };
-            let key = format!("args.{name}");
-            if let Err(e) = out.env.add_template_owned(key.clone(), source.clone()) {
-                let detail = e.detail().map_or_else(|| e.to_string(), str::to_owned);
-                cx.error(
-                    map.loc,
-                    "invalid-setting",
-                    format!("`{key}` is not a valid template: {detail}"),
-                    None,
-                );
-                ok = false;
-                continue;
+/// `outputs`: field → value over `result` and `args`.
+fn outputs(cx: &mut BuildCx<'_>) -> Result<Vec<(Arc<str>, ValueExpr)>, Reported> {
+    let Some(entries) = cx.mapping("outputs")? else {
+        return Ok(Vec::new());
+    };
+    let mut out = Vec::new();
+    let mut ok = true;
+    for (name, value) in entries {
+        let field = cx.field(name, "a field", |_| true);
+        let expr = cx.value_expr(
+            value,
+            &format!("`outputs.{}`", name.value),
+            &["result", "args"],
+        );
+        match (field, expr) {
+            (Some(f), Ok(e)) => {
+                cx.writes(f);
+                out.push((Arc::<str>::from(name.value.as_str()), e));
             }
-            let vars = out
-                .env
-                .get_template(&key)
-                .map(|t| t.undeclared_variables(false))
-                .unwrap_or_default();
-            for var in vars {
-                if BUILTIN_GLOBALS.contains(&var.as_str()) {
-                    continue;
-                }
-                if var == "item" {
-                    if !cx.is_map_target {
-                        cx.error(
-                            map.loc,
-                            "invalid-setting",
-                            format!(
-                                "`{key}` uses `item`, but node `{}` is not the target of a map edge",
-                                node.id.value
-                            ),
-                            None,
-                        );
-                        ok = false;
-                    }
-                    out.uses_item = true;
-                    continue;
-                }
-                let Some(schema) = cx.schema else { continue };
-                match schema.field(&var) {
-                    Some(id) => {
-                        if !out.vars.iter().any(|(v, _)| **v == *var) {
-                            out.vars.push((var.as_str().into(), id));
-                        }
-                    }
-                    None => {
-                        cx.error(
-                            map.loc,
-                            "invalid-setting",
-                            format!(
-                                "`{key}` uses `{var}`, but state `{}` has no such field",
-                                schema.name
-                            ),
-                            name_hint(&var, schema.names().chain(["item"])),
-                        );
-                        ok = false;
-                    }
-                }
-            }
-            out.args.push((name.clone(), Arg::Template(key)));
+            _ => ok = false,
         }
-        ok.then_some(out)
     }
+    if ok { Ok(out) } else { Err(Reported) }
 }
 
 #[cfg(test)]

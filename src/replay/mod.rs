@@ -17,7 +17,7 @@ use tokio::sync::mpsc;
 use uuid::Uuid;
 
 use crate::events::{Event, EventKind, ForkOrigin};
-use crate::graph::CompiledGraph;
+use crate::nodes::Graph;
 use crate::runtime::{self, Resume, RunError, RunOptions, Services, rebuild_state};
 use crate::sse::{self, BridgeConfig};
 use crate::state::DynState;
@@ -326,7 +326,7 @@ impl Reexecution {
 /// # Errors
 /// The recording has no `run_started`.
 pub async fn reexecute(
-    graph: Arc<CompiledGraph>,
+    graph: Arc<Graph>,
     tools: Services,
     recorded: &[Event],
 ) -> Result<Reexecution, ReplayError> {
@@ -342,7 +342,7 @@ pub async fn reexecute(
         })
         .ok_or_else(|| ReplayError::State("the recording has no run_started event".into()))?;
     let mut services = tools;
-    services.recording = Some(Arc::new(Recording::from_events(recorded)));
+    services.playback = Some(Arc::new(Recording::from_events(recorded)));
     let (tx, mut rx) = mpsc::channel::<Arc<Event>>(1024);
     let collect = tokio::spawn(async move {
         let mut v = Vec::new();
@@ -392,7 +392,7 @@ pub async fn reexecute(
 /// No checkpoint, or the state cannot be rebuilt.
 pub async fn state_at(
     store: &dyn Store,
-    graph: &CompiledGraph,
+    graph: &Graph,
     run: Uuid,
     step: u32,
 ) -> Result<Box<dyn DynState>, ReplayError> {
@@ -409,7 +409,7 @@ pub async fn state_at(
 /// No checkpoint at `step`, an unknown field or a value of the wrong type.
 pub async fn fork_point(
     store: &dyn Store,
-    graph: &CompiledGraph,
+    graph: &Graph,
     run: Uuid,
     step: u32,
     set: &[(String, Value)],

@@ -200,3 +200,19 @@ impl Recording {
         })
     }
 }
+
+impl crate::nodes::Playback for Recording {
+    fn llm(&self, node: &str, step: u32, task: u32, call: u32) -> Option<(String, ChunkStream)> {
+        Recording::llm(self, node, step, task, call)
+    }
+
+    fn tool(
+        &self,
+        node: &str,
+        step: u32,
+        task: u32,
+        call_id: &str,
+    ) -> Option<Result<ToolOutcome, ToolError>> {
+        Recording::tool(self, node, step, task, call_id)
+    }
+}

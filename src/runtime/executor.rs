@@ -15,8 +15,9 @@ use super::{
     RunStatus, SNAPSHOT_FACTOR, Services, StepBatch, TaskWrite, input_state, json_weight,
 };
 use crate::events::{EVENT_FORMAT, Event, EventKind, EventSink, NodeEvents};
-use crate::graph::{CompiledGraph, NodeIdx, Target, Transition};
-use crate::state::{DynState, TaskPatch, apply_step, route_key};
+use crate::graph::{NodeIdx, Target, Transition};
+use crate::nodes::{Graph, NodeContext, SubgraphRunner};
+use crate::state::{DynState, TaskPatch, apply_step};
 
 /// How many recent steps the recursion-limit error looks at.
 const TRAIL: usize = 64;
@@ -51,7 +52,7 @@ pub struct Resume {
 /// The run failed or was cancelled; the failure was emitted as
 /// `run_failed` / `run_cancelled`.
 pub async fn run(
-    graph: Arc<CompiledGraph>,
+    graph: Arc<Graph>,
     services: Arc<Services>,
     input: impl Into<Arc<Value>>,
     opts: RunOptions,
@@ -114,7 +115,7 @@ pub async fn run(
 /// # Errors
 /// As [`run`]; also a frontier naming nodes the graph no longer has.
 pub async fn resume(
-    graph: Arc<CompiledGraph>,
+    graph: Arc<Graph>,
     services: Arc<Services>,
     from: Resume,
     opts: RunOptions,
@@ -184,7 +185,7 @@ fn unknown_node(node: &str) -> crate::state::StateError {
 /// # Errors
 /// As [`run`].
 pub async fn run_nested(
-    graph: Arc<CompiledGraph>,
+    graph: Arc<Graph>,
     services: &Services,
     state: Box<dyn DynState>,
     sink: Arc<EventSink>,
@@ -215,6 +216,33 @@ pub async fn run_nested(
     Ok(exec.state)
 }
 
+/// Runs subgraph nodes' graphs: the executor's side of
+/// [`SubgraphRunner`].
+struct Nested;
+
+impl SubgraphRunner for Nested {
+    fn run_subgraph<'a>(
+        &'a self,
+        graph: Arc<Graph>,
+        state: Box<dyn DynState>,
+        cx: &'a NodeContext<'a>,
+    ) -> futures::future::BoxFuture<'a, Result<Box<dyn DynState>, String>> {
+        Box::pin(async move {
+            let prefix = cx.events.node().to_string();
+            run_nested(
+                graph,
+                cx.services,
+                state,
+                Arc::clone(cx.events.sink()),
+                &prefix,
+                cx.cancel,
+            )
+            .await
+            .map_err(|e| e.to_string())
+        })
+    }
+}
+
 async fn exec_result(exec: &mut Exec<'_>) -> Result<(), RunError> {
     while !exec.tasks.is_empty() {
         exec.step().await?;
@@ -223,7 +251,7 @@ async fn exec_result(exec: &mut Exec<'_>) -> Result<(), RunError> {
 }
 
 struct Exec<'a> {
-    graph: &'a CompiledGraph,
+    graph: &'a Graph,
     services: &'a Services,
     sink: Arc<EventSink>,
     cancel: &'a CancellationToken,
@@ -263,7 +291,7 @@ struct Exec<'a> {
 impl<'a> Exec<'a> {
     #[allow(clippy::too_many_arguments)]
     fn new(
-        graph: &'a CompiledGraph,
+        graph: &'a Graph,
         services: &'a Services,
         sink: Arc<EventSink>,
         cancel: &'a CancellationToken,
@@ -400,6 +428,7 @@ impl<'a> Exec<'a> {
             services: self.services,
             prompts: &self.graph.prompts,
             cancel: self.cancel,
+            subgraphs: &Nested,
         };
         let task_future = |i: usize| {
             let t = &self.tasks[i];
@@ -410,7 +439,9 @@ impl<'a> Exec<'a> {
                 Arc::clone(&self.names[t.node as usize]),
                 i as u32,
             );
-            async move { (i, run_task(node, env, events, t.item.as_ref()).await) }
+            // Progress once per node and step, not per map task.
+            let first = i == 0 || self.tasks[i - 1].node != t.node;
+            async move { (i, run_task(node, env, events, t.item.as_ref(), first).await) }
         };
         let fail = |i: usize, e| RunError::Node {
             node: self.names[self.tasks[i].node as usize].to_string(),
@@ -468,7 +499,7 @@ impl<'a> Exec<'a> {
                     Transition::Goto(Target::Node(n)) => trigger(*n),
                     Transition::Goto(Target::End) => {}
                     Transition::Route(r) => {
-                        let key = route_key(state, r.field);
+                        let key = r.on.key(state);
                         match r.target(key.as_deref()) {
                             Some(Target::Node(n)) => trigger(n),
                             Some(Target::End) => {}
@@ -482,16 +513,18 @@ impl<'a> Exec<'a> {
                         }
                     }
                     Transition::Map { over, to } => {
-                        if let Value::Array(items) = state.get(*over) {
-                            let c = map_count.entry(*to).or_default();
-                            for item in items {
-                                *c += 1;
-                                sends.push(Task {
-                                    node: *to,
-                                    item: Some(item),
-                                    order: (*to, *c),
-                                });
-                            }
+                        let items = over.list(state).map_err(|e| RunError::Map {
+                            node: names[t.node as usize].to_string(),
+                            message: e.to_string(),
+                        })?;
+                        let c = map_count.entry(*to).or_default();
+                        for item in items {
+                            *c += 1;
+                            sends.push(Task {
+                                node: *to,
+                                item: Some(item),
+                                order: (*to, *c),
+                            });
                         }
                     }
                     Transition::Join(j) => {

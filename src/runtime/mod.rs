@@ -25,40 +25,16 @@ use uuid::Uuid;
 #[allow(unused_imports)]
 use crate::events::EventKind;
 use crate::events::{ErrorInfo, Event, ForkOrigin, Usage};
-use crate::graph::CompiledGraph;
-use crate::llm::Models;
-use crate::nodes::NodeError;
+use crate::nodes::{Graph, NodeError};
 use crate::state::{DynState, StateError};
-use crate::tools::ToolRegistry;
+
+pub use crate::nodes::Services;
 
 pub use checkpoint::{
     CheckpointError, Checkpointer, MemoryCheckpointer, PendingTask, RunStatus, SNAPSHOT_FACTOR,
     StepBatch, TaskWrite, json_weight, rebuild_state,
 };
 pub use executor::{Resume, resume, run, run_nested};
-
-/// What nodes can call at run time.
-#[derive(Debug, Clone)]
-pub struct Services {
-    /// Models by role.
-    pub models: Models,
-    /// Tools.
-    pub tools: Arc<ToolRegistry>,
-    /// Model outputs and tool results served instead of calling them
-    /// (re-execution, crash recovery).
-    pub recording: Option<Arc<crate::replay::Recording>>,
-}
-
-impl Services {
-    /// Live models and tools.
-    pub fn new(models: Models, tools: Arc<ToolRegistry>) -> Self {
-        Self {
-            models,
-            tools,
-            recording: None,
-        }
-    }
-}
 
 /// Options of one run.
 #[derive(Clone)]
@@ -156,6 +132,14 @@ pub enum RunError {
     /// Patches could not be applied.
     #[error(transparent)]
     State(StateError),
+    /// A map edge's list could not be computed.
+    #[error("node `{node}`: the list to fan out over failed: {message}")]
+    Map {
+        /// The node whose edge it is.
+        node: String,
+        /// Why.
+        message: String,
+    },
     /// A conditional edge had no target for the value.
     #[error("node `{node}`: no route for `{field}` = {value}")]
     NoRoute {
@@ -184,6 +168,7 @@ impl RunError {
             RunError::State(StateError::Conflict { .. }) => "write_conflict",
             RunError::State(_) => "invalid_patch",
             RunError::NoRoute { .. } => "no_route",
+            RunError::Map { .. } => "map_failed",
             RunError::Cancelled => "cancelled",
             RunError::Checkpoint(_) => "checkpoint_failed",
         }
@@ -199,9 +184,6 @@ impl RunError {
 }
 
 /// Starts a run and returns its input as JSON for `run_started`.
-pub(crate) fn input_state(
-    graph: &CompiledGraph,
-    input: &Value,
-) -> Result<Box<dyn DynState>, RunError> {
+pub(crate) fn input_state(graph: &Graph, input: &Value) -> Result<Box<dyn DynState>, RunError> {
     graph.state.from_json(input).map_err(RunError::Input)
 }

@@ -6,11 +6,10 @@ use std::time::Instant;
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
-use super::Services;
 use crate::events::{Event, EventKind, NodeEvents};
 use crate::graph::CompiledNode;
 use crate::graph::prompts::Prompts;
-use crate::nodes::{NodeContext, NodeError};
+use crate::nodes::{Node, NodeContext, NodeError, Services, SubgraphRunner};
 use crate::state::DynState;
 
 /// Everything a task needs besides its node.
@@ -20,16 +19,30 @@ pub(super) struct TaskEnv<'a> {
     pub services: &'a Services,
     pub prompts: &'a Prompts,
     pub cancel: &'a CancellationToken,
+    pub subgraphs: &'a dyn SubgraphRunner,
 }
 
 /// Runs a task until it succeeds, fails for good or runs out of attempts.
 /// Returns the `node_finished` event, whose patch the step applies.
 pub(super) async fn run_task(
-    node: &CompiledNode,
+    node: &CompiledNode<Arc<dyn Node>>,
     env: TaskEnv<'_>,
     events: NodeEvents,
     item: Option<&Value>,
+    first_of_node: bool,
 ) -> Result<Arc<Event>, NodeError> {
+    if let Some(status) = &node.status
+        && first_of_node
+    {
+        let extra: Vec<(&str, minijinja::Value)> = item
+            .map(|i| vec![("item", crate::graph::expr::from_json(i))])
+            .unwrap_or_default();
+        match status.eval(env.state, &extra) {
+            Ok(serde_json::Value::String(text)) if !text.is_empty() => events.stage(text).await,
+            Ok(_) => {}
+            Err(e) => tracing::warn!(node = %events.node(), error = %e, "status failed to render"),
+        }
+    }
     let mut attempt = 1;
     loop {
         let _ = events
@@ -47,7 +60,7 @@ pub(super) async fn run_task(
             prompts: env.prompts,
             attempt,
             cancel: env.cancel,
-            fallback_model: node.fallback_model.as_ref(),
+            subgraphs: env.subgraphs,
         };
         let result = match node.timeout {
             Some(limit) => match tokio::time::timeout(limit, node.imp.run(cx)).await {

@@ -4,7 +4,7 @@ use std::sync::Arc;
 
 use super::{AppState, Graphs};
 use crate::config::Config;
-use crate::graph::catalog::Registries;
+use crate::nodes::Registries;
 use crate::runtime::Services;
 use crate::store::Store;
 use crate::tools::mcp::{McpManager, ServerState};
@@ -12,9 +12,10 @@ use crate::tools::mcp::{McpManager, ServerState};
 /// How long startup waits for MCP servers before serving anyway.
 const MCP_STARTUP_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
 
-/// Everything `serve` sets up before listening, or why it could not.
-pub async fn build_state(config: Config) -> Result<Arc<AppState>, String> {
-    let registries = Registries::default();
+/// Everything `serve` sets up before listening, or why it could not;
+/// graph files are checked against `registries` (the built-in kinds and
+/// tools, plus whatever an embedding application registered).
+pub async fn build_state(config: Config, registries: Registries) -> Result<Arc<AppState>, String> {
     config.tools.apply(&registries.tools)?;
     // Before the graphs compile: it declares the MCP partitions they name.
     let mcp = (!config.tools.mcp.servers.is_empty())

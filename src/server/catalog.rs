@@ -9,9 +9,9 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, PoisonError, RwLock};
 use std::time::SystemTime;
 
-use crate::graph::catalog::{Catalog, Registries};
 use crate::graph::diagnostic::Diagnostic;
-use crate::graph::{CompiledGraph, embedded};
+use crate::nodes::Graph;
+use crate::nodes::{GraphCatalog as Catalog, Registries};
 
 /// The catalog in use and where it comes from.
 #[derive(Debug)]
@@ -41,9 +41,9 @@ impl Graphs {
     pub fn load(graphs_dir: &Path, prompts_dir: &Path, registries: Registries) -> Self {
         let embedded = !graphs_dir.is_dir();
         let catalog = if embedded {
-            embedded::catalog(&registries)
+            registries.embedded()
         } else {
-            Catalog::load(graphs_dir, prompts_dir, &registries)
+            registries.load(graphs_dir, prompts_dir)
         };
         Self {
             current: RwLock::new(Arc::new(catalog)),
@@ -73,7 +73,7 @@ impl Graphs {
     }
 
     /// A graph by id.
-    pub fn get(&self, id: &str) -> Option<Arc<CompiledGraph>> {
+    pub fn get(&self, id: &str) -> Option<Arc<Graph>> {
         self.catalog().get(id).cloned()
     }
 
@@ -91,7 +91,7 @@ impl Graphs {
                 diagnostics: Vec::new(),
             };
         }
-        let mut fresh = Catalog::load(&self.graphs_dir, &self.prompts_dir, &self.registries);
+        let mut fresh = self.registries.load(&self.graphs_dir, &self.prompts_dir);
         let old = self.catalog();
         let updated: Vec<String> = fresh
             .graphs

@@ -110,11 +110,11 @@ pub(super) async fn post(
 
     let run_id = Uuid::now_v7();
     let message_id = format!("msg_{}", Uuid::now_v7().simple());
-    let mut input = ui::input_state(&graph.state.schema, &body);
-    if !graph.carry.is_empty()
+    let mut input = ui::input_state(&graph.chat, &body);
+    if !graph.chat.carry.is_empty()
         && let Some(previous) = previous_state(&state, &graph, &chat.id, &body).await?
     {
-        ui::carry_into(&mut input, &previous, &graph.carry);
+        ui::carry_into(&mut input, &previous, &graph.chat.carry);
     }
     let metadata = stream_metadata(&state, run_id, &request_id.0, &chat.id, &graph);
     state
@@ -197,7 +197,7 @@ const CARRY_LOOKBACK: usize = 50;
 /// so does a run whose checkpoints no longer rebuild (logged).
 async fn previous_state(
     state: &AppState,
-    graph: &crate::graph::CompiledGraph,
+    graph: &crate::nodes::Graph,
     chat_id: &str,
     body: &ui::ChatBody,
 ) -> Result<Option<Value>, ApiError> {
@@ -266,7 +266,7 @@ pub(super) fn stream_metadata(
     run_id: Uuid,
     request_id: &str,
     chat_id: &str,
-    graph: &crate::graph::CompiledGraph,
+    graph: &crate::nodes::Graph,
 ) -> Value {
     let offline = state.services.models.any_offline();
     let mut metadata = json!({

@@ -24,7 +24,7 @@ use uuid::Uuid;
 use super::AppState;
 use crate::config::OnDisconnect;
 use crate::events::{Event, EventKind, now_micros};
-use crate::graph::CompiledGraph;
+use crate::nodes::Graph;
 use std::future::Future;
 use std::pin::Pin;
 
@@ -247,7 +247,7 @@ pub(super) struct RunStart {
     /// Stream metadata.
     pub metadata: Value,
     /// The graph.
-    pub graph: Arc<CompiledGraph>,
+    pub graph: Arc<Graph>,
     /// A fresh run, or one resumed from its checkpoint.
     pub begin: Begin,
 }

@@ -5,7 +5,7 @@ use serde::Deserialize;
 use serde_json::{Map, Value, json};
 
 use super::error::ApiError;
-use crate::state::StateSchema;
+use crate::graph::ChatIo;
 
 /// Longest chat or message id accepted.
 const MAX_ID: usize = 256;
@@ -50,9 +50,10 @@ pub(super) struct ChatBody {
     /// Graph to run (default `chat`).
     #[serde(default)]
     pub graph: Option<String>,
-    /// Intent to force (chat graph).
-    #[serde(default)]
-    pub forced_intent: Option<String>,
+    /// Any other keys: the graph's `chat.inputs` say which set a field
+    /// (e.g. `forced_intent`).
+    #[serde(flatten)]
+    pub extra: Map<String, Value>,
 }
 
 /// Parses and checks a request body.
@@ -197,31 +198,34 @@ pub(super) fn title(messages: &[UiMessage]) -> String {
     }
 }
 
-/// The graph input: `messages` (id, role, text), `query` (the newest user
-/// text) and `forced_intent`, for whichever of those fields the graph's
-/// state has.
-pub(super) fn input_state(schema: &StateSchema, body: &ChatBody) -> Value {
+/// The graph input, as the graph's `chat:` section maps the request: the
+/// conversation (id, role, text) into the history field, the newest user
+/// text into the text field, and the body keys `chat.inputs` names into
+/// their fields.
+pub(super) fn input_state(io: &ChatIo, body: &ChatBody) -> Value {
     let mut input = Map::new();
-    if schema.field("messages").is_some() {
+    if let Some(field) = &io.history {
         let msgs: Vec<Value> = body
             .messages
             .iter()
             .map(|m| json!({"id": m.id, "role": m.role, "content": text_of(m)}))
             .collect();
-        input.insert("messages".into(), Value::Array(msgs));
+        input.insert(field.to_string(), Value::Array(msgs));
     }
-    if schema.field("query").is_some() {
-        let query = body
+    if let Some(field) = &io.text {
+        let text = body
             .messages
             .iter()
             .rev()
             .find(|m| m.role == "user")
             .map(text_of)
             .unwrap_or_default();
-        input.insert("query".into(), json!(query));
+        input.insert(field.to_string(), json!(text));
     }
-    if let (Some(_), Some(intent)) = (schema.field("forced_intent"), &body.forced_intent) {
-        input.insert("forced_intent".into(), json!(intent));
+    for (key, field) in &io.inputs {
+        if let Some(v) = body.extra.get(key).filter(|v| !v.is_null()) {
+            input.insert(field.to_string(), v.clone());
+        }
     }
     Value::Object(input)
 }
@@ -269,8 +273,12 @@ mod tests {
         }))
         .unwrap();
         assert_eq!(answered(&body), ["a2", "a1"]);
-        let schema = &**<crate::state::ChatState as crate::state::State>::static_schema();
-        let mut input = input_state(schema, &body);
+        let io = ChatIo {
+            history: Some("messages".into()),
+            text: Some("query".into()),
+            ..ChatIo::default()
+        };
+        let mut input = input_state(&io, &body);
         let previous = json!({
             "entities": [{"kind": "customer", "id": "C-1", "name": "Acme"}],
             "query": "find Acme",

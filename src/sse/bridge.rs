@@ -43,11 +43,7 @@ pub struct BridgeConfig {
 
 impl BridgeConfig {
     /// Surfaces and kinds taken from a compiled graph.
-    pub fn for_graph(
-        graph: &crate::graph::CompiledGraph,
-        message_id: String,
-        metadata: Value,
-    ) -> Self {
+    pub fn for_graph(graph: &crate::nodes::Graph, message_id: String, metadata: Value) -> Self {
         Self {
             message_id,
             metadata,
@@ -430,16 +426,18 @@ impl Bridge {
                 }
                 out.push(emit(t, ev.at));
             }
-            EventKind::Custom { name, data } => out.push(Chunk::Data {
+            EventKind::Custom {
+                name,
+                data,
+                id,
+                transient,
+            } => out.push(Chunk::Data {
                 name: data_name(name),
-                id: Some(format!(
-                    "{}-{}-{}",
-                    node.replace('/', "-"),
-                    ev.step,
-                    ev.task
-                )),
+                id: Some(id.clone().unwrap_or_else(|| {
+                    format!("{}-{}-{}", node.replace('/', "-"), ev.step, ev.task)
+                })),
                 data: data.clone(),
-                transient: false,
+                transient: *transient,
             }),
             // Cited sources reach the UI whatever the node's surface, like custom data.
             EventKind::Source {

@@ -44,7 +44,7 @@ pub fn apply_step(
         Some((t, field, mismatch)) => Err(StateError::Type {
             node: patches[t].label.to_owned(),
             field: state.schema().spec(field).name.to_string(),
-            mismatch,
+            mismatch: Box::new(mismatch),
         }),
     }
 }
@@ -96,17 +96,33 @@ fn resolve<'p>(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::state::{ChatState, State};
+    use crate::state::{State, message::Message};
     use proptest::prelude::*;
     use serde_json::json;
 
+    crate::state! {
+        /// A state for these tests.
+        struct TestState as "test" {
+            /// Chat history.
+            messages: Vec<Message> => merge_by_id,
+            /// A last-value field.
+            answer: String => last,
+            /// Another.
+            summary: String => last,
+            /// Appended records.
+            tool_results: Vec<serde_json::Value> => append,
+            /// A list replaced whole.
+            followups: Vec<String> => last,
+        }
+    }
+
     fn f(name: &str) -> FieldId {
-        ChatState::static_schema().field(name).unwrap()
+        TestState::static_schema().field(name).unwrap()
     }
 
     #[test]
     fn conflicting_last_value_writes_name_both_nodes() {
-        let mut s = ChatState::default();
+        let mut s = TestState::default();
         let w = [f("answer")];
         let (a, b) = (
             Patch::new().set("answer", "x"),
@@ -133,7 +149,7 @@ mod tests {
 
     #[test]
     fn unknown_and_undeclared_fields_are_errors() {
-        let mut s = ChatState::default();
+        let mut s = TestState::default();
         let w = [f("answer")];
         let p = Patch::new().set("answr", "x");
         let err = apply_step(
@@ -175,7 +191,7 @@ mod tests {
             }).collect();
             let labels: Vec<String> = (0..items.len()).map(|i| format!("t{i}")).collect();
             let run = |order: &[usize]| {
-                let mut s = ChatState::default();
+                let mut s = TestState::default();
                 let mut ps: Vec<TaskPatch<'_>> = order.iter().map(|&i| TaskPatch {
                     order: (1, i as u32), label: &labels[i], writes: &w, patch: &patches[i],
                 }).collect();

@@ -9,14 +9,11 @@
 //! executor applies them with each field's reducer ([`apply_step`]), and every
 //! write is checked against the field's type.
 
-mod chat;
 mod declared;
-mod entity;
 mod merge;
 mod message;
 mod patch;
 pub mod reduce;
-mod research;
 mod schema;
 mod types;
 
@@ -29,13 +26,10 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 
-pub use chat::ChatState;
 pub use declared::{DeclaredState, ExtendedState};
-pub use entity::Entity;
 pub use merge::{TaskPatch, apply_step};
 pub use message::{Message, Role};
 pub use patch::Patch;
-pub use research::{Citation, Fact, Passage, ResearchState, Source};
 pub use schema::{BUILTIN_REDUCERS, FieldId, FieldSpec, ReduceFn, Reducer, Reducers, StateSchema};
 pub use types::{FieldValue, Mismatch, TypeKind, TypeSpec, describe_value};
 
@@ -80,8 +74,9 @@ pub enum StateError {
         node: String,
         /// The field.
         field: String,
-        /// Where, what was expected and what came.
-        mismatch: Mismatch,
+        /// Where, what was expected and what came (boxed: errors stay
+        /// small to move).
+        mismatch: Box<Mismatch>,
     },
     /// An initial state or snapshot did not decode.
     #[error("state `{state}` could not be decoded: {message}")]
@@ -299,22 +294,15 @@ impl StateType {
     }
 }
 
-/// The Rust state types graph files can name, by name.
+/// The Rust state types graph files can name, by name (registered by the
+/// embedding application; the engine ships none: graph files declare
+/// their states).
 #[derive(Clone, Debug, Default)]
 pub struct StateTypes {
     types: BTreeMap<String, StateType>,
 }
 
 impl StateTypes {
-    /// The types the engine ships: none besides those an application
-    /// registers, and, for now, the built-in chat and research states.
-    pub fn builtin() -> Self {
-        let mut t = Self::default();
-        t.register::<ChatState>();
-        t.register::<ResearchState>();
-        t
-    }
-
     /// Adds (or replaces) a Rust state type.
     pub fn register<S: State>(&mut self) -> &mut Self {
         self.types

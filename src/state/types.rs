@@ -444,6 +444,17 @@ impl TypeSpec {
         schema
     }
 
+    /// The type a JSON Schema describes (the subset this module knows:
+    /// `type` (one, or a list with `"null"`), `enum`, `items`, `properties`,
+    /// `required`, `additionalProperties`, `minimum`, `maximum`,
+    /// `maxLength`, `maxItems`; other keywords are ignored).
+    ///
+    /// # Errors
+    /// What is not a schema, with the place (`/properties/x`).
+    pub fn from_json_schema(schema: &Value) -> Result<Self, String> {
+        from_schema(schema, "")
+    }
+
     /// The declared type written the way a graph file writes it (for the
     /// API and the studio): the JSON Schema, with `messages` named.
     pub fn to_declared(&self) -> Value {
@@ -452,6 +463,97 @@ impl TypeSpec {
             _ => self.json_schema(),
         }
     }
+}
+
+fn from_schema(schema: &Value, at: &str) -> Result<TypeSpec, String> {
+    let Value::Object(m) = schema else {
+        return Err(format!("{at}: a schema must be an object"));
+    };
+    let mut nullable = m.get("nullable").and_then(Value::as_bool).unwrap_or(false);
+    let names: Vec<&str> = match m.get("type") {
+        None => Vec::new(),
+        Some(Value::String(t)) => vec![t.as_str()],
+        Some(Value::Array(ts)) => ts.iter().filter_map(Value::as_str).collect(),
+        Some(other) => return Err(format!("{at}/type: `{other}` is not a type name")),
+    };
+    let mut main = None;
+    for n in names {
+        if n == "null" {
+            nullable = true;
+        } else if main.replace(n).is_some() {
+            return Err(format!("{at}/type: one type (and \"null\") only"));
+        }
+    }
+    let num = |k: &str| m.get(k).and_then(Value::as_f64);
+    let uint = |k: &str| m.get(k).and_then(Value::as_u64);
+    let kind = match main.unwrap_or(if m.contains_key("enum") {
+        "string"
+    } else {
+        "any"
+    }) {
+        "string" => TypeKind::String {
+            values: match m.get("enum") {
+                None => None,
+                Some(Value::Array(vs)) => Some(
+                    vs.iter()
+                        .map(|v| {
+                            v.as_str()
+                                .map(str::to_owned)
+                                .ok_or_else(|| format!("{at}/enum: values must be strings"))
+                        })
+                        .collect::<Result<_, _>>()?,
+                ),
+                Some(_) => return Err(format!("{at}/enum: must be a list")),
+            },
+            max_length: uint("maxLength"),
+        },
+        "integer" => TypeKind::Integer {
+            minimum: num("minimum"),
+            maximum: num("maximum"),
+        },
+        "number" => TypeKind::Number {
+            minimum: num("minimum"),
+            maximum: num("maximum"),
+        },
+        "boolean" => TypeKind::Boolean,
+        "array" => TypeKind::Array {
+            items: Box::new(match m.get("items") {
+                Some(i) => from_schema(i, &format!("{at}/items"))?,
+                None => TypeSpec::any(),
+            }),
+            max_items: uint("maxItems"),
+        },
+        "object" => {
+            let mut properties = Vec::new();
+            if let Some(Value::Object(props)) = m.get("properties") {
+                for (k, v) in props {
+                    properties.push((k.clone(), from_schema(v, &format!("{at}/properties/{k}"))?));
+                }
+            }
+            let required = m
+                .get("required")
+                .and_then(Value::as_array)
+                .map(|r| {
+                    r.iter()
+                        .filter_map(Value::as_str)
+                        .map(str::to_owned)
+                        .collect()
+                })
+                .unwrap_or_default();
+            TypeKind::Object {
+                properties,
+                required,
+                additional: m
+                    .get("additionalProperties")
+                    .and_then(Value::as_bool)
+                    .unwrap_or(true),
+            }
+        }
+        "messages" => TypeKind::Messages,
+        "any" => TypeKind::Any,
+        other => return Err(format!("{at}/type: unknown type `{other}`")),
+    };
+    Ok(TypeSpec { kind, nullable })
 }
 
 fn check_bounds(n: f64, minimum: Option<f64>, maximum: Option<f64>) -> Result<(), String> {

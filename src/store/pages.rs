@@ -247,6 +247,8 @@ mod tests {
             event: EventKind::Custom {
                 name: "n".into(),
                 data: json!({"seq": seq}),
+                id: None,
+                transient: false,
             },
         }
     }

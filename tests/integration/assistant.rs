@@ -18,7 +18,6 @@ use std::time::Duration;
 use serde_json::{Value, json};
 use stategraph::config::Config;
 use stategraph::events::EventKind;
-use stategraph::graph::catalog::Registries;
 use stategraph::llm::scripted::{ScriptedModel, Turn};
 use stategraph::llm::{ChatMessage, ChatRequest, Models};
 use stategraph::runtime::Services;
@@ -214,7 +213,7 @@ fn customer(id: &str, name: &str) -> Value {
 #[tokio::test]
 async fn assistant_remembers_the_customer_across_turns_caches_lookups_and_passes_tables_through() {
     tokio::time::timeout(TEST_LIMIT, async {
-        let reg = Registries::default();
+        let reg = crate::support::registries();
         let mcp = McpManager::start(&business_config(), Arc::clone(&reg.tools));
         // The shipped files, compiled against a registry in which the MCP
         // partition is declared (the server may still be starting).
@@ -484,17 +483,17 @@ async fn assistant_remembers_the_customer_across_turns_caches_lookups_and_passes
 async fn the_assistant_graph_is_served_without_its_mcp_server() {
     // The embedded copy, on a registry with nothing configured: the graph
     // declares `business` external, so it validates; its agent has no tools.
-    let cat = stategraph::graph::embedded::catalog(&Registries::default());
+    let cat = crate::support::registries().embedded();
     let graph = cat
         .get("assistant")
         .unwrap_or_else(|| panic!("{:#?}", cat.diagnostics));
     assert_eq!(graph.external_tools, ["business"]);
     assert_eq!(
-        graph.carry.iter().map(|f| &**f).collect::<Vec<_>>(),
+        graph.chat.carry.iter().map(|f| &**f).collect::<Vec<_>>(),
         ["entities"]
     );
     assert!(
-        Registries::default()
+        crate::support::registries()
             .tools
             .expand(&["business".to_owned()])
             .is_empty()

@@ -74,7 +74,7 @@ fn graphs(dir: &Path) -> PathBuf {
     std::fs::copy(root().join("graphs/chat.yaml"), g.join("chat.yaml")).unwrap();
     std::fs::write(
         g.join("fetcher.yaml"),
-        "state: chat\nentry: fetch\nnodes:\n  - id: fetch\n    kind: agent\n    prompt: chat/direct.md\n    surface: answer\n    \
+        "state: {fields: {messages: {type: messages}, query: {type: string}, answer: {type: string}, language: {type: string}, summary: {type: string}}}\nentry: fetch\nnodes:\n  - id: fetch\n    kind: agent\n    prompt: chat/direct.md\n    surface: answer\n    \
          tools: [http_fetch]\n    input: query\n    max_iterations: 3\n    output: answer\nedges: [fetch -> END]\n",
     )
     .unwrap();

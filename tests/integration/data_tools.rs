@@ -21,7 +21,6 @@ use futures::FutureExt;
 use serde_json::{Value, json};
 use stategraph::config::{Bytes, Dur};
 use stategraph::events::EventKind;
-use stategraph::graph::catalog::{Catalog, Registries};
 use stategraph::llm::scripted::{ScriptedModel, Turn};
 use stategraph::llm::{ChatMessage, Models};
 use stategraph::runtime::{self, RunOptions, Services};
@@ -786,12 +785,11 @@ async fn sql_slow_and_unreachable_databases_fail_as_data() {
 
 #[test]
 fn the_analyst_graph_validates_once_the_data_partition_is_declared() {
-    let reg = Registries::default();
+    let reg = crate::support::registries();
     sql::declare(&reg.tools);
-    let cat = Catalog::load_files(
+    let cat = reg.load_files(
         &[root().join("graphs/analyst.yaml")],
         &root().join("prompts"),
-        &reg,
     );
     assert!(cat.diagnostics.is_empty(), "{:#?}", cat.diagnostics);
     assert!(cat.get("analyst").is_some());
@@ -800,9 +798,9 @@ fn the_analyst_graph_validates_once_the_data_partition_is_declared() {
 #[tokio::test]
 async fn the_analyst_recovers_from_a_wrong_source_name_and_answers() {
     DemoDb::with(|db| async move {
-        let reg = Registries::default();
+        let reg = crate::support::registries();
         sql::register(&reg.tools, &db.config()).unwrap();
-        let cat = Catalog::load_files(&[root().join("graphs/analyst.yaml")], &root().join("prompts"), &reg);
+        let cat = reg.load_files(&[root().join("graphs/analyst.yaml")], &root().join("prompts"));
         assert!(!cat.has_errors(), "{:#?}", cat.diagnostics);
         let graph = Arc::clone(cat.get("analyst").unwrap());
         let answer = "Company 1001: 4 keys match, 2 differ slightly and 3 strongly; BPC is 3350.00 EUR higher overall.";

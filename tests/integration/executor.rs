@@ -10,10 +10,10 @@ use futures::future::BoxFuture;
 use proptest::prelude::*;
 use serde_json::{Value, json};
 use stategraph::events::{Event, EventKind};
-use stategraph::graph::catalog::{Catalog, Registries};
 use stategraph::graph::prompts::Prompts;
 use stategraph::llm::Models;
 use stategraph::llm::offline::OfflineModel;
+use stategraph::nodes::Registries;
 use stategraph::nodes::{Node, NodeContext, NodeError};
 use stategraph::runtime::{
     self, CheckpointError, Checkpointer, MemoryCheckpointer, Resume, RunError, RunOptions,
@@ -40,6 +40,7 @@ stategraph::state! {
 
 /// Appends its label to `log` after a delay (random up to `max_delay_ms`,
 /// or the map item's length in ms when `item_delay` is set).
+#[derive(Debug)]
 struct Push {
     label: String,
     max_delay_ms: u64,
@@ -62,6 +63,7 @@ impl Node for Push {
 }
 
 /// n += 1; done = n >= target.
+#[derive(Debug)]
 struct Count {
     target: i64,
 }
@@ -82,6 +84,7 @@ impl Node for Count {
 }
 
 /// Fails with a transient error `fails` times, then writes `note`.
+#[derive(Debug)]
 struct Flaky {
     fails: AtomicU32,
 }
@@ -101,6 +104,7 @@ impl Node for Flaky {
 }
 
 /// Sleeps for `ms`, then writes `note`.
+#[derive(Debug)]
 struct Sleep {
     ms: u64,
 }
@@ -115,6 +119,7 @@ impl Node for Sleep {
 }
 
 /// Writes a field the state does not have.
+#[derive(Debug)]
 struct Bogus;
 
 impl Node for Bogus {
@@ -128,41 +133,37 @@ fn param_u64(p: &Value, key: &str) -> u64 {
 }
 
 fn registries(flaky_fails: u32) -> Registries {
-    let mut reg = Registries::default();
+    let mut reg = crate::support::registries();
     reg.states.register::<TestState>();
     let fails = Arc::new(AtomicU32::new(flaky_fails));
     reg.kinds
-        .register("push", |p| {
+        .register_fn("push", |p| {
             Ok(Arc::new(Push {
                 label: p["label"].as_str().unwrap_or("?").into(),
                 max_delay_ms: param_u64(p, "max_delay_ms"),
             }))
         })
-        .register("count", |p| {
+        .register_fn("count", |p| {
             Ok(Arc::new(Count {
                 target: p["target"].as_i64().unwrap_or(3),
             }))
         })
-        .register("flaky", move |_| {
+        .register_fn("flaky", move |_| {
             Ok(Arc::new(Flaky {
                 fails: AtomicU32::new(fails.load(Ordering::SeqCst)),
             }))
         })
-        .register("sleep", |p| {
+        .register_fn("sleep", |p| {
             Ok(Arc::new(Sleep {
                 ms: param_u64(p, "ms"),
             }))
         })
-        .register("bogus", |_| Ok(Arc::new(Bogus)));
+        .register_fn("bogus", |_| Ok(Arc::new(Bogus)));
     reg
 }
 
 /// One `flaky` node with the given retry policy.
-fn flaky_graph(
-    attempts: u32,
-    backoff: &str,
-    reg: &Registries,
-) -> Arc<stategraph::graph::CompiledGraph> {
+fn flaky_graph(attempts: u32, backoff: &str, reg: &Registries) -> Arc<stategraph::nodes::Graph> {
     compile(
         &format!(
             "state: test\nentry: flaky\nnodes:\n  - {{id: flaky, kind: flaky, writes: [note], \
@@ -172,7 +173,7 @@ fn flaky_graph(
     )
 }
 
-fn compile(yaml: &str, reg: &Registries) -> Arc<stategraph::graph::CompiledGraph> {
+fn compile(yaml: &str, reg: &Registries) -> Arc<stategraph::nodes::Graph> {
     compile_many(&[("g", yaml)], reg, "g")
 }
 
@@ -180,11 +181,10 @@ fn compile_many(
     graphs: &[(&str, &str)],
     reg: &Registries,
     main: &str,
-) -> Arc<stategraph::graph::CompiledGraph> {
-    let cat = Catalog::from_sources(
+) -> Arc<stategraph::nodes::Graph> {
+    let cat = reg.from_sources(
         graphs,
         Prompts::from_sources(std::path::Path::new("prompts"), []),
-        reg,
     );
     assert!(
         !cat.has_errors(),
@@ -207,7 +207,7 @@ fn services(reg: &Registries) -> Arc<Services> {
 
 /// Runs to the end, collecting every event.
 async fn run_collect(
-    graph: Arc<stategraph::graph::CompiledGraph>,
+    graph: Arc<stategraph::nodes::Graph>,
     services: Arc<Services>,
     input: Value,
     mut opts: RunOptions,
@@ -310,8 +310,8 @@ async fn two_branches_writing_one_last_value_field_fail_naming_both() {
 state: test
 entry: [left, right]
 nodes:
-  - {id: left, kind: noop, set: {note: L}}
-  - {id: right, kind: noop, set: {note: R}}
+  - {id: left, kind: set, set: {note: L}}
+  - {id: right, kind: set, set: {note: R}}
 edges: [left -> END, right -> END]
 "#,
         &reg,
@@ -337,7 +337,7 @@ async fn map_fan_out_runs_one_task_per_item_in_item_order() {
 state: test
 entry: plan
 nodes:
-  - {id: plan, kind: noop, set: {items: [q1, q2, q3, q4]}}
+  - {id: plan, kind: set, set: {items: [q1, q2, q3, q4]}}
   - {id: search, kind: push, writes: [log], params: {label: s, max_delay_ms: 10}}
   - {id: merge, kind: push, writes: [log], params: {label: merged}}
 edges:
@@ -713,7 +713,7 @@ state: test
 entry: inner
 nodes:
   - {id: inner, kind: push, writes: [log], params: {label: inner}}
-  - {id: inner2, kind: noop, set: {note: from-child}}
+  - {id: inner2, kind: set, set: {note: from-child}}
 edges: [inner -> inner2, inner2 -> END]
 "#;
     let parent = r#"

@@ -14,10 +14,10 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 use stategraph::events::EventKind;
-use stategraph::graph::catalog::{Catalog, Registries};
 use stategraph::graph::prompts::Prompts;
 use stategraph::llm::Models;
 use stategraph::llm::scripted::{ScriptedModel, Turn};
+use stategraph::nodes::Registries;
 use stategraph::runtime::{self, RunOptions, Services};
 use stategraph::tools::ToolRegistry;
 use stategraph::tools::mcp::{McpConfig, McpManager, ServerState, ServerStatus};
@@ -504,9 +504,9 @@ async fn mcp_server_that_cannot_start_is_reported_and_the_others_still_work() {
         let m = McpManager::start(&config(&format!("{ghost}{}", time_server(&f, "time", ""))), Arc::clone(&reg));
 
         // Graph files naming the partition validate while its server is down.
-        let registries = Registries { tools: Arc::clone(&reg), ..Default::default() };
+        let registries = Registries { tools: Arc::clone(&reg), ..crate::support::registries() };
         let graph = "state: chat\nentry: helper\nnodes:\n  - id: helper\n    kind: agent\n    prompt: chat/direct.md\n    tools: [ghost, time]\n    input: query\n    output: answer\nedges: [helper -> END]\n";
-        let cat = Catalog::from_sources(&[("uses_mcp", graph)], Prompts::load(&root().join("prompts")), &registries);
+        let cat = registries.from_sources(&[("uses_mcp", graph)], Prompts::load(&root().join("prompts")));
         assert!(!cat.has_errors(), "{:#?}", cat.diagnostics);
 
         let down = wait_for(&m, "ghost", "down", Duration::from_secs(10), |s| s.state == ServerState::Down).await;
@@ -537,10 +537,10 @@ async fn mcp_server_that_cannot_start_is_reported_and_the_others_still_work() {
 async fn mcp_agent_run_calls_an_mcp_tool_end_to_end() {
     within(async {
         let f = fixtures();
-        let registries = Registries::default();
+        let registries = crate::support::registries();
         let m = McpManager::start(&config(&everything(&f, "everything", "prefix = true")), Arc::clone(&registries.tools));
         let graph = "state: chat\nentry: helper\nnodes:\n  - id: helper\n    kind: agent\n    prompt: chat/direct.md\n    tools: [everything]\n    input: query\n    max_iterations: 3\n    output: answer\nedges: [helper -> END]\n";
-        let cat = Catalog::from_sources(&[("mcp_agent", graph)], Prompts::load(&root().join("prompts")), &registries);
+        let cat = registries.from_sources(&[("mcp_agent", graph)], Prompts::load(&root().join("prompts")));
         assert!(!cat.has_errors(), "{:#?}", cat.diagnostics);
         ready(&m, "everything").await;
 
@@ -596,7 +596,7 @@ async fn mcp_tools_are_listed_by_partition_and_health_compares_them_with_the_gra
             "convert_time".into(),
             toml::from_str("cache_ttl = \"1h\"").unwrap(),
         );
-        let state = stategraph::server::build_state(config).await.unwrap();
+        let state = stategraph::server::build_state(config, crate::support::registries()).await.unwrap();
         assert!(state.graphs.get("clock").is_some(), "a graph naming MCP partitions compiles while servers start");
         let server = crate::support::server::TestServer::serve(state).await;
         let http = reqwest::Client::new();
@@ -652,11 +652,11 @@ async fn mcp_chat_graph_research_uses_data_and_the_narrator_viz() {
             everything(&f, "everything", "prefix = true\npartition = \"data\""),
             time_server(&f, "time", "partition = \"viz\"\n[servers.time.tools.get_current_time]\npass_through = true")
         ));
-        let registries = Registries::default();
+        let registries = crate::support::registries();
         let mcp = McpManager::start(&mcp_config, Arc::clone(&registries.tools));
         let prompts = Prompts::load(&root().join("prompts"));
         let chat = std::fs::read_to_string(root().join("graphs/chat.yaml")).unwrap();
-        let cat = Catalog::from_sources(&[("chat", &chat)], prompts, &registries);
+        let cat = registries.from_sources(&[("chat", &chat)], prompts);
         assert!(!cat.has_errors(), "{:#?}", cat.diagnostics);
         assert!(mcp.wait_ready(READY).await, "{:?}", mcp.status());
 

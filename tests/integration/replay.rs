@@ -7,7 +7,6 @@ use std::sync::Arc;
 
 use serde_json::{Value, json};
 use stategraph::events::EventKind;
-use stategraph::graph::catalog::{Catalog, Registries};
 use stategraph::graph::prompts::Prompts;
 use stategraph::llm::scripted::ScriptedModel;
 use stategraph::llm::scripted::Turn;
@@ -89,7 +88,7 @@ async fn replaying_the_log_gives_the_bytes_the_client_received() {
     assert!(timeline.contains("tool current_time ok"), "{timeline}");
 }
 
-async fn recorded_run(store: &Arc<MemoryStore>) -> (Arc<stategraph::graph::CompiledGraph>, Uuid) {
+async fn recorded_run(store: &Arc<MemoryStore>) -> (Arc<stategraph::nodes::Graph>, Uuid) {
     let cat = crate::support::shipped_catalog();
     let graph = Arc::clone(cat.get("chat").unwrap());
     let opts = RunOptions {
@@ -140,7 +139,7 @@ async fn reexecution_serves_every_call_from_the_recording_and_matches() {
     let (_, events) = replay::load(&*store, run_id).await.unwrap();
     let services = Services::new(
         Models::single(unreachable_model()),
-        Arc::clone(&Registries::default().tools),
+        Arc::clone(&crate::support::registries().tools),
     );
     let r = replay::reexecute(graph, services, &events).await.unwrap();
     assert!(r.divergence.is_none(), "{}", r.report());
@@ -181,11 +180,11 @@ async fn after_a_prompt_edit_reexecution_reports_the_first_divergence() {
     let prompts =
         Prompts::from_sources(&dir, sources.iter().map(|(a, b)| (a.as_str(), b.as_str())));
     let yaml = std::fs::read_to_string(root().join("graphs/chat.yaml")).unwrap();
-    let cat = Catalog::from_sources(&[("chat", &yaml)], prompts, &Registries::default());
+    let cat = crate::support::registries().from_sources(&[("chat", &yaml)], prompts);
     let edited = Arc::clone(cat.get("chat").unwrap());
     let services = Services::new(
         Models::single(unreachable_model()),
-        Arc::clone(&Registries::default().tools),
+        Arc::clone(&crate::support::registries().tools),
     );
     let r = replay::reexecute(edited, services, &events).await.unwrap();
     assert!(!r.same_version);

@@ -16,6 +16,7 @@ use std::future::Future;
 use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 
+use crate::support::ChatState;
 use futures::FutureExt;
 use futures::future::BoxFuture;
 use serde_json::{Value, json};
@@ -26,7 +27,7 @@ use stategraph::runtime::{
     self, CheckpointError, Checkpointer, MemoryCheckpointer, PendingTask, RunOptions, RunStatus,
     StepBatch, TaskWrite, rebuild_state,
 };
-use stategraph::state::{ChatState, Patch, StateType};
+use stategraph::state::{Patch, StateType};
 use stategraph::store::memory::MemoryStore;
 use stategraph::store::{
     self, ChatRecord, CheckpointRecord, EventLog, LogCheckpointer, MessageRecord, PostgresStore,

@@ -3,9 +3,48 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use stategraph::graph::catalog::{Catalog, Registries};
 use stategraph::llm::{ChatModel, Models};
+use stategraph::nodes::Registries;
 use stategraph::runtime::Services;
+
+stategraph::state! {
+    /// The chat pipeline's state as a Rust type (the shipped graphs declare
+    /// it in YAML; tests that write `state: chat` use this registered type,
+    /// and the parity test compares the two).
+    pub struct ChatState as "chat" {
+        /// The conversation so far, including the newest user message.
+        messages: Vec<stategraph::state::Message> => merge_by_id,
+        /// The newest user message's text.
+        query: String => last,
+        /// Rolling summary of older history, written by the summarizer.
+        summary: String => last,
+        /// How many messages the summary covers.
+        summarized_count: u32 => last,
+        /// An intent forced by the caller, bypassing classification.
+        forced_intent: Option<String> => last,
+        /// The classified intent the router routes on.
+        intent: String => last,
+        /// The router's details: reasoning, missing slots, language, source.
+        routing: serde_json::Value => last,
+        /// The user's language as detected by the router.
+        language: String => last,
+        /// Findings from the research, quick-answer or explain agent.
+        findings: String => last,
+        /// Tool calls made and their results, in order.
+        tool_results: Vec<serde_json::Value> => append,
+        /// The answer shown to the user.
+        answer: String => last,
+        /// Suggested follow-up questions.
+        followups: Vec<String> => last,
+    }
+}
+
+/// Registries with the test `chat` state registered.
+pub fn registries() -> Registries {
+    let mut reg = Registries::default();
+    reg.states.register::<ChatState>();
+    reg
+}
 
 /// The repository root.
 pub fn root() -> PathBuf {
@@ -13,12 +52,8 @@ pub fn root() -> PathBuf {
 }
 
 /// The shipped graphs and prompts, compiled.
-pub fn shipped_catalog() -> Catalog {
-    let cat = Catalog::load(
-        &root().join("graphs"),
-        &root().join("prompts"),
-        &Registries::default(),
-    );
+pub fn shipped_catalog() -> stategraph::nodes::GraphCatalog {
+    let cat = crate::support::registries().load(&root().join("graphs"), &root().join("prompts"));
     assert!(
         !cat.has_errors(),
         "shipped graphs must be valid: {:#?}",
@@ -31,7 +66,7 @@ pub fn shipped_catalog() -> Catalog {
 pub fn services(model: Arc<dyn ChatModel>) -> Arc<Services> {
     Arc::new(Services::new(
         Models::single(model),
-        Arc::clone(&Registries::default().tools),
+        Arc::clone(&crate::support::registries().tools),
     ))
 }
 
@@ -81,7 +116,6 @@ pub mod server {
     use std::sync::Arc;
 
     use stategraph::config::Config;
-    use stategraph::graph::catalog::{Catalog, Registries};
     use stategraph::graph::prompts::Prompts;
     use stategraph::llm::{ChatModel, Models};
     use stategraph::runtime::Services;
@@ -134,7 +168,7 @@ edges: [helper -> END]
             let mut config = Config::default();
             config.server.keep_alive.0 = std::time::Duration::from_secs(5);
             tweak(&mut config);
-            let reg = Registries::default();
+            let reg = crate::support::registries();
             let graphs = if config.paths.graphs.is_absolute() {
                 // A test that edits files serves them from its own directories.
                 Graphs::load(&config.paths.graphs, &config.paths.prompts, reg.clone())
@@ -142,11 +176,7 @@ edges: [helper -> END]
                 let chat =
                     std::fs::read_to_string(root().join("graphs/chat.yaml")).expect("chat graph");
                 let prompts = Prompts::load(&root().join("prompts"));
-                let cat = Catalog::from_sources(
-                    &[("chat", &chat), ("tools", TOOLS_GRAPH)],
-                    prompts,
-                    &reg,
-                );
+                let cat = reg.from_sources(&[("chat", &chat), ("tools", TOOLS_GRAPH)], prompts);
                 assert!(!cat.has_errors(), "{:?}", cat.diagnostics);
                 Graphs::from_catalog(cat, reg.clone())
             };

@@ -26,7 +26,7 @@ use std::sync::Arc;
 
 use futures::future::BoxFuture;
 use stategraph::graph::Diagnostic;
-use stategraph::graph::catalog::{Catalog, Registries};
+use stategraph::nodes::Registries;
 use stategraph::nodes::{Node, NodeContext, NodeError};
 use stategraph::state::Patch;
 
@@ -102,6 +102,7 @@ const HINTED: &[&str] = &[
 /// One `# expect:` or `# hint:` line.
 #[derive(Clone, Debug)]
 struct Expect {
+    warning: bool,
     file: PathBuf,
     line: u32,
     column: u32,
@@ -116,10 +117,11 @@ impl Expect {
 
     fn prefix(&self) -> String {
         format!(
-            "{}:{}:{}: error[{}]",
+            "{}:{}:{}: {}[{}]",
             self.file.display(),
             self.line,
             self.column,
+            if self.warning { "warning" } else { "error" },
             self.code
         )
     }
@@ -146,6 +148,7 @@ fn parse_expect(fixture: &Path, spec: &str) -> Expect {
         .next()
         .map_or_else(|| fixture.to_owned(), |f| root().join(f));
     Expect {
+        warning: false,
         file,
         line,
         column,
@@ -162,6 +165,11 @@ fn expectations(fixture: &Path) -> (Vec<Expect>, Vec<Expect>) {
     for line in text.lines() {
         if let Some(spec) = line.strip_prefix("# expect:") {
             expects.push(parse_expect(fixture, spec));
+        } else if let Some(spec) = line.strip_prefix("# warning:") {
+            expects.push(Expect {
+                warning: true,
+                ..parse_expect(fixture, spec)
+            });
         } else if let Some(spec) = line.strip_prefix("# hint:") {
             hints.push(parse_expect(fixture, spec));
         }
@@ -211,15 +219,16 @@ fn invalid_cases() -> Vec<(String, Vec<PathBuf>)> {
 
 /// Registries with one Rust kind, `strict`, that accepts `level` up to 10.
 fn registries_with_strict() -> Registries {
+    #[derive(Debug)]
     struct Nothing;
     impl Node for Nothing {
         fn run<'a>(&'a self, _cx: NodeContext<'a>) -> BoxFuture<'a, Result<Patch, NodeError>> {
             Box::pin(async { Ok(Patch::new()) })
         }
     }
-    let mut reg = Registries::default();
+    let mut reg = crate::support::registries();
     reg.kinds
-        .register("strict", |params| match params["level"].as_u64() {
+        .register_fn("strict", |params| match params["level"].as_u64() {
             Some(level) if level > 10 => Err(format!("`level` is {level}; the most is 10")),
             _ => Ok(Arc::new(Nothing) as Arc<dyn Node>),
         });
@@ -230,14 +239,14 @@ fn registries_for(case: &str) -> Registries {
     if case == "registered" {
         registries_with_strict()
     } else {
-        Registries::default()
+        crate::support::registries()
     }
 }
 
 /// Loads a fixture group and compares its diagnostics with its expectations;
 /// returns a description of every mismatch.
-fn check_case(case: &str, files: &[PathBuf]) -> (Catalog, Vec<String>) {
-    let cat = Catalog::load_files(files, &fixture_prompts(), &registries_for(case));
+fn check_case(case: &str, files: &[PathBuf]) -> (stategraph::nodes::GraphCatalog, Vec<String>) {
+    let cat = registries_for(case).load_files(files, &fixture_prompts());
     let mut problems = Vec::new();
     let (mut expects, mut hints) = (Vec::new(), Vec::new());
     for f in files {
@@ -315,7 +324,8 @@ fn every_invalid_fixture_reports_exactly_its_expected_diagnostics() {
         );
         let (cat, p) = check_case(&case, &files);
         problems.extend(p);
-        if cat.diagnostics.iter().any(|d| !d.is_error()) {
+        let warned = expects.iter().flatten().filter(|e| e.warning).count();
+        if cat.diagnostics.iter().filter(|d| !d.is_error()).count() != warned {
             problems.push(format!("{case}: unexpected warnings {:?}", cat.diagnostics));
         }
     }
@@ -359,7 +369,7 @@ fn every_diagnostic_code_is_proven_by_a_fixture() {
 fn hinted_codes_always_carry_a_hint() {
     let mut seen = BTreeSet::new();
     for (case, files) in invalid_cases() {
-        let cat = Catalog::load_files(&files, &fixture_prompts(), &registries_for(&case));
+        let cat = registries_for(&case).load_files(&files, &fixture_prompts());
         for d in &cat.diagnostics {
             if HINTED.contains(&d.code) {
                 seen.insert(d.code);
@@ -398,7 +408,7 @@ fn a_file_with_many_problems_reports_them_all_at_once() {
 #[test]
 fn valid_fixtures_compile() {
     let files = graph_files(&fixtures().join("valid"));
-    let cat = Catalog::load_files(&files, &fixture_prompts(), &Registries::default());
+    let cat = crate::support::registries().load_files(&files, &fixture_prompts());
     assert!(cat.diagnostics.is_empty(), "{:#?}", cat.diagnostics);
     let ids: Vec<&str> = cat.graphs.keys().map(String::as_str).collect();
     assert_eq!(
@@ -409,7 +419,10 @@ fn valid_fixtures_compile() {
     assert_eq!(join.joins.len(), 1);
     assert_eq!(join.joins[0].sources.len(), 2);
     let runner = &cat.graphs["runs_subgraph"];
-    assert!(Arc::ptr_eq(runner.nodes[0].imp.subgraph().unwrap(), join));
+    assert!(Arc::ptr_eq(
+        runner.nodes[0].subgraph.as_ref().unwrap(),
+        join
+    ));
 }
 
 #[test]
@@ -419,21 +432,22 @@ fn check_command_prints_every_problem_and_fails() {
     let ok = stategraph::cli::check(
         std::slice::from_ref(&invalid),
         &fixture_prompts(),
-        &Registries::default(),
+        &crate::support::registries(),
         &mut out,
     )
     .unwrap();
     let text = String::from_utf8(out).unwrap();
     assert!(!ok, "{text}");
     // Top-level files only (the command does not descend into directories).
-    let mut expected = 0;
+    let (mut expected, mut warned) = (0, 0);
     for f in std::fs::read_dir(&invalid)
         .unwrap()
         .map(|e| e.unwrap().path())
         .filter(|p| p.is_file())
     {
         for e in expectations(&f).0 {
-            expected += 1;
+            expected += usize::from(!e.warning);
+            warned += usize::from(e.warning);
             assert!(
                 text.lines()
                     .any(|l| l.starts_with(&e.prefix()) && l.contains(&e.text)),
@@ -445,8 +459,9 @@ fn check_command_prints_every_problem_and_fails() {
     let printed = text.lines().filter(|l| l.contains(": error[")).count();
     assert_eq!(printed, expected, "{text}");
     assert!(
-        text.trim_end()
-            .ends_with(&format!("0 valid, {expected} error(s), 0 warning(s)")),
+        text.trim_end().ends_with(&format!(
+            "0 valid, {expected} error(s), {warned} warning(s)"
+        )),
         "{text}"
     );
 
@@ -454,7 +469,7 @@ fn check_command_prints_every_problem_and_fails() {
     let ok = stategraph::cli::check(
         &[root().join("graphs")],
         &root().join("prompts"),
-        &Registries::default(),
+        &crate::support::registries(),
         &mut out,
     )
     .unwrap();

@@ -70,11 +70,8 @@ async fn graph_run(checkpoints: Arc<dyn Store>, store: Arc<dyn Store>) {
     });
     // Only the chat graph: other shipped graphs are not this suite's concern.
     let root = crate::support::root();
-    let catalog = stategraph::graph::catalog::Catalog::load_files(
-        &[root.join("graphs/chat.yaml")],
-        &root.join("prompts"),
-        &stategraph::graph::catalog::Registries::default(),
-    );
+    let catalog = crate::support::registries()
+        .load_files(&[root.join("graphs/chat.yaml")], &root.join("prompts"));
     assert!(!catalog.has_errors(), "{:#?}", catalog.diagnostics);
     let graph = Arc::clone(catalog.get("chat").unwrap());
     let memory = Arc::new(MemoryCheckpointer::new());

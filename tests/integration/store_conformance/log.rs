@@ -361,6 +361,8 @@ fn every_kind() -> Vec<EventKind> {
         EventKind::Custom {
             name: "sources".into(),
             data: json!([{"url": "https://example.com/ü", "title": "Ü"}]),
+            id: None,
+            transient: false,
         },
         EventKind::NodeFinished {
             patch,
@@ -419,6 +421,8 @@ pub(super) async fn large_unicode_and_every_kind_of_event_round_trip(store: Arc<
             EventKind::Custom {
                 name: "blob".into(),
                 data: json!({"text": big, "list": vec![1; 5000]}),
+                id: None,
+                transient: false,
             },
         ))
         .clone()

@@ -8,7 +8,6 @@ use std::path::Path;
 use proptest::prelude::*;
 use proptest::test_runner::{Config, FileFailurePersistence};
 use stategraph::graph::Diagnostic;
-use stategraph::graph::catalog::{Catalog, Registries};
 use stategraph::graph::load::parse;
 
 use crate::support::root;
@@ -60,11 +59,8 @@ fn load_anything(bytes: &[u8]) -> Result<(), TestCaseError> {
             let dir = tempfile::tempdir().unwrap();
             let path = dir.path().join("f.yaml");
             std::fs::write(&path, bytes).unwrap();
-            let cat = Catalog::load_files(
-                std::slice::from_ref(&path),
-                &root().join("prompts"),
-                &Registries::default(),
-            );
+            let cat = crate::support::registries()
+                .load_files(std::slice::from_ref(&path), &root().join("prompts"));
             assert_placed(&cat.diagnostics, &path.display().to_string(), bytes)?;
             prop_assert_eq!(cat.graphs.contains_key("f"), !cat.has_errors());
             prop_assert_eq!(cat.failed.contains("f"), cat.has_errors());
@@ -102,11 +98,8 @@ fn bad_input_is_always_a_diagnostic() {
     for (name, bytes, code, message) in cases {
         let path = dir.path().join(format!("{name}.yaml"));
         std::fs::write(&path, &bytes).unwrap();
-        let cat = Catalog::load_files(
-            std::slice::from_ref(&path),
-            &root().join("prompts"),
-            &Registries::default(),
-        );
+        let cat = crate::support::registries()
+            .load_files(std::slice::from_ref(&path), &root().join("prompts"));
         assert!(
             cat.has_errors() && cat.failed.contains(name),
             "{name}: {:#?}",
@@ -129,11 +122,8 @@ fn bad_input_is_always_a_diagnostic() {
         );
     }
     let missing = dir.path().join("absent.yaml");
-    let cat = Catalog::load_files(
-        std::slice::from_ref(&missing),
-        &root().join("prompts"),
-        &Registries::default(),
-    );
+    let cat = crate::support::registries()
+        .load_files(std::slice::from_ref(&missing), &root().join("prompts"));
     assert_eq!(
         cat.diagnostics
             .iter()
@@ -159,7 +149,8 @@ fn locations_follow_yaml_line_breaks() {
                 let dir = tempfile::tempdir().unwrap();
                 let path = dir.path().join("f.yaml");
                 std::fs::write(&path, bytes).unwrap();
-                Catalog::load_files(&[path], &root().join("prompts"), &Registries::default())
+                crate::support::registries()
+                    .load_files(&[path], &root().join("prompts"))
                     .diagnostics
             }
         };

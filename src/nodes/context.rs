@@ -1,0 +1,237 @@
+//! What a running node may call: its [`NodeContext`], the [`Services`]
+//! (models, tools) behind it, and the two traits the layers above plug in
+//! through — [`Playback`] (replay serves recorded model and tool results)
+//! and [`SubgraphRunner`] (the executor runs a nested graph). Defined here,
+//! where nodes are, so nodes depend on nothing above them.
+
+use std::fmt;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use futures::StreamExt;
+use futures::future::BoxFuture;
+use serde_json::Value;
+use tokio_util::sync::CancellationToken;
+
+use super::{Graph, NodeError};
+use crate::events::NodeEvents;
+use crate::graph::PromptRef;
+use crate::graph::prompts::Prompts;
+use crate::llm::fallback::is_answer;
+use crate::llm::{ChatRequest, ChunkStream, LlmError, LlmReply, ModelCall, Models, stream_call};
+use crate::state::DynState;
+use crate::tools::{ToolError, ToolOutcome, ToolRegistry};
+
+/// Recorded model and tool results, served instead of calling them when a
+/// run is re-executed or resumed after a crash (`crate::replay` implements
+/// it). Keys: node name, step, task and call number / tool call id.
+pub trait Playback: Send + Sync + fmt::Debug {
+    /// The recorded stream of a model call and the model that answered.
+    fn llm(&self, node: &str, step: u32, task: u32, call: u32) -> Option<(String, ChunkStream)>;
+    /// The recorded result of a tool call.
+    fn tool(
+        &self,
+        node: &str,
+        step: u32,
+        task: u32,
+        call_id: &str,
+    ) -> Option<Result<ToolOutcome, ToolError>>;
+}
+
+/// Runs a graph inside a node (`kind: subgraph`); the executor implements it.
+pub trait SubgraphRunner: Send + Sync {
+    /// Runs `graph` on `state` to its end; its events go to the parent's
+    /// stream under `prefix/node` names.
+    ///
+    /// # Errors
+    /// The nested run failed; the message says why.
+    fn run_subgraph<'a>(
+        &'a self,
+        graph: Arc<Graph>,
+        state: Box<dyn DynState>,
+        cx: &'a NodeContext<'a>,
+    ) -> BoxFuture<'a, Result<Box<dyn DynState>, String>>;
+}
+
+/// What nodes can call at run time.
+#[derive(Debug, Clone)]
+pub struct Services {
+    /// Models by role.
+    pub models: Models,
+    /// Tools.
+    pub tools: Arc<ToolRegistry>,
+    /// Model outputs and tool results served instead of calling them
+    /// (re-execution, crash recovery).
+    pub playback: Option<Arc<dyn Playback>>,
+}
+
+impl Services {
+    /// Live models and tools.
+    pub fn new(models: Models, tools: Arc<ToolRegistry>) -> Self {
+        Self {
+            models,
+            tools,
+            playback: None,
+        }
+    }
+}
+
+/// The model roles of a node: `model` (default `chat`) and, optionally,
+/// `fallback_model`, which answers when the first fails before answering.
+#[derive(Clone, Debug)]
+pub struct Roles {
+    /// The role that answers.
+    pub role: Arc<str>,
+    /// The role that answers when `role` fails before streaming anything.
+    pub fallback: Option<Arc<str>>,
+}
+
+/// What a running node sees.
+#[derive(Clone, Copy)]
+pub struct NodeContext<'a> {
+    /// The state as of the start of the superstep.
+    pub state: &'a dyn DynState,
+    /// The map item, for map fan-out tasks.
+    pub item: Option<&'a Value>,
+    /// Where the node's events go.
+    pub events: &'a NodeEvents,
+    /// Models and tools.
+    pub services: &'a Services,
+    /// The graph's prompt templates.
+    pub prompts: &'a Prompts,
+    /// 1 for the first attempt.
+    pub attempt: u32,
+    /// Cancelled when the run is stopped.
+    pub cancel: &'a CancellationToken,
+    /// Runs nested graphs.
+    pub subgraphs: &'a dyn SubgraphRunner,
+}
+
+impl NodeContext<'_> {
+    /// Renders a prompt with the state (and the map item).
+    ///
+    /// # Errors
+    /// The template failed at render time.
+    pub fn render(&self, prompt: &PromptRef) -> Result<String, NodeError> {
+        prompt
+            .render(self.prompts, self.state, self.item)
+            .map_err(|e| NodeError::Prompt {
+                prompt: prompt.name().to_owned(),
+                message: e.to_string(),
+            })
+    }
+
+    /// Calls the model for `roles` (call number `call` within this task),
+    /// streaming its events — or serves the call from the recording when
+    /// the run is being re-executed or resumed.
+    ///
+    /// With a fallback role, a call that fails before the model has
+    /// answered anything (no text, reasoning or tool call streamed) is made
+    /// again, with the same call number, for the fallback role, after a
+    /// thinking note; the events show both calls (`llm_failed`, then a
+    /// second `llm_started`), and a recording serves them in that order.
+    /// A call that fails after it streamed part of an answer is not
+    /// repeated: the client has seen that text.
+    ///
+    /// # Errors
+    /// The model failed (emitted as `llm_failed`), and so did the fallback.
+    pub async fn llm(
+        &self,
+        roles: &Roles,
+        call: u32,
+        request: &ChatRequest,
+    ) -> Result<LlmReply, LlmError> {
+        let role = &roles.role;
+        let Some(fallback) = roles.fallback.as_ref().filter(|f| *f != role) else {
+            return self.llm_as(role, call, request, None).await;
+        };
+        let answered = Arc::new(AtomicBool::new(false));
+        match self.llm_as(role, call, request, Some(&answered)).await {
+            Err(error) if !answered.load(Ordering::Relaxed) => {
+                tracing::warn!(node = %self.events.node(), %role, %fallback, %error, "model failed before answering; calling the fallback role");
+                self.events
+                    .thinking(format!(
+                        "The `{role}` model failed before answering; the fallback model (`{fallback}`) answers instead."
+                    ))
+                    .await;
+                self.llm_as(fallback, call, request, None).await
+            }
+            other => other,
+        }
+    }
+
+    /// One model call for `role`; sets `answered` once an answer chunk
+    /// (text, reasoning, a tool call) has streamed.
+    async fn llm_as(
+        &self,
+        role: &Arc<str>,
+        call: u32,
+        request: &ChatRequest,
+        answered: Option<&Arc<AtomicBool>>,
+    ) -> Result<LlmReply, LlmError> {
+        let watch = |stream: ChunkStream| match answered {
+            None => stream,
+            Some(flag) => {
+                let flag = Arc::clone(flag);
+                stream
+                    .inspect(move |c| {
+                        if matches!(c, Ok(chunk) if is_answer(chunk)) {
+                            flag.store(true, Ordering::Relaxed);
+                        }
+                    })
+                    .boxed()
+            }
+        };
+        let cx = ModelCall {
+            events: self.events,
+            role,
+            call,
+        };
+        if let Some(rec) = &self.services.playback
+            && let Some((model, stream)) = rec.llm(
+                self.events.node(),
+                self.events.step(),
+                self.events.task(),
+                call,
+            )
+        {
+            return stream_call(&model, watch(stream), cx, request).await;
+        }
+        let model = self.services.models.for_role(role);
+        stream_call(model.name(), watch(model.stream(request)), cx, request).await
+    }
+
+    /// Calls a tool on behalf of this node (allowed: `allowed`) — or serves
+    /// the result from the recording.
+    ///
+    /// # Errors
+    /// The structured failure for the model.
+    pub async fn tool(
+        &self,
+        call_id: &str,
+        name: &str,
+        args: Value,
+        allowed: &[String],
+    ) -> Result<ToolOutcome, ToolError> {
+        if let Some(rec) = &self.services.playback
+            && let Some(r) = rec.tool(
+                self.events.node(),
+                self.events.step(),
+                self.events.task(),
+                call_id,
+            )
+        {
+            return r;
+        }
+        self.services.tools.call(name, args, allowed).await
+    }
+}
+
+impl fmt::Debug for NodeContext<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("NodeContext")
+            .field("node", self.events.node())
+            .field("attempt", &self.attempt)
+            .finish()
+    }
+}

@@ -1,0 +1,105 @@
+//! What the kinds that call a model share: their model roles, the
+//! conversation history they send, and the settings that describe both.
+
+use std::sync::Arc;
+
+use super::{BuildCx, Roles};
+use crate::graph::kinds::schema;
+use crate::graph::{Reported, SettingDoc};
+use crate::llm::ChatMessage;
+use crate::state::{DynState, FieldId, Message, Role};
+
+/// `model` and `fallback_model`.
+pub(super) const ROLE_SETTINGS: [SettingDoc; 2] = [
+    SettingDoc::new(
+        "model",
+        schema::STRING,
+        "model role (mapped to an endpoint and model in config; default `chat`)",
+    ),
+    SettingDoc::new(
+        "fallback_model",
+        schema::STRING,
+        "model role that answers when `model` fails before answering anything",
+    ),
+];
+
+/// `prompt`.
+pub(super) const PROMPT: SettingDoc = SettingDoc::new(
+    "prompt",
+    schema::STRING,
+    "prompt template under the prompts directory (minijinja)",
+);
+
+/// `history` and `history_window`.
+pub(super) const HISTORY_SETTINGS: [SettingDoc; 2] = [
+    SettingDoc::new(
+        "history",
+        schema::FIELD,
+        "field of type messages sent as the conversation",
+    ),
+    SettingDoc::new(
+        "history_window",
+        schema::INTEGER,
+        "how many of the newest history messages to send",
+    ),
+];
+
+/// `input`.
+pub(super) const INPUT: SettingDoc = SettingDoc::new(
+    "input",
+    schema::FIELD,
+    "string field sent as the user's message",
+);
+
+/// The node's model roles.
+///
+/// # Errors
+/// `fallback_model` names the node's own role, or a setting is not a
+/// string (reported).
+pub(super) fn roles(cx: &mut BuildCx<'_>) -> Result<Roles, Reported> {
+    let role = cx.role();
+    let fallback = cx.string("fallback_model")?;
+    if let Some(f) = &fallback
+        && *f.value == *role
+    {
+        cx.error(
+            f.loc,
+            "invalid-setting",
+            format!("`fallback_model` names the node's own model role `{role}`"),
+            Some("name another role (configured in [llm.roles])".into()),
+        );
+        return Err(Reported);
+    }
+    Ok(Roles {
+        role,
+        fallback: fallback.map(|f| Arc::from(f.value.as_str())),
+    })
+}
+
+/// The newest `window` messages of a history field as model messages.
+pub(super) fn history(
+    state: &dyn DynState,
+    field: Option<FieldId>,
+    window: usize,
+) -> Vec<ChatMessage> {
+    let Some(msgs) = field.and_then(|f| state.messages(f)) else {
+        return Vec::new();
+    };
+    let start = msgs.len().saturating_sub(window);
+    msgs[start..].iter().map(to_chat).collect()
+}
+
+fn to_chat(m: &Message) -> ChatMessage {
+    match m.role {
+        Role::System => ChatMessage::System {
+            content: m.content.clone(),
+        },
+        Role::User => ChatMessage::User {
+            content: m.content.clone(),
+        },
+        Role::Assistant => ChatMessage::Assistant {
+            content: m.content.clone(),
+            tool_calls: Vec::new(),
+        },
+    }
+}
