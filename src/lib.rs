@@ -1,11 +1,13 @@
 //! stategraph
 #![allow(missing_docs)]
+pub mod engine;
 pub mod events;
 pub mod graph;
 pub mod llm;
 pub mod nodes;
 pub mod otlp;
 pub mod replay;
+pub mod runs;
 pub mod runtime;
 pub mod server;
 pub mod sse;

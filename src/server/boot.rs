@@ -2,10 +2,10 @@
 
 use std::sync::Arc;
 
-use super::{AppState, Graphs};
+use super::AppState;
 use crate::config::Config;
+use crate::engine::Engine;
 use crate::nodes::Registries;
-use crate::runtime::Services;
 use crate::store::Store;
 use crate::tools::mcp::{McpManager, ServerState};
 
@@ -33,10 +33,19 @@ pub async fn build_state(config: Config, registries: Registries) -> Result<Arc<A
     let store: Arc<dyn Store> = open_store(&config).await?;
     tracing::info!(backend = store.backend(), "store ready");
     let (graphs_dir, prompts_dir) = (config.paths.graphs.clone(), config.paths.prompts.clone());
-    let reg = registries.clone();
-    let graphs = tokio::task::spawn_blocking(move || Graphs::load(&graphs_dir, &prompts_dir, reg))
-        .await
-        .map_err(|e| format!("loading graphs: {e}"))?;
+    let engine = tokio::task::spawn_blocking(move || {
+        Engine::builder()
+            .registries(registries)
+            .graphs_dir(graphs_dir)
+            .prompts_dir(prompts_dir)
+            .models(models)
+            .allow_errors()
+            .build()
+    })
+    .await
+    .map_err(|e| format!("loading graphs: {e}"))?
+    .map_err(|e| e.to_string())?;
+    let graphs = &engine.graphs;
     let cat = graphs.catalog();
     for d in &cat.diagnostics {
         if d.is_error() {
@@ -58,8 +67,7 @@ pub async fn build_state(config: Config, registries: Registries) -> Result<Arc<A
             }
         }
     }
-    let services = Services::new(models, Arc::clone(&registries.tools));
-    Ok(AppState::with_mcp(config, store, graphs, services, mcp))
+    Ok(AppState::with_mcp(config, store, &engine, mcp))
 }
 
 async fn open_store(config: &Config) -> Result<Arc<dyn Store>, String> {

@@ -10,15 +10,14 @@ use axum::extract::{Path, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use serde_json::{Value, json};
-use uuid::Uuid;
 
 use super::auth::User;
 use super::error::ApiError;
-use super::runs::{Begin, RunStart, StartError};
 use super::{AppState, RequestId, stream, ui};
 use crate::events::now_micros;
+use crate::runs::{ChatTurn, StartError, TurnError};
 use crate::runtime::RunStatus;
-use crate::store::{ChatRecord, MessageRecord, RunRecord};
+use crate::store::{ChatRecord, MessageRecord};
 
 /// Reads the body, mapping an oversized one to 413.
 fn body_bytes(body: Result<Bytes, BytesRejection>) -> Result<Bytes, ApiError> {
@@ -41,8 +40,9 @@ async fn owned_chat(state: &AppState, user: &User, id: &str) -> Result<ChatRecor
     }
 }
 
-/// `POST /api/chat`: stores the conversation, starts the graph and streams
-/// the UI message stream.
+/// `POST /api/chat`: starts a turn (the conversation stored and the run
+/// started in one step, see [`crate::runs::turn`]) and streams the UI
+/// message stream.
 pub(super) async fn post(
     State(state): State<Arc<AppState>>,
     user: User,
@@ -59,41 +59,24 @@ pub(super) async fn post(
             format!("no graph `{graph_id}` (available: {})", known.join(", ")),
         )
     })?;
-    if let Some(existing) = state.store.get_chat(&body.id).await?
-        && existing.user_id != user.0
+    let mut input = ui::input_state(&graph.chat, &body);
+    if !graph.chat.carry.is_empty()
+        && let Some(previous) = previous_state(&state, &graph, &body.id, &body).await?
     {
-        return Err(ApiError::not_found(format!("no chat `{}`", body.id)));
+        ui::carry_into(&mut input, &previous, &graph.chat.carry);
     }
-    if state.runs.is_busy(&body.id) {
-        return Err(ApiError::new(
-            StatusCode::CONFLICT,
-            "run_in_progress",
-            "this chat is already answering; stop it or wait",
-        ));
-    }
+    // Refused before anything is stored: the input must be a valid state.
+    graph
+        .state
+        .from_json(&input)
+        .map_err(|e| ApiError::bad_request("invalid_input", e.to_string()))?;
     let now = now_micros();
-    let chat = state
-        .store
-        .ensure_chat(ChatRecord {
-            id: body.id.clone(),
-            user_id: user.0.clone(),
-            title: ui::title(&body.messages),
-            created_at: now,
-            updated_at: now,
-            active_run: None,
-        })
-        .await?;
-    if chat.user_id != user.0 {
-        return Err(ApiError::not_found(format!("no chat `{}`", body.id)));
-    }
-    // The conversation as the client has it (this also drops the old
-    // answer on regenerate), saved before the run starts.
     let messages: Vec<MessageRecord> = body
         .messages
         .iter()
         .enumerate()
         .map(|(i, m)| MessageRecord {
-            chat_id: chat.id.clone(),
+            chat_id: body.id.clone(),
             id: m.id.clone(),
             role: m.role.clone(),
             parts: Value::Array(m.parts.clone()),
@@ -102,86 +85,41 @@ pub(super) async fn post(
             created_at: now,
         })
         .collect();
-    let position = messages.len() as i64;
-    state
-        .store
-        .replace_messages_from(&chat.id, 0, messages)
-        .await?;
-
-    let run_id = Uuid::now_v7();
-    let message_id = format!("msg_{}", Uuid::now_v7().simple());
-    let mut input = ui::input_state(&graph.chat, &body);
-    if !graph.chat.carry.is_empty()
-        && let Some(previous) = previous_state(&state, &graph, &chat.id, &body).await?
-    {
-        ui::carry_into(&mut input, &previous, &graph.chat.carry);
-    }
-    let metadata = stream_metadata(&state, run_id, &request_id.0, &chat.id, &graph);
-    state
-        .store
-        .create_leased_run(
-            RunRecord {
-                id: run_id,
-                chat_id: Some(chat.id.clone()),
-                user_id: user.0.clone(),
-                graph: graph.id.to_string(),
-                graph_version: graph.version.clone(),
-                status: RunStatus::Running,
-                input: input.clone(),
-                created_at: now,
-                finished_at: None,
-                error: None,
-                usage: Default::default(),
-                parent: None,
-                request_id: Some(request_id.0.clone()),
-                message_id: Some(message_id.clone()),
-                last_seq: 0,
-                last_step: 0,
-            },
-            &state.instance,
-            now_micros() + state.config.server.lease.0.as_micros() as u64,
-        )
-        .await?;
-    state.store.set_active_run(&chat.id, Some(run_id)).await?;
-    let start = RunStart {
-        run_id,
-        chat_id: chat.id.clone(),
+    let turn = ChatTurn {
+        chat_id: body.id.clone(),
         user_id: user.0.clone(),
+        title: ui::title(&body.messages),
         request_id: request_id.0.clone(),
-        message_id,
-        position,
-        metadata,
         graph,
-        begin: Begin::Fresh(input),
+        messages,
+        input,
     };
-    let hub = match state.runs.start(&state, start) {
-        Ok(hub) => hub,
-        Err(e) => {
-            let _ = state
-                .store
-                .finish_run(run_id, RunStatus::Cancelled, None, Default::default())
-                .await;
-            let _ = state.store.set_active_run(&chat.id, None).await;
-            return Err(match e {
-                StartError::Busy => ApiError::new(
-                    StatusCode::CONFLICT,
-                    "run_in_progress",
-                    "this chat is already answering",
-                ),
-                StartError::Full => ApiError::new(
-                    StatusCode::TOO_MANY_REQUESTS,
-                    "too_many_runs",
-                    "the server is at its run limit; retry shortly",
-                ),
-                StartError::ShuttingDown => ApiError::new(
-                    StatusCode::SERVICE_UNAVAILABLE,
-                    "shutting_down",
-                    "the server is shutting down",
-                ),
-            });
-        }
-    };
-    Ok(stream::response(Arc::clone(&state), hub, 0, true))
+    let started = state.runs.begin_turn(turn).await.map_err(turn_error)?;
+    Ok(stream::response(Arc::clone(&state), started.hub, 0, true))
+}
+
+/// A refused turn as the API answers it.
+fn turn_error(e: TurnError) -> ApiError {
+    match e {
+        TurnError::Busy => ApiError::new(StatusCode::CONFLICT, "run_in_progress", e.to_string()),
+        TurnError::NotOwner => ApiError::not_found("no such chat"),
+        TurnError::Start(StartError::Full) => ApiError::new(
+            StatusCode::TOO_MANY_REQUESTS,
+            "too_many_runs",
+            "the server is at its run limit; retry shortly",
+        ),
+        TurnError::Start(StartError::ShuttingDown) => ApiError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "shutting_down",
+            "the server is shutting down",
+        ),
+        TurnError::Start(StartError::Busy) => ApiError::new(
+            StatusCode::CONFLICT,
+            "run_in_progress",
+            "this chat is already answering",
+        ),
+        TurnError::Start(StartError::Store(e)) => e.into(),
+    }
 }
 
 /// How many of a chat's newest runs are searched for the turn a request
@@ -236,7 +174,7 @@ pub(super) async fn resume(
     let chat = owned_chat(&state, &user, &id).await?;
     let hub = match state.runs.for_chat(&id) {
         Some(hub) => hub,
-        None => match follow_elsewhere(&state, &chat).await? {
+        None => match state.runs.follow_chat(&chat).await? {
             Some(hub) => hub,
             None => return Ok(StatusCode::NO_CONTENT.into_response()),
         },
@@ -260,83 +198,6 @@ pub(super) async fn resume(
     Ok(stream::response(Arc::clone(&state), hub, after, false))
 }
 
-/// `start.messageMetadata` of a chat response.
-pub(super) fn stream_metadata(
-    state: &AppState,
-    run_id: Uuid,
-    request_id: &str,
-    chat_id: &str,
-    graph: &crate::nodes::Graph,
-) -> Value {
-    let offline = state.services.models.any_offline();
-    let mut metadata = json!({
-        "runId": run_id,
-        "requestId": request_id,
-        "chatId": chat_id,
-        "graph": graph.id.as_ref(),
-        "graphVersion": graph.version,
-        "offlineModel": offline,
-    });
-    if offline {
-        metadata["notice"] =
-            json!("answered by stategraph's built-in offline model, not a real LLM");
-    }
-    metadata
-}
-
-/// The stream settings of a stored run: as recorded in its `run_started`,
-/// or (if it never got that far) as its chat response began them.
-pub(super) async fn run_bridge(
-    state: &AppState,
-    run: &crate::store::RunRecord,
-) -> Result<Option<crate::sse::BridgeConfig>, ApiError> {
-    let first = state.store.events(run.id, 0, 1).await?;
-    if let Some(b) = first.iter().find_map(|e| match &e.event {
-        crate::events::EventKind::RunStarted {
-            stream: Some(s), ..
-        } => crate::sse::BridgeConfig::from_json(s),
-        _ => None,
-    }) {
-        return Ok(Some(b));
-    }
-    let (Some(graph), Some(message_id), Some(chat)) =
-        (state.graphs.get(&run.graph), &run.message_id, &run.chat_id)
-    else {
-        return Ok(None);
-    };
-    let metadata = stream_metadata(
-        state,
-        run.id,
-        run.request_id.as_deref().unwrap_or(""),
-        chat,
-        &graph,
-    );
-    Ok(Some(crate::sse::BridgeConfig::for_graph(
-        &graph,
-        message_id.clone(),
-        metadata,
-    )))
-}
-
-/// The chat's run when it executes on another instance (or awaits
-/// recovery): a hub that follows it through the event log.
-async fn follow_elsewhere(
-    state: &Arc<AppState>,
-    chat: &ChatRecord,
-) -> Result<Option<Arc<super::runs::RunHub>>, ApiError> {
-    let Some(run_id) = chat.active_run else {
-        return Ok(None);
-    };
-    let Some(run) = state.store.get_run(run_id).await? else {
-        return Ok(None);
-    };
-    if run.status != RunStatus::Running {
-        return Ok(None);
-    }
-    let bridge = run_bridge(state, &run).await?;
-    Ok(bridge.map(|b| state.runs.follow(state, &chat.id, run_id, b)))
-}
-
 /// `POST /api/chat/{id}/stop`: cancels the active run — here, or, when
 /// another instance executes it, through a stop request in the store that
 /// instance acts on within a fraction of a second. Either way the run's
@@ -347,26 +208,12 @@ pub(super) async fn stop(
     Path(id): Path<String>,
 ) -> Result<Response, ApiError> {
     let chat = owned_chat(&state, &user, &id).await?;
-    if let Some(hub) = state
-        .runs
-        .for_chat(&id)
-        .filter(|h| !h.is_done() && !h.follower)
-    {
-        hub.cancel.cancel();
-        return Ok((
-            StatusCode::ACCEPTED,
-            Json(json!({"stopped": true, "runId": hub.run_id})),
-        )
-            .into_response());
-    }
-    if let Some(run_id) = chat.active_run
-        && state.store.request_stop(run_id).await?
-    {
-        return Ok((
-            StatusCode::ACCEPTED,
-            Json(json!({"stopped": true, "runId": run_id, "elsewhere": true})),
-        )
-            .into_response());
+    if let Some((run_id, elsewhere)) = state.runs.stop_chat(&id, chat.active_run).await? {
+        let mut body = json!({"stopped": true, "runId": run_id});
+        if elsewhere {
+            body["elsewhere"] = json!(true);
+        }
+        return Ok((StatusCode::ACCEPTED, Json(body)).into_response());
     }
     Err(ApiError::new(
         StatusCode::CONFLICT,

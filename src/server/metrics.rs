@@ -307,3 +307,13 @@ impl Metrics {
         out
     }
 }
+
+impl crate::runs::RunObserver for Metrics {
+    fn event(&self, graph: &str, event: &Event) {
+        self.observe_event(graph, event);
+    }
+
+    fn finished(&self, graph: &str, outcome: &str) {
+        self.run_finished(graph, outcome);
+    }
+}

@@ -16,14 +16,11 @@
 
 mod auth;
 mod boot;
-mod catalog;
 mod chat;
 mod error;
 mod graphs;
 mod health;
 mod metrics;
-mod recovery;
-mod runs;
 mod runs_api;
 mod stream;
 mod tools;
@@ -44,16 +41,16 @@ use tower_http::cors::{AllowOrigin, Any, CorsLayer};
 use tracing::Instrument;
 
 use crate::config::Config;
+use crate::engine::{Engine, Graphs};
+use crate::runs::{RunObserver, Runs, RunsConfig};
 use crate::runtime::Services;
 use crate::store::Store;
 use crate::tools::mcp::McpManager;
 
 pub use auth::User;
 pub use boot::build_state;
-pub use catalog::{Graphs, ReloadReport};
 pub use error::ApiError;
 pub use metrics::Metrics;
-pub use runs::RunManager;
 
 /// The correlation id of a request.
 #[derive(Clone, Debug)]
@@ -69,12 +66,10 @@ pub struct AppState {
     pub graphs: Arc<Graphs>,
     /// Models and tools.
     pub services: Arc<Services>,
-    /// Runs in flight.
-    pub runs: RunManager,
+    /// The run lifecycle: runs in flight, recovery.
+    pub runs: Arc<Runs>,
     /// Metrics.
-    pub metrics: Metrics,
-    /// This process's id: the owner of the leases on the runs it executes.
-    pub instance: String,
+    pub metrics: Arc<Metrics>,
     /// The MCP servers' connections, when any are configured.
     pub mcp: Option<Arc<McpManager>>,
 }
@@ -88,33 +83,37 @@ impl std::fmt::Debug for AppState {
 }
 
 impl AppState {
-    /// State from its parts, without MCP servers.
-    pub fn new(
-        config: Config,
-        store: Arc<dyn Store>,
-        graphs: Graphs,
-        services: Services,
-    ) -> Arc<Self> {
-        Self::with_mcp(config, store, graphs, services, None)
+    /// State from an engine (graphs, models, tools) and a store, without
+    /// MCP servers.
+    pub fn new(config: Config, store: Arc<dyn Store>, engine: &Engine) -> Arc<Self> {
+        Self::with_mcp(config, store, engine, None)
     }
 
     /// State from its parts, with the manager of the MCP servers whose
-    /// partitions `services.tools` holds (stopped when the server stops).
+    /// partitions the engine's tools hold (stopped when the server stops).
     pub fn with_mcp(
         config: Config,
         store: Arc<dyn Store>,
-        graphs: Graphs,
-        services: Services,
+        engine: &Engine,
         mcp: Option<McpManager>,
     ) -> Arc<Self> {
+        let metrics = Arc::new(Metrics::default());
+        let instance = format!("{}-{}", hostname(), uuid::Uuid::now_v7().simple());
+        let runs = Runs::new(
+            Arc::clone(&store),
+            Arc::clone(&engine.services),
+            Arc::clone(&engine.graphs),
+            instance,
+            RunsConfig::from(&config.server),
+            Arc::clone(&metrics) as Arc<dyn RunObserver>,
+        );
         Arc::new(Self {
             config,
             store,
-            graphs: Arc::new(graphs),
-            services: Arc::new(services),
-            runs: RunManager::default(),
-            metrics: Metrics::default(),
-            instance: format!("{}-{}", hostname(), uuid::Uuid::now_v7().simple()),
+            graphs: Arc::clone(&engine.graphs),
+            services: Arc::clone(&engine.services),
+            runs,
+            metrics,
             mcp: mcp.map(Arc::new),
         })
     }
@@ -259,7 +258,7 @@ pub async fn serve(
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
     let reload = spawn_reloader(Arc::clone(&state));
-    let recover = recovery::spawn(Arc::clone(&state));
+    let recover = state.runs.spawn_upkeep();
     let draining = Arc::new(tokio::sync::Notify::new());
     let (stop_state, stop_notify) = (Arc::clone(&state), Arc::clone(&draining));
     let stopper = tokio::spawn(async move {

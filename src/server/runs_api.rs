@@ -17,10 +17,9 @@ use uuid::Uuid;
 use super::AppState;
 use super::auth::User;
 use super::error::ApiError;
-use crate::events::now_micros;
 use crate::replay;
-use crate::runtime::{self, RunOptions, RunStatus};
-use crate::store::{LogCheckpointer, RunRecord};
+use crate::runs::{ForkError, ForkRequest, StartError};
+use crate::store::RunRecord;
 
 fn run_json(r: &RunRecord) -> Value {
     json!({
@@ -184,67 +183,39 @@ pub(super) struct ForkBody {
 pub(super) async fn fork(
     State(state): State<Arc<AppState>>,
     user: User,
+    axum::Extension(request_id): axum::Extension<super::RequestId>,
     Path(id): Path<String>,
     body: Bytes,
 ) -> Result<Response, ApiError> {
     let parent = owned_run(&state, &user, &id).await?;
     let body: ForkBody = serde_json::from_slice(&body)
         .map_err(|e| ApiError::bad_request("invalid_request", format!("invalid fork body: {e}")))?;
-    let graph = state.graphs.get(&parent.graph).ok_or_else(|| {
-        ApiError::not_found(format!("graph `{}` is no longer served", parent.graph))
-    })?;
-    let set: Vec<(String, Value)> = body.set.into_iter().collect();
-    let from = replay::fork_point(&*state.store, &graph, parent.id, body.at, &set)
-        .await
-        .map_err(|e| ApiError::bad_request("invalid_fork", e.to_string()))?;
-    let run_id = Uuid::now_v7();
-    let origin = replay::origin(parent.id, body.at);
-    state
-        .store
-        .create_leased_run(
-            RunRecord {
-                id: run_id,
-                chat_id: None,
-                user_id: user.0.clone(),
-                graph: graph.id.to_string(),
-                graph_version: graph.version.clone(),
-                status: RunStatus::Running,
-                input: from.state.to_json(),
-                created_at: now_micros(),
-                finished_at: None,
-                error: None,
-                usage: Default::default(),
-                parent: Some(origin.clone()),
-                request_id: None,
-                message_id: None,
-                last_seq: 0,
-                last_step: body.at,
-            },
-            &state.instance,
-            now_micros() + state.config.server.lease.0.as_micros() as u64,
-        )
-        .await?;
-    let opts = RunOptions {
-        run_id,
-        checkpointer: Some(Arc::new(LogCheckpointer::new(Arc::clone(&state.store)))),
-        forked_from: Some(origin),
-        ..Default::default()
+    let at = body.at;
+    let req = ForkRequest {
+        parent: parent.clone(),
+        user_id: user.0.clone(),
+        at,
+        set: body.set.into_iter().collect(),
+        request_id: request_id.0,
     };
-    let (services, store) = (Arc::clone(&state.services), Arc::clone(&state.store));
-    tokio::spawn(async move {
-        let result = runtime::resume(graph, services, from, opts).await;
-        let (status, error, usage) = match &result {
-            Ok(o) => (RunStatus::Finished, None, o.usage),
-            Err(runtime::RunError::Cancelled) => (RunStatus::Cancelled, None, Default::default()),
-            Err(e) => (RunStatus::Failed, Some(e.info()), Default::default()),
-        };
-        if let Err(e) = store.finish_run(run_id, status, error, usage).await {
-            tracing::error!(run_id = %run_id, error = %e, "could not record the end of a fork");
-        }
-    });
+    let started = state.runs.fork(req).await.map_err(|e| match e {
+        ForkError::UnknownGraph(_) => ApiError::not_found(e.to_string()),
+        ForkError::Invalid(_) => ApiError::bad_request("invalid_fork", e.to_string()),
+        ForkError::Start(StartError::Store(s)) => s.into(),
+        ForkError::Start(StartError::Full) => ApiError::new(
+            StatusCode::TOO_MANY_REQUESTS,
+            "too_many_runs",
+            "the server is at its run limit; retry shortly",
+        ),
+        ForkError::Start(other) => ApiError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "unavailable",
+            other.to_string(),
+        ),
+    })?;
     Ok((
         StatusCode::ACCEPTED,
-        Json(json!({ "runId": run_id, "parent": parent.id, "at": body.at })),
+        Json(json!({ "runId": started.run_id, "parent": parent.id, "at": at })),
     )
         .into_response())
 }

@@ -18,8 +18,8 @@ use bytes::Bytes;
 use tokio::sync::watch;
 
 use super::AppState;
-use super::runs::{Next, Progress, RunHub, Subscription};
 use crate::events::Event;
+use crate::runs::{Next, Progress, RunHub, Subscription};
 use crate::sse::{self, Bridge, Chunk};
 
 /// Events read from the store per query.

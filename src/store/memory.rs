@@ -15,7 +15,7 @@ use uuid::Uuid;
 use super::{
     Appended, ChatRecord, ChatStore, CheckpointRecord, EventLog, Lease, Leases, Maintenance,
     MessageRecord, NOTIFY_CAPACITY, PruneReport, RunRecord, RunStore, Store, StoreError,
-    StoreResult,
+    StoreResult, TurnOutcome, TurnStart,
 };
 use crate::events::{ErrorInfo, Event, Usage, now_micros};
 use crate::runtime::{RunStatus, StepBatch};
@@ -68,6 +68,50 @@ fn ready<T: Send + 'static>(v: T) -> BoxFuture<'static, T> {
 }
 
 impl ChatStore for MemoryStore {
+    fn begin_turn(&self, turn: TurnStart) -> BoxFuture<'_, StoreResult<TurnOutcome>> {
+        let mut g = self.lock();
+        let mut chat = g
+            .chats
+            .entry(turn.chat.id.clone())
+            .or_insert_with(|| ChatRecord {
+                active_run: None,
+                ..turn.chat.clone()
+            })
+            .clone();
+        if chat.user_id != turn.chat.user_id {
+            return ready(Ok(TurnOutcome::NotOwner));
+        }
+        if let Some(active) = chat.active_run
+            && g.runs
+                .get(&active)
+                .is_some_and(|r| r.status == RunStatus::Running)
+        {
+            return ready(Ok(TurnOutcome::Busy(active)));
+        }
+        if g.runs.contains_key(&turn.run.id) {
+            return ready(Err(StoreError::Conflict(format!(
+                "run {} exists",
+                turn.run.id
+            ))));
+        }
+        let id = turn.run.id;
+        g.runs.insert(id, turn.run);
+        g.leases.insert(
+            id,
+            Lease {
+                owner: turn.owner,
+                until: turn.lease_until,
+            },
+        );
+        let mut messages = turn.messages;
+        messages.sort_by_key(|m| m.position);
+        g.messages.insert(chat.id.clone(), messages);
+        chat.active_run = Some(id);
+        chat.updated_at = now_micros().max(chat.updated_at + 1);
+        g.chats.insert(chat.id.clone(), chat.clone());
+        ready(Ok(TurnOutcome::Started(chat)))
+    }
+
     fn ensure_chat(&self, chat: ChatRecord) -> BoxFuture<'_, StoreResult<ChatRecord>> {
         let mut g = self.lock();
         let stored = g.chats.entry(chat.id.clone()).or_insert(chat).clone();
@@ -103,6 +147,19 @@ impl ChatStore for MemoryStore {
         let mut g = self.lock();
         g.messages.remove(id);
         ready(Ok(g.chats.remove(id).is_some()))
+    }
+
+    fn release_chat(&self, chat_id: &str, run: Uuid) -> BoxFuture<'_, StoreResult<()>> {
+        let mut g = self.lock();
+        if let Some(c) = g
+            .chats
+            .get_mut(chat_id)
+            .filter(|c| c.active_run == Some(run))
+        {
+            c.active_run = None;
+            c.updated_at = now_micros().max(c.updated_at + 1);
+        }
+        ready(Ok(()))
     }
 
     fn set_active_run(&self, chat_id: &str, run: Option<Uuid>) -> BoxFuture<'_, StoreResult<()>> {

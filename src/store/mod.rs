@@ -183,8 +183,43 @@ impl CheckpointRecord {
     }
 }
 
+/// Everything a chat turn starts with, stored together by
+/// [`ChatStore::begin_turn`].
+#[derive(Clone, Debug)]
+pub struct TurnStart {
+    /// The chat (created if new; its `active_run` is ignored).
+    pub chat: ChatRecord,
+    /// The conversation as the client has it: replaces every stored message.
+    pub messages: Vec<MessageRecord>,
+    /// The run answering it.
+    pub run: RunRecord,
+    /// The instance that executes the run (its lease).
+    pub owner: String,
+    /// Until when the lease holds.
+    pub lease_until: u64,
+}
+
+/// What [`ChatStore::begin_turn`] did.
+#[derive(Clone, Debug, PartialEq)]
+pub enum TurnOutcome {
+    /// Everything stored: the chat as it now is.
+    Started(ChatRecord),
+    /// The chat already has a run in flight (here or on another instance):
+    /// nothing was written.
+    Busy(Uuid),
+    /// The chat belongs to another user: nothing was written.
+    NotOwner,
+}
+
 /// Chats and messages.
 pub trait ChatStore: Send + Sync {
+    /// Starts a chat turn atomically: creates the chat if it is new, and —
+    /// only if it belongs to the turn's user and has no run in flight (its
+    /// active run is not `running`) — replaces its messages, creates the run
+    /// with its lease and makes it the chat's active run, all in one
+    /// transaction. Concurrent turns of one chat, on any number of
+    /// instances, start exactly one run; the refused ones write nothing.
+    fn begin_turn(&self, turn: TurnStart) -> BoxFuture<'_, StoreResult<TurnOutcome>>;
     /// Creates the chat unless it exists; returns the stored chat.
     fn ensure_chat(&self, chat: ChatRecord) -> BoxFuture<'_, StoreResult<ChatRecord>>;
     /// A chat by id.
@@ -199,6 +234,9 @@ pub trait ChatStore: Send + Sync {
     fn delete_chat(&self, id: &str) -> BoxFuture<'_, StoreResult<bool>>;
     /// Sets (or clears) the chat's active run; bumps `updated_at`.
     fn set_active_run(&self, chat_id: &str, run: Option<Uuid>) -> BoxFuture<'_, StoreResult<()>>;
+    /// Clears the chat's active run if it still is `run` (a newer turn's
+    /// run stays); bumps `updated_at` when it clears.
+    fn release_chat(&self, chat_id: &str, run: Uuid) -> BoxFuture<'_, StoreResult<()>>;
     /// Replaces the messages from `position` on with `messages` (one
     /// transaction): appending, editing and regenerating are all this.
     fn replace_messages_from(

@@ -64,7 +64,7 @@ use uuid::Uuid;
 use super::sql::{self, Migration, MigrationReport};
 use super::{
     Appended, ChatRecord, ChatStore, CheckpointRecord, EventLog, MessageRecord, NOTIFY_CAPACITY,
-    RunRecord, RunStore, Store, StoreError, StoreResult,
+    RunRecord, RunStore, Store, StoreError, StoreResult, TurnOutcome, TurnStart,
 };
 use crate::events::{ErrorInfo, Event, Usage, now_micros};
 use crate::runtime::{PendingTask, RunStatus, StepBatch, TaskWrite};
@@ -371,6 +371,78 @@ fn pool_error(e: PoolError) -> StoreError {
 }
 
 impl ChatStore for PostgresStore {
+    fn begin_turn(&self, turn: TurnStart) -> BoxFuture<'_, StoreResult<TurnOutcome>> {
+        Box::pin(async move {
+            let c = &turn.chat;
+            let (created, updated) = (
+                sql::i64_of(c.created_at, "chat time")?,
+                sql::i64_of(c.updated_at, "chat time")?,
+            );
+            let until = sql::i64_of(turn.lease_until, "lease time")?;
+            let cols = MessageColumns::new(&c.id, &turn.messages)?;
+            let run_cols = RunColumns::new(&turn.run)?;
+            let mut client = self.client().await?;
+            let tx = client.transaction().await?;
+            tx.execute(
+                &format!(
+                    "INSERT INTO chats ({CHAT_COLS}) VALUES ($1, $2, $3, $4, $5, NULL) ON CONFLICT (id) DO NOTHING"
+                ),
+                &[&c.id, &c.user_id, &c.title, &created, &updated],
+            )
+            .await?;
+            // The row lock serializes concurrent turns of this chat across
+            // every instance: the second waits, then sees the first's run.
+            let row = tx
+                .query_one(
+                    &format!("SELECT {CHAT_COLS} FROM chats WHERE id = $1 FOR UPDATE"),
+                    &[&c.id],
+                )
+                .await?;
+            let stored = chat_of(&row)?;
+            if stored.user_id != c.user_id {
+                return Ok(TurnOutcome::NotOwner);
+            }
+            if let Some(active) = stored.active_run {
+                let running = tx
+                    .query_opt(
+                        "SELECT 1 FROM runs WHERE id = $1 AND status = 'running'",
+                        &[&active],
+                    )
+                    .await?;
+                if running.is_some() {
+                    return Ok(TurnOutcome::Busy(active));
+                }
+            }
+            tx.execute("DELETE FROM messages WHERE chat_id = $1", &[&c.id])
+                .await?;
+            tx.execute(UPSERT_MESSAGES, &cols.params()).await?;
+            let mut params: Vec<&(dyn ToSql + Sync)> = run_cols.params().to_vec();
+            params.push(&turn.owner);
+            params.push(&until);
+            tx.execute(
+                &format!(
+                    "INSERT INTO runs ({RUN_COLS}, lease_owner, lease_until)
+                     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20)"
+                ),
+                &params,
+            )
+            .await?;
+            let now = sql::i64_of(now_micros(), "time")?;
+            let row = tx
+                .query_one(
+                    &format!(
+                        "UPDATE chats SET active_run = $2, updated_at = greatest($3, updated_at + 1)
+                         WHERE id = $1 RETURNING {CHAT_COLS}"
+                    ),
+                    &[&c.id, &turn.run.id, &now],
+                )
+                .await?;
+            let chat = chat_of(&row)?;
+            tx.commit().await?;
+            Ok(TurnOutcome::Started(chat))
+        })
+    }
+
     fn ensure_chat(&self, chat: ChatRecord) -> BoxFuture<'_, StoreResult<ChatRecord>> {
         Box::pin(async move {
             let (created, updated) = (
@@ -439,6 +511,18 @@ impl ChatStore for PostgresStore {
         Box::pin(async move {
             let sql = "WITH gone AS (DELETE FROM messages WHERE chat_id = $1) DELETE FROM chats WHERE id = $1";
             Ok(self.execute(sql, &[&id]).await? > 0)
+        })
+    }
+
+    fn release_chat(&self, chat_id: &str, run: Uuid) -> BoxFuture<'_, StoreResult<()>> {
+        let chat = chat_id.to_owned();
+        Box::pin(async move {
+            let sql =
+                "UPDATE chats SET active_run = NULL, updated_at = greatest($3, updated_at + 1)
+                       WHERE id = $1 AND active_run = $2";
+            self.execute(sql, &[&chat, &run, &sql::i64_of(now_micros(), "time")?])
+                .await?;
+            Ok(())
         })
     }
 

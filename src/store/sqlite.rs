@@ -42,7 +42,7 @@ use super::pages::{self, EVENTS_AFTER, EncodedPage};
 use super::sql::{self, Migration, MigrationReport};
 use super::{
     Appended, ChatRecord, ChatStore, CheckpointRecord, EventLog, MessageRecord, NOTIFY_CAPACITY,
-    RunRecord, RunStore, Store, StoreError, StoreResult,
+    RunRecord, RunStore, Store, StoreError, StoreResult, TurnOutcome, TurnStart,
 };
 use crate::events::{ErrorInfo, Event, Usage, now_micros};
 use crate::runtime::{RunStatus, StepBatch};
@@ -254,6 +254,70 @@ impl From<rusqlite::Error> for StoreError {
 }
 
 impl ChatStore for SqliteStore {
+    fn begin_turn(&self, turn: TurnStart) -> BoxFuture<'_, StoreResult<TurnOutcome>> {
+        Box::pin(self.writer.run(move |conn| {
+            // IMMEDIATE takes the write lock first: concurrent turns (from
+            // any process sharing the file) run one after the other.
+            let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+            let c = &turn.chat;
+            tx.prepare_cached(
+                "INSERT INTO chats (id, user_id, title, created_at, updated_at, active_run) VALUES (?1, ?2, ?3, ?4, ?5, NULL)
+                 ON CONFLICT (id) DO NOTHING",
+            )?
+            .execute(params![
+                c.id,
+                c.user_id,
+                c.title,
+                sql::i64_of(c.created_at, "chat time")?,
+                sql::i64_of(c.updated_at, "chat time")?,
+            ])?;
+            let stored = {
+                let mut stmt = tx.prepare_cached(&format!("SELECT {CHAT_COLS} FROM chats WHERE id = ?1"))?;
+                let mut rows = stmt.query([&c.id])?;
+                match rows.next()? {
+                    Some(r) => chat_of(r)?,
+                    None => return Err(StoreError::NotFound(format!("chat {}", c.id))),
+                }
+            };
+            if stored.user_id != c.user_id {
+                return Ok(TurnOutcome::NotOwner);
+            }
+            if let Some(active) = stored.active_run {
+                let running: bool = tx
+                    .prepare_cached("SELECT count(*) > 0 FROM runs WHERE id = ?1 AND status = 'running'")?
+                    .query_row([active.to_string()], |r| r.get(0))?;
+                if running {
+                    return Ok(TurnOutcome::Busy(active));
+                }
+            }
+            tx.prepare_cached("DELETE FROM messages WHERE chat_id = ?1")?
+                .execute([&c.id])?;
+            for m in &turn.messages {
+                upsert_message(&tx, &c.id, m)?;
+            }
+            insert_run(&tx, &turn.run)?;
+            tx.prepare_cached("UPDATE runs SET lease_owner = ?2, lease_until = ?3 WHERE id = ?1")?
+                .execute(params![
+                    turn.run.id.to_string(),
+                    turn.owner,
+                    sql::i64_of(turn.lease_until, "lease time")?
+                ])?;
+            let now = now()?;
+            tx.prepare_cached("UPDATE chats SET active_run = ?2, updated_at = max(?3, updated_at + 1) WHERE id = ?1")?
+                .execute(params![c.id, turn.run.id.to_string(), now])?;
+            let chat = {
+                let mut stmt = tx.prepare_cached(&format!("SELECT {CHAT_COLS} FROM chats WHERE id = ?1"))?;
+                let mut rows = stmt.query([&c.id])?;
+                match rows.next()? {
+                    Some(r) => chat_of(r)?,
+                    None => return Err(StoreError::NotFound(format!("chat {}", c.id))),
+                }
+            };
+            tx.commit()?;
+            Ok(TurnOutcome::Started(chat))
+        }))
+    }
+
     fn ensure_chat(&self, chat: ChatRecord) -> BoxFuture<'_, StoreResult<ChatRecord>> {
         Box::pin(self.writer.run(move |conn| {
             conn.prepare_cached(
@@ -317,6 +381,17 @@ impl ChatStore for SqliteStore {
                 .execute([&id])?;
             tx.commit()?;
             Ok(deleted > 0)
+        }))
+    }
+
+    fn release_chat(&self, chat_id: &str, run: Uuid) -> BoxFuture<'_, StoreResult<()>> {
+        let chat = chat_id.to_owned();
+        Box::pin(self.writer.run(move |conn| {
+            conn.prepare_cached(
+                "UPDATE chats SET active_run = NULL, updated_at = max(?3, updated_at + 1) WHERE id = ?1 AND active_run = ?2",
+            )?
+            .execute(params![chat, run.to_string(), now()?])?;
+            Ok(())
         }))
     }
 

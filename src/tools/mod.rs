@@ -16,7 +16,7 @@ mod registry;
 pub mod search;
 pub mod sql;
 
-pub use registry::{RegistryError, ToolOutcome, ToolRegistry, VIZ_PARTITION};
+pub use registry::{RegistryError, ToolOutcome, ToolRegistry};
 
 use std::sync::Arc;
 use std::time::Duration;

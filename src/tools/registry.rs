@@ -20,9 +20,6 @@ use super::cache::{ToolCache, key};
 use super::{PolicyOverride, Tool, ToolError, ToolPolicy, ToolSpec, builtin};
 use crate::llm::ToolDef;
 
-/// The partition of chart and table tools (provided by MCP servers).
-pub const VIZ_PARTITION: &str = "viz";
-
 /// Errors registering a tool.
 #[derive(Debug, thiserror::Error)]
 pub enum RegistryError {
@@ -106,12 +103,12 @@ impl ToolRegistry {
         Self::default()
     }
 
-    /// A registry with the built-in tools ([`builtin`]), and the well-known
-    /// partitions whose tools need configuration declared (`data`: SQL
-    /// sources and data MCP servers, `web`: fetch and search, `viz`: charts
-    /// and tables from an MCP server configured with `partition = "viz"`),
-    /// so the shipped graphs naming them validate before (or without) that
-    /// configuration; `GET /api/tools/health` reports them while empty.
+    /// A registry with the built-in tools ([`builtin`]), and the partitions
+    /// of the configurable built-in tool families declared (`data`: SQL
+    /// sources, `web`: fetch and search), so graphs naming them validate
+    /// before (or without) that configuration; `GET /api/tools/health`
+    /// reports them while empty. Partitions only an MCP server provides are
+    /// declared by the graph files that use them (`external_tools:`).
     pub fn with_builtins() -> Self {
         let r = Self::new();
         for tool in builtin::all() {
@@ -121,7 +118,6 @@ impl ToolRegistry {
         }
         crate::tools::sql::declare(&r);
         r.declare_partition(crate::tools::http::PARTITION);
-        r.declare_partition(VIZ_PARTITION);
         r
     }
 

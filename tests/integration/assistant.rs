@@ -17,11 +17,12 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 use stategraph::config::Config;
+use stategraph::engine::{Engine, Graphs};
 use stategraph::events::EventKind;
 use stategraph::llm::scripted::{ScriptedModel, Turn};
 use stategraph::llm::{ChatMessage, ChatRequest, Models};
 use stategraph::runtime::Services;
-use stategraph::server::{AppState, Graphs};
+use stategraph::server::AppState;
 use stategraph::store::SqliteStore;
 use stategraph::tools::mcp::{McpConfig, McpManager};
 use uuid::Uuid;
@@ -254,7 +255,12 @@ async fn assistant_remembers_the_customer_across_turns_caches_lookups_and_passes
                 .unwrap(),
         );
         let services = Services::new(Models::single(model.clone()), Arc::clone(&reg.tools));
-        let state = AppState::with_mcp(Config::default(), store, graphs, services, Some(mcp));
+        let state = AppState::with_mcp(
+            Config::default(),
+            store,
+            &Engine::from_parts(reg.clone(), graphs, services),
+            Some(mcp),
+        );
         let server = TestServer::serve(state).await;
         let client = reqwest::Client::new();
 

@@ -697,8 +697,11 @@ async fn mcp_chat_graph_research_uses_data_and_the_narrator_viz() {
         let state = stategraph::server::AppState::with_mcp(
             config,
             Arc::new(stategraph::store::memory::MemoryStore::new()),
-            stategraph::server::Graphs::from_catalog(cat, registries.clone()),
-            services,
+            &stategraph::engine::Engine::from_parts(
+                registries.clone(),
+                stategraph::engine::Graphs::from_catalog(cat, registries.clone()),
+                services,
+            ),
             Some(mcp),
         );
         let server = crate::support::server::TestServer::serve(state).await;

@@ -116,10 +116,11 @@ pub mod server {
     use std::sync::Arc;
 
     use stategraph::config::Config;
+    use stategraph::engine::{Engine, Graphs};
     use stategraph::graph::prompts::Prompts;
     use stategraph::llm::{ChatModel, Models};
     use stategraph::runtime::Services;
-    use stategraph::server::{AppState, Graphs};
+    use stategraph::server::AppState;
     use stategraph::store::Store;
     use stategraph::store::memory::MemoryStore;
 
@@ -181,7 +182,12 @@ edges: [helper -> END]
                 Graphs::from_catalog(cat, reg.clone())
             };
             let services = Services::new(Models::single(model), Arc::clone(&reg.tools));
-            Self::serve(AppState::new(config, store, graphs, services)).await
+            Self::serve(AppState::new(
+                config,
+                store,
+                &Engine::from_parts(reg.clone(), graphs, services),
+            ))
+            .await
         }
 
         /// Serves a state built elsewhere (e.g. by `build_state`).

@@ -7,6 +7,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
 use stategraph::store::{
     Appended, ChatStore, Lease, Leases, Maintenance, PruneReport, RunStore, StoreResult,
+    TurnOutcome, TurnStart,
 };
 use tokio::sync::broadcast;
 
@@ -109,6 +110,12 @@ impl EventLog for Flaky {
 }
 
 impl ChatStore for Flaky {
+    fn begin_turn(&self, turn: TurnStart) -> BoxFuture<'_, StoreResult<TurnOutcome>> {
+        self.inner.begin_turn(turn)
+    }
+    fn release_chat(&self, chat_id: &str, run: Uuid) -> BoxFuture<'_, StoreResult<()>> {
+        self.inner.release_chat(chat_id, run)
+    }
     fn ensure_chat(&self, chat: ChatRecord) -> BoxFuture<'_, StoreResult<ChatRecord>> {
         self.inner.ensure_chat(chat)
     }

@@ -10,8 +10,7 @@ use std::sync::{Arc, PoisonError, RwLock};
 use std::time::SystemTime;
 
 use crate::graph::diagnostic::Diagnostic;
-use crate::nodes::Graph;
-use crate::nodes::{GraphCatalog as Catalog, Registries};
+use crate::nodes::{Graph, GraphCatalog as Catalog, Registries};
 
 /// The catalog in use and where it comes from.
 #[derive(Debug)]

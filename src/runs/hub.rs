@@ -1,0 +1,190 @@
+//! One run in flight and its subscribers: a [`RunHub`] per run, decoupled
+//! from any HTTP request.
+//!
+//! A run executes in its own task; its events flow through the hub, which
+//! keeps only the events not yet in the store (everything before the last
+//! `checkpoint_saved` is dropped from memory — the store has it). Streams
+//! subscribe to the hub with a cursor and pull: events from the hub's
+//! buffer, older ones from the store, so a slow or reconnecting client never
+//! makes the server hold more than one unsaved step per run.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+
+use tokio::sync::watch;
+use tokio_util::sync::CancellationToken;
+use uuid::Uuid;
+
+use crate::config::OnDisconnect;
+use crate::events::{Event, EventKind};
+use crate::sse::BridgeConfig;
+
+/// What the hub publishes to its subscribers.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Progress {
+    /// Highest seq received.
+    pub last_seq: u64,
+    /// The run is over and every event has arrived.
+    pub done: bool,
+}
+
+#[derive(Debug, Default)]
+struct Buffer {
+    /// Events not yet known to be stored, in seq order.
+    events: Vec<Arc<Event>>,
+    /// Every event with `seq <= stored` is in the store.
+    stored: u64,
+}
+
+/// A run in flight (or just finished).
+#[derive(Debug)]
+pub struct RunHub {
+    /// The run.
+    pub run_id: Uuid,
+    /// The chat it answers.
+    pub chat_id: String,
+    /// Stream configuration (message id, metadata, surfaces).
+    pub bridge: BridgeConfig,
+    /// Cancels the run.
+    pub cancel: CancellationToken,
+    /// This hub only follows the log of a run executing elsewhere.
+    pub follower: bool,
+    /// Events after this seq were lost in a crash and executed again: a
+    /// client's `Last-Event-ID` beyond it refers to lost events, so resumes
+    /// replay the whole stream.
+    pub recovered_at: Option<u64>,
+    /// Stops the run without ending it (shutdown): its last checkpoint
+    /// stays, and another instance (or this one, restarted) resumes it.
+    pub suspend: CancellationToken,
+    buffer: Mutex<Buffer>,
+    progress: watch::Sender<Progress>,
+    subscribers: AtomicUsize,
+    on_disconnect: OnDisconnect,
+}
+
+/// How a hub starts out.
+pub(super) struct HubInit {
+    pub(super) run_id: Uuid,
+    pub(super) chat_id: String,
+    pub(super) bridge: BridgeConfig,
+    pub(super) follower: bool,
+    pub(super) recovered_at: Option<u64>,
+    /// Events up to this seq are in the store already.
+    pub(super) stored: u64,
+    pub(super) on_disconnect: OnDisconnect,
+}
+
+/// What a subscriber reads next.
+#[derive(Debug)]
+pub enum Next {
+    /// Events after the cursor, from memory.
+    Events(Vec<Arc<Event>>),
+    /// The events after the cursor are in the store (up to this seq).
+    InStore(u64),
+    /// Nothing new yet.
+    Wait,
+}
+
+impl RunHub {
+    /// A hub.
+    pub(super) fn new(init: HubInit) -> Self {
+        Self {
+            run_id: init.run_id,
+            chat_id: init.chat_id,
+            bridge: init.bridge,
+            follower: init.follower,
+            recovered_at: init.recovered_at,
+            cancel: CancellationToken::new(),
+            suspend: CancellationToken::new(),
+            buffer: Mutex::new(Buffer {
+                events: Vec::new(),
+                stored: init.stored,
+            }),
+            progress: watch::channel(Progress {
+                last_seq: init.stored,
+                done: false,
+            })
+            .0,
+            subscribers: AtomicUsize::new(0),
+            on_disconnect: init.on_disconnect,
+        }
+    }
+
+    pub(super) fn push(&self, ev: Arc<Event>) {
+        let seq = ev.seq;
+        {
+            let mut b = self.buffer.lock().unwrap_or_else(PoisonError::into_inner);
+            if let EventKind::CheckpointSaved { .. } = ev.event {
+                // Everything before this event has been committed.
+                b.stored = seq - 1;
+                b.events.retain(|e| e.seq >= seq);
+            }
+            b.events.push(ev);
+        }
+        self.progress.send_modify(|p| p.last_seq = seq);
+    }
+
+    pub(super) fn finish(&self) {
+        self.progress.send_modify(|p| p.done = true);
+    }
+
+    /// Notes that every event up to `seq` is in the store (follower hubs).
+    pub(super) fn stored_up_to(&self, seq: u64) {
+        {
+            let mut b = self.buffer.lock().unwrap_or_else(PoisonError::into_inner);
+            b.stored = b.stored.max(seq);
+            b.events.retain(|e| e.seq > seq);
+        }
+        self.progress
+            .send_modify(|p| p.last_seq = p.last_seq.max(seq));
+    }
+
+    /// Progress updates.
+    pub fn watch(&self) -> watch::Receiver<Progress> {
+        self.progress.subscribe()
+    }
+
+    /// Whether the run is over.
+    pub fn is_done(&self) -> bool {
+        self.progress.borrow().done
+    }
+
+    /// The events after `cursor`.
+    pub fn next(&self, cursor: u64) -> Next {
+        let b = self.buffer.lock().unwrap_or_else(PoisonError::into_inner);
+        match b.events.first() {
+            Some(first) if first.seq <= cursor + 1 => {
+                let from = b.events.partition_point(|e| e.seq <= cursor);
+                if from == b.events.len() {
+                    Next::Wait
+                } else {
+                    Next::Events(b.events[from..].to_vec())
+                }
+            }
+            _ if cursor < b.stored => Next::InStore(b.stored),
+            Some(_) => Next::InStore(b.events[0].seq - 1),
+            None => Next::Wait,
+        }
+    }
+
+    /// Registers a subscriber; dropping the guard unregisters it (and, with
+    /// `on_disconnect = cancel`, cancels the run when the last one leaves).
+    pub fn subscribe(self: &Arc<Self>) -> Subscription {
+        self.subscribers.fetch_add(1, Ordering::SeqCst);
+        Subscription(Arc::clone(self))
+    }
+}
+
+/// A live subscription to a hub.
+#[derive(Debug)]
+pub struct Subscription(Arc<RunHub>);
+
+impl Drop for Subscription {
+    fn drop(&mut self) {
+        let left = self.0.subscribers.fetch_sub(1, Ordering::SeqCst) - 1;
+        if left == 0 && self.0.on_disconnect == OnDisconnect::Cancel && !self.0.is_done() {
+            tracing::info!(run_id = %self.0.run_id, "last client disconnected; cancelling the run");
+            self.0.cancel.cancel();
+        }
+    }
+}

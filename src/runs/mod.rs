@@ -1,0 +1,459 @@
+//! The run lifecycle in one place: start (a chat turn, a fork), execute,
+//! stream, stop, finish, and recover after a crash.
+//!
+//! [`Runs`] owns everything a run needs around the executor: its record and
+//! lease in the store, its checkpointer, a slot of the concurrency limit (a
+//! semaphore permit held by the run's task, so a panic cannot leak it), its
+//! [`RunHub`] for live streams, and the bookkeeping when it ends (status,
+//! usage, the assistant message of a chat turn, the chat's active run).
+//! The HTTP handlers, the CLI and crash recovery all call it; none of them
+//! builds a run record or drives the executor itself.
+//!
+//! - [`turn`]: a chat turn, started atomically with the chat's new messages;
+//! - [`fork`]: a new run from a checkpoint of another, with edited state;
+//! - [`recover`]: leases, orphaned runs, stop requests across instances;
+//! - [`follow`]: streaming a run another instance executes;
+//! - `drive`: executing one run and recording how it ended.
+
+mod drive;
+pub mod follow;
+pub mod fork;
+mod hub;
+pub mod recover;
+pub mod turn;
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use serde_json::{Value, json};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+use tracing::Instrument;
+use uuid::Uuid;
+
+pub use fork::{ForkError, ForkRequest, ForkStarted};
+pub use hub::{Next, Progress, RunHub, Subscription};
+pub use turn::{ChatTurn, TurnError};
+
+use crate::config::{OnDisconnect, ServerConfig};
+use crate::engine::Graphs;
+use crate::events::{Event, EventKind, ForkOrigin, now_micros};
+use crate::nodes::{Graph, Services};
+use crate::runtime::{Durability, Resume, RunStatus};
+use crate::sse::BridgeConfig;
+use crate::store::{RunRecord, Store, StoreError};
+use hub::HubInit;
+
+/// What the lifecycle needs from the server configuration.
+#[derive(Clone, Debug)]
+pub struct RunsConfig {
+    /// A dead instance's runs are taken over after this.
+    pub lease: Duration,
+    /// How often leases are renewed and orphans looked for (0: never).
+    pub recover_interval: Duration,
+    /// Runs executing at once (beyond: refused).
+    pub max_concurrent_runs: usize,
+    /// How long a finished run's stream stays resumable from memory.
+    pub linger: Duration,
+    /// What a run does when its last client leaves.
+    pub on_disconnect: OnDisconnect,
+    /// When steps are stored.
+    pub durability: Durability,
+    /// How long store writes are retried before the run fails.
+    pub store_outage_limit: Duration,
+}
+
+impl From<&ServerConfig> for RunsConfig {
+    fn from(c: &ServerConfig) -> Self {
+        Self {
+            lease: c.lease.0,
+            recover_interval: c.recover_interval.0,
+            max_concurrent_runs: c.max_concurrent_runs,
+            linger: c.linger.0,
+            on_disconnect: c.on_disconnect,
+            durability: c.durability,
+            store_outage_limit: c.store_outage_limit.0,
+        }
+    }
+}
+
+/// Hears about runs (metrics).
+pub trait RunObserver: Send + Sync {
+    /// Every event of every run this process executes.
+    fn event(&self, graph: &str, event: &Event);
+    /// A run ended: `finished`, `failed` or `cancelled`.
+    fn finished(&self, graph: &str, outcome: &str);
+}
+
+/// An observer that hears nothing.
+#[derive(Debug, Default)]
+pub struct NoObserver;
+
+impl RunObserver for NoObserver {
+    fn event(&self, _: &str, _: &Event) {}
+    fn finished(&self, _: &str, _: &str) {}
+}
+
+/// Why a run could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    /// The chat already has a run in flight.
+    #[error("this chat is already answering")]
+    Busy,
+    /// The concurrency limit is reached.
+    #[error("the server is at its run limit")]
+    Full,
+    /// The server is shutting down.
+    #[error("the server is shutting down")]
+    ShuttingDown,
+    /// The store failed.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+/// The assistant message a chat run produces, and where it goes.
+#[derive(Clone, Debug)]
+pub struct ChatLink {
+    /// The chat.
+    pub chat_id: String,
+    /// The assistant message's id.
+    pub message_id: String,
+    /// Its position in the chat.
+    pub position: i64,
+}
+
+/// How a run begins.
+#[derive(Debug)]
+pub enum Begin {
+    /// From its input state.
+    Fresh(Value),
+    /// From a checkpoint: crash recovery (`history` are its stored events,
+    /// which the stored message must include) or a fork (no history).
+    Resumed {
+        /// State and frontier.
+        from: Resume,
+        /// Events already in the log.
+        history: Vec<Event>,
+    },
+}
+
+/// A run to execute (its record is in the store already).
+#[derive(Debug)]
+struct Launch {
+    run_id: Uuid,
+    user_id: String,
+    request_id: String,
+    graph: Arc<Graph>,
+    chat: Option<ChatLink>,
+    metadata: Value,
+    begin: Begin,
+    forked_from: Option<ForkOrigin>,
+}
+
+impl Launch {
+    /// The hub's key: the chat, or the run itself when it has no chat.
+    fn key(&self) -> String {
+        self.chat
+            .as_ref()
+            .map_or_else(|| format!("run:{}", self.run_id), |c| c.chat_id.clone())
+    }
+}
+
+/// The run lifecycle of one process.
+pub struct Runs {
+    store: Arc<dyn Store>,
+    services: Arc<Services>,
+    graphs: Arc<Graphs>,
+    instance: String,
+    config: RunsConfig,
+    observer: Arc<dyn RunObserver>,
+    hubs: Mutex<HashMap<String, Arc<RunHub>>>,
+    permits: Arc<Semaphore>,
+    tracker: TaskTracker,
+    shutdown: CancellationToken,
+}
+
+impl std::fmt::Debug for Runs {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Runs")
+            .field("instance", &self.instance)
+            .field("running", &self.running())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Runs {
+    /// The lifecycle over `store`, running `graphs` with `services`;
+    /// `instance` names this process in leases.
+    pub fn new(
+        store: Arc<dyn Store>,
+        services: Arc<Services>,
+        graphs: Arc<Graphs>,
+        instance: String,
+        config: RunsConfig,
+        observer: Arc<dyn RunObserver>,
+    ) -> Arc<Self> {
+        Arc::new(Self {
+            permits: Arc::new(Semaphore::new(config.max_concurrent_runs)),
+            store,
+            services,
+            graphs,
+            instance,
+            config,
+            observer,
+            hubs: Mutex::new(HashMap::new()),
+            tracker: TaskTracker::new(),
+            shutdown: CancellationToken::new(),
+        })
+    }
+
+    /// The store.
+    pub fn store(&self) -> &Arc<dyn Store> {
+        &self.store
+    }
+
+    /// This process's id in leases.
+    pub fn instance(&self) -> &str {
+        &self.instance
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &RunsConfig {
+        &self.config
+    }
+
+    /// Runs executing now.
+    pub fn running(&self) -> usize {
+        self.config.max_concurrent_runs - self.permits.available_permits()
+    }
+
+    /// The chat's current (or lingering) hub.
+    pub fn for_chat(&self, chat_id: &str) -> Option<Arc<RunHub>> {
+        self.hubs
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(chat_id)
+            .cloned()
+    }
+
+    /// Cancels the run if this process executes it; false otherwise.
+    pub fn cancel_run(&self, run_id: Uuid) -> bool {
+        let hubs = self.hubs.lock().unwrap_or_else(PoisonError::into_inner);
+        match hubs
+            .values()
+            .find(|h| h.run_id == run_id && !h.follower && !h.is_done())
+        {
+            Some(h) => {
+                h.cancel.cancel();
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Stops the chat's run: here, or through a stop request the executing
+    /// instance acts on. Returns the run stopped (and whether elsewhere).
+    ///
+    /// # Errors
+    /// The store failed.
+    pub async fn stop_chat(
+        &self,
+        chat_id: &str,
+        active: Option<Uuid>,
+    ) -> Result<Option<(Uuid, bool)>, StoreError> {
+        if let Some(hub) = self
+            .for_chat(chat_id)
+            .filter(|h| !h.is_done() && !h.follower)
+        {
+            hub.cancel.cancel();
+            return Ok(Some((hub.run_id, false)));
+        }
+        match active {
+            Some(run) if self.store.request_stop(run).await? => Ok(Some((run, true))),
+            _ => Ok(None),
+        }
+    }
+
+    /// Stops accepting runs, waits up to `grace` for the running ones to
+    /// finish, then suspends the rest: each keeps its last checkpoint and
+    /// gives up its lease, so another instance (or this one, restarted)
+    /// resumes it.
+    pub async fn shutdown(&self, grace: Duration) {
+        self.shutdown.cancel();
+        self.tracker.close();
+        if tokio::time::timeout(grace, self.tracker.wait())
+            .await
+            .is_err()
+        {
+            let hubs: Vec<Arc<RunHub>> = self
+                .hubs
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .values()
+                .cloned()
+                .collect();
+            tracing::warn!(
+                runs = hubs.len(),
+                "shutdown grace period over; suspending runs still in flight at their last checkpoint"
+            );
+            for h in hubs {
+                h.suspend.cancel();
+            }
+            self.tracker.wait().await;
+        }
+    }
+
+    /// A new run record: running, leased to this process.
+    fn record(
+        &self,
+        launch: &Launch,
+        input: Value,
+        parent: Option<ForkOrigin>,
+        last_step: u32,
+    ) -> RunRecord {
+        RunRecord {
+            id: launch.run_id,
+            chat_id: launch.chat.as_ref().map(|c| c.chat_id.clone()),
+            user_id: launch.user_id.clone(),
+            graph: launch.graph.id.to_string(),
+            graph_version: launch.graph.version.clone(),
+            status: RunStatus::Running,
+            input,
+            created_at: now_micros(),
+            finished_at: None,
+            error: None,
+            usage: Default::default(),
+            parent,
+            request_id: Some(launch.request_id.clone()).filter(|r| !r.is_empty()),
+            message_id: launch.chat.as_ref().map(|c| c.message_id.clone()),
+            last_seq: 0,
+            last_step,
+        }
+    }
+
+    /// The end of a lease taken now.
+    fn lease_until(&self) -> u64 {
+        now_micros() + self.config.lease.as_micros() as u64
+    }
+
+    /// A slot of the concurrency limit, held by a run's task.
+    ///
+    /// # Errors
+    /// The limit is reached, or shutdown began.
+    fn permit(&self) -> Result<OwnedSemaphorePermit, StartError> {
+        if self.shutdown.is_cancelled() {
+            return Err(StartError::ShuttingDown);
+        }
+        Arc::clone(&self.permits)
+            .try_acquire_owned()
+            .map_err(|_| StartError::Full)
+    }
+
+    /// Executes a run whose record is stored, with its permit: registers
+    /// its hub and drives it in the background.
+    ///
+    /// # Errors
+    /// The chat has a live hub, or shutdown began.
+    fn launch(
+        self: &Arc<Self>,
+        launch: Launch,
+        permit: OwnedSemaphorePermit,
+    ) -> Result<Arc<RunHub>, StartError> {
+        if self.shutdown.is_cancelled() {
+            return Err(StartError::ShuttingDown);
+        }
+        let key = launch.key();
+        let mut hubs = self.hubs.lock().unwrap_or_else(PoisonError::into_inner);
+        // A hub that only follows the log of this very run (it executed
+        // elsewhere until now) gives way; its subscribers keep following.
+        if hubs
+            .get(&key)
+            .is_some_and(|h| !h.is_done() && (!h.follower || h.run_id != launch.run_id))
+        {
+            return Err(StartError::Busy);
+        }
+        let hub = Arc::new(RunHub::new(self.hub_init(&launch, key.clone())));
+        hubs.insert(key, Arc::clone(&hub));
+        drop(hubs);
+        let span = tracing::info_span!(
+            "run",
+            run_id = %launch.run_id,
+            request_id = %launch.request_id,
+            chat_id = launch.chat.as_ref().map_or("", |c| c.chat_id.as_str()),
+            user = %launch.user_id,
+            graph = %launch.graph.id,
+        );
+        self.tracker.spawn(
+            drive::drive(Arc::clone(self), Arc::clone(&hub), launch, permit).instrument(span),
+        );
+        Ok(hub)
+    }
+
+    fn hub_init(&self, launch: &Launch, key: String) -> HubInit {
+        let fresh =
+            || BridgeConfig::for_graph(&launch.graph, message_id(launch), launch.metadata.clone());
+        let (bridge, stored, recovered_at) = match &launch.begin {
+            Begin::Fresh(_) => (fresh(), 0, None),
+            Begin::Resumed { from, history } => {
+                let recorded = history.iter().find_map(|e| match &e.event {
+                    EventKind::RunStarted {
+                        stream: Some(s), ..
+                    } => BridgeConfig::from_json(s),
+                    _ => None,
+                });
+                let recovered = (!history.is_empty()).then_some(from.last_seq);
+                (recorded.unwrap_or_else(fresh), from.last_seq, recovered)
+            }
+        };
+        HubInit {
+            run_id: launch.run_id,
+            chat_id: key,
+            bridge,
+            follower: false,
+            recovered_at,
+            stored,
+            on_disconnect: self.config.on_disconnect,
+        }
+    }
+
+    fn remove(&self, hub: &Arc<RunHub>) {
+        let mut hubs = self.hubs.lock().unwrap_or_else(PoisonError::into_inner);
+        if hubs.get(&hub.chat_id).is_some_and(|h| Arc::ptr_eq(h, hub)) {
+            hubs.remove(&hub.chat_id);
+        }
+    }
+}
+
+/// The assistant message id of a run (made up for runs without a chat).
+fn message_id(launch: &Launch) -> String {
+    launch.chat.as_ref().map_or_else(
+        || format!("msg_{}", launch.run_id.simple()),
+        |c| c.message_id.clone(),
+    )
+}
+
+/// `start.messageMetadata` of a run's stream.
+pub fn stream_metadata(
+    services: &Services,
+    run_id: Uuid,
+    request_id: &str,
+    chat_id: &str,
+    graph: &Graph,
+) -> Value {
+    let offline = services.models.any_offline();
+    let mut metadata = json!({
+        "runId": run_id,
+        "requestId": request_id,
+        "chatId": chat_id,
+        "graph": graph.id.as_ref(),
+        "graphVersion": graph.version,
+        "offlineModel": offline,
+    });
+    if offline {
+        metadata["notice"] =
+            json!("answered by stategraph's built-in offline model, not a real LLM");
+    }
+    metadata
+}

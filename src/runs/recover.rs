@@ -1,0 +1,203 @@
+//! Keeping runs alive across crashes and instances.
+//!
+//! Every run this process executes holds a lease in the store, renewed
+//! every third of its length. A process that dies stops renewing; once its
+//! leases expire, any instance sharing the database claims the orphaned runs
+//! (`FOR UPDATE SKIP LOCKED` on PostgreSQL, so each run goes to exactly one)
+//! and resumes each from its last checkpoint: the state is rebuilt from the
+//! snapshot and patches, the next step's tasks come from the checkpoint, and
+//! event numbering continues where the log stops. Steps that completed
+//! before the crash — with their model and tool calls — are not repeated.
+//! Clients resume the stream as usual (`GET /api/chat/{id}/stream`).
+//!
+//! A stop asked of an instance that does not execute the run is stored as a
+//! request on the run; the executing instance polls for requests on its own
+//! runs while it has any in flight and cancels them.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::{Begin, ChatLink, Launch, Runs};
+use crate::events::now_micros;
+use crate::replay;
+use crate::runtime::{Resume, rebuild_state};
+use crate::store::{RunRecord, StoreError};
+
+/// Runs claimed per pass.
+const CLAIM_BATCH: usize = 16;
+
+/// How often an instance with runs in flight asks the store whether
+/// another instance was asked to stop one of them: the delay a stop
+/// request made elsewhere can take.
+const STOP_POLL: Duration = Duration::from_millis(250);
+
+/// Why an orphaned run could not be resumed.
+#[derive(Debug, thiserror::Error)]
+pub enum RecoverError {
+    /// Its graph is not served here.
+    #[error("graph `{0}` is not served here")]
+    UnknownGraph(String),
+    /// Its log or checkpoints could not be read or rebuilt.
+    #[error(transparent)]
+    Replay(#[from] replay::ReplayError),
+    /// The store failed.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    /// Its state could not be rebuilt from the checkpoints.
+    #[error(transparent)]
+    Checkpoint(#[from] crate::runtime::CheckpointError),
+    /// It could not start.
+    #[error(transparent)]
+    Start(#[from] super::StartError),
+}
+
+impl Runs {
+    /// Starts lease renewal, orphan recovery and stop-request polling.
+    pub fn spawn_upkeep(self: &Arc<Self>) -> Option<tokio::task::JoinHandle<()>> {
+        let every = self.config.recover_interval;
+        if every.is_zero() {
+            return None;
+        }
+        let runs = Arc::clone(self);
+        Some(tokio::spawn(async move {
+            let lease = runs.config.lease;
+            let renew_every = (lease / 3).max(Duration::from_millis(50));
+            let mut renew = tokio::time::interval(renew_every);
+            let mut claim = tokio::time::interval(every.max(Duration::from_millis(50)));
+            let mut stops = tokio::time::interval(STOP_POLL);
+            renew.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            claim.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            stops.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            loop {
+                tokio::select! {
+                    _ = renew.tick() => {
+                        let until = now_micros() + lease.as_micros() as u64;
+                        if let Err(e) = runs.store.renew_leases(&runs.instance, until).await {
+                            tracing::warn!(error = %e, "could not renew run leases");
+                        }
+                    }
+                    _ = claim.tick() => runs.recover_orphans().await,
+                    _ = stops.tick(), if runs.running() > 0 => runs.stop_requested().await,
+                    _ = runs.shutdown.cancelled() => break,
+                }
+            }
+        }))
+    }
+
+    /// Cancels the runs this process executes that a stop request made on
+    /// another instance names.
+    async fn stop_requested(&self) {
+        match self.store.stop_requests(&self.instance).await {
+            Ok(ids) => {
+                for id in ids {
+                    if self.cancel_run(id) {
+                        tracing::info!(run_id = %id, "stopping a run as asked through another instance");
+                    }
+                }
+            }
+            Err(e) => tracing::warn!(error = %e, "could not check for stop requests"),
+        }
+    }
+
+    /// Claims and resumes runs whose instance died.
+    pub async fn recover_orphans(self: &Arc<Self>) {
+        let now = now_micros();
+        let runs = match self
+            .store
+            .claim_orphans(&self.instance, now, self.lease_until(), CLAIM_BATCH)
+            .await
+        {
+            Ok(runs) => runs,
+            Err(e) => {
+                tracing::warn!(error = %e, "could not look for orphaned runs");
+                return;
+            }
+        };
+        for run in runs {
+            let id = run.id;
+            if let Err(e) = self.recover(run).await {
+                tracing::error!(run_id = %id, error = %e, "could not resume an orphaned run");
+                // Leave it to another pass (here or elsewhere).
+                let _ = self.store.release_lease(id, &self.instance).await;
+            }
+        }
+    }
+
+    async fn recover(self: &Arc<Self>, run: RunRecord) -> Result<(), RecoverError> {
+        let graph = self
+            .graphs
+            .get(&run.graph)
+            .ok_or_else(|| RecoverError::UnknownGraph(run.graph.clone()))?;
+        if graph.version != run.graph_version {
+            tracing::warn!(run_id = %run.id, recorded = %run.graph_version, current = %graph.version, "resuming with a newer version of the graph");
+        }
+        let permit = self.permit()?;
+        let (_, history) = replay::load(&*self.store, run.id).await?;
+        let checkpoints = self.store.checkpoints(run.id, u32::MAX).await?;
+        let chat = match &run.chat_id {
+            Some(c) => {
+                let message_id = run
+                    .message_id
+                    .clone()
+                    .unwrap_or_else(|| format!("msg_{}", run.id.simple()));
+                let position = self
+                    .store
+                    .messages(c)
+                    .await?
+                    .iter()
+                    .filter(|m| m.id != message_id)
+                    .count() as i64;
+                Some(ChatLink {
+                    chat_id: c.clone(),
+                    message_id,
+                    position,
+                })
+            }
+            None => None,
+        };
+        let request_id = run.request_id.clone().unwrap_or_default();
+        let metadata = super::stream_metadata(
+            &self.services,
+            run.id,
+            &request_id,
+            run.chat_id.as_deref().unwrap_or(""),
+            &graph,
+        );
+        let begin = match checkpoints.last() {
+            // It died before its first checkpoint: nothing of it is stored
+            // but its input, so it starts over.
+            None => {
+                tracing::info!(run_id = %run.id, "restarting an orphaned run that never checkpointed");
+                Begin::Fresh(run.input.clone())
+            }
+            Some(last) => {
+                let batches: Vec<_> = checkpoints.iter().map(|c| c.to_batch(run.id)).collect();
+                let state = rebuild_state(&batches, &graph.state, last.step)?;
+                let last_seq = history.last().map_or(0, |e| e.seq);
+                tracing::info!(run_id = %run.id, step = last.step, last_seq, "resuming an orphaned run from its last checkpoint");
+                Begin::Resumed {
+                    from: Resume {
+                        state,
+                        step: last.step,
+                        next: last.next.clone(),
+                        joins: last.joins.clone(),
+                        last_seq,
+                    },
+                    history,
+                }
+            }
+        };
+        let launch = Launch {
+            run_id: run.id,
+            user_id: run.user_id.clone(),
+            request_id,
+            graph,
+            chat,
+            metadata,
+            begin,
+            forked_from: run.parent.clone(),
+        };
+        self.launch(launch, permit)?;
+        Ok(())
+    }
+}

@@ -1,0 +1,141 @@
+//! A chat turn: the conversation as the client has it and the run that
+//! answers it, started together.
+//!
+//! The order makes refusals free: a concurrency slot is taken first (at the
+//! limit nothing is written), then the store starts the turn in one
+//! transaction — the chat's messages, the run record with this process's
+//! lease, the chat's active run — or refuses it (a run of the chat is in
+//! flight, here or on another instance; the chat is another user's) having
+//! written nothing. Only then does the run execute.
+
+use std::sync::Arc;
+
+use serde_json::Value;
+use uuid::Uuid;
+
+use super::{Begin, ChatLink, Launch, RunHub, Runs, StartError};
+use crate::events::now_micros;
+use crate::nodes::Graph;
+use crate::store::{ChatRecord, MessageRecord, StoreError, TurnOutcome, TurnStart};
+
+/// A chat request to answer.
+#[derive(Debug)]
+pub struct ChatTurn {
+    /// The chat (created by its first turn).
+    pub chat_id: String,
+    /// Its user.
+    pub user_id: String,
+    /// The chat's title if it is new.
+    pub title: String,
+    /// The request's correlation id.
+    pub request_id: String,
+    /// The graph answering.
+    pub graph: Arc<Graph>,
+    /// The conversation as the client has it (replaces what is stored:
+    /// appending, editing and regenerating are all this).
+    pub messages: Vec<MessageRecord>,
+    /// The graph's input state.
+    pub input: Value,
+}
+
+/// Why a turn did not start (nothing was written).
+#[derive(Debug, thiserror::Error)]
+pub enum TurnError {
+    /// A run of the chat is in flight.
+    #[error("this chat is already answering; stop it or wait")]
+    Busy,
+    /// The chat belongs to another user.
+    #[error("no such chat")]
+    NotOwner,
+    /// The run could not start.
+    #[error(transparent)]
+    Start(#[from] StartError),
+}
+
+impl From<StoreError> for TurnError {
+    fn from(e: StoreError) -> Self {
+        TurnError::Start(StartError::Store(e))
+    }
+}
+
+/// A started turn.
+#[derive(Debug)]
+pub struct TurnStarted {
+    /// The run's hub (stream it).
+    pub hub: Arc<RunHub>,
+    /// The chat as stored now.
+    pub chat: ChatRecord,
+}
+
+impl Runs {
+    /// Starts a chat turn (see the module docs).
+    ///
+    /// # Errors
+    /// The chat is busy or another user's, the server is full or shutting
+    /// down, or the store failed; nothing was written.
+    pub async fn begin_turn(self: &Arc<Self>, turn: ChatTurn) -> Result<TurnStarted, TurnError> {
+        if self.for_chat(&turn.chat_id).is_some_and(|h| !h.is_done()) {
+            return Err(TurnError::Busy);
+        }
+        let permit = self.permit()?;
+        let run_id = Uuid::now_v7();
+        let chat = ChatLink {
+            chat_id: turn.chat_id.clone(),
+            message_id: format!("msg_{}", Uuid::now_v7().simple()),
+            position: turn.messages.len() as i64,
+        };
+        let launch = Launch {
+            run_id,
+            user_id: turn.user_id.clone(),
+            request_id: turn.request_id.clone(),
+            metadata: super::stream_metadata(
+                &self.services,
+                run_id,
+                &turn.request_id,
+                &turn.chat_id,
+                &turn.graph,
+            ),
+            graph: Arc::clone(&turn.graph),
+            chat: Some(chat),
+            begin: Begin::Fresh(turn.input.clone()),
+            forked_from: None,
+        };
+        let now = now_micros();
+        let start = TurnStart {
+            chat: ChatRecord {
+                id: turn.chat_id.clone(),
+                user_id: turn.user_id,
+                title: turn.title,
+                created_at: now,
+                updated_at: now,
+                active_run: None,
+            },
+            messages: turn.messages,
+            run: self.record(&launch, turn.input, None, 0),
+            owner: self.instance.clone(),
+            lease_until: self.lease_until(),
+        };
+        let chat = match self.store.begin_turn(start).await? {
+            TurnOutcome::Started(chat) => chat,
+            TurnOutcome::Busy(_) => return Err(TurnError::Busy),
+            TurnOutcome::NotOwner => return Err(TurnError::NotOwner),
+        };
+        match self.launch(launch, permit) {
+            Ok(hub) => Ok(TurnStarted { hub, chat }),
+            Err(e) => {
+                // Stored but not started (a shutdown began): end it cleanly.
+                let _ = self
+                    .store
+                    .finish_run(
+                        run_id,
+                        crate::runtime::RunStatus::Cancelled,
+                        None,
+                        Default::default(),
+                    )
+                    .await;
+                let _ = self.store.release_chat(&chat.id, run_id).await;
+                Err(e.into())
+            }
+        }
+    }
+}
