@@ -518,8 +518,7 @@ impl<'a, N> BuildCx<'a, N> {
             schema: self.schema,
             extra: &extra,
         };
-        ValueExpr::compile(&value.value.to_json(), value.loc, what, scope, self.diags)
-            .ok_or(Reported)
+        ValueExpr::compile_tree(value, what, scope, self.diags).ok_or(Reported)
     }
 
     fn scope_names(&self, extra: &[&str]) -> Vec<String> {

@@ -58,17 +58,20 @@ pub enum Selector {
 
 impl Selector {
     /// The value routed on: strings as themselves, booleans and integers as
-    /// their JSON text, `null` (and an expression that fails) as no value.
-    pub fn key(&self, state: &dyn DynState) -> Option<String> {
-        match self {
+    /// their JSON text, `null` as no value (the route's `default`).
+    ///
+    /// # Errors
+    /// The expression failed: the run fails rather than route silently.
+    pub fn key(&self, state: &dyn DynState) -> Result<Option<String>, super::expr::ExprError> {
+        Ok(match self {
             Selector::Field(f) => route_key(state, *f),
-            Selector::Expr(e) => match e.eval_json(state, &[]).ok()? {
+            Selector::Expr(e) => match e.eval_json(state, &[])? {
                 serde_json::Value::String(s) => Some(s),
                 serde_json::Value::Bool(b) => Some(b.to_string()),
                 serde_json::Value::Number(n) => Some(n.to_string()),
                 _ => None,
             },
-        }
+        })
     }
 
     /// The list a map edge fans out over (empty when it is not a list).

@@ -33,6 +33,7 @@ use serde_json::Value;
 use super::diagnostic::{Diagnostics, name_hint};
 use super::loc::{Loc, Sp};
 use super::prompts::BUILTIN_GLOBALS;
+use super::value::SpValue;
 use crate::state::{DynState, FieldId, StateSchema};
 
 /// The environment every expression and value template is compiled in.
@@ -210,12 +211,17 @@ fn detail(e: &Error) -> String {
         .map_or_else(|| e.kind().to_string(), str::to_owned)
 }
 
-/// A setting's value: a literal, an expression (`"{{ expr }}"`, typed) or
-/// a template (`"Dear {{ name }}"`, a string).
+/// A setting's value: a literal, an expression (`"{{ expr }}"`, typed), a
+/// template (`"Dear {{ name }}"`, a string), or a mapping or list whose
+/// values follow the same rule.
 #[derive(Debug)]
 pub enum ValueExpr {
     /// Used as written.
     Literal(Value),
+    /// A mapping whose values are evaluated.
+    Map(Vec<(String, ValueExpr)>),
+    /// A list whose items are evaluated.
+    List(Vec<ValueExpr>),
     /// The value of the expression.
     Expr(Expr),
     /// The rendered text.
@@ -228,7 +234,58 @@ pub enum ValueExpr {
 }
 
 impl ValueExpr {
-    /// Reads a setting's value; `what` names it in diagnostics.
+    /// Reads a setting's value written at `value` (nested mappings and
+    /// lists too, each part reported at its own place); `what` names it in
+    /// diagnostics.
+    pub fn compile_tree(
+        value: &Sp<SpValue>,
+        what: &str,
+        scope: Scope<'_>,
+        d: &mut Diagnostics,
+    ) -> Option<Self> {
+        let parts = match &value.value {
+            SpValue::Map(entries) => {
+                let mut out = Vec::new();
+                let mut ok = true;
+                for (k, v) in entries {
+                    let inner = match what.strip_suffix('`') {
+                        Some(w) => format!("{w}.{}`", k.value),
+                        None => format!("{what}.{}", k.value),
+                    };
+                    match Self::compile_tree(v, &inner, scope, d) {
+                        Some(e) => out.push((k.value.clone(), e)),
+                        None => ok = false,
+                    }
+                }
+                return ok.then(|| Self::literal_or(ValueExpr::Map(out), value));
+            }
+            SpValue::Seq(items) => items
+                .iter()
+                .map(|i| Self::compile_tree(i, what, scope, d))
+                .collect::<Vec<_>>(),
+            other => return Self::compile(&other.to_json(), value.loc, what, scope, d),
+        };
+        let items: Option<Vec<_>> = parts.into_iter().collect();
+        items.map(|items| Self::literal_or(ValueExpr::List(items), value))
+    }
+
+    /// A mapping or list with nothing to evaluate is a literal.
+    fn literal_or(e: ValueExpr, written: &Sp<SpValue>) -> ValueExpr {
+        let all_literal = match &e {
+            ValueExpr::Map(entries) => entries
+                .iter()
+                .all(|(_, v)| matches!(v, ValueExpr::Literal(_))),
+            ValueExpr::List(items) => items.iter().all(|v| matches!(v, ValueExpr::Literal(_))),
+            _ => false,
+        };
+        if all_literal {
+            ValueExpr::Literal(written.value.to_json())
+        } else {
+            e
+        }
+    }
+
+    /// Reads a scalar setting value; `what` names it in diagnostics.
     pub fn compile(
         value: &Value,
         loc: Loc,
@@ -299,6 +356,16 @@ impl ValueExpr {
     pub fn eval(&self, state: &dyn DynState, extra: &[(&str, Mv)]) -> Result<Value, ExprError> {
         match self {
             ValueExpr::Literal(v) => Ok(v.clone()),
+            ValueExpr::Map(entries) => entries
+                .iter()
+                .map(|(k, v)| Ok((k.clone(), v.eval(state, extra)?)))
+                .collect::<Result<serde_json::Map<_, _>, ExprError>>()
+                .map(Value::Object),
+            ValueExpr::List(items) => items
+                .iter()
+                .map(|v| v.eval(state, extra))
+                .collect::<Result<Vec<_>, _>>()
+                .map(Value::Array),
             ValueExpr::Expr(e) => e.eval_json(state, extra),
             ValueExpr::Template { source, vars } => ENV
                 .render_str(source, context(vars, state, extra))
@@ -314,6 +381,8 @@ impl ValueExpr {
     pub fn fields(&self) -> Vec<FieldId> {
         match self {
             ValueExpr::Literal(_) => Vec::new(),
+            ValueExpr::Map(entries) => entries.iter().flat_map(|(_, v)| v.fields()).collect(),
+            ValueExpr::List(items) => items.iter().flat_map(ValueExpr::fields).collect(),
             ValueExpr::Expr(e) => e.fields().collect(),
             ValueExpr::Template { vars, .. } => vars.iter().map(|(_, f)| *f).collect(),
         }

@@ -15,7 +15,7 @@ const TYPE_NAMES: &[&str] = &[
 ];
 
 /// Field names expressions and settings use for something else.
-const RESERVED: &[&str] = &["item", "result", "args", "loop", "state"];
+const RESERVED: &[&str] = &["item", "result", "args", "tool", "loop", "state"];
 
 /// What state declarations are checked against.
 #[derive(Clone, Copy)]

@@ -122,7 +122,15 @@ fn fill(schema: &Value, user: &str, name: &str) -> Value {
     if let Some(options) = schema["enum"].as_array() {
         return pick(options, user);
     }
-    match schema["type"].as_str() {
+    // `type: [T, "null"]` answers as T.
+    let ty = match &schema["type"] {
+        Value::Array(types) => types
+            .iter()
+            .filter_map(Value::as_str)
+            .find(|t| *t != "null"),
+        other => other.as_str(),
+    };
+    match ty {
         Some("object") => {
             let mut out = Map::new();
             if let Some(props) = schema["properties"].as_object() {
@@ -157,7 +165,12 @@ fn fill(schema: &Value, user: &str, name: &str) -> Value {
             )
         }
         Some("boolean") => json!(false),
-        Some("integer") | Some("number") => json!(0),
+        // The lowest allowed value (0 when unbounded below).
+        Some("integer") | Some("number") => match schema["minimum"].as_f64() {
+            Some(lo) if lo > 0.0 && ty == Some("integer") => json!(lo.ceil() as i64),
+            Some(lo) if lo > 0.0 => json!(lo),
+            _ => json!(0),
+        },
         _ => json!(match name {
             "detected_language" | "language" => "en",
             "reasoning" => "offline model: intent chosen by keyword match",

@@ -169,6 +169,7 @@ impl Agent {
                 if let (false, Some(output)) = (self.extract.is_empty(), record.get("output")) {
                     extracted.extend(self.extract.apply(
                         cx.state,
+                        cx.item,
                         &tc.name,
                         &record["args"],
                         output,

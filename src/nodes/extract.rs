@@ -66,14 +66,7 @@ struct Rule {
     /// Whether `to` is a list (values are written as items) or a single
     /// value (the latest one wins).
     list: bool,
-    value: Template,
-}
-
-/// A value built from the result: a mapping or list of value expressions.
-#[derive(Debug)]
-enum Template {
-    Value(ValueExpr),
-    Map(Vec<(String, Template)>),
+    value: ValueExpr,
 }
 
 impl Extract {
@@ -110,6 +103,7 @@ impl Extract {
     pub(super) fn apply(
         &self,
         state: &dyn DynState,
+        item: Option<&Value>,
         tool: &str,
         args: &Value,
         result: &Value,
@@ -118,11 +112,14 @@ impl Extract {
             Value::String(s) => serde_json::from_str(s).unwrap_or_else(|_| result.clone()),
             other => other.clone(),
         };
-        let extra = [
+        let mut extra = vec![
             ("result", from_json(&result)),
             ("args", from_json(args)),
             ("tool", minijinja::Value::from(tool)),
         ];
+        if let Some(i) = item {
+            extra.push(("item", from_json(i)));
+        }
         let mut out = Vec::new();
         for rule in self
             .rules
@@ -148,37 +145,6 @@ fn complete(v: &Value) -> bool {
         Value::String(s) => !s.is_empty(),
         Value::Object(m) => m.values().all(|p| !p.is_null()),
         _ => true,
-    }
-}
-
-impl Template {
-    fn build(cx: &mut BuildCx<'_>, v: &Sp<SpValue>) -> Result<Self, Reported> {
-        match &v.value {
-            SpValue::Map(entries) => entries
-                .iter()
-                .map(|(k, val)| Ok((k.value.clone(), Self::build(cx, val)?)))
-                .collect::<Result<_, _>>()
-                .map(Template::Map),
-            _ => cx
-                .value_expr(v, "`extract.value`", &["result", "args", "tool"])
-                .map(Template::Value),
-        }
-    }
-
-    fn eval(
-        &self,
-        state: &dyn DynState,
-        extra: &[(&str, minijinja::Value)],
-    ) -> Result<Value, crate::graph::expr::ExprError> {
-        Ok(match self {
-            Template::Value(v) => v.eval(state, extra)?,
-            Template::Map(entries) => Value::Object(
-                entries
-                    .iter()
-                    .map(|(k, t)| Ok((k.clone(), t.eval(state, extra)?)))
-                    .collect::<Result<_, crate::graph::expr::ExprError>>()?,
-            ),
-        })
     }
 }
 
@@ -264,7 +230,7 @@ fn rule(cx: &mut BuildCx<'_>, item: &Sp<SpValue>, tools: &[String]) -> Result<Ru
         return Err(Reported);
     };
     let to_sp = Sp::new(to_name, to.loc);
-    let value = Template::build(cx, value);
+    let value = cx.value_expr(value, "`extract.value`", &["result", "args", "tool"]);
     let field = cx
         .field(&to_sp, "a field other than chat messages", |f| {
             !f.ty.is_messages()

@@ -121,7 +121,10 @@ impl LlmNode {
             content: cx.render(&self.prompt)?,
         }];
         messages.extend(model::history(cx.state, self.history.0, self.history.1));
-        if let Some(text) = self.input.and_then(|f| cx.state.text(f)) {
+        // The newest user message is usually the history's last already.
+        if let Some(text) = self.input.and_then(|f| cx.state.text(f))
+            && !matches!(messages.last(), Some(ChatMessage::User { content }) if content == text)
+        {
             messages.push(ChatMessage::User {
                 content: text.to_owned(),
             });

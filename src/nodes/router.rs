@@ -164,7 +164,24 @@ impl Router {
         let output = cx.output("output", "intent", "a string field", |f| f.ty.is_string());
         let details = cx.optional_output("details", "an object field", |f| f.ty.holds_objects());
         let language = cx.optional_output("language", "a string field", |f| f.ty.is_string());
-        if let Some((field, _)) = &output {
+        if let Some((field, name)) = &output {
+            // An enum output field must accept every intent the router writes.
+            let allowed = cx.schema.and_then(|s| s.spec(*field).ty.finite_values());
+            if let Some(allowed) = allowed {
+                for intent in intents.iter().filter(|i| !allowed.contains(i)) {
+                    let loc = cx.setting("intents").map_or(cx.kind_loc(), |v| v.loc);
+                    cx.error(
+                        loc,
+                        "unknown-intent",
+                        format!(
+                            "intent `{intent}` is not a value of field `{name}` (one of {})",
+                            allowed.join(", ")
+                        ),
+                        None,
+                    );
+                    ok = false;
+                }
+            }
             cx.declare_values(*field, intents.clone());
         }
         if !ok {

@@ -17,20 +17,18 @@
 //! anything else is literal. Every expression reads the state as the step
 //! began (all values see the same state), and each written value is checked
 //! against its field's type when the step is applied. `emit` sends each
-//! entry as custom data (`data-<name>` in the UI stream) as the node runs.
+//! entry as custom data (`data-<name>` in the UI stream); its expressions
+//! see the values this node sets.
 
 use std::sync::Arc;
 
 use futures::FutureExt;
 use futures::future::BoxFuture;
-use serde_json::Value;
 
 use super::{BuildCx, Kind, Node, NodeContext, NodeError};
 use crate::graph::expr::ValueExpr;
 use crate::graph::kinds::schema;
-use crate::graph::loc::Sp;
 use crate::graph::spec::Surface;
-use crate::graph::value::SpValue;
 use crate::graph::{Reported, SettingDoc};
 use crate::state::Patch;
 
@@ -60,52 +58,11 @@ pub(super) fn kind() -> Kind {
 #[derive(Debug)]
 struct SetNode {
     writes: Vec<(Arc<str>, ValueExpr)>,
-    emits: Vec<(String, Nested)>,
-}
-
-/// A value that may be a mapping or list of values, each evaluated.
-#[derive(Debug)]
-enum Nested {
-    Value(ValueExpr),
-    Map(Vec<(String, Nested)>),
-    List(Vec<Nested>),
-}
-
-impl Nested {
-    fn build(cx: &mut BuildCx<'_>, v: &Sp<SpValue>, what: &str) -> Result<Self, Reported> {
-        match &v.value {
-            SpValue::Map(entries) => entries
-                .iter()
-                .map(|(k, val)| Ok((k.value.clone(), Self::build(cx, val, what)?)))
-                .collect::<Result<_, _>>()
-                .map(Nested::Map),
-            SpValue::Seq(items) => items
-                .iter()
-                .map(|i| Self::build(cx, i, what))
-                .collect::<Result<_, _>>()
-                .map(Nested::List),
-            _ => cx.value_expr(v, what, &[]).map(Nested::Value),
-        }
-    }
-
-    fn eval(&self, cx: &NodeContext<'_>) -> Result<Value, NodeError> {
-        Ok(match self {
-            Nested::Value(v) => v.eval(cx.state, &item(cx))?,
-            Nested::Map(entries) => Value::Object(
-                entries
-                    .iter()
-                    .map(|(k, v)| Ok((k.clone(), v.eval(cx)?)))
-                    .collect::<Result<_, NodeError>>()?,
-            ),
-            Nested::List(items) => {
-                Value::Array(items.iter().map(|i| i.eval(cx)).collect::<Result<_, _>>()?)
-            }
-        })
-    }
+    emits: Vec<(String, ValueExpr)>,
 }
 
 /// The map item, for expressions on map targets.
-fn item(cx: &NodeContext<'_>) -> Vec<(&'static str, minijinja::Value)> {
+fn item<'a>(cx: &NodeContext<'_>) -> Vec<(&'a str, minijinja::Value)> {
     cx.item
         .map(|i| vec![("item", crate::graph::expr::from_json(i))])
         .unwrap_or_default()
@@ -133,7 +90,7 @@ impl SetNode {
         let mut emits = Vec::new();
         if let Ok(Some(entries)) = cx.mapping("emit") {
             for (name, value) in entries {
-                match Nested::build(cx, value, &format!("`emit.{}`", name.value)) {
+                match cx.value_expr(value, &format!("`emit.{}`", name.value), &[]) {
                     Ok(n) => emits.push((name.value.clone(), n)),
                     Err(Reported) => ok = false,
                 }
@@ -152,14 +109,19 @@ impl SetNode {
     }
 
     async fn call(&self, cx: NodeContext<'_>) -> Result<Patch, NodeError> {
-        for (name, value) in &self.emits {
-            let data = value.eval(&cx)?;
-            cx.events.custom(name.clone(), data).await;
-        }
-        let extra = item(&cx);
+        let mut extra = item(&cx);
         let mut patch = Patch::new();
         for (field, value) in &self.writes {
             patch.insert(Arc::clone(field), value.eval(cx.state, &extra)?);
+        }
+        // `emit` sees the values this node sets (what it just computed),
+        // not the step's starting state.
+        for (field, value) in patch.iter() {
+            extra.push((field, crate::graph::expr::from_json(value)));
+        }
+        for (name, value) in &self.emits {
+            let data = value.eval(cx.state, &extra)?;
+            cx.events.custom(name.clone(), data).await;
         }
         Ok(patch)
     }

@@ -122,6 +122,22 @@ impl Structured {
             Some(entries) => {
                 let mut out = Vec::new();
                 for (k, v) in entries {
+                    let TypeKind::Object { properties, .. } = &answer.kind else {
+                        break;
+                    };
+                    if !properties.iter().any(|(p, _)| *p == k.value) {
+                        let known: Vec<&str> = properties.iter().map(|(p, _)| p.as_str()).collect();
+                        cx.error(
+                            k.loc,
+                            "invalid-setting",
+                            format!(
+                                "`fallback` sets `{}`, which the answer does not have",
+                                k.value
+                            ),
+                            crate::graph::diagnostic::name_hint(&k.value, known),
+                        );
+                        return Err(Reported);
+                    }
                     out.push((
                         k.value.clone(),
                         cx.value_expr(v, &format!("`fallback.{}`", k.value), &[])?,

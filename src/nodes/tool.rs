@@ -172,7 +172,7 @@ impl ToolNode {
     }
 
     /// The writes for a successful call.
-    fn success(
+    async fn success(
         &self,
         cx: &NodeContext<'_>,
         args: &Value,
@@ -189,13 +189,19 @@ impl ToolNode {
             Value::String(s) => serde_json::from_str(s).unwrap_or_else(|_| output.clone()),
             other => other.clone(),
         };
-        let extra = [("result", from_json(&result)), ("args", from_json(args))];
+        let mut extra = vec![("result", from_json(&result)), ("args", from_json(args))];
+        if let Some(i) = cx.item {
+            extra.push(("item", from_json(i)));
+        }
         for (field, value) in &self.outputs {
             patch.insert(Arc::clone(field), value.eval(cx.state, &extra)?);
         }
-        for (field, value) in
-            extract::writes(self.extract.apply(cx.state, &self.tool, args, output))
-        {
+        let extracted = self
+            .extract
+            .apply(cx.state, cx.item, &self.tool, args, output);
+        for (field, value) in extract::writes(extracted) {
+            // Remembered values reach the UI as agents' do (`data-<field>`).
+            cx.events.custom(field.to_string(), value.clone()).await;
             patch.insert(field, value);
         }
         Ok(patch)
@@ -239,7 +245,7 @@ impl ToolNode {
                         duration_us: started.elapsed().as_micros() as u64,
                     })
                     .await;
-                self.success(&cx, &args, &outcome.output)
+                self.success(&cx, &args, &outcome.output).await
             }
             Err(error) => {
                 let failure = error.to_failure();

@@ -499,7 +499,10 @@ impl<'a> Exec<'a> {
                     Transition::Goto(Target::Node(n)) => trigger(*n),
                     Transition::Goto(Target::End) => {}
                     Transition::Route(r) => {
-                        let key = r.on.key(state);
+                        let key = r.on.key(state).map_err(|e| RunError::Map {
+                            node: names[t.node as usize].to_string(),
+                            message: e.to_string(),
+                        })?;
                         match r.target(key.as_deref()) {
                             Some(Target::Node(n)) => trigger(n),
                             Some(Target::End) => {}

@@ -132,8 +132,8 @@ pub enum RunError {
     /// Patches could not be applied.
     #[error(transparent)]
     State(StateError),
-    /// A map edge's list could not be computed.
-    #[error("node `{node}`: the list to fan out over failed: {message}")]
+    /// A route's or map edge's expression failed.
+    #[error("node `{node}`: the expression of its outgoing edge failed: {message}")]
     Map {
         /// The node whose edge it is.
         node: String,

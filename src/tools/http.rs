@@ -35,6 +35,9 @@ use crate::units::{Bytes, Dur};
 /// The partition of the web tools (`http_fetch`, `web_search`).
 pub const PARTITION: &str = "web";
 
+/// How long fetched pages are cached by default: a day.
+pub const DEFAULT_CACHE_TTL: Duration = Duration::from_secs(24 * 3600);
+
 /// Redirects followed at most.
 const MAX_REDIRECTS: usize = 5;
 
@@ -204,6 +207,10 @@ impl HttpFetch {
                 partition: PARTITION.into(),
                 policy: ToolPolicy {
                     timeout: timeout + Duration::from_secs(5),
+                    // A page read once is reused for a day (the research
+                    // document's crawl cache); `[tools.policy.http_fetch]`
+                    // changes it.
+                    cache_ttl: Some(DEFAULT_CACHE_TTL),
                     ..ToolPolicy::default()
                 },
             },

@@ -29,8 +29,9 @@ use super::http::{PARTITION, SetupError, client, read_limited, request_error};
 use super::{Tool, ToolError, ToolPolicy, ToolRegistry, ToolSpec};
 use crate::units::Dur;
 
-/// How long results are cached by default.
-pub const DEFAULT_CACHE_TTL: Duration = Duration::from_secs(300);
+/// How long results are cached by default: an hour (search results change
+/// slowly; the research document caches them this long).
+pub const DEFAULT_CACHE_TTL: Duration = Duration::from_secs(3600);
 
 /// Largest search response read.
 const MAX_RESPONSE_BYTES: usize = 2 * 1024 * 1024;

@@ -155,6 +155,11 @@ async fn http_fetch_reads_allowed_pages_as_text() {
         allow: vec!["127.0.0.1".into()],
         ..HttpFetchConfig::default()
     });
+    assert_eq!(
+        r.spec("http_fetch").unwrap().policy.cache_ttl,
+        Some(std::time::Duration::from_secs(24 * 3600)),
+        "pages are cached a day by default (the research document's TTL)"
+    );
     let out = call(
         &r,
         "http_fetch",
@@ -358,7 +363,8 @@ async fn web_search_returns_limited_results_and_structured_failures() {
     .unwrap();
     assert_eq!(
         r.spec("web_search").unwrap().policy.cache_ttl,
-        Some(Duration::from_secs(300))
+        Some(Duration::from_secs(3600)),
+        "search results are cached an hour by default (the research document's TTL)"
     );
     let out = call(&r, "web_search", json!({"query": "revenue & costs 2024"}))
         .await

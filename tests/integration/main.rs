@@ -17,6 +17,7 @@ mod executor;
 mod mcp;
 mod openai_client;
 mod replay;
+mod research;
 mod server;
 mod sse_stream;
 mod store_conformance;

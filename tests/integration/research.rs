@@ -1,0 +1,1310 @@
+//! graphs/research.yaml end to end through `POST /api/chat` (`"graph":
+//! "research"`) on a real server on a real socket. Local servers stand in
+//! for the web: a SearXNG-compatible search engine whose results depend on
+//! the query and a page server (a page that 404s, slow pages); a scripted
+//! model decides only from what each request carries (research/model.rs).
+//! Every stream is checked with the AI SDK's own parser. Nothing leaves
+//! 127.0.0.1.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use axum::http::StatusCode;
+use serde_json::{Value, json};
+use stategraph::config::Config;
+use stategraph::engine::Graphs;
+use stategraph::events::{Event, EventKind};
+use stategraph::llm::Models;
+use stategraph::llm::scripted::ScriptedModel;
+use stategraph::runtime::Services;
+use stategraph::server::AppState;
+use stategraph::store::memory::MemoryStore;
+
+use crate::support::server::TestServer;
+use crate::support::{aisdk_validate, chat_body, post_json, report_json, root};
+
+mod fixtures;
+mod model;
+
+use fixtures::{Engine, Page, Web};
+use model::{Behaviour, Call, Calls, Rated, gap_query, numbered};
+
+const QUESTION: &str =
+    "How efficient are heat pumps, what does installing one cost, and how loud are they?";
+const EFFICIENCY: &str = "heat pump efficiency";
+const COST: &str = "heat pump installation cost";
+const NOISE: &str = "heat pump noise levels";
+
+const PLANNING: &str = "Planning the research…";
+const WRITING: &str = "Writing the answer…";
+const ANALYSING: &str = "Analysing what the pages say…";
+const CHECKING: &str = "Checking what is still missing…";
+const CHOOSING: &str = "Choosing the pages to read…";
+
+// ------------------------------------------------------------ the server
+
+/// A server with the shipped graphs, `model` for every role, and — when
+/// `engine` is given — `[tools.search]` pointed at it and `[tools.http]`
+/// allowing 127.0.0.1 with `fetch_timeout`.
+async fn server(
+    model: Arc<ScriptedModel>,
+    engine: Option<&Engine>,
+    fetch_timeout: &str,
+) -> TestServer {
+    let mut toml = String::from("[server]\nkeep_alive = \"5s\"\n");
+    if let Some(e) = engine {
+        toml.push_str(&format!(
+            "[tools.search]\nurl = \"{}\"\nmax_results = 5\ntimeout = \"3s\"\n\
+             [tools.http]\nallow = [\"127.0.0.1\"]\ntimeout = \"{fetch_timeout}\"\n",
+            e.url()
+        ));
+    }
+    let config = Config::from_toml(&toml).unwrap();
+    let reg = crate::support::registries();
+    config.tools.apply(&reg.tools).unwrap();
+    let graphs = Graphs::load(&root().join("graphs"), &root().join("prompts"), reg.clone());
+    assert!(
+        graphs.get("research").is_some(),
+        "graphs/research.yaml compiles: {:#?}",
+        graphs.catalog().diagnostics
+    );
+    let services = Services::new(Models::single(model), Arc::clone(&reg.tools));
+    let engine = stategraph::engine::Engine::from_parts(reg, graphs, services);
+    TestServer::serve(AppState::new(config, Arc::new(MemoryStore::new()), &engine)).await
+}
+
+/// What one research request produced.
+struct Outcome {
+    /// The SSE chunks, in order.
+    chunks: Vec<Value>,
+    /// The message the AI SDK assembled from them.
+    parts: Vec<Value>,
+    /// The run's final state (`GET /api/runs/{id}/state`).
+    state: Value,
+    /// The run's events, from the store.
+    events: Vec<Event>,
+    /// `GET /api/chat/{id}`.
+    stored: Value,
+    /// Wall time of the request.
+    took: Duration,
+}
+
+/// Asks `question` of the research graph in chat `chat`.
+async fn research(server: &TestServer, chat: &str, question: &str) -> Outcome {
+    let client = reqwest::Client::new();
+    let mut body = chat_body(chat, question);
+    body["graph"] = json!("research");
+    let started = Instant::now();
+    let resp = post_json(&client, &server.url("/api/chat"), &body).await;
+    assert_eq!(resp.status(), 200);
+    let sse = tokio::time::timeout(Duration::from_secs(20), resp.text())
+        .await
+        .expect("the stream ends")
+        .unwrap();
+    let took = started.elapsed();
+    let (ok, report) = aisdk_validate(&sse);
+    assert!(ok, "the AI SDK rejects the stream: {report}\n{sse}");
+    let chunks: Vec<Value> = sse
+        .lines()
+        .filter_map(|l| l.strip_prefix("data: "))
+        .filter(|d| *d != "[DONE]")
+        .map(|d| serde_json::from_str(d).unwrap())
+        .collect();
+    let parts = report_json(&report)["message"]["parts"]
+        .as_array()
+        .expect("assembled message")
+        .clone();
+    let run_id = chunks
+        .iter()
+        .find(|c| c["type"] == "start")
+        .and_then(|c| c["messageMetadata"]["runId"].as_str())
+        .expect("runId in the start chunk")
+        .to_owned();
+    // The run is recorded as finished (the store may lag the stream a little).
+    let mut run = Value::Null;
+    for _ in 0..100 {
+        run = get(&client, &server.url(&format!("/api/runs/{run_id}"))).await;
+        if run["status"] != "running" {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(run["status"], "finished", "{run}");
+    let state =
+        get(&client, &server.url(&format!("/api/runs/{run_id}/state"))).await["state"].clone();
+    let events = server
+        .state
+        .store
+        .events(run_id.parse().unwrap(), 0, 100_000)
+        .await
+        .unwrap();
+    let stored = get(&client, &server.url(&format!("/api/chat/{chat}"))).await;
+    Outcome {
+        chunks,
+        parts,
+        state,
+        events,
+        stored,
+        took,
+    }
+}
+
+async fn get(client: &reqwest::Client, url: &str) -> Value {
+    let resp = client.get(url).send().await.unwrap();
+    assert!(resp.status().is_success(), "GET {url}: {}", resp.status());
+    resp.json().await.unwrap()
+}
+
+impl Outcome {
+    /// Chunks of a type.
+    fn of_type<'a>(&'a self, ty: &'a str) -> impl Iterator<Item = &'a Value> + 'a {
+        self.chunks.iter().filter(move |c| c["type"] == ty)
+    }
+
+    /// Index of the first chunk of a type.
+    fn first(&self, ty: &str) -> Option<usize> {
+        self.chunks.iter().position(|c| c["type"] == ty)
+    }
+
+    /// The progress texts, in order.
+    fn stages(&self) -> Vec<String> {
+        self.of_type("data-stage")
+            .map(|c| c["data"]["status"].as_str().unwrap().to_owned())
+            .collect()
+    }
+
+    /// `(sourceId, url)` of the `source-url` chunks, in order.
+    fn cited(&self) -> Vec<(String, String)> {
+        self.of_type("source-url")
+            .map(|c| {
+                (
+                    c["sourceId"].as_str().unwrap().to_owned(),
+                    c["url"].as_str().unwrap().to_owned(),
+                )
+            })
+            .collect()
+    }
+
+    /// The answer text of the assembled message.
+    fn text(&self) -> String {
+        self.parts
+            .iter()
+            .filter(|p| p["type"] == "text")
+            .filter_map(|p| p["text"].as_str())
+            .collect()
+    }
+
+    /// The steps in which `node` started a task (first attempts), with the
+    /// task's map item.
+    fn started(&self, node: &str) -> Vec<(u32, Option<Value>)> {
+        self.events
+            .iter()
+            .filter(|e| e.node.as_deref() == Some(node))
+            .filter_map(|e| match &e.event {
+                EventKind::NodeStarted { attempt: 1, item } => Some((e.step, item.clone())),
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// The distinct steps `node` ran in.
+    fn rounds(&self, node: &str) -> Vec<u32> {
+        let steps: BTreeSet<u32> = self.started(node).into_iter().map(|(s, _)| s).collect();
+        steps.into_iter().collect()
+    }
+
+    /// The thinking notes of `node`.
+    fn notes(&self, node: &str) -> Vec<String> {
+        self.events
+            .iter()
+            .filter(|e| e.node.as_deref() == Some(node))
+            .filter_map(|e| match &e.event {
+                EventKind::Thinking { text } => Some(text.clone()),
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// The record in `field` (`results`, `pages`) whose `args.key` is `value`.
+    fn record(&self, field: &str, key: &str, value: &str) -> Value {
+        self.state[field]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|r| r["args"][key] == value)
+            .unwrap_or_else(|| panic!("no {field} record for {value}: {}", self.state[field]))
+            .clone()
+    }
+
+    /// URLs of a list field of objects, in order.
+    fn urls(&self, field: &str) -> Vec<String> {
+        self.state[field]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|s| s["url"].as_str().unwrap().to_owned())
+            .collect()
+    }
+
+    /// The facts stored for a page.
+    fn facts_of(&self, url: &str) -> Vec<String> {
+        self.state["facts"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|f| f["url"] == url)
+            .map(|f| f["text"].as_str().unwrap().to_owned())
+            .collect()
+    }
+}
+
+fn strings(v: &Value) -> Vec<String> {
+    v.as_array()
+        .unwrap_or_else(|| panic!("not a list: {v}"))
+        .iter()
+        .map(|s| s.as_str().unwrap().to_owned())
+        .collect()
+}
+
+/// The model's calls to a node.
+fn calls_to(calls: &Calls, node: &str) -> Vec<Call> {
+    calls
+        .lock()
+        .unwrap()
+        .iter()
+        .filter(|c| c.node == node)
+        .cloned()
+        .collect()
+}
+
+/// The reply of a call, as JSON.
+fn reply(c: &Call) -> Value {
+    serde_json::from_str(&c.reply).unwrap_or(Value::Null)
+}
+
+/// The reading call for a page (by URL; the first if retried).
+fn read_call(calls: &Calls, url: &str) -> Call {
+    calls_to(calls, "read")
+        .into_iter()
+        .find(|c| c.prompt.contains(&format!(" — {url}\n")))
+        .unwrap_or_else(|| panic!("no reading call for {url}"))
+}
+
+/// The document's weights: 0.3·authority + 0.2·freshness + 0.3·relevance
+/// + 0.2·quality, rounded to 3 decimals as the scores are.
+fn weighted(s: &Value) -> f64 {
+    let g = |k: &str| s[k].as_f64().unwrap_or_else(|| panic!("{k} in {s}"));
+    let score =
+        0.3 * g("authority") + 0.2 * g("freshness") + 0.3 * g("relevance") + 0.2 * g("quality");
+    (score * 1000.0).round() / 1000.0
+}
+
+fn close(a: f64, b: f64) -> bool {
+    (a - b).abs() < 1e-9
+}
+
+/// The sentences of a page (as the model splits them).
+fn sentences(page: &Page) -> BTreeSet<String> {
+    page.paragraphs
+        .iter()
+        .flat_map(|p| p.split_inclusive(". "))
+        .map(|s| s.trim().to_owned())
+        .collect()
+}
+
+// ---------------------------------------------------------------- pages
+
+fn efficiency_page() -> Page {
+    Page::ok(
+        "efficiency",
+        "Heat pump efficiency explained",
+        &[
+            "Heat pump efficiency is measured as the coefficient of performance (COP).",
+            "A modern air-source heat pump reaches a seasonal COP of 3 to 4.",
+        ],
+    )
+}
+
+fn costs_page() -> Page {
+    Page::ok(
+        "costs",
+        "What a heat pump costs",
+        &[
+            "The installation cost of an air-source heat pump is 8,000 to 15,000 euros.",
+            "Grants can cover part of the cost.",
+        ],
+    )
+}
+
+fn noise_page() -> Page {
+    Page::ok(
+        "noise",
+        "How loud is a heat pump?",
+        &["Heat pump outdoor units produce noise levels of 40 to 60 decibels at one metre."],
+    )
+}
+
+fn forum_page() -> Page {
+    Page::ok(
+        "forum",
+        "Garden forum",
+        &["Which tomato varieties grow well on a balcony?"],
+    )
+}
+
+fn overview_page() -> Page {
+    Page::ok(
+        "overview",
+        "Heat pumps: an overview",
+        &[
+            "Heat pumps move warmth from the outside air or the ground into a building.",
+            "Installing one takes two to three days.",
+        ],
+    )
+}
+
+// ---------------------------------------------------------------- tests
+
+/// The whole flow: plan, parallel searches, merge/dedupe/top 5, fetch,
+/// facts per page, weighted ranking, a second round on the named gaps,
+/// the cited answer, related questions and the stored message.
+#[tokio::test]
+async fn research_plans_searches_in_parallel_reads_ranks_loops_on_gaps_and_cites() {
+    let web = Web::start(vec![
+        efficiency_page(),
+        costs_page(),
+        forum_page(),
+        overview_page(),
+        Page::ok(
+            "running",
+            "Running a heat pump",
+            &["A heat pump uses about 3,500 kWh of electricity a year in a typical house."],
+        )
+        .slow(Duration::from_millis(400)),
+        Page::ok(
+            "myths",
+            "Heat pump myths",
+            &["Heat pumps work in cold climates too."],
+        ),
+        noise_page(),
+    ])
+    .await;
+    let u = |n: &str| web.url(n);
+    let gap = gap_query(NOISE);
+    let lists: BTreeMap<String, Vec<String>> = [
+        (EFFICIENCY.to_owned(), vec![u("efficiency"), u("overview")]),
+        (
+            COST.to_owned(),
+            vec![u("costs"), u("overview"), u("running")],
+        ),
+        (NOISE.to_owned(), vec![u("forum"), u("costs"), u("myths")]),
+        (gap.clone(), vec![u("noise"), u("efficiency")]),
+    ]
+    .into();
+    let engine = Engine::start(Duration::from_millis(150), move |q| {
+        lists.get(q).cloned().unwrap_or_default()
+    })
+    .await;
+    // Authority by title, so every page scores differently.
+    let authority: BTreeMap<&str, f64> = [
+        ("Heat pump efficiency explained", 0.9),
+        ("What a heat pump costs", 0.6),
+        ("Garden forum", 0.1),
+        ("Heat pumps: an overview", 0.4),
+        ("Running a heat pump", 0.7),
+        ("Heat pump myths", 0.2),
+        ("How loud is a heat pump?", 0.8),
+    ]
+    .into();
+    let (m, calls) = model::model(Behaviour {
+        ratings: Box::new(move |title| {
+            authority.get(title).map(|a| Rated {
+                authority: *a,
+                freshness: 0.5,
+                relevance: None,
+                quality: 0.5,
+            })
+        }),
+        ..Behaviour::default()
+    });
+    let server = server(m, Some(&engine), "2s").await;
+    let out = research(&server, "research-1", QUESTION).await;
+    let state = &out.state;
+
+    // Plan: one sub-query per aspect of the question.
+    assert_eq!(strings(&state["sub_queries"]), [EFFICIENCY, COST, NOISE]);
+    // Parallel searches: one per sub-query, in one step, at the same time.
+    let searches = out.rounds("search");
+    assert_eq!(searches.len(), 2, "two rounds of searches: {searches:?}");
+    let first: Vec<Value> = out
+        .started("search")
+        .into_iter()
+        .filter(|(s, _)| *s == searches[0])
+        .filter_map(|(_, item)| item)
+        .collect();
+    assert_eq!(first, [json!(EFFICIENCY), json!(COST), json!(NOISE)]);
+    let queries = engine.queries();
+    assert_eq!(
+        queries[..3].iter().collect::<BTreeSet<_>>(),
+        [EFFICIENCY, COST, NOISE]
+            .iter()
+            .map(|s| s.to_string())
+            .collect::<Vec<_>>()
+            .iter()
+            .collect(),
+        "{queries:?}"
+    );
+    assert!(
+        engine.max_in_flight() >= 2,
+        "the searches ran concurrently (at most {} in flight)",
+        engine.max_in_flight()
+    );
+
+    // Merge rank by rank, dedupe, top 5: `myths` (6th) waits, and is read
+    // in round 2 with the noise page the gap search found.
+    let fetched = strings(&state["fetched"]);
+    assert_eq!(
+        fetched,
+        [
+            u("efficiency"),
+            u("costs"),
+            u("forum"),
+            u("overview"),
+            u("running"),
+            u("noise"),
+            u("myths"),
+        ]
+    );
+    for page in [
+        "efficiency",
+        "costs",
+        "forum",
+        "overview",
+        "running",
+        "noise",
+        "myths",
+    ] {
+        assert_eq!(web.hits(page), 1, "{page} fetched once");
+    }
+    let fetch_rounds = out.rounds("fetch");
+    assert_eq!(fetch_rounds.len(), 2);
+    let fetched_in = |step: u32| -> Vec<String> {
+        out.started("fetch")
+            .into_iter()
+            .filter(|(s, _)| *s == step)
+            .map(|(_, i)| i.unwrap().as_str().unwrap().to_owned())
+            .collect()
+    };
+    assert_eq!(fetched_in(fetch_rounds[0]), fetched[..5]);
+    assert_eq!(fetched_in(fetch_rounds[1]), fetched[5..]);
+
+    // Facts per page, extracted by the model from the page text it was
+    // given (sentences of that page), attributed to the page's URL.
+    for name in [
+        "efficiency",
+        "costs",
+        "forum",
+        "overview",
+        "running",
+        "noise",
+        "myths",
+    ] {
+        let url = u(name);
+        let call = read_call(&calls, &url);
+        assert!(
+            call.prompt.contains(&web.page(name).text()),
+            "{name}: the page text reaches the prompt"
+        );
+        assert!(
+            call.prompt.contains(QUESTION),
+            "{name}: the question reaches the prompt"
+        );
+        let facts = strings(&reply(&call)["facts"]);
+        assert!(
+            facts.iter().all(|f| sentences(web.page(name)).contains(f)),
+            "{name}: {facts:?}"
+        );
+        assert_eq!(out.facts_of(&url), facts, "{name}");
+    }
+    assert!(
+        out.facts_of(&u("forum")).is_empty(),
+        "nothing on the forum bears on the question"
+    );
+    assert_eq!(
+        out.facts_of(&u("noise")),
+        ["Heat pump outdoor units produce noise levels of 40 to 60 decibels at one metre."]
+    );
+
+    // Round 1 left the noise aspect uncovered (2 of 3): the model named it
+    // as a gap, and round 2 searched exactly the gaps.
+    let reflects = calls_to(&calls, "reflect");
+    assert_eq!(reflects.len(), 2, "two rounds, no third");
+    let r1 = reply(&reflects[0]);
+    assert_eq!(r1["coverage"], json!(0.67));
+    assert_eq!(strings(&r1["gaps"]), [gap.as_str()]);
+    assert!(
+        !reflects[0].prompt.contains("decibels"),
+        "round 1 found nothing on noise"
+    );
+    assert!(
+        reflects[1].prompt.contains("40 to 60 decibels"),
+        "round 2 lists the new facts"
+    );
+    let second: Vec<Value> = out
+        .started("search")
+        .into_iter()
+        .filter(|(s, _)| *s == searches[1])
+        .filter_map(|(_, item)| item)
+        .collect();
+    assert_eq!(second, [json!(gap)], "round 2 searches are the named gaps");
+    assert_eq!(queries.len(), 4, "{queries:?}");
+    assert_eq!(queries[3], gap);
+    assert_eq!(strings(&state["queries"]), [gap.as_str()]);
+    // Coverage reached (1.0 ≥ 0.7): no third round.
+    assert_eq!(reply(&reflects[1])["coverage"], json!(1.0));
+    assert_eq!(state["coverage"], json!(1.0));
+    assert_eq!(state["iteration"], 2);
+    assert_eq!(out.rounds("reflect").len(), 2);
+
+    // Ranking: every page read, scored with the document's weights, best
+    // first; the ratings are the model's.
+    let ranked = state["ranked"].as_array().unwrap();
+    assert_eq!(ranked.len(), 7);
+    for s in ranked {
+        let url = s["url"].as_str().unwrap();
+        let given = reply(&read_call(&calls, url));
+        for k in ["authority", "freshness", "relevance", "quality"] {
+            assert_eq!(s[k], given[k], "{url} {k}");
+        }
+        assert!(close(s["score"].as_f64().unwrap(), weighted(s)), "{s}");
+    }
+    let scores: Vec<f64> = ranked
+        .iter()
+        .map(|s| s["score"].as_f64().unwrap())
+        .collect();
+    assert!(
+        scores.windows(2).all(|w| w[0] > w[1]),
+        "best first: {scores:?}"
+    );
+
+    // The answer: the synthesizer saw the sources numbered in ranked
+    // order with their facts, and cited those whose facts it used.
+    let synth = calls_to(&calls, "synthesize");
+    assert_eq!(synth.len(), 1);
+    let numbers = numbered(&synth[0].prompt);
+    assert_eq!(
+        numbers.iter().map(|n| n.url.clone()).collect::<Vec<_>>(),
+        out.urls("ranked")
+    );
+    for n in &numbers {
+        assert_eq!(n.facts, out.facts_of(&n.url), "facts under [{}]", n.n);
+    }
+    let answer = state["answer"].as_str().unwrap();
+    assert_eq!(answer, synth[0].reply);
+    assert_eq!(out.text(), answer);
+    let number_of = |name: &str| {
+        numbers
+            .iter()
+            .find(|n| n.url == u(name))
+            .unwrap()
+            .n
+            .to_string()
+    };
+    let expected: Vec<(String, String)> = numbers
+        .iter()
+        .filter(|n| {
+            ["efficiency", "costs", "running", "noise"].contains(&web.name_of(&n.url).as_str())
+        })
+        .map(|n| (n.n.to_string(), n.url.clone()))
+        .collect();
+    assert_eq!(expected.len(), 4);
+    for (n, _) in &expected {
+        assert!(
+            answer.contains(&format!("[{n}]")),
+            "[{n}] cited in {answer}"
+        );
+    }
+    assert!(answer.contains("[42]"), "a number no source has");
+    assert_eq!(
+        out.cited(),
+        expected,
+        "source-url parts exactly for the cited sources"
+    );
+    for uncited in ["overview", "forum", "myths"] {
+        assert!(
+            !answer.contains(&format!("[{}]", number_of(uncited))),
+            "{uncited}"
+        );
+        assert!(
+            !out.cited().iter().any(|(_, url)| *url == u(uncited)),
+            "{uncited}"
+        );
+    }
+    let noise_part = out
+        .of_type("source-url")
+        .find(|c| c["url"] == u("noise"))
+        .unwrap();
+    assert_eq!(noise_part["title"], "How loud is a heat pump?");
+    let last_text = out
+        .chunks
+        .iter()
+        .rposition(|c| c["type"] == "text-delta")
+        .unwrap();
+    assert!(
+        out.first("source-url").unwrap() > last_text,
+        "sources follow the answer"
+    );
+
+    // Related questions, in the state and as a data part.
+    let related = strings(&state["related"]);
+    assert_eq!(related.len(), 3);
+    let followups = out
+        .of_type("data-followups")
+        .next()
+        .expect("data-followups");
+    assert_eq!(strings(&followups["data"]["questions"]), related);
+
+    // Progress: transient data-stage parts, in order, one per phase.
+    let stages = out.stages();
+    assert_eq!(
+        stages,
+        [
+            PLANNING,
+            "Searching the web (3 queries)…",
+            CHOOSING,
+            "Reading 5 pages…",
+            ANALYSING,
+            CHECKING,
+            "Searching the web (1 query)…",
+            CHOOSING,
+            "Reading 2 pages…",
+            ANALYSING,
+            CHECKING,
+            WRITING,
+        ]
+    );
+    assert!(
+        out.of_type("data-stage")
+            .all(|c| c["transient"] == true && c["id"] == "stage")
+    );
+    assert!(
+        !out.parts.iter().any(|p| p["type"] == "data-stage"),
+        "transient parts are not kept"
+    );
+    let first_text = out.first("text-delta").unwrap();
+    let writing = out
+        .chunks
+        .iter()
+        .position(|c| c["type"] == "data-stage" && c["data"]["status"] == WRITING)
+        .unwrap();
+    assert!(writing < first_text);
+
+    // The stored message: the answer and its sources, no progress parts.
+    let messages = out.stored["messages"].as_array().unwrap();
+    assert_eq!(messages.len(), 2, "{}", out.stored);
+    assert_eq!(messages[1]["role"], "assistant");
+    let stored = messages[1]["parts"].as_array().unwrap();
+    let stored_text: String = stored
+        .iter()
+        .filter(|p| p["type"] == "text")
+        .filter_map(|p| p["text"].as_str())
+        .collect();
+    assert_eq!(stored_text, answer);
+    let stored_sources: Vec<(String, String)> = stored
+        .iter()
+        .filter(|p| p["type"] == "source-url")
+        .map(|p| {
+            (
+                p["sourceId"].as_str().unwrap().to_owned(),
+                p["url"].as_str().unwrap().to_owned(),
+            )
+        })
+        .collect();
+    assert_eq!(stored_sources, expected);
+    assert!(!stored.iter().any(|p| p["type"] == "data-stage"));
+    assert!(stored.iter().any(|p| p["type"] == "data-followups"));
+
+    // The sources with their weighted scores arrive as `data-sources`
+    // before the answer text: the last such part before the text lists
+    // the final ranking, each with its score.
+    let before: Vec<&Value> = out.chunks[..first_text]
+        .iter()
+        .filter(|c| c["type"] == "data-sources")
+        .collect();
+    let shown = before
+        .last()
+        .expect("a data-sources part before the answer");
+    let shown_urls: Vec<&str> = shown["data"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["url"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        shown_urls,
+        out.urls("ranked"),
+        "data-sources shows the final ranking: {shown}"
+    );
+    for (s, r) in shown["data"].as_array().unwrap().iter().zip(ranked) {
+        assert_eq!(s["score"], r["score"]);
+    }
+    server.shutdown().await;
+}
+
+/// A page that 404s and pages that fail (time out, refuse the connection)
+/// are skipped and recorded as failures; a slow page within the time
+/// limit is read; the run goes on and answers from the rest.
+#[tokio::test]
+async fn pages_that_404_or_fail_are_skipped_and_the_run_goes_on() {
+    let refused = closed_port().await;
+    let web = Web::start(vec![
+        Page::ok(
+            "good",
+            "Heat pump basics",
+            &[
+                "Heat pump efficiency reaches a seasonal COP of 3 to 4.",
+                "Heat pump outdoor units keep noise levels under 55 decibels.",
+            ],
+        ),
+        Page::ok(
+            "slowok",
+            "Heat pump prices",
+            &["Heat pump installation costs about 9,000 euros."],
+        )
+        .slow(Duration::from_millis(300)),
+        Page::ok(
+            "missing",
+            "Page not found",
+            &["Sorry, this heat pump page does not exist (error 404)."],
+        )
+        .status(StatusCode::NOT_FOUND),
+        Page::ok("stalled", "Never arrives", &["Heat pumps cost 1 euro."])
+            .slow(Duration::from_secs(4)),
+    ])
+    .await;
+    let u = |n: &str| web.url(n);
+    let refused_url = format!("http://127.0.0.1:{refused}/p/gone");
+    let lists: BTreeMap<String, Vec<String>> = [
+        (
+            EFFICIENCY.to_owned(),
+            vec![u("good"), u("missing"), refused_url.clone()],
+        ),
+        (COST.to_owned(), vec![u("slowok"), u("stalled")]),
+        (NOISE.to_owned(), vec![u("good")]),
+    ]
+    .into();
+    let engine = Engine::start(Duration::from_millis(50), move |q| {
+        lists.get(q).cloned().unwrap_or_default()
+    })
+    .await;
+    let (m, calls) = model::model(Behaviour::default());
+    let server = server(m, Some(&engine), "1s").await;
+    let out = research(&server, "research-2", QUESTION).await;
+    let state = &out.state;
+
+    assert_eq!(
+        strings(&state["fetched"]),
+        [
+            u("good"),
+            u("slowok"),
+            u("missing"),
+            u("stalled"),
+            refused_url.clone()
+        ]
+    );
+    // The page that times out and the refused one: failure records.
+    let stalled = out.record("pages", "url", &u("stalled"));
+    assert_eq!(stalled["error"]["type"], "timeout", "{stalled}");
+    assert!(stalled.get("output").is_none());
+    let gone = out.record("pages", "url", &refused_url);
+    assert_eq!(gone["error"]["type"], "execution_error", "{gone}");
+    assert_eq!(web.hits("stalled"), 1, "a failed fetch is not retried");
+    assert!(
+        out.took < Duration::from_secs(4),
+        "the stalled page is not waited for: {:?}",
+        out.took
+    );
+    // The slow page within the limit was read like the others.
+    let slow = out.record("pages", "url", &u("slowok"));
+    assert_eq!(slow["output"]["status"], 200);
+    assert_eq!(
+        out.facts_of(&u("slowok")),
+        ["Heat pump installation costs about 9,000 euros."]
+    );
+    // The run went on: the readable pages were read, ranked and cited.
+    let read: BTreeSet<String> = calls_to(&calls, "read")
+        .iter()
+        .filter_map(|c| {
+            c.prompt
+                .lines()
+                .find_map(|l| l.strip_prefix("Page: "))
+                .map(str::to_owned)
+        })
+        .collect();
+    assert!(
+        !read
+            .iter()
+            .any(|p| p.contains("stalled") || p.contains("/p/gone")),
+        "{read:?}"
+    );
+    assert_eq!(state["coverage"], json!(1.0));
+    let answer = state["answer"].as_str().unwrap();
+    assert!(
+        answer.contains("COP of 3 to 4") && answer.contains("9,000 euros"),
+        "{answer}"
+    );
+    assert_eq!(out.text(), answer);
+    let cited: BTreeSet<String> = out.cited().into_iter().map(|(_, url)| url).collect();
+    assert!(
+        cited.contains(&u("good")) && cited.contains(&u("slowok")),
+        "{cited:?}"
+    );
+    assert!(
+        !cited.contains(&u("stalled")) && !cited.contains(&refused_url),
+        "{cited:?}"
+    );
+    assert!(!out.urls("ranked").contains(&u("stalled")));
+    assert!(!out.urls("ranked").contains(&refused_url));
+    assert!(out.stages().contains(&WRITING.to_owned()));
+
+    // The 404 page is fetched once and its status kept (`http_fetch`
+    // reports the status as data); the graph reads only pages below 400, so
+    // it is never read, never a source.
+    let missing = out.record("pages", "url", &u("missing"));
+    assert_eq!(web.hits("missing"), 1);
+    assert_eq!(missing["output"]["status"], 404, "{missing}");
+    assert!(
+        !read.iter().any(|p| p.contains("/p/missing")),
+        "the 404 page is not read: {read:?}"
+    );
+    assert!(
+        !out.urls("ranked").contains(&u("missing")),
+        "the 404 page is no source"
+    );
+    assert_eq!(
+        cited,
+        [u("good"), u("slowok")].into(),
+        "only readable pages are cited"
+    );
+    server.shutdown().await;
+}
+
+/// When every page chosen in a round fails, the run still answers (it
+/// does not stop without an answer).
+#[tokio::test]
+async fn when_every_page_of_a_round_fails_the_run_still_answers() {
+    let (a, b) = (closed_port().await, closed_port().await);
+    let (ua, ub) = (
+        format!("http://127.0.0.1:{a}/p/a"),
+        format!("http://127.0.0.1:{b}/p/b"),
+    );
+    let lists: BTreeMap<String, Vec<String>> = [
+        (EFFICIENCY.to_owned(), vec![ua.clone()]),
+        (COST.to_owned(), vec![ub.clone()]),
+    ]
+    .into();
+    let engine = Engine::start(Duration::from_millis(20), move |q| {
+        lists.get(q).cloned().unwrap_or_default()
+    })
+    .await;
+    let (m, calls) = model::model(Behaviour::default());
+    let server = server(m, Some(&engine), "1s").await;
+    let out = research(&server, "research-2b", QUESTION).await;
+    let state = &out.state;
+    assert_eq!(strings(&state["fetched"]), [ua.clone(), ub.clone()]);
+    for url in [&ua, &ub] {
+        assert_eq!(
+            out.record("pages", "url", url)["error"]["type"],
+            "execution_error"
+        );
+    }
+    assert!(calls_to(&calls, "read").is_empty());
+    // The run must not end at the empty fan-out: it reflects and answers.
+    assert!(
+        !calls_to(&calls, "synthesize").is_empty(),
+        "the answer is written although no page could be read; nodes started: {:?}",
+        out.events
+            .iter()
+            .filter(|e| matches!(e.event, EventKind::NodeStarted { .. }))
+            .filter_map(|e| e.node.as_deref())
+            .collect::<Vec<_>>()
+    );
+    assert!(!out.text().is_empty(), "an answer reaches the user");
+    server.shutdown().await;
+}
+
+/// The model's page-reading answer is garbage (not JSON; the wrong shape)
+/// for two pages: after the retries the fallback stands in — the page text
+/// cut into passages as its facts, neutral ratings.
+#[tokio::test]
+async fn a_garbage_reading_answer_falls_back_to_chunks_of_the_page_with_neutral_ratings() {
+    // Five paragraphs of ~200 characters: more than four 400-character passages.
+    let long: Vec<String> = (1..=12)
+        .map(|i| {
+            format!(
+                "Paragraph {i} of the field notes says that heat pump number {i} was measured on a cold \
+                 morning, that its outdoor unit was inspected by the technician, and that the readings were \
+                 written down in the logbook."
+            )
+        })
+        .collect();
+    let long_refs: Vec<&str> = long.iter().map(String::as_str).collect();
+    let web = Web::start(vec![
+        Page::ok(
+            "good",
+            "Heat pump basics",
+            &[
+                "Heat pump efficiency reaches a seasonal COP of 3 to 4.",
+                "Heat pump installation costs about 9,000 euros.",
+                "Heat pump outdoor units keep noise levels under 55 decibels.",
+            ],
+        ),
+        Page::ok("garbled", "Garbled field notes", &long_refs),
+        Page::ok(
+            "misshapen",
+            "Misshapen data sheet",
+            &["Heat pump data sheet: 7 kW at 35 degrees."],
+        ),
+    ])
+    .await;
+    let u = |n: &str| web.url(n);
+    let lists: BTreeMap<String, Vec<String>> = [
+        (EFFICIENCY.to_owned(), vec![u("good"), u("garbled")]),
+        (COST.to_owned(), vec![u("misshapen")]),
+        (NOISE.to_owned(), vec![u("good")]),
+    ]
+    .into();
+    let engine = Engine::start(Duration::from_millis(20), move |q| {
+        lists.get(q).cloned().unwrap_or_default()
+    })
+    .await;
+    let (m, calls) = model::model(Behaviour {
+        garbage: vec![
+            ("Garbled", "Sorry, I could not make sense of this page."),
+            (
+                "Misshapen",
+                r#"{"facts": "one long fact", "authority": "high"}"#,
+            ),
+        ],
+        ..Behaviour::default()
+    });
+    let server = server(m, Some(&engine), "2s").await;
+    let out = research(&server, "research-3", QUESTION).await;
+    let state = &out.state;
+
+    for name in ["garbled", "misshapen"] {
+        let url = u(name);
+        // Asked three times (2 retries), each retry carrying the invalid
+        // answer and what was wrong with it.
+        let asked: Vec<Call> = calls_to(&calls, "read")
+            .into_iter()
+            .filter(|c| c.prompt.contains(&format!(" — {url}\n")))
+            .collect();
+        assert_eq!(
+            asked.iter().map(|c| c.messages).collect::<Vec<_>>(),
+            [1, 3, 5],
+            "{name}"
+        );
+        // Neutral ratings, score 0.5.
+        let source = state["sources"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|s| s["url"] == url)
+            .unwrap_or_else(|| panic!("{name} is a source: {}", state["sources"]))
+            .clone();
+        for k in ["authority", "freshness", "relevance", "quality"] {
+            assert_eq!(source[k], json!(0.5), "{name} {k}");
+        }
+        let ranked = state["ranked"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|s| s["url"] == url)
+            .unwrap();
+        assert_eq!(ranked["score"], json!(0.5));
+    }
+    // The facts are the page text cut into passages of at most 400
+    // characters, the first four, in order.
+    let garbled = out.facts_of(&u("garbled"));
+    assert_eq!(garbled.len(), 4, "{garbled:?}");
+    assert!(
+        garbled
+            .iter()
+            .all(|f| f.chars().count() <= 400 && f.chars().count() > 200),
+        "{garbled:?}"
+    );
+    let flat = long.join(" ");
+    assert!(flat.starts_with(&garbled.join(" ")), "{garbled:?}");
+    assert_eq!(
+        out.facts_of(&u("misshapen")),
+        ["Heat pump data sheet: 7 kW at 35 degrees."]
+    );
+    let garbled_source = state["sources"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["url"] == u("garbled"))
+        .unwrap();
+    assert_eq!(garbled_source["facts"], 4);
+    assert_eq!(garbled_source["title"], "Garbled field notes");
+    assert_eq!(
+        out.notes("read")
+            .iter()
+            .filter(|n| n.contains("fallback"))
+            .count(),
+        2,
+        "{:?}",
+        out.notes("read")
+    );
+    // The good page was read normally, and the fallback facts reached
+    // the synthesis under their source.
+    assert_eq!(out.facts_of(&u("good")).len(), 3);
+    let synth = calls_to(&calls, "synthesize");
+    let numbers = numbered(&synth[0].prompt);
+    let g = numbers.iter().find(|n| n.url == u("garbled")).unwrap();
+    assert_eq!(g.facts, garbled);
+    let answer = state["answer"].as_str().unwrap();
+    assert!(
+        answer.contains("7 kW at 35 degrees"),
+        "the fallback facts are usable: {answer}"
+    );
+    assert_eq!(out.text(), answer);
+    server.shutdown().await;
+}
+
+/// A model that always judges coverage low: the run stops after three
+/// rounds and answers.
+#[tokio::test]
+async fn the_round_cap_stops_the_loop_after_three_rounds_and_answers() {
+    let web = Web::start(vec![
+        efficiency_page(),
+        costs_page(),
+        forum_page(),
+        noise_page(),
+        overview_page(),
+    ])
+    .await;
+    let u = |n: &str| web.url(n);
+    let more = format!("more on {NOISE}");
+    let more2 = format!("more on {more}");
+    let more3 = format!("more on {more2}");
+    let lists: BTreeMap<String, Vec<String>> = [
+        (EFFICIENCY.to_owned(), vec![u("efficiency")]),
+        (COST.to_owned(), vec![u("costs")]),
+        (NOISE.to_owned(), vec![u("forum")]),
+        (more.clone(), vec![u("noise")]),
+        (more2.clone(), vec![u("overview")]),
+    ]
+    .into();
+    let engine = Engine::start(Duration::from_millis(20), move |q| {
+        lists.get(q).cloned().unwrap_or_default()
+    })
+    .await;
+    let (m, calls) = model::model(Behaviour {
+        always_low: true,
+        ..Behaviour::default()
+    });
+    let server = server(m, Some(&engine), "2s").await;
+    let out = research(&server, "research-4", QUESTION).await;
+    let state = &out.state;
+
+    let reflects = calls_to(&calls, "reflect");
+    assert_eq!(reflects.len(), 3, "three rounds");
+    assert!(reflects.iter().all(|r| reply(r)["coverage"] == json!(0.3)));
+    assert_eq!(out.rounds("search").len(), 3);
+    assert_eq!(out.rounds("read").len(), 3);
+    let queries = engine.queries();
+    assert_eq!(queries.len(), 5, "{queries:?}");
+    assert_eq!(queries[3..], [more.clone(), more2.clone()]);
+    assert!(
+        !queries.contains(&more3),
+        "the third round's gap is not searched"
+    );
+    assert_eq!(state["iteration"], 3);
+    assert_eq!(state["coverage"], json!(0.3));
+    assert_eq!(strings(&state["gaps"]), [more3.as_str()]);
+    for page in ["efficiency", "costs", "forum", "noise", "overview"] {
+        assert_eq!(web.hits(page), 1, "{page}");
+    }
+    let synth = calls_to(&calls, "synthesize");
+    assert_eq!(synth.len(), 1);
+    assert!(
+        synth[0]
+            .prompt
+            .contains(&format!("Not covered by the research: {more3}"))
+    );
+    let answer = state["answer"].as_str().unwrap();
+    assert!(answer.contains("40 to 60 decibels"), "{answer}");
+    assert_eq!(out.text(), answer);
+    assert_eq!(out.stages().last().map(String::as_str), Some(WRITING));
+    assert_eq!(out.stages().iter().filter(|s| *s == CHECKING).count(), 3);
+    assert!(!out.cited().is_empty());
+    server.shutdown().await;
+}
+
+/// Without [tools.search] and [tools.http] the graph still runs: the
+/// searches fail as data and the answer says nothing was found.
+#[tokio::test]
+async fn without_web_tools_research_ends_gracefully_saying_nothing_was_found() {
+    let (m, calls) = model::model(Behaviour::default());
+    let server = server(m, None, "1s").await;
+    let out = research(&server, "research-5", QUESTION).await;
+    let state = &out.state;
+
+    let results = state["results"].as_array().unwrap();
+    assert!(!results.is_empty());
+    for r in results {
+        assert_eq!(r["error"]["type"], "not_found", "{r}");
+    }
+    assert_eq!(state["pages"], json!([]));
+    assert_eq!(state["ranked"], json!([]));
+    assert!(calls_to(&calls, "read").is_empty());
+    let synth = calls_to(&calls, "synthesize");
+    assert_eq!(synth.len(), 1);
+    assert!(
+        synth[0].prompt.contains("(no sources could be read"),
+        "{}",
+        synth[0].prompt
+    );
+    let answer = state["answer"].as_str().unwrap();
+    assert!(answer.contains("found nothing"), "{answer}");
+    assert_eq!(out.text(), answer);
+    assert!(out.cited().is_empty());
+    assert!(out.of_type("data-sources").all(|c| c["data"] == json!([])));
+    assert!(out.of_type("error").next().is_none());
+    assert_eq!(out.of_type("finish").count(), 1);
+    server.shutdown().await;
+}
+
+/// With ratings the model gives, `ranked` and `data-sources` are ordered
+/// by 0.3·authority + 0.2·freshness + 0.3·relevance + 0.2·quality — not by
+/// search position, one rating or the plain mean.
+#[tokio::test]
+async fn sources_are_ranked_by_the_documents_weights() {
+    const Q: &str = "Which heat pump brands do reviewers recommend?";
+    let table: BTreeMap<&str, [f64; 4]> = [
+        // authority, freshness, relevance, quality → weighted (mean)
+        ("Source A", [1.0, 0.0, 0.2, 0.0]), // 0.36 (0.3)
+        ("Source B", [0.0, 1.0, 0.0, 1.0]), // 0.40 (0.5)
+        ("Source C", [0.7, 0.0, 0.7, 0.0]), // 0.42 (0.35)
+        ("Source D", [0.2, 0.9, 0.9, 0.1]), // 0.53 (0.525)
+        ("Source E", [0.5, 0.5, 0.5, 0.5]), // 0.50 (0.5)
+    ]
+    .into();
+    let pages: Vec<Page> = ["a", "b", "c", "d", "e"]
+        .into_iter()
+        .map(|n| {
+            let title = format!("Source {}", n.to_uppercase());
+            let fact = format!(
+                "Reviewers recommend brand {} heat pumps for their 5 year warranty.",
+                n.to_uppercase()
+            );
+            Page::ok(n, &title, &[fact.as_str()])
+        })
+        .collect();
+    let web = Web::start(pages).await;
+    let u = |n: &str| web.url(n);
+    let list = vec![u("a"), u("b"), u("c"), u("d"), u("e")];
+    let engine = Engine::start(Duration::from_millis(20), move |q| {
+        if q == Q { list.clone() } else { Vec::new() }
+    })
+    .await;
+    let rated = table.clone();
+    let (m, calls) = model::model(Behaviour {
+        ratings: Box::new(move |title| {
+            rated.get(title).map(|[a, f, r, q]| Rated {
+                authority: *a,
+                freshness: *f,
+                relevance: Some(*r),
+                quality: *q,
+            })
+        }),
+        ..Behaviour::default()
+    });
+    let server = server(m, Some(&engine), "2s").await;
+    let out = research(&server, "research-6", Q).await;
+    let state = &out.state;
+
+    assert_eq!(strings(&state["sub_queries"]), [Q]);
+    assert_eq!(state["iteration"], 1);
+    let expected: Vec<(String, f64)> = vec![
+        (u("d"), 0.53),
+        (u("e"), 0.5),
+        (u("c"), 0.42),
+        (u("b"), 0.4),
+        (u("a"), 0.36),
+    ];
+    let ranked: Vec<(String, f64)> = state["ranked"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| {
+            let title = s["title"].as_str().unwrap();
+            let [a, f, r, q] = table[title];
+            assert_eq!(
+                (
+                    s["authority"].as_f64(),
+                    s["freshness"].as_f64(),
+                    s["relevance"].as_f64(),
+                    s["quality"].as_f64()
+                ),
+                (Some(a), Some(f), Some(r), Some(q)),
+                "the model's ratings for {title}"
+            );
+            assert!(close(s["score"].as_f64().unwrap(), weighted(s)), "{s}");
+            (
+                s["url"].as_str().unwrap().to_owned(),
+                s["score"].as_f64().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(ranked.len(), 5);
+    for ((url, score), (want_url, want)) in ranked.iter().zip(&expected) {
+        assert_eq!(url, want_url, "{ranked:?}");
+        assert!(close(*score, *want), "{url}: {score} ≠ {want}");
+    }
+    // The synthesis numbers the sources in that order, and [N] cites the
+    // N-th best.
+    let synth = calls_to(&calls, "synthesize");
+    let numbers = numbered(&synth[0].prompt);
+    assert_eq!(
+        numbers.iter().map(|n| n.url.clone()).collect::<Vec<_>>(),
+        expected.iter().map(|(u, _)| u.clone()).collect::<Vec<_>>()
+    );
+    let cited = out.cited();
+    assert_eq!(cited.len(), 5);
+    for (id, url) in &cited {
+        let n: usize = id.parse().unwrap();
+        assert_eq!(*url, expected[n - 1].0);
+    }
+    // data-sources, before the answer: the same order and scores.
+    let first_text = out.first("text-delta").unwrap();
+    let shown = out.chunks[..first_text]
+        .iter()
+        .rfind(|c| c["type"] == "data-sources")
+        .expect("data-sources before the answer");
+    let shown: Vec<(String, f64)> = shown["data"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| {
+            (
+                s["url"].as_str().unwrap().to_owned(),
+                s["score"].as_f64().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        shown, expected,
+        "data-sources lists the ranked sources with their scores"
+    );
+    server.shutdown().await;
+}
+
+/// A port nothing listens on.
+async fn closed_port() -> u16 {
+    let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    l.local_addr().unwrap().port()
+}
