@@ -1,25 +1,110 @@
-//! stategraph
-#![allow(missing_docs)]
-pub mod engine;
-pub mod events;
-pub mod graph;
-pub mod llm;
-pub mod nodes;
-pub mod otlp;
-pub mod replay;
-pub mod runs;
-pub mod runtime;
-pub mod server;
-pub mod sse;
+//! # stategraph
+//!
+//! An explicit state-machine graph runtime for LLM applications: a typed
+//! state flows through nodes wired as a graph with conditional edges; every
+//! node execution emits events; the events stream to an AI SDK front end and
+//! are stored, so every run can be replayed.
+//!
+//! ## Layout, in data-flow order
+//!
+//! Graph files become compiled graphs, which the executor runs; its events
+//! go to the SSE bridge and to the store; replay reads them back; the run
+//! lifecycle and the server sit on top. Dependencies point one way, down
+//! this list (each module imports only modules above it):
+//!
+//! | module | what it holds |
+//! |---|---|
+//! | [`state`](mod@state) | the state model: declared and Rust states, field types, reducers, patches |
+//! | [`events`] | the event enum and the other persisted contracts (step batches, run status) |
+//! | [`units`] | durations and byte sizes as files write them |
+//! | [`llm`] | the `ChatModel` trait, the OpenAI-compatible client, offline and scripted models |
+//! | [`tools`] | the `Tool` trait, the registry, built-in tools, MCP servers |
+//! | [`graph`] | graph files: spec → validate → compile; expressions; the file format's JSON Schema |
+//! | [`nodes`] | node kinds (one file each) and what a running node may call |
+//! | [`runtime`] | the executor: supersteps, routing, fan-out, retries, checkpoints |
+//! | [`engine`] | the embedding API: registries, served graphs, models — run a graph |
+//! | [`sse`] | events → AI SDK UI message stream chunks (a pure function) |
+//! | [`store`] | chats, runs, the event log, checkpoints: memory, SQLite, PostgreSQL |
+//! | [`replay`] | re-stream, re-execute from the recording, state at a step, fork points |
+//! | [`config`] | the server's configuration file and environment |
+//! | [`runs`] | the run lifecycle: chat turns, forks, recovery, live streams |
+//! | `telemetry`, `otlp` | logs and traces (with the `server` feature) |
+//! | `server` | the HTTP API and the studio (with the `server` feature) |
+//! | `cli` | what the `stategraph` binary's commands do (with the `cli` feature) |
+//!
+//! ```text
+//! graphs/*.yaml ──load──▶ graph::spec ──compile──▶ nodes::Graph ──runtime::run──▶ events ─┬─▶ sse ──▶ client
+//!                                                                                         └─▶ store ──▶ replay
+//! ```
+//!
+//! ## The API
+//!
+//! Most applications need only what this root re-exports: build an
+//! [`Engine`] (registering [`Kind`]s, [`State`] types, reducers and
+//! [`Tool`]s your graph files use), then run a graph, or serve it with the
+//! `server` feature. A node kind is a type implementing [`Node`] plus a
+//! [`Kind`] entry that builds it from its settings ([`BuildCx`]).
+//!
+//! ## Features
+//!
+//! `default-features = false` gives the engine alone — graph files, state,
+//! expressions, the executor, models, the built-in tools, the memory store,
+//! replay and the run lifecycle — with no HTTP server, SQL driver or MCP
+//! client. `server`, `sqlite`, `postgres` and `mcp` add those; `cli` (the
+//! default) is all of them plus the `stategraph` binary.
+
+#![doc(html_no_source)]
+
 pub mod state;
-pub mod telemetry;
-pub mod tools;
+
+pub mod events;
+
 pub mod units;
+
+pub mod llm;
+
+pub mod tools;
+
+pub mod graph;
+
+pub mod nodes;
+
+pub mod runtime;
+
+pub mod engine;
+
+pub mod sse;
+
+pub mod store;
+
+pub mod replay;
+
+pub mod config;
+
+pub mod runs;
+
+#[cfg(feature = "server")]
+pub mod otlp;
+#[cfg(feature = "server")]
+pub mod telemetry;
+
+#[cfg(feature = "server")]
+pub mod server;
+
+#[cfg(feature = "cli")]
+pub mod cli;
+
 #[doc(hidden)]
 pub mod __private {
     pub use minijinja;
     pub use serde_json;
 }
-pub mod cli;
-pub mod config;
-pub mod store;
+
+pub use engine::{Engine, EngineBuilder, EngineError};
+pub use events::{Event, EventKind};
+pub use graph::{Diagnostic, SettingDoc};
+pub use llm::{ChatModel, Models};
+pub use nodes::{BuildCx, Graph, Kind, Kinds, Node, NodeContext, NodeError, Registries, Services};
+pub use runtime::{RunError, RunOptions, RunOutcome};
+pub use state::{DynState, Patch, Reducers, State, StateType, StateTypes, TypeSpec};
+pub use tools::{Tool, ToolRegistry};

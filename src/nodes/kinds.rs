@@ -1,5 +1,5 @@
 //! The kind table: every built-in kind (one file each, one entry in
-//! [`BUILTIN`]) and the kinds an embedding application registers.
+//! `BUILTIN`) and the kinds an embedding application registers.
 
 use std::collections::BTreeMap;
 use std::fmt;

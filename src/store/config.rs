@@ -21,7 +21,9 @@ use std::sync::Arc;
 use serde::Deserialize;
 
 use super::memory::MemoryStore;
+#[cfg(feature = "postgres")]
 use super::postgres::{self, PostgresStore};
+#[cfg(feature = "sqlite")]
 use super::sqlite::{self, SqliteOptions, SqliteStore};
 use super::{MigrationReport, Store, StoreError, StoreResult};
 
@@ -118,6 +120,7 @@ impl StoreConfig {
             .join(SQLITE_FILE)
     }
 
+    #[cfg(feature = "postgres")]
     fn url(&self) -> StoreResult<&str> {
         self.database_url.as_deref().ok_or_else(|| {
             StoreError::Backend(
@@ -136,6 +139,7 @@ impl StoreConfig {
 pub async fn open(config: &StoreConfig) -> Result<Arc<dyn Store>, StoreError> {
     Ok(match config.backend() {
         Backend::Memory => Arc::new(MemoryStore::new()),
+        #[cfg(feature = "sqlite")]
         Backend::Sqlite => {
             let mut options = SqliteOptions::default();
             if let Some(n) = config.pool_size {
@@ -143,10 +147,13 @@ pub async fn open(config: &StoreConfig) -> Result<Arc<dyn Store>, StoreError> {
             }
             Arc::new(SqliteStore::open_with(config.sqlite_path(), options).await?)
         }
+        #[cfg(feature = "postgres")]
         Backend::Postgres => {
             let size = config.pool_size.unwrap_or(postgres::DEFAULT_POOL_SIZE);
             Arc::new(PostgresStore::connect(config.url()?, size).await?)
         }
+        #[allow(unreachable_patterns)]
+        other => return Err(not_built(other)),
     })
 }
 
@@ -162,9 +169,22 @@ pub async fn migrate(config: &StoreConfig) -> StoreResult<MigrationReport> {
             to: 0,
             applied: Vec::new(),
         }),
+        #[cfg(feature = "sqlite")]
         Backend::Sqlite => sqlite::migrate(config.sqlite_path()).await,
+        #[cfg(feature = "postgres")]
         Backend::Postgres => postgres::migrate(config.url()?).await,
+        #[allow(unreachable_patterns)]
+        other => Err(not_built(other)),
     }
+}
+
+/// A backend this build leaves out (its cargo feature is off).
+#[allow(dead_code)]
+fn not_built(backend: Backend) -> StoreError {
+    StoreError::Backend(format!(
+        "this build has no {backend:?} store (enable the `{}` feature)",
+        format!("{backend:?}").to_lowercase()
+    ))
 }
 
 #[cfg(test)]

@@ -21,15 +21,20 @@
 mod checkpointer;
 pub mod config;
 pub mod memory;
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
 mod pages;
+#[cfg(feature = "postgres")]
 pub mod postgres;
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
 mod sql;
+#[cfg(feature = "sqlite")]
 pub mod sqlite;
 
 pub use checkpointer::{DEFAULT_OUTAGE_LIMIT, LogCheckpointer};
 pub use config::{StoreConfig, open};
+#[cfg(feature = "postgres")]
 pub use postgres::PostgresStore;
-pub use sql::MigrationReport;
+#[cfg(feature = "sqlite")]
 pub use sqlite::SqliteStore;
 
 use futures::future::BoxFuture;
@@ -40,6 +45,17 @@ use uuid::Uuid;
 
 use crate::events::{ErrorInfo, Event, ForkOrigin, Usage};
 use crate::runtime::{RunStatus, StepBatch};
+
+/// What a call to `migrate` did.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct MigrationReport {
+    /// Schema version before (0 for a new database).
+    pub from: u32,
+    /// Schema version now.
+    pub to: u32,
+    /// Versions applied by this call, in order (empty when up to date).
+    pub applied: Vec<u32>,
+}
 
 /// Errors from a store.
 #[derive(Debug, Clone, thiserror::Error)]
@@ -425,6 +441,7 @@ pub trait Maintenance: Send + Sync {
 }
 
 /// Rows deleted per statement by [`Maintenance::prune`].
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
 pub(crate) const PRUNE_BATCH: usize = 500;
 
 /// A complete store.

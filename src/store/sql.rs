@@ -27,16 +27,7 @@ pub(crate) struct Migration {
     pub(crate) sql: &'static str,
 }
 
-/// What a call to `migrate` did.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct MigrationReport {
-    /// Schema version before (0 for a new database).
-    pub from: u32,
-    /// Schema version now.
-    pub to: u32,
-    /// Versions applied by this call, in order (empty when up to date).
-    pub applied: Vec<u32>,
-}
+pub(crate) use super::MigrationReport;
 
 /// The newest version in `migrations`.
 pub(crate) fn latest(migrations: &[Migration]) -> u32 {

@@ -27,6 +27,7 @@ use serde::Deserialize;
 
 use super::http::HttpFetchConfig;
 use super::search::SearchConfig;
+#[cfg(feature = "postgres")]
 use super::sql::SqlConfig;
 use super::{PolicyOverride, ToolRegistry};
 use crate::units::{Bytes, Dur};
@@ -54,6 +55,7 @@ pub struct ToolsConfig {
     /// `web_search` (partition `web`).
     pub search: Option<SearchConfig>,
     /// SQL sources (partition `data`).
+    #[cfg(feature = "postgres")]
     pub sql: Option<SqlConfig>,
     /// MCP servers.
     pub mcp: super::mcp::McpConfig,
@@ -74,6 +76,7 @@ impl ToolsConfig {
         if let Some(c) = &self.search {
             super::search::register(registry, c).map_err(|e| format!("[tools.search]: {e}"))?;
         }
+        #[cfg(feature = "postgres")]
         if let Some(c) = &self.sql {
             super::sql::register(registry, c).map_err(|e| format!("[tools.sql]: {e}"))?;
         }

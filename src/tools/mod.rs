@@ -14,6 +14,7 @@ pub mod http;
 pub mod mcp;
 mod registry;
 pub mod search;
+#[cfg(feature = "postgres")]
 pub mod sql;
 
 pub use registry::{RegistryError, ToolOutcome, ToolRegistry};

@@ -116,7 +116,8 @@ impl ToolRegistry {
                 tracing::error!(error = %e, "built-in tool rejected");
             }
         }
-        crate::tools::sql::declare(&r);
+        // SQL sources ([tools.sql]) or MCP servers fill it.
+        r.declare_partition("data");
         r.declare_partition(crate::tools::http::PARTITION);
         r
     }
