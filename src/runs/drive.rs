@@ -66,7 +66,8 @@ pub(super) async fn drive(
             )),
         ),
     };
-    let pump = pump(&runs, &hub, &graph_id, &history, rx);
+    let tap = launch.tap.take();
+    let pump = pump(&runs, &hub, &graph_id, &history, tap.as_ref(), rx);
     let (result, pumped) = tokio::select! {
         r = async { tokio::join!(run, pump) } => r,
         _ = hub.suspend.cancelled() => {
@@ -95,6 +96,7 @@ async fn pump(
     hub: &RunHub,
     graph_id: &str,
     history: &[Event],
+    tap: Option<&mpsc::Sender<Arc<Event>>>,
     mut rx: mpsc::Receiver<Arc<Event>>,
 ) -> Pumped {
     let mut bridge = Bridge::new(hub.bridge.clone());
@@ -117,6 +119,10 @@ async fn pump(
     while let Some(ev) = rx.recv().await {
         runs.observer.event(graph_id, &ev);
         feed(&ev, &mut pumped);
+        if let Some(tap) = tap {
+            // A watcher that went away stops watching; the run goes on.
+            let _ = tap.send(Arc::clone(&ev)).await;
+        }
         hub.push(ev);
     }
     pumped

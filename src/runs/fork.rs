@@ -99,6 +99,7 @@ impl Runs {
                 history: Vec::new(),
             },
             forked_from: Some(origin.clone()),
+            tap: None,
         };
         let record = self.record(&launch, input, Some(origin.clone()), req.at);
         self.store

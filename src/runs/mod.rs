@@ -17,6 +17,7 @@
 
 mod drive;
 pub mod follow;
+pub mod start;
 pub mod fork;
 mod hub;
 pub mod recover;
@@ -34,6 +35,7 @@ use tracing::Instrument;
 use uuid::Uuid;
 
 pub use fork::{ForkError, ForkRequest, ForkStarted};
+pub use start::{RunStart, Started};
 pub use hub::{Next, Progress, RunHub, Subscription};
 pub use turn::{ChatTurn, TurnError};
 
@@ -51,7 +53,8 @@ use hub::HubInit;
 pub struct RunsConfig {
     /// A dead instance's runs are taken over after this.
     pub lease: Duration,
-    /// How often leases are renewed and orphans looked for (0: never).
+    /// How often orphans are looked for (0: never; leases are renewed
+    /// every third of `lease` whenever runs execute).
     pub recover_interval: Duration,
     /// Runs executing at once (beyond: refused).
     pub max_concurrent_runs: usize,
@@ -150,6 +153,8 @@ struct Launch {
     metadata: Value,
     begin: Begin,
     forked_from: Option<ForkOrigin>,
+    /// Also sends every event here (a CLI printing them), waiting for room.
+    tap: Option<tokio::sync::mpsc::Sender<Arc<Event>>>,
 }
 
 impl Launch {

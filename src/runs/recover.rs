@@ -196,6 +196,7 @@ impl Runs {
             metadata,
             begin,
             forked_from: run.parent.clone(),
+            tap: None,
         };
         self.launch(launch, permit)?;
         Ok(())

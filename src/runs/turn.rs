@@ -99,6 +99,7 @@ impl Runs {
             chat: Some(chat),
             begin: Begin::Fresh(turn.input.clone()),
             forked_from: None,
+            tap: None,
         };
         let now = now_micros();
         let start = TurnStart {
