@@ -3,62 +3,181 @@
 use std::io::Write;
 use std::sync::Arc;
 
-use serde_json::json;
+use anyhow::bail;
+use serde_json::{Map, Value, json};
 use tokio::sync::mpsc;
+use uuid::Uuid;
 
+use super::setup::Ctx;
 use crate::events::{Event, EventKind};
-use crate::nodes::Graph;
-use crate::runtime::{self, RunOptions, Services};
+use crate::graph::ChatIo;
+use crate::runs::RunStart;
+use crate::runtime::{self, RunOptions};
 
 /// What to run and how to print it.
 #[derive(Debug, Clone)]
 pub struct RunArgs {
+    /// Graph id.
+    pub graph: String,
     /// The user's message.
     pub message: String,
-    /// An intent to force (chat graph).
-    pub forced_intent: Option<String>,
+    /// Input fields set outright.
+    pub set: Vec<(String, Value)>,
     /// JSON lines instead of readable text.
     pub json: bool,
+    /// Store the run (so it can be replayed and forked).
+    pub store: bool,
 }
 
-/// Runs `graph` once with a one-message conversation as input, writing
-/// events to `out` as they arrive. Returns whether the run finished.
-///
-/// # Errors
-/// Writing to `out` failed.
-pub async fn run(
-    graph: Arc<Graph>,
-    services: Arc<Services>,
+/// How a run ended.
+struct Ended {
+    ok: bool,
+    state: Option<Value>,
+}
+
+/// Runs a graph once with a one-message conversation as input (placed as
+/// its `chat:` section places a chat request), writing events to `out` as
+/// they arrive and then the answer field. Returns whether the run finished.
+pub(super) async fn run(
+    ctx: &Ctx,
     args: RunArgs,
     out: &mut (dyn Write + Send),
-) -> std::io::Result<bool> {
-    let input = json!({
-        "messages": [{"id": "m1", "role": "user", "content": args.message}],
-        "query": args.message,
-        "forced_intent": args.forced_intent,
-    });
-    let (tx, mut rx) = mpsc::channel(256);
-    let opts = RunOptions {
-        events: Some(tx),
-        ..Default::default()
+) -> anyhow::Result<bool> {
+    let graphs = ctx.graphs();
+    let graph = ctx.graph(&graphs, &args.graph)?;
+    let input = input_state(&graph.chat, &args.message, &args.set, &graph.id)?;
+    let services = ctx.services()?;
+    let (tx, mut rx) = mpsc::channel::<Arc<Event>>(256);
+    let printer = async {
+        let (mut open_text, mut streamed) = (None, false);
+        while let Some(ev) = rx.recv().await {
+            streamed |= answer_text(&graph, &ev);
+            if args.json {
+                writeln!(out, "{}", serde_json::to_string(&*ev).unwrap_or_default())?;
+            } else {
+                readable(&ev, &mut open_text, out)?;
+            }
+            out.flush()?;
+        }
+        std::io::Result::Ok(streamed)
     };
-    let handle = tokio::spawn(runtime::run(graph, services, input, opts));
-    let mut open_text: Option<Arc<str>> = None;
-    while let Some(ev) = rx.recv().await {
-        if args.json {
-            writeln!(out, "{}", serde_json::to_string(&*ev).unwrap_or_default())?;
-        } else {
-            readable(&ev, &mut open_text, out)?;
-        }
-        out.flush()?;
+    let (streamed, ended) = if args.store {
+        let store = ctx.store().await?;
+        let runs = ctx.runs(Arc::clone(&store), services, graphs);
+        let upkeep = runs.spawn_upkeep();
+        let started = runs
+            .start(RunStart {
+                graph: Arc::clone(&graph),
+                input,
+                user_id: "cli".into(),
+                request_id: String::new(),
+                tap: Some(tx),
+            })
+            .await?;
+        eprintln!("run {} (stored; `stategraph replay {0}`)", started.run_id);
+        let streamed = printer.await?;
+        started.hub.wait().await;
+        runs.shutdown(std::time::Duration::ZERO).await;
+        upkeep.abort();
+        (streamed, stored_end(&*store, &graph, started.run_id).await?)
+    } else {
+        let opts = RunOptions {
+            events: Some(tx),
+            ..Default::default()
+        };
+        let handle = tokio::spawn(runtime::run(graph.clone(), Arc::new(services), input, opts));
+        let streamed = printer.await?;
+        let ended = match handle.await? {
+            Ok(outcome) => Ended {
+                ok: true,
+                state: Some(outcome.state.to_json()),
+            },
+            Err(_) => Ended {
+                ok: false,
+                state: None,
+            },
+        };
+        (streamed, ended)
+    };
+    // A streamed answer is on screen already; one a node only set is not.
+    if !args.json && !streamed {
+        print_answer(&graph.chat, ended.state.as_ref(), out)?;
     }
-    match handle.await {
-        Ok(Ok(_)) => Ok(true),
-        Ok(Err(_)) => Ok(false),
-        Err(e) => {
-            writeln!(out, "run task failed: {e}")?;
-            Ok(false)
-        }
+    Ok(ended.ok)
+}
+
+/// Whether the event is answer text the chat would show (a node with
+/// the `answer` surface; nested nodes take their parent's).
+fn answer_text(graph: &crate::nodes::Graph, ev: &Event) -> bool {
+    let top = ev.node.as_deref().and_then(|n| n.split('/').next());
+    matches!(ev.event, EventKind::TextDelta { .. })
+        && top.is_some_and(|n| graph.surface(n) == crate::graph::spec::Surface::Answer)
+}
+
+/// The input a chat request with this one message would give the graph,
+/// plus the `--set` fields.
+fn input_state(
+    io: &ChatIo,
+    message: &str,
+    set: &[(String, Value)],
+    graph: &str,
+) -> anyhow::Result<Value> {
+    let mut input = Map::new();
+    if let Some(field) = &io.history {
+        input.insert(
+            field.to_string(),
+            json!([{"id": "m1", "role": "user", "content": message}]),
+        );
+    }
+    if let Some(field) = &io.text {
+        input.insert(field.to_string(), json!(message));
+    }
+    if input.is_empty() {
+        bail!(
+            "graph `{graph}` takes no message: its state has no `messages` field and no `query` string (set `chat.history` or `chat.text` in its file)"
+        );
+    }
+    for (field, value) in set {
+        input.insert(field.clone(), value.clone());
+    }
+    Ok(Value::Object(input))
+}
+
+/// Whether the stored run finished, and its final state.
+async fn stored_end(
+    store: &dyn crate::store::Store,
+    graph: &crate::nodes::Graph,
+    run: Uuid,
+) -> anyhow::Result<Ended> {
+    let record = store
+        .get_run(run)
+        .await?
+        .ok_or_else(|| anyhow::anyhow!("run {run} vanished from the store"))?;
+    let ok = record.status == runtime::RunStatus::Finished;
+    let state = if ok {
+        Some(
+            crate::replay::state_at(store, graph, run, record.last_step)
+                .await?
+                .to_json(),
+        )
+    } else {
+        None
+    };
+    Ok(Ended { ok, state })
+}
+
+/// Prints the answer field (`chat.answer`) of the final state, if any.
+fn print_answer(
+    io: &ChatIo,
+    state: Option<&Value>,
+    out: &mut (dyn Write + Send),
+) -> std::io::Result<()> {
+    let (Some(field), Some(state)) = (&io.answer, state) else {
+        return Ok(());
+    };
+    match state.get(&**field) {
+        Some(Value::String(s)) if !s.is_empty() => writeln!(out, "\n{field}: {s}"),
+        _ => Ok(()),
     }
 }
 

@@ -76,6 +76,8 @@ pub(super) async fn drive(
             return;
         }
     };
+    // The watcher's stream ends with the run's events, not after the linger.
+    drop(tap);
     let (status, error) = outcome(&result, launch.run_id);
     record_end(&runs, &launch, status, error, pumped).await;
     runs.observer.finished(&graph_id, status_name(status));

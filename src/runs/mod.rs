@@ -17,10 +17,10 @@
 
 mod drive;
 pub mod follow;
-pub mod start;
 pub mod fork;
 mod hub;
 pub mod recover;
+pub mod start;
 pub mod turn;
 
 use std::collections::HashMap;
@@ -35,8 +35,8 @@ use tracing::Instrument;
 use uuid::Uuid;
 
 pub use fork::{ForkError, ForkRequest, ForkStarted};
-pub use start::{RunStart, Started};
 pub use hub::{Next, Progress, RunHub, Subscription};
+pub use start::{RunStart, Started};
 pub use turn::{ChatTurn, TurnError};
 
 use crate::config::{OnDisconnect, ServerConfig};
@@ -56,6 +56,9 @@ pub struct RunsConfig {
     /// How often orphans are looked for (0: never; leases are renewed
     /// every third of `lease` whenever runs execute).
     pub recover_interval: Duration,
+    /// Whether this process takes over other instances' orphaned runs
+    /// (a server does; a one-shot CLI command only keeps its own leases).
+    pub claim_orphans: bool,
     /// Runs executing at once (beyond: refused).
     pub max_concurrent_runs: usize,
     /// How long a finished run's stream stays resumable from memory.
@@ -73,6 +76,7 @@ impl From<&ServerConfig> for RunsConfig {
         Self {
             lease: c.lease.0,
             recover_interval: c.recover_interval.0,
+            claim_orphans: true,
             max_concurrent_runs: c.max_concurrent_runs,
             linger: c.linger.0,
             on_disconnect: c.on_disconnect,

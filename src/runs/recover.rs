@@ -52,14 +52,14 @@ pub enum RecoverError {
 }
 
 impl Runs {
-    /// Starts lease renewal, orphan recovery and stop-request polling.
-    pub fn spawn_upkeep(self: &Arc<Self>) -> Option<tokio::task::JoinHandle<()>> {
+    /// Starts lease renewal, stop-request polling and — when configured
+    /// (`claim_orphans` and a non-zero `recover_interval`) — orphan
+    /// recovery. Stops at shutdown.
+    pub fn spawn_upkeep(self: &Arc<Self>) -> tokio::task::JoinHandle<()> {
         let every = self.config.recover_interval;
-        if every.is_zero() {
-            return None;
-        }
+        let claims = self.config.claim_orphans && !every.is_zero();
         let runs = Arc::clone(self);
-        Some(tokio::spawn(async move {
+        tokio::spawn(async move {
             let lease = runs.config.lease;
             let renew_every = (lease / 3).max(Duration::from_millis(50));
             let mut renew = tokio::time::interval(renew_every);
@@ -76,12 +76,12 @@ impl Runs {
                             tracing::warn!(error = %e, "could not renew run leases");
                         }
                     }
-                    _ = claim.tick() => runs.recover_orphans().await,
+                    _ = claim.tick(), if claims => runs.recover_orphans().await,
                     _ = stops.tick(), if runs.running() > 0 => runs.stop_requested().await,
                     _ = runs.shutdown.cancelled() => break,
                 }
             }
-        }))
+        })
     }
 
     /// Cancels the runs this process executes that a stop request made on

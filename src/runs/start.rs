@@ -46,7 +46,13 @@ impl Runs {
             run_id,
             user_id: start.user_id,
             request_id: start.request_id.clone(),
-            metadata: super::stream_metadata(&self.services, run_id, &start.request_id, "", &start.graph),
+            metadata: super::stream_metadata(
+                &self.services,
+                run_id,
+                &start.request_id,
+                "",
+                &start.graph,
+            ),
             graph: start.graph,
             chat: None,
             begin: Begin::Fresh(start.input.clone()),
@@ -54,7 +60,9 @@ impl Runs {
             tap: start.tap,
         };
         let record = self.record(&launch, start.input, None, 0);
-        self.store.create_leased_run(record, &self.instance, self.lease_until()).await?;
+        self.store
+            .create_leased_run(record, &self.instance, self.lease_until())
+            .await?;
         let hub = self.launch(launch, permit)?;
         Ok(Started { run_id, hub })
     }

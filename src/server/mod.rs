@@ -284,9 +284,7 @@ pub async fn serve(
     if let Some(r) = reload {
         r.abort();
     }
-    if let Some(r) = recover {
-        r.abort();
-    }
+    recover.abort();
     result
 }
 

@@ -39,6 +39,10 @@ pub struct BridgeConfig {
     pub kinds: HashMap<String, String>,
     /// Minimum event time between text-only updates of a thinking part.
     pub thinking_interval_us: u64,
+    /// The field holding the answer (`chat.answer`). When the run streamed
+    /// no answer text (the answer was computed, not generated), its final
+    /// value is sent as one text part before `finish`, so the user sees it.
+    pub answer: Option<String>,
 }
 
 impl BridgeConfig {
@@ -58,18 +62,25 @@ impl BridgeConfig {
                 .map(|n| (n.id.to_string(), n.kind.to_string()))
                 .collect(),
             thinking_interval_us: 250_000,
+            answer: graph.chat.answer.as_deref().map(str::to_owned),
         }
     }
 
     /// The settings as recorded in `run_started.stream`.
     pub fn to_json(&self) -> Value {
-        json!({
+        let mut v = json!({
             "messageId": self.message_id,
             "metadata": self.metadata,
             "surfaces": self.surfaces,
             "kinds": self.kinds,
             "thinkingIntervalUs": self.thinking_interval_us,
-        })
+        });
+        // Absent in runs recorded before answers were sent, which then
+        // replay as they streamed.
+        if let Some(a) = &self.answer {
+            v["answer"] = json!(a);
+        }
+        v
     }
 
     /// Settings recorded with [`BridgeConfig::to_json`].
@@ -80,6 +91,7 @@ impl BridgeConfig {
             surfaces: serde_json::from_value(v["surfaces"].clone()).ok()?,
             kinds: serde_json::from_value(v["kinds"].clone()).ok()?,
             thinking_interval_us: v["thinkingIntervalUs"].as_u64().unwrap_or(250_000),
+            answer: v["answer"].as_str().map(str::to_owned),
         })
     }
 
@@ -141,6 +153,20 @@ enum ToolOwner {
     Thinking(String),
 }
 
+/// One event with what the bridge derives from it.
+struct At<'a> {
+    ev: &'a Event,
+    node: &'a str,
+    surface: Surface,
+}
+
+impl At<'_> {
+    /// The thinking part's key: node, step and task.
+    fn key(&self) -> String {
+        format!("{}#{}#{}", self.node, self.ev.step, self.ev.task)
+    }
+}
+
 /// The event → chunk state machine for one assistant message.
 #[derive(Debug)]
 pub struct Bridge {
@@ -153,6 +179,10 @@ pub struct Bridge {
     usage: BTreeMap<String, (String, u64, u64)>,
     finish_reason: &'static str,
     done: bool,
+    /// Whether answer text was sent (streamed or passed through).
+    answered: bool,
+    /// The answer field's newest value (see [`BridgeConfig::answer`]).
+    answer: Option<String>,
 }
 
 impl Bridge {
@@ -168,6 +198,8 @@ impl Bridge {
             usage: BTreeMap::new(),
             finish_reason: "stop",
             done: false,
+            answered: false,
+            answer: None,
         }
     }
 
@@ -187,12 +219,39 @@ impl Bridge {
         } else {
             self.cfg.surface(node)
         };
-        let key = || format!("{node}#{}#{}", ev.step, ev.task);
+        let at = At { ev, node, surface };
         match &ev.event {
             EventKind::RunStarted { .. } => out.push(Chunk::Start {
                 message_id: self.cfg.message_id.clone(),
                 message_metadata: self.cfg.metadata.clone(),
             }),
+            EventKind::NodeStarted { .. }
+            | EventKind::NodeRetrying { .. }
+            | EventKind::NodeFinished { .. }
+            | EventKind::NodeFailed { .. }
+            | EventKind::Thinking { .. } => self.on_node(&at, out),
+            EventKind::LlmStarted { .. }
+            | EventKind::TextDelta { .. }
+            | EventKind::ReasoningDelta { .. }
+            | EventKind::LlmFinished { .. } => self.on_model(&at, out),
+            EventKind::ToolCallStarted { .. }
+            | EventKind::ToolCallDelta { .. }
+            | EventKind::ToolCallReady { .. }
+            | EventKind::ToolError { .. } => self.on_tool_call(&at, out),
+            EventKind::ToolResult { .. } => self.on_tool_result(&at, out),
+            EventKind::Custom { .. } | EventKind::Source { .. } => self.on_data(&at, out),
+            EventKind::RunFinished { .. }
+            | EventKind::RunFailed { .. }
+            | EventKind::RunCancelled { .. } => self.on_end(&at, out),
+            _ => {}
+        }
+    }
+
+    /// A node's progress: its thinking part, or the answer's steps.
+    fn on_node(&mut self, at: &At<'_>, out: &mut Vec<Chunk>) {
+        let (ev, node, surface) = (at.ev, at.node, at.surface);
+        let key = || at.key();
+        match &ev.event {
             EventKind::NodeStarted { attempt, .. } if surface == Surface::Thinking => {
                 let k = key();
                 if *attempt > 1 {
@@ -207,6 +266,70 @@ impl Bridge {
                     out.push(emit(t, ev.at));
                 }
             }
+            EventKind::NodeRetrying { attempt, .. } => match surface {
+                Surface::Answer => {
+                    self.close_parts(out);
+                    self.close_step(out);
+                }
+                Surface::Thinking => {
+                    if let Some(t) = self.thinking.get_mut(&key()) {
+                        t.status = "retrying";
+                        t.notes.push(format!("attempt {attempt} failed; retrying"));
+                        out.push(emit(t, ev.at));
+                    }
+                }
+                Surface::Hidden => {}
+            },
+            EventKind::NodeFinished { patch, .. } => {
+                let answer = self.cfg.answer.as_deref().and_then(|f| patch.get(f));
+                if let Some(Value::String(text)) = answer {
+                    self.answer = Some(text.clone());
+                }
+                match surface {
+                    Surface::Answer => {
+                        self.close_parts(out);
+                        self.close_step(out);
+                    }
+                    Surface::Thinking => {
+                        if let Some(t) = self.thinking.get_mut(&key()) {
+                            t.status = "done";
+                            t.finished_at = Some(ev.at);
+                            out.push(emit(t, ev.at));
+                        }
+                    }
+                    Surface::Hidden => {}
+                }
+            }
+            EventKind::NodeFailed { .. } => {
+                if let Some(t) = self.thinking.get_mut(&key()) {
+                    t.status = "failed";
+                    t.finished_at = Some(ev.at);
+                    out.push(emit(t, ev.at));
+                }
+            }
+            EventKind::Thinking { text } => {
+                let k = key();
+                let t = self.thinking_part(&k, node, ev);
+                if t.status == "running" && surface == Surface::Thinking {
+                    t.notes.push(text.clone());
+                } else {
+                    // A note from a node without a thinking surface (the
+                    // router's reasoning): a finished part of its own.
+                    t.status = "done";
+                    t.text = text.clone();
+                    t.finished_at = Some(ev.at);
+                }
+                out.push(emit(t, ev.at));
+            }
+            _ => {}
+        }
+    }
+
+    /// A model call's stream: steps, text and reasoning, usage.
+    fn on_model(&mut self, at: &At<'_>, out: &mut Vec<Chunk>) {
+        let (ev, node, surface) = (at.ev, at.node, at.surface);
+        let key = || at.key();
+        match &ev.event {
             EventKind::LlmStarted { .. } if surface == Surface::Answer => {
                 self.close_parts(out);
                 self.close_step(out);
@@ -221,6 +344,7 @@ impl Bridge {
                             let id = format!("text-{}", ev.seq);
                             out.push(Chunk::TextStart { id: id.clone() });
                             self.text = Some(id.clone());
+                            self.answered = true;
                             id
                         }
                     };
@@ -282,6 +406,15 @@ impl Bridge {
                 }
                 out.push(self.usage_chunk());
             }
+            _ => {}
+        }
+    }
+
+    /// A tool call's input and failure.
+    fn on_tool_call(&mut self, at: &At<'_>, out: &mut Vec<Chunk>) {
+        let (ev, surface) = (at.ev, at.surface);
+        let key = || at.key();
+        match &ev.event {
             EventKind::ToolCallStarted { call_id, tool } => {
                 self.tool_started(surface, &key(), call_id, tool, out)
             }
@@ -317,43 +450,6 @@ impl Bridge {
                     None => {}
                 }
             }
-            EventKind::ToolResult {
-                call_id,
-                output,
-                display,
-                ..
-            } => {
-                match self.tools.get(call_id).cloned() {
-                    Some(ToolOwner::Answer) => out.push(Chunk::ToolOutputAvailable {
-                        tool_call_id: call_id.clone(),
-                        output: output.clone(),
-                        dynamic: true,
-                    }),
-                    Some(ToolOwner::Thinking(k)) => {
-                        self.update_tool(&k, call_id, ev.at, out, |v| {
-                            v["state"] = json!("output-available");
-                            v["output"] = output.clone();
-                        })
-                    }
-                    None => {}
-                }
-                if *display {
-                    // Pass-through: the result is part of the answer, verbatim,
-                    // whichever surface the node streams to.
-                    self.close_parts(out);
-                    let id = format!("text-{}", ev.seq);
-                    let text = match output {
-                        Value::String(s) => s.clone(),
-                        other => serde_json::to_string_pretty(other).unwrap_or_default(),
-                    };
-                    out.push(Chunk::TextStart { id: id.clone() });
-                    out.push(Chunk::TextDelta {
-                        id: id.clone(),
-                        delta: text,
-                    });
-                    out.push(Chunk::TextEnd { id });
-                }
-            }
             EventKind::ToolError {
                 call_id,
                 tool,
@@ -377,55 +473,52 @@ impl Bridge {
                     None => {}
                 }
             }
-            EventKind::NodeRetrying { attempt, .. } => match surface {
-                Surface::Answer => {
-                    self.close_parts(out);
-                    self.close_step(out);
-                }
-                Surface::Thinking => {
-                    if let Some(t) = self.thinking.get_mut(&key()) {
-                        t.status = "retrying";
-                        t.notes.push(format!("attempt {attempt} failed; retrying"));
-                        out.push(emit(t, ev.at));
-                    }
-                }
-                Surface::Hidden => {}
-            },
-            EventKind::NodeFinished { .. } => match surface {
-                Surface::Answer => {
-                    self.close_parts(out);
-                    self.close_step(out);
-                }
-                Surface::Thinking => {
-                    if let Some(t) = self.thinking.get_mut(&key()) {
-                        t.status = "done";
-                        t.finished_at = Some(ev.at);
-                        out.push(emit(t, ev.at));
-                    }
-                }
-                Surface::Hidden => {}
-            },
-            EventKind::NodeFailed { .. } => {
-                if let Some(t) = self.thinking.get_mut(&key()) {
-                    t.status = "failed";
-                    t.finished_at = Some(ev.at);
-                    out.push(emit(t, ev.at));
-                }
-            }
-            EventKind::Thinking { text } => {
-                let k = key();
-                let t = self.thinking_part(&k, node, ev);
-                if t.status == "running" && surface == Surface::Thinking {
-                    t.notes.push(text.clone());
-                } else {
-                    // A note from a node without a thinking surface (the
-                    // router's reasoning): a finished part of its own.
-                    t.status = "done";
-                    t.text = text.clone();
-                    t.finished_at = Some(ev.at);
-                }
-                out.push(emit(t, ev.at));
-            }
+            _ => {}
+        }
+    }
+
+    /// A tool's result; a pass-through result is also answer text.
+    fn on_tool_result(&mut self, at: &At<'_>, out: &mut Vec<Chunk>) {
+        let ev = at.ev;
+        let EventKind::ToolResult {
+            call_id,
+            output,
+            display,
+            ..
+        } = &ev.event
+        else {
+            return;
+        };
+        match self.tools.get(call_id).cloned() {
+            Some(ToolOwner::Answer) => out.push(Chunk::ToolOutputAvailable {
+                tool_call_id: call_id.clone(),
+                output: output.clone(),
+                dynamic: true,
+            }),
+            Some(ToolOwner::Thinking(k)) => self.update_tool(&k, call_id, ev.at, out, |v| {
+                v["state"] = json!("output-available");
+                v["output"] = output.clone();
+            }),
+            None => {}
+        }
+        if *display {
+            // Pass-through: the result is part of the answer, verbatim,
+            // whichever surface the node streams to.
+            self.close_parts(out);
+            let text = match output {
+                Value::String(s) => s.clone(),
+                other => serde_json::to_string_pretty(other).unwrap_or_default(),
+            };
+            text_part(format!("text-{}", ev.seq), text, out);
+            self.answered = true;
+        }
+    }
+
+    /// Custom data and cited sources: they reach the UI whatever the
+    /// node's surface.
+    fn on_data(&mut self, at: &At<'_>, out: &mut Vec<Chunk>) {
+        let (ev, node) = (at.ev, at.node);
+        match &ev.event {
             EventKind::Custom {
                 name,
                 data,
@@ -449,10 +542,21 @@ impl Bridge {
                 url: url.clone(),
                 title: title.clone(),
             }),
+            _ => {}
+        }
+    }
+
+    /// The end of the run: the message closes.
+    fn on_end(&mut self, at: &At<'_>, out: &mut Vec<Chunk>) {
+        let ev = at.ev;
+        match &ev.event {
             EventKind::RunFinished { steps, usage } => {
                 self.flush(out);
                 self.close_parts(out);
                 self.close_step(out);
+                if let Some(text) = self.answer.take().filter(|_| !self.answered) {
+                    text_part(format!("text-{}", ev.seq), text, out);
+                }
                 out.push(Chunk::Finish {
                     finish_reason: self.finish_reason.to_owned(),
                     message_metadata: json!({
@@ -619,6 +723,16 @@ fn emit(t: &mut Thinking, at: u64) -> Chunk {
         data: t.payload(),
         transient: false,
     }
+}
+
+/// A whole text part.
+fn text_part(id: String, text: String, out: &mut Vec<Chunk>) {
+    out.push(Chunk::TextStart { id: id.clone() });
+    out.push(Chunk::TextDelta {
+        id: id.clone(),
+        delta: text,
+    });
+    out.push(Chunk::TextEnd { id });
 }
 
 fn tool_error_text(e: &ToolFailure) -> String {

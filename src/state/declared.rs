@@ -74,6 +74,10 @@ impl DeclaredState {
                 serde_json::from_value(v.clone())
                     .map(Slot::Messages)
                     .map_err(|e| e.to_string())
+            } else if *v == spec.ty.zero() {
+                // "Unset" (see `TypeSpec::zero`): a snapshot of a state whose
+                // enum or bounded field was never written.
+                Ok(Slot::Json(v.clone()))
             } else {
                 spec.ty
                     .check(v)
@@ -291,6 +295,9 @@ mod tests {
         let f = |n: &str| schema.field(n).unwrap();
         assert_eq!(s.get(f("priority")), json!(3));
         assert_eq!(s.get(f("category")), json!(""));
+        // A snapshot of it (the enum unset) loads again.
+        let again = DeclaredState::from_json(Arc::clone(&schema), &s.to_json()).unwrap();
+        assert_eq!(again.to_json(), s.to_json());
         assert_eq!(s.text(f("ticket")), Some("refund please"));
         assert_eq!(s.messages(f("messages")).unwrap()[0].content, "hi");
         s.apply(f("category"), &json!("BUG")).unwrap();

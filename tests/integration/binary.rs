@@ -1,6 +1,7 @@
 //! The `stategraph` binary as a user runs it: `serve` on its defaults
 //! (offline model announced), span export to an OTLP collector, graceful
-//! shutdown on SIGTERM; `check`, `graph` and `run`.
+//! shutdown on SIGTERM; `check`, `graph`, `run`, `new`, `schema`,
+//! `replay` and `fork`.
 
 use std::process::Stdio;
 use std::sync::{Arc, Mutex};
@@ -194,9 +195,11 @@ fn check_graph_and_run_commands() {
         .output()
         .unwrap();
     assert!(String::from_utf8_lossy(&dot.stdout).starts_with("digraph \"chat\""));
+    let data = tempfile::tempdir().unwrap();
     let run = std::process::Command::new(bin())
-        .args(["run", "chat", "hello there", "--json"])
+        .args(["run", "chat", "hello there", "--json", "--no-store"])
         .current_dir(root())
+        .env("STATEGRAPH_DATA_DIR", data.path())
         .env_remove("OPENAI_API_KEY")
         .env_remove("OPENAI_BASE_URL")
         .output()
@@ -208,4 +211,116 @@ fn check_graph_and_run_commands() {
         .collect();
     assert_eq!(events[0]["event"]["type"], "run_started");
     assert_eq!(events.last().unwrap()["event"]["type"], "run_finished");
+}
+
+/// Runs the binary in `dir` with its own data directory and no model.
+fn sg(dir: &std::path::Path, args: &[&str]) -> std::process::Output {
+    std::process::Command::new(bin())
+        .args(args)
+        .current_dir(dir)
+        .env("STATEGRAPH_DATA_DIR", dir.join("data"))
+        .env_remove("OPENAI_API_KEY")
+        .env_remove("OPENAI_BASE_URL")
+        .env_remove("STATEGRAPH_CONFIG")
+        .env_remove("DATABASE_URL")
+        .output()
+        .unwrap()
+}
+
+fn stdout(o: &std::process::Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+/// A new user's first minutes: `new` writes a graph `check` accepts (in
+/// JSON too), `run` runs it on the offline model and stores it, `replay`
+/// shows and re-executes it, `fork` continues it with an edit.
+#[test]
+fn new_graph_checks_runs_stores_replays_and_forks() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let new = sg(d, &["new", "hello"]);
+    assert!(new.status.success(), "{new:?}");
+    assert!(d.join("graphs/hello.yaml").is_file() && d.join("prompts/hello/answer.md").is_file());
+    let again = sg(d, &["new", "hello"]);
+    assert!(!again.status.success(), "new must not overwrite");
+    assert!(String::from_utf8_lossy(&again.stderr).contains("exists"));
+    let check = sg(d, &["check", "--format", "json"]);
+    assert!(check.status.success(), "{}", stdout(&check));
+    let report: Value = serde_json::from_str(&stdout(&check)).unwrap();
+    assert_eq!(report["valid"], json!(["hello"]));
+    assert_eq!(report["errors"], 0);
+
+    let run = sg(d, &["run", "hello", "What is a graph?"]);
+    assert!(run.status.success(), "{run:?}");
+    let text = stdout(&run);
+    assert!(text.contains("You asked: “What is a graph?”"), "{text}");
+    let stderr = String::from_utf8_lossy(&run.stderr);
+    let id = stderr
+        .lines()
+        .find_map(|l| l.strip_prefix("run ")?.split_whitespace().next())
+        .unwrap_or_else(|| panic!("no run id on stderr: {stderr}"))
+        .to_owned();
+    let timeline = sg(d, &["replay", &id]);
+    assert!(
+        stdout(&timeline).contains("status Finished"),
+        "{}",
+        stdout(&timeline)
+    );
+    let reexec = sg(d, &["replay", &id, "--reexecute"]);
+    assert!(reexec.status.success(), "{}", stdout(&reexec));
+    assert!(
+        stdout(&reexec).contains("no divergence"),
+        "{}",
+        stdout(&reexec)
+    );
+    let sse = sg(d, &["replay", &id, "--sse"]);
+    assert!(
+        stdout(&sse).starts_with("id: 1\ndata: {\"type\":\"start\""),
+        "{}",
+        stdout(&sse)
+    );
+
+    let fork = sg(d, &["fork", &id, "--at", "0", "--set", "query=\"Why?\""]);
+    assert!(fork.status.success(), "{fork:?}");
+    assert!(stdout(&fork).contains(&format!("of run {id} at step 0")));
+    let bad = sg(d, &["fork", &id, "--at", "0", "--set", "nope=1"]);
+    assert!(!bad.status.success());
+    assert!(
+        String::from_utf8_lossy(&bad.stderr).contains("nope"),
+        "{bad:?}"
+    );
+}
+
+/// `schema` prints a JSON Schema naming every node kind; `check --format
+/// github` prints annotations with the place of each problem.
+#[test]
+fn schema_and_github_annotations() {
+    let dir = tempfile::tempdir().unwrap();
+    let schema = sg(dir.path(), &["schema"]);
+    assert!(schema.status.success());
+    let schema: Value = serde_json::from_str(&stdout(&schema)).unwrap();
+    let text = schema.to_string();
+    for kind in ["llm", "agent", "router", "set", "tool", "http", "subgraph"] {
+        assert!(text.contains(&format!("\"{kind}\"")), "kind {kind} missing");
+    }
+    let bad = std::process::Command::new(bin())
+        .args([
+            "check",
+            "tests/fixtures/invalid/dead_end.yaml",
+            "--prompts",
+            "tests/fixtures/prompts",
+            "--format",
+            "github",
+        ])
+        .current_dir(root())
+        .output()
+        .unwrap();
+    assert_eq!(bad.status.code(), Some(1));
+    assert!(
+        stdout(&bad).contains(
+            "::error file=tests/fixtures/invalid/dead_end.yaml,line=7,col=9,title=no-path-to-end::"
+        ),
+        "{}",
+        stdout(&bad)
+    );
 }

@@ -8,6 +8,7 @@
     clippy::panic
 )]
 
+mod apps;
 mod assistant;
 mod binary;
 mod chat_graph;
@@ -22,4 +23,5 @@ mod server;
 mod sse_stream;
 mod store_conformance;
 mod support;
+mod tutorial;
 mod validation;

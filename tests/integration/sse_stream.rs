@@ -227,3 +227,64 @@ async fn the_assembled_message_matches_what_the_client_builds() {
     );
     let _ = Chunk::StartStep;
 }
+
+/// A graph whose answer is computed (a `set` node, no model) still shows
+/// it: the `chat.answer` field's final value becomes one text part.
+#[tokio::test]
+async fn a_computed_answer_is_sent_as_text() {
+    const GRAPH: &str = "
+state:
+  fields:
+    query: { type: string }
+    answer: { type: string }
+entry: reply
+nodes:
+  - id: reply
+    kind: set
+    set:
+      answer: \"{{ 'You wrote: ' ~ query }}\"
+edges:
+  - reply -> END
+";
+    let reg = crate::support::registries();
+    let prompts =
+        stategraph::graph::prompts::Prompts::from_sources(std::path::Path::new("prompts"), []);
+    let cat = reg.from_sources(&[("echo", GRAPH)], prompts);
+    let graph = Arc::clone(
+        cat.get("echo")
+            .unwrap_or_else(|| panic!("{:?}", cat.diagnostics)),
+    );
+    let (tx, mut rx) = mpsc::channel::<Arc<Event>>(64);
+    let opts = RunOptions {
+        events: Some(tx),
+        ..Default::default()
+    };
+    let model = Arc::new(ScriptedModel::new(Vec::<Turn>::new()));
+    let run = tokio::spawn(runtime::run(
+        Arc::clone(&graph),
+        services(model),
+        json!({"query": "hi there"}),
+        opts,
+    ));
+    let mut events = Vec::new();
+    while let Some(e) = rx.recv().await {
+        events.push((*e).clone());
+    }
+    run.await.unwrap().unwrap();
+    let cfg = BridgeConfig::for_graph(&graph, "msg-1".into(), json!({}));
+    let text = sse::render(cfg.clone(), &events, 0);
+    let (ok, report) = aisdk_validate(&text);
+    assert!(ok, "{report}\n{text}");
+    let parts = &report_json(&report)["message"]["parts"];
+    let texts: Vec<&Value> = parts
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|p| p["type"] == "text")
+        .collect();
+    assert_eq!(texts.len(), 1, "{parts}");
+    assert_eq!(texts[0]["text"], "You wrote: hi there");
+    // Recorded and restored with the run, so replays send it too.
+    let restored = BridgeConfig::from_json(&cfg.to_json()).unwrap();
+    assert_eq!(sse::render(restored, &events, 0), text);
+}

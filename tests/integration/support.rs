@@ -252,3 +252,31 @@ pub async fn post_json(
         .await
         .expect("request")
 }
+
+/// A `stategraph`-style binary serving on a free port: the child and the
+/// base URL it announced (`stategraph is serving on URL`).
+pub async fn spawn_serving(mut cmd: tokio::process::Command) -> (tokio::process::Child, String) {
+    use tokio::io::AsyncBufReadExt;
+    let mut child = cmd
+        .env("STATEGRAPH_BIND", "127.0.0.1:0")
+        .env_remove("OPENAI_API_KEY")
+        .env_remove("OPENAI_BASE_URL")
+        .env_remove("DATABASE_URL")
+        .env_remove("STATEGRAPH_CONFIG")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("the binary starts");
+    let mut lines = tokio::io::BufReader::new(child.stdout.take().expect("stdout")).lines();
+    let deadline = std::time::Duration::from_secs(60);
+    while let Ok(Ok(Some(line))) = tokio::time::timeout(deadline, lines.next_line()).await {
+        if let Some(url) = line.strip_prefix("stategraph is serving on ") {
+            let url = url.trim().to_owned();
+            // Keep draining stdout so the server never blocks on it.
+            tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
+            return (child, url);
+        }
+    }
+    panic!("the server did not announce its address");
+}

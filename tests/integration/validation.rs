@@ -433,6 +433,7 @@ fn check_command_prints_every_problem_and_fails() {
         std::slice::from_ref(&invalid),
         &fixture_prompts(),
         &crate::support::registries(),
+        stategraph::cli::CheckFormat::Text,
         &mut out,
     )
     .unwrap();
@@ -470,6 +471,7 @@ fn check_command_prints_every_problem_and_fails() {
         &[root().join("graphs")],
         &root().join("prompts"),
         &crate::support::registries(),
+        stategraph::cli::CheckFormat::Text,
         &mut out,
     )
     .unwrap();

@@ -1,0 +1,135 @@
+//! The command line's grammar (clap).
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+use clap::{Parser, Subcommand, ValueEnum};
+
+#[derive(Parser)]
+#[command(
+    name = "stategraph",
+    version,
+    about = "Explicit state-machine graph runtime for LLM applications"
+)]
+pub(super) struct Cli {
+    /// Config file (default: stategraph.toml if present).
+    #[arg(long, global = true, env = "STATEGRAPH_CONFIG")]
+    pub config: Option<PathBuf>,
+    /// Directory of graph files (overrides the config).
+    #[arg(long, global = true)]
+    pub graphs: Option<PathBuf>,
+    /// Directory of prompt templates (overrides the config).
+    #[arg(long, global = true)]
+    pub prompts: Option<PathBuf>,
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Subcommand)]
+pub(super) enum Command {
+    /// Serve the chat API (POST /api/chat), the run and graph APIs.
+    Serve {
+        /// Listen address (overrides the config).
+        #[arg(long)]
+        bind: Option<SocketAddr>,
+    },
+    /// Validate graph files; exit 1 on any error.
+    Check {
+        /// Graph files or directories (default: the graph directory).
+        paths: Vec<PathBuf>,
+        /// Output: readable text, one JSON document, or GitHub Actions
+        /// annotations.
+        #[arg(long, value_enum, default_value = "text")]
+        format: CheckFormatArg,
+    },
+    /// Draw a graph.
+    Graph {
+        /// Graph id.
+        name: String,
+        /// Output format.
+        #[arg(long, value_enum, default_value = "mermaid")]
+        format: GraphFormatArg,
+    },
+    /// Run a graph once, print its events and its answer, and store the run
+    /// (replay it with `stategraph replay RUN`).
+    Run {
+        /// Graph id.
+        graph: String,
+        /// The user's message (goes where the graph's `chat:` section puts
+        /// a chat request's history and text).
+        message: String,
+        /// `FIELD=JSON` input fields (repeatable), e.g.
+        /// `--set forced_intent='"DIRECT"'`.
+        #[arg(long = "set")]
+        set: Vec<String>,
+        /// Print events as JSON lines (the run id goes to stderr).
+        #[arg(long)]
+        json: bool,
+        /// Do not store the run.
+        #[arg(long)]
+        no_store: bool,
+    },
+    /// Show a stored run: its timeline, the SSE bytes its client received,
+    /// its events, or re-execute it from the recording.
+    Replay {
+        /// Run id.
+        run: uuid::Uuid,
+        /// Print the exact SSE bytes the client received.
+        #[arg(long, conflicts_with_all = ["json", "reexecute"])]
+        sse: bool,
+        /// Print the events as JSON lines.
+        #[arg(long, conflicts_with = "reexecute")]
+        json: bool,
+        /// Run the graph again with every model and tool result served from
+        /// the recording; report the first event that differs.
+        #[arg(long)]
+        reexecute: bool,
+    },
+    /// Start a new run from a checkpoint of a stored run, with edited state.
+    Fork {
+        /// Run id.
+        run: uuid::Uuid,
+        /// The step whose checkpoint to start from.
+        #[arg(long)]
+        at: u32,
+        /// `FIELD=JSON` replacements (repeatable), e.g. `--set intent='"DIRECT"'`.
+        #[arg(long = "set")]
+        set: Vec<String>,
+    },
+    /// Apply the store's schema migrations.
+    Migrate,
+    /// Delete old runs (with their events and checkpoints).
+    Prune {
+        /// Age, e.g. 30d, 12h.
+        #[arg(long)]
+        older_than: String,
+        /// Also delete chats not updated since then.
+        #[arg(long)]
+        chats: bool,
+    },
+    /// Print the JSON Schema of graph files (for YAML language servers:
+    /// completion and checking in the editor).
+    Schema,
+    /// Write a minimal working graph and its prompt: `graphs/NAME.yaml`,
+    /// `prompts/NAME/answer.md` (under the configured directories).
+    New {
+        /// Graph id (ASCII letters, digits, `_`, `-`).
+        name: String,
+        /// Replace files that exist.
+        #[arg(long)]
+        force: bool,
+    },
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+pub(super) enum GraphFormatArg {
+    Mermaid,
+    Dot,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+pub(super) enum CheckFormatArg {
+    Text,
+    Json,
+    Github,
+}

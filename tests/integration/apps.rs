@@ -1,0 +1,150 @@
+//! Applications built on the public API: the `custom_kind` example (a Rust
+//! node kind registered next to the built-in ones, a graph file using it,
+//! the whole command line over it) as its README says to run it.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use serde_json::json;
+
+use crate::support::{aisdk_validate, chat_body, root, spawn_serving};
+
+/// The example's binary, built when the test run did not build it (e.g.
+/// `cargo nextest run --test integration`).
+fn example_bin() -> PathBuf {
+    let dir = Path::new(env!("CARGO_BIN_EXE_stategraph"))
+        .parent()
+        .unwrap();
+    let bin = dir.join("examples/custom_kind");
+    if !bin.is_file() {
+        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+        let mut cmd = Command::new(cargo);
+        cmd.args(["build", "--example", "custom_kind"])
+            .current_dir(root());
+        if dir.ends_with("release") {
+            cmd.arg("--release");
+        }
+        let status = cmd.status().unwrap();
+        assert!(status.success(), "building the example failed");
+    }
+    bin
+}
+
+fn run(dir: &Path, args: &[&str]) -> Output {
+    Command::new(example_bin())
+        .args(args)
+        .current_dir(dir)
+        .env_remove("OPENAI_API_KEY")
+        .env_remove("OPENAI_BASE_URL")
+        .env_remove("STATEGRAPH_CONFIG")
+        .env_remove("STATEGRAPH_GRAPHS")
+        .env_remove("STATEGRAPH_PROMPTS")
+        .env_remove("DATABASE_URL")
+        .output()
+        .unwrap()
+}
+
+fn stdout(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+#[test]
+fn the_example_checks_and_runs_its_custom_kind() {
+    let dir = tempfile::tempdir().unwrap();
+    let check = run(dir.path(), &["check"]);
+    assert!(check.status.success(), "{}", stdout(&check));
+    assert!(stdout(&check).contains("1 valid, 0 error(s)"));
+    // Its kind is in the schema editors use.
+    assert!(stdout(&run(dir.path(), &["schema"])).contains("\"lexicon\""));
+
+    let unhappy = run(
+        dir.path(),
+        &[
+            "run",
+            "feedback",
+            "Late again and the box was broken",
+            "--no-store",
+        ],
+    );
+    assert!(unhappy.status.success(), "{unhappy:?}");
+    let text = stdout(&unhappy);
+    assert!(
+        text.contains(r#"data-lexicon: {"score":-1.0,"words":["late","broken"]}"#),
+        "{text}"
+    );
+    assert!(
+        text.contains("▶ apologise") && !text.contains("▶ thank"),
+        "{text}"
+    );
+
+    let happy = run(
+        dir.path(),
+        &["run", "feedback", "Great and fast, thanks", "--no-store"],
+    );
+    let text = stdout(&happy);
+    assert!(
+        text.contains(r#""score":1.0"#) && text.contains("▶ thank"),
+        "{text}"
+    );
+    assert!(
+        text.contains("answer: Thank you for the kind words"),
+        "{text}"
+    );
+}
+
+/// The custom kind's settings are checked at load like a built-in's.
+#[test]
+fn the_custom_kind_reports_wrong_settings_with_their_place() {
+    let dir = tempfile::tempdir().unwrap();
+    let graphs = dir.path().join("graphs");
+    std::fs::create_dir_all(&graphs).unwrap();
+    let file = root().join("examples/custom_kind/graphs/feedback.yaml");
+    let yaml = std::fs::read_to_string(file).unwrap();
+    // `output: query` names a string field; the kind needs a number.
+    let bad = yaml.replacen("    output: score\n", "    output: query\n", 1);
+    assert_ne!(bad, yaml);
+    std::fs::write(graphs.join("feedback.yaml"), bad).unwrap();
+    let prompts = root().join("examples/custom_kind/prompts");
+    let out = run(
+        dir.path(),
+        &[
+            "--graphs",
+            "graphs",
+            "--prompts",
+            prompts.to_str().unwrap(),
+            "check",
+        ],
+    );
+    assert_eq!(out.status.code(), Some(1));
+    let text = stdout(&out);
+    assert!(
+        text.contains("graphs/feedback.yaml:18:13: error[field-type]: field `query` is string but `score` needs a number field"),
+        "{text}"
+    );
+}
+
+/// `cargo run --example custom_kind -- serve`: the graph with the custom
+/// kind streams a valid UI message, its data part included.
+#[tokio::test]
+async fn the_example_serves_its_graph() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut cmd = tokio::process::Command::new(example_bin());
+    cmd.arg("serve").current_dir(dir.path());
+    let (_child, base) = spawn_serving(cmd).await;
+    let mut body = chat_body("fb-1", "The parcel was late");
+    body["graph"] = json!("feedback");
+    let text = reqwest::Client::new()
+        .post(format!("{base}/api/chat"))
+        .header("content-type", "application/json")
+        .body(body.to_string())
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let (ok, report) = aisdk_validate(&text);
+    assert!(ok, "{report}\n{text}");
+    assert!(text.contains(r#""type":"data-lexicon""#), "{text}");
+    assert!(text.contains(r#""type":"text-delta""#), "{text}");
+}
