@@ -181,6 +181,19 @@ pub fn chat_graph() -> Arc<CompiledGraph> {
     Arc::clone(cat.get("chat").expect("chat graph"))
 }
 
+/// The shipped chat graph with its state as the Rust `ChatState` instead of
+/// the fields the file declares (the same names, types and reducers).
+pub fn chat_graph_rust() -> Arc<CompiledGraph> {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let yaml = std::fs::read_to_string(root.join("graphs/chat.yaml")).expect("chat.yaml");
+    let start = yaml.find("\nstate:\n").expect("a state block") + 1;
+    let end = start + yaml[start..].find("\n\n").expect("its end");
+    let yaml = format!("{}state: chat{}", &yaml[..start], &yaml[end..]);
+    let cat = registries().from_sources(&[("chat", &yaml)], Prompts::load(&root.join("prompts")));
+    assert!(!cat.has_errors(), "{:?}", cat.diagnostics);
+    Arc::clone(cat.get("chat").expect("chat graph"))
+}
+
 fn words(n: usize, prefix: &str) -> Vec<LlmChunk> {
     (0..n)
         .map(|i| LlmChunk::Text(format!("{prefix}{i} ")))

@@ -21,6 +21,7 @@ mod replay;
 mod research;
 mod server;
 mod sse_stream;
+mod state_parity;
 mod store_conformance;
 mod support;
 mod tutorial;
