@@ -55,8 +55,8 @@ fn base_url() -> String {
 /// reads the file. Every role sends `cache_prompt: false` so answers
 /// repeat; `tools` stops at the end of a tool-call block (the chat template
 /// `start.sh` installs writes Hermes-style `<tool_call>` blocks);
-/// `narrator` gives the graph's node, which sets neither, a temperature and
-/// a length. The server has one slot, so a call may queue behind another
+/// `narrator` gives the graph's node, which sets no temperature, one, and
+/// caps its length (a role's `max_tokens` bounds what a node asks for). The server has one slot, so a call may queue behind another
 /// test's: the first-token timeout is generous.
 fn config_toml(base_url: &str) -> String {
     format!(
@@ -70,10 +70,11 @@ cache_prompt = false
 [llm.roles.tools.extra]
 cache_prompt = false
 stop = ["</tool_call>"]
+[llm.roles.narrator]
+max_tokens = {NARRATOR_MAX_TOKENS}
 [llm.roles.narrator.extra]
 cache_prompt = false
 temperature = 0
-max_tokens = {NARRATOR_MAX_TOKENS}
 [llm.timeouts]
 connect = "5s"
 first_token = "4m"
@@ -630,4 +631,216 @@ async fn stategraph_run_streams_llm_events_from_the_server() {
         })
         .unwrap_or_else(|| panic!("node_finished: {stdout}"));
     assert_eq!(patch.get("answer"), Some(&Value::String(text)));
+}
+
+/// The server on this model as an operator of a slow machine would run
+/// it: the configuration above plus `[llm] max_tokens = 48`, a cap on every
+/// role that has none of its own, so each call ends within seconds however
+/// the model rambles.
+async fn serve_chat(data: &std::path::Path, tools: &str) -> (String, tokio::task::JoinHandle<()>) {
+    let toml = config_toml(&base_url()).replacen("[llm]\n", "[llm]\nmax_tokens = 48\n", 1)
+        + &format!("[paths]\ndata = {:?}\n", data.display().to_string())
+        + tools;
+    let path = data.join("stategraph.toml");
+    std::fs::write(&path, toml).unwrap();
+    let config = stategraph::config::Config::load(Some(&path)).unwrap();
+    let state = stategraph::server::build_state(config, stategraph::Registries::default())
+        .await
+        .unwrap();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let base = format!("http://{}", listener.local_addr().unwrap());
+    let server = tokio::spawn(async move {
+        let _ = stategraph::server::serve(state, listener, std::future::pending()).await;
+    });
+    (base, server)
+}
+
+/// Runs the AI SDK's own parser over a stream; returns its report.
+fn aisdk_report(dir: &std::path::Path, sse: &str) -> Value {
+    let tool =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/tools/aisdk-validate");
+    let file = dir.join("capture.sse");
+    std::fs::write(&file, sse).unwrap();
+    let out = std::process::Command::new("node")
+        .arg(tool.join("validate.mjs"))
+        .arg(&file)
+        .arg("--json")
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "invalid stream: {stdout}\n{sse}");
+    stdout
+        .find('{')
+        .and_then(|i| serde_json::from_str(&stdout[i..]).ok())
+        .unwrap_or_default()
+}
+
+/// The longest a turn may take here: calls of at most 48 tokens each on a
+/// ~30 tokens/s model, queued on one server slot. Measured on the 2-core
+/// development machine while it also compiled: chat paths 1.5–15 s, the
+/// analyst 11 s, research (plan, search, read, reflect, write, related
+/// questions: ~10 calls) 37 s.
+const TURN_BOUND: std::time::Duration = std::time::Duration::from_secs(60);
+
+/// Every path of the chat graph — each intent forced, and one the router
+/// classifies — ends with a valid stream and a non-error finish within
+/// [`TURN_BOUND`], whatever the base model rambles.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_chat_path_ends_cleanly_on_a_rambling_model() {
+    let dir = tempfile::tempdir().unwrap();
+    let (base, server) = serve_chat(dir.path(), "").await;
+    let client = reqwest::Client::new();
+    let intents = [
+        None,
+        Some("QUICK_ANSWER"),
+        Some("RESEARCH"),
+        Some("EXPLAIN"),
+        Some("CLARIFY"),
+        Some("SUGGEST"),
+        Some("DIRECT"),
+    ];
+    for (i, intent) in intents.into_iter().enumerate() {
+        let body = json!({
+            "id": format!("chat-{i}"),
+            "messages": [{"id": "u1", "role": "user", "parts": [{"type": "text", "text": "Hi! How are you today?"}]}],
+            "forced_intent": intent,
+        });
+        let finish = turn(&client, &base, dir.path(), &body).await;
+        eprintln!("chat {intent:?}: finish {finish}");
+    }
+    server.abort();
+}
+
+/// One chat turn: its stream is valid, it ends within [`TURN_BOUND`] with
+/// a finish that is not an error; returns the finish reason.
+async fn turn(client: &reqwest::Client, base: &str, dir: &std::path::Path, body: &Value) -> String {
+    let started = std::time::Instant::now();
+    let sse = client
+        .post(format!("{base}/api/chat"))
+        .header("content-type", "application/json")
+        .body(body.to_string())
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let took = started.elapsed();
+    assert!(took <= TURN_BOUND, "{body} took {took:?}");
+    let report = aisdk_report(dir, &sse);
+    let finish = sse
+        .lines()
+        .filter_map(|l| l.strip_prefix("data: "))
+        .filter_map(|d| serde_json::from_str::<Value>(d).ok())
+        .find(|c| c["type"] == "finish")
+        .unwrap_or_else(|| panic!("no finish for {body}: {sse}"));
+    assert_ne!(finish["finishReason"], "error", "{body}: {sse}");
+    assert!(
+        report["errorChunks"]
+            .as_array()
+            .is_none_or(|e| e.is_empty()),
+        "{body}: {report}"
+    );
+    eprintln!("{} in {took:?}", body["graph"]);
+    finish["finishReason"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned()
+}
+
+/// A search engine and two pages on 127.0.0.1, for the research graph.
+async fn fake_web() -> String {
+    use axum::routing::get;
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let base = format!("http://{}", listener.local_addr().unwrap());
+    let pages = base.clone();
+    let app = axum::Router::new()
+        .route(
+            "/search",
+            get(move || {
+                let pages = pages.clone();
+                async move {
+                    axum::Json(json!({"results": [
+                        {"url": format!("{pages}/page/1"), "title": "Tides", "content": "Tides are caused by the Moon."},
+                        {"url": format!("{pages}/page/2"), "title": "Moon", "content": "The Moon orbits the Earth."}
+                    ]}))
+                }
+            }),
+        )
+        .route(
+            "/page/{n}",
+            get(|| async {
+                axum::response::Html(
+                    "<html><head><title>Tides</title></head><body><p>Tides rise and fall twice a day because of the Moon's gravity.</p><p>Spring tides happen at new and full moon.</p></body></html>",
+                )
+            }),
+        );
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    base
+}
+
+/// The research graph (searching and reading a fake web) and the analyst
+/// graph (SQL over the demo data in PostgreSQL) end cleanly too.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn research_and_analyst_end_cleanly_on_a_rambling_model() {
+    use tokio_postgres::NoTls;
+    let web = fake_web().await;
+    let db = format!("stategraph_llm_{}", Uuid::new_v4().simple());
+    let (admin, conn) =
+        tokio_postgres::connect("postgres://postgres@127.0.0.1:5432/postgres", NoTls)
+            .await
+            .expect("PostgreSQL on 127.0.0.1:5432");
+    tokio::spawn(conn);
+    admin
+        .batch_execute(&format!("CREATE DATABASE {db}"))
+        .await
+        .unwrap();
+    let url = format!("postgres://postgres@127.0.0.1:5432/{db}");
+    let (client, conn) = tokio_postgres::connect(&url, NoTls).await.unwrap();
+    tokio::spawn(conn);
+    let seed = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/sql/demo.sql");
+    client
+        .batch_execute(&std::fs::read_to_string(seed).unwrap())
+        .await
+        .unwrap();
+    let tools = format!(
+        r#"
+[tools.search]
+url = "{web}"
+[tools.http]
+allow = ["127.0.0.1"]
+[tools.sql]
+database_url = "{url}"
+[tools.sql.sources.fi_reporting]
+table = "fi_reporting"
+dimensions = ["company", "period", "account", "currency"]
+measures = ["amount"]
+[tools.sql.sources.bpc_reporting]
+table = "bpc_reporting"
+dimensions = ["company", "period", "account", "currency"]
+measures = ["amount"]
+"#
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let (base, server) = serve_chat(dir.path(), &tools).await;
+    let http = reqwest::Client::new();
+    for (graph, text) in [
+        ("research", "Why are there two tides a day?"),
+        (
+            "analyst",
+            "Compare fi_reporting and bpc_reporting for company 1001",
+        ),
+    ] {
+        let body = json!({
+            "id": format!("{graph}-1"),
+            "graph": graph,
+            "messages": [{"id": "u1", "role": "user", "parts": [{"type": "text", "text": text}]}],
+        });
+        turn(&http, &base, dir.path(), &body).await;
+    }
+    server.abort();
+    admin
+        .batch_execute(&format!("DROP DATABASE IF EXISTS {db} WITH (FORCE)"))
+        .await
+        .unwrap();
 }

@@ -71,5 +71,6 @@ else
   bash "$root/../shared/tools/local-llm/start.sh" "$llm_port" >/dev/null
 fi
 export STATEGRAPH_TEST_LOCAL_LLM="http://127.0.0.1:$llm_port/v1"
-cargo nextest run --test local_llm --no-fail-fast
+# One at a time: the server has one slot, and the chat-path tests bound each turn.
+cargo nextest run --test local_llm --no-fail-fast --test-threads 1
 cargo test --doc --quiet

@@ -25,6 +25,11 @@ pub use sink::{Emit, EventSink, NodeEvents};
 /// Version of the serialized event format, stored in `run_started`.
 pub const EVENT_FORMAT: u32 = 1;
 
+/// The name of the custom event saying an answer was cut short (data
+/// `{node, reason}`, reason `length`, `timeout` or `error`): the stream
+/// shows it as a `data-truncated` part and finishes with reason `length`.
+pub const TRUNCATED: &str = "truncated";
+
 /// One event with its envelope.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Event {

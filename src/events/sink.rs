@@ -194,6 +194,9 @@ pub struct NodeEvents {
     step: u32,
     node: Arc<str>,
     task: u32,
+    /// Answer text streamed in the current attempt (what a node that fails
+    /// after streaming can still keep; see `Node::recover`).
+    streamed: Arc<std::sync::Mutex<String>>,
 }
 
 impl NodeEvents {
@@ -204,7 +207,26 @@ impl NodeEvents {
             step,
             node,
             task,
+            streamed: Arc::default(),
         }
+    }
+
+    /// Notes answer text as streamed in this attempt.
+    pub fn note_text(&self, delta: &str) {
+        self.streamed
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .push_str(delta);
+    }
+
+    /// The answer text streamed since the last call (an attempt's text).
+    pub fn take_streamed(&self) -> String {
+        std::mem::take(
+            &mut *self
+                .streamed
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner),
+        )
     }
 
     /// Emits an event as this task; resolves to it as stamped.

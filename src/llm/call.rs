@@ -92,6 +92,7 @@ pub async fn stream_call(
         match chunk {
             Ok(LlmChunk::Text(delta)) => {
                 out.text.push_str(&delta);
+                cx.events.note_text(&delta);
                 cx.events.emit(EventKind::TextDelta { call, delta }).await;
             }
             Ok(LlmChunk::Reasoning(delta)) => {

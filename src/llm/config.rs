@@ -4,6 +4,7 @@
 //! ```toml
 //! [llm]
 //! model = "gpt-4o-mini"                  # for roles that name none
+//! max_tokens = 2048                      # cap per call, for roles without their own
 //! [llm.endpoints.default]
 //! base_url = "https://api.openai.com/v1"
 //! api_key_env = "OPENAI_API_KEY"         # or api_key = "…"
@@ -16,6 +17,7 @@
 //! [llm.roles.local]
 //! endpoint = "backup"
 //! model = "llama3.2"
+//! max_tokens = 256                       # cap per call of this role (slow model)
 //! [llm.roles.local.extra]                # more request-body fields for this role
 //! cache_prompt = false
 //! top_k = 40
@@ -92,6 +94,9 @@ pub struct LlmConfig {
     pub retry: RetryConfig,
     /// The built-in offline model (used when no endpoint is configured).
     pub offline: OfflineConfig,
+    /// Upper bound on `max_tokens` for every call of roles without their
+    /// own (see [`RoleConfig::max_tokens`]).
+    pub max_tokens: Option<u32>,
 }
 
 /// `[llm.offline]`: how the built-in offline model streams.
@@ -139,6 +144,10 @@ pub struct RoleConfig {
     /// More request-body fields for every call of this role (see the
     /// module docs).
     pub extra: Map<String, Value>,
+    /// Upper bound on `max_tokens` for every call of this role: a node
+    /// asking for more (or for nothing) gets this. For slow or costly
+    /// models; graph files set what each node needs.
+    pub max_tokens: Option<u32>,
 }
 
 /// `[llm.timeouts]`; unset values keep the defaults of [`Timeouts`].
@@ -551,8 +560,12 @@ impl Builder<'_> {
             .as_deref()
             .or(self.config.model.as_deref())
             .unwrap_or(DEFAULT_MODEL);
+        let cap = role.max_tokens.or(self.config.max_tokens);
         Ok(Arc::new(
-            endpoint.model(model).with_extra(role.extra.clone()),
+            endpoint
+                .model(model)
+                .with_extra(role.extra.clone())
+                .with_max_tokens(cap),
         ))
     }
 }

@@ -99,6 +99,9 @@ pub struct ChatRequest {
     /// Output token limit.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub max_tokens: Option<u32>,
+    /// Sequences that end the generation.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub stop: Vec<String>,
 }
 
 impl ChatRequest {

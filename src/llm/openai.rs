@@ -228,6 +228,7 @@ impl OpenAiEndpoint {
             endpoint: self.clone(),
             name: Arc::from(name.into()),
             extra: None,
+            max_tokens: None,
         }
     }
 }
@@ -238,6 +239,7 @@ pub struct OpenAiModel {
     endpoint: OpenAiEndpoint,
     name: Arc<str>,
     extra: Option<Arc<Map<String, Value>>>,
+    max_tokens: Option<u32>,
 }
 
 impl OpenAiModel {
@@ -268,6 +270,14 @@ impl OpenAiModel {
         self
     }
 
+    /// Caps every call's `max_tokens` at `cap` (a call that asks for none
+    /// gets `cap`): an operator's bound for a slow or costly model, over
+    /// whatever the graph's nodes ask for.
+    pub fn with_max_tokens(mut self, cap: Option<u32>) -> Self {
+        self.max_tokens = cap;
+        self
+    }
+
     /// The extra request-body fields (see [`OpenAiModel::with_extra`]).
     pub fn extra(&self) -> Option<&Map<String, Value>> {
         self.extra.as_deref()
@@ -280,11 +290,15 @@ impl ChatModel for OpenAiModel {
     }
 
     fn stream(&self, request: &ChatRequest) -> ChunkStream {
+        let mut request = request.clone();
+        if let Some(cap) = self.max_tokens {
+            request.max_tokens = Some(request.max_tokens.map_or(cap, |m| m.min(cap)));
+        }
         let call = Call::new(
             self.endpoint.inner.clone(),
             Arc::clone(&self.name),
             self.extra.clone(),
-            request.clone(),
+            request,
         );
         futures::stream::unfold(call, |mut call| async move {
             call.next().await.map(|item| (item, call))

@@ -13,6 +13,7 @@ use futures::FutureExt;
 use futures::future::BoxFuture;
 use serde_json::{Value, json};
 
+use super::bounds::{Failure, GENERATION_SETTINGS, Generation, ON_ERROR, OnError, Recovery};
 use super::extract::{self, Extract};
 use super::model::{self, HISTORY_SETTINGS, INPUT, PROMPT, ROLE_SETTINGS};
 use super::{BuildCx, Kind, Node, NodeContext, NodeError, Roles};
@@ -20,7 +21,7 @@ use crate::events::{EventKind, ToolCallRecord};
 use crate::graph::kinds::schema;
 use crate::graph::spec::Surface;
 use crate::graph::{PromptRef, SettingDoc};
-use crate::llm::{ChatMessage, ChatRequest};
+use crate::llm::ChatMessage;
 use crate::state::{FieldId, Patch, Reducer};
 use crate::tools::{failure_payload, parse_arguments};
 
@@ -56,6 +57,8 @@ pub(super) fn kind() -> Kind {
     ];
     settings.extend(ROLE_SETTINGS);
     settings.extend(HISTORY_SETTINGS);
+    settings.extend(GENERATION_SETTINGS);
+    settings.push(ON_ERROR);
     Kind::new(
         "agent",
         "A model with tools in a loop: tool calls, results back to the model, until it answers or reaches its cap.",
@@ -79,7 +82,13 @@ struct Agent {
     trace: Option<Arc<str>>,
     /// Values to remember from tool results.
     extract: Extract,
+    /// Bounds of each model call.
+    generation: Generation,
+    on_error: OnError,
 }
+
+/// Default `max_tokens` of each model call.
+const MAX_TOKENS: u32 = 1024;
 
 impl Agent {
     fn build(cx: &mut BuildCx<'_>) -> Option<Self> {
@@ -97,7 +106,12 @@ impl Agent {
             f.ty.is_list() && f.reducer == Reducer::Append
         });
         let max_iterations = cx.integer("max_iterations", 1..=100, DEFAULT_MAX_ITERATIONS);
+        let generation = Generation::build(cx, MAX_TOKENS);
+        // An answer cut short keeps what it streamed (see `bounds`).
+        let on_error = OnError::build(cx, OnError::Fallback, true);
         Some(Self {
+            generation: generation.ok()?,
+            on_error: on_error.ok()?,
             prompt: prompt.ok()??,
             roles: roles.ok()?,
             input: input.ok()?,
@@ -124,11 +138,8 @@ impl Agent {
         }
         let allowed = cx.services.tools.expand(&self.tools);
         let defs = cx.services.tools.defs(&allowed);
-        let mut request = ChatRequest {
-            messages,
-            tools: defs,
-            ..Default::default()
-        };
+        let mut request = self.generation.request(messages);
+        request.tools = defs;
         let mut trace = Vec::new();
         let mut extracted: Vec<(Arc<str>, Value, bool)> = Vec::new();
         let mut answer = String::new();
@@ -149,6 +160,9 @@ impl Agent {
             let out = reply.output();
             if out.tool_calls.is_empty() || last {
                 answer = out.text.clone();
+                if out.finish_reason == "length" {
+                    super::llm::truncated(&cx, "length").await;
+                }
                 break;
             }
             let results = futures::future::join_all(
@@ -269,5 +283,17 @@ impl Agent {
 impl Node for Agent {
     fn run<'a>(&'a self, cx: NodeContext<'a>) -> BoxFuture<'a, Result<Patch, NodeError>> {
         self.call(cx).boxed()
+    }
+
+    fn recover<'a>(
+        &'a self,
+        _cx: NodeContext<'a>,
+        failure: Failure<'a>,
+    ) -> BoxFuture<'a, Option<Recovery>> {
+        Box::pin(async move {
+            Recovery::decide(self.on_error, &failure, || {
+                Recovery::partial_text(&self.output, &failure)
+            })
+        })
     }
 }

@@ -11,13 +11,14 @@ use futures::FutureExt;
 use futures::future::BoxFuture;
 use serde_json::{Value, json};
 
+use super::bounds::{Failure, GENERATION_SETTINGS, Generation, ON_ERROR, OnError, Recovery};
 use super::model::{self, HISTORY_SETTINGS, INPUT, PROMPT, ROLE_SETTINGS};
 use super::structured::extract_json;
 use super::{BuildCx, Kind, Node, NodeContext, NodeError, Roles};
 use crate::graph::kinds::schema;
 use crate::graph::spec::Surface;
 use crate::graph::{PromptRef, SettingDoc};
-use crate::llm::{ChatMessage, ChatRequest, JsonSchemaFormat};
+use crate::llm::{ChatMessage, JsonSchemaFormat};
 use crate::state::{FieldId, Patch};
 
 /// The kind.
@@ -37,6 +38,8 @@ pub(super) fn kind() -> Kind {
         ),
     ];
     settings.extend(ROLE_SETTINGS);
+    settings.extend(GENERATION_SETTINGS);
+    settings.push(ON_ERROR);
     settings.extend(HISTORY_SETTINGS);
     Kind::new(
         "followup",
@@ -56,6 +59,8 @@ struct Followup {
     history: (Option<FieldId>, usize),
     output: Arc<str>,
     count: usize,
+    generation: Generation,
+    on_error: OnError,
 }
 
 impl Followup {
@@ -66,7 +71,12 @@ impl Followup {
         let roles = model::roles(cx);
         let output = cx.output("output", "followups", "a list field", |f| f.ty.is_list());
         let count = cx.integer("count", 2..=3, 3);
+        let generation = Generation::build(cx, 256);
+        // A nicety: one that fails is skipped, never fails the run.
+        let on_error = OnError::build(cx, OnError::Skip, false);
         Some(Self {
+            generation: generation.ok()?,
+            on_error: on_error.ok()?,
             prompt: prompt.ok()??,
             roles: roles.ok()?,
             input: input.ok()?,
@@ -101,11 +111,8 @@ impl Followup {
                 "additionalProperties": false
             })),
         };
-        let request = ChatRequest {
-            messages,
-            response_format: Some(format),
-            ..Default::default()
-        };
+        let mut request = self.generation.request(messages);
+        request.response_format = Some(format);
         let questions = match cx.llm(&self.roles, 0, &request).await {
             Ok(reply) => parse_questions(&reply.output().text, self.count),
             Err(e) => {
@@ -127,6 +134,14 @@ impl Followup {
 impl Node for Followup {
     fn run<'a>(&'a self, cx: NodeContext<'a>) -> BoxFuture<'a, Result<Patch, NodeError>> {
         self.call(cx).boxed()
+    }
+
+    fn recover<'a>(
+        &'a self,
+        _cx: NodeContext<'a>,
+        failure: Failure<'a>,
+    ) -> BoxFuture<'a, Option<Recovery>> {
+        Box::pin(async move { Recovery::decide(self.on_error, &failure, || None) })
     }
 }
 

@@ -14,6 +14,7 @@ use std::sync::Arc;
 use futures::FutureExt;
 use futures::future::BoxFuture;
 
+use super::bounds::{Failure, GENERATION_SETTINGS, Generation, ON_ERROR, OnError, Recovery};
 use super::model::{self, HISTORY_SETTINGS, INPUT, PROMPT, ROLE_SETTINGS};
 use super::structured::{self, Structured};
 use super::{BuildCx, Kind, Node, NodeContext, NodeError, Roles};
@@ -21,7 +22,7 @@ use crate::events::EventKind;
 use crate::graph::kinds::schema;
 use crate::graph::spec::Surface;
 use crate::graph::{PromptRef, SettingDoc};
-use crate::llm::{ChatMessage, ChatRequest};
+use crate::llm::ChatMessage;
 use crate::state::{FieldId, Patch};
 use serde_json::Value;
 
@@ -39,6 +40,8 @@ pub(super) fn kind() -> Kind {
     settings.extend(ROLE_SETTINGS);
     settings.extend(HISTORY_SETTINGS);
     settings.extend(structured::SETTINGS);
+    settings.extend(GENERATION_SETTINGS);
+    settings.push(ON_ERROR);
     settings.push(SettingDoc::new(
         "citations",
         schema::FIELD,
@@ -62,6 +65,10 @@ enum Output {
     Structured(Structured),
 }
 
+/// Default `max_tokens`: a text answer, and a JSON answer.
+const MAX_TOKENS_TEXT: u32 = 1024;
+const MAX_TOKENS_JSON: u32 = 512;
+
 /// A single-prompt model node.
 #[derive(Debug)]
 struct LlmNode {
@@ -71,6 +78,8 @@ struct LlmNode {
     history: (Option<FieldId>, usize),
     output: Output,
     citations: Option<FieldId>,
+    generation: Generation,
+    on_error: OnError,
 }
 
 impl LlmNode {
@@ -98,6 +107,19 @@ impl LlmNode {
                 .map(|(_, name)| Output::Text(name)),
             Err(_) => None,
         };
+        let (default_max, can_fall_back) = match &output {
+            Some(Output::Structured(s)) => (MAX_TOKENS_JSON, s.has_fallback()),
+            _ => (MAX_TOKENS_TEXT, true),
+        };
+        let generation = Generation::build(cx, default_max);
+        // The default falls back where it can (a text answer keeps what it
+        // streamed); a structured node without `fallback` values fails.
+        let default = if can_fall_back {
+            OnError::Fallback
+        } else {
+            OnError::Fail
+        };
+        let on_error = OnError::build(cx, default, can_fall_back);
         let citations = match cx.string("citations") {
             Ok(None) => Ok(None),
             Ok(Some(name)) => cx
@@ -113,6 +135,8 @@ impl LlmNode {
             history: history.ok()?,
             output: output?,
             citations: citations.ok()?,
+            generation: generation.ok()?,
+            on_error: on_error.ok()?,
         })
     }
 
@@ -129,14 +153,14 @@ impl LlmNode {
                 content: text.to_owned(),
             });
         }
-        let request = ChatRequest {
-            messages,
-            ..Default::default()
-        };
+        let request = self.generation.request(messages);
         match &self.output {
             Output::Text(field) => {
                 let reply = cx.llm(&self.roles, 0, &request).await?;
                 let text = reply.output().text.as_str();
+                if reply.output().finish_reason == "length" {
+                    truncated(&cx, "length").await;
+                }
                 if let Some(list) = self.citations {
                     emit_citations(&cx, text, &cx.state.get(list)).await;
                 }
@@ -151,6 +175,43 @@ impl Node for LlmNode {
     fn run<'a>(&'a self, cx: NodeContext<'a>) -> BoxFuture<'a, Result<Patch, NodeError>> {
         self.call(cx).boxed()
     }
+
+    fn recover<'a>(
+        &'a self,
+        cx: NodeContext<'a>,
+        failure: Failure<'a>,
+    ) -> BoxFuture<'a, Option<Recovery>> {
+        Box::pin(async move {
+            Recovery::decide(self.on_error, &failure, || match &self.output {
+                Output::Text(field) => Recovery::partial_text(field, &failure),
+                Output::Structured(s) => match s.fallback_writes(&cx)? {
+                    Ok(patch) => Some(Recovery {
+                        patch,
+                        note: format!(
+                            "`{}` failed ({}); using its fallback.",
+                            failure.node, failure.error
+                        ),
+                        truncated: None,
+                    }),
+                    Err(e) => {
+                        tracing::warn!(node = failure.node, error = %e, "the fallback failed too");
+                        None
+                    }
+                },
+            })
+        })
+    }
+}
+
+/// Says the answer was cut short (a `data-truncated` part).
+pub(super) async fn truncated(cx: &NodeContext<'_>, reason: &str) {
+    let node = cx.events.node().to_string();
+    cx.events
+        .custom(
+            crate::events::TRUNCATED,
+            serde_json::json!({ "node": node, "reason": reason }),
+        )
+        .await;
 }
 
 /// Sends a `source-url` part for each source `text` cites as `[N]`, in the

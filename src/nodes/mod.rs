@@ -21,6 +21,7 @@
 //! | `noop` | passes control on (joins, fan-out points) |
 
 mod agent;
+pub mod bounds;
 mod context;
 mod extract;
 mod followup;
@@ -48,6 +49,7 @@ use crate::llm::LlmError;
 use crate::state::Patch;
 use crate::tools::ToolError;
 
+pub use bounds::{Failure, OnError, Recovery};
 pub use context::{NodeContext, Playback, Roles, Services, SubgraphRunner};
 pub use kinds::{BuildFn, Kind, Kinds};
 pub use registries::Registries;
@@ -66,6 +68,16 @@ pub type BuildCx<'a> = crate::graph::BuildCx<'a, Arc<dyn Node>>;
 pub trait Node: Send + Sync + fmt::Debug {
     /// Runs the node once against `cx.state`; returns its writes.
     fn run<'a>(&'a self, cx: NodeContext<'a>) -> BoxFuture<'a, Result<Patch, NodeError>>;
+
+    /// How the node ends when its last attempt failed, instead of failing
+    /// the run (its `on_error`, see [`bounds`]); `None` fails the run.
+    fn recover<'a>(
+        &'a self,
+        _cx: NodeContext<'a>,
+        _failure: Failure<'a>,
+    ) -> BoxFuture<'a, Option<Recovery>> {
+        Box::pin(async { None })
+    }
 }
 
 /// Why a node failed.

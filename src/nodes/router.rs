@@ -14,6 +14,7 @@ use futures::future::BoxFuture;
 use serde::Deserialize;
 use serde_json::{Value, json};
 
+use super::bounds::{Failure, GENERATION_SETTINGS, Generation, ON_ERROR, OnError, Recovery};
 use super::model::{self, HISTORY_SETTINGS, INPUT, PROMPT, ROLE_SETTINGS};
 use super::structured::extract_json;
 use super::{BuildCx, Kind, Node, NodeContext, NodeError, Roles};
@@ -22,7 +23,7 @@ use crate::graph::kinds::schema;
 use crate::graph::loc::Sp;
 use crate::graph::spec::Surface;
 use crate::graph::{PromptRef, Reported, SettingDoc};
-use crate::llm::{ChatMessage, ChatRequest, JsonSchemaFormat};
+use crate::llm::{ChatMessage, JsonSchemaFormat};
 use crate::state::{FieldId, Patch};
 
 /// The kind.
@@ -64,6 +65,8 @@ pub(super) fn kind() -> Kind {
     ];
     settings.extend(ROLE_SETTINGS);
     settings.extend(HISTORY_SETTINGS);
+    settings.extend(GENERATION_SETTINGS);
+    settings.push(ON_ERROR);
     Kind::new(
         "router",
         "Intent classification that never crashes: overrides, forced intents, a model in JSON mode, a fallback.",
@@ -89,7 +92,12 @@ struct Router {
     details: Option<Arc<str>>,
     language: Option<Arc<str>>,
     format: JsonSchemaFormat,
+    generation: Generation,
+    on_error: OnError,
 }
+
+/// Default `max_tokens`: the classification is a small JSON object.
+const MAX_TOKENS: u32 = 256;
 
 #[derive(Deserialize)]
 struct Classification {
@@ -161,6 +169,10 @@ impl Router {
         let history = cx.history(6);
         let forced = cx.text_input("forced");
         let roles = model::roles(cx);
+        let generation = Generation::build(cx, MAX_TOKENS);
+        // A router never crashes the run: timeouts and failures after its
+        // retries take the fallback intent unless the file says otherwise.
+        let on_error = OnError::build(cx, OnError::Fallback, true);
         let output = cx.output("output", "intent", "a string field", |f| f.ty.is_string());
         let details = cx.optional_output("details", "an object field", |f| f.ty.holds_objects());
         let language = cx.optional_output("language", "a string field", |f| f.ty.is_string());
@@ -198,6 +210,8 @@ impl Router {
             overrides,
             fallback: fallback.ok()?.value,
             output: output?.1,
+            generation: generation.ok()?,
+            on_error: on_error.ok()?,
             details: details.ok()?.map(|d| d.1),
             language: language.ok()?.map(|l| l.1),
         })
@@ -258,13 +272,38 @@ impl Node for Router {
     fn run<'a>(&'a self, cx: NodeContext<'a>) -> BoxFuture<'a, Result<Patch, NodeError>> {
         self.route(cx).boxed()
     }
+
+    fn recover<'a>(
+        &'a self,
+        _cx: NodeContext<'a>,
+        failure: Failure<'a>,
+    ) -> BoxFuture<'a, Option<Recovery>> {
+        Box::pin(async move {
+            let fallback = || {
+                let why = format!(
+                    "classification failed ({}); using the fallback intent",
+                    failure.error
+                );
+                Some(Recovery {
+                    patch: self.decided(
+                        self.fallback.clone(),
+                        Source::Fallback,
+                        json!({ "reasoning": why }),
+                    ),
+                    note: format!("Intent: {} (fallback). {why}", self.fallback),
+                    truncated: None,
+                })
+            };
+            Recovery::decide(self.on_error, &failure, fallback)
+        })
+    }
 }
 
 impl Router {
     async fn route(&self, cx: NodeContext<'_>) -> Result<Patch, NodeError> {
         let text = cx.state.text(self.input).unwrap_or_default();
         let lower = text.to_lowercase();
-        let (intent, source, mut details) = if let Some((token, intent)) = self
+        let (intent, source, details) = if let Some((token, intent)) = self
             .overrides
             .iter()
             .find(|(token, _)| lower.contains(token.as_str()))
@@ -291,6 +330,11 @@ impl Router {
                     .to_owned(),
             )
             .await;
+        Ok(self.decided(intent, source, details))
+    }
+
+    /// The writes of a decision: the intent, the language, the details.
+    fn decided(&self, intent: String, source: Source, mut details: Value) -> Patch {
         details["intent"] = json!(intent);
         details["source"] = json!(source.as_str());
         let mut patch = Patch::new().set(Arc::clone(&self.output), intent);
@@ -302,7 +346,7 @@ impl Router {
         if let Some(field) = &self.details {
             patch.insert(Arc::clone(field), details);
         }
-        Ok(patch)
+        patch
     }
 
     async fn forced_intent(&self, cx: &NodeContext<'_>) -> Option<String> {
@@ -336,12 +380,9 @@ impl Router {
                 content: text.to_owned(),
             });
         }
-        let request = ChatRequest {
-            messages,
-            response_format: Some(self.format.clone()),
-            temperature: Some(0.0),
-            ..Default::default()
-        };
+        let mut request = self.generation.request(messages);
+        request.response_format = Some(self.format.clone());
+        request.temperature.get_or_insert(0.0);
         let fallback = |why: String| {
             (
                 self.fallback.clone(),

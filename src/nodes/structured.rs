@@ -193,23 +193,37 @@ impl Structured {
                 }
             }
         }
-        let Some(fallback) = &self.fallback else {
+        if self.fallback.is_none() {
             return Err(NodeError::Structured {
                 attempts: self.retries + 1,
                 message: problem,
             });
-        };
+        }
         cx.events
             .thinking(format!(
                 "The model's answer stayed invalid ({problem}); using the node's fallback."
             ))
             .await;
+        self.fallback_writes(cx).unwrap_or_else(|| Ok(Patch::new()))
+    }
+
+    /// Whether the node declares `fallback` values.
+    pub(super) fn has_fallback(&self) -> bool {
+        self.fallback.is_some()
+    }
+
+    /// The writes of the declared `fallback` answer, if there is one.
+    pub(super) fn fallback_writes(&self, cx: &NodeContext<'_>) -> Option<Result<Patch, NodeError>> {
+        let fallback = self.fallback.as_ref()?;
         let extra = item(cx);
         let mut answer = Map::new();
         for (k, v) in fallback {
-            answer.insert(k.clone(), v.eval(cx.state, &extra)?);
+            match v.eval(cx.state, &extra) {
+                Ok(value) => answer.insert(k.clone(), value),
+                Err(e) => return Some(Err(e.into())),
+            };
         }
-        self.writes(cx, Value::Object(answer))
+        Some(self.writes(cx, Value::Object(answer)))
     }
 
     /// The answer as a checked JSON value.

@@ -13,13 +13,14 @@ use std::sync::Arc;
 use futures::FutureExt;
 use futures::future::BoxFuture;
 
+use super::bounds::{Failure, GENERATION_SETTINGS, Generation, ON_ERROR, OnError, Recovery};
 use super::model::{self, PROMPT, ROLE_SETTINGS};
 use super::{BuildCx, Kind, Node, NodeContext, NodeError, Roles};
 use crate::graph::kinds::schema;
 use crate::graph::loc::Sp;
 use crate::graph::spec::Surface;
 use crate::graph::{PromptRef, SettingDoc};
-use crate::llm::{ChatMessage, ChatRequest};
+use crate::llm::ChatMessage;
 use crate::state::{FieldId, Patch, Role, TypeKind};
 
 /// The kind.
@@ -58,6 +59,8 @@ pub(super) fn kind() -> Kind {
         ),
     ];
     settings.extend(ROLE_SETTINGS);
+    settings.extend(GENERATION_SETTINGS);
+    settings.push(ON_ERROR);
     Kind::new(
         "summarizer",
         "A rolling summary of long conversations, written only when due.",
@@ -78,6 +81,8 @@ struct Summarizer {
     first_after: usize,
     every: usize,
     window: usize,
+    generation: Generation,
+    on_error: OnError,
 }
 
 impl Summarizer {
@@ -98,7 +103,12 @@ impl Summarizer {
         let every = cx.integer("every", 1..=100_000, 8);
         let window = cx.integer("window", 1..=100_000, 30);
         let roles = model::roles(cx);
+        let generation = Generation::build(cx, 512);
+        // Without a new summary the conversation still answers: skip.
+        let on_error = OnError::build(cx, OnError::Skip, false);
         Some(Self {
+            generation: generation.ok()?,
+            on_error: on_error.ok()?,
             prompt: prompt.ok()??,
             roles: roles.ok()?,
             history: history?,
@@ -146,14 +156,7 @@ impl Summarizer {
             },
         ];
         let reply = cx
-            .llm(
-                &self.roles,
-                0,
-                &ChatRequest {
-                    messages,
-                    ..Default::default()
-                },
-            )
+            .llm(&self.roles, 0, &self.generation.request(messages))
             .await?;
         let summary = reply.output().text.trim();
         Ok(Patch::new()
@@ -165,5 +168,13 @@ impl Summarizer {
 impl Node for Summarizer {
     fn run<'a>(&'a self, cx: NodeContext<'a>) -> BoxFuture<'a, Result<Patch, NodeError>> {
         self.call(cx).boxed()
+    }
+
+    fn recover<'a>(
+        &'a self,
+        _cx: NodeContext<'a>,
+        failure: Failure<'a>,
+    ) -> BoxFuture<'a, Option<Recovery>> {
+        Box::pin(async move { Recovery::decide(self.on_error, &failure, || None) })
     }
 }

@@ -1,4 +1,5 @@
-//! Running one task: attempts, retry with backoff, timeout.
+//! Running one task: attempts, retry with backoff, timeout, and — when the
+//! last attempt fails — the node's own recovery (`on_error`).
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -9,7 +10,7 @@ use tokio_util::sync::CancellationToken;
 use crate::events::{Event, EventKind, NodeEvents};
 use crate::graph::CompiledNode;
 use crate::graph::prompts::Prompts;
-use crate::nodes::{Node, NodeContext, NodeError, Services, SubgraphRunner};
+use crate::nodes::{Failure, Node, NodeContext, NodeError, Recovery, Services, SubgraphRunner};
 use crate::state::DynState;
 
 /// Everything a task needs besides its node.
@@ -52,6 +53,7 @@ pub(super) async fn run_task(
             })
             .await;
         let started = Instant::now();
+        events.take_streamed();
         let cx = NodeContext {
             state: env.state,
             item,
@@ -89,6 +91,25 @@ pub(super) async fn run_task(
                 attempt += 1;
             }
             Err(e) => {
+                let streamed = events.take_streamed();
+                let failure = Failure {
+                    node: events.node(),
+                    error: &e,
+                    streamed: &streamed,
+                };
+                let cx = NodeContext {
+                    state: env.state,
+                    item,
+                    events: &events,
+                    services: env.services,
+                    prompts: env.prompts,
+                    attempt,
+                    cancel: env.cancel,
+                    subgraphs: env.subgraphs,
+                };
+                if let Some(recovery) = node.imp.recover(cx, failure).await {
+                    return Ok(recovered(&events, recovery, started).await);
+                }
                 let _ = events
                     .emit(EventKind::NodeFailed {
                         attempts: attempt,
@@ -99,4 +120,27 @@ pub(super) async fn run_task(
             }
         }
     }
+}
+
+/// A failed node that recovered: its note, a `truncated` data part when an
+/// answer was cut short, then `node_finished` with what it writes.
+async fn recovered(events: &NodeEvents, r: Recovery, started: Instant) -> Arc<Event> {
+    events.thinking(r.note).await;
+    if let Some(reason) = r.truncated {
+        let _ = events
+            .emit(EventKind::Custom {
+                name: crate::events::TRUNCATED.into(),
+                data: serde_json::json!({ "node": &**events.node(), "reason": reason }),
+                id: None,
+                transient: false,
+            })
+            .await;
+    }
+    let duration_us = started.elapsed().as_micros() as u64;
+    events
+        .emit(EventKind::NodeFinished {
+            patch: r.patch,
+            duration_us,
+        })
+        .await
 }

@@ -297,7 +297,17 @@ impl Bridge {
                             out.push(emit(t, ev.at));
                         }
                     }
-                    Surface::Hidden => {}
+                    Surface::Hidden => {
+                        if let Some(t) = self
+                            .thinking
+                            .get_mut(&key())
+                            .filter(|t| t.status == "running")
+                        {
+                            t.status = "done";
+                            t.finished_at = Some(ev.at);
+                            out.push(emit(t, ev.at));
+                        }
+                    }
                 }
             }
             EventKind::NodeFailed { .. } => {
@@ -335,6 +345,16 @@ impl Bridge {
                 self.close_step(out);
                 out.push(Chunk::StartStep);
                 self.step_open = true;
+            }
+            EventKind::LlmStarted { .. } if surface == Surface::Hidden => {
+                // A hidden node waiting on a model (a router on a slow
+                // model) shows as working from its first call, so the
+                // panel is never silent while it thinks.
+                let k = key();
+                if !self.thinking.contains_key(&k) {
+                    let t = self.thinking_part(&k, node, ev);
+                    out.push(emit(t, ev.at));
+                }
             }
             EventKind::TextDelta { delta, .. } => match surface {
                 Surface::Answer => {
@@ -524,14 +544,19 @@ impl Bridge {
                 data,
                 id,
                 transient,
-            } => out.push(Chunk::Data {
-                name: data_name(name),
-                id: Some(id.clone().unwrap_or_else(|| {
-                    format!("{}-{}-{}", node.replace('/', "-"), ev.step, ev.task)
-                })),
-                data: data.clone(),
-                transient: *transient,
-            }),
+            } => {
+                if name == crate::events::TRUNCATED {
+                    self.finish_reason = "length";
+                }
+                out.push(Chunk::Data {
+                    name: data_name(name),
+                    id: Some(id.clone().unwrap_or_else(|| {
+                        format!("{}-{}-{}", node.replace('/', "-"), ev.step, ev.task)
+                    })),
+                    data: data.clone(),
+                    transient: *transient,
+                })
+            }
             // Cited sources reach the UI whatever the node's surface, like custom data.
             EventKind::Source {
                 source_id,

@@ -14,6 +14,7 @@ mod binary;
 mod chat_graph;
 mod crash;
 mod data_tools;
+mod degrade;
 mod executor;
 mod mcp;
 mod openai_client;

@@ -398,11 +398,14 @@ async fn sends_the_request_body_with_tools_schema_and_stream_options() {
         }),
         temperature: Some(0.25),
         max_tokens: Some(100),
+        stop: vec!["END".into()],
     };
     let out = run(&mock.model(), request).await;
     assert_eq!(text_of(&out), "{\"city\":\"Paris\"}");
     let body = &mock.received()[0].body;
     assert_eq!(body["model"], "mock-model");
+    assert_eq!(body["stop"], json!(["END"]));
+    assert_eq!(body["max_tokens"], 100);
     assert_eq!(body["stream"], true);
     assert_eq!(body["stream_options"], json!({"include_usage": true}));
     assert_eq!(
@@ -867,4 +870,23 @@ async fn call_model_turns_the_stream_into_run_events() {
         matches!(kinds.last(), Some(EventKind::LlmFinished { output: o, usage, .. }) if o.tool_calls == calls && usage.total() == 48)
     );
     assert_eq!(kinds.len(), 8);
+}
+
+/// A role's `max_tokens` caps what nodes ask for, and bounds calls that
+/// ask for nothing.
+#[tokio::test]
+async fn a_role_cap_bounds_max_tokens() {
+    let mock = Mock::start([answer(&["a"]), answer(&["b"]), answer(&["c"])]).await;
+    let model = mock.model().with_max_tokens(Some(50));
+    for asked in [Some(1024), None, Some(10)] {
+        let mut request = ask("hi");
+        request.max_tokens = asked;
+        run(&model, request).await;
+    }
+    let sent: Vec<Value> = mock
+        .received()
+        .iter()
+        .map(|r| r.body["max_tokens"].clone())
+        .collect();
+    assert_eq!(sent, [json!(50), json!(50), json!(10)]);
 }

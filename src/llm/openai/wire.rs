@@ -30,14 +30,16 @@ pub(super) struct WireRequest<'a> {
     temperature: Option<f32>,
     #[serde(skip_serializing_if = "Option::is_none")]
     max_tokens: Option<u32>,
+    #[serde(skip_serializing_if = "<[String]>::is_empty")]
+    stop: &'a [String],
     /// The model's extra fields, minus those written above.
     #[serde(flatten)]
     extra: Extra<'a>,
 }
 
 /// Body fields the client writes itself; a model's extra fields may not
-/// set them (`temperature` and `max_tokens` may: a request that sets them
-/// wins).
+/// set them (`temperature`, `max_tokens` and `stop` may: a request that
+/// sets them wins).
 pub(crate) const RESERVED_FIELDS: &[&str] = &[
     "model",
     "messages",
@@ -54,13 +56,15 @@ struct Extra<'a> {
     fields: Option<&'a Map<String, Value>>,
     temperature: bool,
     max_tokens: bool,
+    stop: bool,
 }
 
 impl Extra<'_> {
     fn keeps(&self, key: &str) -> bool {
         !(RESERVED_FIELDS.contains(&key)
             || (self.temperature && key == "temperature")
-            || (self.max_tokens && key == "max_tokens"))
+            || (self.max_tokens && key == "max_tokens")
+            || (self.stop && key == "stop"))
     }
 }
 
@@ -187,10 +191,12 @@ impl<'a> WireRequest<'a> {
             response_format,
             temperature: request.temperature,
             max_tokens: request.max_tokens,
+            stop: &request.stop,
             extra: Extra {
                 fields: extra,
                 temperature: request.temperature.is_some(),
                 max_tokens: request.max_tokens.is_some(),
+                stop: !request.stop.is_empty(),
             },
         }
     }
@@ -669,6 +675,7 @@ mod tests {
             }),
             temperature: None,
             max_tokens: Some(5),
+            stop: vec!["\n\n".into()],
         };
         let v = serde_json::to_value(WireRequest::new("m", &req, None)).unwrap();
         assert_eq!(
@@ -687,6 +694,7 @@ mod tests {
                 "tools": [{"type": "function", "function": {"name": "now"}}],
                 "response_format": {"type": "json_schema", "json_schema": {"name": "out", "schema": {"type": "object"}, "strict": true}},
                 "max_tokens": 5,
+                "stop": ["\n\n"],
             })
         );
     }
