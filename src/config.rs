@@ -93,6 +93,12 @@ pub struct ServerConfig {
     pub lease: Dur,
     /// How often to look for runs left by dead instances (0 = never).
     pub recover_interval: Dur,
+    /// A client must send a request's whole head (request line and
+    /// headers) within this time, or the connection is closed: a client
+    /// that trickles half a header line holds nothing for long.
+    pub header_timeout: Dur,
+    /// Largest request head (request line and headers) accepted; 431 beyond.
+    pub max_header_bytes: Bytes,
 }
 
 impl Default for ServerConfig {
@@ -112,6 +118,8 @@ impl Default for ServerConfig {
             store_outage_limit: Dur(Duration::from_secs(30)),
             lease: Dur(Duration::from_secs(15)),
             recover_interval: Dur(Duration::from_secs(5)),
+            header_timeout: Dur(Duration::from_secs(10)),
+            max_header_bytes: Bytes(16 * 1024),
         }
     }
 }
@@ -144,9 +152,15 @@ impl Default for PathsConfig {
 pub struct AuthConfig {
     /// Bearer API key → user id.
     pub api_keys: BTreeMap<String, String>,
-    /// Requests without a key from a loopback address act as this user
-    /// (empty to require a key everywhere).
+    /// Requests without a key, made directly from a loopback address (not
+    /// through a proxy: no `Forwarded`/`X-Forwarded-*`/`X-Real-IP`/`Via`
+    /// header), act as this user (empty to require a key everywhere).
     pub local_user: String,
+    /// Whether the local user still applies when API keys are configured.
+    /// Off by default: a server that hands out keys means every caller to
+    /// have one, and a reverse proxy on the same host would otherwise make
+    /// every anonymous visitor the local user.
+    pub local_with_keys: bool,
 }
 
 impl Default for AuthConfig {
@@ -154,7 +168,17 @@ impl Default for AuthConfig {
         Self {
             api_keys: BTreeMap::new(),
             local_user: "local".into(),
+            local_with_keys: false,
         }
+    }
+}
+
+impl AuthConfig {
+    /// The local user, if anonymous loopback requests get one under this
+    /// configuration.
+    pub fn local(&self) -> Option<&str> {
+        let allowed = self.api_keys.is_empty() || self.local_with_keys;
+        (allowed && !self.local_user.is_empty()).then_some(self.local_user.as_str())
     }
 }
 

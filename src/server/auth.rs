@@ -1,5 +1,11 @@
 //! Who is calling: a bearer API key mapped to a user in the config, or —
-//! without a key, from a loopback address — the configured local user.
+//! without a key, directly from a loopback address, and only while no API
+//! keys are configured (unless `local_with_keys`) — the configured local
+//! user. A request that came through a proxy (it carries a forwarding
+//! header) is never the local user: behind a reverse proxy on the same host
+//! every visitor would otherwise share one account. An `Authorization`
+//! header that is present but not a valid bearer key (including one that
+//! is not ASCII) is refused, never read as "no key".
 //! Every chat and run is scoped to its user; another user's gets a 404.
 
 use std::net::SocketAddr;
@@ -11,6 +17,17 @@ use axum::http::request::Parts;
 
 use super::AppState;
 use super::error::ApiError;
+
+/// Headers a forwarding proxy adds; their presence means the peer address
+/// is the proxy's, not the caller's.
+const PROXY_HEADERS: [&str; 6] = [
+    "forwarded",
+    "x-forwarded-for",
+    "x-forwarded-host",
+    "x-forwarded-proto",
+    "x-real-ip",
+    "via",
+];
 
 /// The authenticated user id.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -24,11 +41,8 @@ impl FromRequestParts<Arc<AppState>> for User {
         state: &Arc<AppState>,
     ) -> Result<Self, ApiError> {
         let auth = &state.config.auth;
-        let header = parts
-            .headers
-            .get(axum::http::header::AUTHORIZATION)
-            .and_then(|v| v.to_str().ok());
-        if let Some(value) = header {
+        if let Some(raw) = parts.headers.get(axum::http::header::AUTHORIZATION) {
+            let value = raw.to_str().unwrap_or("");
             let key = value
                 .strip_prefix("Bearer ")
                 .or_else(|| value.strip_prefix("bearer "))
@@ -47,8 +61,12 @@ impl FromRequestParts<Arc<AppState>> for User {
             .extensions
             .get::<ConnectInfo<SocketAddr>>()
             .is_none_or(|c| c.0.ip().is_loopback());
-        if loopback && !auth.local_user.is_empty() {
-            return Ok(User(auth.local_user.clone()));
+        let proxied = PROXY_HEADERS.iter().any(|h| parts.headers.contains_key(*h));
+        if loopback
+            && !proxied
+            && let Some(local) = auth.local()
+        {
+            return Ok(User(local.to_owned()));
         }
         Err(ApiError::new(
             StatusCode::UNAUTHORIZED,

@@ -17,7 +17,7 @@ use super::{AppState, RequestId, stream, ui};
 use crate::events::now_micros;
 use crate::runs::{ChatTurn, StartError, TurnError};
 use crate::runtime::RunStatus;
-use crate::store::{ChatRecord, MessageRecord};
+use crate::store::{ChatRecord, MessageRecord, RunQuery};
 
 /// Reads the body, mapping an oversized one to 413.
 fn body_bytes(body: Result<Bytes, BytesRejection>) -> Result<Bytes, ApiError> {
@@ -29,6 +29,53 @@ fn body_bytes(body: Result<Bytes, BytesRejection>) -> Result<Bytes, ApiError> {
         ),
         status => ApiError::new(status, "invalid_request", e.body_text()),
     })
+}
+
+/// 415 unless the body is declared JSON (as `DefaultChatTransport` sends
+/// it): a form or text body is a client bug, not a chat message.
+fn require_json(headers: &HeaderMap) -> Result<(), ApiError> {
+    let ct = headers
+        .get(axum::http::header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("");
+    let essence = ct.split(';').next().unwrap_or("").trim();
+    if essence.eq_ignore_ascii_case("application/json") {
+        return Ok(());
+    }
+    Err(ApiError::new(
+        StatusCode::UNSUPPORTED_MEDIA_TYPE,
+        "unsupported_media_type",
+        format!(
+            "the body must be application/json (got {})",
+            if ct.is_empty() { "no Content-Type" } else { ct }
+        ),
+    ))
+}
+
+/// A regenerate names the assistant message it replaces: it must be one of
+/// this chat's stored messages (the client drops it from `messages`).
+async fn check_regenerates(
+    state: &AppState,
+    user: &User,
+    chat: &str,
+    target: &str,
+) -> Result<(), ApiError> {
+    let known = match state.store.get_chat(chat).await? {
+        Some(c) if c.user_id == user.0 => state
+            .store
+            .messages(chat)
+            .await?
+            .iter()
+            .any(|m| m.id == target),
+        _ => false,
+    };
+    if known {
+        return Ok(());
+    }
+    Err(ApiError::bad_request(
+        "unknown_message",
+        format!("cannot regenerate `{target}`: this chat has no such message"),
+    ))
 }
 
 /// The chat if it exists and belongs to `user`; another user's chat is
@@ -47,10 +94,17 @@ pub(super) async fn post(
     State(state): State<Arc<AppState>>,
     user: User,
     axum::Extension(request_id): axum::Extension<RequestId>,
+    headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
+    require_json(&headers)?;
     let bytes = body_bytes(body)?;
-    let (body, _trigger) = ui::parse(&bytes)?;
+    let (body, trigger) = ui::parse(&bytes)?;
+    if trigger == ui::Trigger::Regenerate
+        && let Some(target) = &body.message_id
+    {
+        check_regenerates(&state, &user, &body.id, target).await?;
+    }
     let graph_id = body.graph.clone().unwrap_or_else(|| "chat".to_owned());
     let graph = state.graphs.get(&graph_id).ok_or_else(|| {
         let known: Vec<String> = state.graphs.catalog().graphs.keys().cloned().collect();
@@ -143,7 +197,10 @@ async fn previous_state(
     if answered.is_empty() {
         return Ok(None);
     }
-    let runs = state.store.list_runs(Some(chat_id), CARRY_LOOKBACK).await?;
+    let runs = state
+        .store
+        .list_runs(&RunQuery::newest(CARRY_LOOKBACK).of_chat(chat_id))
+        .await?;
     let run = answered.iter().find_map(|id| {
         runs.iter().find(|r| {
             r.message_id.as_deref() == Some(*id)
@@ -164,14 +221,24 @@ async fn previous_state(
 }
 
 /// `GET /api/chat/{id}/stream`: the active run's stream from its start (or
-/// after `Last-Event-ID`), 204 when nothing is active.
+/// after `Last-Event-ID`), 204 when nothing is active or there is no such
+/// chat of this user.
 pub(super) async fn resume(
     State(state): State<Arc<AppState>>,
     user: User,
     Path(id): Path<String>,
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
-    let chat = owned_chat(&state, &user, &id).await?;
+    // A chat that does not exist (yet) has nothing to resume: `useChat({
+    // resume: true })` asks on mount for every new chat and treats anything
+    // but 204 as an error. Another user's chat looks the same.
+    let chat = match owned_chat(&state, &user, &id).await {
+        Ok(chat) => chat,
+        Err(e) if e.status == StatusCode::NOT_FOUND => {
+            return Ok(StatusCode::NO_CONTENT.into_response());
+        }
+        Err(e) => return Err(e),
+    };
     let hub = match state.runs.for_chat(&id) {
         Some(hub) => hub,
         None => match state.runs.follow_chat(&chat).await? {

@@ -82,3 +82,62 @@ impl IntoResponse for ApiError {
             .into_response()
     }
 }
+
+/// Makes every error response the documented JSON, whoever produced it:
+/// axum's extractor rejections (a bad query string, a path that is not
+/// UTF-8, a body over the limit) answer plain text, which a client parsing
+/// `{"error": …}` cannot read. Their status is kept; their text becomes the
+/// message under a stable code for the status.
+pub(super) async fn json_errors(
+    req: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> Response {
+    let resp = next.run(req).await;
+    let status = resp.status();
+    if !(status.is_client_error() || status.is_server_error()) {
+        return resp;
+    }
+    let is_json = resp
+        .headers()
+        .get(axum::http::header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.starts_with("application/json"));
+    if is_json {
+        return resp;
+    }
+    let (parts, body) = resp.into_parts();
+    let text = axum::body::to_bytes(body, 16 * 1024)
+        .await
+        .unwrap_or_default();
+    let text = String::from_utf8_lossy(&text).trim().to_owned();
+    let message = if text.is_empty() {
+        status.canonical_reason().unwrap_or("error").to_owned()
+    } else {
+        text
+    };
+    let mut out = ApiError::new(status, code_for(status), message).into_response();
+    for (name, value) in &parts.headers {
+        if name != axum::http::header::CONTENT_TYPE && name != axum::http::header::CONTENT_LENGTH {
+            out.headers_mut().insert(name.clone(), value.clone());
+        }
+    }
+    out
+}
+
+/// The stable code of a status whose producer gave none.
+fn code_for(status: StatusCode) -> &'static str {
+    match status.as_u16() {
+        401 => "unauthorized",
+        404 => "not_found",
+        405 => "method_not_allowed",
+        408 => "timeout",
+        413 => "payload_too_large",
+        415 => "unsupported_media_type",
+        429 => "too_many_requests",
+        431 => "headers_too_large",
+        503 => "unavailable",
+        504 => "timeout",
+        500..=599 => "internal",
+        _ => "invalid_request",
+    }
+}

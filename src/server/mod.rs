@@ -20,13 +20,13 @@ mod chat;
 mod error;
 mod graphs;
 mod health;
+mod listen;
 mod metrics;
 mod runs_api;
 mod stream;
 mod tools;
 mod ui;
 
-use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -130,6 +130,7 @@ fn hostname() -> String {
 /// The router.
 pub fn app(state: Arc<AppState>) -> Router {
     let body_limit = state.config.server.body_limit.0;
+    let head_limit = state.config.server.max_header_bytes.0;
     let api = Router::new()
         .route("/api/chat", post(chat::post))
         .route("/api/chat/{id}/stream", get(chat::resume))
@@ -159,6 +160,10 @@ pub fn app(state: Arc<AppState>) -> Router {
             )
         })
         .layer(DefaultBodyLimit::max(body_limit))
+        .layer(middleware::from_fn(error::json_errors))
+        .layer(middleware::from_fn(move |req, next| {
+            listen::head_limit(head_limit, req, next)
+        }))
         .layer(middleware::from_fn(request_id));
     let router = match cors(&state.config.server.cors_origins) {
         Some(c) => api.layer(c),
@@ -271,11 +276,13 @@ pub async fn serve(
             .await;
     });
     let wait = Arc::clone(&draining);
-    let result = axum::serve(
-        listener,
-        app(Arc::clone(&state)).into_make_service_with_connect_info::<SocketAddr>(),
-    )
-    .with_graceful_shutdown(async move { wait.notified().await })
+    let limits = listen::ConnLimits {
+        header_timeout: state.config.server.header_timeout.0,
+        max_header_bytes: state.config.server.max_header_bytes.0,
+    };
+    let result = listen::serve(listener, app(Arc::clone(&state)), limits, async move {
+        wait.notified().await;
+    })
     .await;
     let _ = stopper.await;
     if let Some(mcp) = &state.mcp {

@@ -19,7 +19,8 @@ use super::auth::User;
 use super::error::ApiError;
 use crate::replay;
 use crate::runs::{ForkError, ForkRequest, StartError};
-use crate::store::RunRecord;
+use crate::runtime::RunStatus;
+use crate::store::{RunCursor, RunQuery, RunRecord};
 
 fn run_json(r: &RunRecord) -> Value {
     json!({
@@ -54,14 +55,21 @@ async fn owned_run(state: &AppState, user: &User, id: &str) -> Result<RunRecord,
     }
 }
 
-/// `?chat=` and `?limit=`.
+/// `GET /api/runs` filters: `?chat=&graph=&status=&since=&cursor=&limit=`.
 #[derive(Debug, Deserialize)]
 pub(super) struct ListQuery {
     chat: Option<String>,
+    graph: Option<String>,
+    status: Option<RunStatus>,
+    /// Only runs created at or after this time (ms since the epoch).
+    since: Option<u64>,
+    /// The `next` of the previous page.
+    cursor: Option<String>,
     limit: Option<usize>,
 }
 
-/// `GET /api/runs`: the user's runs, newest first.
+/// `GET /api/runs`: the user's runs, newest first, filtered in the store and
+/// paged by cursor (`next` is the cursor of the following page, or null).
 pub(super) async fn list(
     State(state): State<Arc<AppState>>,
     user: User,
@@ -74,15 +82,30 @@ pub(super) async fn list(
             _ => return Err(ApiError::not_found(format!("no chat `{chat}`"))),
         }
     }
-    // Scan further than `limit` so other users' runs do not crowd ours out.
-    let runs = state.store.list_runs(q.chat.as_deref(), limit * 4).await?;
-    let mine: Vec<Value> = runs
-        .iter()
-        .filter(|r| r.user_id == user.0)
-        .take(limit)
-        .map(run_json)
-        .collect();
-    Ok(Json(json!({ "runs": mine })))
+    let before = match &q.cursor {
+        None => None,
+        Some(c) => Some(RunCursor::decode(c).ok_or_else(|| {
+            ApiError::bad_request(
+                "invalid_cursor",
+                "`cursor` must be a `next` this API returned",
+            )
+        })?),
+    };
+    let query = RunQuery {
+        user: Some(user.0.clone()),
+        chat: q.chat,
+        graph: q.graph,
+        status: q.status,
+        since: q.since.map(|ms| ms.saturating_mul(1000)),
+        before,
+        limit,
+    };
+    let runs = state.store.list_runs(&query).await?;
+    let next = (runs.len() == limit)
+        .then(|| runs.last().map(|r| RunCursor::after(r).encode()))
+        .flatten();
+    let runs: Vec<Value> = runs.iter().map(run_json).collect();
+    Ok(Json(json!({ "runs": runs, "next": next })))
 }
 
 /// `GET /api/runs/{id}`.
@@ -161,6 +184,15 @@ pub(super) async fn state_at(
         .get(&run.graph)
         .ok_or_else(|| ApiError::not_found(format!("graph `{}` is no longer served", run.graph)))?;
     let step = q.step.unwrap_or(run.last_step);
+    if step > run.last_step {
+        return Err(ApiError::bad_request(
+            "invalid_step",
+            format!(
+                "run {} has steps 0–{}; there is no step {step}",
+                run.id, run.last_step
+            ),
+        ));
+    }
     let s = replay::state_at(&*state.store, &graph, run.id, step)
         .await
         .map_err(|e| ApiError::new(StatusCode::NOT_FOUND, "no_checkpoint", e.to_string()))?;

@@ -61,7 +61,7 @@ pub(super) struct ChatBody {
 /// # Errors
 /// 400 with a code saying what is wrong: `invalid_utf8`, `invalid_json`,
 /// `invalid_request`, `empty_messages`, `invalid_role`, `invalid_part`,
-/// `invalid_id`, `unknown_trigger`, `no_user_message`.
+/// `invalid_id`, `empty_parts`, `unknown_trigger`, `no_user_message`.
 pub(super) fn parse(bytes: &[u8]) -> Result<(ChatBody, Trigger), ApiError> {
     let text = std::str::from_utf8(bytes).map_err(|e| {
         ApiError::bad_request(
@@ -105,6 +105,14 @@ pub(super) fn parse(bytes: &[u8]) -> Result<(ChatBody, Trigger), ApiError> {
                 ),
             ));
         }
+        // An assistant message may have no parts yet (stopped before its
+        // first one); a user or system message without any says nothing.
+        if m.parts.is_empty() && m.role != "assistant" {
+            return Err(ApiError::bad_request(
+                "empty_parts",
+                format!("messages[{i}] ({}) has no parts", m.role),
+            ));
+        }
         for (j, p) in m.parts.iter().enumerate() {
             check_part(p).map_err(|why| {
                 ApiError::bad_request("invalid_part", format!("messages[{i}].parts[{j}]: {why}"))
@@ -133,19 +141,35 @@ pub(super) fn parse(bytes: &[u8]) -> Result<(ChatBody, Trigger), ApiError> {
     Ok((body, trigger))
 }
 
+/// Ids are 1–[`MAX_ID`] bytes of visible characters: no control
+/// characters, no whitespace, no invisible (zero-width, bidi, variation)
+/// characters — two ids that look the same must be the same id.
 fn check_id(id: &str, what: &str) -> Result<(), ApiError> {
     if id.is_empty()
         || id.len() > MAX_ID
-        || id.chars().any(char::is_control)
+        || id
+            .chars()
+            .any(|c| c.is_control() || c.is_whitespace() || invisible(c))
         || id == "."
         || id == ".."
     {
         return Err(ApiError::bad_request(
             "invalid_id",
-            format!("{what} must be 1–{MAX_ID} printable characters"),
+            format!("{what} must be 1–{MAX_ID} bytes of visible characters (no spaces)"),
         ));
     }
     Ok(())
+}
+
+/// Characters that render as nothing: soft hyphen, zero-width and joiner
+/// characters, bidi controls, word joiners, variation selectors, fillers,
+/// the byte-order mark.
+fn invisible(c: char) -> bool {
+    matches!(c,
+        '\u{00AD}' | '\u{034F}' | '\u{061C}' | '\u{115F}' | '\u{1160}' | '\u{17B4}' | '\u{17B5}'
+        | '\u{180B}'..='\u{180F}' | '\u{200B}'..='\u{200F}' | '\u{202A}'..='\u{202E}'
+        | '\u{2060}'..='\u{206F}' | '\u{3164}' | '\u{FE00}'..='\u{FE0F}' | '\u{FEFF}'
+        | '\u{FFA0}' | '\u{FFF0}'..='\u{FFF8}' | '\u{E0000}'..='\u{E007F}')
 }
 
 /// Checks one UI message part against the AI SDK's part types.
@@ -183,14 +207,23 @@ pub(super) fn text_of(m: &UiMessage) -> String {
     texts.join("\n")
 }
 
-/// A chat title from the first user message.
+/// A chat title from the first user message: its first line, without
+/// control characters (a NUL cannot be stored in a PostgreSQL `TEXT`, and
+/// none belongs in a title).
 pub(super) fn title(messages: &[UiMessage]) -> String {
     let first = messages
         .iter()
         .find(|m| m.role == "user")
         .map(text_of)
         .unwrap_or_default();
-    let line = first.lines().next().unwrap_or("").trim();
+    let first: String = first
+        .lines()
+        .next()
+        .unwrap_or("")
+        .chars()
+        .filter(|c| !c.is_control())
+        .collect();
+    let line = first.trim();
     if line.chars().count() > 80 {
         format!("{}…", line.chars().take(79).collect::<String>())
     } else {
@@ -315,6 +348,13 @@ mod tests {
             "unknown_trigger"
         );
         assert_eq!(code(&ok.replace("\"c1\"", "\"\"")), "invalid_id");
+        assert_eq!(code(&ok.replace("\"c1\"", "\"  \"")), "invalid_id");
+        assert_eq!(code(&ok.replace("\"m1\"", "\"\u{200B}\"")), "invalid_id");
+        assert_eq!(code(&ok.replace("\"m1\"", "\"m\u{FEFF}1\"")), "invalid_id");
+        assert_eq!(
+            code(&ok.replace(r#"[{"type":"text","text":"hi"}]"#, "[]")),
+            "empty_parts"
+        );
         assert_eq!(
             code(&ok.replace("\"user\"", "\"assistant\"")),
             "no_user_message"

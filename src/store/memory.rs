@@ -14,7 +14,7 @@ use uuid::Uuid;
 
 use super::{
     Appended, ChatRecord, ChatStore, CheckpointRecord, EventLog, Lease, Leases, Maintenance,
-    MessageRecord, NOTIFY_CAPACITY, PruneReport, RunRecord, RunStore, Store, StoreError,
+    MessageRecord, NOTIFY_CAPACITY, PruneReport, RunQuery, RunRecord, RunStore, Store, StoreError,
     StoreResult, TurnOutcome, TurnStart,
 };
 use crate::events::{ErrorInfo, Event, Usage, now_micros};
@@ -236,16 +236,12 @@ impl RunStore for MemoryStore {
         ready(Ok(self.lock().runs.get(&id).cloned()))
     }
 
-    fn list_runs(
-        &self,
-        chat_id: Option<&str>,
-        limit: usize,
-    ) -> BoxFuture<'_, StoreResult<Vec<RunRecord>>> {
+    fn list_runs(&self, query: &RunQuery) -> BoxFuture<'_, StoreResult<Vec<RunRecord>>> {
         let g = self.lock();
         let mut v: Vec<RunRecord> = g
             .runs
             .values()
-            .filter(|r| chat_id.is_none_or(|c| r.chat_id.as_deref() == Some(c)))
+            .filter(|r| query.matches(r))
             .cloned()
             .collect();
         v.sort_by(|a, b| {
@@ -253,7 +249,7 @@ impl RunStore for MemoryStore {
                 .cmp(&a.created_at)
                 .then_with(|| b.id.cmp(&a.id))
         });
-        v.truncate(limit);
+        v.truncate(query.limit);
         ready(Ok(v))
     }
 

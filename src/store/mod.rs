@@ -25,6 +25,7 @@ pub mod memory;
 mod pages;
 #[cfg(feature = "postgres")]
 pub mod postgres;
+mod query;
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
 mod sql;
 #[cfg(feature = "sqlite")]
@@ -34,6 +35,7 @@ pub use checkpointer::{DEFAULT_OUTAGE_LIMIT, LogCheckpointer};
 pub use config::{StoreConfig, open};
 #[cfg(feature = "postgres")]
 pub use postgres::PostgresStore;
+pub use query::{RunCursor, RunQuery};
 #[cfg(feature = "sqlite")]
 pub use sqlite::SqliteStore;
 
@@ -273,12 +275,8 @@ pub trait RunStore: Send + Sync {
     fn create_run(&self, run: RunRecord) -> BoxFuture<'_, StoreResult<()>>;
     /// A run by id.
     fn get_run(&self, id: Uuid) -> BoxFuture<'_, StoreResult<Option<RunRecord>>>;
-    /// Runs, newest first, optionally of one chat.
-    fn list_runs(
-        &self,
-        chat_id: Option<&str>,
-        limit: usize,
-    ) -> BoxFuture<'_, StoreResult<Vec<RunRecord>>>;
+    /// A page of runs, newest first, filtered as `query` says.
+    fn list_runs(&self, query: &RunQuery) -> BoxFuture<'_, StoreResult<Vec<RunRecord>>>;
     /// Records how a run ended.
     fn finish_run(
         &self,

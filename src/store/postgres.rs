@@ -61,10 +61,11 @@ use tokio_postgres::{NoTls, Row};
 use tokio_util::sync::DropGuard;
 use uuid::Uuid;
 
+use super::query::SqlParam;
 use super::sql::{self, Migration, MigrationReport};
 use super::{
     Appended, ChatRecord, ChatStore, CheckpointRecord, EventLog, MessageRecord, NOTIFY_CAPACITY,
-    RunRecord, RunStore, Store, StoreError, StoreResult, TurnOutcome, TurnStart,
+    RunQuery, RunRecord, RunStore, Store, StoreError, StoreResult, TurnOutcome, TurnStart,
 };
 use crate::events::{ErrorInfo, Event, Usage, now_micros};
 use crate::runtime::{PendingTask, RunStatus, StepBatch, TaskWrite};
@@ -96,6 +97,11 @@ const MIGRATIONS: &[Migration] = &[
         version: 4,
         name: "event_pages",
         sql: include_str!("migrations/postgres/0004_event_pages.sql"),
+    },
+    Migration {
+        version: 5,
+        name: "runs_by_user",
+        sql: include_str!("migrations/postgres/0005_runs_by_user.sql"),
     },
 ];
 
@@ -620,29 +626,24 @@ impl RunStore for PostgresStore {
         })
     }
 
-    fn list_runs(
-        &self,
-        chat_id: Option<&str>,
-        limit: usize,
-    ) -> BoxFuture<'_, StoreResult<Vec<RunRecord>>> {
-        let chat = chat_id.map(str::to_owned);
+    fn list_runs(&self, query: &RunQuery) -> BoxFuture<'_, StoreResult<Vec<RunRecord>>> {
+        let (sql, params) = super::query::select(RUN_COLS, query, |n| format!("${n}"));
         Box::pin(async move {
-            let limit = sql::limit_of(limit);
-            // Two statements rather than `$1 IS NULL OR …`, so each has a plan using its index.
-            let rows = match &chat {
-                Some(c) => {
-                    let sql = format!(
-                        "SELECT {RUN_COLS} FROM runs WHERE chat_id = $1 ORDER BY created_at DESC, id DESC LIMIT $2"
-                    );
-                    self.query(&sql, &[c, &limit]).await?
-                }
-                None => {
-                    let sql = format!(
-                        "SELECT {RUN_COLS} FROM runs ORDER BY created_at DESC, id DESC LIMIT $1"
-                    );
-                    self.query(&sql, &[&limit]).await?
-                }
-            };
+            let owned: Vec<Box<dyn ToSql + Sync + Send>> = params
+                .into_iter()
+                .map(|p| -> Box<dyn ToSql + Sync + Send> {
+                    match p {
+                        SqlParam::Text(t) => Box::new(t),
+                        SqlParam::Int(i) => Box::new(i),
+                        SqlParam::Id(id) => Box::new(id),
+                    }
+                })
+                .collect();
+            let refs: Vec<&(dyn ToSql + Sync)> = owned
+                .iter()
+                .map(|b| b.as_ref() as &(dyn ToSql + Sync))
+                .collect();
+            let rows = self.query(&sql, &refs).await?;
             rows.iter().map(run_of).collect()
         })
     }

@@ -39,10 +39,11 @@ use tokio::sync::broadcast;
 use uuid::Uuid;
 
 use super::pages::{self, EVENTS_AFTER, EncodedPage};
+use super::query::SqlParam;
 use super::sql::{self, Migration, MigrationReport};
 use super::{
     Appended, ChatRecord, ChatStore, CheckpointRecord, EventLog, MessageRecord, NOTIFY_CAPACITY,
-    RunRecord, RunStore, Store, StoreError, StoreResult, TurnOutcome, TurnStart,
+    RunQuery, RunRecord, RunStore, Store, StoreError, StoreResult, TurnOutcome, TurnStart,
 };
 use crate::events::{ErrorInfo, Event, Usage, now_micros};
 use crate::runtime::{RunStatus, StepBatch};
@@ -74,6 +75,11 @@ const MIGRATIONS: &[Migration] = &[
         version: 4,
         name: "event_pages",
         sql: include_str!("migrations/sqlite/0004_event_pages.sql"),
+    },
+    Migration {
+        version: 5,
+        name: "runs_by_user",
+        sql: include_str!("migrations/sqlite/0005_runs_by_user.sql"),
     },
 ];
 
@@ -467,27 +473,19 @@ impl RunStore for SqliteStore {
         }))
     }
 
-    fn list_runs(
-        &self,
-        chat_id: Option<&str>,
-        limit: usize,
-    ) -> BoxFuture<'_, StoreResult<Vec<RunRecord>>> {
-        let chat = chat_id.map(str::to_owned);
+    fn list_runs(&self, query: &RunQuery) -> BoxFuture<'_, StoreResult<Vec<RunRecord>>> {
+        let (sql, params) = super::query::select(RUN_COLS, query, |n| format!("?{n}"));
         Box::pin(self.readers.run(move |conn| {
-            let limit = sql::limit_of(limit);
-            let mut stmt;
-            let mut rows = match &chat {
-                Some(c) => {
-                    stmt = conn.prepare_cached(&format!(
-                        "SELECT {RUN_COLS} FROM runs WHERE chat_id = ?1 ORDER BY created_at DESC, id DESC LIMIT ?2"
-                    ))?;
-                    stmt.query(params![c, limit])?
-                }
-                None => {
-                    stmt = conn.prepare_cached(&format!("SELECT {RUN_COLS} FROM runs ORDER BY created_at DESC, id DESC LIMIT ?1"))?;
-                    stmt.query([limit])?
-                }
-            };
+            let values: Vec<rusqlite::types::Value> = params
+                .into_iter()
+                .map(|p| match p {
+                    SqlParam::Text(t) => rusqlite::types::Value::Text(t),
+                    SqlParam::Int(i) => rusqlite::types::Value::Integer(i),
+                    SqlParam::Id(id) => rusqlite::types::Value::Text(id.to_string()),
+                })
+                .collect();
+            let mut stmt = conn.prepare_cached(&sql)?;
+            let mut rows = stmt.query(rusqlite::params_from_iter(values))?;
             let mut out = Vec::new();
             while let Some(r) = rows.next()? {
                 out.push(run_of(r)?);

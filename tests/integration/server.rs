@@ -13,7 +13,7 @@ use crate::support::server::TestServer;
 use crate::support::{aisdk_validate, chat_body, post_json, report_json, validate_args};
 
 /// A model that answers every node of the chat graph plausibly.
-fn model(fail_narrator: bool, delay: Option<Duration>) -> Arc<ScriptedModel> {
+pub(crate) fn model(fail_narrator: bool, delay: Option<Duration>) -> Arc<ScriptedModel> {
     let m = ScriptedModel::from_fn(move |req: &ChatRequest| {
         let system = match req.messages.first() {
             Some(ChatMessage::System { content }) => content.clone(),
@@ -219,13 +219,14 @@ async fn the_response_has_the_stream_headers_and_the_correlation_id() {
 async fn resume_is_204_when_idle_and_a_full_replay_while_active() {
     let server = TestServer::start(model(false, Some(Duration::from_millis(15))), |_| {}).await;
     let client = reqwest::Client::new();
-    // Nothing active for a chat that exists but is idle, and 404 for one that does not.
+    // Nothing to resume for a chat that does not exist (yet): 204, as
+    // `useChat({ resume: true })` expects on mount.
     let idle = client
         .get(server.url("/api/chat/nope/stream"))
         .send()
         .await
         .unwrap();
-    assert_eq!(idle.status(), 404);
+    assert_eq!(idle.status(), 204);
     let first = post_json(
         &client,
         &server.url("/api/chat"),
@@ -514,7 +515,6 @@ async fn users_never_see_each_others_chats() {
     let _ = resp.text().await.unwrap();
     for (method, path) in [
         ("GET", "/api/chat/alice-chat"),
-        ("GET", "/api/chat/alice-chat/stream"),
         ("POST", "/api/chat/alice-chat/stop"),
         ("DELETE", "/api/chat/alice-chat"),
     ] {
@@ -523,6 +523,15 @@ async fn users_never_see_each_others_chats() {
         assert_eq!(resp.status(), 404, "{method} {path}");
         assert_eq!(resp.json_value().await["error"]["code"], "not_found");
     }
+    // Resuming it is "nothing to resume", exactly as for a missing chat.
+    let resume = as_user(
+        "key-bob",
+        client.get(server.url("/api/chat/alice-chat/stream")),
+    )
+    .send()
+    .await
+    .unwrap();
+    assert_eq!(resume.status(), 204);
     // Bob cannot write into it either.
     let resp = as_user(
         "key-bob",
@@ -746,7 +755,7 @@ async fn graphs_health_and_metrics_endpoints() {
     server.shutdown().await;
 }
 
-trait JsonBody {
+pub(crate) trait JsonBody {
     async fn json_value(self) -> Value;
 }
 

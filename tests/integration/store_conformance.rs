@@ -31,7 +31,7 @@ use stategraph::state::{Patch, StateType};
 use stategraph::store::memory::MemoryStore;
 use stategraph::store::{
     self, ChatRecord, CheckpointRecord, EventLog, LogCheckpointer, MessageRecord, PostgresStore,
-    RunRecord, SqliteStore, Store, StoreConfig, StoreError,
+    RunCursor, RunQuery, RunRecord, SqliteStore, Store, StoreConfig, StoreError,
 };
 use uuid::Uuid;
 
@@ -56,7 +56,7 @@ use upkeep::*;
 const ADMIN_URL: &str = "postgres://postgres@127.0.0.1:5432/postgres";
 
 /// A PostgreSQL database of one test's own.
-struct PgDb {
+pub(crate) struct PgDb {
     name: String,
 }
 
@@ -71,7 +71,7 @@ async fn admin() -> tokio_postgres::Client {
 }
 
 impl PgDb {
-    async fn create() -> Self {
+    pub(crate) async fn create() -> Self {
         let name = format!("stategraph_test_{}", Uuid::new_v4().simple());
         admin()
             .await
@@ -81,11 +81,11 @@ impl PgDb {
         Self { name }
     }
 
-    fn url(&self) -> String {
+    pub(crate) fn url(&self) -> String {
         format!("postgres://postgres@127.0.0.1:5432/{}", self.name)
     }
 
-    async fn drop_db(self) {
+    pub(crate) async fn drop_db(self) {
         admin()
             .await
             .batch_execute(&format!(
@@ -97,7 +97,7 @@ impl PgDb {
     }
 
     /// Runs `f` with the database, dropping it afterwards even if `f` fails.
-    async fn with<Fut: Future<Output = ()>>(f: impl FnOnce(String) -> Fut) {
+    pub(crate) async fn with<Fut: Future<Output = ()>>(f: impl FnOnce(String) -> Fut) {
         let db = Self::create().await;
         let result = AssertUnwindSafe(f(db.url())).catch_unwind().await;
         db.drop_db().await;
@@ -160,6 +160,7 @@ conformance!(
     active_run_is_set_and_cleared,
     messages_append_regenerate_edit_and_upsert,
     runs_are_created_listed_and_finished,
+    runs_are_filtered_and_paged_in_the_store,
     events_page_and_checkpoints_filter_by_step,
     a_duplicate_seq_conflicts_and_stores_nothing_of_its_batch,
     the_final_batch_sets_the_status,

@@ -280,3 +280,46 @@ pub async fn spawn_serving(mut cmd: tokio::process::Command) -> (tokio::process:
     }
     panic!("the server did not announce its address");
 }
+
+/// Re-executes a run stored by `server` the way `stategraph replay
+/// --reexecute` does on a machine with nothing running: the graph as
+/// served, only the built-in tools (no MCP server, no SQL, no web), and a
+/// model that fails every call — so whatever the re-execution needs must
+/// come from the recording. Panics on the first divergence.
+pub async fn assert_reexecutes(state: &stategraph::server::AppState, run: uuid::Uuid) {
+    use stategraph::llm::scripted::{ScriptedModel, Turn};
+    let events = state.store.events(run, 0, 100_000).await.expect("events");
+    let record = state.store.get_run(run).await.expect("store").expect("run");
+    let graph = state.graphs.get(&record.graph).expect("graph served");
+    let offline = ScriptedModel::from_fn(|_| {
+        Turn::Fail(stategraph::llm::LlmError::Http {
+            status: 599,
+            message: "a re-execution must not call a model".into(),
+        })
+    });
+    let services = Services::new(
+        Models::single(Arc::new(offline)),
+        Arc::new(stategraph::tools::ToolRegistry::with_builtins()),
+    );
+    let r = stategraph::replay::reexecute(graph, services, &events)
+        .await
+        .expect("re-execution");
+    assert!(r.divergence.is_none(), "run {run}: {}", r.report());
+}
+
+/// [`assert_reexecutes`] for every finished run `state`'s store holds.
+pub async fn assert_all_reexecute(state: &stategraph::server::AppState) -> usize {
+    let runs = state
+        .store
+        .list_runs(&stategraph::store::RunQuery::newest(10_000))
+        .await
+        .expect("runs");
+    let finished: Vec<_> = runs
+        .iter()
+        .filter(|r| r.status == stategraph::runtime::RunStatus::Finished)
+        .collect();
+    for r in &finished {
+        assert_reexecutes(state, r.id).await;
+    }
+    finished.len()
+}

@@ -210,14 +210,23 @@ pub(super) async fn runs_are_created_listed_and_finished(store: Arc<dyn Store>) 
     assert_eq!(store.get_run(Uuid::now_v7()).await.unwrap(), None);
     let ids = |v: Vec<RunRecord>| v.into_iter().map(|r| r.id).collect::<Vec<_>>();
     assert_eq!(
-        ids(store.list_runs(Some("c1"), 10).await.unwrap()),
+        ids(store
+            .list_runs(&RunQuery::newest(10).of_chat("c1"))
+            .await
+            .unwrap()),
         [b.id, c.id, a.id]
     );
     assert_eq!(
-        ids(store.list_runs(None, 2).await.unwrap()),
+        ids(store.list_runs(&RunQuery::newest(2)).await.unwrap()),
         [loose.id, b.id]
     );
-    assert!(store.list_runs(Some("c9"), 10).await.unwrap().is_empty());
+    assert!(
+        store
+            .list_runs(&RunQuery::newest(10).of_chat("c9"))
+            .await
+            .unwrap()
+            .is_empty()
+    );
     assert!(
         matches!(
             store.create_run(a.clone()).await,
@@ -250,4 +259,60 @@ pub(super) async fn runs_are_created_listed_and_finished(store: Arc<dyn Store>) 
             .await,
         Err(StoreError::NotFound(_))
     ));
+}
+
+/// One user's many runs never crowd another's out of a page: the filters
+/// (user, chat, graph, status, time) are applied by the store, and pages
+/// continue by cursor without repeats or gaps.
+pub(super) async fn runs_are_filtered_and_paged_in_the_store(store: Arc<dyn Store>) {
+    let mut bobs = Vec::new();
+    for i in 0..3u64 {
+        let mut r = run(Some("bob-chat"), 10 + i);
+        r.user_id = "bob".into();
+        r.graph = "research".into();
+        if i == 1 {
+            r.status = RunStatus::Finished;
+        }
+        store.create_run(r.clone()).await.unwrap();
+        bobs.push(r.id);
+    }
+    // Alice makes many more runs, all newer than Bob's.
+    for i in 0..60u64 {
+        store
+            .create_run(run(Some("a-chat"), 1_000 + i))
+            .await
+            .unwrap();
+    }
+    let ids = |v: Vec<RunRecord>| v.into_iter().map(|r| r.id).collect::<Vec<_>>();
+    let bob = RunQuery::newest(10).of_user("bob");
+    assert_eq!(
+        ids(store.list_runs(&bob).await.unwrap()),
+        [bobs[2], bobs[1], bobs[0]]
+    );
+    let mut finished = bob.clone();
+    finished.status = Some(RunStatus::Finished);
+    assert_eq!(ids(store.list_runs(&finished).await.unwrap()), [bobs[1]]);
+    let mut graph = RunQuery::newest(100);
+    graph.graph = Some("research".into());
+    assert_eq!(store.list_runs(&graph).await.unwrap().len(), 3);
+    let mut since = bob.clone();
+    since.since = Some(11);
+    assert_eq!(
+        ids(store.list_runs(&since).await.unwrap()),
+        [bobs[2], bobs[1]]
+    );
+    // Alice's 60 runs in pages of 25: 25 + 25 + 10, no repeats.
+    let mut page = RunQuery::newest(25).of_user("alice");
+    let mut seen = Vec::new();
+    loop {
+        let got = store.list_runs(&page).await.unwrap();
+        let Some(last) = got.last() else { break };
+        page.before = Some(RunCursor::after(last));
+        seen.extend(got.iter().map(|r| r.id));
+    }
+    assert_eq!(seen.len(), 60);
+    let mut unique = seen.clone();
+    unique.sort();
+    unique.dedup();
+    assert_eq!(unique.len(), 60, "pages never repeat a run");
 }

@@ -159,12 +159,8 @@ impl RunStore for Flaky {
     fn get_run(&self, id: Uuid) -> BoxFuture<'_, StoreResult<Option<RunRecord>>> {
         self.inner.get_run(id)
     }
-    fn list_runs(
-        &self,
-        chat_id: Option<&str>,
-        limit: usize,
-    ) -> BoxFuture<'_, StoreResult<Vec<RunRecord>>> {
-        self.inner.list_runs(chat_id, limit)
+    fn list_runs(&self, query: &RunQuery) -> BoxFuture<'_, StoreResult<Vec<RunRecord>>> {
+        self.inner.list_runs(query)
     }
     fn finish_run(
         &self,

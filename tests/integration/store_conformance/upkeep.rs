@@ -162,7 +162,7 @@ pub(super) async fn prune_works_through_more_runs_than_one_batch(store: Arc<dyn 
         (report.runs, report.events, report.checkpoints),
         (RUNS, with_events, with_events)
     );
-    let left = store.list_runs(None, 10).await.unwrap();
+    let left = store.list_runs(&RunQuery::newest(10)).await.unwrap();
     assert_eq!(left.iter().map(|r| r.id).collect::<Vec<_>>(), [keep.id]);
 }
 
