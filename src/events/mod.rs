@@ -218,6 +218,13 @@ pub enum EventKind {
         /// when a re-execution asks something different.
         request: String,
     },
+    /// The tools a model-calling node offers its model (once per task,
+    /// before its first call): recorded so that a re-execution offers the
+    /// same ones when the tools' providers (an MCP server, say) are absent.
+    ToolsOffered {
+        /// Name, description and argument schema of each.
+        tools: Vec<crate::llm::ToolDef>,
+    },
     /// Streamed answer text.
     TextDelta {
         /// The call.

@@ -63,7 +63,7 @@ pub enum ChatMessage {
 }
 
 /// A tool offered to the model.
-#[derive(Clone, Debug, PartialEq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, serde::Deserialize)]
 pub struct ToolDef {
     /// Name.
     pub name: String,

@@ -137,7 +137,7 @@ impl Agent {
             });
         }
         let allowed = cx.services.tools.expand(&self.tools);
-        let defs = cx.services.tools.defs(&allowed);
+        let defs = cx.offer_tools(&allowed).await;
         let mut request = self.generation.request(messages);
         request.tools = defs;
         let mut trace = Vec::new();

@@ -14,11 +14,13 @@ use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
 use super::{Graph, NodeError};
-use crate::events::NodeEvents;
+use crate::events::{EventKind, NodeEvents};
 use crate::graph::PromptRef;
 use crate::graph::prompts::Prompts;
 use crate::llm::fallback::is_answer;
-use crate::llm::{ChatRequest, ChunkStream, LlmError, LlmReply, ModelCall, Models, stream_call};
+use crate::llm::{
+    ChatRequest, ChunkStream, LlmError, LlmReply, ModelCall, Models, ToolDef, stream_call,
+};
 use crate::state::DynState;
 use crate::tools::{ToolError, ToolOutcome, ToolRegistry};
 
@@ -36,6 +38,11 @@ pub trait Playback: Send + Sync + fmt::Debug {
         task: u32,
         call_id: &str,
     ) -> Option<Result<ToolOutcome, ToolError>>;
+    /// The tools a task offered its model, if recorded.
+    fn tools_offered(&self, node: &str, step: u32, task: u32) -> Option<Vec<ToolDef>> {
+        let _ = (node, step, task);
+        None
+    }
 }
 
 /// Runs a graph inside a node (`kind: subgraph`); the executor implements it.
@@ -199,6 +206,25 @@ impl NodeContext<'_> {
         }
         let model = self.services.models.for_role(role);
         stream_call(model.name(), watch(model.stream(request)), cx, request).await
+    }
+
+    /// The definitions of the tools `allowed` to offer the model, recorded
+    /// as `tools_offered`; when re-executing, the recorded ones (the tools'
+    /// providers, an MCP server say, need not be running). Call once per
+    /// task, before the first model call.
+    pub async fn offer_tools(&self, allowed: &[String]) -> Vec<ToolDef> {
+        let recorded = self.services.playback.as_ref().and_then(|p| {
+            p.tools_offered(self.events.node(), self.events.step(), self.events.task())
+        });
+        let defs = recorded.unwrap_or_else(|| self.services.tools.defs(allowed));
+        if !defs.is_empty() {
+            self.events
+                .emit(EventKind::ToolsOffered {
+                    tools: defs.clone(),
+                })
+                .await;
+        }
+        defs
     }
 
     /// Calls a tool on behalf of this node (allowed: `allowed`) — or serves

@@ -13,7 +13,7 @@ use std::sync::{Mutex, PoisonError};
 use futures::StreamExt;
 
 use crate::events::{Event, EventKind};
-use crate::llm::{ChunkStream, LlmChunk, LlmError};
+use crate::llm::{ChunkStream, LlmChunk, LlmError, ToolDef};
 use crate::tools::{ToolError, ToolOutcome};
 
 type CallKey = (String, u32, u32, u32);
@@ -38,6 +38,8 @@ pub struct Recording {
     tools: Mutex<HashMap<ToolKey, VecDeque<RecordedTool>>>,
     /// Model names by key, for the replayed `llm_started`.
     models: HashMap<CallKey, String>,
+    /// Tools offered per task (node, step, task).
+    offered: HashMap<(String, u32, u32), Vec<ToolDef>>,
 }
 
 impl Recording {
@@ -55,6 +57,9 @@ impl Recording {
                     let key = (node.clone(), ev.step, ev.task, *call);
                     rec.models.insert(key.clone(), model.clone());
                     open.insert(task, (key, Vec::new(), Vec::new()));
+                }
+                EventKind::ToolsOffered { tools } => {
+                    rec.offered.insert(task.clone(), tools.clone());
                 }
                 EventKind::TextDelta { delta, .. } => {
                     if let Some(o) = open.get_mut(&task) {
@@ -214,5 +219,9 @@ impl crate::nodes::Playback for Recording {
         call_id: &str,
     ) -> Option<Result<ToolOutcome, ToolError>> {
         Recording::tool(self, node, step, task, call_id)
+    }
+
+    fn tools_offered(&self, node: &str, step: u32, task: u32) -> Option<Vec<ToolDef>> {
+        self.offered.get(&(node.to_owned(), step, task)).cloned()
     }
 }

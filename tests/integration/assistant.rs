@@ -479,6 +479,9 @@ async fn assistant_remembers_the_customer_across_turns_caches_lookups_and_passes
             customer("C-1002", "Globex Industries")
         );
         assert_eq!(model.remaining(), 0);
+        // Every turn re-executes from its recording alone: no MCP server,
+        // no model (cache hits and pass-through included).
+        assert!(crate::support::assert_all_reexecute(&server.state).await >= 5);
         server.shutdown().await;
     })
     .await

@@ -829,7 +829,7 @@ async fn the_analyst_recovers_from_a_wrong_source_name_and_answers() {
         });
         let query = "compare amount between fi_reporting and bpc_reporting for company 1001";
         let input = json!({"messages": [{"id": "u1", "role": "user", "content": query}], "query": query});
-        let out = runtime::run(graph, services, input, RunOptions { events: Some(tx), ..Default::default() }).await.unwrap();
+        let out = runtime::run(Arc::clone(&graph), services, input, RunOptions { events: Some(tx), ..Default::default() }).await.unwrap();
         let events = collector.await.unwrap();
 
         // The wrong name failed as data, listing the sources; then the right call succeeded.
@@ -864,6 +864,15 @@ async fn the_analyst_recovers_from_a_wrong_source_name_and_answers() {
         assert_eq!(trace[0]["error"]["type"], "not_found");
         assert_eq!(trace[1]["output"]["summary"]["difference_total"], 3350.0);
         assert!(matches!(events.last().unwrap().event, EventKind::RunFinished { .. }));
+        // Re-executed with no database and no model: the offered tools and
+        // every result come from the recording.
+        let offline = Services::new(
+            Models::single(Arc::new(ScriptedModel::new([]))),
+            Arc::new(stategraph::tools::ToolRegistry::with_builtins()),
+        );
+        let recorded: Vec<_> = events.iter().map(|e| (**e).clone()).collect();
+        let r = stategraph::replay::reexecute(graph, offline, &recorded).await.unwrap();
+        assert!(r.divergence.is_none(), "{}", r.report());
     })
     .await;
 }

@@ -390,3 +390,67 @@ async fn the_runs_api_serves_history_events_state_and_forks_per_user() {
     assert_eq!(bobs["runs"], json!([]));
     server.shutdown().await;
 }
+
+/// A graph whose answer node has a fallback role, with a tool.
+const FALLBACK_GRAPH: &str = r#"
+state: chat
+entry: answer
+nodes:
+  - id: answer
+    kind: agent
+    prompt: chat/direct.md
+    model: primary
+    fallback_model: backup
+    surface: answer
+    tools: [basic]
+    input: query
+    max_iterations: 3
+    output: answer
+edges: [answer -> END]
+"#;
+
+#[tokio::test]
+async fn a_run_answered_by_the_fallback_model_reexecutes_without_divergence() {
+    let reg = crate::support::registries();
+    let cat = reg.from_sources(
+        &[("fallback", FALLBACK_GRAPH)],
+        Prompts::load(&root().join("prompts")),
+    );
+    assert!(!cat.has_errors(), "{:?}", cat.diagnostics);
+    let graph = Arc::clone(cat.get("fallback").unwrap());
+    // The primary fails before answering every time; the backup answers.
+    let primary = Arc::new(ScriptedModel::from_fn(|_| {
+        Turn::Fail(stategraph::llm::LlmError::Http {
+            status: 400,
+            message: "primary is down".into(),
+        })
+    }));
+    let models = Models::single(model()).with_role("primary", primary);
+    let services = Arc::new(Services::new(models, Arc::clone(&reg.tools)));
+    let (tx, mut rx) = tokio::sync::mpsc::channel(1024);
+    let input = json!({"messages": [{"id": "u1", "role": "user", "content": "what time is it?"}], "query": "what time is it?"});
+    let out = runtime::run(
+        Arc::clone(&graph),
+        services,
+        input,
+        RunOptions {
+            events: Some(tx),
+            ..Default::default()
+        },
+    )
+    .await
+    .unwrap();
+    assert_eq!(out.state.to_json()["answer"], "It is time to answer.");
+    let mut events = Vec::new();
+    while let Ok(e) = rx.try_recv() {
+        events.push((*e).clone());
+    }
+    let failed = events
+        .iter()
+        .filter(|e| matches!(e.event, EventKind::LlmFailed { .. }))
+        .count();
+    assert!(failed >= 1, "the primary's failures are recorded");
+    let services = Services::new(Models::single(unreachable_model()), Arc::clone(&reg.tools));
+    let r = replay::reexecute(graph, services, &events).await.unwrap();
+    assert!(r.divergence.is_none(), "{}", r.report());
+}

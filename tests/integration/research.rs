@@ -749,6 +749,8 @@ async fn research_plans_searches_in_parallel_reads_ranks_loops_on_gaps_and_cites
     for (s, r) in shown["data"].as_array().unwrap().iter().zip(ranked) {
         assert_eq!(s["score"], r["score"]);
     }
+    // Re-executed with no search engine, no pages and no model.
+    assert!(crate::support::assert_all_reexecute(&server.state).await >= 1);
     server.shutdown().await;
 }
 

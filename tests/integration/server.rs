@@ -115,6 +115,8 @@ async fn every_intent_streams_a_valid_ui_message() {
         assert_eq!(meta["offlineModel"], false);
         assert!(meta["usage"]["totalTokens"].as_u64().unwrap() > 0);
     }
+    // Every intent's run re-executes from its recording alone.
+    assert_eq!(crate::support::assert_all_reexecute(&server.state).await, 6);
     server.shutdown().await;
 }
 
