@@ -5,7 +5,9 @@ use std::path::{Path, PathBuf};
 
 use serde_json::json;
 
-use crate::graph::diagnostic::{Diagnostic, Severity};
+use crate::graph::catalog::is_graph_file;
+use crate::graph::diagnostic::{Diagnostic, Diagnostics, Severity};
+use crate::graph::loc::Loc;
 use crate::nodes::Registries;
 
 /// How `check` prints what it found.
@@ -33,13 +35,14 @@ pub fn check(
     format: CheckFormat,
     out: &mut dyn Write,
 ) -> std::io::Result<bool> {
-    let files = graph_files(paths)?;
+    let (files, mut diagnostics) = graph_files(paths)?;
     let catalog = reg.load_files(&files, prompts);
-    let errors = catalog.diagnostics.iter().filter(|d| d.is_error()).count();
-    let warnings = catalog.diagnostics.len() - errors;
+    diagnostics.extend(catalog.diagnostics.iter().cloned());
+    let errors = diagnostics.iter().filter(|d| d.is_error()).count();
+    let warnings = diagnostics.len() - errors;
     match format {
         CheckFormat::Text => {
-            for d in &catalog.diagnostics {
+            for d in &diagnostics {
                 writeln!(out, "{d}")?;
             }
             writeln!(
@@ -55,12 +58,12 @@ pub fn check(
                 "valid": catalog.graphs.keys().collect::<Vec<_>>(),
                 "errors": errors,
                 "warnings": warnings,
-                "diagnostics": catalog.diagnostics,
+                "diagnostics": diagnostics,
             });
             writeln!(out, "{doc:#}")?;
         }
         CheckFormat::Github => {
-            for d in &catalog.diagnostics {
+            for d in &diagnostics {
                 writeln!(out, "{}", github_annotation(d))?;
             }
         }
@@ -68,23 +71,37 @@ pub fn check(
     Ok(errors == 0 && !files.is_empty())
 }
 
-/// The files named, with directories expanded to their `*.yaml`/`*.yml`.
-fn graph_files(paths: &[PathBuf]) -> std::io::Result<Vec<PathBuf>> {
+/// The files named, with directories expanded to their `*.yaml`/`*.yml`
+/// entries (whatever those are: the loader reports one that is not a
+/// regular file). A named directory without any is a diagnostic, so the
+/// command never fails without saying why.
+fn graph_files(paths: &[PathBuf]) -> std::io::Result<(Vec<PathBuf>, Vec<Diagnostic>)> {
     let mut files = Vec::new();
+    let mut diagnostics = Vec::new();
     for p in paths {
         if p.is_dir() {
             let mut found: Vec<PathBuf> = std::fs::read_dir(p)?
                 .flatten()
                 .map(|e| e.path())
-                .filter(|f| matches!(f.extension().and_then(|e| e.to_str()), Some("yaml" | "yml")))
+                .filter(|f| is_graph_file(f))
                 .collect();
+            if found.is_empty() {
+                let mut d = Diagnostics::new(p.display().to_string());
+                d.error(
+                    Loc::new(1, 1),
+                    "no-graph-files",
+                    "directory holds no `*.yaml`/`*.yml` graph files",
+                    None,
+                );
+                diagnostics.extend(d.into_vec());
+            }
             found.sort();
             files.extend(found);
         } else {
             files.push(p.clone());
         }
     }
-    Ok(files)
+    Ok((files, diagnostics))
 }
 
 /// A GitHub Actions annotation (properties and message escaped as the

@@ -47,7 +47,9 @@ pub struct Catalog<N> {
 }
 
 impl<N> Catalog<N> {
-    /// Loads and compiles every `*.yaml` / `*.yml` file in `graphs_dir`.
+    /// Loads and compiles every `*.yaml` / `*.yml` entry in `graphs_dir`.
+    /// An entry so named that is not a regular file (a directory, a FIFO, a
+    /// device, also through a symlink) is an error naming it, not skipped.
     pub fn load<K: NodeKinds<Node = N>>(
         graphs_dir: &Path,
         prompts_dir: &Path,
@@ -283,8 +285,10 @@ fn reaches(
     false
 }
 
-fn is_graph_file(p: &Path) -> bool {
-    p.is_file() && matches!(p.extension().and_then(|e| e.to_str()), Some("yaml" | "yml"))
+/// Whether the name says graph file; what the entry really is, is for
+/// [`load_file`] to check (and report).
+pub(crate) fn is_graph_file(p: &Path) -> bool {
+    matches!(p.extension().and_then(|e| e.to_str()), Some("yaml" | "yml"))
 }
 
 fn missing(path: &Path, message: &str) -> Diagnostic {

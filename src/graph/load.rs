@@ -1,17 +1,21 @@
 //! Reading graph files into spec types.
 //!
 //! Anything a developer can put in a file — nothing, not-YAML, the wrong
-//! types, 10 MB, deep nesting, odd Unicode — comes back as diagnostics,
-//! never a panic. Limits are enforced before and during parsing.
+//! types, unknown tags, 10 MB, deep nesting, odd Unicode — or in place of
+//! one (a directory, a FIFO, a symlink to `/dev/zero`) comes back as
+//! diagnostics, never a panic or a hang. Limits are enforced before and
+//! during reading and parsing.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use super::diagnostic::{Diagnostic, Diagnostics, did_you_mean};
 use super::loc::{Loc, Sp};
+use super::source::{ReadError, read_capped};
 use super::spec::{EdgeSpec, GraphSpec};
 
-/// Largest graph file accepted. Real graphs are a few KB.
+/// Largest graph file accepted (1 MiB). Real graphs are a few KB; a file
+/// is never read past this (see [`read_capped`]).
 pub const MAX_GRAPH_FILE_BYTES: usize = 1024 * 1024;
 
 /// Deepest YAML nesting accepted.
@@ -39,15 +43,25 @@ pub struct GraphFile {
 pub fn load_file(path: &Path) -> Result<GraphFile, Vec<Diagnostic>> {
     let display: Arc<str> = path.display().to_string().into();
     let mut diags = Diagnostics::new(Arc::clone(&display));
-    let bytes = match std::fs::read(path) {
+    let bytes = match read_capped(path, MAX_GRAPH_FILE_BYTES as u64) {
         Ok(b) => b,
         Err(e) => {
-            diags.error(
-                Loc::new(1, 1),
-                "io",
-                format!("cannot read graph file: {e}"),
-                None,
-            );
+            let (message, hint) = match &e {
+                ReadError::NotAFile(what) => (
+                    format!(
+                        "`{}` is {what}, not a graph file",
+                        path.file_name().unwrap_or_default().to_string_lossy()
+                    ),
+                    Some(
+                        "only regular files (or symlinks to them) named `*.yaml`/`*.yml` are \
+                         read; rename or move it"
+                            .into(),
+                    ),
+                ),
+                ReadError::TooLarge { size, .. } => too_large(*size),
+                ReadError::Io(e) => (format!("cannot read graph file: {e}"), None),
+            };
+            diags.error(Loc::new(1, 1), e.code(), message, hint);
             return Err(diags.into_vec());
         }
     };
@@ -66,16 +80,8 @@ pub fn parse(path: &Path, id: &str, bytes: &[u8]) -> Result<GraphFile, Vec<Diagn
     let display: Arc<str> = path.display().to_string().into();
     let mut diags = Diagnostics::new(Arc::clone(&display));
     if bytes.len() > MAX_GRAPH_FILE_BYTES {
-        diags.error(
-            Loc::new(1, 1),
-            "file-too-large",
-            format!(
-                "graph file is {:.1} MB; the limit is {} KB",
-                bytes.len() as f64 / 1e6,
-                MAX_GRAPH_FILE_BYTES / 1024
-            ),
-            Some("split it into subgraphs (`kind: subgraph`)".into()),
-        );
+        let (message, hint) = too_large(Some(bytes.len() as u64));
+        diags.error(Loc::new(1, 1), "file-too-large", message, hint);
         return Err(diags.into_vec());
     }
     let source = match std::str::from_utf8(bytes) {
@@ -115,6 +121,9 @@ pub fn parse(path: &Path, id: &str, bytes: &[u8]) -> Result<GraphFile, Vec<Diagn
     // YAML 1.2 booleans only: `y`, `no`, `on` are names here (an intent `NO`,
     // a node `y`), not booleans.
     options.strict_booleans = true;
+    // A tag the library does not know (`kind: !foo llm`) would otherwise be
+    // dropped silently; graph files use none.
+    options.reject_unsupported_tags = true;
     if let Some(budget) = options.budget.as_mut() {
         budget.max_depth = MAX_DEPTH;
     }
@@ -126,8 +135,21 @@ pub fn parse(path: &Path, id: &str, bytes: &[u8]) -> Result<GraphFile, Vec<Diagn
                 .map(Loc::from)
                 .filter(Loc::is_known)
                 .unwrap_or(Loc::new(1, 1));
-            let (message, hint) = describe_yaml_error(&e);
-            diags.error(loc, "yaml", message, hint);
+            if let serde_saphyr::Error::UnsupportedTag { tag, .. } = &e {
+                diags.error(
+                    tag_loc(&source, loc, tag),
+                    "unknown-tag",
+                    format!("unknown YAML tag `{tag}`"),
+                    Some(
+                        "graph files use no YAML tags: remove it, or quote the value if it \
+                         starts with `!`"
+                            .into(),
+                    ),
+                );
+            } else {
+                let (message, hint) = describe_yaml_error(&e);
+                diags.error(loc, "yaml", message, hint);
+            }
             return Err(diags.into_vec());
         }
     };
@@ -144,6 +166,16 @@ pub fn parse(path: &Path, id: &str, bytes: &[u8]) -> Result<GraphFile, Vec<Diagn
     } else {
         Ok(file)
     }
+}
+
+fn too_large(size: Option<u64>) -> (String, Option<String>) {
+    (
+        format!(
+            "graph file {}",
+            super::source::too_large(size, MAX_GRAPH_FILE_BYTES as u64)
+        ),
+        Some("split it into subgraphs (`kind: subgraph`)".into()),
+    )
 }
 
 /// Node and graph ids: ASCII identifiers (they become Mermaid ids, metric
@@ -234,6 +266,22 @@ fn place_short_edges(file: &mut GraphFile) {
     }
 }
 
+/// Where `tag` is written: the parser places the error at the tagged node,
+/// and the tag is the text right before it (whitespace apart). Anything
+/// else in between, and the node's place stands.
+fn tag_loc(source: &str, node: Loc, tag: &str) -> Loc {
+    let lines = yaml_lines(source);
+    let Some(line) = lines.get((node.line as usize).saturating_sub(1)) else {
+        return node;
+    };
+    let column = (node.column as usize).saturating_sub(1);
+    let before: String = line.chars().take(column).collect();
+    match before.trim_end().strip_suffix(tag) {
+        Some(rest) => Loc::new(node.line, rest.chars().count() as u32 + 1),
+        None => node,
+    }
+}
+
 fn offset_to_loc(prefix: &str, _offset: usize) -> Loc {
     let lines = yaml_lines(prefix);
     let column = lines.last().map_or(0, |l| l.chars().count()) as u32 + 1;
@@ -297,6 +345,42 @@ mod tests {
         assert!(errs(deep.as_bytes())[0].contains("error[yaml]"));
         let e = errs(b"state: chat\nstate: x\n");
         assert_eq!(e, ["g.yaml:2:1: error[yaml]: duplicate mapping key: state"]);
+    }
+
+    #[test]
+    fn unknown_tags_are_errors_at_the_tag() {
+        let base = "state: chat\nentry: a\nnodes:\n  - id: a\n";
+        let e = errs(format!("{base}    kind: !foo noop\n").as_bytes());
+        assert_eq!(
+            e,
+            [
+                "g.yaml:5:11: error[unknown-tag]: unknown YAML tag `!foo`\n  hint: graph files \
+              use no YAML tags: remove it, or quote the value if it starts with `!`"
+            ]
+        );
+        // On a key, a flow sequence, a global tag; a tag on the line before
+        // its node is reported at the node.
+        for (src, place) in [
+            ("    !foo kind: noop\n", "g.yaml:5:5:"),
+            ("    kind: noop\nedges: !x [a -> END]\n", "g.yaml:6:8:"),
+            ("    kind: !<tag:example.com,1:x> noop\n", "g.yaml:5:"),
+            ("    kind: !foo\n      noop\n", "g.yaml:6:7:"),
+        ] {
+            let e = errs(format!("{base}{src}").as_bytes());
+            assert!(
+                e.len() == 1 && e[0].starts_with(place) && e[0].contains("error[unknown-tag]"),
+                "{src}: {e:?}"
+            );
+        }
+        // Not tags: quoted, in a comment, or YAML's own string tag.
+        for src in [
+            "    kind: noop\n    description: \"!foo\"\n",
+            "    kind: noop # !foo\n",
+            "    kind: !!str noop\n",
+        ] {
+            let f = parse(Path::new("g.yaml"), "g", format!("{base}{src}").as_bytes());
+            assert!(f.is_ok(), "{src}: {:?}", f.err());
+        }
     }
 
     #[test]

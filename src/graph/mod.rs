@@ -7,7 +7,8 @@
 //! — the only form the executor ever sees. Node kinds build through
 //! [`BuildCx`] and are supplied by the caller ([`NodeKinds`]), so this module
 //! never depends on them. [`catalog`] does this for a whole directory
-//! (subgraphs first), [`mermaid`] draws a compiled graph and [`file_schema`]
+//! (subgraphs first), reading each file through [`source`] (regular files
+//! only, size-capped), [`mermaid`] draws a compiled graph and [`file_schema`]
 //! describes the file format as JSON Schema.
 
 mod build;
@@ -26,6 +27,7 @@ pub mod mermaid;
 pub mod prompts;
 mod rules;
 mod settings;
+pub mod source;
 pub mod spec;
 mod state_decl;
 pub mod value;

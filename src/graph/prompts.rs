@@ -13,6 +13,7 @@ use minijinja::{AutoEscape, Environment};
 use xxhash_rust::xxh3::Xxh3;
 
 use super::diagnostic::{Diagnostic, Severity};
+use super::source::{ReadError, read_capped};
 
 /// Template files are recognised by these extensions.
 const EXTENSIONS: &[&str] = &["md", "txt", "j2", "jinja", "tmpl", "prompt"];
@@ -29,8 +30,17 @@ pub(crate) const BUILTIN_GLOBALS: &[&str] = &[
     "loop",
 ];
 
-/// Largest prompt file accepted.
-const MAX_PROMPT_BYTES: u64 = 256 * 1024;
+/// Largest prompt file accepted (256 KiB); a file is never read past this
+/// (see [`read_capped`]).
+pub const MAX_PROMPT_BYTES: u64 = 256 * 1024;
+
+/// Why a template file could not be read, as its diagnostic will say.
+#[derive(Debug)]
+struct Unreadable {
+    code: &'static str,
+    message: String,
+    hint: Option<String>,
+}
 
 /// One template file.
 #[derive(Debug)]
@@ -81,31 +91,38 @@ pub(crate) fn environment() -> Environment<'static> {
 impl Prompts {
     /// Loads every template under `dir` (recursively). A missing directory
     /// yields an empty set: graphs that name prompts then fail validation.
+    /// A template that is not a regular file (a FIFO, a device), is over
+    /// [`MAX_PROMPT_BYTES`] or is not UTF-8 is not read further; a graph
+    /// that uses it gets that as its diagnostic.
     pub fn load(dir: &Path) -> Self {
         let mut found = Vec::new();
         collect(dir, dir, &mut found, 0);
         let mut sources = Vec::new();
         for (name, path) in found {
             let display: Arc<str> = path.display().to_string().into();
-            match std::fs::metadata(&path) {
-                Ok(m) if m.len() > MAX_PROMPT_BYTES => {
-                    sources.push((
-                        name,
-                        display,
-                        Err(format!(
-                            "prompt file is larger than {} KB",
-                            MAX_PROMPT_BYTES / 1024
-                        )),
-                    ));
-                    continue;
-                }
-                _ => {}
-            }
-            let text = std::fs::read(&path)
-                .map_err(|e| e.to_string())
-                .and_then(|b| {
-                    String::from_utf8(b).map_err(|_| "prompt file is not valid UTF-8".to_owned())
-                });
+            let text = match read_capped(&path, MAX_PROMPT_BYTES) {
+                Ok(bytes) => String::from_utf8(bytes).map_err(|_| Unreadable {
+                    code: "invalid-utf8",
+                    message: "prompt file is not valid UTF-8".into(),
+                    hint: None,
+                }),
+                Err(e) => Err(Unreadable {
+                    code: e.code(),
+                    hint: match &e {
+                        ReadError::NotAFile(_) => Some(
+                            "only regular files (or symlinks to them) are read as prompts".into(),
+                        ),
+                        ReadError::TooLarge { .. } => {
+                            Some("shorten it; a prompt is sent whole with every call".into())
+                        }
+                        ReadError::Io(_) => None,
+                    },
+                    message: match e {
+                        ReadError::Io(e) => format!("cannot read prompt file: {e}"),
+                        e => format!("prompt file {e}"),
+                    },
+                }),
+            };
             sources.push((name, display, text));
         }
         Self::build(dir, sources)
@@ -129,25 +146,29 @@ impl Prompts {
         Self::build(dir, sources)
     }
 
-    fn build(dir: &Path, sources: Vec<(String, Arc<str>, Result<String, String>)>) -> Self {
+    fn build(dir: &Path, sources: Vec<(String, Arc<str>, Result<String, Unreadable>)>) -> Self {
         let mut env = environment();
         let mut files = BTreeMap::new();
         for (name, display, text) in sources {
-            let diag = |line: u32, message: String| Diagnostic {
+            let diag = |line: u32, code: &'static str, message: String, hint| Diagnostic {
                 severity: Severity::Error,
                 file: Arc::clone(&display),
                 line: line.max(1),
                 column: 1,
-                code: "prompt-syntax",
+                code,
                 message,
-                hint: None,
+                hint,
             };
             let file = match text {
-                Err(message) => PromptFile {
+                Err(Unreadable {
+                    code,
+                    message,
+                    hint,
+                }) => PromptFile {
                     display: Arc::clone(&display),
                     source: String::new(),
                     variables: BTreeSet::new(),
-                    error: Some(diag(1, message)),
+                    error: Some(diag(1, code, message, hint)),
                 },
                 Ok(source) => match env.add_template_owned(name.clone(), source.clone()) {
                     Ok(()) => {
@@ -173,7 +194,7 @@ impl Prompts {
                             display: Arc::clone(&display),
                             source,
                             variables: BTreeSet::new(),
-                            error: Some(diag(line, message)),
+                            error: Some(diag(line, "prompt-syntax", message, None)),
                         }
                     }
                 },

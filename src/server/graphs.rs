@@ -10,7 +10,9 @@ use serde_json::{Value, json};
 use super::AppState;
 use super::auth::User;
 use super::error::ApiError;
+use crate::graph::load::MAX_GRAPH_FILE_BYTES;
 use crate::graph::mermaid::mermaid;
+use crate::graph::source::read_capped;
 
 /// Every graph served, with the diagnostics of files that failed.
 pub(super) async fn list(State(state): State<Arc<AppState>>, _user: User) -> Json<Value> {
@@ -60,7 +62,12 @@ pub(super) async fn get(
             })
         })
         .collect();
-    let source = std::fs::read_to_string(&g.file).ok();
+    // The file as it is now (it may have changed since it compiled), read
+    // with the loader's limits: a FIFO or device put in its place cannot
+    // hang or flood the request.
+    let source = read_capped(&g.file, MAX_GRAPH_FILE_BYTES as u64)
+        .ok()
+        .and_then(|b| String::from_utf8(b).ok());
     Ok(Json(json!({
         "id": g.id.as_ref(),
         "version": g.version,

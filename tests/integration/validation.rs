@@ -18,7 +18,9 @@
 //! loaded together (subgraphs, duplicate graph ids).
 //!
 //! [`fuzz`] covers what no fixture can hold (10 MB, random bytes) and fuzzes
-//! the loader.
+//! the loader; [`special_files`] builds what git cannot hold either (FIFOs,
+//! symlinks to `/dev/zero`, directories named `x.yaml`) and checks that
+//! every loader reports them and finishes.
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
@@ -33,6 +35,8 @@ use stategraph::state::Patch;
 use crate::support::root;
 
 mod fuzz;
+#[cfg(unix)]
+mod special_files;
 
 fn fixtures() -> PathBuf {
     root().join("tests/fixtures")
@@ -88,6 +92,7 @@ const HINTED: &[&str] = &[
     "join-never-fires",
     "missing-prompt",
     "no-path-to-end",
+    "not-a-file",
     "route-needs-default",
     "route-unmapped-value",
     "setting-not-applicable",
@@ -95,6 +100,7 @@ const HINTED: &[&str] = &[
     "unknown-kind",
     "unknown-node",
     "unknown-state",
+    "unknown-tag",
     "unknown-tool",
     "unreachable-node",
 ];
@@ -341,10 +347,10 @@ fn every_diagnostic_code_is_proven_by_a_fixture() {
         }
     }
     let source = codes_in_source();
-    // `file-too-large` needs a file this repository does not hold
-    // (fuzz::bad_input_is_always_a_diagnostic); `invalid-graph` only guards
-    // against a kind failing without saying why.
-    let elsewhere = ["file-too-large", "invalid-graph"];
+    // `file-too-large` and `not-a-file` need files this repository cannot
+    // hold (fuzz::bad_input_is_always_a_diagnostic, special_files);
+    // `invalid-graph` only guards against a kind failing without saying why.
+    let elsewhere = ["file-too-large", "not-a-file", "invalid-graph"];
     let missing: Vec<&String> = source
         .iter()
         .filter(|c| !expected.contains(*c) && !elsewhere.contains(&c.as_str()))
@@ -384,10 +390,11 @@ fn hinted_codes_always_carry_a_hint() {
             }
         }
     }
-    // Every hinted code but `file-too-large` (fuzz::bad_input_is_always_a_diagnostic) occurs.
+    // Every hinted code but those no fixture can produce occurs
+    // (special_files checks their hints).
     let unseen: Vec<&&str> = HINTED
         .iter()
-        .filter(|c| !seen.contains(**c) && **c != "file-too-large")
+        .filter(|c| !seen.contains(**c) && !["file-too-large", "not-a-file"].contains(*c))
         .collect();
     assert!(
         unseen.is_empty(),
