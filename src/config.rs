@@ -59,6 +59,23 @@ pub enum OnDisconnect {
     Cancel,
 }
 
+/// Which of a run's events a client may see.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum StreamDurability {
+    /// Only stored ones (default): every event is in the log before any
+    /// client sees it (written in small groups, at most every
+    /// `stream_flush`), so a client resuming after a crash — with its
+    /// `Last-Event-ID`, on any instance — continues exactly where it was and
+    /// ends with exactly the stored answer.
+    #[default]
+    Visible,
+    /// Events are stored with their step's checkpoint (fewer, larger
+    /// writes); a crash loses the step in progress, which runs again, and a
+    /// client that saw part of it is sent the whole stream again.
+    Step,
+}
+
 /// `[server]`.
 #[derive(Clone, Debug, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -93,6 +110,11 @@ pub struct ServerConfig {
     pub lease: Dur,
     /// How often to look for runs left by dead instances (0 = never).
     pub recover_interval: Dur,
+    /// Which events clients may see: stored ones only (`visible`) or any.
+    pub stream_durability: StreamDurability,
+    /// With `visible`: the longest a streamed event waits to be grouped
+    /// with the ones after it into one write (a step's end never waits).
+    pub stream_flush: Dur,
     /// A client must send a request's whole head (request line and
     /// headers) within this time, or the connection is closed: a client
     /// that trickles half a header line holds nothing for long.
@@ -118,6 +140,8 @@ impl Default for ServerConfig {
             store_outage_limit: Dur(Duration::from_secs(30)),
             lease: Dur(Duration::from_secs(15)),
             recover_interval: Dur(Duration::from_secs(5)),
+            stream_durability: StreamDurability::Visible,
+            stream_flush: Dur(Duration::from_millis(20)),
             header_timeout: Dur(Duration::from_secs(10)),
             max_header_bytes: Bytes(16 * 1024),
         }

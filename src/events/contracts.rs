@@ -69,3 +69,15 @@ pub struct StepBatch {
     /// Running, or how the run ended (the final batch).
     pub status: RunStatus,
 }
+
+/// A tool offered to the model.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ToolDef {
+    /// Name.
+    pub name: String,
+    /// What it does.
+    pub description: String,
+    /// JSON schema of the arguments (shared: offered on every call).
+    pub parameters: Arc<Value>,
+}
+

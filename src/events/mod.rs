@@ -19,7 +19,7 @@ use uuid::Uuid;
 
 use crate::state::Patch;
 
-pub use contracts::{PendingTask, RunStatus, StepBatch, TaskWrite};
+pub use contracts::{PendingTask, RunStatus, StepBatch, TaskWrite, ToolDef};
 pub use sink::{Emit, EventSink, NodeEvents};
 
 /// Version of the serialized event format, stored in `run_started`.
@@ -223,7 +223,7 @@ pub enum EventKind {
     /// same ones when the tools' providers (an MCP server, say) are absent.
     ToolsOffered {
         /// Name, description and argument schema of each.
-        tools: Vec<crate::llm::ToolDef>,
+        tools: Vec<ToolDef>,
     },
     /// Streamed answer text.
     TextDelta {
@@ -356,6 +356,26 @@ impl EventKind {
                 | EventKind::RunFailed { .. }
                 | EventKind::RunCancelled { .. }
         )
+    }
+
+    /// Whether `other` records the same behaviour: equal but for timing
+    /// (durations and retry delays, which vary from run to run).
+    pub fn same_behaviour(&self, other: &EventKind) -> bool {
+        if self == other {
+            return true;
+        }
+        if std::mem::discriminant(self) != std::mem::discriminant(other) {
+            return false;
+        }
+        let strip = |k: &EventKind| {
+            let mut v = serde_json::to_value(k).ok()?;
+            if let Some(o) = v.as_object_mut() {
+                o.remove("duration_us");
+                o.remove("delay_ms");
+            }
+            Some(v)
+        };
+        matches!((strip(self), strip(other)), (Some(a), Some(b)) if a == b)
     }
 }
 

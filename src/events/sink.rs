@@ -7,6 +7,7 @@
 //! even when parallel tasks emit at once; a full channel makes emitters wait
 //! (backpressure) instead of growing memory.
 
+use std::collections::{HashMap, VecDeque};
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex, PoisonError};
@@ -33,7 +34,12 @@ struct Inner {
     usage: Usage,
     keep: bool,
     pending: Vec<Arc<Event>>,
+    /// Events already in the log that a resumed run emits again, per
+    /// (step, node, task): see [`EventSink::with_logged`].
+    logged: HashMap<LogKey, VecDeque<Arc<Event>>>,
 }
+
+type LogKey = (u32, Option<Arc<str>>, u32);
 
 /// Microseconds since the Unix epoch.
 pub fn now_micros() -> u64 {
@@ -63,8 +69,29 @@ impl EventSink {
                 usage: Usage::default(),
                 keep,
                 pending: Vec::new(),
+                logged: HashMap::new(),
             }),
         }
+    }
+
+    /// A resumed run's sink that knows the events of the interrupted step
+    /// already in the log (stored, and seen by clients). While a task
+    /// emits exactly what it logged before the crash (the same model call,
+    /// served from the recording; the same tool result), the logged event is
+    /// returned and nothing is stamped, stored or sent again: clients never
+    /// get a part twice and numbering stays contiguous. From a task's first
+    /// difference on (a model call that was cut off and now answers
+    /// otherwise), its events are new.
+    #[must_use]
+    pub fn with_logged(self, events: impl IntoIterator<Item = Event>) -> Self {
+        {
+            let mut inner = self.inner.lock().unwrap_or_else(PoisonError::into_inner);
+            for e in events {
+                let key = (e.step, e.node.clone(), e.task);
+                inner.logged.entry(key).or_default().push_back(Arc::new(e));
+            }
+        }
+        self
     }
 
     /// The run this sink stamps.
@@ -114,6 +141,11 @@ impl EventSink {
         permit: Option<mpsc::Permit<'_, Arc<Event>>>,
     ) -> Arc<Event> {
         let mut inner = self.inner.lock().unwrap_or_else(PoisonError::into_inner);
+        if !inner.logged.is_empty()
+            && let Some(logged) = replayed(&mut inner.logged, step, node, task, &event)
+        {
+            return logged;
+        }
         if let EventKind::LlmFinished { usage, .. } = &event {
             inner.usage += *usage;
         }
@@ -161,6 +193,26 @@ impl EventSink {
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .seq
+    }
+}
+
+/// The logged event `event` repeats, if it does (consumed); a difference
+/// ends the task's replay.
+fn replayed(
+    logged: &mut HashMap<LogKey, VecDeque<Arc<Event>>>,
+    step: u32,
+    node: Option<&Arc<str>>,
+    task: u32,
+    event: &EventKind,
+) -> Option<Arc<Event>> {
+    let key = (step, node.cloned(), task);
+    let queue = logged.get_mut(&key)?;
+    match queue.front() {
+        Some(front) if front.event.same_behaviour(event) => queue.pop_front(),
+        _ => {
+            logged.remove(&key);
+            None
+        }
     }
 }
 
@@ -329,5 +381,42 @@ mod tests {
         assert_eq!(seqs, (11..=210).collect::<Vec<_>>());
         assert_eq!(sink.take_pending().len(), 200);
         assert!(sink.take_pending().is_empty());
+    }
+
+    #[tokio::test]
+    async fn a_resumed_task_repeating_its_logged_events_emits_only_what_is_new() {
+        let node: Arc<str> = "n".into();
+        let delta = |d: &str| EventKind::TextDelta {
+            call: 0,
+            delta: d.into(),
+        };
+        let logged = ["The", " answer"].iter().enumerate().map(|(i, d)| Event {
+            run_id: Uuid::nil(),
+            seq: 5 + i as u64,
+            at: 0,
+            step: 2,
+            node: Some(Arc::clone(&node)),
+            task: 0,
+            event: delta(d),
+        });
+        let (tx, mut rx) = mpsc::channel(16);
+        let sink = EventSink::new(Uuid::nil(), Some(tx), 6, true).with_logged(logged);
+        // Same as logged: the logged event comes back, nothing is sent.
+        let again = sink.emit(2, Some(&node), 0, delta("The")).await;
+        assert_eq!(again.seq, 5);
+        // Another task is not replayed.
+        let other = sink.emit(2, Some(&node), 1, delta("x")).await;
+        assert_eq!(other.seq, 7);
+        // The first difference ends the replay of that task for good.
+        let new = sink.emit(2, Some(&node), 0, delta(" result")).await;
+        assert_eq!(new.seq, 8);
+        let later = sink.emit(2, Some(&node), 0, delta(" answer")).await;
+        assert_eq!(later.seq, 9, "after a difference nothing is replayed");
+        drop(sink);
+        let mut sent = Vec::new();
+        while let Some(e) = rx.recv().await {
+            sent.push(e.seq);
+        }
+        assert_eq!(sent, [7, 8, 9]);
     }
 }

@@ -62,16 +62,9 @@ pub enum ChatMessage {
     },
 }
 
-/// A tool offered to the model.
-#[derive(Clone, Debug, PartialEq, Serialize, serde::Deserialize)]
-pub struct ToolDef {
-    /// Name.
-    pub name: String,
-    /// What it does.
-    pub description: String,
-    /// JSON schema of the arguments (shared: offered on every call).
-    pub parameters: Arc<Value>,
-}
+/// A tool offered to the model (defined with the events: a run records
+/// the tools it offered, see [`crate::events::EventKind::ToolsOffered`]).
+pub use crate::events::ToolDef;
 
 /// Ask for JSON matching a schema (OpenAI `response_format: json_schema`).
 #[derive(Clone, Debug, PartialEq, Serialize)]

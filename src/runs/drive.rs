@@ -4,13 +4,16 @@
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use serde_json::Value;
-use tokio::sync::{OwnedSemaphorePermit, mpsc};
+use tokio::sync::{OwnedSemaphorePermit, mpsc, watch};
 
 use super::{Begin, Launch, RunHub, Runs};
+use crate::config::StreamDurability;
 use crate::events::{ErrorInfo, Event, EventKind, Usage, now_micros};
-use crate::runtime::{self, RunError, RunOptions, RunOutcome, RunStatus};
+use crate::replay::Recording;
+use crate::runtime::{self, RunError, RunOptions, RunOutcome, RunStatus, Services};
 use crate::sse::{Assembler, Bridge};
 use crate::store::{LogCheckpointer, MessageRecord};
 
@@ -31,14 +34,25 @@ pub(super) async fn drive(
     permit: OwnedSemaphorePermit,
 ) {
     let (tx, rx) = mpsc::channel::<Arc<Event>>(256);
-    let opts = RunOptions {
+    let writer = LogCheckpointer::new(Arc::clone(&runs.store))
+        .with_outage_limit(runs.config.store_outage_limit);
+    let (checkpointer, durable) = match runs.config.stream_durability {
+        StreamDurability::Step => (writer, None),
+        StreamDurability::Visible => {
+            let (stored, seen) = watch::channel(0);
+            let durable = Durable {
+                writer: writer.clone(),
+                stored,
+                flush: runs.config.stream_flush,
+            };
+            (writer.after_events(seen), Some(durable))
+        }
+    };
+    let mut opts = RunOptions {
         run_id: launch.run_id,
         events: Some(tx),
         cancel: hub.cancel.clone(),
-        checkpointer: Some(Arc::new(
-            LogCheckpointer::new(Arc::clone(&runs.store))
-                .with_outage_limit(runs.config.store_outage_limit),
-        )),
+        checkpointer: Some(Arc::new(checkpointer)),
         stream: Some(hub.bridge.to_json()),
         durability: runs.config.durability,
         forked_from: launch.forked_from.clone(),
@@ -56,18 +70,25 @@ pub(super) async fn drive(
                 opts,
             )),
         ),
-        Begin::Resumed { from, history } => (
-            history,
-            Box::pin(runtime::resume(
-                Arc::clone(&launch.graph),
-                Arc::clone(&runs.services),
-                from,
-                opts,
-            )),
-        ),
+        Begin::Again { input, history } => {
+            opts.logged = history.clone();
+            let services = replaying(&runs, &opts.logged);
+            let run = runtime::run(Arc::clone(&launch.graph), services, input, opts);
+            (history, Box::pin(run))
+        }
+        Begin::Resumed { from, history } => {
+            opts.logged = history
+                .iter()
+                .filter(|e| e.step > from.step)
+                .cloned()
+                .collect();
+            let services = replaying(&runs, &opts.logged);
+            let run = runtime::resume(Arc::clone(&launch.graph), services, from, opts);
+            (history, Box::pin(run))
+        }
     };
     let tap = launch.tap.take();
-    let pump = pump(&runs, &hub, &graph_id, &history, tap.as_ref(), rx);
+    let pump = pump(&runs, &hub, &graph_id, &history, tap.as_ref(), durable, rx);
     let (result, pumped) = tokio::select! {
         r = async { tokio::join!(run, pump) } => r,
         _ = hub.suspend.cancelled() => {
@@ -91,14 +112,42 @@ pub(super) async fn drive(
     runs.remove(&hub);
 }
 
+/// The services for a recovered run: calls whose answers `logged` holds
+/// (finished model calls, tool results) are served from it, not repeated.
+fn replaying(runs: &Runs, logged: &[Event]) -> Arc<Services> {
+    if logged.is_empty() {
+        return Arc::clone(&runs.services);
+    }
+    let mut s = (*runs.services).clone();
+    s.playback = Some(Arc::new(Recording::from_events(logged)));
+    Arc::new(s)
+}
+
+/// How the pump stores events before anyone sees them (visible durability).
+struct Durable {
+    writer: LogCheckpointer,
+    /// The highest seq stored, for the checkpointer (which then stores only
+    /// checkpoints).
+    stored: watch::Sender<u64>,
+    flush: Duration,
+}
+
+/// Most events written in one group.
+const GROUP: usize = 512;
+
 /// Passes the run's events to the hub and the observer, and assembles the
-/// UI message (what the client saw before a crash included).
+/// UI message (what the client saw before a crash included). With
+/// [`Durable`], each group of events is stored first: a group is what
+/// arrived within `flush` of the previous write, written at once when a
+/// node ends (the executor is about to checkpoint and waits for it).
+#[allow(clippy::too_many_arguments)]
 async fn pump(
     runs: &Runs,
     hub: &RunHub,
     graph_id: &str,
     history: &[Event],
     tap: Option<&mpsc::Sender<Arc<Event>>>,
+    mut durable: Option<Durable>,
     mut rx: mpsc::Receiver<Arc<Event>>,
 ) -> Pumped {
     let mut bridge = Bridge::new(hub.bridge.clone());
@@ -118,16 +167,72 @@ async fn pump(
     for ev in history {
         feed(ev, &mut pumped);
     }
-    while let Some(ev) = rx.recv().await {
-        runs.observer.event(graph_id, &ev);
-        feed(&ev, &mut pumped);
-        if let Some(tap) = tap {
-            // A watcher that went away stops watching; the run goes on.
-            let _ = tap.send(Arc::clone(&ev)).await;
+    let mut last_write = Instant::now();
+    let mut group = Vec::new();
+    while let Some(first) = rx.recv().await {
+        group.clear();
+        group.push(first);
+        let deadline = durable.as_ref().map(|d| last_write + d.flush);
+        gather(&mut rx, &mut group, deadline).await;
+        if let Some(d) = &durable {
+            let run_id = group[0].run_id;
+            match d.writer.save_events(run_id, &group).await {
+                Ok(()) => {
+                    let last = group.last().map_or(0, |e| e.seq);
+                    d.stored.send_replace(last);
+                }
+                Err(e) => {
+                    // Nothing more can be made durable: stop the run (its
+                    // checkpointer fails as the watermark goes away).
+                    tracing::error!(error = %e, "could not store the run's events; cancelling it");
+                    hub.cancel.cancel();
+                    durable = None;
+                }
+            }
+            last_write = Instant::now();
         }
-        hub.push(ev);
+        for ev in group.drain(..) {
+            runs.observer.event(graph_id, &ev);
+            feed(&ev, &mut pumped);
+            if let Some(tap) = tap {
+                // A watcher that went away stops watching; the run goes on.
+                let _ = tap.send(Arc::clone(&ev)).await;
+            }
+            hub.push(ev);
+        }
     }
     pumped
+}
+
+/// Adds to `group` what is already waiting, then — until `deadline`, unless
+/// a node ended (its step is about to be checkpointed) — what arrives.
+async fn gather(
+    rx: &mut mpsc::Receiver<Arc<Event>>,
+    group: &mut Vec<Arc<Event>>,
+    deadline: Option<Instant>,
+) {
+    loop {
+        while group.len() < GROUP {
+            match rx.try_recv() {
+                Ok(ev) => group.push(ev),
+                Err(_) => break,
+            }
+        }
+        let Some(deadline) = deadline else { return };
+        let step_end = group.iter().any(|e| {
+            matches!(
+                e.event,
+                EventKind::NodeFinished { .. } | EventKind::NodeFailed { .. }
+            ) || e.event.is_terminal()
+        });
+        if group.len() >= GROUP || step_end {
+            return;
+        }
+        match tokio::time::timeout_at(deadline.into(), rx.recv()).await {
+            Ok(Some(ev)) => group.push(ev),
+            Ok(None) | Err(_) => return,
+        }
+    }
 }
 
 /// Shutdown: leaves the run `running` at its last checkpoint for another

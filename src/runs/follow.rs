@@ -90,6 +90,7 @@ impl Runs {
             bridge,
             follower: true,
             recovered_at: None,
+            durable: true,
             stored: 0,
             on_disconnect: OnDisconnect::Finish,
         }));

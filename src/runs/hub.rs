@@ -60,7 +60,13 @@ pub struct RunHub {
     progress: watch::Sender<Progress>,
     subscribers: AtomicUsize,
     on_disconnect: OnDisconnect,
+    /// Events arrive stored: memory keeps only the newest [`RECENT`].
+    durable: bool,
 }
+
+/// With visible durability, how many of the newest events a hub keeps for
+/// subscribers that keep up (older ones are read from the store).
+const RECENT: usize = 256;
 
 /// How a hub starts out.
 pub(super) struct HubInit {
@@ -71,6 +77,8 @@ pub(super) struct HubInit {
     pub(super) recovered_at: Option<u64>,
     /// Events up to this seq are in the store already.
     pub(super) stored: u64,
+    /// Every event is stored before it is pushed (visible durability).
+    pub(super) durable: bool,
     pub(super) on_disconnect: OnDisconnect,
 }
 
@@ -107,6 +115,7 @@ impl RunHub {
             .0,
             subscribers: AtomicUsize::new(0),
             on_disconnect: init.on_disconnect,
+            durable: init.durable,
         }
     }
 
@@ -114,7 +123,13 @@ impl RunHub {
         let seq = ev.seq;
         {
             let mut b = self.buffer.lock().unwrap_or_else(PoisonError::into_inner);
-            if let EventKind::CheckpointSaved { .. } = ev.event {
+            if self.durable {
+                // It is stored: memory is only a cache of the newest events.
+                b.stored = seq;
+                if b.events.len() >= 2 * RECENT {
+                    b.events.drain(..RECENT);
+                }
+            } else if let EventKind::CheckpointSaved { .. } = ev.event {
                 // Everything before this event has been committed.
                 b.stored = seq - 1;
                 b.events.retain(|e| e.seq >= seq);

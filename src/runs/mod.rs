@@ -39,7 +39,7 @@ pub use hub::{Next, Progress, RunHub, Subscription};
 pub use start::{RunStart, Started};
 pub use turn::{ChatTurn, TurnError};
 
-use crate::config::{OnDisconnect, ServerConfig};
+use crate::config::{OnDisconnect, ServerConfig, StreamDurability};
 use crate::engine::Graphs;
 use crate::events::{Event, EventKind, ForkOrigin, now_micros};
 use crate::nodes::{Graph, Services};
@@ -69,6 +69,10 @@ pub struct RunsConfig {
     pub durability: Durability,
     /// How long store writes are retried before the run fails.
     pub store_outage_limit: Duration,
+    /// Which events clients may see (stored ones only, by default).
+    pub stream_durability: StreamDurability,
+    /// The longest an event waits to be written with the ones after it.
+    pub stream_flush: Duration,
 }
 
 impl From<&ServerConfig> for RunsConfig {
@@ -82,6 +86,8 @@ impl From<&ServerConfig> for RunsConfig {
             on_disconnect: c.on_disconnect,
             durability: c.durability,
             store_outage_limit: c.store_outage_limit.0,
+            stream_durability: c.stream_durability,
+            stream_flush: c.stream_flush.0,
         }
     }
 }
@@ -136,6 +142,14 @@ pub struct ChatLink {
 pub enum Begin {
     /// From its input state.
     Fresh(Value),
+    /// From its input again: crash recovery of a run that never
+    /// checkpointed (`history`: what it logged, replayed silently).
+    Again {
+        /// The input state.
+        input: Value,
+        /// Events already in the log.
+        history: Vec<Event>,
+    },
     /// From a checkpoint: crash recovery (`history` are its stored events,
     /// which the stored message must include) or a fork (no history).
     Resumed {
@@ -405,6 +419,16 @@ impl Runs {
             || BridgeConfig::for_graph(&launch.graph, message_id(launch), launch.metadata.clone());
         let (bridge, stored, recovered_at) = match &launch.begin {
             Begin::Fresh(_) => (fresh(), 0, None),
+            Begin::Again { history, .. } => {
+                let recorded = history.iter().find_map(|e| match &e.event {
+                    EventKind::RunStarted {
+                        stream: Some(s), ..
+                    } => BridgeConfig::from_json(s),
+                    _ => None,
+                });
+                let last = history.last().map_or(0, |e| e.seq);
+                (recorded.unwrap_or_else(fresh), last, None)
+            }
             Begin::Resumed { from, history } => {
                 let recorded = history.iter().find_map(|e| match &e.event {
                     EventKind::RunStarted {
@@ -412,7 +436,11 @@ impl Runs {
                     } => BridgeConfig::from_json(s),
                     _ => None,
                 });
-                let recovered = (!history.is_empty()).then_some(from.last_seq);
+                // With visible durability every event a client saw is in
+                // the log, so a resume continues from its Last-Event-ID.
+                let recovered = (!history.is_empty()
+                    && self.config.stream_durability == StreamDurability::Step)
+                    .then_some(from.last_seq);
                 (recorded.unwrap_or_else(fresh), from.last_seq, recovered)
             }
         };
@@ -423,6 +451,7 @@ impl Runs {
             follower: false,
             recovered_at,
             stored,
+            durable: self.config.stream_durability == StreamDurability::Visible,
             on_disconnect: self.config.on_disconnect,
         }
     }

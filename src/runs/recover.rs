@@ -166,15 +166,23 @@ impl Runs {
         let begin = match checkpoints.last() {
             // It died before its first checkpoint: nothing of it is stored
             // but its input, so it starts over.
+            // What it logged (with visible durability) is replayed silently.
             None => {
-                tracing::info!(run_id = %run.id, "restarting an orphaned run that never checkpointed");
-                Begin::Fresh(run.input.clone())
+                tracing::info!(run_id = %run.id, logged = history.len(), "restarting an orphaned run that never checkpointed");
+                Begin::Again {
+                    input: run.input.clone(),
+                    history,
+                }
             }
             Some(last) => {
                 let batches: Vec<_> = checkpoints.iter().map(|c| c.to_batch(run.id)).collect();
                 let state = rebuild_state(&batches, &graph.state, last.step)?;
                 let last_seq = history.last().map_or(0, |e| e.seq);
-                tracing::info!(run_id = %run.id, step = last.step, last_seq, "resuming an orphaned run from its last checkpoint");
+                // What the interrupted step logged (with visible durability:
+                // everything a client saw) is replayed silently; its finished
+                // model and tool calls are served from the log, not repeated.
+                let logged = history.iter().filter(|e| e.step > last.step).count();
+                tracing::info!(run_id = %run.id, step = last.step, last_seq, logged, "resuming an orphaned run from its last checkpoint");
                 Begin::Resumed {
                     from: Resume {
                         state,

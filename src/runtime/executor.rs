@@ -46,6 +46,14 @@ pub struct Resume {
     pub last_seq: u64,
 }
 
+/// The run's sink: numbering after `last_seq` and after the events
+/// `opts.logged` holds, which are replayed silently.
+fn sink_for(opts: &RunOptions, last_seq: u64, keep: bool) -> EventSink {
+    let last = opts.logged.last().map_or(0, |e| e.seq).max(last_seq);
+    EventSink::new(opts.run_id, opts.events.clone(), last, keep)
+        .with_logged(opts.logged.iter().cloned())
+}
+
 /// Runs `graph` on `input` until END, failure or cancellation.
 ///
 /// # Errors
@@ -59,7 +67,7 @@ pub async fn run(
 ) -> Result<RunOutcome, RunError> {
     let input: Arc<Value> = input.into();
     let keep = opts.checkpointer.is_some();
-    let sink = Arc::new(EventSink::new(opts.run_id, opts.events.clone(), 0, keep));
+    let sink = Arc::new(sink_for(&opts, 0, keep));
     let state = match input_state(&graph, &input) {
         Ok(s) => s,
         Err(e) => {
@@ -121,12 +129,7 @@ pub async fn resume(
     opts: RunOptions,
 ) -> Result<RunOutcome, RunError> {
     let keep = opts.checkpointer.is_some();
-    let sink = Arc::new(EventSink::new(
-        opts.run_id,
-        opts.events.clone(),
-        from.last_seq,
-        keep,
-    ));
+    let sink = Arc::new(sink_for(&opts, from.last_seq, keep));
     let mut tasks = Vec::new();
     let mut counters = std::collections::HashMap::<u32, u32>::new();
     for p in &from.next {

@@ -56,6 +56,11 @@ pub struct RunOptions {
     pub stream: Option<Value>,
     /// When a step's checkpoint must be stored.
     pub durability: Durability,
+    /// Events of this run already in the log that it will emit again (crash
+    /// recovery: the step that was interrupted, or the whole run when it
+    /// never checkpointed). Re-emitted ones are not stamped or sent twice;
+    /// see [`crate::events::EventSink::with_logged`].
+    pub logged: Vec<Event>,
 }
 
 /// When checkpoints are stored.
@@ -90,6 +95,7 @@ impl Default for RunOptions {
             forked_from: None,
             stream: None,
             durability: Durability::Sync,
+            logged: Vec::new(),
         }
     }
 }

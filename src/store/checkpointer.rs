@@ -24,8 +24,10 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use futures::future::BoxFuture;
+use tokio::sync::watch;
 
 use super::{Store, StoreError, StoreResult};
+use crate::events::Event;
 use crate::runtime::{CheckpointError, Checkpointer, StepBatch};
 
 /// How long [`LogCheckpointer`] retries by default before giving up.
@@ -41,6 +43,9 @@ const MAX_DELAY: Duration = Duration::from_secs(2);
 pub struct LogCheckpointer {
     store: Arc<dyn Store>,
     outage_limit: Duration,
+    /// The highest event seq stored by someone else (the run's pump), when
+    /// events are stored as they are emitted.
+    events_stored: Option<watch::Receiver<u64>>,
 }
 
 impl std::fmt::Debug for LogCheckpointer {
@@ -58,6 +63,7 @@ impl LogCheckpointer {
         Self {
             store,
             outage_limit: DEFAULT_OUTAGE_LIMIT,
+            events_stored: None,
         }
     }
 
@@ -66,6 +72,17 @@ impl LogCheckpointer {
     #[must_use]
     pub fn with_outage_limit(mut self, limit: Duration) -> Self {
         self.outage_limit = limit;
+        self
+    }
+
+    /// Events are stored by another writer as they are emitted (the run's
+    /// pump, with `stream_durability = "visible"`), which reports the highest
+    /// seq stored on `stored`: each save waits until its step's events are
+    /// in, then stores only the checkpoint. One writer per event keeps the
+    /// log's seqs in order.
+    #[must_use]
+    pub fn after_events(mut self, stored: watch::Receiver<u64>) -> Self {
+        self.events_stored = Some(stored);
         self
     }
 
@@ -98,16 +115,53 @@ impl LogCheckpointer {
         let Some(batch) = batches.last() else {
             return Ok(());
         };
+        let last = batches.iter().flat_map(|b| &b.events).max_by_key(|e| e.seq);
+        self.retrying(batch.run_id, batch.step, last.map(|e| &**e), || {
+            self.store.append_steps(batches)
+        })
+        .await
+    }
+
+    /// Appends events of `run` without a checkpoint
+    /// ([`EventLog::append_events`](super::EventLog::append_events)),
+    /// retrying as [`LogCheckpointer::save_batch`] does.
+    ///
+    /// # Errors
+    /// As [`LogCheckpointer::save_batch`].
+    pub async fn save_events(
+        &self,
+        run: uuid::Uuid,
+        events: &[Arc<Event>],
+    ) -> Result<(), CheckpointError> {
+        let Some(last) = events.last() else {
+            return Ok(());
+        };
+        self.retrying(run, last.step, Some(&**last), || {
+            self.store.append_events(run, events)
+        })
+        .await
+    }
+
+    /// Runs `append` until it succeeds, retrying transient failures up to
+    /// the outage limit; a conflict on a retry is success if `last` (the
+    /// append's last event) is stored exactly as sent (a lost reply).
+    async fn retrying<'s>(
+        &'s self,
+        run: uuid::Uuid,
+        step: u32,
+        last: Option<&Event>,
+        append: impl Fn() -> BoxFuture<'s, StoreResult<()>>,
+    ) -> Result<(), CheckpointError> {
         let started = Instant::now();
         let mut delay = FIRST_DELAY;
         let mut retried = false;
         loop {
-            let error = match self.store.append_steps(batches).await {
+            let error = match append().await {
                 Ok(()) => return Ok(()),
                 Err(StoreError::Conflict(conflict)) if retried => {
-                    match self.already_stored(batches).await {
+                    match self.already_stored(run, last).await {
                         Ok(true) => {
-                            tracing::info!(run_id = %batch.run_id, step = batch.step,
+                            tracing::info!(run_id = %run, step,
                                 "an earlier attempt stored the batch (its reply was lost)");
                             return Ok(());
                         }
@@ -132,7 +186,7 @@ impl LogCheckpointer {
                 )));
             }
             let pause = delay.min(self.outage_limit - elapsed);
-            tracing::warn!(run_id = %batch.run_id, step = batch.step, error = %error,
+            tracing::warn!(run_id = %run, step, error = %error,
                 retry_in_ms = pause.as_millis() as u64, "store unavailable; retrying the checkpoint");
             tokio::time::sleep(pause).await;
             delay = (delay * 2).min(MAX_DELAY);
@@ -140,27 +194,59 @@ impl LogCheckpointer {
         }
     }
 
-    /// Whether the batches' last event is stored exactly as sent.
-    async fn already_stored(&self, batches: &[StepBatch]) -> StoreResult<bool> {
-        let events = batches.iter().flat_map(|b| &b.events);
-        let (Some(last), Some(run)) = (events.max_by_key(|e| e.seq), batches.last()) else {
+    /// Whether `last` is stored exactly as sent.
+    async fn already_stored(&self, run: uuid::Uuid, last: Option<&Event>) -> StoreResult<bool> {
+        let Some(last) = last else {
             return Ok(false);
         };
         let Some(after) = last.seq.checked_sub(1) else {
             return Ok(false);
         };
-        let stored = self.store.events(run.run_id, after, 1).await?;
-        Ok(stored.first().is_some_and(|e| *e == **last))
+        let stored = self.store.events(run, after, 1).await?;
+        Ok(stored.first().is_some_and(|e| e == last))
+    }
+
+    /// With [`LogCheckpointer::after_events`]: waits until the batches'
+    /// events are stored, then drops them from the batches (only the
+    /// checkpoints are left to write).
+    async fn gate(&self, batches: &mut [StepBatch]) -> Result<(), CheckpointError> {
+        let Some(stored) = &self.events_stored else {
+            return Ok(());
+        };
+        let need = batches
+            .iter()
+            .flat_map(|b| &b.events)
+            .map(|e| e.seq)
+            .max()
+            .unwrap_or(0);
+        stored
+            .clone()
+            .wait_for(|s| *s >= need)
+            .await
+            .map_err(|_| CheckpointError("the run's events could not be stored".into()))?;
+        for b in batches {
+            b.events.clear();
+        }
+        Ok(())
     }
 }
 
 impl Checkpointer for LogCheckpointer {
-    fn save(&self, batch: StepBatch) -> BoxFuture<'_, Result<(), CheckpointError>> {
-        Box::pin(async move { self.save_batch(&batch).await })
+    fn save(&self, mut batch: StepBatch) -> BoxFuture<'_, Result<(), CheckpointError>> {
+        Box::pin(async move {
+            self.gate(std::slice::from_mut(&mut batch)).await?;
+            self.save_batch(&batch).await
+        })
     }
 
-    fn save_steps(&self, batches: Vec<StepBatch>) -> BoxFuture<'_, Result<(), CheckpointError>> {
-        Box::pin(async move { self.save_batches(&batches).await })
+    fn save_steps(
+        &self,
+        mut batches: Vec<StepBatch>,
+    ) -> BoxFuture<'_, Result<(), CheckpointError>> {
+        Box::pin(async move {
+            self.gate(&mut batches).await?;
+            self.save_batches(&batches).await
+        })
     }
 }
 

@@ -319,6 +319,36 @@ impl EventLog for MemoryStore {
         ready(Ok(()))
     }
 
+    fn append_events(
+        &self,
+        run: Uuid,
+        events: &[std::sync::Arc<Event>],
+    ) -> BoxFuture<'_, StoreResult<()>> {
+        let mut g = self.lock();
+        let log = g.events.entry(run).or_default();
+        let mut seen = std::collections::HashSet::new();
+        if let Some(dup) = events
+            .iter()
+            .find(|e| log.contains_key(&e.seq) || !seen.insert(e.seq))
+        {
+            return ready(Err(StoreError::Conflict(format!(
+                "event {} of run {run} exists",
+                dup.seq
+            ))));
+        }
+        for e in events {
+            log.insert(e.seq, (**e).clone());
+        }
+        let mut last_seq = events.iter().map(|e| e.seq).max().unwrap_or(0);
+        if let Some(r) = g.runs.get_mut(&run) {
+            r.last_seq = r.last_seq.max(last_seq);
+            last_seq = r.last_seq;
+        }
+        drop(g);
+        let _ = self.notify.send((run, last_seq));
+        ready(Ok(()))
+    }
+
     fn events(
         &self,
         run: Uuid,

@@ -295,6 +295,15 @@ pub trait EventLog: Send + Sync {
     /// last batch is final). The executor sends two at once when the input
     /// checkpoint (step 0) rides with the first superstep's.
     fn append_steps(&self, batches: &[StepBatch]) -> BoxFuture<'_, StoreResult<()>>;
+    /// Stores events of a run without a checkpoint (events a client may see
+    /// before their step ends: the run's pump writes them first, see
+    /// `server.stream_durability`), advancing the run's `last_seq`. Seqs
+    /// must follow the stored ones, as for [`EventLog::append_steps`].
+    fn append_events(
+        &self,
+        run: Uuid,
+        events: &[std::sync::Arc<Event>],
+    ) -> BoxFuture<'_, StoreResult<()>>;
     /// Stores one step: [`EventLog::append_steps`] of one batch.
     fn append(&self, batch: &StepBatch) -> BoxFuture<'_, StoreResult<()>> {
         self.append_steps(std::slice::from_ref(batch))

@@ -117,6 +117,31 @@ impl EncodedPage {
     /// [`StoreError::Conflict`] when two of their events have the same seq;
     /// [`StoreError::Backend`] when a value does not fit its column, or the
     /// batches belong to different runs.
+    /// Encodes events of `run_id` with no checkpoint.
+    ///
+    /// # Errors
+    /// As [`EncodedPage::new`].
+    pub(crate) fn events_only(run_id: Uuid, events: &[Arc<Event>]) -> StoreResult<Self> {
+        let batch = StepBatch {
+            run_id,
+            step: 0,
+            writes: Vec::new(),
+            events: events.to_vec(),
+            next: Vec::new(),
+            joins: Vec::new(),
+            snapshot: None,
+            status: crate::runtime::RunStatus::Running,
+        };
+        let mut page = Self::new(std::slice::from_ref(&batch))?;
+        page.steps.clear();
+        page.writes.clear();
+        page.next.clear();
+        page.joins.clear();
+        page.snapshots.clear();
+        page.last_step = 0;
+        Ok(page)
+    }
+
     pub(crate) fn new(batches: &[StepBatch]) -> StoreResult<Self> {
         let Some(last) = batches.last() else {
             return Err(StoreError::Backend("an append needs a batch".into()));

@@ -171,6 +171,35 @@ impl PostgresStore {
     }
 
     /// Runs a cached statement on a pooled connection; the rows.
+    /// One append statement: a page of events and/or checkpoints.
+    fn append_page(&self, encoded: StoreResult<EncodedPage>) -> BoxFuture<'_, StoreResult<()>> {
+        Box::pin(async move {
+            let b = encoded?;
+            let params: [&(dyn ToSql + Sync); 12] = [
+                &b.run_id,
+                &b.first_seq,
+                &b.last_seq,
+                &b.events,
+                &b.steps,
+                &b.writes,
+                &b.next,
+                &b.joins,
+                &b.snapshots,
+                &b.last_step,
+                &b.status,
+                &b.now,
+            ];
+            let last_seq: i64 = self
+                .query_opt(APPEND, &params)
+                .await?
+                .ok_or_else(|| StoreError::Backend("the append statement answered no row".into()))?
+                .try_get(0)?;
+            self.outbox
+                .send((b.run_id, sql::u64_of(last_seq, "event seq")?));
+            Ok(())
+        })
+    }
+
     async fn query(&self, sql: &str, params: &[&(dyn ToSql + Sync)]) -> StoreResult<Vec<Row>> {
         let client = self.client().await?;
         let stmt = client.prepare_cached(sql).await?;
@@ -682,32 +711,15 @@ impl RunStore for PostgresStore {
 
 impl EventLog for PostgresStore {
     fn append_steps(&self, batches: &[StepBatch]) -> BoxFuture<'_, StoreResult<()>> {
-        let encoded = EncodedPage::new(batches);
-        Box::pin(async move {
-            let b = encoded?;
-            let params: [&(dyn ToSql + Sync); 12] = [
-                &b.run_id,
-                &b.first_seq,
-                &b.last_seq,
-                &b.events,
-                &b.steps,
-                &b.writes,
-                &b.next,
-                &b.joins,
-                &b.snapshots,
-                &b.last_step,
-                &b.status,
-                &b.now,
-            ];
-            let last_seq: i64 = self
-                .query_opt(APPEND, &params)
-                .await?
-                .ok_or_else(|| StoreError::Backend("the append statement answered no row".into()))?
-                .try_get(0)?;
-            self.outbox
-                .send((b.run_id, sql::u64_of(last_seq, "event seq")?));
-            Ok(())
-        })
+        self.append_page(EncodedPage::new(batches))
+    }
+
+    fn append_events(
+        &self,
+        run: Uuid,
+        events: &[std::sync::Arc<Event>],
+    ) -> BoxFuture<'_, StoreResult<()>> {
+        self.append_page(EncodedPage::events_only(run, events))
     }
 
     fn events(

@@ -534,6 +534,20 @@ impl EventLog for SqliteStore {
         })
     }
 
+    fn append_events(
+        &self,
+        run: Uuid,
+        events: &[std::sync::Arc<Event>],
+    ) -> BoxFuture<'_, StoreResult<()>> {
+        let encoded = EncodedPage::events_only(run, events);
+        Box::pin(async move {
+            let b = encoded?;
+            let last_seq = self.writer.run(move |conn| append(conn, &b)).await?;
+            let _ = self.notify.send((run, last_seq));
+            Ok(())
+        })
+    }
+
     fn events(
         &self,
         run: Uuid,

@@ -501,3 +501,124 @@ async fn two_servers_on_one_database_a_stop_asked_of_b_stops_the_run_on_a() {
     drop((a, b));
     drop_db(&name).await;
 }
+
+/// The last `id:` of an SSE capture.
+fn last_id(sse: &str) -> Option<u64> {
+    sse.lines()
+        .rev()
+        .filter_map(|l| l.strip_prefix("id: "))
+        .find_map(|n| n.trim().parse().ok())
+}
+
+/// Only whole SSE frames (a kill can cut the last one off).
+fn whole_frames(sse: &str) -> String {
+    match sse.rfind("\n\n") {
+        Some(end) => sse[..end + 2].to_owned(),
+        None => String::new(),
+    }
+}
+
+/// A client killed away from at `deltas` text deltas of the answer resumes
+/// on a restarted server with its `Last-Event-ID`: what it assembled
+/// before and after is one valid stream, no event twice, and its text is
+/// the stored answer byte for byte.
+async fn resume_after_crash_at(dir: &Path, g: &Path, deltas: usize, expect: &str) {
+    let store = format!(
+        "[store]\nbackend = \"sqlite\"\ndata_dir = \"{}\"\n",
+        dir.join(format!("data-{deltas}")).display()
+    );
+    let chat = format!("lei-{deltas}");
+    let mut a = start(dir, &config(&store), g).await;
+    let resp = reqwest::Client::new()
+        .post(format!("{}/api/chat", a.base))
+        .header("content-type", "application/json")
+        .body(chat_body(&chat, "please research the tides").to_string())
+        .send()
+        .await
+        .unwrap();
+    let mut body = resp.bytes_stream();
+    let mut seen = String::new();
+    while seen.matches(r#""type":"text-delta""#).count() < deltas {
+        match tokio::time::timeout(Duration::from_secs(60), body.next()).await {
+            Ok(Some(Ok(b))) => seen.push_str(&String::from_utf8_lossy(&b)),
+            _ => panic!("the stream ended before {deltas} deltas:\n{seen}"),
+        }
+    }
+    a.child.start_kill().unwrap();
+    let _ = a.child.wait().await;
+    drop(body);
+    let before = whole_frames(&seen);
+    let last = last_id(&before).expect("an event id before the crash");
+    let b = start(dir, &config(&store), g).await;
+    let client = reqwest::Client::new();
+    let url = format!("{}/api/chat/{chat}/stream", b.base);
+    let mut after = String::new();
+    for _ in 0..300 {
+        let resp = client
+            .get(&url)
+            .header("last-event-id", last.to_string())
+            .send()
+            .await
+            .unwrap();
+        if resp.status() == 200 {
+            after = tokio::time::timeout(Duration::from_secs(60), resp.text())
+                .await
+                .expect("the resumed stream ends")
+                .unwrap();
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(after.ends_with("data: [DONE]\n\n"), "{after}");
+    let whole = format!("{before}{after}");
+    let ids: Vec<u64> = whole
+        .lines()
+        .filter_map(|l| l.strip_prefix("id: "))
+        .map(|n| n.parse().unwrap())
+        .collect();
+    // One event may become several frames (text-start + text-delta) under
+    // one id; the resumed part starts after what the client had.
+    assert!(ids.windows(2).all(|w| w[0] <= w[1]), "in order: {ids:?}");
+    let first_after = last_id(&after[..after.find("\n\n").map_or(0, |i| i + 2)]);
+    assert!(
+        first_after.is_none_or(|f| f > last),
+        "nothing the client had is sent again: {ids:?}"
+    );
+    let (ok, raw) = aisdk_validate(&whole);
+    assert!(ok, "{raw}\n{whole}");
+    let report = report_json(&raw);
+    let client_text: String = report["message"]["parts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|p| p["type"] == "text")
+        .filter_map(|p| p["text"].as_str())
+        .collect();
+    let stored: Value = client
+        .get(format!("{}/api/chat/{chat}", b.base))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let stored_text: String = stored["messages"].as_array().unwrap().last().unwrap()["parts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|p| p["type"] == "text")
+        .filter_map(|p| p["text"].as_str())
+        .collect();
+    assert_eq!(client_text, stored_text, "killed at {deltas} deltas");
+    assert_eq!(client_text, expect, "and it is the whole answer, once");
+}
+
+#[tokio::test]
+async fn a_client_resuming_with_its_last_event_id_after_a_crash_ends_with_the_stored_answer() {
+    let dir = tempfile::tempdir().unwrap();
+    let g = graphs(dir.path());
+    let expect = reference_answer(dir.path(), &g, "chat", "please research the tides").await;
+    for deltas in [1, 7, 19, 33] {
+        resume_after_crash_at(dir.path(), &g, deltas, &expect).await;
+    }
+}

@@ -165,6 +165,7 @@ conformance!(
     a_duplicate_seq_conflicts_and_stores_nothing_of_its_batch,
     the_final_batch_sets_the_status,
     steps_appended_together_land_together,
+    events_stored_ahead_of_their_checkpoint_read_as_one_log,
     state_rebuilt_from_stored_checkpoints_matches_memory,
     large_unicode_and_every_kind_of_event_round_trip,
     concurrent_appends_to_different_runs_all_land,

@@ -60,6 +60,12 @@ impl Flaky {
 }
 
 impl EventLog for Flaky {
+    fn append_events(&self, run: Uuid, events: &[Arc<Event>]) -> BoxFuture<'_, StoreResult<()>> {
+        if self.down.load(Ordering::SeqCst) {
+            return Box::pin(async { Err(StoreError::Unavailable("injected: down".into())) });
+        }
+        self.inner.append_events(run, events)
+    }
     fn append_steps(&self, batches: &[StepBatch]) -> BoxFuture<'_, StoreResult<()>> {
         self.attempts.fetch_add(1, Ordering::SeqCst);
         let fault = if self.down.load(Ordering::SeqCst) {

@@ -485,3 +485,34 @@ pub(super) async fn concurrent_appends_to_different_runs_all_land(store: Arc<dyn
     store.ping().await.unwrap();
     assert!(["memory", "sqlite", "postgres"].contains(&store.backend()));
 }
+
+/// Events stored as they stream (before their step's checkpoint), then the
+/// checkpoint alone: the log reads as if the step had been appended whole,
+/// and a repeated event is a conflict that stores nothing.
+pub(super) async fn events_stored_ahead_of_their_checkpoint_read_as_one_log(store: Arc<dyn Store>) {
+    let r = run(Some("c1"), 1);
+    store.create_run(r.clone()).await.unwrap();
+    store
+        .append(&batch(r.id, 0, vec![text(r.id, 1, 0)]))
+        .await
+        .unwrap();
+    let streamed: Vec<_> = (2..=4).map(|s| text(r.id, s, 1)).collect();
+    store.append_events(r.id, &streamed[..2]).await.unwrap();
+    store.append_events(r.id, &streamed[2..]).await.unwrap();
+    assert_eq!(store.get_run(r.id).await.unwrap().unwrap().last_seq, 4);
+    assert!(matches!(
+        store.append_events(r.id, &streamed[2..]).await,
+        Err(StoreError::Conflict(_))
+    ));
+    store.append(&batch(r.id, 1, Vec::new())).await.unwrap();
+    let events = all_events(&*store, r.id).await;
+    assert_eq!(
+        events.iter().map(|e| e.seq).collect::<Vec<_>>(),
+        [1, 2, 3, 4]
+    );
+    assert_eq!(events[1..], owned(&streamed)[..]);
+    let cps = store.checkpoints(r.id, 10).await.unwrap();
+    assert_eq!(cps.iter().map(|c| c.step).collect::<Vec<_>>(), [0, 1]);
+    let rec = store.get_run(r.id).await.unwrap().unwrap();
+    assert_eq!((rec.last_seq, rec.last_step), (4, 1));
+}
