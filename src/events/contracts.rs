@@ -80,4 +80,3 @@ pub struct ToolDef {
     /// JSON schema of the arguments (shared: offered on every call).
     pub parameters: Arc<Value>,
 }
-

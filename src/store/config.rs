@@ -43,6 +43,11 @@ pub enum Backend {
     Memory,
 }
 
+/// Finished runs the memory backend keeps by default.
+pub const MEMORY_MAX_RUNS: usize = 1_000;
+/// Chats the memory backend keeps by default.
+pub const MEMORY_MAX_CHATS: usize = 1_000;
+
 /// The store settings.
 #[derive(Clone, Default, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -56,6 +61,10 @@ pub struct StoreConfig {
     pub data_dir: Option<PathBuf>,
     /// PostgreSQL pool size (default 16) or SQLite reader threads (default 4).
     pub pool_size: Option<usize>,
+    /// The memory backend keeps this many finished runs (default 1,000).
+    pub memory_max_runs: Option<usize>,
+    /// The memory backend keeps this many chats (default 1,000).
+    pub memory_max_chats: Option<usize>,
 }
 
 impl std::fmt::Debug for StoreConfig {
@@ -66,6 +75,8 @@ impl std::fmt::Debug for StoreConfig {
             .field("database_url", &self.database_url.as_deref().map(redact))
             .field("data_dir", &self.data_dir)
             .field("pool_size", &self.pool_size)
+            .field("memory_max_runs", &self.memory_max_runs)
+            .field("memory_max_chats", &self.memory_max_chats)
             .finish()
     }
 }
@@ -138,7 +149,10 @@ impl StoreConfig {
 /// server, unwritable data directory, a newer schema than this build).
 pub async fn open(config: &StoreConfig) -> Result<Arc<dyn Store>, StoreError> {
     Ok(match config.backend() {
-        Backend::Memory => Arc::new(MemoryStore::new()),
+        Backend::Memory => Arc::new(MemoryStore::bounded(
+            config.memory_max_runs.unwrap_or(MEMORY_MAX_RUNS),
+            config.memory_max_chats.unwrap_or(MEMORY_MAX_CHATS),
+        )),
         #[cfg(feature = "sqlite")]
         Backend::Sqlite => {
             let mut options = SqliteOptions::default();

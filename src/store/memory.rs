@@ -4,8 +4,14 @@
 //! One std mutex guards everything: no operation awaits while holding it, so
 //! an async lock would only add cost. Notifications go out after the lock is
 //! released.
+//!
+//! Served as a backend (`[store] backend = "memory"`), it is bounded: it
+//! keeps the newest `memory_max_runs` finished runs (with their events and
+//! checkpoints) and `memory_max_chats` chats, forgetting the oldest beyond
+//! (a server kept every chat and event before, 3–5 GB after ~22k chats).
+//! [`MemoryStore::new`] keeps everything (tests).
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::sync::{Mutex, MutexGuard, PoisonError};
 
 use futures::future::BoxFuture;
@@ -29,6 +35,72 @@ struct Inner {
     checkpoints: HashMap<Uuid, BTreeMap<u32, CheckpointRecord>>,
     leases: HashMap<Uuid, Lease>,
     stops: HashSet<Uuid>,
+    /// Finished runs, oldest first (for the bound).
+    finished: VecDeque<Uuid>,
+    /// Chats in the order they were created (for the bound).
+    chat_order: VecDeque<String>,
+    limits: Limits,
+}
+
+/// What a bounded store keeps (`usize::MAX`: everything).
+#[derive(Clone, Copy, Debug)]
+struct Limits {
+    runs: usize,
+    chats: usize,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Self {
+            runs: usize::MAX,
+            chats: usize::MAX,
+        }
+    }
+}
+
+impl Inner {
+    /// Notes that `id` finished; forgets the oldest finished runs beyond
+    /// the bound.
+    fn finished(&mut self, id: Uuid) {
+        if self.limits.runs == usize::MAX {
+            return;
+        }
+        self.finished.push_back(id);
+        while self.finished.len() > self.limits.runs {
+            let Some(old) = self.finished.pop_front() else {
+                break;
+            };
+            self.runs.remove(&old);
+            self.events.remove(&old);
+            self.checkpoints.remove(&old);
+            self.stops.remove(&old);
+        }
+    }
+
+    /// Notes a new chat; forgets the oldest idle chats beyond the bound.
+    fn chat_created(&mut self, id: &str) {
+        if self.limits.chats == usize::MAX {
+            return;
+        }
+        self.chat_order.push_back(id.to_owned());
+        let mut kept = 0;
+        while self.chat_order.len() > self.limits.chats && kept < self.chat_order.len() {
+            let Some(old) = self.chat_order.pop_front() else {
+                break;
+            };
+            if !self.chats.contains_key(&old) {
+                continue;
+            }
+            if self.chats.get(&old).is_some_and(|c| c.active_run.is_some()) {
+                // Answering now: keep it, look further.
+                self.chat_order.push_back(old);
+                kept += 1;
+                continue;
+            }
+            self.chats.remove(&old);
+            self.messages.remove(&old);
+        }
+    }
 }
 
 /// Everything in process memory.
@@ -53,9 +125,20 @@ impl std::fmt::Debug for MemoryStore {
 }
 
 impl MemoryStore {
-    /// An empty store.
+    /// An empty store that keeps everything.
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// An empty store that keeps the newest `runs` finished runs and
+    /// `chats` chats (see the module docs).
+    pub fn bounded(runs: usize, chats: usize) -> Self {
+        let store = Self::default();
+        store.lock().limits = Limits {
+            runs: runs.max(1),
+            chats: chats.max(1),
+        };
+        store
     }
 
     fn lock(&self) -> MutexGuard<'_, Inner> {
@@ -70,6 +153,7 @@ fn ready<T: Send + 'static>(v: T) -> BoxFuture<'static, T> {
 impl ChatStore for MemoryStore {
     fn begin_turn(&self, turn: TurnStart) -> BoxFuture<'_, StoreResult<TurnOutcome>> {
         let mut g = self.lock();
+        let new = !g.chats.contains_key(&turn.chat.id);
         let mut chat = g
             .chats
             .entry(turn.chat.id.clone())
@@ -109,12 +193,19 @@ impl ChatStore for MemoryStore {
         chat.active_run = Some(id);
         chat.updated_at = now_micros().max(chat.updated_at + 1);
         g.chats.insert(chat.id.clone(), chat.clone());
+        if new {
+            g.chat_created(&chat.id);
+        }
         ready(Ok(TurnOutcome::Started(chat)))
     }
 
     fn ensure_chat(&self, chat: ChatRecord) -> BoxFuture<'_, StoreResult<ChatRecord>> {
         let mut g = self.lock();
+        let new = !g.chats.contains_key(&chat.id);
         let stored = g.chats.entry(chat.id.clone()).or_insert(chat).clone();
+        if new {
+            g.chat_created(&stored.id);
+        }
         ready(Ok(stored))
     }
 
@@ -268,6 +359,7 @@ impl RunStore for MemoryStore {
                 run.usage = usage;
                 run.finished_at = Some(now_micros());
                 g.leases.remove(&id);
+                g.finished(id);
                 Ok(())
             }
             None => Err(StoreError::NotFound(format!("run {id}"))),
@@ -311,6 +403,7 @@ impl EventLog for MemoryStore {
                 run.status = last.status;
                 run.finished_at = Some(now_micros());
                 g.leases.remove(&run_id);
+                g.finished(run_id);
             }
         }
         drop(g);

@@ -264,3 +264,43 @@ async fn an_unreachable_postgres_is_a_transient_error() {
     let e = PostgresStore::connect("not a url", 1).await.unwrap_err();
     assert!(!e.is_transient(), "{e:?}");
 }
+
+/// The memory backend as a server uses it is bounded: the oldest finished
+/// runs (with their events) and idle chats are forgotten beyond its limits;
+/// running runs and answering chats never are.
+#[tokio::test]
+async fn the_memory_backend_forgets_the_oldest_beyond_its_bounds() {
+    let store: Arc<dyn Store> = Arc::new(stategraph::store::memory::MemoryStore::bounded(3, 2));
+    let mut runs = Vec::new();
+    for i in 0..5u64 {
+        let r = run(None, 10 + i);
+        store.create_run(r.clone()).await.unwrap();
+        store
+            .append(&batch(r.id, 0, vec![text(r.id, 1, 0)]))
+            .await
+            .unwrap();
+        runs.push(r.id);
+    }
+    let running = run(None, 99);
+    store.create_run(running.clone()).await.unwrap();
+    for id in &runs {
+        store
+            .finish_run(*id, RunStatus::Finished, None, Usage::default())
+            .await
+            .unwrap();
+    }
+    for (i, id) in runs.iter().enumerate() {
+        let kept = store.get_run(*id).await.unwrap().is_some();
+        assert_eq!(kept, i >= 2, "run {i}");
+        assert_eq!(!store.events(*id, 0, 10).await.unwrap().is_empty(), kept);
+    }
+    assert!(store.get_run(running.id).await.unwrap().is_some());
+    for c in ["c1", "c2", "c3"] {
+        store.ensure_chat(chat(c, "alice", 1)).await.unwrap();
+    }
+    assert!(
+        store.get_chat("c1").await.unwrap().is_none(),
+        "the oldest chat is forgotten"
+    );
+    assert!(store.get_chat("c3").await.unwrap().is_some());
+}
