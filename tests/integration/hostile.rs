@@ -431,3 +431,47 @@ async fn every_request_of_the_bad_request_corpus_gets_its_json_error() {
     assert_eq!(chats.len(), 1, "{chats:?}");
     server.shutdown().await;
 }
+
+/// Median time of `n` sequential chats through `client`.
+async fn median_chat(client: &reqwest::Client, server: &TestServer, tag: &str) -> Duration {
+    let mut times = Vec::new();
+    for i in 0..15 {
+        let started = std::time::Instant::now();
+        let resp = post_json(
+            client,
+            &server.url("/api/chat"),
+            &chat_body(&format!("{tag}-{i}"), "hi"),
+        )
+        .await;
+        assert_eq!(resp.status(), 200);
+        let _ = resp.text().await.unwrap();
+        times.push(started.elapsed());
+    }
+    times.sort();
+    times[times.len() / 2]
+}
+
+/// Sequential chats on one keep-alive connection cost no more than on
+/// fresh connections: without TCP_NODELAY the last small write of every
+/// response waited for the client's delayed ACK (~40 ms a chat instead of
+/// a few).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sequential_chats_on_a_kept_alive_connection_do_not_stall() {
+    let server = TestServer::start(model(false, None), |_| {}).await;
+    let kept = reqwest::Client::builder()
+        .pool_max_idle_per_host(1)
+        .build()
+        .unwrap();
+    let fresh = reqwest::Client::builder()
+        .pool_max_idle_per_host(0)
+        .build()
+        .unwrap();
+    let _ = median_chat(&kept, &server, "warm").await;
+    let on_one = median_chat(&kept, &server, "kept").await;
+    let on_new = median_chat(&fresh, &server, "fresh").await;
+    assert!(
+        on_one <= on_new * 2 + Duration::from_millis(10),
+        "one connection: {on_one:?} per chat; fresh connections: {on_new:?}"
+    );
+    server.shutdown().await;
+}
