@@ -358,6 +358,22 @@ impl EventKind {
         )
     }
 
+    /// Whether a client sees something for this event (text, reasoning, a
+    /// thinking note, a tool call, data, a source): the first such event
+    /// ends a run's "time to first visible part".
+    pub fn is_visible(&self) -> bool {
+        matches!(
+            self,
+            EventKind::TextDelta { .. }
+                | EventKind::ReasoningDelta { .. }
+                | EventKind::Thinking { .. }
+                | EventKind::ToolCallStarted { .. }
+                | EventKind::ToolCallReady { .. }
+                | EventKind::Custom { .. }
+                | EventKind::Source { .. }
+        )
+    }
+
     /// Whether `other` records the same behaviour: equal but for timing
     /// (durations and retry delays, which vary from run to run).
     pub fn same_behaviour(&self, other: &EventKind) -> bool {

@@ -8,6 +8,7 @@
 //! gives the edited state and frontier a forked run starts from.
 
 mod recording;
+mod timing;
 
 use std::fmt::Write;
 use std::sync::Arc;
@@ -24,6 +25,7 @@ use crate::state::DynState;
 use crate::store::{RunRecord, Store, StoreError};
 
 pub use recording::{RecordedTool, Recording};
+pub use timing::{NodeTiming, Timing, timing};
 
 /// Why a replay operation failed.
 #[derive(Debug, thiserror::Error)]

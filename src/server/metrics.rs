@@ -92,6 +92,9 @@ pub struct Metrics {
     tokens: Family<AtomicU64>,
     tool_calls: Family<AtomicU64>,
     token_delay: Family<Histogram>,
+    first_visible: Family<Histogram>,
+    /// Runs started and not yet visible: their `run_started` time (µs).
+    started: std::sync::Mutex<std::collections::HashMap<uuid::Uuid, u64>>,
 }
 
 impl std::fmt::Debug for Metrics {
@@ -151,6 +154,7 @@ impl Metrics {
 
     /// Updates node, model and tool figures from one event of `graph`.
     pub fn observe_event(&self, graph: &str, ev: &Event) {
+        self.observe_first_visible(graph, ev);
         let node = ev.node.as_deref().unwrap_or("");
         match &ev.event {
             EventKind::NodeFinished { duration_us, .. } => self
@@ -199,6 +203,31 @@ impl Metrics {
                     .fetch_add(1, Ordering::Relaxed);
             }
             _ => {}
+        }
+    }
+
+    /// Time from `run_started` to the run's first visible event.
+    fn observe_first_visible(&self, graph: &str, ev: &Event) {
+        let is_start = matches!(ev.event, EventKind::RunStarted { .. });
+        if !is_start && !ev.event.is_visible() && !ev.event.is_terminal() {
+            return;
+        }
+        let mut started = self
+            .started
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if is_start {
+            started.insert(ev.run_id, ev.at);
+            return;
+        }
+        let Some(at) = started.remove(&ev.run_id) else {
+            return;
+        };
+        drop(started);
+        if ev.event.is_visible() {
+            self.first_visible
+                .get(vec![("graph", graph.to_owned())], Histogram::new)
+                .observe(ev.at.saturating_sub(at) as f64 / 1e6);
         }
     }
 
@@ -256,7 +285,12 @@ impl Metrics {
                 v.load(Ordering::Relaxed)
             );
         }
-        let histograms: [(&str, &str, &Family<Histogram>); 4] = [
+        let histograms: [(&str, &str, &Family<Histogram>); 5] = [
+            (
+                "stategraph_first_visible_seconds",
+                "Time from a run's start to the first part its client sees.",
+                &self.first_visible,
+            ),
             (
                 "stategraph_sse_token_delay_seconds",
                 "Time from a model token to its SSE bytes (live streams).",

@@ -108,13 +108,18 @@ pub(super) async fn list(
     Ok(Json(json!({ "runs": runs, "next": next })))
 }
 
-/// `GET /api/runs/{id}`.
+/// `GET /api/runs/{id}`: the run, with its timing (time to the first
+/// visible part, each node task's latency) read from its events.
 pub(super) async fn get(
     State(state): State<Arc<AppState>>,
     user: User,
     Path(id): Path<String>,
 ) -> Result<Json<Value>, ApiError> {
-    Ok(Json(run_json(&owned_run(&state, &user, &id).await?)))
+    let run = owned_run(&state, &user, &id).await?;
+    let events = state.store.events(run.id, 0, 1_000_000).await?;
+    let mut v = run_json(&run);
+    v["timing"] = serde_json::to_value(replay::timing(&events)).unwrap_or(Value::Null);
+    Ok(Json(v))
 }
 
 /// `?after=&limit=` for events.

@@ -280,6 +280,28 @@ async fn the_runs_api_serves_history_events_state_and_forks_per_user() {
     )
     .await;
     assert_eq!(one["chatId"], "runs-1");
+    // Its timing: the first visible part came before the end, and every
+    // node task that ran has a latency.
+    let timing = &one["timing"];
+    let first = timing["firstVisibleMs"].as_f64().unwrap();
+    let total = timing["totalMs"].as_f64().unwrap();
+    assert!(first <= total, "{timing}");
+    let nodes: Vec<&str> = timing["nodes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|n| n["node"].as_str().unwrap())
+        .collect();
+    for node in ["summarizer", "router", "research", "narrator"] {
+        assert!(nodes.contains(&node), "{node} in {nodes:?}");
+    }
+    assert!(
+        timing["nodes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|n| n["ms"].as_f64().unwrap() <= total && n["attempts"].as_u64() >= Some(1))
+    );
     let events = json(
         as_(
             "ka",

@@ -751,6 +751,7 @@ async fn graphs_health_and_metrics_endpoints() {
         r#"stategraph_node_duration_seconds_count{graph="chat",node="narrator"} 1"#,
         r#"stategraph_llm_tokens_total{graph="chat",kind="completion"}"#,
         r#"stategraph_tool_calls_total{tool="calculator",outcome="ok"} 1"#,
+        r#"stategraph_first_visible_seconds_count{graph="chat"} 1"#,
     ] {
         assert!(metrics.contains(needle), "missing {needle}\n{metrics}");
     }
