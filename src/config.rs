@@ -353,6 +353,18 @@ impl Config {
                 }
             };
         }
+        if let Some(v) = env("STATEGRAPH_STREAM_DURABILITY") {
+            self.server.stream_durability = match v.as_str() {
+                "visible" => StreamDurability::Visible,
+                "step" => StreamDurability::Step,
+                other => {
+                    return Err(ConfigError::Env {
+                        var: "STATEGRAPH_STREAM_DURABILITY",
+                        message: format!("`{other}`: use visible or step"),
+                    });
+                }
+            };
+        }
         self.llm = std::mem::take(&mut self.llm).with_env_from(&env);
         self.store = std::mem::take(&mut self.store).with_env_from(&env);
         if self.store.data_dir.is_none() {

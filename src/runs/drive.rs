@@ -135,6 +135,20 @@ struct Durable {
 /// Most events written in one group.
 const GROUP: usize = 512;
 
+/// How much each run in flight widens the group window, and the widest it
+/// gets: the store's write rate stays near `1 / PER_RUN` groups a second
+/// however many runs stream (1,000 paced chats flushing every 20 ms were
+/// 50,000 writes a second and queued every token behind SQLite's writer).
+const PER_RUN: Duration = Duration::from_micros(200);
+const WIDEST: Duration = Duration::from_millis(250);
+
+/// The window within which a run's events are grouped into one write:
+/// `flush`, widened under load.
+fn group_window(flush: Duration, running: usize) -> Duration {
+    let load = PER_RUN.saturating_mul(u32::try_from(running).unwrap_or(u32::MAX));
+    flush.max(load.min(WIDEST))
+}
+
 /// Passes the run's events to the hub and the observer, and assembles the
 /// UI message (what the client saw before a crash included). With
 /// [`Durable`], each group of events is stored first: a group is what
@@ -172,7 +186,9 @@ async fn pump(
     while let Some(first) = rx.recv().await {
         group.clear();
         group.push(first);
-        let deadline = durable.as_ref().map(|d| last_write + d.flush);
+        let deadline = durable
+            .as_ref()
+            .map(|d| last_write + group_window(d.flush, runs.running()));
         gather(&mut rx, &mut group, deadline).await;
         if let Some(d) = &durable {
             let run_id = group[0].run_id;
