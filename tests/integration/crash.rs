@@ -407,7 +407,7 @@ async fn two_servers_on_one_database_a_killed_b_resumes_the_run_and_the_stream()
         .send()
         .await
         .unwrap();
-    tokio::time::timeout(
+    let seen = tokio::time::timeout(
         Duration::from_secs(60),
         read_until(resp, KillAt::MidText, &SlowPage::none()),
     )
@@ -416,6 +416,32 @@ async fn two_servers_on_one_database_a_killed_b_resumes_the_run_and_the_stream()
     a.child.start_kill().unwrap();
     let _ = a.child.wait().await;
     resume_and_check(&b, "ab-chat", &expect).await;
+    // A client that saw part of the stream on A continues on B from its
+    // Last-Event-ID: no part twice, and it ends with the same answer.
+    let before = whole_frames(&seen);
+    let last = last_id(&before).expect("ids before the kill");
+    // (B still holds the finished run's stream: `linger` is 30 s.)
+    let resp = reqwest::Client::new()
+        .get(format!("{}/api/chat/ab-chat/stream", b.base))
+        .header("last-event-id", last.to_string())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 200);
+    let rest = resp.text().await.unwrap();
+    let first = last_id(&rest[..rest.find("\n\n").map_or(0, |i| i + 2)]);
+    assert!(first.is_none_or(|f| f > last), "from {last} on:\n{rest}");
+    let whole = format!("{before}{rest}");
+    let (ok, raw) = aisdk_validate(&whole);
+    assert!(ok, "{raw}\n{whole}");
+    let text: String = report_json(&raw)["message"]["parts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|p| p["type"] == "text")
+        .filter_map(|p| p["text"].as_str())
+        .collect();
+    assert_eq!(text, expect, "the client's text is the answer, once");
     drop(b);
     drop_db(&name).await;
 }
