@@ -136,10 +136,11 @@ struct Durable {
 const GROUP: usize = 512;
 
 /// How much each run in flight widens the group window, and the widest it
-/// gets: the store's write rate stays near `1 / PER_RUN` groups a second
-/// however many runs stream (1,000 paced chats flushing every 20 ms were
-/// 50,000 writes a second and queued every token behind SQLite's writer).
-const PER_RUN: Duration = Duration::from_micros(200);
+/// gets: a run's write rate falls as runs are added, so the store's stays
+/// near `1 / PER_RUN` groups a second however many runs stream (1,000 paced
+/// chats flushing every 20 ms were 50,000 writes a second; SQLite commits
+/// the groups of many runs together, see `SqliteStore::append_events`).
+const PER_RUN: Duration = Duration::from_micros(50);
 const WIDEST: Duration = Duration::from_millis(250);
 
 /// The window within which a run's events are grouped into one write:

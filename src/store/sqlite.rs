@@ -31,11 +31,12 @@ mod rows;
 mod upkeep;
 
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use futures::future::BoxFuture;
 use rusqlite::{Connection, ErrorCode, OptionalExtension, TransactionBehavior, params};
-use tokio::sync::broadcast;
+use tokio::sync::{broadcast, oneshot};
 use uuid::Uuid;
 
 use super::pages::{self, EVENTS_AFTER, EncodedPage};
@@ -50,8 +51,8 @@ use crate::runtime::{RunStatus, StepBatch};
 
 use lane::Lane;
 use rows::{
-    CHAT_COLS, MESSAGE_COLS, RUN_COLS, TOUCH_CHAT, append, chat_of, insert_run, message_of, now,
-    run_of, text, upsert_message,
+    CHAT_COLS, MESSAGE_COLS, RUN_COLS, TOUCH_CHAT, append, append_group, chat_of, insert_run,
+    message_of, now, run_of, text, upsert_message,
 };
 
 /// The schema, in order. Append new files; never edit an applied one.
@@ -106,10 +107,42 @@ impl Default for SqliteOptions {
 
 /// A store in one SQLite file.
 pub struct SqliteStore {
+    /// Event pages waiting for the next group commit.
+    grouped: Arc<Mutex<Vec<Grouped>>>,
     writer: Lane,
     readers: Lane,
     path: PathBuf,
     notify: broadcast::Sender<Appended>,
+}
+
+/// An event page waiting for a group commit, and who waits for it.
+type Grouped = (EncodedPage, oneshot::Sender<StoreResult<()>>);
+
+/// Commits every page waiting in `grouped` in one transaction and answers
+/// each waiter (on the writer thread).
+fn commit_group(
+    conn: &mut Connection,
+    grouped: &Mutex<Vec<Grouped>>,
+    notify: &broadcast::Sender<Appended>,
+) {
+    let waiting = std::mem::take(&mut *grouped.lock().unwrap_or_else(PoisonError::into_inner));
+    let (pages, replies): (Vec<_>, Vec<_>) = waiting.into_iter().unzip();
+    match append_group(conn, &pages) {
+        Ok(results) => {
+            for ((page, reply), r) in pages.iter().zip(replies).zip(results) {
+                if let Ok(last) = r {
+                    // No subscriber is not an error.
+                    let _ = notify.send((page.run_id, last));
+                }
+                let _ = reply.send(r.map(|_| ()));
+            }
+        }
+        Err(e) => {
+            for reply in replies {
+                let _ = reply.send(Err(e.clone()));
+            }
+        }
+    }
 }
 
 impl std::fmt::Debug for SqliteStore {
@@ -149,6 +182,7 @@ impl SqliteStore {
         .await?;
         let depth = options.queue_depth.max(1);
         Ok(Self {
+            grouped: Arc::default(),
             writer: Lane::start("sqlite-writer", vec![writer], depth)?,
             readers: Lane::start("sqlite-reader", readers, depth)?,
             path,
@@ -541,10 +575,28 @@ impl EventLog for SqliteStore {
     ) -> BoxFuture<'_, StoreResult<()>> {
         let encoded = EncodedPage::events_only(run, events);
         Box::pin(async move {
-            let b = encoded?;
-            let last_seq = self.writer.run(move |conn| append(conn, &b)).await?;
-            let _ = self.notify.send((run, last_seq));
-            Ok(())
+            let (reply, answer) = oneshot::channel();
+            let first = {
+                let mut q = self.grouped.lock().unwrap_or_else(PoisonError::into_inner);
+                q.push((encoded?, reply));
+                q.len() == 1
+            };
+            // The first page of a group queues the writer job that takes
+            // every page waiting when it runs (group commit: one WAL commit
+            // for many runs' events); later pages ride with it.
+            if first {
+                let grouped = Arc::clone(&self.grouped);
+                let notify = self.notify.clone();
+                self.writer
+                    .run(move |conn| {
+                        commit_group(conn, &grouped, &notify);
+                        Ok(())
+                    })
+                    .await?;
+            }
+            answer
+                .await
+                .map_err(|_| StoreError::Unavailable("the SQLite writer stopped".into()))?
         })
     }
 

@@ -164,8 +164,39 @@ pub(super) fn insert_run(conn: &Connection, run: &RunRecord) -> StoreResult<()> 
 /// also clears the lease. Returns the highest seq stored for the run (for
 /// the notification).
 pub(super) fn append(conn: &mut Connection, b: &EncodedPage) -> StoreResult<u64> {
-    let run = b.run_id.to_string();
     let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+    let last = append_in(&tx, b)?;
+    tx.commit()?;
+    Ok(last)
+}
+
+/// Appends several runs' pages in one transaction (group commit: one WAL
+/// commit for all of them), each in its own savepoint so that one page's
+/// conflict fails only its own append. Returns each page's outcome.
+pub(super) fn append_group(
+    conn: &mut Connection,
+    pages: &[EncodedPage],
+) -> StoreResult<Vec<StoreResult<u64>>> {
+    let mut tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+    let mut out = Vec::with_capacity(pages.len());
+    for page in pages {
+        let sp = tx.savepoint()?;
+        match append_in(&sp, page) {
+            Ok(last) => {
+                sp.commit()?;
+                out.push(Ok(last));
+            }
+            // Dropping the savepoint rolls this page back.
+            Err(e) => out.push(Err(e)),
+        }
+    }
+    tx.commit()?;
+    Ok(out)
+}
+
+/// One page (events and/or checkpoints) inside an open transaction.
+fn append_in(tx: &Connection, b: &EncodedPage) -> StoreResult<u64> {
+    let run = b.run_id.to_string();
     if let (Some(first), Some(last), Some(events)) = (b.first_seq, b.last_seq, &b.events) {
         // Ranges of a run never overlap (the `pages` module): the stored page
         // with the lowest `last_seq >= first` is the only one that can.
@@ -215,6 +246,5 @@ pub(super) fn append(conn: &mut Connection, b: &EncodedPage) -> StoreResult<u64>
         )?
         .query_row(params![run, b.last_seq, b.last_step, b.status, b.now], |r| r.get(0))
         .optional()?;
-    tx.commit()?;
     sql::u64_of(stored.or(b.last_seq).unwrap_or(0), "last seq")
 }

@@ -516,3 +516,42 @@ pub(super) async fn events_stored_ahead_of_their_checkpoint_read_as_one_log(stor
     let rec = store.get_run(r.id).await.unwrap().unwrap();
     assert_eq!((rec.last_seq, rec.last_step), (4, 1));
 }
+
+/// Many runs' streamed events appended at once (SQLite commits them as one
+/// group): each lands, and a page that repeats a stored seq fails alone.
+pub(super) async fn concurrent_event_appends_land_and_a_conflict_fails_alone(
+    store: Arc<dyn Store>,
+) {
+    let runs: Vec<_> = (0..20u64).map(|i| run(None, i)).collect();
+    for r in &runs {
+        store.create_run(r.clone()).await.unwrap();
+        store
+            .append_events(r.id, &[text(r.id, 1, 0)])
+            .await
+            .unwrap();
+    }
+    let appends = runs.iter().enumerate().map(|(i, r)| {
+        let store = Arc::clone(&store);
+        // Run 0 repeats its stored seq 1; the others append seq 2.
+        let seq = if i == 0 { 1 } else { 2 };
+        let events = vec![text(r.id, seq, 0)];
+        let id = r.id;
+        async move { store.append_events(id, &events).await }
+    });
+    let results = futures::future::join_all(appends).await;
+    assert!(
+        matches!(results[0], Err(StoreError::Conflict(_))),
+        "{:?}",
+        results[0]
+    );
+    for (r, res) in runs.iter().zip(&results).skip(1) {
+        assert!(res.is_ok(), "{res:?}");
+        let seqs: Vec<u64> = all_events(&*store, r.id)
+            .await
+            .iter()
+            .map(|e| e.seq)
+            .collect();
+        assert_eq!(seqs, [1, 2]);
+    }
+    assert_eq!(all_events(&*store, runs[0].id).await.len(), 1);
+}
