@@ -140,6 +140,12 @@ impl RunHub {
     }
 
     pub(super) fn finish(&self) {
+        if self.durable {
+            // Everything is stored: a lingering hub (kept for resumes) holds
+            // no events; late readers read the store.
+            let mut b = self.buffer.lock().unwrap_or_else(PoisonError::into_inner);
+            b.events = Vec::new();
+        }
         self.progress.send_modify(|p| p.done = true);
     }
 
