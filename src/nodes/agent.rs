@@ -49,6 +49,11 @@ pub(super) fn kind() -> Kind {
             "cap on model calls (1–100, default 5)",
         ),
         SettingDoc::new(
+            "answer_by",
+            schema::DURATION,
+            "time budget: once this long has passed, the next model call gets no tools and must answer (default: none)",
+        ),
+        SettingDoc::new(
             "trace",
             schema::FIELD,
             "list field (append reducer) receiving a record of each tool call",
@@ -78,6 +83,8 @@ struct Agent {
     /// Tool and partition names from the graph file, expanded per run.
     tools: Vec<String>,
     max_iterations: u32,
+    /// After this, the next call is the last (no tools).
+    answer_by: Option<std::time::Duration>,
     output: Arc<str>,
     trace: Option<Arc<str>>,
     /// Values to remember from tool results.
@@ -106,6 +113,7 @@ impl Agent {
             f.ty.is_list() && f.reducer == Reducer::Append
         });
         let max_iterations = cx.integer("max_iterations", 1..=100, DEFAULT_MAX_ITERATIONS);
+        let answer_by = cx.duration("answer_by");
         let generation = Generation::build(cx, MAX_TOKENS);
         // An answer cut short keeps what it streamed (see `bounds`).
         let on_error = OnError::build(cx, OnError::Fallback, true);
@@ -118,6 +126,7 @@ impl Agent {
             history: history.ok()?,
             tools: tools.ok()?,
             max_iterations: max_iterations.ok()? as u32,
+            answer_by: answer_by.ok()?.map(|d| d.value),
             output: output?.1,
             trace: trace.ok()?.map(|t| t.1),
             extract: extract.ok()?,
@@ -143,14 +152,27 @@ impl Agent {
         let mut trace = Vec::new();
         let mut extracted: Vec<(Arc<str>, Value, bool)> = Vec::new();
         let mut answer = String::new();
+        let started = std::time::Instant::now();
         for call in 0..self.max_iterations {
-            let last = call + 1 == self.max_iterations;
+            let capped = call + 1 == self.max_iterations;
+            // A re-execution replays the recorded calls, whatever the clock.
+            let late = cx.services.playback.is_none()
+                && self.answer_by.is_some_and(|b| started.elapsed() >= b);
+            let last = capped || (late && call > 0);
             if last && call > 0 {
-                cx.events
-                    .thinking(format!(
-                        "Reached the iteration cap ({} model calls); asking for a final answer without tools.",
+                let why = if capped {
+                    format!(
+                        "Reached the iteration cap ({} model calls)",
                         self.max_iterations
-                    ))
+                    )
+                } else {
+                    format!(
+                        "Used the time budget ({:?})",
+                        self.answer_by.unwrap_or_default()
+                    )
+                };
+                cx.events
+                    .thinking(format!("{why}; asking for a final answer without tools."))
                     .await;
             }
             if last {

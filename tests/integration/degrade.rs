@@ -365,3 +365,52 @@ async fn a_hidden_node_is_visible_while_it_waits_for_the_model() {
         .unwrap();
     assert_eq!(route["data"]["status"], "done");
 }
+
+/// An agent whose model keeps calling tools stops offering them once its
+/// time budget (`answer_by`) is spent: the next call must answer.
+#[tokio::test]
+async fn an_agent_past_its_time_budget_is_asked_to_answer_without_tools() {
+    let g = graph(
+        "
+entry: a
+nodes:
+  - id: a
+    kind: agent
+    prompt: p.md
+    surface: answer
+    tools: [basic]
+    input: query
+    max_iterations: 50
+    answer_by: 300ms
+    output: answer
+edges: [a -> END]
+",
+    );
+    // Every call with tools asks for the clock again (slowly); without
+    // tools, it answers.
+    let model = Arc::new(
+        ScriptedModel::from_fn(|req| {
+            if req.tools.is_empty() {
+                Turn::text("Done.")
+            } else {
+                Turn::tool("current_time", json!({}))
+            }
+        })
+        .with_token_delay(Duration::from_millis(60)),
+    );
+    let (outcome, events, _) = run(&g, model).await;
+    assert_eq!(field(&outcome, "answer"), "Done.");
+    let calls = events
+        .iter()
+        .filter(|e| matches!(e.event, EventKind::LlmStarted { .. }))
+        .count();
+    assert!(
+        (2..50).contains(&calls),
+        "stopped early, after {calls} calls"
+    );
+    assert!(
+        notes(&events).contains("Used the time budget"),
+        "{}",
+        notes(&events)
+    );
+}
