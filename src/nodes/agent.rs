@@ -94,6 +94,10 @@ struct Agent {
     on_error: OnError,
 }
 
+/// How the thinking note before a call past the time budget begins (a
+/// recording finds such calls by it).
+pub const BUDGET_NOTE: &str = "Used the time budget";
+
 /// Default `max_tokens` of each model call.
 const MAX_TOKENS: u32 = 1024;
 
@@ -155,9 +159,13 @@ impl Agent {
         let started = std::time::Instant::now();
         for call in 0..self.max_iterations {
             let capped = call + 1 == self.max_iterations;
-            // A re-execution replays the recorded calls, whatever the clock.
-            let late = cx.services.playback.is_none()
-                && self.answer_by.is_some_and(|b| started.elapsed() >= b);
+            // A re-execution decides as the recorded run did, whatever the clock.
+            let late = match &cx.services.playback {
+                Some(p) => {
+                    p.past_budget(cx.events.node(), cx.events.step(), cx.events.task(), call)
+                }
+                None => self.answer_by.is_some_and(|b| started.elapsed() >= b),
+            };
             let last = capped || (late && call > 0);
             if last && call > 0 {
                 let why = if capped {
@@ -166,10 +174,7 @@ impl Agent {
                         self.max_iterations
                     )
                 } else {
-                    format!(
-                        "Used the time budget ({:?})",
-                        self.answer_by.unwrap_or_default()
-                    )
+                    format!("{BUDGET_NOTE} ({:?})", self.answer_by.unwrap_or_default())
                 };
                 cx.events
                     .thinking(format!("{why}; asking for a final answer without tools."))

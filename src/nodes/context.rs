@@ -38,6 +38,12 @@ pub trait Playback: Send + Sync + fmt::Debug {
         task: u32,
         call_id: &str,
     ) -> Option<Result<ToolOutcome, ToolError>>;
+    /// Whether the recorded call was made past the agent's time budget
+    /// (offered no tools), so a re-execution decides as the run did.
+    fn past_budget(&self, node: &str, step: u32, task: u32, call: u32) -> bool {
+        let _ = (node, step, task, call);
+        false
+    }
     /// The tools a task offered its model, if recorded.
     fn tools_offered(&self, node: &str, step: u32, task: u32) -> Option<Vec<ToolDef>> {
         let _ = (node, step, task);

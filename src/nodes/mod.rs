@@ -49,6 +49,7 @@ use crate::llm::LlmError;
 use crate::state::Patch;
 use crate::tools::ToolError;
 
+pub use agent::BUDGET_NOTE;
 pub use bounds::{Failure, OnError, Recovery};
 pub use context::{NodeContext, Playback, Roles, Services, SubgraphRunner};
 pub use kinds::{BuildFn, Kind, Kinds};

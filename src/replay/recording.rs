@@ -40,6 +40,8 @@ pub struct Recording {
     models: HashMap<CallKey, String>,
     /// Tools offered per task (node, step, task).
     offered: HashMap<(String, u32, u32), Vec<ToolDef>>,
+    /// Calls made past an agent's time budget.
+    past_budget: std::collections::HashSet<CallKey>,
 }
 
 impl Recording {
@@ -49,12 +51,20 @@ impl Recording {
         // The call in progress per task: (key, chunks, tool index by call id).
         type Open = (CallKey, Chunks, Vec<String>);
         let mut open: HashMap<(String, u32, u32), Open> = HashMap::new();
+        // Tasks whose next call follows a time-budget note.
+        let mut budget_noted = std::collections::HashSet::new();
         for ev in events {
             let node = ev.node.as_deref().unwrap_or("").to_owned();
             let task = (node.clone(), ev.step, ev.task);
             match &ev.event {
+                EventKind::Thinking { text } if text.starts_with(crate::nodes::BUDGET_NOTE) => {
+                    budget_noted.insert(task.clone());
+                }
                 EventKind::LlmStarted { call, model, .. } => {
                     let key = (node.clone(), ev.step, ev.task, *call);
+                    if budget_noted.remove(&task) {
+                        rec.past_budget.insert(key.clone());
+                    }
                     rec.models.insert(key.clone(), model.clone());
                     open.insert(task, (key, Vec::new(), Vec::new()));
                 }
@@ -219,6 +229,11 @@ impl crate::nodes::Playback for Recording {
         call_id: &str,
     ) -> Option<Result<ToolOutcome, ToolError>> {
         Recording::tool(self, node, step, task, call_id)
+    }
+
+    fn past_budget(&self, node: &str, step: u32, task: u32, call: u32) -> bool {
+        self.past_budget
+            .contains(&(node.to_owned(), step, task, call))
     }
 
     fn tools_offered(&self, node: &str, step: u32, task: u32) -> Option<Vec<ToolDef>> {

@@ -413,4 +413,13 @@ edges: [a -> END]
         "{}",
         notes(&events)
     );
+    // Re-executed (instantly, from the recording), it decides as it did.
+    let offline = stategraph::runtime::Services::new(
+        stategraph::llm::Models::single(Arc::new(ScriptedModel::new([]))),
+        Arc::clone(&registries().tools),
+    );
+    let r = stategraph::replay::reexecute(g, offline, &events)
+        .await
+        .unwrap();
+    assert!(r.divergence.is_none(), "{}", r.report());
 }
