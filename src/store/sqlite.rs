@@ -238,9 +238,12 @@ fn connect(path: &Path, o: &SqliteOptions, reader: bool) -> StoreResult<Connecti
         conn.pragma_update(None, "query_only", "ON")?;
     }
     conn.set_prepared_statement_cache_capacity(64);
-    // 16 MiB of page cache (the default is 2 MiB): appends touch the right
-    // edge of the event tables, replays read whole runs.
-    conn.pragma_update(None, "cache_size", -16_000)?;
+    // Page cache: 8 MiB for the writer (appends touch the right edge of the
+    // event tables), 4 MiB per reader (the default is 2 MiB). A cache stays
+    // filled after load, so these bound what SQLite keeps: with 16 MiB each
+    // a server stayed ~85 MB above its idle size after 3,000 chats.
+    let kib = if reader { 4_000 } else { 8_000 };
+    conn.pragma_update(None, "cache_size", -kib)?;
     Ok(conn)
 }
 
