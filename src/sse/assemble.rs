@@ -135,6 +135,23 @@ impl Assembler {
                     p["output"] = output.clone();
                 }
             }
+            Chunk::ToolInputError {
+                tool_call_id,
+                tool_name,
+                input,
+                error_text,
+                ..
+            } => match self.tool(tool_call_id) {
+                Some(p) => {
+                    p["state"] = json!("output-error");
+                    p["input"] = input.clone();
+                    p["errorText"] = json!(error_text);
+                }
+                None => self.parts.push(json!({
+                    "type": "dynamic-tool", "toolName": tool_name, "toolCallId": tool_call_id,
+                    "state": "output-error", "input": input, "errorText": error_text,
+                })),
+            },
             Chunk::ToolOutputError {
                 tool_call_id,
                 error_text,

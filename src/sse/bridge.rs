@@ -176,6 +176,8 @@ pub struct Bridge {
     reasoning: Option<String>,
     thinking: HashMap<String, Thinking>,
     tools: HashMap<String, ToolOwner>,
+    /// Answer tool calls whose `tool-input-available` was sent.
+    inputs: std::collections::HashSet<String>,
     usage: BTreeMap<String, (String, u64, u64)>,
     finish_reason: &'static str,
     done: bool,
@@ -195,6 +197,7 @@ impl Bridge {
             reasoning: None,
             thinking: HashMap::new(),
             tools: HashMap::new(),
+            inputs: std::collections::HashSet::new(),
             usage: BTreeMap::new(),
             finish_reason: "stop",
             done: false,
@@ -455,12 +458,15 @@ impl Bridge {
                     self.tool_started(surface, &key(), call_id, tool, out);
                 }
                 match self.tools.get(call_id).cloned() {
-                    Some(ToolOwner::Answer) => out.push(Chunk::ToolInputAvailable {
-                        tool_call_id: call_id.clone(),
-                        tool_name: tool.clone(),
-                        input: args.clone(),
-                        dynamic: true,
-                    }),
+                    Some(ToolOwner::Answer) => {
+                        self.inputs.insert(call_id.clone());
+                        out.push(Chunk::ToolInputAvailable {
+                            tool_call_id: call_id.clone(),
+                            tool_name: tool.clone(),
+                            input: args.clone(),
+                            dynamic: true,
+                        });
+                    }
                     Some(ToolOwner::Thinking(k)) => {
                         self.update_tool(&k, call_id, ev.at, out, |v| {
                             v["state"] = json!("input-available");
@@ -479,6 +485,17 @@ impl Bridge {
                     self.tool_started(surface, &key(), call_id, tool, out);
                 }
                 match self.tools.get(call_id).cloned() {
+                    // Failed before its input was complete (cut off, not
+                    // JSON): the AI SDK wants an input error then.
+                    Some(ToolOwner::Answer) if !self.inputs.contains(call_id) => {
+                        out.push(Chunk::ToolInputError {
+                            tool_call_id: call_id.clone(),
+                            tool_name: tool.clone(),
+                            input: Value::Null,
+                            error_text: tool_error_text(error),
+                            dynamic: true,
+                        });
+                    }
                     Some(ToolOwner::Answer) => out.push(Chunk::ToolOutputError {
                         tool_call_id: call_id.clone(),
                         error_text: tool_error_text(error),

@@ -90,6 +90,21 @@ pub enum Chunk {
         /// Always true.
         dynamic: bool,
     },
+    /// The call failed before its arguments were complete or valid (cut
+    /// off by the token limit, not JSON): no `tool-input-available` came.
+    #[serde(rename_all = "camelCase")]
+    ToolInputError {
+        /// Call id.
+        tool_call_id: String,
+        /// Tool name.
+        tool_name: String,
+        /// The arguments, when known.
+        input: Value,
+        /// Message.
+        error_text: String,
+        /// Always true.
+        dynamic: bool,
+    },
     /// Tool result.
     #[serde(rename_all = "camelCase")]
     ToolOutputAvailable {
@@ -245,6 +260,16 @@ mod tests {
                     dynamic: true,
                 },
                 r#"{"type":"tool-input-available","toolCallId":"c1","toolName":"calc","input":null,"dynamic":true}"#,
+            ),
+            (
+                Chunk::ToolInputError {
+                    tool_call_id: "c1".into(),
+                    tool_name: "calc".into(),
+                    input: Value::Null,
+                    error_text: "cut off".into(),
+                    dynamic: true,
+                },
+                r#"{"type":"tool-input-error","toolCallId":"c1","toolName":"calc","input":null,"errorText":"cut off","dynamic":true}"#,
             ),
             (
                 Chunk::ToolOutputError {

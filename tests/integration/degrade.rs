@@ -423,3 +423,61 @@ edges: [a -> END]
         .unwrap();
     assert!(r.divergence.is_none(), "{}", r.report());
 }
+
+/// A tool call whose arguments the token limit cut off is an input error
+/// on the stream (the AI SDK refuses an output error for a call whose input
+/// never became available), and the agent goes on.
+#[tokio::test]
+async fn a_tool_call_cut_off_by_the_token_limit_is_a_tool_input_error() {
+    let g = graph(
+        "
+entry: a
+nodes:
+  - id: a
+    kind: agent
+    prompt: p.md
+    surface: answer
+    tools: [basic]
+    input: query
+    max_iterations: 3
+    output: answer
+edges: [a -> END]
+",
+    );
+    let model = Arc::new(ScriptedModel::new([
+        Turn::Chunks(
+            vec![
+                LlmChunk::ToolCallStart {
+                    index: 0,
+                    id: "c1".into(),
+                    name: "calculator".into(),
+                },
+                LlmChunk::ToolCallArgs {
+                    index: 0,
+                    delta: "{\"expression\": \"6*".into(),
+                },
+                LlmChunk::Finish("length".into()),
+            ],
+            None,
+        ),
+        Turn::text("Sorry, I could not compute it."),
+    ]));
+    let r = run_full(&g, model).await;
+    assert_eq!(
+        field(&r.outcome, "answer"),
+        "Sorry, I could not compute it."
+    );
+    assert!(r.sse.contains(r#""type":"tool-input-error""#), "{}", r.sse);
+    assert!(
+        !r.sse.contains(r#""type":"tool-output-error""#),
+        "{}",
+        r.sse
+    );
+    let parts = r.report["message"]["parts"].as_array().unwrap();
+    assert!(
+        parts
+            .iter()
+            .any(|p| p["toolCallId"] == "c1" && p["state"] == "output-error"),
+        "{parts:?}"
+    );
+}
