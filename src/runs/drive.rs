@@ -184,6 +184,8 @@ async fn pump(
     }
     let mut last_write = Instant::now();
     let mut group = Vec::new();
+    // `run_started` time until the first visible event (then `None`).
+    let mut unseen: Option<u64> = None;
     while let Some(first) = rx.recv().await {
         group.clear();
         group.push(first);
@@ -210,6 +212,16 @@ async fn pump(
         }
         for ev in group.drain(..) {
             runs.observer.event(graph_id, &ev);
+            match &ev.event {
+                EventKind::RunStarted { .. } => unseen = Some(ev.at),
+                k if k.is_visible() => {
+                    if let Some(start) = unseen.take() {
+                        let seconds = ev.at.saturating_sub(start) as f64 / 1e6;
+                        runs.observer.first_visible(graph_id, seconds);
+                    }
+                }
+                _ => {}
+            }
             feed(&ev, &mut pumped);
             if let Some(tap) = tap {
                 // A watcher that went away stops watching; the run goes on.

@@ -98,6 +98,10 @@ pub trait RunObserver: Send + Sync {
     fn event(&self, graph: &str, event: &Event);
     /// A run ended: `finished`, `failed` or `cancelled`.
     fn finished(&self, graph: &str, outcome: &str);
+    /// A run's client saw its first part this long after the run started.
+    fn first_visible(&self, graph: &str, seconds: f64) {
+        let _ = (graph, seconds);
+    }
 }
 
 /// An observer that hears nothing.

@@ -93,8 +93,6 @@ pub struct Metrics {
     tool_calls: Family<AtomicU64>,
     token_delay: Family<Histogram>,
     first_visible: Family<Histogram>,
-    /// Runs started and not yet visible: their `run_started` time (µs).
-    started: std::sync::Mutex<std::collections::HashMap<uuid::Uuid, u64>>,
 }
 
 impl std::fmt::Debug for Metrics {
@@ -154,7 +152,6 @@ impl Metrics {
 
     /// Updates node, model and tool figures from one event of `graph`.
     pub fn observe_event(&self, graph: &str, ev: &Event) {
-        self.observe_first_visible(graph, ev);
         let node = ev.node.as_deref().unwrap_or("");
         match &ev.event {
             EventKind::NodeFinished { duration_us, .. } => self
@@ -206,29 +203,11 @@ impl Metrics {
         }
     }
 
-    /// Time from `run_started` to the run's first visible event.
-    fn observe_first_visible(&self, graph: &str, ev: &Event) {
-        let is_start = matches!(ev.event, EventKind::RunStarted { .. });
-        if !is_start && !ev.event.is_visible() && !ev.event.is_terminal() {
-            return;
-        }
-        let mut started = self
-            .started
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        if is_start {
-            started.insert(ev.run_id, ev.at);
-            return;
-        }
-        let Some(at) = started.remove(&ev.run_id) else {
-            return;
-        };
-        drop(started);
-        if ev.event.is_visible() {
-            self.first_visible
-                .get(vec![("graph", graph.to_owned())], Histogram::new)
-                .observe(ev.at.saturating_sub(at) as f64 / 1e6);
-        }
+    /// Time from `run_started` to the first part a client saw.
+    pub fn first_visible(&self, graph: &str, seconds: f64) {
+        self.first_visible
+            .get(vec![("graph", graph.to_owned())], Histogram::new)
+            .observe(seconds);
     }
 
     /// The exposition text.
@@ -349,5 +328,9 @@ impl crate::runs::RunObserver for Metrics {
 
     fn finished(&self, graph: &str, outcome: &str) {
         self.run_finished(graph, outcome);
+    }
+
+    fn first_visible(&self, graph: &str, seconds: f64) {
+        Metrics::first_visible(self, graph, seconds);
     }
 }

@@ -166,11 +166,10 @@ pub(crate) fn where_clause(
     }
     if let Some(c) = q.before {
         let at = i64::try_from(c.created_at).unwrap_or(i64::MAX);
-        let a = bind(SqlParam::Int(at), &mut params);
-        let b = bind(SqlParam::Int(at), &mut params);
+        let at = bind(SqlParam::Int(at), &mut params);
         let id = bind(SqlParam::Id(c.id), &mut params);
         conds.push(format!(
-            "(created_at < {a} OR (created_at = {b} AND id < {id}))"
+            "(created_at < {at} OR (created_at = {at} AND id < {id}))"
         ));
     }
     let clause = if conds.is_empty() {

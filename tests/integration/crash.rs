@@ -177,24 +177,46 @@ async fn slow_page(delay: Duration) -> (String, SlowPage) {
     (url, page)
 }
 
-/// Resumes the chat's stream on `server` until it ends; checks it.
-async fn resume_and_check(server: &Server, chat: &str, expect_text: &str) -> Value {
+/// The chat's stream on `base` (after `last_event_id`), waiting until
+/// the restarted server has it: the stream and the last status seen.
+async fn resume_stream(base: &str, chat: &str, last_event_id: Option<u64>) -> (String, u16) {
     let client = reqwest::Client::new();
-    let url = format!("{}/api/chat/{chat}/stream", server.base);
-    let mut text = String::new();
+    let url = format!("{base}/api/chat/{chat}/stream");
     let mut last = 0;
     for _ in 0..300 {
-        let resp = client.get(&url).send().await.unwrap();
+        let mut rb = client.get(&url);
+        if let Some(id) = last_event_id {
+            rb = rb.header("last-event-id", id.to_string());
+        }
+        let resp = rb.send().await.unwrap();
         last = resp.status().as_u16();
-        if resp.status() == 200 {
-            text = tokio::time::timeout(Duration::from_secs(60), resp.text())
+        if last == 200 {
+            let text = tokio::time::timeout(Duration::from_secs(60), resp.text())
                 .await
                 .expect("the resumed stream ends")
                 .unwrap();
-            break;
+            return (text, last);
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
+    (String::new(), last)
+}
+
+/// The text of a UI message's text parts.
+fn text_of_parts(parts: &Value) -> String {
+    parts
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|p| p["type"] == "text")
+        .filter_map(|p| p["text"].as_str())
+        .collect()
+}
+
+/// Resumes the chat's stream on `server` until it ends; checks it.
+async fn resume_and_check(server: &Server, chat: &str, expect_text: &str) -> Value {
+    let client = reqwest::Client::new();
+    let (text, last) = resume_stream(&server.base, chat, None).await;
     assert!(
         text.ends_with("data: [DONE]\n\n"),
         "resumed stream (last status {last}):\n{text}"
@@ -434,13 +456,7 @@ async fn two_servers_on_one_database_a_killed_b_resumes_the_run_and_the_stream()
     let whole = format!("{before}{rest}");
     let (ok, raw) = aisdk_validate(&whole);
     assert!(ok, "{raw}\n{whole}");
-    let text: String = report_json(&raw)["message"]["parts"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|p| p["type"] == "text")
-        .filter_map(|p| p["text"].as_str())
-        .collect();
+    let text = text_of_parts(&report_json(&raw)["message"]["parts"]);
     assert_eq!(text, expect, "the client's text is the answer, once");
     drop(b);
     drop_db(&name).await;
@@ -577,24 +593,7 @@ async fn resume_after_crash_at(dir: &Path, g: &Path, deltas: usize, expect: &str
     let last = last_id(&before).expect("an event id before the crash");
     let b = start(dir, &config(&store), g).await;
     let client = reqwest::Client::new();
-    let url = format!("{}/api/chat/{chat}/stream", b.base);
-    let mut after = String::new();
-    for _ in 0..300 {
-        let resp = client
-            .get(&url)
-            .header("last-event-id", last.to_string())
-            .send()
-            .await
-            .unwrap();
-        if resp.status() == 200 {
-            after = tokio::time::timeout(Duration::from_secs(60), resp.text())
-                .await
-                .expect("the resumed stream ends")
-                .unwrap();
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    let (after, _) = resume_stream(&b.base, &chat, Some(last)).await;
     assert!(after.ends_with("data: [DONE]\n\n"), "{after}");
     let whole = format!("{before}{after}");
     let ids: Vec<u64> = whole
@@ -613,13 +612,7 @@ async fn resume_after_crash_at(dir: &Path, g: &Path, deltas: usize, expect: &str
     let (ok, raw) = aisdk_validate(&whole);
     assert!(ok, "{raw}\n{whole}");
     let report = report_json(&raw);
-    let client_text: String = report["message"]["parts"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|p| p["type"] == "text")
-        .filter_map(|p| p["text"].as_str())
-        .collect();
+    let client_text = text_of_parts(&report["message"]["parts"]);
     let stored: Value = client
         .get(format!("{}/api/chat/{chat}", b.base))
         .send()
@@ -628,13 +621,8 @@ async fn resume_after_crash_at(dir: &Path, g: &Path, deltas: usize, expect: &str
         .json()
         .await
         .unwrap();
-    let stored_text: String = stored["messages"].as_array().unwrap().last().unwrap()["parts"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|p| p["type"] == "text")
-        .filter_map(|p| p["text"].as_str())
-        .collect();
+    let stored_text =
+        text_of_parts(&stored["messages"].as_array().unwrap().last().unwrap()["parts"]);
     assert_eq!(client_text, stored_text, "killed at {deltas} deltas");
     assert_eq!(client_text, expect, "and it is the whole answer, once");
 }
