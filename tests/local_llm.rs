@@ -327,6 +327,7 @@ fn weather_tool() -> ToolDef {
             "properties": {"city": {"type": "string"}},
             "required": ["city"]
         })),
+        partition: None,
     }
 }
 
@@ -696,7 +697,7 @@ async fn every_chat_path_ends_cleanly_on_a_rambling_model() {
         Some("RESEARCH"),
         Some("EXPLAIN"),
         Some("CLARIFY"),
-        Some("SUGGEST"),
+        Some("OUT_OF_SCOPE"),
         Some("DIRECT"),
     ];
     for (i, intent) in intents.into_iter().enumerate() {

@@ -79,4 +79,9 @@ pub struct ToolDef {
     pub description: String,
     /// JSON schema of the arguments (shared: offered on every call).
     pub parameters: Arc<Value>,
+    /// The partition the tool belongs to (absent in recordings made
+    /// before it was recorded): lets a re-execution tell which offered
+    /// tools were, say, the data tools, with no tool server running.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub partition: Option<String>,
 }

@@ -20,7 +20,9 @@
 //! (lists merged round-robin: the first of each, then the second of each —
 //! a rank-preserving merge of result lists), `merge(other)` (an object with
 //! another's properties added), `wrap(key)` (a value as `{key: value}`),
-//! `fromjson` and `weighted(weights)` (a weighted score per item). Evaluation is pure:
+//! `fromjson`, `weighted(weights)` (a weighted score per item) and
+//! `newest_json(budget)` (the newest items of a list as JSON, as many as fit
+//! in `budget` characters). Prompt templates have the same filters. Evaluation is pure:
 //! no clock, no randomness, so a re-executed run computes the same values.
 
 use std::collections::BTreeMap;
@@ -43,6 +45,12 @@ fn environment() -> Environment<'static> {
     let mut env = Environment::new();
     env.set_auto_escape_callback(|_| minijinja::AutoEscape::None);
     env.set_undefined_behavior(minijinja::UndefinedBehavior::Chainable);
+    add_filters(&mut env);
+    env
+}
+
+/// The filters of graph files, in expressions and prompt templates alike.
+pub(crate) fn add_filters(env: &mut Environment<'static>) {
     env.add_filter("host", host);
     env.add_filter("chunks", chunks);
     env.add_filter("flatten", flatten);
@@ -51,7 +59,7 @@ fn environment() -> Environment<'static> {
     env.add_filter("interleave", interleave);
     env.add_filter("merge", merge);
     env.add_filter("wrap", wrap);
-    env
+    env.add_filter("newest_json", newest_json);
 }
 
 /// A parsed expression and the state fields it reads.
@@ -640,6 +648,40 @@ fn wrap(value: Mv, key: &str) -> Mv {
     from_json(&Value::Object(m))
 }
 
+/// `items | newest_json(budget)`: the newest items of a list, newest
+/// first, each as compact JSON, as many as fit in `budget` characters; the
+/// one that crosses the budget is cut (ending in `…`) when at least 20
+/// characters are left or it is the newest, and the rest left out. For giving a prompt the latest tool results without overflowing it.
+fn newest_json(items: Mv, budget: usize) -> Result<Vec<String>, Error> {
+    let Value::Array(items) = to_json(&items) else {
+        return Err(Error::new(
+            ErrorKind::InvalidOperation,
+            "newest_json needs a list",
+        ));
+    };
+    let mut left = budget;
+    let mut out = Vec::new();
+    for item in items.iter().rev() {
+        if left == 0 {
+            break;
+        }
+        let text = item.to_string();
+        let len = text.chars().count();
+        if len <= left {
+            left -= len;
+            out.push(text);
+        } else {
+            // A cut item is worth it only with some room left (the newest
+            // one is always given, however cut).
+            if out.is_empty() || left >= 20 {
+                out.push(format!("{}…", text.chars().take(left).collect::<String>()));
+            }
+            break;
+        }
+    }
+    Ok(out)
+}
+
 /// `text | fromjson`: the JSON a string holds (`none` if it holds none).
 fn fromjson(text: &str) -> Mv {
     serde_json::from_str::<Value>(text).map_or(Mv::from(()), |v| from_json(&v))
@@ -717,6 +759,26 @@ mod tests {
             &mut d,
         )
         .ok_or_else(|| d.into_vec().iter().map(ToString::to_string).collect())
+    }
+
+    #[test]
+    fn newest_json_keeps_the_newest_within_the_budget() {
+        let items = from_json(&serde_json::json!([{"a": 1}, {"b": 2}, {"c": "long text here"}]));
+        assert_eq!(
+            newest_json(items.clone(), 1000).unwrap(),
+            vec![r#"{"c":"long text here"}"#, r#"{"b":2}"#, r#"{"a":1}"#]
+        );
+        let cut = newest_json(items.clone(), 30).unwrap();
+        assert_eq!(
+            cut,
+            vec![
+                r#"{"c":"long text here"}"#.to_owned(),
+                r#"{"b":2}"#.to_owned()
+            ]
+        );
+        let cut = newest_json(items, 10).unwrap();
+        assert_eq!(cut, vec![r#"{"c":"long…"#.to_owned()]);
+        assert!(newest_json(Mv::from(3), 10).is_err());
     }
 
     #[test]

@@ -78,6 +78,7 @@ pub(crate) fn environment() -> Environment<'static> {
     // State fields may be empty (null, missing keys): `routing.missing_slots`
     // on an empty field renders as nothing instead of failing the node.
     env.set_undefined_behavior(minijinja::UndefinedBehavior::Chainable);
+    super::expr::add_filters(&mut env);
     if let Ok(syntax) = minijinja::syntax::SyntaxConfig::builder()
         .trim_blocks(true)
         .lstrip_blocks(true)

@@ -193,6 +193,9 @@ fn pick(options: &[Value], user: &str) -> Value {
         "SUGGEST" => ["suggest", "ideas", "recommend"]
             .iter()
             .any(|k| text.contains(k)),
+        "OUT_OF_SCOPE" => ["recipe", "football", "joke", "poem"]
+            .iter()
+            .any(|k| text.contains(k)),
         "DIRECT" => ["hello", "hi", "thanks", "thank you"]
             .iter()
             .any(|k| text.trim() == *k),

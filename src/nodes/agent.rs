@@ -5,6 +5,18 @@
 //! file lists for it. A failed tool call is given back to the model as
 //! structured data so it can correct itself. The cap counts model calls; the
 //! last allowed call is made without tools, so the model has to answer.
+//!
+//! Three settings keep an agent honest about its tools:
+//! - `tools_if`: an expression; when false the node offers no tools (a
+//!   writer in a quick mode, say).
+//! - `require_tool` (+ `reminder`): an answer given before that tool was
+//!   called gets one reminder and another try — e.g. an explanation must
+//!   rest on the indicator's metadata.
+//! - `data_tools` + `no_data`: when none of the data tools is offered (the
+//!   server providing them is down or not configured), `no_data` is written
+//!   as the output without calling the model; when the model called none of
+//!   them successfully, `no_data` replaces its answer. Numbers never come
+//!   from the model's memory.
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -18,10 +30,11 @@ use super::extract::{self, Extract};
 use super::model::{self, HISTORY_SETTINGS, INPUT, PROMPT, ROLE_SETTINGS};
 use super::{BuildCx, Kind, Node, NodeContext, NodeError, Roles};
 use crate::events::{EventKind, ToolCallRecord};
+use crate::graph::expr::Expr;
 use crate::graph::kinds::schema;
 use crate::graph::spec::Surface;
-use crate::graph::{PromptRef, SettingDoc};
-use crate::llm::ChatMessage;
+use crate::graph::{PromptRef, Reported, SettingDoc};
+use crate::llm::{ChatMessage, ChatRequest, ToolDef};
 use crate::state::{FieldId, Patch, Reducer};
 use crate::tools::{failure_payload, parse_arguments};
 
@@ -59,6 +72,31 @@ pub(super) fn kind() -> Kind {
             "list field (append reducer) receiving a record of each tool call",
         ),
         extract::SETTING,
+        SettingDoc::new(
+            "tools_if",
+            schema::STRING,
+            "expression; when false the node offers no tools",
+        ),
+        SettingDoc::new(
+            "require_tool",
+            schema::STRING,
+            "a tool the model must call before answering: an answer without it gets one reminder",
+        ),
+        SettingDoc::new(
+            "reminder",
+            schema::STRING,
+            "the message sent with that reminder",
+        ),
+        SettingDoc::new(
+            "data_tools",
+            schema::NAMES,
+            "tools and partitions whose results are the node's data (for `no_data`)",
+        ),
+        SettingDoc::new(
+            "no_data",
+            schema::STRING,
+            "output written without a model call when no data tool is offered, and instead of the answer when none succeeded",
+        ),
     ];
     settings.extend(ROLE_SETTINGS);
     settings.extend(HISTORY_SETTINGS);
@@ -92,6 +130,48 @@ struct Agent {
     /// Bounds of each model call.
     generation: Generation,
     on_error: OnError,
+    /// Offer tools only when this holds.
+    tools_if: Option<Expr>,
+    /// (tool, reminder) an answer must not come before.
+    require: Option<(String, String)>,
+    /// Data tools and what to write when they give nothing.
+    no_data: Option<NoData>,
+}
+
+/// `data_tools` + `no_data`.
+#[derive(Debug)]
+struct NoData {
+    /// Tool and partition names.
+    tools: Vec<String>,
+    /// Written instead of an answer.
+    packet: String,
+}
+
+impl NoData {
+    /// Whether an offered tool is a data tool (by name, or by the
+    /// partition recorded with it).
+    fn covers(&self, def: &ToolDef) -> bool {
+        self.tools
+            .iter()
+            .any(|t| *t == def.name || def.partition.as_deref() == Some(t))
+    }
+}
+
+/// The reminder sent when `reminder` is not set.
+fn default_reminder(tool: &str) -> String {
+    format!("Before answering, call `{tool}`: the answer must rest on what it returns.")
+}
+
+/// What a loop of model calls produced.
+#[derive(Default)]
+struct Outcome {
+    answer: String,
+    trace: Vec<Value>,
+    extracted: Vec<(Arc<str>, Value, bool)>,
+    /// Pass-through results were shown as the answer.
+    shown: bool,
+    /// Names of tools that returned a result (not an error).
+    succeeded: Vec<String>,
 }
 
 /// How the thinking note before a call past the time budget begins (a
@@ -118,6 +198,9 @@ impl Agent {
         });
         let max_iterations = cx.integer("max_iterations", 1..=100, DEFAULT_MAX_ITERATIONS);
         let answer_by = cx.duration("answer_by");
+        let tools_if = cx.expr("tools_if", &[]);
+        let require = Self::require(cx);
+        let no_data = Self::no_data(cx);
         let generation = Generation::build(cx, MAX_TOKENS);
         // An answer cut short keeps what it streamed (see `bounds`).
         let on_error = OnError::build(cx, OnError::Fallback, true);
@@ -134,7 +217,57 @@ impl Agent {
             output: output?.1,
             trace: trace.ok()?.map(|t| t.1),
             extract: extract.ok()?,
+            tools_if: tools_if.ok()?,
+            require: require.ok()?,
+            no_data: no_data.ok()?,
         })
+    }
+
+    fn require(cx: &mut BuildCx<'_>) -> Result<Option<(String, String)>, Reported> {
+        let tool = cx.string("require_tool")?;
+        let reminder = cx.string("reminder")?;
+        match (tool, reminder) {
+            (Some(t), r) => {
+                let r = r.map_or_else(|| default_reminder(&t.value), |r| r.value);
+                Ok(Some((t.value, r)))
+            }
+            (None, Some(r)) => {
+                cx.error(
+                    r.loc,
+                    "invalid-setting",
+                    "`reminder` is sent only with `require_tool`, which is not set".to_owned(),
+                    Some("name the tool the model must call: `require_tool: NAME`".into()),
+                );
+                Err(Reported)
+            }
+            (None, None) => Ok(None),
+        }
+    }
+
+    fn no_data(cx: &mut BuildCx<'_>) -> Result<Option<NoData>, Reported> {
+        let tools = cx.names("data_tools")?;
+        let packet = cx.string("no_data")?;
+        match (tools.is_empty(), packet) {
+            (false, Some(p)) => Ok(Some(NoData {
+                tools: tools.into_iter().map(|t| t.value).collect(),
+                packet: p.value,
+            })),
+            (true, None) => Ok(None),
+            (empty, packet) => {
+                let loc = packet
+                    .map(|p| p.loc)
+                    .or_else(|| tools.first().map(|t| t.loc))
+                    .unwrap_or(cx.kind_loc());
+                let missing = if empty { "data_tools" } else { "no_data" };
+                cx.error(
+                    loc,
+                    "missing-setting",
+                    format!("`data_tools` and `no_data` go together; `{missing}` is missing"),
+                    None,
+                );
+                Err(Reported)
+            }
+        }
     }
 
     async fn call(&self, cx: NodeContext<'_>) -> Result<Patch, NodeError> {
@@ -149,53 +282,104 @@ impl Agent {
                 content: text.to_owned(),
             });
         }
-        let allowed = cx.services.tools.expand(&self.tools);
+        let offers = match &self.tools_if {
+            Some(e) => e.eval(cx.state, &[])?.is_true(),
+            None => true,
+        };
+        let allowed = if offers {
+            cx.services.tools.expand(&self.tools)
+        } else {
+            Vec::new()
+        };
         let defs = cx.offer_tools(&allowed).await;
+        // Decided from what was offered (recorded with each tool's
+        // partition), so a re-execution decides the same with no server.
+        let data: Vec<String> = match &self.no_data {
+            Some(no_data) => defs
+                .iter()
+                .filter(|d| no_data.covers(d))
+                .map(|d| d.name.clone())
+                .collect(),
+            None => Vec::new(),
+        };
+        if let Some(no_data) = &self.no_data
+            && data.is_empty()
+        {
+            cx.events
+                .thinking("No data tools are available; not answering from memory.")
+                .await;
+            return Ok(Patch::new().set(Arc::clone(&self.output), no_data.packet.clone()));
+        }
         let mut request = self.generation.request(messages);
         request.tools = defs;
-        let mut trace = Vec::new();
-        let mut extracted: Vec<(Arc<str>, Value, bool)> = Vec::new();
-        let mut answer = String::new();
+        let mut done = self.converse(&cx, request, &allowed).await?;
+        if let Some(no_data) = &self.no_data
+            && !done.shown
+            && !done.succeeded.iter().any(|name| data.contains(name))
+        {
+            cx.events
+                .thinking("None of the data tools returned data; not answering from memory.")
+                .await;
+            done.answer = no_data.packet.clone();
+        }
+        let mut patch = Patch::new().set(Arc::clone(&self.output), done.answer);
+        if let Some(field) = &self.trace
+            && !done.trace.is_empty()
+        {
+            patch.insert(Arc::clone(field), Value::Array(done.trace));
+        }
+        for (field, value) in extract::writes(done.extracted) {
+            // In mention order: the field's reducer keeps the last of a kind.
+            cx.events.custom(field.to_string(), value.clone()).await;
+            patch.insert(field, value);
+        }
+        Ok(patch)
+    }
+
+    /// The loop: model calls, tool calls, results back, until an answer.
+    async fn converse(
+        &self,
+        cx: &NodeContext<'_>,
+        mut request: ChatRequest,
+        allowed: &[String],
+    ) -> Result<Outcome, NodeError> {
+        let mut done = Outcome::default();
+        let mut reminded = false;
         let started = std::time::Instant::now();
         for call in 0..self.max_iterations {
-            let capped = call + 1 == self.max_iterations;
-            // A re-execution decides as the recorded run did, whatever the clock.
-            let late = match &cx.services.playback {
-                Some(p) => {
-                    p.past_budget(cx.events.node(), cx.events.step(), cx.events.task(), call)
-                }
-                None => self.answer_by.is_some_and(|b| started.elapsed() >= b),
-            };
-            let last = capped || (late && call > 0);
-            if last && call > 0 {
-                let why = if capped {
-                    format!(
-                        "Reached the iteration cap ({} model calls)",
-                        self.max_iterations
-                    )
-                } else {
-                    format!("{BUDGET_NOTE} ({:?})", self.answer_by.unwrap_or_default())
-                };
-                cx.events
-                    .thinking(format!("{why}; asking for a final answer without tools."))
-                    .await;
-            }
+            let last = self.is_last(cx, call, started).await;
             if last {
                 request.tools.clear();
             }
             let reply = cx.llm(&self.roles, call, &request).await?;
             let out = reply.output();
             if out.tool_calls.is_empty() || last {
-                answer = out.text.clone();
+                if !last
+                    && !reminded
+                    && let Some((tool, reminder)) = &self.require
+                    && request.tools.iter().any(|d| d.name == *tool)
+                    && !done.trace.iter().any(|r| r["tool"] == tool.as_str())
+                {
+                    reminded = true;
+                    request.messages.push(ChatMessage::Assistant {
+                        content: out.text.clone(),
+                        tool_calls: Vec::new(),
+                    });
+                    request.messages.push(ChatMessage::User {
+                        content: reminder.clone(),
+                    });
+                    continue;
+                }
+                done.answer = out.text.clone();
                 if out.finish_reason == "length" {
-                    super::llm::truncated(&cx, "length").await;
+                    super::llm::truncated(cx, "length").await;
                 }
                 break;
             }
             let results = futures::future::join_all(
                 out.tool_calls
                     .iter()
-                    .map(|tc| self.execute(&cx, tc, &allowed)),
+                    .map(|tc| self.execute(cx, tc, allowed)),
             )
             .await;
             request.messages.push(ChatMessage::Assistant {
@@ -207,40 +391,59 @@ impl Agent {
                 if let Some(text) = display {
                     shown.push(text);
                 }
-                if let (false, Some(output)) = (self.extract.is_empty(), record.get("output")) {
-                    extracted.extend(self.extract.apply(
-                        cx.state,
-                        cx.item,
-                        &tc.name,
-                        &record["args"],
-                        output,
-                    ));
+                if let Some(output) = record.get("output") {
+                    done.succeeded.push(tc.name.clone());
+                    if !self.extract.is_empty() {
+                        done.extracted.extend(self.extract.apply(
+                            cx.state,
+                            cx.item,
+                            &tc.name,
+                            &record["args"],
+                            output,
+                        ));
+                    }
                 }
                 request.messages.push(ChatMessage::Tool {
                     call_id: tc.id.clone(),
                     content,
                 });
-                trace.push(record);
+                done.trace.push(record);
             }
             if !shown.is_empty() {
                 // Pass-through results are the answer, verbatim: the model
                 // does not restate them.
-                answer = shown.join("\n\n");
+                done.answer = shown.join("\n\n");
+                done.shown = true;
                 break;
             }
         }
-        let mut patch = Patch::new().set(Arc::clone(&self.output), answer);
-        if let Some(field) = &self.trace
-            && !trace.is_empty()
-        {
-            patch.insert(Arc::clone(field), Value::Array(trace));
+        Ok(done)
+    }
+
+    /// Whether model call `call` is the last (made without tools): the
+    /// iteration cap, or the time budget spent. Says why in the thinking.
+    async fn is_last(&self, cx: &NodeContext<'_>, call: u32, started: Instant) -> bool {
+        let capped = call + 1 == self.max_iterations;
+        // A re-execution decides as the recorded run did, whatever the clock.
+        let late = match &cx.services.playback {
+            Some(p) => p.past_budget(cx.events.node(), cx.events.step(), cx.events.task(), call),
+            None => self.answer_by.is_some_and(|b| started.elapsed() >= b),
+        };
+        let last = capped || (late && call > 0);
+        if last && call > 0 {
+            let why = if capped {
+                format!(
+                    "Reached the iteration cap ({} model calls)",
+                    self.max_iterations
+                )
+            } else {
+                format!("{BUDGET_NOTE} ({:?})", self.answer_by.unwrap_or_default())
+            };
+            cx.events
+                .thinking(format!("{why}; asking for a final answer without tools."))
+                .await;
         }
-        for (field, value) in extract::writes(extracted) {
-            // In mention order: the field's reducer keeps the last of a kind.
-            cx.events.custom(field.to_string(), value.clone()).await;
-            patch.insert(field, value);
-        }
-        Ok(patch)
+        last
     }
 
     /// Runs one tool call; returns the content for the model, a trace

@@ -2,16 +2,26 @@
 //!
 //! Order: an override token in the user's text (case-insensitive, no model
 //! call) → a forced intent from the input → a model call in JSON-schema mode
-//! returning `{intent, reasoning, missing_slots, detected_language}`. Invalid
-//! JSON, a model failure or an intent outside the list all give the
-//! configured fallback. The decision and its reasoning are emitted as
-//! thinking, and written to the `details` field when one is configured.
+//! returning `{intent, reasoning, missing_slots, detected_language}`. The
+//! decision and its reasoning are emitted as thinking, and written to the
+//! `details` field when one is configured.
+//!
+//! A usable answer is never thrown away: the model's JSON (code-fenced or
+//! padded with prose too) is read field by field ([`normalise`]) — an
+//! intent in another case or with spaces, a string where a list is
+//! expected, a missing or null language (→ `default_language`), padded
+//! reasoning. Only an answer with no recognisable intent, or a model
+//! failure, gives the configured fallback.
+//!
+//! Earlier assistant messages can carry status lines a front end showed
+//! while routing ("Understanding your question…"); lines starting with one
+//! of `strip_lines` are removed from them before classifying, so the model
+//! classifies what was said, not the app's own chrome.
 
 use std::sync::Arc;
 
 use futures::FutureExt;
 use futures::future::BoxFuture;
-use serde::Deserialize;
 use serde_json::{Value, json};
 
 use super::bounds::{Failure, GENERATION_SETTINGS, Generation, ON_ERROR, OnError, Recovery};
@@ -62,6 +72,16 @@ pub(super) fn kind() -> Kind {
             schema::FIELD,
             "string field receiving the detected language",
         ),
+        SettingDoc::new(
+            "default_language",
+            schema::STRING,
+            "language written when the model gives none (default `en`)",
+        ),
+        SettingDoc::new(
+            "strip_lines",
+            schema::NAMES,
+            "line prefixes removed from earlier assistant messages before classifying",
+        ),
     ];
     settings.extend(ROLE_SETTINGS);
     settings.extend(HISTORY_SETTINGS);
@@ -91,6 +111,8 @@ struct Router {
     output: Arc<str>,
     details: Option<Arc<str>>,
     language: Option<Arc<str>>,
+    default_language: String,
+    strip_lines: Vec<String>,
     format: JsonSchemaFormat,
     generation: Generation,
     on_error: OnError,
@@ -99,16 +121,9 @@ struct Router {
 /// Default `max_tokens`: the classification is a small JSON object.
 const MAX_TOKENS: u32 = 256;
 
-#[derive(Deserialize)]
-struct Classification {
-    intent: String,
-    #[serde(default)]
-    reasoning: String,
-    #[serde(default)]
-    missing_slots: Vec<String>,
-    #[serde(default)]
-    detected_language: String,
-}
+/// Default `history_window`: the newest ten messages, as the routing
+/// models of chat apps are usually given.
+const HISTORY_WINDOW: u32 = 10;
 
 /// How the intent was decided.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -166,7 +181,7 @@ impl Router {
                 |f| f.ty.is_string(),
             )
         });
-        let history = cx.history(6);
+        let history = cx.history(HISTORY_WINDOW);
         let forced = cx.text_input("forced");
         let roles = model::roles(cx);
         let generation = Generation::build(cx, MAX_TOKENS);
@@ -176,6 +191,12 @@ impl Router {
         let output = cx.output("output", "intent", "a string field", |f| f.ty.is_string());
         let details = cx.optional_output("details", "an object field", |f| f.ty.holds_objects());
         let language = cx.optional_output("language", "a string field", |f| f.ty.is_string());
+        let default_language = cx
+            .string("default_language")
+            .map(|l| l.map_or_else(|| "en".to_owned(), |l| l.value));
+        let strip_lines = cx
+            .names("strip_lines")
+            .map(|l| l.into_iter().map(|s| s.value).collect::<Vec<_>>());
         if let Some((field, name)) = &output {
             // An enum output field must accept every intent the router writes.
             let allowed = cx.schema.and_then(|s| s.spec(*field).ty.finite_values());
@@ -214,6 +235,8 @@ impl Router {
             on_error: on_error.ok()?,
             details: details.ok()?.map(|d| d.1),
             language: language.ok()?.map(|l| l.1),
+            default_language: default_language.ok()?,
+            strip_lines: strip_lines.ok()?,
         })
     }
 }
@@ -374,7 +397,11 @@ impl Router {
         let mut messages = vec![ChatMessage::System {
             content: cx.render(&self.prompt)?,
         }];
-        messages.extend(model::history(cx.state, self.history.0, self.history.1));
+        messages.extend(
+            model::history(cx.state, self.history.0, self.history.1)
+                .into_iter()
+                .filter_map(|m| strip(m, &self.strip_lines)),
+        );
         if !matches!(messages.last(), Some(ChatMessage::User { content }) if content == text) {
             messages.push(ChatMessage::User {
                 content: text.to_owned(),
@@ -398,27 +425,184 @@ impl Router {
                 )));
             }
         };
-        let parsed: Classification = match serde_json::from_str(extract_json(&reply.output().text))
-        {
-            Ok(c) => c,
-            Err(e) => {
-                return Ok(fallback(format!(
-                    "the model's answer was not valid JSON ({e}); using the fallback intent"
-                )));
-            }
-        };
-        let intent = parsed.intent.trim().to_uppercase();
-        let Some(intent) = self.intents.iter().find(|i| i.to_uppercase() == intent) else {
-            return Ok(fallback(format!(
-                "the model chose unknown intent `{}`; using the fallback intent",
-                parsed.intent
-            )));
-        };
-        let details = json!({
-            "reasoning": parsed.reasoning,
-            "missing_slots": parsed.missing_slots,
-            "detected_language": parsed.detected_language,
+        match normalise(&reply.output().text, &self.intents, &self.default_language) {
+            Ok((intent, details)) => Ok((intent, Source::Model, details)),
+            Err(why) => Ok(fallback(format!("{why}; using the fallback intent"))),
+        }
+    }
+}
+
+/// An earlier assistant message without the lines starting with one of
+/// `prefixes` (`None` when nothing is left of it).
+fn strip(m: ChatMessage, prefixes: &[String]) -> Option<ChatMessage> {
+    let ChatMessage::Assistant {
+        content,
+        tool_calls,
+    } = m
+    else {
+        return Some(m);
+    };
+    if prefixes.is_empty() {
+        return Some(ChatMessage::Assistant {
+            content,
+            tool_calls,
         });
-        Ok((intent.clone(), Source::Model, details))
+    }
+    let kept: Vec<&str> = content
+        .lines()
+        .filter(|l| {
+            !prefixes
+                .iter()
+                .any(|p| l.trim_start().starts_with(p.as_str()))
+        })
+        .collect();
+    let content = kept.join("\n").trim().to_owned();
+    (!content.is_empty()).then_some(ChatMessage::Assistant {
+        content,
+        tool_calls,
+    })
+}
+
+/// Reads a classification field by field from the model's text: the
+/// intent (any case, spaces or hyphens for underscores, or a bare intent
+/// instead of an object), reasoning (trimmed, whitespace collapsed),
+/// missing slots (a list, or one string split at commas), the language
+/// (`detected_language` or `language`; missing, null or blank →
+/// `default_language`).
+///
+/// # Errors
+/// Why no intent could be read (the caller takes the fallback).
+fn normalise(
+    text: &str,
+    intents: &[String],
+    default_language: &str,
+) -> Result<(String, Value), String> {
+    let raw = extract_json(text);
+    let value: Value = match serde_json::from_str(raw) {
+        Ok(v) => v,
+        // A bare intent name, quoted or not.
+        Err(_) if !raw.trim().is_empty() => Value::String(raw.trim().trim_matches('"').to_owned()),
+        Err(e) => return Err(format!("the model's answer was not valid JSON ({e})")),
+    };
+    let (said, fields) = match &value {
+        Value::Object(o) => (o.get("intent").cloned().unwrap_or(Value::Null), Some(o)),
+        Value::String(_) => (value.clone(), None),
+        other => return Err(format!("the model answered {other} instead of an object")),
+    };
+    let Some(said) = said.as_str().map(str::trim).filter(|s| !s.is_empty()) else {
+        return Err("the model's answer has no intent".into());
+    };
+    let key = |s: &str| s.to_uppercase().replace([' ', '-'], "_");
+    let Some(intent) = intents.iter().find(|i| key(i) == key(said)) else {
+        return Err(format!("the model chose unknown intent `{said}`"));
+    };
+    let get = |k: &str| fields.and_then(|o| o.get(k)).unwrap_or(&Value::Null);
+    let reasoning = match get("reasoning") {
+        Value::Null => String::new(),
+        Value::String(s) => s.split_whitespace().collect::<Vec<_>>().join(" "),
+        other => other.to_string(),
+    };
+    let slot = |v: &Value| match v {
+        Value::String(s) => Some(s.trim().to_owned()),
+        Value::Null => None,
+        other => Some(other.to_string()),
+    };
+    let missing_slots: Vec<String> = match get("missing_slots") {
+        Value::Array(items) => items.iter().filter_map(slot).collect::<Vec<_>>(),
+        Value::String(s) => s.split([',', ';']).map(|p| p.trim().to_owned()).collect(),
+        other => slot(other).into_iter().collect(),
+    }
+    .into_iter()
+    .filter(|s| !s.is_empty())
+    .collect();
+    let language = [get("detected_language"), get("language")]
+        .into_iter()
+        .find_map(|v| v.as_str().map(str::trim).filter(|s| !s.is_empty()))
+        .map_or_else(|| default_language.to_owned(), str::to_lowercase);
+    Ok((
+        intent.clone(),
+        json!({
+            "reasoning": reasoning,
+            "missing_slots": missing_slots,
+            "detected_language": language,
+        }),
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    fn intents() -> Vec<String> {
+        ["QUICK_ANSWER", "RESEARCH", "CLARIFY"]
+            .map(String::from)
+            .to_vec()
+    }
+
+    fn read(text: &str) -> Result<(String, Value), String> {
+        normalise(text, &intents(), "en")
+    }
+
+    #[test]
+    fn odd_fields_are_normalised_not_thrown_away() {
+        let (intent, d) = read(
+            r#"{"intent": "clarify", "reasoning": "  needs\n a  country ", "missing_slots": "country, year", "detected_language": null}"#,
+        )
+        .unwrap();
+        assert_eq!(intent, "CLARIFY");
+        assert_eq!(
+            d,
+            json!({"reasoning": "needs a country", "missing_slots": ["country", "year"], "detected_language": "en"})
+        );
+        let (intent, d) =
+            read("```json\n{\"intent\": \"Quick Answer\", \"language\": \"FR\"}\n```").unwrap();
+        assert_eq!(intent, "QUICK_ANSWER");
+        assert_eq!(d["detected_language"], "fr");
+        assert_eq!(d["missing_slots"], json!([]));
+        assert_eq!(d["reasoning"], "");
+        let (intent, d) =
+            read(r#"{"intent": "RESEARCH", "missing_slots": [1, null, " x "]}"#).unwrap();
+        assert_eq!(intent, "RESEARCH");
+        assert_eq!(d["missing_slots"], json!(["1", "x"]));
+        assert_eq!(read("\"research\"").unwrap().0, "RESEARCH");
+    }
+
+    #[test]
+    fn no_usable_intent_is_an_error() {
+        assert!(
+            read(r#"{"intent": "DANCE"}"#)
+                .unwrap_err()
+                .contains("DANCE")
+        );
+        assert!(read(r#"{"reasoning": "x"}"#).is_err());
+        assert!(read("").is_err());
+        assert!(read("[1, 2]").is_err());
+    }
+
+    #[test]
+    fn status_lines_are_stripped_from_assistant_messages_only() {
+        let prefixes = vec!["Understanding".to_owned()];
+        let m = ChatMessage::Assistant {
+            content: "Understanding your question…\nKenya had 55 m people.".into(),
+            tool_calls: Vec::new(),
+        };
+        let Some(ChatMessage::Assistant { content, .. }) = strip(m, &prefixes) else {
+            panic!("kept")
+        };
+        assert_eq!(content, "Kenya had 55 m people.");
+        let only = ChatMessage::Assistant {
+            content: "  Understanding your question…".into(),
+            tool_calls: Vec::new(),
+        };
+        assert!(strip(only, &prefixes).is_none());
+        let user = ChatMessage::User {
+            content: "Understanding is hard".into(),
+        };
+        assert!(matches!(
+            strip(user, &prefixes),
+            Some(ChatMessage::User { .. })
+        ));
     }
 }

@@ -14,11 +14,20 @@
 //!
 //! Values follow the graph-file value rule: `"{{ expression }}"` is the
 //! expression's value (typed), other strings with `{{ }}` are templates,
-//! anything else is literal. Every expression reads the state as the step
+//! anything else is literal. A template written to a field that does not
+//! hold strings (an object, a list, a number) renders JSON, which is parsed
+//! — an empty rendering is `null` — so a value needing statements (`{% set
+//! %}`, loops) can still be computed in the file:
+//!
+//! ```yaml
+//! card: |
+//!   {% set r = tool_results | selectattr("output") | list | last %}
+//!   {% if r %}{{ {"value": r.output.value, "year": r.output.year} | tojson }}{% endif %}
+//! ``` Every expression reads the state as the step
 //! began (all values see the same state), and each written value is checked
 //! against its field's type when the step is applied. `emit` sends each
-//! entry as custom data (`data-<name>` in the UI stream); its expressions
-//! see the values this node sets.
+//! entry as custom data (`data-<name>` in the UI stream) unless its value is
+//! null; its expressions see the values this node sets.
 
 use std::sync::Arc;
 
@@ -57,7 +66,8 @@ pub(super) fn kind() -> Kind {
 /// A node computing fields.
 #[derive(Debug)]
 struct SetNode {
-    writes: Vec<(Arc<str>, ValueExpr)>,
+    /// (field, value, whether a rendered template is parsed as JSON)
+    writes: Vec<(Arc<str>, ValueExpr, bool)>,
     emits: Vec<(String, ValueExpr)>,
 }
 
@@ -79,7 +89,9 @@ impl SetNode {
                 match (field, expr) {
                     (Some(f), Ok(e)) => {
                         cx.writes(f);
-                        writes.push((Arc::<str>::from(name.value.as_str()), e));
+                        let json = matches!(e, ValueExpr::Template { .. })
+                            && cx.schema.is_some_and(|s| !s.spec(f).ty.is_string());
+                        writes.push((Arc::<str>::from(name.value.as_str()), e, json));
                     }
                     _ => ok = false,
                 }
@@ -111,8 +123,12 @@ impl SetNode {
     async fn call(&self, cx: NodeContext<'_>) -> Result<Patch, NodeError> {
         let mut extra = item(&cx);
         let mut patch = Patch::new();
-        for (field, value) in &self.writes {
-            patch.insert(Arc::clone(field), value.eval(cx.state, &extra)?);
+        for (field, value, json) in &self.writes {
+            let mut v = value.eval(cx.state, &extra)?;
+            if *json && let serde_json::Value::String(text) = &v {
+                v = parse_rendered(field, text)?;
+            }
+            patch.insert(Arc::clone(field), v);
         }
         // `emit` sees the values this node sets (what it just computed),
         // not the step's starting state.
@@ -121,10 +137,29 @@ impl SetNode {
         }
         for (name, value) in &self.emits {
             let data = value.eval(cx.state, &extra)?;
-            cx.events.custom(name.clone(), data).await;
+            // Nothing to show is not a part: a null value is not sent.
+            if !data.is_null() {
+                cx.events.custom(name.clone(), data).await;
+            }
         }
         Ok(patch)
     }
+}
+
+/// A template's JSON rendering (blank → `null`).
+///
+/// # Errors
+/// The rendering is not JSON: the node fails, naming the field.
+fn parse_rendered(field: &str, text: &str) -> Result<serde_json::Value, NodeError> {
+    if text.trim().is_empty() {
+        return Ok(serde_json::Value::Null);
+    }
+    serde_json::from_str(text).map_err(|e| {
+        NodeError::Failed(format!(
+            "`set.{field}` rendered text that is not JSON ({e}): {}",
+            text.chars().take(200).collect::<String>()
+        ))
+    })
 }
 
 impl Node for SetNode {

@@ -89,6 +89,7 @@ fn entry(tool: Arc<dyn Tool>) -> Result<Entry, RegistryError> {
         name: spec.name.clone(),
         description: spec.description.clone(),
         parameters: Arc::clone(&spec.input_schema),
+        partition: Some(spec.partition.clone()),
     };
     Ok(Entry {
         tool,

@@ -22,14 +22,17 @@ fn node_of(req: &ChatRequest) -> &'static str {
     const MARKERS: &[(&str, &str)] = &[
         ("You classify the user's latest message", "router"),
         ("running summary", "summarizer"),
-        ("facts for a short answer", "quick_answer"),
+        ("fetch the data for a short answer", "quick_answer"),
         ("research the user's question", "research"),
-        ("prepare an explanation", "explain"),
+        (
+            "explain what a World Bank Data360 indicator means",
+            "explain",
+        ),
         ("You write the answer the user will read", "narrator"),
         ("You suggest follow-up questions", "followup"),
         ("missing something essential", "clarifier"),
-        ("Offer three to five", "suggester"),
-        ("helpful, concise assistant", "direct"),
+        ("outside what Data360", "suggester"),
+        ("Data360's chat assistant", "direct"),
     ];
     MARKERS
         .iter()
@@ -53,7 +56,7 @@ impl Default for Script {
         Self {
             router: route("RESEARCH"),
             agent_tool_rounds: 1,
-            agent_tool: "calculator",
+            agent_tool: "indicator_value",
         }
     }
 }
@@ -81,8 +84,8 @@ fn model(script: Script) -> (Arc<ScriptedModel>, RequestLog) {
             "summarizer" => Turn::text("Summary: the user asked many things."),
             "quick_answer" | "research" | "explain" => {
                 if calls_by_node < script.agent_tool_rounds && !req.tools.is_empty() {
-                    let args = if script.agent_tool == "calculator" {
-                        json!({"expression": "6*7"})
+                    let args = if script.agent_tool == "indicator_value" {
+                        json!({"country": "KEN", "indicator": "WB_WDI_SP_POP_TOTL"})
                     } else {
                         json!({})
                     };
@@ -180,6 +183,7 @@ async fn every_intent_takes_its_path_through_the_chat_graph() {
                 "quick_answer",
                 "narrator",
                 "followup",
+                "card",
             ],
             "The answer is 42.",
         ),
@@ -199,7 +203,7 @@ async fn every_intent_takes_its_path_through_the_chat_graph() {
             "Which city do you mean?",
         ),
         (
-            "SUGGEST",
+            "OUT_OF_SCOPE",
             &["summarizer", "router", "suggester"],
             "1. Try this. 2. Try that. 3. Or this.",
         ),
@@ -227,13 +231,31 @@ async fn every_intent_takes_its_path_through_the_chat_graph() {
                 out.state["followups"],
                 json!(["Why 42?", "What about 43?", "Is 41 close?"])
             );
+        }
+        if *intent == "EXPLAIN" {
+            // Explain may use only the three Data360 metadata tools; with
+            // none of them here it writes the no-data packet, unasked.
+            assert!(out.calls_to("explain").is_empty());
+            assert!(
+                out.state["findings"]
+                    .as_str()
+                    .unwrap()
+                    .starts_with("NO_DATA")
+            );
+            let narrator = out.calls_to("narrator")[0];
+            assert!(
+                matches!(&narrator.messages[0], ChatMessage::System { content } if content.contains("The data could not be retrieved")),
+                "the narrator is told the data could not be retrieved"
+            );
+        } else if path.contains(&"followup") {
             assert_eq!(
-                out.state["tool_results"][0]["output"]["result"], 42,
+                out.state["tool_results"][0]["output"]["value"], 42,
                 "the agent's tool call ran"
             );
             assert!(out.events.iter().any(
-                |e| matches!(&e.event, EventKind::ToolResult { tool, .. } if tool == "calculator")
+                |e| matches!(&e.event, EventKind::ToolResult { tool, .. } if tool == "indicator_value")
             ));
+            assert_eq!(out.state["findings"], format!("{} findings: 42", path[2]));
         }
         assert!(matches!(
             out.events.last().unwrap().event,
@@ -383,10 +405,10 @@ async fn the_agent_stops_at_its_iteration_cap() {
     };
     let out = run_chat(script, conversation(1, "loop forever")).await;
     let calls = out.calls_to("quick_answer");
-    assert_eq!(calls.len(), 3, "quick_answer's cap is 3 model calls");
-    assert!(!calls[0].tools.is_empty() && !calls[1].tools.is_empty());
+    assert_eq!(calls.len(), 4, "quick_answer's cap is 4 model calls");
+    assert!(calls[..3].iter().all(|c| !c.tools.is_empty()));
     assert!(
-        calls[2].tools.is_empty(),
+        calls[3].tools.is_empty(),
         "the last call offers no tools, so the model must answer"
     );
     let results = out
@@ -394,15 +416,11 @@ async fn the_agent_stops_at_its_iteration_cap() {
         .iter()
         .filter(|e| matches!(e.event, EventKind::ToolResult { .. }))
         .count();
-    assert_eq!(results, 2);
+    assert_eq!(results, 3);
     assert!(out.events.iter().any(
         |e| matches!(&e.event, EventKind::Thinking { text } if text.contains("iteration cap"))
     ));
-    assert_eq!(
-        out.path().last(),
-        Some(&"followup"),
-        "the run still finishes"
-    );
+    assert_eq!(out.path().last(), Some(&"card"), "the run still finishes");
 }
 
 #[tokio::test]

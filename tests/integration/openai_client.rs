@@ -391,6 +391,7 @@ async fn sends_the_request_body_with_tools_schema_and_stream_options() {
             name: "get_weather".into(),
             description: "Weather by city".into(),
             parameters: params.clone().into(),
+            partition: None,
         }],
         response_format: Some(JsonSchemaFormat {
             name: "place".into(),

@@ -87,7 +87,7 @@ async fn every_intent_streams_a_valid_ui_message() {
         "RESEARCH",
         "EXPLAIN",
         "CLARIFY",
-        "SUGGEST",
+        "OUT_OF_SCOPE",
         "DIRECT",
     ] {
         let mut body = chat_body(&format!("intent-{intent}"), "what is six times seven?");
@@ -709,7 +709,11 @@ async fn graphs_health_and_metrics_endpoints() {
             .unwrap()
             .contains("router -->|RESEARCH| research")
     );
-    assert_eq!(chat["nodes"].as_array().unwrap().len(), 10);
+    assert_eq!(
+        chat["nodes"].as_array().unwrap().len(),
+        11,
+        "ten nodes and the card"
+    );
     assert_eq!(
         client
             .get(server.url("/api/graphs/nope"))

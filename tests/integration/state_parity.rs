@@ -21,7 +21,7 @@ const INTENTS: &[&str] = &[
     "RESEARCH",
     "EXPLAIN",
     "CLARIFY",
-    "SUGGEST",
+    "OUT_OF_SCOPE",
     "DIRECT",
 ];
 

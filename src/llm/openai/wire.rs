@@ -668,6 +668,7 @@ mod tests {
                 name: "now".into(),
                 description: String::new(),
                 parameters: Value::Null.into(),
+                partition: None,
             }],
             response_format: Some(JsonSchemaFormat {
                 name: "out".into(),

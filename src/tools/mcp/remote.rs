@@ -146,8 +146,9 @@ pub(super) fn from_result(
     Ok(content_value(&result.content))
 }
 
-/// The content blocks as one value: the text when every block is text,
-/// otherwise `{text, content: [non-text blocks as JSON]}`.
+/// The content blocks as one value: the text when every block is text
+/// (parsed, when it is a JSON object or array), otherwise
+/// `{text, content: [non-text blocks as JSON]}`.
 pub(super) fn content_value(content: &[ContentBlock]) -> Value {
     let text = text_of(content);
     let others: Vec<Value> = content
@@ -157,7 +158,12 @@ pub(super) fn content_value(content: &[ContentBlock]) -> Value {
         .collect();
     match (others.is_empty(), text.is_empty()) {
         (true, true) => Value::Null,
-        (true, false) => Value::String(text),
+        // JSON text is JSON: the model and the stream get the object, not
+        // a string holding it.
+        (true, false) => match serde_json::from_str::<Value>(&text) {
+            Ok(v @ (Value::Object(_) | Value::Array(_))) => v,
+            _ => Value::String(text),
+        },
         (false, true) => json!({ "content": others }),
         (false, false) => json!({ "text": text, "content": others }),
     }
