@@ -129,6 +129,7 @@ impl Emitter {
         let usage = Usage {
             prompt_tokens: 800,
             completion_tokens: deltas as u64,
+            ..Default::default()
         };
         let output = LlmOutput {
             text: text.clone(),
@@ -280,6 +281,7 @@ fn chat_run(run: Uuid) -> Vec<Append> {
             let usage = Usage {
                 prompt_tokens: 900,
                 completion_tokens: 12,
+                ..Default::default()
             };
             events.push(em.emit(
                 step,
@@ -326,6 +328,7 @@ fn chat_run(run: Uuid) -> Vec<Append> {
             usage: Usage {
                 prompt_tokens: 4000,
                 completion_tokens: 262,
+                ..Default::default()
             },
         },
     );

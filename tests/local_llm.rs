@@ -221,6 +221,7 @@ async fn text_streams_as_several_deltas_with_finish_and_usage_last() {
     let Usage {
         prompt_tokens,
         completion_tokens,
+        ..
     } = usage[0];
     assert!(prompt_tokens > 10, "the prompt has tokens: {usage:?}");
     assert!(

@@ -230,6 +230,7 @@ fn finish(mut chunks: Vec<LlmChunk>, reason: &str) -> Turn {
     chunks.push(LlmChunk::Usage(Usage {
         prompt_tokens: 100,
         completion_tokens: 50,
+        ..Default::default()
     }));
     Turn::Chunks(chunks, None)
 }

@@ -62,6 +62,17 @@ pub struct Usage {
     pub prompt_tokens: u64,
     /// Tokens generated.
     pub completion_tokens: u64,
+    /// Of the prompt tokens, those served from the provider's prompt cache
+    /// (billed lower; absent from older recordings).
+    #[serde(default, skip_serializing_if = "is_zero64")]
+    pub cached_tokens: u64,
+    /// Of the completion tokens, those spent on hidden reasoning.
+    #[serde(default, skip_serializing_if = "is_zero64")]
+    pub reasoning_tokens: u64,
+}
+
+fn is_zero64(v: &u64) -> bool {
+    *v == 0
 }
 
 impl Usage {
@@ -75,6 +86,8 @@ impl std::ops::AddAssign for Usage {
     fn add_assign(&mut self, rhs: Self) {
         self.prompt_tokens += rhs.prompt_tokens;
         self.completion_tokens += rhs.completion_tokens;
+        self.cached_tokens += rhs.cached_tokens;
+        self.reasoning_tokens += rhs.reasoning_tokens;
     }
 }
 

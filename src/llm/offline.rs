@@ -228,6 +228,7 @@ impl ChatModel for OfflineModel {
         chunks.push(LlmChunk::Usage(Usage {
             prompt_tokens: 0,
             completion_tokens: completion,
+            ..Usage::default()
         }));
         let items = futures::stream::iter(chunks.into_iter().map(Ok));
         match self.token_delay {

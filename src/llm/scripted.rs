@@ -192,6 +192,7 @@ fn chunks_for(turn: Turn, prompt_tokens: u64) -> (Vec<LlmChunk>, Option<LlmError
     chunks.push(LlmChunk::Usage(Usage {
         prompt_tokens,
         completion_tokens: completion,
+        ..Usage::default()
     }));
     (chunks, err)
 }

@@ -23,7 +23,7 @@ use std::collections::{BTreeMap, HashMap};
 use serde_json::{Value, json};
 
 use super::chunk::Chunk;
-use crate::events::{Event, EventKind, ToolFailure};
+use crate::events::{Event, EventKind, ToolFailure, Usage};
 use crate::graph::spec::Surface;
 
 /// What the bridge needs to know about the graph and the response.
@@ -178,7 +178,8 @@ pub struct Bridge {
     tools: HashMap<String, ToolOwner>,
     /// Answer tool calls whose `tool-input-available` was sent.
     inputs: std::collections::HashSet<String>,
-    usage: BTreeMap<String, (String, u64, u64)>,
+    /// Per node: the model that answered its newest call, and its tokens.
+    usage: BTreeMap<String, (String, Usage)>,
     finish_reason: &'static str,
     done: bool,
     /// Whether answer text was sent (streamed or passed through).
@@ -342,6 +343,9 @@ impl Bridge {
     fn on_model(&mut self, at: &At<'_>, out: &mut Vec<Chunk>) {
         let (ev, node, surface) = (at.ev, at.node, at.surface);
         let key = || at.key();
+        if let EventKind::LlmStarted { model, .. } = &ev.event {
+            model.clone_into(&mut self.usage.entry(node.to_owned()).or_default().0);
+        }
         match &ev.event {
             EventKind::LlmStarted { .. } if surface == Surface::Answer => {
                 self.close_parts(out);
@@ -413,12 +417,7 @@ impl Bridge {
                 Surface::Hidden => {}
             },
             EventKind::LlmFinished { output, usage, .. } => {
-                let entry = self
-                    .usage
-                    .entry(node.to_owned())
-                    .or_insert_with(|| (String::new(), 0, 0));
-                entry.1 += usage.prompt_tokens;
-                entry.2 += usage.completion_tokens;
+                self.usage.entry(node.to_owned()).or_default().1 += *usage;
                 if surface == Surface::Answer {
                     self.close_parts(out);
                     self.finish_reason = match output.finish_reason.as_str() {
@@ -711,20 +710,30 @@ impl Bridge {
         }
     }
 
+    /// `data-usage`: per node the model id and its prompt, completion,
+    /// cached-prompt and reasoning tokens; and the totals.
     fn usage_chunk(&self) -> Chunk {
+        let counts = |u: &Usage| {
+            json!({"promptTokens": u.prompt_tokens, "completionTokens": u.completion_tokens,
+                "cachedTokens": u.cached_tokens, "reasoningTokens": u.reasoning_tokens})
+        };
         let nodes: serde_json::Map<String, Value> = self
             .usage
             .iter()
-            .map(|(n, (_, p, c))| (n.clone(), json!({"promptTokens": p, "completionTokens": c})))
+            .map(|(n, (model, u))| {
+                let mut v = counts(u);
+                v["model"] = json!(model);
+                (n.clone(), v)
+            })
             .collect();
-        let (p, c) = self
-            .usage
-            .values()
-            .fold((0, 0), |(p, c), (_, a, b)| (p + a, c + b));
+        let mut total = Usage::default();
+        for (_, u) in self.usage.values() {
+            total += *u;
+        }
         Chunk::Data {
             name: "usage".into(),
             id: Some("usage".into()),
-            data: json!({"nodes": nodes, "total": {"promptTokens": p, "completionTokens": c}}),
+            data: json!({"nodes": nodes, "total": counts(&total)}),
             transient: false,
         }
     }
@@ -781,13 +790,14 @@ fn tool_error_text(e: &ToolFailure) -> String {
     format!("{}: {}", e.kind, e.message)
 }
 
-/// A custom event name as a data part name: lowercase letters, digits, `-`.
+/// A custom event name as a data part name: ASCII letters (case kept, so
+/// a front end's `data-quickAnswerCard` renderer matches), digits, `-`.
 fn data_name(name: &str) -> String {
     let s: String = name
         .chars()
         .map(|c| {
             if c.is_ascii_alphanumeric() || c == '-' {
-                c.to_ascii_lowercase()
+                c
             } else {
                 '-'
             }

@@ -13,6 +13,7 @@ mod assistant;
 mod binary;
 mod chat_graph;
 mod crash;
+mod data360;
 mod data_tools;
 mod degrade;
 mod executor;

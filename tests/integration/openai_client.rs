@@ -283,7 +283,8 @@ async fn streams_text_finish_and_usage() {
             LlmChunk::Finish("stop".into()),
             LlmChunk::Usage(Usage {
                 prompt_tokens: 9,
-                completion_tokens: 3
+                completion_tokens: 3,
+                ..Default::default()
             }),
         ]
     );
@@ -329,7 +330,8 @@ async fn streams_two_parallel_tool_calls() {
             LlmChunk::Finish("tool_calls".into()),
             LlmChunk::Usage(Usage {
                 prompt_tokens: 31,
-                completion_tokens: 17
+                completion_tokens: 17,
+                ..Default::default()
             }),
         ]
     );
@@ -845,7 +847,8 @@ async fn call_model_turns_the_stream_into_run_events() {
         used,
         Usage {
             prompt_tokens: 31,
-            completion_tokens: 17
+            completion_tokens: 17,
+            ..Default::default()
         }
     );
     let mut kinds = Vec::new();

@@ -301,6 +301,16 @@ struct WireFunctionFragment {
 struct WireUsage {
     prompt_tokens: Option<u64>,
     completion_tokens: Option<u64>,
+    prompt_tokens_details: Option<WireTokenDetails>,
+    completion_tokens_details: Option<WireTokenDetails>,
+}
+
+/// `prompt_tokens_details` / `completion_tokens_details`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+struct WireTokenDetails {
+    cached_tokens: Option<u64>,
+    reasoning_tokens: Option<u64>,
 }
 
 /// What an error object (an HTTP error body or a mid-stream error event) says.
@@ -482,6 +492,14 @@ impl ChunkParser {
             out.push(LlmChunk::Usage(Usage {
                 prompt_tokens: u.prompt_tokens.unwrap_or(0),
                 completion_tokens: u.completion_tokens.unwrap_or(0),
+                cached_tokens: u
+                    .prompt_tokens_details
+                    .and_then(|d| d.cached_tokens)
+                    .unwrap_or(0),
+                reasoning_tokens: u
+                    .completion_tokens_details
+                    .and_then(|d| d.reasoning_tokens)
+                    .unwrap_or(0),
             }));
         }
         self.output |= out[start..].iter().any(crate::llm::fallback::is_answer);
@@ -800,7 +818,8 @@ mod tests {
             json!({"choices": [{"delta": {"content": [{"type": "thinking", "text": "so"}, {"type": "text", "text": "Hi"}]}}]}),
             json!({"choices": [{"delta": {"refusal": "no"}}, {"index": 1, "delta": {"content": "other choice"}}]}),
             json!({"choices": [{"delta": {}, "finish_reason": "eos"}]}),
-            json!({"choices": [], "usage": {"prompt_tokens": 3, "completion_tokens": 2, "total_tokens": 5}}),
+            json!({"choices": [], "usage": {"prompt_tokens": 3, "completion_tokens": 2, "total_tokens": 5,
+                "prompt_tokens_details": {"cached_tokens": 2}, "completion_tokens_details": {"reasoning_tokens": 1}}}),
         ]);
         assert_eq!(fault, None);
         assert_eq!(
@@ -813,7 +832,9 @@ mod tests {
                 LlmChunk::Finish("eos".into()),
                 LlmChunk::Usage(Usage {
                     prompt_tokens: 3,
-                    completion_tokens: 2
+                    completion_tokens: 2,
+                    cached_tokens: 2,
+                    reasoning_tokens: 1,
                 }),
             ]
         );

@@ -148,6 +148,9 @@ pub(super) fn run_of(r: &Row) -> StoreResult<RunRecord> {
         usage: Usage {
             prompt_tokens: sql::u64_of(r.try_get(10)?, "token count")?,
             completion_tokens: sql::u64_of(r.try_get(11)?, "token count")?,
+            // The run row keeps the totals; the cache and reasoning split
+            // is in the run's events (each call's usage).
+            ..Usage::default()
         },
         parent: match (parent_run, parent_step) {
             (Some(run_id), Some(step)) => Some(ForkOrigin {

@@ -242,6 +242,7 @@ pub(super) async fn runs_are_created_listed_and_finished(store: Arc<dyn Store>) 
     let usage = Usage {
         prompt_tokens: 1234,
         completion_tokens: 56,
+        ..Default::default()
     };
     store
         .finish_run(a.id, RunStatus::Failed, Some(error.clone()), usage)

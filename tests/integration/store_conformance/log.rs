@@ -348,6 +348,7 @@ fn every_kind() -> Vec<EventKind> {
             usage: Usage {
                 prompt_tokens: 10,
                 completion_tokens: 2,
+                ..Default::default()
             },
             duration_us: 1500,
         },
@@ -388,6 +389,7 @@ fn every_kind() -> Vec<EventKind> {
             usage: Usage {
                 prompt_tokens: 1,
                 completion_tokens: 2,
+                ..Default::default()
             },
         },
     ]
