@@ -16,6 +16,7 @@ mod crash;
 mod data_tools;
 mod degrade;
 mod executor;
+mod failed_turns;
 mod hostile;
 mod mcp;
 mod openai_client;
