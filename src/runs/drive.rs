@@ -334,6 +334,7 @@ async fn record_end(
     {
         tracing::error!(error = %e, "could not record the end of the run");
     }
+    runs.observer.spent(&launch.user_id, pumped.usage);
     if let Some(chat) = &launch.chat
         && let Err(e) = runs.store.release_chat(&chat.chat_id, launch.run_id).await
     {

@@ -123,6 +123,7 @@ pub(super) async fn post(
     require_json(&headers)?;
     let bytes = body_bytes(body)?;
     let (mut body, trigger) = ui::parse(&bytes)?;
+    state.limits.check_tokens(&*state.store, &user.0).await?;
     let stored = stored_for(&state, &user, &body, trigger).await?;
     if trigger == ui::Trigger::Regenerate
         && let Some(target) = &body.message_id

@@ -18,6 +18,7 @@ mod degrade;
 mod executor;
 mod failed_turns;
 mod hostile;
+mod limits;
 mod mcp;
 mod openai_client;
 mod replay;
