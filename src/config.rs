@@ -9,6 +9,9 @@
 //! `STATEGRAPH_CORS_ORIGINS` (comma-separated), `OTEL_EXPORTER_OTLP_ENDPOINT`,
 //! `STATEGRAPH_LOG_FORMAT`, plus `OPENAI_*` / `STATEGRAPH_MODEL` for the
 //! model ([`crate::llm::LlmConfig`]) and `DATABASE_URL` for the store.
+//!
+//! Per-user limits are `[limits]` ([`LimitsConfig`]): `requests_per_minute`
+//! and `daily_tokens`, both 0 (unlimited) unless set.
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -206,6 +209,27 @@ impl AuthConfig {
     }
 }
 
+/// `[limits]`: what one user may ask of the server. 0 means unlimited,
+/// the default for both, so a server without this section behaves as if
+/// limits did not exist. The user is whoever authentication resolves (an
+/// API key's user, or the local user). Health (`/healthz`, `/readyz`) and
+/// `/metrics` are never limited.
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct LimitsConfig {
+    /// Requests per minute per user, on every API route (429
+    /// `rate_limited` beyond). A token bucket per user in each server
+    /// process: up to this many at once, refilled evenly over the minute.
+    pub requests_per_minute: u32,
+    /// Tokens (prompt + completion) a user's runs may use per UTC day; a
+    /// request that would start a run once they are spent is refused (429
+    /// `token_quota_exceeded`) until midnight UTC. Counted from the stored
+    /// runs, so it holds across restarts and instances sharing a database;
+    /// a run in flight counts once it ends (the run that crosses the quota
+    /// finishes).
+    pub daily_tokens: u64,
+}
+
 /// Log output format.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -257,6 +281,8 @@ pub struct Config {
     pub tools: crate::tools::config::ToolsConfig,
     /// Authentication.
     pub auth: AuthConfig,
+    /// Per-user request rate and token quota.
+    pub limits: LimitsConfig,
     /// Logs and traces.
     pub telemetry: TelemetryConfig,
 }

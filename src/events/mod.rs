@@ -80,6 +80,11 @@ impl Usage {
     pub fn total(&self) -> u64 {
         self.prompt_tokens + self.completion_tokens
     }
+
+    /// Whether no token was counted (such usage is not written out).
+    pub fn is_zero(&self) -> bool {
+        self.prompt_tokens == 0 && self.completion_tokens == 0
+    }
 }
 
 impl std::ops::AddAssign for Usage {
@@ -269,6 +274,10 @@ pub enum EventKind {
         call: u32,
         /// What went wrong.
         error: String,
+        /// Tokens the model reported before it failed (a stream that broke
+        /// after its usage chunk): they were spent and count for the run.
+        #[serde(default, skip_serializing_if = "Usage::is_zero")]
+        usage: Usage,
     },
     /// The model started a tool call.
     ToolCallStarted {
@@ -369,6 +378,15 @@ impl EventKind {
                 | EventKind::RunFailed { .. }
                 | EventKind::RunCancelled { .. }
         )
+    }
+
+    /// The tokens this event records as spent: a model call's, whether it
+    /// finished or failed after reporting its usage. Run totals add these.
+    pub fn spent(&self) -> Usage {
+        match self {
+            EventKind::LlmFinished { usage, .. } | EventKind::LlmFailed { usage, .. } => *usage,
+            _ => Usage::default(),
+        }
     }
 
     /// Whether a client sees something for this event (text, reasoning, a

@@ -146,9 +146,7 @@ impl EventSink {
         {
             return logged;
         }
-        if let EventKind::LlmFinished { usage, .. } = &event {
-            inner.usage += *usage;
-        }
+        inner.usage += event.spent();
         inner.seq += 1;
         let ev = Arc::new(Event {
             run_id: self.run_id,

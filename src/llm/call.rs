@@ -159,6 +159,7 @@ pub async fn stream_call(
                     .emit(EventKind::LlmFailed {
                         call,
                         error: e.to_string(),
+                        usage,
                     })
                     .await;
                 return Err(e);

@@ -114,8 +114,13 @@ impl Recording {
                             .push_back(chunks);
                     }
                 }
-                EventKind::LlmFailed { error, .. } => {
+                EventKind::LlmFailed { error, usage, .. } => {
                     if let Some((key, mut chunks, _)) = open.remove(&task) {
+                        // The usage it reported before failing, so the
+                        // re-executed call records the same spend.
+                        if !usage.is_zero() {
+                            chunks.push(Ok(LlmChunk::Usage(*usage)));
+                        }
                         chunks.push(Err(LlmError::replayed(error)));
                         rec.llm
                             .get_mut()

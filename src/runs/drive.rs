@@ -175,9 +175,7 @@ async fn pump(
         chunks.clear();
         bridge.on_event(ev, &mut chunks);
         chunks.iter().for_each(|c| pumped.assembler.push(c));
-        if let EventKind::LlmFinished { usage, .. } = &ev.event {
-            pumped.usage += *usage;
-        }
+        pumped.usage += ev.event.spent();
     };
     for ev in history {
         feed(ev, &mut pumped);
@@ -312,7 +310,8 @@ async fn record_end(
             chat_id: chat.chat_id.clone(),
             id: chat.message_id.clone(),
             role: "assistant".into(),
-            parts: Value::Array(pumped.assembler.parts().to_vec()),
+            // A failed run's half answer is not stored as an answer.
+            parts: Value::Array(pumped.assembler.stored_parts()),
             metadata: pumped.assembler.metadata(),
             position: chat.position,
             created_at: now_micros(),
@@ -335,6 +334,7 @@ async fn record_end(
     {
         tracing::error!(error = %e, "could not record the end of the run");
     }
+    runs.observer.spent(&launch.user_id, pumped.usage);
     if let Some(chat) = &launch.chat
         && let Err(e) = runs.store.release_chat(&chat.chat_id, launch.run_id).await
     {

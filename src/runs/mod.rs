@@ -41,7 +41,7 @@ pub use turn::{ChatTurn, TurnError};
 
 use crate::config::{OnDisconnect, ServerConfig, StreamDurability};
 use crate::engine::Graphs;
-use crate::events::{Event, EventKind, ForkOrigin, now_micros};
+use crate::events::{Event, EventKind, ForkOrigin, Usage, now_micros};
 use crate::nodes::{Graph, Services};
 use crate::runtime::{Durability, Resume, RunStatus};
 use crate::sse::BridgeConfig;
@@ -101,6 +101,11 @@ pub trait RunObserver: Send + Sync {
     /// A run's client saw its first part this long after the run started.
     fn first_visible(&self, graph: &str, seconds: f64) {
         let _ = (graph, seconds);
+    }
+    /// A run of `user` ended having used `usage`, which the store now
+    /// records (a cached view of the user's spending is out of date).
+    fn spent(&self, user: &str, usage: Usage) {
+        let _ = (user, usage);
     }
 }
 

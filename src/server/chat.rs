@@ -52,30 +52,53 @@ fn require_json(headers: &HeaderMap) -> Result<(), ApiError> {
     ))
 }
 
-/// A regenerate names the assistant message it replaces: it must be one of
-/// this chat's stored messages (the client drops it from `messages`).
-async fn check_regenerates(
+/// The chat's stored messages when the request needs them (it regenerates
+/// a message, or carries earlier answers, see [`restore_failed_turns`]) and
+/// the chat is `user`'s; `None` otherwise.
+async fn stored_for(
     state: &AppState,
     user: &User,
-    chat: &str,
-    target: &str,
-) -> Result<(), ApiError> {
-    let known = match state.store.get_chat(chat).await? {
-        Some(c) if c.user_id == user.0 => state
-            .store
-            .messages(chat)
-            .await?
-            .iter()
-            .any(|m| m.id == target),
-        _ => false,
-    };
-    if known {
+    body: &ui::ChatBody,
+    trigger: ui::Trigger,
+) -> Result<Option<Vec<MessageRecord>>, ApiError> {
+    let regenerates = trigger == ui::Trigger::Regenerate && body.message_id.is_some();
+    if !regenerates && !body.messages.iter().any(|m| m.role == "assistant") {
+        return Ok(None);
+    }
+    match state.store.get_chat(&body.id).await? {
+        Some(c) if c.user_id == user.0 => Ok(Some(state.store.messages(&body.id).await?)),
+        _ => Ok(None),
+    }
+}
+
+/// A regenerate names the assistant message it replaces: it must be one of
+/// this chat's stored messages (the client drops it from `messages`).
+fn check_regenerates(stored: Option<&[MessageRecord]>, target: &str) -> Result<(), ApiError> {
+    if stored.is_some_and(|s| s.iter().any(|m| m.id == target)) {
         return Ok(());
     }
     Err(ApiError::bad_request(
         "unknown_message",
         format!("cannot regenerate `{target}`: this chat has no such message"),
     ))
+}
+
+/// A client that saw a turn fail still holds its half answer (`useChat`
+/// keeps the streamed parts next to its error) and sends it back with the
+/// next message. The stored failed message wins over that copy (see
+/// [`crate::sse::Assembler::stored_parts`]): the half answer is neither
+/// stored again as an answer nor given to the model as one.
+fn restore_failed_turns(body: &mut ui::ChatBody, stored: Option<&[MessageRecord]>) {
+    let Some(stored) = stored else { return };
+    for m in body.messages.iter_mut().filter(|m| m.role == "assistant") {
+        let failed = stored
+            .iter()
+            .find(|s| s.id == m.id && s.role == "assistant" && crate::sse::is_failed(&s.metadata));
+        if let Some(s) = failed {
+            m.parts = s.parts.as_array().cloned().unwrap_or_default();
+            m.metadata = Some(s.metadata.clone());
+        }
+    }
 }
 
 /// The chat if it exists and belongs to `user`; another user's chat is
@@ -99,12 +122,15 @@ pub(super) async fn post(
 ) -> Result<Response, ApiError> {
     require_json(&headers)?;
     let bytes = body_bytes(body)?;
-    let (body, trigger) = ui::parse(&bytes)?;
+    let (mut body, trigger) = ui::parse(&bytes)?;
+    state.limits.check_tokens(&*state.store, &user.0).await?;
+    let stored = stored_for(&state, &user, &body, trigger).await?;
     if trigger == ui::Trigger::Regenerate
         && let Some(target) = &body.message_id
     {
-        check_regenerates(&state, &user, &body.id, target).await?;
+        check_regenerates(stored.as_deref(), target)?;
     }
+    restore_failed_turns(&mut body, stored.as_deref());
     let graph_id = body.graph.clone().unwrap_or_else(|| "chat".to_owned());
     let graph = state.graphs.get(&graph_id).ok_or_else(|| {
         let known: Vec<String> = state.graphs.catalog().graphs.keys().cloned().collect();

@@ -18,6 +18,8 @@ pub struct ApiError {
     pub code: &'static str,
     /// Human-readable, safe to show.
     pub message: String,
+    /// Seconds after which asking again may succeed (`retry-after`).
+    pub retry_after: Option<u64>,
 }
 
 impl ApiError {
@@ -27,6 +29,16 @@ impl ApiError {
             status,
             code,
             message: message.into(),
+            retry_after: None,
+        }
+    }
+
+    /// 429 with a code, and a `retry-after` of `seconds` (at least 1: a
+    /// client told 0 would ask again at once).
+    pub fn too_many(code: &'static str, message: impl Into<String>, seconds: u64) -> Self {
+        Self {
+            retry_after: Some(seconds.max(1)),
+            ..Self::new(StatusCode::TOO_MANY_REQUESTS, code, message)
         }
     }
 
@@ -75,11 +87,16 @@ impl From<crate::store::StoreError> for ApiError {
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        (
+        let mut resp = (
             self.status,
             Json(json!({ "error": { "code": self.code, "message": self.message } })),
         )
-            .into_response()
+            .into_response();
+        if let Some(seconds) = self.retry_after {
+            resp.headers_mut()
+                .insert(axum::http::header::RETRY_AFTER, seconds.into());
+        }
+        resp
     }
 }
 

@@ -10,6 +10,9 @@
 //! - `GET /api/tools`, `GET /api/tools/health`
 //! - `GET /healthz`, `GET /readyz`, `GET /metrics`
 //!
+//! Every route but the last three counts against the caller's request rate
+//! (`[limits]`, see [`limits`]).
+//!
 //! Every request gets a correlation id (`x-request-id`, accepted or made
 //! up), which is on its log lines and spans, its run's, the response header
 //! and the stream's `start` metadata.
@@ -20,6 +23,7 @@ mod chat;
 mod error;
 mod graphs;
 mod health;
+mod limits;
 mod listen;
 mod metrics;
 mod runs_api;
@@ -50,6 +54,7 @@ use crate::tools::mcp::McpManager;
 pub use auth::User;
 pub use boot::build_state;
 pub use error::ApiError;
+pub use limits::Limits;
 pub use metrics::Metrics;
 
 /// The correlation id of a request.
@@ -70,6 +75,8 @@ pub struct AppState {
     pub runs: Arc<Runs>,
     /// Metrics.
     pub metrics: Arc<Metrics>,
+    /// Per-user request rate and token quota.
+    pub limits: Arc<Limits>,
     /// The MCP servers' connections, when any are configured.
     pub mcp: Option<Arc<McpManager>>,
 }
@@ -98,6 +105,11 @@ impl AppState {
         mcp: Option<McpManager>,
     ) -> Arc<Self> {
         let metrics = Arc::new(Metrics::default());
+        let limits = Arc::new(Limits::new(&config.limits));
+        let observer = limits::ServerObserver {
+            metrics: Arc::clone(&metrics),
+            limits: Arc::clone(&limits),
+        };
         let instance = format!("{}-{}", hostname(), uuid::Uuid::now_v7().simple());
         let runs = Runs::new(
             Arc::clone(&store),
@@ -105,7 +117,7 @@ impl AppState {
             Arc::clone(&engine.graphs),
             instance,
             RunsConfig::from(&config.server),
-            Arc::clone(&metrics) as Arc<dyn RunObserver>,
+            Arc::new(observer) as Arc<dyn RunObserver>,
         );
         Arc::new(Self {
             config,
@@ -114,6 +126,7 @@ impl AppState {
             services: Arc::clone(&engine.services),
             runs,
             metrics,
+            limits,
             mcp: mcp.map(Arc::new),
         })
     }
@@ -147,6 +160,11 @@ pub fn app(state: Arc<AppState>) -> Router {
         .route("/api/graphs", get(graphs::list))
         .route("/api/graphs/reload", post(graphs::reload))
         .route("/api/graphs/{name}", get(graphs::get))
+        // Only the routes above count against a user's request rate.
+        .route_layer(middleware::from_fn_with_state(
+            Arc::clone(&state),
+            limits::rate_limit,
+        ))
         .route("/healthz", get(health::healthz))
         .route("/readyz", get(health::readyz))
         .route("/metrics", get(health::metrics))

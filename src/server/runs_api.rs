@@ -227,6 +227,7 @@ pub(super) async fn fork(
     let parent = owned_run(&state, &user, &id).await?;
     let body: ForkBody = serde_json::from_slice(&body)
         .map_err(|e| ApiError::bad_request("invalid_request", format!("invalid fork body: {e}")))?;
+    state.limits.check_tokens(&*state.store, &user.0).await?;
     let at = body.at;
     let req = ForkRequest {
         parent: parent.clone(),

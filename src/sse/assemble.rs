@@ -1,10 +1,25 @@
 //! Chunks → the stored assistant message: the same parts `useChat` builds
 //! from the stream (`process-ui-message-stream.ts`), so `GET /api/chat/{id}`
 //! returns what the user saw.
+//!
+//! One exception, a failed run ([`Assembler::stored_parts`]): live, `useChat`
+//! shows the half answer next to its error state and a retry button; a
+//! front end reloading the chat has only the stored parts, and would show
+//! that half answer as if it were finished. So a failed message is stored
+//! without its answer text, with a `data-error` part in its place.
 
 use serde_json::{Map, Value, json};
 
 use super::chunk::Chunk;
+
+/// The part type a failed message ends with (see [`Assembler::stored_parts`]).
+pub const ERROR_PART: &str = "data-error";
+
+/// Whether stored message metadata is that of a failed run's message: its
+/// stream ended in an error (`finishReason` `error`).
+pub fn is_failed(metadata: &Value) -> bool {
+    metadata["finishReason"] == "error"
+}
 
 /// Builds UI message parts and metadata from chunks.
 #[derive(Debug, Default)]
@@ -15,6 +30,8 @@ pub struct Assembler {
     /// Streaming text/reasoning parts by chunk id → part index (the stored
     /// parts carry no id, like the client's).
     open: Vec<(String, usize)>,
+    /// An `error` chunk arrived: the run failed.
+    failed: bool,
 }
 
 impl Assembler {
@@ -31,6 +48,42 @@ impl Assembler {
     /// The parts so far.
     pub fn parts(&self) -> &[Value] {
         &self.parts
+    }
+
+    /// Whether the run failed (the stream carried an `error` chunk).
+    pub fn failed(&self) -> bool {
+        self.failed
+    }
+
+    /// The parts to store: [`Assembler::parts`], except for a failed run,
+    /// whose message must not read as an answer on reload. Its text parts
+    /// (the half answer) are dropped; what the run did stays — thinking
+    /// notes, tool calls and their results, data, sources, reasoning — with
+    /// any part still `streaming` marked `done` (the stream is over); and a
+    /// last `data-error` part says what the client was told: `{message,
+    /// reference}` (the run id, under which the operator finds the cause).
+    /// `useChat` can still regenerate it: the message keeps its id.
+    pub fn stored_parts(&self) -> Vec<Value> {
+        if !self.failed() {
+            return self.parts.clone();
+        }
+        let mut parts: Vec<Value> = self
+            .parts
+            .iter()
+            .filter(|p| p["type"] != "text")
+            .cloned()
+            .collect();
+        for p in &mut parts {
+            if p["state"] == "streaming" {
+                p["state"] = json!("done");
+            }
+        }
+        let mut error = json!({ "message": self.metadata["error"] });
+        if let Some(reference) = self.metadata.get("reference") {
+            error["reference"] = reference.clone();
+        }
+        parts.push(json!({ "type": ERROR_PART, "data": error }));
+        parts
     }
 
     /// The metadata so far (`start` and `finish` metadata merged).
@@ -200,6 +253,7 @@ impl Assembler {
                 }
             }
             Chunk::Error { error_text } => {
+                self.failed = true;
                 self.metadata.insert("error".into(), json!(error_text));
             }
             Chunk::Abort { reason } => {
@@ -214,5 +268,83 @@ impl Assembler {
                 self.merge_metadata(message_metadata);
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn assembled(chunks: &[Chunk]) -> Assembler {
+        let mut a = Assembler::new();
+        chunks.iter().for_each(|c| a.push(c));
+        a
+    }
+
+    fn half_answer() -> Vec<Chunk> {
+        vec![
+            Chunk::Start {
+                message_id: "m1".into(),
+                message_metadata: json!({"runId": "r1"}),
+            },
+            Chunk::StartStep,
+            Chunk::Data {
+                name: "thinking".into(),
+                id: Some("t1".into()),
+                data: json!({"text": "Intent: RESEARCH"}),
+                transient: false,
+            },
+            Chunk::ReasoningStart { id: "r".into() },
+            Chunk::ReasoningDelta {
+                id: "r".into(),
+                delta: "hmm".into(),
+            },
+            Chunk::TextStart { id: "t".into() },
+            Chunk::TextDelta {
+                id: "t".into(),
+                delta: "GDP grew by".into(),
+            },
+        ]
+    }
+
+    #[test]
+    fn a_failed_message_is_stored_without_its_half_answer() {
+        let mut chunks = half_answer();
+        chunks.push(Chunk::Error {
+            error_text: "could not finish (reference r1)".into(),
+        });
+        chunks.push(Chunk::Finish {
+            finish_reason: "error".into(),
+            message_metadata: json!({"reference": "r1"}),
+        });
+        let a = assembled(&chunks);
+        assert!(a.failed() && is_failed(&a.metadata()));
+        let parts = a.stored_parts();
+        let types: Vec<&str> = parts.iter().filter_map(|p| p["type"].as_str()).collect();
+        assert_eq!(
+            types,
+            ["step-start", "data-thinking", "reasoning", ERROR_PART],
+            "{parts:?}"
+        );
+        assert_eq!(parts[2]["state"], "done", "nothing is left streaming");
+        assert_eq!(parts[3]["data"]["reference"], "r1");
+        assert_eq!(
+            parts[3]["data"]["message"],
+            "could not finish (reference r1)"
+        );
+        // What the client saw live is unchanged.
+        assert!(a.parts().iter().any(|p| p["text"] == "GDP grew by"));
+    }
+
+    #[test]
+    fn finished_and_stopped_messages_are_stored_as_streamed() {
+        let mut stopped = half_answer();
+        stopped.push(Chunk::Abort {
+            reason: "stop requested".into(),
+        });
+        let a = assembled(&stopped);
+        assert!(!a.failed() && !is_failed(&a.metadata()));
+        assert_eq!(a.stored_parts(), a.parts());
+        assert!(a.stored_parts().iter().any(|p| p["text"] == "GDP grew by"));
     }
 }

@@ -10,7 +10,7 @@ mod assemble;
 mod bridge;
 pub mod chunk;
 
-pub use assemble::Assembler;
+pub use assemble::{Assembler, ERROR_PART, is_failed};
 pub use bridge::{Bridge, BridgeConfig};
 pub use chunk::{Chunk, DONE, KEEP_ALIVE, frame};
 

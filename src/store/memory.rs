@@ -366,6 +366,16 @@ impl RunStore for MemoryStore {
         };
         ready(r)
     }
+
+    fn usage_since(&self, user: &str, since: u64) -> BoxFuture<'_, StoreResult<Usage>> {
+        let mut total = Usage::default();
+        for r in self.lock().runs.values() {
+            if r.user_id == user && r.created_at >= since {
+                total += r.usage;
+            }
+        }
+        ready(Ok(total))
+    }
 }
 
 impl EventLog for MemoryStore {

@@ -285,6 +285,10 @@ pub trait RunStore: Send + Sync {
         error: Option<ErrorInfo>,
         usage: Usage,
     ) -> BoxFuture<'_, StoreResult<()>>;
+    /// The tokens `user`'s runs created at or after `since` (µs) used, as
+    /// recorded when they ended (a running run counts 0 until then): the
+    /// daily token quota. One indexed range scan (`runs_usage_by_user`).
+    fn usage_since(&self, user: &str, since: u64) -> BoxFuture<'_, StoreResult<Usage>>;
 }
 
 /// The event log and checkpoints.

@@ -103,6 +103,11 @@ const MIGRATIONS: &[Migration] = &[
         name: "runs_by_user",
         sql: include_str!("migrations/postgres/0005_runs_by_user.sql"),
     },
+    Migration {
+        version: 6,
+        name: "usage_by_user",
+        sql: include_str!("migrations/postgres/0006_usage_by_user.sql"),
+    },
 ];
 
 /// Advisory lock key serializing migrations across instances ("stgraph").
@@ -705,6 +710,28 @@ impl RunStore for PostgresStore {
                 0 => Err(StoreError::NotFound(format!("run {id}"))),
                 _ => Ok(()),
             }
+        })
+    }
+    fn usage_since(&self, user: &str, since: u64) -> BoxFuture<'_, StoreResult<Usage>> {
+        let user = user.to_owned();
+        Box::pin(async move {
+            let since = sql::i64_of(since, "time")?;
+            // sum(bigint) is numeric: cast back (a user's tokens fit i64).
+            let row = self
+                .query_opt(
+                    "SELECT coalesce(sum(prompt_tokens), 0)::BIGINT, coalesce(sum(completion_tokens), 0)::BIGINT
+                     FROM runs WHERE user_id = $1 AND created_at >= $2",
+                    &[&user, &since],
+                )
+                .await?;
+            let (prompt, completion): (i64, i64) = match row {
+                Some(r) => (r.try_get(0)?, r.try_get(1)?),
+                None => (0, 0),
+            };
+            Ok(Usage {
+                prompt_tokens: u64::try_from(prompt).unwrap_or(0),
+                completion_tokens: u64::try_from(completion).unwrap_or(0),
+            })
         })
     }
 }

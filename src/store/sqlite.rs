@@ -82,6 +82,11 @@ const MIGRATIONS: &[Migration] = &[
         name: "runs_by_user",
         sql: include_str!("migrations/sqlite/0005_runs_by_user.sql"),
     },
+    Migration {
+        version: 6,
+        name: "usage_by_user",
+        sql: include_str!("migrations/sqlite/0006_usage_by_user.sql"),
+    },
 ];
 
 /// Settings for [`SqliteStore::open_with`].
@@ -554,6 +559,23 @@ impl RunStore for SqliteStore {
                     now()?,
                 ])?;
             if n == 0 { Err(StoreError::NotFound(format!("run {id}"))) } else { Ok(()) }
+        }))
+    }
+    fn usage_since(&self, user: &str, since: u64) -> BoxFuture<'_, StoreResult<Usage>> {
+        let user = user.to_owned();
+        Box::pin(self.readers.run(move |conn| {
+            let since = sql::i64_of(since, "time")?;
+            let (prompt, completion): (i64, i64) = conn
+                .prepare_cached(
+                    "SELECT coalesce(sum(prompt_tokens), 0), coalesce(sum(completion_tokens), 0)
+                     FROM runs INDEXED BY runs_usage_by_user
+                     WHERE user_id = ?1 AND created_at >= ?2",
+                )?
+                .query_row(params![user, since], |r| Ok((r.get(0)?, r.get(1)?)))?;
+            Ok(Usage {
+                prompt_tokens: u64::try_from(prompt).unwrap_or(0),
+                completion_tokens: u64::try_from(completion).unwrap_or(0),
+            })
         }))
     }
 }

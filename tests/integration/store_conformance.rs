@@ -161,6 +161,7 @@ conformance!(
     messages_append_regenerate_edit_and_upsert,
     runs_are_created_listed_and_finished,
     runs_are_filtered_and_paged_in_the_store,
+    usage_is_summed_per_user_since_a_time,
     events_page_and_checkpoints_filter_by_step,
     a_duplicate_seq_conflicts_and_stores_nothing_of_its_batch,
     the_final_batch_sets_the_status,

@@ -317,3 +317,53 @@ pub(super) async fn runs_are_filtered_and_paged_in_the_store(store: Arc<dyn Stor
     unique.dedup();
     assert_eq!(unique.len(), 60, "pages never repeat a run");
 }
+
+/// The daily token quota's query: the usage of one user's runs created
+/// since a time, recorded when they ended — other users', older runs and
+/// runs still in flight count nothing.
+pub(super) async fn usage_is_summed_per_user_since_a_time(store: Arc<dyn Store>) {
+    let spend = |p, c| Usage {
+        prompt_tokens: p,
+        completion_tokens: c,
+    };
+    assert_eq!(
+        store.usage_since("alice", 0).await.unwrap(),
+        Usage::default()
+    );
+    let old = run(None, 100);
+    let (today, failed, running) = (run(None, 1_000), run(None, 2_000), run(None, 3_000));
+    let mut bobs = run(None, 1_500);
+    bobs.user_id = "bob".into();
+    for r in [&old, &today, &failed, &running, &bobs] {
+        store.create_run(r.clone()).await.unwrap();
+    }
+    let ended = [
+        (old.id, RunStatus::Finished, spend(1_000, 1_000)),
+        (today.id, RunStatus::Finished, spend(300, 20)),
+        (failed.id, RunStatus::Failed, spend(50, 5)),
+        (bobs.id, RunStatus::Finished, spend(7_000, 7)),
+    ];
+    for (id, status, usage) in ended {
+        store.finish_run(id, status, None, usage).await.unwrap();
+    }
+    assert_eq!(
+        store.usage_since("alice", 1_000).await.unwrap(),
+        spend(350, 25)
+    );
+    assert_eq!(
+        store.usage_since("alice", 0).await.unwrap(),
+        spend(1_350, 1_025)
+    );
+    assert_eq!(
+        store.usage_since("alice", 3_001).await.unwrap(),
+        Usage::default()
+    );
+    assert_eq!(
+        store.usage_since("bob", 1_000).await.unwrap(),
+        spend(7_000, 7)
+    );
+    assert_eq!(
+        store.usage_since("carol", 0).await.unwrap(),
+        Usage::default()
+    );
+}

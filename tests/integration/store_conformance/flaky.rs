@@ -177,6 +177,9 @@ impl RunStore for Flaky {
     ) -> BoxFuture<'_, StoreResult<()>> {
         self.inner.finish_run(id, status, error, usage)
     }
+    fn usage_since(&self, user: &str, since: u64) -> BoxFuture<'_, StoreResult<Usage>> {
+        self.inner.usage_since(user, since)
+    }
 }
 
 impl Leases for Flaky {

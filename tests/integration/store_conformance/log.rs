@@ -355,6 +355,10 @@ fn every_kind() -> Vec<EventKind> {
         EventKind::LlmFailed {
             call: 1,
             error: "rate limited".into(),
+            usage: Usage {
+                prompt_tokens: 7,
+                completion_tokens: 3,
+            },
         },
         EventKind::Thinking {
             text: "Looking things up…".into(),
