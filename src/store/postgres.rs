@@ -731,6 +731,7 @@ impl RunStore for PostgresStore {
             Ok(Usage {
                 prompt_tokens: u64::try_from(prompt).unwrap_or(0),
                 completion_tokens: u64::try_from(completion).unwrap_or(0),
+                ..Usage::default()
             })
         })
     }

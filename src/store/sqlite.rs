@@ -575,6 +575,7 @@ impl RunStore for SqliteStore {
             Ok(Usage {
                 prompt_tokens: u64::try_from(prompt).unwrap_or(0),
                 completion_tokens: u64::try_from(completion).unwrap_or(0),
+                ..Usage::default()
             })
         }))
     }

@@ -30,6 +30,8 @@ const HALF: [&str; 2] = ["GDP grew by", " 3.1% in"];
 const HALF_USAGE: Usage = Usage {
     prompt_tokens: 100,
     completion_tokens: 5,
+    cached_tokens: 0,
+    reasoning_tokens: 0,
 };
 
 /// An answer node that fails the run when its model fails.

@@ -23,6 +23,8 @@ use crate::support::server::TestServer;
 const CALL: Usage = Usage {
     prompt_tokens: 600,
     completion_tokens: 100,
+    cached_tokens: 0,
+    reasoning_tokens: 0,
 };
 
 /// A model that answers every call with a short text and [`CALL`] usage.

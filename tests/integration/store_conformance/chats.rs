@@ -325,6 +325,8 @@ pub(super) async fn usage_is_summed_per_user_since_a_time(store: Arc<dyn Store>)
     let spend = |p, c| Usage {
         prompt_tokens: p,
         completion_tokens: c,
+        cached_tokens: 0,
+        reasoning_tokens: 0,
     };
     assert_eq!(
         store.usage_since("alice", 0).await.unwrap(),

@@ -358,6 +358,8 @@ fn every_kind() -> Vec<EventKind> {
             usage: Usage {
                 prompt_tokens: 7,
                 completion_tokens: 3,
+                cached_tokens: 0,
+                reasoning_tokens: 0,
             },
         },
         EventKind::Thinking {
