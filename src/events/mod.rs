@@ -30,6 +30,12 @@ pub const EVENT_FORMAT: u32 = 1;
 /// shows it as a `data-truncated` part and finishes with reason `length`.
 pub const TRUNCATED: &str = "truncated";
 
+/// The name of the custom event saying the model provider refused a
+/// request under its content policy (data `{node, message}`): the stream
+/// shows it as a `data-refusal` part, the node's answer says so plainly,
+/// and the stream finishes with reason `content-filter`.
+pub const REFUSAL: &str = "refusal";
+
 /// One event with its envelope.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Event {

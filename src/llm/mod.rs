@@ -45,6 +45,13 @@ pub enum ChatMessage {
         /// Text.
         content: String,
     },
+    /// The user, with images attached (sent as image parts).
+    UserWithImages {
+        /// Text.
+        content: String,
+        /// Image URLs (`data:` or `https:`).
+        images: Vec<String>,
+    },
     /// An earlier model turn, possibly with tool calls.
     Assistant {
         /// Text.
@@ -60,6 +67,18 @@ pub enum ChatMessage {
         /// The result as JSON text.
         content: String,
     },
+}
+
+impl ChatMessage {
+    /// The text of a user message (with or without images).
+    pub fn user_text(&self) -> Option<&str> {
+        match self {
+            ChatMessage::User { content } | ChatMessage::UserWithImages { content, .. } => {
+                Some(content)
+            }
+            _ => None,
+        }
+    }
 }
 
 /// A tool offered to the model (defined with the events: a run records
@@ -109,6 +128,12 @@ impl ChatRequest {
             let (tag, text) = match m {
                 ChatMessage::System { content } => (1, content),
                 ChatMessage::User { content } => (2, content),
+                ChatMessage::UserWithImages { content, images } => {
+                    for url in images {
+                        h = hash(url.as_bytes(), h ^ 9);
+                    }
+                    (2, content)
+                }
                 ChatMessage::Assistant {
                     content,
                     tool_calls,
@@ -201,6 +226,10 @@ pub enum LlmError {
     /// A scripted model ran out of turns or was told to fail.
     #[error("scripted model: {0}")]
     Scripted(String),
+    /// The provider refused the request under its content policy: not
+    /// worth repeating, and shown to the user as a refusal, not an error.
+    #[error("{CONTENT_POLICY}{0}")]
+    ContentPolicy(String),
     /// A recorded call is missing during re-execution.
     #[error("recording has no model call here: {0}")]
     NotRecorded(String),
@@ -223,7 +252,10 @@ impl LlmError {
                 *status == 408 || *status == 409 || *status == 429 || *status >= 500
             }
             LlmError::Connect(_) | LlmError::Timeout(_) | LlmError::Stream(_) => true,
-            LlmError::NoModel(_) | LlmError::Scripted(_) | LlmError::NotRecorded(_) => false,
+            LlmError::NoModel(_)
+            | LlmError::Scripted(_)
+            | LlmError::NotRecorded(_)
+            | LlmError::ContentPolicy(_) => false,
             LlmError::Replayed { transient, .. } => *transient,
         }
     }
@@ -232,6 +264,9 @@ impl LlmError {
     /// transient when the original kind was (read back from the message,
     /// which is all an `llm_failed` event keeps).
     pub fn replayed(message: &str) -> Self {
+        if let Some(rest) = message.strip_prefix(CONTENT_POLICY) {
+            return LlmError::ContentPolicy(rest.to_owned());
+        }
         let transient = if let Some(rest) = message.strip_prefix("model endpoint returned HTTP ") {
             let status: u16 = rest
                 .split(':')
@@ -258,6 +293,10 @@ impl LlmError {
         }
     }
 }
+
+/// How a content-policy refusal's message begins (a recorded one is read
+/// back by it).
+const CONTENT_POLICY: &str = "the model provider refused the request under its content policy: ";
 
 /// The streamed response of a model.
 pub type ChunkStream = BoxStream<'static, Result<LlmChunk, LlmError>>;

@@ -495,6 +495,7 @@ async fn open(
 fn open_error(e: OpenAIError) -> LlmError {
     match e {
         OpenAIError::Boxed(b) => match b.downcast::<HttpFailure>() {
+            Ok(h) if h.content_policy => LlmError::ContentPolicy(h.message),
             Ok(h) => LlmError::Http {
                 status: h.status,
                 message: h.message,

@@ -210,6 +210,7 @@ impl ChatModel for ScriptedModel {
             .map(|m| match m {
                 super::ChatMessage::System { content }
                 | super::ChatMessage::User { content }
+                | super::ChatMessage::UserWithImages { content, .. }
                 | super::ChatMessage::Assistant { content, .. }
                 | super::ChatMessage::Tool { content, .. } => content.len() as u64 / 4,
             })

@@ -276,7 +276,7 @@ impl Agent {
         }];
         messages.extend(model::history(cx.state, self.history.0, self.history.1));
         if let Some(text) = self.input.and_then(|f| cx.state.text(f))
-            && !matches!(messages.last(), Some(ChatMessage::User { content }) if content == text)
+            && !model::ends_with_input(&messages, text)
         {
             messages.push(ChatMessage::User {
                 content: text.to_owned(),
@@ -521,8 +521,10 @@ impl Node for Agent {
         failure: Failure<'a>,
     ) -> BoxFuture<'a, Option<Recovery>> {
         Box::pin(async move {
-            Recovery::decide(self.on_error, &failure, || {
-                Recovery::partial_text(&self.output, &failure)
+            Recovery::refusal(&self.output, &failure).or_else(|| {
+                Recovery::decide(self.on_error, &failure, || {
+                    Recovery::partial_text(&self.output, &failure)
+                })
             })
         })
     }

@@ -22,7 +22,7 @@ use std::sync::Arc;
 use super::{BuildCx, NodeError};
 use crate::graph::kinds::schema;
 use crate::graph::{Reported, SettingDoc};
-use crate::llm::{ChatMessage, ChatRequest};
+use crate::llm::{ChatMessage, ChatRequest, LlmError};
 use crate::state::Patch;
 
 /// `max_tokens`, `temperature`, `stop`.
@@ -164,6 +164,10 @@ impl OnError {
     }
 }
 
+/// The answer a node gives when its model provider refused the request
+/// under its content policy.
+pub const REFUSAL: &str = "I can't help with that request: the model provider declined it under its content policy. Try rephrasing it.";
+
 /// A node's last attempt failed.
 #[derive(Debug)]
 pub struct Failure<'a> {
@@ -184,6 +188,9 @@ pub struct Recovery {
     pub note: String,
     /// Set when an answer was cut short: why (`timeout`, `error`).
     pub truncated: Option<&'static str>,
+    /// Set when the provider refused under its content policy: its message
+    /// (sent as a `refusal` data part).
+    pub refused: Option<String>,
 }
 
 impl Recovery {
@@ -196,7 +203,23 @@ impl Recovery {
                 failure.node, failure.error
             ),
             truncated: None,
+            refused: None,
         }
+    }
+
+    /// A refusal under the provider's content policy: a clear answer in
+    /// `field` saying so (a user should learn why nothing came, not see a
+    /// generic error), whatever `on_error` says. `None` for other failures.
+    pub(super) fn refusal(field: &Arc<str>, failure: &Failure<'_>) -> Option<Self> {
+        let NodeError::Llm(LlmError::ContentPolicy(message)) = failure.error else {
+            return None;
+        };
+        Some(Self {
+            patch: Patch::new().set(Arc::clone(field), REFUSAL),
+            note: format!("The model provider refused the request: {message}"),
+            truncated: None,
+            refused: Some(message.clone()),
+        })
     }
 
     /// The text streamed before the failure, as the answer in `field`;
@@ -216,6 +239,7 @@ impl Recovery {
                 failure.error
             ),
             truncated: Some(why),
+            refused: None,
         })
     }
 

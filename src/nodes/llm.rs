@@ -147,7 +147,7 @@ impl LlmNode {
         messages.extend(model::history(cx.state, self.history.0, self.history.1));
         // The newest user message is usually the history's last already.
         if let Some(text) = self.input.and_then(|f| cx.state.text(f))
-            && !matches!(messages.last(), Some(ChatMessage::User { content }) if content == text)
+            && !model::ends_with_input(&messages, text)
         {
             messages.push(ChatMessage::User {
                 content: text.to_owned(),
@@ -182,6 +182,11 @@ impl Node for LlmNode {
         failure: Failure<'a>,
     ) -> BoxFuture<'a, Option<Recovery>> {
         Box::pin(async move {
+            if let Output::Text(field) = &self.output
+                && let Some(r) = Recovery::refusal(field, &failure)
+            {
+                return Some(r);
+            }
             Recovery::decide(self.on_error, &failure, || match &self.output {
                 Output::Text(field) => Recovery::partial_text(field, &failure),
                 Output::Structured(s) => match s.fallback_writes(&cx)? {
@@ -192,6 +197,7 @@ impl Node for LlmNode {
                             failure.node, failure.error
                         ),
                         truncated: None,
+                        refused: None,
                     }),
                     Err(e) => {
                         tracing::warn!(node = failure.node, error = %e, "the fallback failed too");

@@ -76,6 +76,20 @@ pub(super) fn roles(cx: &mut BuildCx<'_>) -> Result<Roles, Reported> {
     })
 }
 
+/// Whether the history sent already ends with the user's message `text`
+/// (as typed, or with files attached after it — a text file's content
+/// follows a `[file: …]` line), so the input is not sent twice.
+pub(super) fn ends_with_input(messages: &[ChatMessage], text: &str) -> bool {
+    messages
+        .last()
+        .and_then(ChatMessage::user_text)
+        .is_some_and(|c| {
+            c == text
+                || c.strip_prefix(text)
+                    .is_some_and(|rest| rest.starts_with("\n\n[file: "))
+        })
+}
+
 /// The newest `window` messages of a history field as model messages.
 pub(super) fn history(
     state: &dyn DynState,
@@ -93,6 +107,10 @@ fn to_chat(m: &Message) -> ChatMessage {
     match m.role {
         Role::System => ChatMessage::System {
             content: m.content.clone(),
+        },
+        Role::User if !m.images.is_empty() => ChatMessage::UserWithImages {
+            content: m.content.clone(),
+            images: m.images.clone(),
         },
         Role::User => ChatMessage::User {
             content: m.content.clone(),

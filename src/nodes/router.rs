@@ -315,6 +315,7 @@ impl Node for Router {
                     ),
                     note: format!("Intent: {} (fallback). {why}", self.fallback),
                     truncated: None,
+                    refused: None,
                 })
             };
             Recovery::decide(self.on_error, &failure, fallback)
@@ -402,7 +403,7 @@ impl Router {
                 .into_iter()
                 .filter_map(|m| strip(m, &self.strip_lines)),
         );
-        if !matches!(messages.last(), Some(ChatMessage::User { content }) if content == text) {
+        if !model::ends_with_input(&messages, text) {
             messages.push(ChatMessage::User {
                 content: text.to_owned(),
             });

@@ -126,6 +126,16 @@ pub(super) async fn run_task(
 /// answer was cut short, then `node_finished` with what it writes.
 async fn recovered(events: &NodeEvents, r: Recovery, started: Instant) -> Arc<Event> {
     events.thinking(r.note).await;
+    if let Some(message) = r.refused {
+        let _ = events
+            .emit(EventKind::Custom {
+                name: crate::events::REFUSAL.into(),
+                data: serde_json::json!({ "node": &**events.node(), "message": message }),
+                id: None,
+                transient: false,
+            })
+            .await;
+    }
     if let Some(reason) = r.truncated {
         let _ = events
             .emit(EventKind::Custom {

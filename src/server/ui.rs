@@ -231,6 +231,99 @@ pub(super) fn title(messages: &[UiMessage]) -> String {
     }
 }
 
+/// Largest text file (decoded bytes) passed to the model; the rest is cut
+/// with a note.
+const MAX_FILE_TEXT: usize = 100 * 1024;
+
+/// The files attached to a message as the model gets them: text files
+/// (`text/*`, JSON, CSV, XML, YAML given as `data:` URLs) as text appended to
+/// the message, each under a `[file: NAME (TYPE)]` line; images as image
+/// URLs. A file the model cannot read (a PDF, a remote text file) is named
+/// in a line, so the model knows it was there.
+fn attachments(m: &UiMessage) -> (String, Vec<String>) {
+    let mut text = String::new();
+    let mut images = Vec::new();
+    for p in m.parts.iter().filter(|p| p["type"] == "file") {
+        let url = p["url"].as_str().unwrap_or_default();
+        let media = p["mediaType"].as_str().unwrap_or_default();
+        let name = p["filename"].as_str().unwrap_or("attachment");
+        if media.starts_with("image/") {
+            images.push(url.to_owned());
+            continue;
+        }
+        let body = is_text(media).then(|| data_url_text(url)).flatten();
+        text.push_str(&format!("\n\n[file: {name} ({media})]\n"));
+        match body {
+            Some(mut body) => {
+                if body.len() > MAX_FILE_TEXT {
+                    let mut cut = MAX_FILE_TEXT;
+                    while !body.is_char_boundary(cut) {
+                        cut -= 1;
+                    }
+                    body.truncate(cut);
+                    body.push_str("\n[… file cut at 100 KiB]");
+                }
+                text.push_str(&body);
+            }
+            None => text.push_str("(attached; its content cannot be read here)"),
+        }
+    }
+    (text, images)
+}
+
+/// Whether a media type is text the model can read.
+fn is_text(media: &str) -> bool {
+    let media = media.split(';').next().unwrap_or_default().trim();
+    media.starts_with("text/")
+        || matches!(
+            media,
+            "application/json"
+                | "application/csv"
+                | "application/xml"
+                | "application/yaml"
+                | "application/x-yaml"
+        )
+}
+
+/// The text a `data:` URL holds (base64 or percent-encoded), if it is one
+/// and it is UTF-8.
+fn data_url_text(url: &str) -> Option<String> {
+    use base64::Engine as _;
+    let (meta, data) = url.strip_prefix("data:")?.split_once(',')?;
+    let bytes = if meta.ends_with(";base64") {
+        base64::engine::general_purpose::STANDARD
+            .decode(data.trim())
+            .ok()?
+    } else {
+        percent_decode(data)
+    };
+    String::from_utf8(bytes).ok()
+}
+
+fn percent_decode(s: &str) -> Vec<u8> {
+    let b = s.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        let hex = |c: u8| (c as char).to_digit(16);
+        match (
+            b[i],
+            b.get(i + 1).copied().and_then(hex),
+            b.get(i + 2).copied().and_then(hex),
+        ) {
+            (b'%', Some(h), Some(l)) => {
+                out.push((h * 16 + l) as u8);
+                i += 3;
+            }
+            (c, _, _) => {
+                out.push(c);
+                i += 1;
+            }
+        }
+    }
+    out
+}
+
 /// The graph input, as the graph's `chat:` section maps the request: the
 /// conversation (id, role, text) into the history field, the newest user
 /// text into the text field, and the body keys `chat.inputs` names into
@@ -241,7 +334,14 @@ pub(super) fn input_state(io: &ChatIo, body: &ChatBody) -> Value {
         let msgs: Vec<Value> = body
             .messages
             .iter()
-            .map(|m| json!({"id": m.id, "role": m.role, "content": text_of(m)}))
+            .map(|m| {
+                let (files, images) = attachments(m);
+                let mut msg = json!({"id": m.id, "role": m.role, "content": text_of(m) + &files});
+                if !images.is_empty() {
+                    msg["images"] = json!(images);
+                }
+                msg
+            })
             .collect();
         input.insert(field.to_string(), Value::Array(msgs));
     }

@@ -563,6 +563,8 @@ impl Bridge {
             } => {
                 if name == crate::events::TRUNCATED {
                     self.finish_reason = "length";
+                } else if name == crate::events::REFUSAL {
+                    self.finish_reason = "content-filter";
                 }
                 out.push(Chunk::Data {
                     name: data_name(name),

@@ -25,9 +25,13 @@ pub struct Message {
     pub id: String,
     /// Author.
     pub role: Role,
-    /// Plain text content.
+    /// Plain text content (text files the user attached are part of it).
     #[serde(default)]
     pub content: String,
+    /// Images the user attached: `data:` or `https:` URLs, sent to the
+    /// model as image parts.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub images: Vec<String>,
 }
 
 impl Message {
@@ -37,6 +41,7 @@ impl Message {
             id: id.into(),
             role: Role::User,
             content: content.into(),
+            images: Vec::new(),
         }
     }
 
@@ -46,6 +51,7 @@ impl Message {
             id: id.into(),
             role: Role::Assistant,
             content: content.into(),
+            images: Vec::new(),
         }
     }
 }

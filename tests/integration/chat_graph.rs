@@ -452,3 +452,64 @@ async fn a_tool_outside_the_nodes_list_is_refused_as_data() {
     assert_eq!(payload["type"], "not_allowed");
     assert_eq!(out.state["answer"], "The answer is 42.");
 }
+
+#[tokio::test]
+async fn the_router_sees_ten_messages_without_status_lines_and_the_summary() {
+    let mut messages: Vec<Value> = (0..15)
+        .map(|i| {
+            if i % 2 == 0 {
+                json!({"id": format!("m{i}"), "role": "user", "content": format!("question {i}")})
+            } else {
+                json!({"id": format!("m{i}"), "role": "assistant", "content": format!("Understanding your question…\nanswer {i}")})
+            }
+        })
+        .collect();
+    messages.push(json!({"id": "last", "role": "user", "content": "and now?"}));
+    let input = json!({"messages": messages, "query": "and now?", "summary": "they asked about Kenya", "summarized_count": 6});
+    let out = run_chat(
+        Script {
+            router: route("DIRECT"),
+            ..Default::default()
+        },
+        input,
+    )
+    .await;
+    let req = out.calls_to("router")[0];
+    let history = &req.messages[1..];
+    assert_eq!(history.len(), 10, "the newest ten messages: {history:?}");
+    assert!(matches!(history.last(), Some(ChatMessage::User { content }) if content == "and now?"));
+    for m in history {
+        if let ChatMessage::Assistant { content, .. } = m {
+            assert!(
+                content.starts_with("answer "),
+                "status line stripped: {content}"
+            );
+        }
+    }
+    // The summary stands for what the window cut (here rewritten first:
+    // ten messages arrived since the one it covered).
+    let summary = out.state["summary"].as_str().unwrap();
+    assert!(!summary.is_empty());
+    assert!(
+        matches!(&req.messages[0], ChatMessage::System { content } if content.contains(&format!("Earlier conversation (summary): {summary}")))
+    );
+}
+
+#[tokio::test]
+async fn an_untidy_routing_answer_is_read_not_thrown_away() {
+    let out = run_chat(
+        Script {
+            router: Turn::Raw(
+                "Sure! ```json\n{\"intent\": \"clarify\", \"reasoning\": \" which one \", \"missing_slots\": \"country\", \"detected_language\": null}\n```".into(),
+            ),
+            ..Default::default()
+        },
+        conversation(1, "how big is it?"),
+    )
+    .await;
+    assert_eq!(out.state["intent"], "CLARIFY");
+    assert_eq!(out.state["routing"]["source"], "llm");
+    assert_eq!(out.state["routing"]["missing_slots"], json!(["country"]));
+    assert_eq!(out.state["language"], "en");
+    assert_eq!(out.path(), ["summarizer", "router", "clarifier"]);
+}

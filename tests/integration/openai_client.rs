@@ -894,3 +894,165 @@ async fn a_role_cap_bounds_max_tokens() {
         .collect();
     assert_eq!(sent, [json!(50), json!(50), json!(10)]);
 }
+
+#[tokio::test]
+async fn a_content_policy_refusal_is_its_own_error_and_not_retried() {
+    let azure = Reply::error(
+        400,
+        r#"{"error":{"message":"The response was filtered due to the prompt triggering Azure OpenAI's content management policy.","type":null,"param":"prompt","code":"content_filter","status":400}}"#,
+    );
+    let mock = Mock::start([azure, answer(&["unused"])]).await;
+    let out = run(&mock.model(), ask("something the provider refuses")).await;
+    assert!(
+        matches!(out.as_slice(), [Err(LlmError::ContentPolicy(m))] if m.contains("content management policy")),
+        "{out:?}"
+    );
+    assert_eq!(mock.count(), 1);
+}
+
+/// Through the server: a refusal is a clear answer with a `data-refusal`
+/// part and finish reason `content-filter`, the run finishes (not a
+/// generic error), and the stored message says the same.
+#[tokio::test]
+async fn a_content_policy_refusal_reaches_the_user_as_a_refusal() {
+    let refused = Reply::error(
+        400,
+        r#"{"error":{"message":"Your request was rejected as a result of our safety system.","type":"invalid_request_error","code":"content_policy_violation"}}"#,
+    );
+    let mock = Mock::start([refused]).await;
+    let server = crate::support::server::TestServer::start(Arc::new(mock.model()), |_| {}).await;
+    let mut body = crate::support::chat_body("refused", "something the provider refuses");
+    body["forced_intent"] = json!("DIRECT");
+    let http = reqwest::Client::new();
+    let resp = crate::support::post_json(&http, &server.url("/api/chat"), &body).await;
+    assert_eq!(resp.status(), 200);
+    let sse = resp.text().await.unwrap();
+    let (ok, report) = crate::support::aisdk_validate(&sse);
+    assert!(ok, "{report}\n{sse}");
+    let chunks: Vec<Value> = sse
+        .lines()
+        .filter_map(|l| l.strip_prefix("data: "))
+        .filter_map(|d| serde_json::from_str(d).ok())
+        .collect();
+    assert!(chunks.iter().all(|c| c["type"] != "error"), "{sse}");
+    let refusal = chunks
+        .iter()
+        .find(|c| c["type"] == "data-refusal")
+        .expect("a refusal part");
+    assert_eq!(refusal["data"]["node"], "direct");
+    assert!(
+        refusal["data"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("safety system")
+    );
+    let text: String = chunks
+        .iter()
+        .filter(|c| c["type"] == "text-delta")
+        .filter_map(|c| c["delta"].as_str())
+        .collect();
+    assert!(text.contains("content policy"), "{text}");
+    let finish = chunks.iter().find(|c| c["type"] == "finish").unwrap();
+    assert_eq!(finish["finishReason"], "content-filter", "{finish}");
+    let stored: Value = http
+        .get(server.url("/api/chat/refused"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let answer = &stored["messages"][1];
+    assert!(
+        answer["parts"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|p| p["type"] == "text" && p["text"].as_str().unwrap().contains("content policy")),
+        "{answer}"
+    );
+    assert_eq!(mock.count(), 1, "a refusal is not retried");
+    server.shutdown().await;
+}
+
+/// Files attached to the user's message reach the model over the wire: a
+/// CSV (base64 `data:` URL) and a markdown file (percent-encoded) as text
+/// under `[file: …]` lines, an image as an `image_url` content part, a PDF
+/// named but not read.
+#[tokio::test]
+async fn file_parts_of_the_user_message_reach_the_model() {
+    let mock = Mock::start([answer(&["Read", " them."])]).await;
+    let server = crate::support::server::TestServer::start(Arc::new(mock.model()), |_| {}).await;
+    let csv = "country,value\nKEN,55.1\nNGA,218.5\n";
+    let body = json!({
+        "id": "files",
+        "forced_intent": "DIRECT",
+        "messages": [{"id": "u1", "role": "user", "parts": [
+            {"type": "text", "text": "What do these files say?"},
+            {"type": "file", "mediaType": "text/csv", "filename": "pop.csv",
+             "url": format!("data:text/csv;base64,{}", base64_of(csv))},
+            {"type": "file", "mediaType": "text/markdown", "filename": "notes.md",
+             "url": "data:text/markdown,%23%20Notes%0Agrowth%20is%20up"},
+            {"type": "file", "mediaType": "image/png", "filename": "chart.png",
+             "url": "data:image/png;base64,iVBORw0KGgo="},
+            {"type": "file", "mediaType": "application/pdf", "filename": "report.pdf",
+             "url": "data:application/pdf;base64,JVBERi0="}
+        ]}]
+    });
+    let http = reqwest::Client::new();
+    let resp = crate::support::post_json(&http, &server.url("/api/chat"), &body).await;
+    assert_eq!(resp.status(), 200);
+    let sse = resp.text().await.unwrap();
+    assert!(sse.contains("them."), "{sse}");
+    let sent = &mock.received()[0].body;
+    let users: Vec<&Value> = sent["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|m| m["role"] == "user")
+        .collect();
+    assert_eq!(users.len(), 1, "the question is sent once: {sent}");
+    let parts = users[0]["content"].as_array().expect("content parts");
+    let text = parts[0]["text"].as_str().unwrap();
+    assert!(
+        text.starts_with("What do these files say?\n\n[file: pop.csv (text/csv)]\n"),
+        "{text}"
+    );
+    assert!(text.contains(csv), "{text}");
+    assert!(
+        text.contains("[file: notes.md (text/markdown)]\n# Notes\ngrowth is up"),
+        "{text}"
+    );
+    assert!(
+        text.contains(
+            "[file: report.pdf (application/pdf)]\n(attached; its content cannot be read here)"
+        ),
+        "{text}"
+    );
+    assert_eq!(
+        parts[1],
+        json!({"type": "image_url", "image_url": {"url": "data:image/png;base64,iVBORw0KGgo="}})
+    );
+    assert_eq!(parts.len(), 2);
+    server.shutdown().await;
+}
+
+/// Standard base64 (the test's own, so it checks the server's decoder).
+fn base64_of(s: &str) -> String {
+    const A: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let b = s.as_bytes();
+    let mut out = String::new();
+    for c in b.chunks(3) {
+        let n = (u32::from(c[0]) << 16)
+            | (u32::from(*c.get(1).unwrap_or(&0)) << 8)
+            | u32::from(*c.get(2).unwrap_or(&0));
+        for i in 0..4 {
+            if i <= c.len() {
+                out.push(A[(n >> (18 - 6 * i) & 63) as usize] as char);
+            } else {
+                out.push('=');
+            }
+        }
+    }
+    out
+}

@@ -75,6 +75,8 @@ pub(super) struct HttpFailure {
     pub(super) status: u16,
     /// Message from the error body.
     pub(super) message: String,
+    /// The provider refused under its content policy.
+    pub(super) content_policy: bool,
 }
 
 /// Retries one call's HTTP attempts (see the module docs).
@@ -238,6 +240,7 @@ async fn http_failure(mut response: Response) -> Failure {
         retryable,
         failure: HttpFailure {
             status,
+            content_policy: info.is_content_policy(),
             message: info.message,
         },
     }

@@ -94,6 +94,11 @@ enum WireMessage<'a> {
     User {
         content: &'a str,
     },
+    /// A user turn with images: content parts.
+    #[serde(rename = "user")]
+    UserParts {
+        content: Vec<WirePart<'a>>,
+    },
     Assistant {
         /// `null` when the turn only calls tools.
         content: Option<&'a str>,
@@ -104,6 +109,19 @@ enum WireMessage<'a> {
         tool_call_id: &'a str,
         content: &'a str,
     },
+}
+
+/// A content part of a user turn.
+#[derive(Debug, Serialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+enum WirePart<'a> {
+    Text { text: &'a str },
+    ImageUrl { image_url: WireImage<'a> },
+}
+
+#[derive(Debug, Serialize)]
+struct WireImage<'a> {
+    url: &'a str,
 }
 
 #[derive(Debug, Serialize)]
@@ -207,6 +225,13 @@ impl<'a> From<&'a ChatMessage> for WireMessage<'a> {
         match m {
             ChatMessage::System { content } => WireMessage::System { content },
             ChatMessage::User { content } => WireMessage::User { content },
+            ChatMessage::UserWithImages { content, images } => WireMessage::UserParts {
+                content: std::iter::once(WirePart::Text { text: content })
+                    .chain(images.iter().map(|url| WirePart::ImageUrl {
+                        image_url: WireImage { url },
+                    }))
+                    .collect(),
+            },
             ChatMessage::Assistant {
                 content,
                 tool_calls,
@@ -356,8 +381,11 @@ impl ErrorInfo {
             kind,
             status,
         };
-        if code.and_then(Value::as_str) == Some(INSUFFICIENT_QUOTA) {
-            info.kind = Some(INSUFFICIENT_QUOTA.to_owned());
+        // Codes that say more than the type beside them.
+        if let Some(c @ (INSUFFICIENT_QUOTA | "content_filter" | "content_policy_violation")) =
+            code.and_then(Value::as_str)
+        {
+            info.kind = Some(c.to_owned());
         }
         info
     }
@@ -379,6 +407,18 @@ impl ErrorInfo {
             kind: None,
             status: None,
         }
+    }
+
+    /// A refusal under the provider's content policy: Azure's
+    /// `content_filter`, OpenAI's `content_policy_violation`, or a message
+    /// naming the policy.
+    pub(super) fn is_content_policy(&self) -> bool {
+        let lower = self.message.to_ascii_lowercase();
+        matches!(
+            self.kind.as_deref(),
+            Some("content_filter" | "content_policy_violation")
+        ) || lower.contains("content management policy")
+            || lower.contains("content policy")
     }
 
     /// OpenAI's permanent 429: the account has no credit left.
