@@ -317,11 +317,23 @@ impl NodeEvents {
 
     /// Emits [`EventKind::Custom`] data.
     pub async fn custom(&self, name: impl Into<String>, data: serde_json::Value) {
+        self.custom_with_id(name, None, data).await;
+    }
+
+    /// Emits [`EventKind::Custom`] data under a part id: a later part with
+    /// the same name and id replaces it (in the stream and the stored
+    /// message). Without one, each task's part is its own.
+    pub async fn custom_with_id(
+        &self,
+        name: impl Into<String>,
+        id: Option<String>,
+        data: serde_json::Value,
+    ) {
         let _ = self
             .emit(EventKind::Custom {
                 name: name.into(),
                 data,
-                id: None,
+                id,
                 transient: false,
             })
             .await;

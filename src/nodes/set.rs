@@ -27,7 +27,17 @@
 //! began (all values see the same state), and each written value is checked
 //! against its field's type when the step is applied. `emit` sends each
 //! entry as custom data (`data-<name>` in the UI stream) unless its value is
-//! null; its expressions see the values this node sets.
+//! null; its expressions see the values this node sets. `emit_id` gives an
+//! entry's part an id, so a node that runs again (a loop, another node
+//! emitting the same name and id) updates the part in place instead of
+//! adding one:
+//!
+//! ```yaml
+//!   emit:
+//!     sources: "{{ ranked }}"
+//!   emit_id:
+//!     sources: sources                        # one part, updated each round
+//! ```
 
 use std::sync::Arc;
 
@@ -57,6 +67,11 @@ pub(super) fn kind() -> Kind {
                 schema::MAP,
                 "name → value, sent as custom data (`data-<name>` parts)",
             ),
+            SettingDoc::new(
+                "emit_id",
+                schema::MAP,
+                "name (of an `emit` entry) → the part's id (text or a template): a later part with the same name and id replaces it",
+            ),
         ],
         Surface::Hidden,
         |cx| SetNode::build(cx).map(|n| Arc::new(n) as Arc<dyn Node>),
@@ -68,7 +83,8 @@ pub(super) fn kind() -> Kind {
 struct SetNode {
     /// (field, value, whether a rendered template is parsed as JSON)
     writes: Vec<(Arc<str>, ValueExpr, bool)>,
-    emits: Vec<(String, ValueExpr)>,
+    /// (name, value, the part's id)
+    emits: Vec<(String, ValueExpr, Option<ValueExpr>)>,
 }
 
 /// The map item, for expressions on map targets.
@@ -103,10 +119,46 @@ impl SetNode {
         if let Ok(Some(entries)) = cx.mapping("emit") {
             for (name, value) in entries {
                 match cx.value_expr(value, &format!("`emit.{}`", name.value), &[]) {
-                    Ok(n) => emits.push((name.value.clone(), n)),
+                    Ok(n) => emits.push((name.value.clone(), n, None)),
                     Err(Reported) => ok = false,
                 }
             }
+        } else if cx.setting("emit").is_some() {
+            ok = false;
+        }
+        match cx.mapping("emit_id") {
+            Ok(Some(entries)) => {
+                for (name, value) in entries {
+                    let id = cx.value_expr(value, &format!("`emit_id.{}`", name.value), &[]);
+                    match emits.iter_mut().find(|(n, _, _)| *n == name.value) {
+                        Some((_, _, slot)) => match id {
+                            Ok(id) => *slot = Some(id),
+                            Err(Reported) => ok = false,
+                        },
+                        None => {
+                            let names: Vec<&str> =
+                                emits.iter().map(|(n, _, _)| n.as_str()).collect();
+                            cx.error(
+                                name.loc,
+                                "unknown-emit",
+                                format!(
+                                    "`emit_id.{}` names no entry of `emit` in node `{}`",
+                                    name.value,
+                                    cx.id()
+                                ),
+                                Some(if names.is_empty() {
+                                    "add the entry to `emit`".to_owned()
+                                } else {
+                                    format!("`emit` has: {}", names.join(", "))
+                                }),
+                            );
+                            ok = false;
+                        }
+                    }
+                }
+            }
+            Ok(None) => {}
+            Err(Reported) => ok = false,
         }
         if writes.is_empty() && emits.is_empty() && ok {
             cx.error(
@@ -135,14 +187,34 @@ impl SetNode {
         for (field, value) in patch.iter() {
             extra.push((field, crate::graph::expr::from_json(value)));
         }
-        for (name, value) in &self.emits {
+        for (name, value, id) in &self.emits {
             let data = value.eval(cx.state, &extra)?;
             // Nothing to show is not a part: a null value is not sent.
-            if !data.is_null() {
-                cx.events.custom(name.clone(), data).await;
+            if data.is_null() {
+                continue;
             }
+            let id = match id {
+                Some(id) => Some(part_id(name, id.eval(cx.state, &extra)?)?),
+                None => None,
+            };
+            cx.events.custom_with_id(name.clone(), id, data).await;
         }
         Ok(patch)
+    }
+}
+
+/// The id an `emit_id` entry evaluated to: text, or a number written as
+/// text.
+///
+/// # Errors
+/// Anything else (or empty text): the node fails, naming the entry.
+fn part_id(name: &str, id: serde_json::Value) -> Result<String, NodeError> {
+    match id {
+        serde_json::Value::String(s) if !s.is_empty() => Ok(s),
+        serde_json::Value::Number(n) => Ok(n.to_string()),
+        other => Err(NodeError::Failed(format!(
+            "`emit_id.{name}` is {other}, not a text id"
+        ))),
     }
 }
 

@@ -5,8 +5,9 @@
 //! the query. It asks `GET {url}/search?q=…&format=json` and keeps, of each
 //! result, what a model needs to decide what to read next — title, URL and
 //! a short snippet — at most `max_results` of them. Search results change
-//! slowly and searches cost, so results are cached for five minutes by
-//! default. Failures (unreachable endpoint, HTTP error, a body that is not
+//! slowly and searches cost, so results are cached for an hour by default
+//! (the research document's search cache; `[tools.policy.web_search]`
+//! `cache_ttl` changes it). Failures (unreachable endpoint, HTTP error, a body that is not
 //! the expected JSON) are `execution_error`s the model can report or work
 //! around.
 //!

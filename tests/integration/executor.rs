@@ -860,3 +860,74 @@ async fn async_durability_stores_every_step_at_most_one_behind() {
         "each step is confirmed once it has landed (the last lands with run_finished)"
     );
 }
+
+/// `set.emit_id` keys an emitted part: the node that runs again in a loop
+/// sends the same id each round (so the UI updates one part), an entry
+/// without `emit_id` gets none (a part per task), and an id naming no
+/// `emit` entry is a load diagnostic.
+#[tokio::test]
+async fn emit_id_keys_the_part_a_looping_set_node_updates() {
+    const GRAPH: &str = r#"
+state:
+  fields:
+    n: { type: integer, default: 0 }
+entry: count
+nodes:
+  - id: count
+    kind: set
+    set: { n: "{{ n + 1 }}" }
+    emit:
+      progress: { round: "{{ n }}" }
+      tick: "{{ n }}"
+    emit_id:
+      progress: "progress"
+edges:
+  - from: count
+    route:
+      expr: n < 3
+      cases: { true: count, false: END }
+"#;
+    let reg = registries(0);
+    let g = compile(GRAPH, &reg);
+    let (r, events) = run_collect(g, services(&reg), json!({}), RunOptions::default()).await;
+    r.unwrap();
+    let custom: Vec<(String, Option<String>, Value)> = events
+        .iter()
+        .filter_map(|e| match &e.event {
+            EventKind::Custom { name, id, data, .. } => {
+                Some((name.clone(), id.clone(), data.clone()))
+            }
+            _ => None,
+        })
+        .collect();
+    let progress: Vec<_> = custom.iter().filter(|c| c.0 == "progress").collect();
+    assert_eq!(progress.len(), 3, "{custom:?}");
+    for (i, (_, id, data)) in progress.iter().enumerate() {
+        assert_eq!(id.as_deref(), Some("progress"));
+        assert_eq!(
+            *data,
+            json!({ "round": i + 1 }),
+            "emit sees what the node sets"
+        );
+    }
+    assert!(
+        custom
+            .iter()
+            .filter(|c| c.0 == "tick")
+            .all(|c| c.1.is_none()),
+        "{custom:?}"
+    );
+
+    let bad = GRAPH.replace("progress: \"progress\"", "progres: \"progress\"");
+    let cat = reg.from_sources(
+        &[("g", bad.as_str())],
+        Prompts::from_sources(std::path::Path::new("prompts"), []),
+    );
+    let d = cat
+        .diagnostics
+        .iter()
+        .find(|d| d.code == "unknown-emit")
+        .unwrap_or_else(|| panic!("{:?}", cat.diagnostics));
+    assert!(d.to_string().contains("`emit_id.progres`"), "{d}");
+    assert!(d.to_string().contains("progress, tick"), "{d}");
+}

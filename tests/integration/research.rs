@@ -39,8 +39,11 @@ const NOISE: &str = "heat pump noise levels";
 const PLANNING: &str = "Planning the research…";
 const WRITING: &str = "Writing the answer…";
 const ANALYSING: &str = "Analysing what the pages say…";
-const CHECKING: &str = "Checking what is still missing…";
-const CHOOSING: &str = "Choosing the pages to read…";
+
+/// The document's quality weights, as `data-sources` shows them.
+fn weights() -> Value {
+    json!({"authority": 0.3, "freshness": 0.2, "relevance": 0.3, "quality": 0.2})
+}
 
 // ------------------------------------------------------------ the server
 
@@ -165,6 +168,35 @@ impl Outcome {
     /// Index of the first chunk of a type.
     fn first(&self, ty: &str) -> Option<usize> {
         self.chunks.iter().position(|c| c["type"] == ty)
+    }
+
+    /// Index of the `data-stage` chunk showing `status`.
+    fn stage_at(&self, status: &str) -> usize {
+        self.chunks
+            .iter()
+            .position(|c| c["type"] == "data-stage" && c["data"]["status"] == status)
+            .unwrap_or_else(|| panic!("no stage {status}: {:?}", self.stages()))
+    }
+
+    /// The `data-sources` chunks: `(chunk index, urls, scores)`.
+    fn sources_parts(&self) -> Vec<(usize, Vec<String>, Vec<Option<f64>>)> {
+        self.chunks
+            .iter()
+            .enumerate()
+            .filter(|(_, c)| c["type"] == "data-sources")
+            .map(|(i, c)| {
+                assert_eq!(c["id"], "sources", "one part, updated in place: {c}");
+                assert_eq!(c["data"]["weights"], weights(), "{c}");
+                let list = c["data"]["sources"].as_array().unwrap();
+                (
+                    i,
+                    list.iter()
+                        .map(|s| s["url"].as_str().unwrap().to_owned())
+                        .collect(),
+                    list.iter().map(|s| s["score"].as_f64()).collect(),
+                )
+            })
+            .collect()
     }
 
     /// The progress texts, in order.
@@ -665,25 +697,45 @@ async fn research_plans_searches_in_parallel_reads_ranks_loops_on_gaps_and_cites
         .expect("data-followups");
     assert_eq!(strings(&followups["data"]["questions"]), related);
 
-    // Progress: transient data-stage parts, in order, one per phase.
+    // Progress: transient data-stage parts, in order, one per phase —
+    // planning, searching, reading, analysing (each round), writing.
     let stages = out.stages();
     assert_eq!(
         stages,
         [
             PLANNING,
             "Searching the web (3 queries)…",
-            CHOOSING,
             "Reading 5 pages…",
             ANALYSING,
-            CHECKING,
             "Searching the web (1 query)…",
-            CHOOSING,
             "Reading 2 pages…",
             ANALYSING,
-            CHECKING,
             WRITING,
         ]
     );
+    // Each stage is shown as its phase begins: searching before the first
+    // search, reading before the first fetch, analysing before the first
+    // page is read, writing before the answer.
+    let started_at = |node: &str| {
+        out.events
+            .iter()
+            .find(|e| {
+                e.node.as_deref() == Some(node) && matches!(e.event, EventKind::NodeStarted { .. })
+            })
+            .unwrap()
+            .seq
+    };
+    let stage_seq = |status: &str| {
+        out.events
+            .iter()
+            .find(|e| matches!(&e.event, EventKind::Custom { name, data, .. } if name == "stage" && data["status"] == status))
+            .unwrap_or_else(|| panic!("stage {status}"))
+            .seq
+    };
+    assert!(stage_seq("Searching the web (3 queries)…") < started_at("search"));
+    assert!(stage_seq("Reading 5 pages…") < started_at("fetch"));
+    assert!(stage_seq(ANALYSING) < started_at("read"));
+    assert!(stage_seq(WRITING) < started_at("synthesize"));
     assert!(
         out.of_type("data-stage")
             .all(|c| c["transient"] == true && c["id"] == "stage")
@@ -693,12 +745,7 @@ async fn research_plans_searches_in_parallel_reads_ranks_loops_on_gaps_and_cites
         "transient parts are not kept"
     );
     let first_text = out.first("text-delta").unwrap();
-    let writing = out
-        .chunks
-        .iter()
-        .position(|c| c["type"] == "data-stage" && c["data"]["status"] == WRITING)
-        .unwrap();
-    assert!(writing < first_text);
+    assert!(out.stage_at(WRITING) < first_text);
 
     // The stored message: the answer and its sources, no progress parts.
     let messages = out.stored["messages"].as_array().unwrap();
@@ -725,30 +772,49 @@ async fn research_plans_searches_in_parallel_reads_ranks_loops_on_gaps_and_cites
     assert!(!stored.iter().any(|p| p["type"] == "data-stage"));
     assert!(stored.iter().any(|p| p["type"] == "data-followups"));
 
-    // The sources with their weighted scores arrive as `data-sources`
-    // before the answer text: the last such part before the text lists
-    // the final ranking, each with its score.
-    let before: Vec<&Value> = out.chunks[..first_text]
-        .iter()
-        .filter(|c| c["type"] == "data-sources")
-        .collect();
-    let shown = before
-        .last()
-        .expect("a data-sources part before the answer");
-    let shown_urls: Vec<&str> = shown["data"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|s| s["url"].as_str().unwrap())
-        .collect();
-    assert_eq!(
-        shown_urls,
-        out.urls("ranked"),
-        "data-sources shows the final ranking: {shown}"
+    // Sources are streamed as soon as they are chosen: the five pages of
+    // round 1, unscored, before any page is fetched; scored once read
+    // (before round 2's search); round 2's two pages added, unscored,
+    // before they are fetched; the final ranking with each score and
+    // the weights before the answer's first text-delta. One part (id
+    // `sources`), updated in place.
+    let shown = out.sources_parts();
+    assert_eq!(shown.len(), 4, "chosen, scored, chosen, scored: {shown:?}");
+    let (at, urls, scores) = &shown[0];
+    assert!(*at < out.stage_at("Reading 5 pages…"));
+    assert_eq!(urls, &fetched[..5]);
+    assert!(
+        scores.iter().all(Option::is_none),
+        "not scored before reading"
     );
-    for (s, r) in shown["data"].as_array().unwrap().iter().zip(ranked) {
+    let (at, urls, scores) = &shown[1];
+    assert!(*at < out.stage_at("Searching the web (1 query)…"));
+    assert_eq!(urls.len(), 5);
+    assert!(scores.iter().all(Option::is_some));
+    let (at, urls, scores) = &shown[2];
+    assert!(*at < out.stage_at("Reading 2 pages…"));
+    assert_eq!(&urls[..5], &shown[1].1[..]);
+    assert_eq!(&urls[5..], &fetched[5..]);
+    assert!(scores[5..].iter().all(Option::is_none));
+    let (at, urls, _) = &shown[3];
+    assert!(*at < first_text, "the sources come before the answer");
+    assert_eq!(urls, &out.urls("ranked"), "the final ranking");
+    let last = &out.chunks[*at]["data"]["sources"];
+    for (s, r) in last.as_array().unwrap().iter().zip(ranked) {
         assert_eq!(s["score"], r["score"]);
+        for k in ["authority", "freshness", "relevance", "quality", "title"] {
+            assert_eq!(s[k], r[k], "{k} shown");
+        }
+        assert!(close(s["score"].as_f64().unwrap(), weighted(s)), "{s}");
     }
+    // The stored message keeps one sources part: the final ranking.
+    let kept: Vec<&Value> = stored
+        .iter()
+        .filter(|p| p["type"] == "data-sources")
+        .collect();
+    assert_eq!(kept.len(), 1, "{kept:?}");
+    assert_eq!(kept[0]["data"]["sources"], *last);
+    assert_eq!(kept[0]["data"]["weights"], weights());
     // Re-executed with no search engine, no pages and no model.
     assert!(crate::support::assert_all_reexecute(&server.state).await >= 1);
     server.shutdown().await;
@@ -889,6 +955,7 @@ async fn pages_that_404_or_fail_are_skipped_and_the_run_goes_on() {
         [u("good"), u("slowok")].into(),
         "only readable pages are cited"
     );
+    assert!(crate::support::assert_all_reexecute(&server.state).await >= 1);
     server.shutdown().await;
 }
 
@@ -933,14 +1000,17 @@ async fn when_every_page_of_a_round_fails_the_run_still_answers() {
             .collect::<Vec<_>>()
     );
     assert!(!out.text().is_empty(), "an answer reaches the user");
+    assert!(crate::support::assert_all_reexecute(&server.state).await >= 1);
     server.shutdown().await;
 }
 
 /// The model's page-reading answer is garbage (not JSON; the wrong shape)
-/// for two pages: after the retries the fallback stands in — the page text
-/// cut into passages as its facts, neutral ratings.
+/// for two pages, and the call fails outright (the model endpoint answers
+/// 503) for a third: after the retries, or at once on the error, the
+/// fallback stands in — the page text cut into passages as its facts
+/// (basic chunking), neutral ratings.
 #[tokio::test]
-async fn a_garbage_reading_answer_falls_back_to_chunks_of_the_page_with_neutral_ratings() {
+async fn a_failed_extraction_falls_back_to_chunks_of_the_page_with_neutral_ratings() {
     // Five paragraphs of ~200 characters: more than four 400-character passages.
     let long: Vec<String> = (1..=12)
         .map(|i| {
@@ -968,13 +1038,21 @@ async fn a_garbage_reading_answer_falls_back_to_chunks_of_the_page_with_neutral_
             "Misshapen data sheet",
             &["Heat pump data sheet: 7 kW at 35 degrees."],
         ),
+        Page::ok(
+            "refused",
+            "Refused review",
+            &[
+                "The reviewed heat pump ran at 48 decibels in night mode.",
+                "Its outdoor unit weighs 60 kg.",
+            ],
+        ),
     ])
     .await;
     let u = |n: &str| web.url(n);
     let lists: BTreeMap<String, Vec<String>> = [
         (EFFICIENCY.to_owned(), vec![u("good"), u("garbled")]),
         (COST.to_owned(), vec![u("misshapen")]),
-        (NOISE.to_owned(), vec![u("good")]),
+        (NOISE.to_owned(), vec![u("good"), u("refused")]),
     ]
     .into();
     let engine = Engine::start(Duration::from_millis(20), move |q| {
@@ -989,6 +1067,7 @@ async fn a_garbage_reading_answer_falls_back_to_chunks_of_the_page_with_neutral_
                 r#"{"facts": "one long fact", "authority": "high"}"#,
             ),
         ],
+        failing: vec!["Refused"],
         ..Behaviour::default()
     });
     let server = server(m, Some(&engine), "2s").await;
@@ -1051,12 +1130,34 @@ async fn a_garbage_reading_answer_falls_back_to_chunks_of_the_page_with_neutral_
         .unwrap();
     assert_eq!(garbled_source["facts"], 4);
     assert_eq!(garbled_source["title"], "Garbled field notes");
+    // The page whose reading call failed: asked once (a model error is
+    // not an answer to correct), then its text as passages, neutral
+    // ratings.
+    let refused = u("refused");
+    let asked = calls_to(&calls, "read")
+        .into_iter()
+        .filter(|c| c.prompt.contains(&format!(" — {refused}\n")))
+        .count();
+    assert_eq!(asked, 1);
+    assert_eq!(
+        out.facts_of(&refused),
+        ["The reviewed heat pump ran at 48 decibels in night mode. Its outdoor unit weighs 60 kg."]
+    );
+    let refused_ranked = state["ranked"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["url"] == refused)
+        .unwrap();
+    for k in ["authority", "freshness", "relevance", "quality", "score"] {
+        assert_eq!(refused_ranked[k], json!(0.5), "{k}");
+    }
     assert_eq!(
         out.notes("read")
             .iter()
             .filter(|n| n.contains("fallback"))
             .count(),
-        2,
+        3,
         "{:?}",
         out.notes("read")
     );
@@ -1069,10 +1170,11 @@ async fn a_garbage_reading_answer_falls_back_to_chunks_of_the_page_with_neutral_
     assert_eq!(g.facts, garbled);
     let answer = state["answer"].as_str().unwrap();
     assert!(
-        answer.contains("7 kW at 35 degrees"),
+        answer.contains("7 kW at 35 degrees") && answer.contains("48 decibels"),
         "the fallback facts are usable: {answer}"
     );
     assert_eq!(out.text(), answer);
+    assert!(crate::support::assert_all_reexecute(&server.state).await >= 1);
     server.shutdown().await;
 }
 
@@ -1141,8 +1243,9 @@ async fn the_round_cap_stops_the_loop_after_three_rounds_and_answers() {
     assert!(answer.contains("40 to 60 decibels"), "{answer}");
     assert_eq!(out.text(), answer);
     assert_eq!(out.stages().last().map(String::as_str), Some(WRITING));
-    assert_eq!(out.stages().iter().filter(|s| *s == CHECKING).count(), 3);
+    assert_eq!(out.stages().iter().filter(|s| *s == ANALYSING).count(), 3);
     assert!(!out.cited().is_empty());
+    assert!(crate::support::assert_all_reexecute(&server.state).await >= 1);
     server.shutdown().await;
 }
 
@@ -1174,9 +1277,14 @@ async fn without_web_tools_research_ends_gracefully_saying_nothing_was_found() {
     assert!(answer.contains("found nothing"), "{answer}");
     assert_eq!(out.text(), answer);
     assert!(out.cited().is_empty());
-    assert!(out.of_type("data-sources").all(|c| c["data"] == json!([])));
+    assert!(
+        out.sources_parts()
+            .iter()
+            .all(|(_, urls, _)| urls.is_empty())
+    );
     assert!(out.of_type("error").next().is_none());
     assert_eq!(out.of_type("finish").count(), 1);
+    assert!(crate::support::assert_all_reexecute(&server.state).await >= 1);
     server.shutdown().await;
 }
 
@@ -1287,7 +1395,8 @@ async fn sources_are_ranked_by_the_documents_weights() {
         .iter()
         .rfind(|c| c["type"] == "data-sources")
         .expect("data-sources before the answer");
-    let shown: Vec<(String, f64)> = shown["data"]
+    assert_eq!(shown["data"]["weights"], weights());
+    let shown: Vec<(String, f64)> = shown["data"]["sources"]
         .as_array()
         .unwrap()
         .iter()
@@ -1302,7 +1411,142 @@ async fn sources_are_ranked_by_the_documents_weights() {
         shown, expected,
         "data-sources lists the ranked sources with their scores"
     );
+    assert!(crate::support::assert_all_reexecute(&server.state).await >= 1);
     server.shutdown().await;
+}
+
+/// Coverage is the model's judgement and 70 % the line. At 0.69 the run
+/// searches exactly the gaps the model named; at 0.7, with gaps still
+/// named, it stops and writes (saying what is not covered). Asked again
+/// within the hour, the same research is served from the caches (search
+/// results 1 h, pages 24 h by default): nothing is searched or fetched
+/// again.
+#[tokio::test]
+async fn below_seventy_percent_coverage_the_models_gaps_are_searched_at_seventy_it_stops() {
+    let web = Web::start(vec![
+        efficiency_page(),
+        costs_page(),
+        forum_page(),
+        noise_page(),
+    ])
+    .await;
+    let u = |n: &str| web.url(n);
+    let gap = gap_query(NOISE);
+    let lists: BTreeMap<String, Vec<String>> = [
+        (EFFICIENCY.to_owned(), vec![u("efficiency")]),
+        (COST.to_owned(), vec![u("costs")]),
+        (NOISE.to_owned(), vec![u("forum")]),
+        (gap.clone(), vec![u("noise")]),
+    ]
+    .into();
+    let engine = Engine::start(Duration::from_millis(20), move |q| {
+        lists.get(q).cloned().unwrap_or_default()
+    })
+    .await;
+
+    // 0.69: below the line — round 2 searches the model's gaps.
+    let (m, calls) = model::model(Behaviour {
+        coverage: Some(0.69),
+        ..Behaviour::default()
+    });
+    let below = server(m, Some(&engine), "2s").await;
+    let out = research(&below, "coverage-69", QUESTION).await;
+    let reflects = calls_to(&calls, "reflect");
+    assert_eq!(reflects.len(), 2, "a second round");
+    let r1 = reply(&reflects[0]);
+    assert_eq!(r1["coverage"], json!(0.69));
+    assert_eq!(strings(&r1["gaps"]), [gap.as_str()], "the model's gaps");
+    let searches = out.rounds("search");
+    assert_eq!(searches.len(), 2);
+    let second: Vec<Value> = out
+        .started("search")
+        .into_iter()
+        .filter(|(s, _)| *s == searches[1])
+        .filter_map(|(_, item)| item)
+        .collect();
+    assert_eq!(second, [json!(gap)], "round 2 searches the model's gaps");
+    assert_eq!(engine.queries().last(), Some(&gap));
+    // Round 2 found the noise facts: no gaps left, so no third round
+    // although the model still says 0.69.
+    assert_eq!(reply(&reflects[1])["gaps"], json!([]));
+    assert_eq!(out.state["iteration"], 2);
+    assert_eq!(web.hits("noise"), 1);
+    assert!(crate::support::assert_all_reexecute(&below.state).await >= 1);
+    below.shutdown().await;
+
+    // 0.7: at the line — one round although a gap is named.
+    let (m, calls) = model::model(Behaviour {
+        coverage: Some(0.7),
+        ..Behaviour::default()
+    });
+    let at = server(m, Some(&engine), "2s").await;
+    let searched = engine.queries().len();
+    let out = research(&at, "coverage-70", QUESTION).await;
+    let reflects = calls_to(&calls, "reflect");
+    assert_eq!(reflects.len(), 1, "no second round at 0.7");
+    assert_eq!(reply(&reflects[0])["coverage"], json!(0.7));
+    assert_eq!(strings(&reply(&reflects[0])["gaps"]), [gap.as_str()]);
+    assert_eq!(out.rounds("search").len(), 1);
+    assert_eq!(
+        engine.queries().len(),
+        searched + 3,
+        "the three sub-queries only"
+    );
+    assert_eq!(out.state["iteration"], 1);
+    assert_eq!(out.state["coverage"], json!(0.7));
+    let synth = calls_to(&calls, "synthesize");
+    assert!(
+        synth[0]
+            .prompt
+            .contains(&format!("Not covered by the research: {gap}"))
+    );
+    assert_eq!(
+        out.stages(),
+        [
+            PLANNING,
+            "Searching the web (3 queries)…",
+            "Reading 3 pages…",
+            ANALYSING,
+            WRITING
+        ],
+        "one stage per phase"
+    );
+
+    // The same research again, in another chat: the searches and the
+    // pages come from the caches.
+    let hits: Vec<usize> = ["efficiency", "costs", "forum"]
+        .iter()
+        .map(|p| web.hits(p))
+        .collect();
+    let searched = engine.queries().len();
+    let again = research(&at, "coverage-70-again", QUESTION).await;
+    assert_eq!(engine.queries().len(), searched, "no search sent again");
+    for (p, before) in ["efficiency", "costs", "forum"].iter().zip(hits) {
+        assert_eq!(web.hits(p), before, "{p} not fetched again");
+    }
+    assert_eq!(again.state["ranked"], out.state["ranked"]);
+    assert_eq!(again.text(), out.text());
+    assert_eq!(crate::support::assert_all_reexecute(&at.state).await, 2);
+    at.shutdown().await;
+}
+
+/// The configuration docs/research.md shows is accepted as written.
+#[test]
+fn the_configuration_docs_research_md_shows_is_valid() {
+    let doc = std::fs::read_to_string(root().join("docs/research.md")).unwrap();
+    let blocks: Vec<&str> = doc
+        .split("```toml\n")
+        .skip(1)
+        .map(|b| &b[..b.find("```").expect("the block ends")])
+        .collect();
+    assert_eq!(blocks.len(), 2, "the tools and the cache policies");
+    for b in blocks {
+        let c = Config::from_toml(b).unwrap_or_else(|e| panic!("{e}\n{b}"));
+        let reg = crate::support::registries();
+        c.tools
+            .apply(&reg.tools)
+            .unwrap_or_else(|e| panic!("{e}\n{b}"));
+    }
 }
 
 /// A port nothing listens on.

@@ -68,6 +68,11 @@ pub(crate) struct Behaviour {
     pub garbage: Vec<(&'static str, &'static str)>,
     /// The reflect step always judges coverage 0.3 and asks for more.
     pub always_low: bool,
+    /// The reflect step judges coverage this (the gaps as it finds them).
+    pub coverage: Option<f64>,
+    /// For pages with these title words, the reading call fails (a model
+    /// error, not an answer).
+    pub failing: Vec<&'static str>,
 }
 
 impl Default for Behaviour {
@@ -76,6 +81,8 @@ impl Default for Behaviour {
             ratings: Box::new(|_| None),
             garbage: Vec::new(),
             always_low: false,
+            coverage: None,
+            failing: Vec::new(),
         }
     }
 }
@@ -118,10 +125,22 @@ pub(crate) fn model(b: Behaviour) -> (Arc<ScriptedModel>, Calls) {
                 _ => None,
             })
             .unwrap_or_default();
+        if node == "read" && b.failing.iter().any(|w| title_of(&system).contains(w)) {
+            log.lock().unwrap().push(Call {
+                node,
+                prompt: system,
+                reply: String::new(),
+                messages: req.messages.len(),
+            });
+            return Turn::Fail(LlmError::Http {
+                status: 503,
+                message: "the model is overloaded".into(),
+            });
+        }
         let (prompt, reply) = match node {
             "plan" => (last_user.clone(), plan(&last_user)),
             "read" => (system.clone(), read(&system, &b)),
-            "reflect" => (system.clone(), reflect(&system, b.always_low)),
+            "reflect" => (system.clone(), reflect(&system, b.always_low, b.coverage)),
             "synthesize" => (system.clone(), synthesize(&system)),
             "related" => (last_user.clone(), related(&last_user)),
             _ => {
@@ -193,15 +212,20 @@ fn plan(question: &str) -> String {
     json!({ "sub_queries": queries }).to_string()
 }
 
+/// The title of the page a reading prompt shows.
+fn title_of(prompt: &str) -> String {
+    let page_line = line_after(prompt, "\nPage: ").unwrap_or_default();
+    page_line
+        .rsplit_once(" — ")
+        .map_or(page_line, |(t, _)| t)
+        .to_owned()
+}
+
 /// The page's sentences that share a word with the question are its
 /// facts; relevance is the share of the question's words the page has.
 fn read(prompt: &str, b: &Behaviour) -> String {
     let question = line_after(prompt, "on this question: ").unwrap_or_default();
-    let page_line = line_after(prompt, "\nPage: ").unwrap_or_default();
-    let title = page_line
-        .rsplit_once(" — ")
-        .map_or(page_line, |(t, _)| t)
-        .to_owned();
+    let title = title_of(prompt);
     if let Some((_, answer)) = b.garbage.iter().find(|(w, _)| title.contains(w)) {
         return (*answer).to_owned();
     }
@@ -242,8 +266,8 @@ fn read(prompt: &str, b: &Behaviour) -> String {
 
 /// An aspect is covered when a listed fact mentions one of its topic
 /// words; coverage is the covered share, the gaps are the uncovered
-/// aspects as new searches.
-fn reflect(prompt: &str, always_low: bool) -> String {
+/// aspects as new searches (`judged`, when set, is the coverage given).
+fn reflect(prompt: &str, always_low: bool, judged: Option<f64>) -> String {
     let aspects: Vec<&str> = line_after(prompt, "Aspects a complete answer needs: ")
         .map(|l| l.split("; ").collect())
         .unwrap_or_default();
@@ -271,10 +295,10 @@ fn reflect(prompt: &str, always_low: bool) -> String {
             !facts.iter().any(|f| !f.is_disjoint(&topic))
         })
         .collect();
-    let coverage = if aspects.is_empty() {
-        0.0
-    } else {
-        round2((aspects.len() - uncovered.len()) as f64 / aspects.len() as f64)
+    let coverage = match judged {
+        Some(c) => c,
+        None if aspects.is_empty() => 0.0,
+        None => round2((aspects.len() - uncovered.len()) as f64 / aspects.len() as f64),
     };
     let gaps: Vec<String> = uncovered.iter().map(|a| gap_query(a)).collect();
     json!({ "coverage": coverage, "gaps": gaps }).to_string()
@@ -374,7 +398,7 @@ fn the_model_reads_what_the_prompts_carry() {
     );
     assert_eq!(r["relevance"], json!(0.67));
     let reflect_prompt = "Aspects a complete answer needs: heat pump efficiency; heat pump noise levels\nSearches made so far: x\n\nFacts found:\n- Efficiency is high. (http://a)\n";
-    let v: serde_json::Value = serde_json::from_str(&reflect(reflect_prompt, false)).unwrap();
+    let v: serde_json::Value = serde_json::from_str(&reflect(reflect_prompt, false, None)).unwrap();
     assert_eq!(
         v,
         json!({"coverage": 0.5, "gaps": ["heat pump noise levels in figures"]})
