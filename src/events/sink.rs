@@ -269,6 +269,15 @@ impl NodeEvents {
             .push_str(delta);
     }
 
+    /// Whether this attempt streamed any text yet.
+    pub fn has_streamed(&self) -> bool {
+        !self
+            .streamed
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .is_empty()
+    }
+
     /// The answer text streamed since the last call (an attempt's text).
     pub fn take_streamed(&self) -> String {
         std::mem::take(

@@ -78,7 +78,13 @@ pub(super) async fn run_task(
                     .emit(EventKind::NodeFinished { patch, duration_us })
                     .await);
             }
-            Err(e) if e.is_transient() && attempt < node.retry.attempts => {
+            // An attempt that already streamed text is not repeated: the
+            // client has that text, and a second attempt would stream it
+            // again after it. The node's recovery decides (an answer cut
+            // short keeps what was written).
+            Err(e)
+                if e.is_transient() && attempt < node.retry.attempts && !events.has_streamed() =>
+            {
                 let delay = node.retry.delay(attempt);
                 let _ = events
                     .emit(EventKind::NodeRetrying {

@@ -513,3 +513,73 @@ async fn an_untidy_routing_answer_is_read_not_thrown_away() {
     assert_eq!(out.state["language"], "en");
     assert_eq!(out.path(), ["summarizer", "router", "clarifier"]);
 }
+
+#[tokio::test]
+async fn an_answer_broken_mid_stream_is_not_streamed_twice() {
+    use stategraph::llm::LlmChunk;
+    let log = Arc::new(Mutex::new(Vec::new()));
+    let seen = Arc::clone(&log);
+    let m = ScriptedModel::from_fn(move |req| {
+        let node = node_of(req);
+        seen.lock().unwrap().push((node.to_owned(), req.clone()));
+        match node {
+            "router" => route("QUICK_ANSWER"),
+            "quick_answer" => Turn::text("findings"),
+            "narrator" => Turn::Chunks(
+                vec![
+                    LlmChunk::Text("Half an ".into()),
+                    LlmChunk::Text("answer".into()),
+                ],
+                Some(LlmError::Stream("connection reset".into())),
+            ),
+            _ => Turn::text("unused"),
+        }
+    });
+    let cat = shipped_catalog();
+    let graph = Arc::clone(cat.get("chat").unwrap());
+    let (tx, mut rx) = mpsc::channel(64);
+    let collector = tokio::spawn(async move {
+        let mut all = Vec::new();
+        while let Some(e) = rx.recv().await {
+            all.push(e);
+        }
+        all
+    });
+    let out = runtime::run(
+        graph,
+        services(Arc::new(m)),
+        conversation(1, "hello"),
+        RunOptions {
+            events: Some(tx),
+            ..Default::default()
+        },
+    )
+    .await
+    .unwrap();
+    let events = collector.await.unwrap();
+    // The narrator has `retry: {attempts: 2}`: a transient failure before
+    // any text would be retried, but not after text reached the client.
+    let calls = log
+        .lock()
+        .unwrap()
+        .iter()
+        .filter(|(n, _)| n == "narrator")
+        .count();
+    assert_eq!(calls, 1, "the node is not retried after streaming");
+    let text: String = events
+        .iter()
+        .filter_map(|e| match &e.event {
+            EventKind::TextDelta { delta, .. } if e.node.as_deref() == Some("narrator") => {
+                Some(delta.as_str())
+            }
+            _ => None,
+        })
+        .collect();
+    assert_eq!(text, "Half an answer", "streamed once");
+    assert_eq!(out.state.to_json()["answer"], "Half an answer");
+    assert!(
+        events
+            .iter()
+            .any(|e| matches!(&e.event, EventKind::Custom { name, .. } if name == "truncated"))
+    );
+}
