@@ -354,20 +354,8 @@ impl Agent {
             let reply = cx.llm(&self.roles, call, &request).await?;
             let out = reply.output();
             if out.tool_calls.is_empty() || last {
-                if !last
-                    && !reminded
-                    && let Some((tool, reminder)) = &self.require
-                    && request.tools.iter().any(|d| d.name == *tool)
-                    && !done.trace.iter().any(|r| r["tool"] == tool.as_str())
-                {
+                if !last && !reminded && self.remind(&mut request, &done.trace, &out.text) {
                     reminded = true;
-                    request.messages.push(ChatMessage::Assistant {
-                        content: out.text.clone(),
-                        tool_calls: Vec::new(),
-                    });
-                    request.messages.push(ChatMessage::User {
-                        content: reminder.clone(),
-                    });
                     continue;
                 }
                 done.answer = out.text.clone();
@@ -418,6 +406,26 @@ impl Agent {
             }
         }
         Ok(done)
+    }
+
+    /// When `require_tool` is offered but was not called, the answer goes
+    /// back with the reminder; says whether it did.
+    fn remind(&self, request: &mut ChatRequest, trace: &[Value], answer: &str) -> bool {
+        let Some((tool, reminder)) = &self.require else {
+            return false;
+        };
+        let offered = request.tools.iter().any(|d| d.name == *tool);
+        if !offered || trace.iter().any(|r| r["tool"] == tool.as_str()) {
+            return false;
+        }
+        request.messages.push(ChatMessage::Assistant {
+            content: answer.to_owned(),
+            tool_calls: Vec::new(),
+        });
+        request.messages.push(ChatMessage::User {
+            content: reminder.clone(),
+        });
+        true
     }
 
     /// Whether model call `call` is the last (made without tools): the
