@@ -138,6 +138,11 @@ pub fn compile<K: NodeKinds>(
         return Err(failed(d, file));
     };
     let nodes: Vec<CompiledNode<K::Node>> = compiled.into_iter().flatten().collect();
+    let optional_tools =
+        super::settings::optional_tools(&spec.optional_tools, &external_tools, &nodes, &mut d);
+    if d.has_errors() {
+        return Err(failed(d, file));
+    }
     let version = version_hash(file, env, &prompts_used, &nodes);
     let graph = CompiledGraph {
         id: file.id.as_str().into(),
@@ -153,6 +158,7 @@ pub fn compile<K: NodeKinds>(
         file: file.path.clone(),
         chat,
         external_tools,
+        optional_tools,
     };
     Ok((graph, d.into_vec()))
 }

@@ -258,6 +258,9 @@ pub struct CompiledGraph<N> {
     /// Tools or partitions the file says configuration provides
     /// (`external_tools:`); they may resolve to nothing.
     pub external_tools: Vec<String>,
+    /// Tools or partitions the graph works without (`optional_tools:`):
+    /// health reports them missing as `degraded`.
+    pub optional_tools: Vec<String>,
 }
 
 /// How a chat request maps onto the state (`chat:` in the graph file).

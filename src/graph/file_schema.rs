@@ -54,6 +54,7 @@ pub fn graph_file_schema<K: NodeKinds>(kinds: &K) -> Value {
                 }
             },
             "external_tools": {"type": "array", "items": {"type": "string"}},
+            "optional_tools": {"type": "array", "items": {"type": "string"}},
             "nodes": {"type": "array", "items": {"$ref": "#/$defs/node"}},
             "edges": {"type": "array", "items": {"$ref": "#/$defs/edge"}}
         },

@@ -198,3 +198,37 @@ pub(super) fn external_tools(entries: &[Sp<String>], d: &mut Diagnostics) -> Vec
     }
     out
 }
+
+/// Checks `optional_tools:`: each name is one the graph uses (in
+/// `external_tools` or a node's `tools`), listed once.
+pub(super) fn optional_tools<N>(
+    entries: &[Sp<String>],
+    external: &[String],
+    nodes: &[super::compiled::CompiledNode<N>],
+    d: &mut Diagnostics,
+) -> Vec<String> {
+    let mut out: Vec<String> = Vec::new();
+    for e in entries {
+        let name = e.value.as_str();
+        let used = external.iter().any(|x| x == name)
+            || nodes.iter().any(|n| n.tools.iter().any(|t| t == name));
+        if !used {
+            d.error(
+                e.loc,
+                "invalid-setting",
+                format!("`{name}` is in `optional_tools` but no node's `tools` and no `external_tools` entry names it"),
+                Some("list tools or partitions the graph uses; an optional one is still declared where it is used".into()),
+            );
+        } else if out.iter().any(|n| n == name) {
+            d.error(
+                e.loc,
+                "invalid-setting",
+                format!("`{name}` is listed twice in `optional_tools`"),
+                None,
+            );
+        } else {
+            out.push(name.to_owned());
+        }
+    }
+    out
+}

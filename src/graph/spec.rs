@@ -41,6 +41,10 @@ pub struct GraphSpec {
     /// server), so the graph validates before, or without, them.
     #[serde(default)]
     pub external_tools: Vec<Sp<String>>,
+    /// Tools or partitions the graph works without (charts, say): while
+    /// they are missing `/api/tools/health` says `degraded`, not down.
+    #[serde(default)]
+    pub optional_tools: Vec<Sp<String>>,
 }
 
 /// `state:`: a registered state's name, or declared fields.

@@ -17,6 +17,17 @@
 //!   as the output without calling the model; when the model called none of
 //!   them successfully, `no_data` replaces its answer. Numbers never come
 //!   from the model's memory.
+//!
+//! And two shape its tool calls (see [`passthrough`](super::passthrough)
+//! and [`fill`](super::fill)):
+//! - `pass_through`: results whose content says they are display-ready
+//!   (`<table>`, a `[DISPLAY_VERBATIM]` marker, …) are the answer, verbatim.
+//! - `fill_args`: arguments the model left out, filled from the state (the
+//!   active customer's id, say).
+//!
+//! Each tool call logs its steps (executing, arguments parsed; the registry
+//! adds started, finished or failed) inside the run's span, so every line
+//! carries the request's correlation id.
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -27,7 +38,9 @@ use serde_json::{Value, json};
 
 use super::bounds::{Failure, GENERATION_SETTINGS, Generation, ON_ERROR, OnError, Recovery};
 use super::extract::{self, Extract};
+use super::fill::{self, Fill};
 use super::model::{self, HISTORY_SETTINGS, INPUT, PROMPT, ROLE_SETTINGS};
+use super::passthrough::{self, PassThrough};
 use super::{BuildCx, Kind, Node, NodeContext, NodeError, Roles};
 use crate::events::{EventKind, ToolCallRecord};
 use crate::graph::expr::Expr;
@@ -72,6 +85,8 @@ pub(super) fn kind() -> Kind {
             "list field (append reducer) receiving a record of each tool call",
         ),
         extract::SETTING,
+        passthrough::SETTING,
+        fill::SETTING,
         SettingDoc::new(
             "tools_if",
             schema::STRING,
@@ -127,6 +142,10 @@ struct Agent {
     trace: Option<Arc<str>>,
     /// Values to remember from tool results.
     extract: Extract,
+    /// Results shown verbatim by their content.
+    pass_through: PassThrough,
+    /// Arguments filled from the state.
+    fill: Fill,
     /// Bounds of each model call.
     generation: Generation,
     on_error: OnError,
@@ -189,6 +208,8 @@ impl Agent {
             Ok(t) => Extract::build(cx, t),
             Err(r) => Err(*r),
         };
+        let pass_through = PassThrough::build(cx);
+        let fill = Fill::build(cx);
         let input = cx.text_input("input");
         let history = cx.history(12);
         let roles = model::roles(cx);
@@ -217,6 +238,8 @@ impl Agent {
             output: output?.1,
             trace: trace.ok()?.map(|t| t.1),
             extract: extract.ok()?,
+            pass_through: pass_through.ok()?,
+            fill: fill.ok()?,
             tools_if: tools_if.ok()?,
             require: require.ok()?,
             no_data: no_data.ok()?,
@@ -367,7 +390,7 @@ impl Agent {
             let results = futures::future::join_all(
                 out.tool_calls
                     .iter()
-                    .map(|tc| self.execute(cx, tc, allowed)),
+                    .map(|tc| self.execute(cx, tc, allowed, &request.tools)),
             )
             .await;
             request.messages.push(ChatMessage::Assistant {
@@ -455,16 +478,21 @@ impl Agent {
     }
 
     /// Runs one tool call; returns the content for the model, a trace
-    /// record and, for a pass-through tool, the text shown to the user.
+    /// record and, for a pass-through result, the text shown to the user.
     async fn execute(
         &self,
         cx: &NodeContext<'_>,
         tc: &ToolCallRecord,
         allowed: &[String],
+        offered: &[ToolDef],
     ) -> (String, Value, Option<String>) {
         let started = Instant::now();
+        tracing::info!(tool = %tc.name, call_id = %tc.id, "executing tool");
         let result = match parse_arguments(&tc.arguments) {
-            Ok(args) => {
+            Ok(mut args) => {
+                let def = offered.iter().find(|d| d.name == tc.name);
+                let filled = self.fill.apply(cx.state, def, &mut args);
+                tracing::info!(tool = %tc.name, call_id = %tc.id, filled = ?filled, "tool arguments parsed");
                 cx.events
                     .emit(EventKind::ToolCallReady {
                         call_id: tc.id.clone(),
@@ -476,12 +504,19 @@ impl Agent {
                     .await
                     .map(|out| (args, out))
             }
-            Err(e) => Err(e),
+            Err(e) => {
+                tracing::warn!(tool = %tc.name, call_id = %tc.id, error = %e, "tool arguments are not valid JSON");
+                Err(e)
+            }
         };
         match result {
             Ok((args, outcome)) => {
-                let content = outcome.output.to_string();
-                let display = outcome.display.then(|| match &outcome.output {
+                // The content decides too; the text shown (marker removed)
+                // is the result recorded.
+                let shown = self.pass_through.shown(&outcome.output);
+                let output = shown.clone().map_or(outcome.output, Value::String);
+                let content = output.to_string();
+                let display = (outcome.display || shown.is_some()).then(|| match &output {
                     Value::String(s) => s.clone(),
                     other => serde_json::to_string_pretty(other).unwrap_or_default(),
                 });
@@ -489,13 +524,13 @@ impl Agent {
                     .emit(EventKind::ToolResult {
                         call_id: tc.id.clone(),
                         tool: tc.name.clone(),
-                        output: outcome.output.clone(),
+                        output: output.clone(),
                         cached: outcome.cached,
-                        display: outcome.display,
+                        display: display.is_some(),
                         duration_us: started.elapsed().as_micros() as u64,
                     })
                     .await;
-                let record = json!({ "node": &**cx.events.node(), "tool": tc.name, "args": args, "output": outcome.output });
+                let record = json!({ "node": &**cx.events.node(), "tool": tc.name, "args": args, "output": output });
                 (content, record, display)
             }
             Err(e) => {

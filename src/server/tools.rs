@@ -1,6 +1,7 @@
 //! `GET /api/tools` (every tool's schema and policy, by partition) and
 //! `GET /api/tools/health` (what the graphs reference against what the
-//! registry and the MCP servers provide right now).
+//! registry and the MCP servers provide right now, and each tool's schema
+//! against what dispatch accepts).
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -45,10 +46,16 @@ fn describe(tools: &ToolRegistry, name: &str) -> Option<Value> {
 }
 
 /// Every tool or partition a served graph names, with the tools it
-/// resolves to now, and the names that resolve to nothing (and why).
-/// 200 when every reference resolves, 503 otherwise — a monitor can poll it
-/// like `/readyz`, which does not fail on tools (a chat that never reaches
-/// the tool-using node still works).
+/// resolves to now, the names that resolve to nothing (and why), and what
+/// dispatch could never execute as offered (a tool's schema against what a
+/// call carries).
+///
+/// `status` is `healthy` (200) when everything resolves; `degraded` (200)
+/// when what is missing is optional (`optional_tools:` of every graph using
+/// it) or provided by nothing configured here (an app this install does not
+/// run); `down` (503) when something a graph requires is expected from a
+/// configured MCP server that does not provide it, or cannot be dispatched.
+/// A monitor can poll it like `/readyz`, which does not fail on tools.
 pub(super) async fn health(
     State(state): State<Arc<AppState>>,
     _user: User,
@@ -57,8 +64,17 @@ pub(super) async fn health(
     let cat = state.graphs.catalog();
     let mut by_name: BTreeMap<String, Vec<String>> = BTreeMap::new();
     let mut external: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    // Graphs that need a name (do not list it in `optional_tools`).
+    let mut required: BTreeMap<String, Vec<String>> = BTreeMap::new();
     for g in cat.graphs.values() {
+        let optional = |name: &str| g.optional_tools.iter().any(|o| o == name);
         for (node, name) in g.tool_refs() {
+            if !optional(&name) {
+                let users = required.entry(name.clone()).or_default();
+                if !users.contains(&g.id.to_string()) {
+                    users.push(g.id.to_string());
+                }
+            }
             by_name
                 .entry(name)
                 .or_default()
@@ -86,13 +102,18 @@ pub(super) async fn health(
                 "name": name,
                 "usedBy": users,
                 "provides": tools.expand(std::slice::from_ref(name)),
+                "optional": !required.contains_key(name),
             })
         })
         .collect();
+    let mut down = false;
     let missing: Vec<Value> = missing
         .into_iter()
         .map(|m| {
             let users = by_name.get(&m.name).cloned().unwrap_or_default();
+            let optional = !required.contains_key(&m.name);
+            let configured = m.server.is_some();
+            down |= !optional && configured;
             let reason = match (external.get(&m.name), &m.server) {
                 // Declared by the graph file, expected from a server that is
                 // not configured here.
@@ -103,21 +124,37 @@ pub(super) async fn health(
                 ),
                 _ => m.reason,
             };
-            json!({"name": m.name, "kind": m.kind, "server": m.server, "reason": reason, "usedBy": users})
+            json!({"name": m.name, "kind": m.kind, "server": m.server, "reason": reason,
+                "usedBy": users, "optional": optional, "configured": configured,
+                "requiredBy": required.get(&m.name).cloned().unwrap_or_default()})
         })
         .collect();
-    let ok = missing.is_empty();
-    let status = if ok {
-        StatusCode::OK
-    } else {
-        StatusCode::SERVICE_UNAVAILABLE
+    // Each tool's schema against what dispatch accepts.
+    let dispatch: Vec<Value> = tools
+        .dispatch_problems()
+        .into_iter()
+        .map(|(tool, problem)| {
+            let needed = tools.spec(&tool).is_some_and(|s| {
+                required.contains_key(&tool) || required.contains_key(&s.partition)
+            });
+            down |= needed && tools.spec(&tool).is_some();
+            json!({"tool": tool, "problem": problem, "requiredByAGraph": needed})
+        })
+        .collect();
+    let ok = missing.is_empty() && dispatch.is_empty();
+    let (status, word) = match (ok, down) {
+        (true, _) => (StatusCode::OK, "healthy"),
+        (false, false) => (StatusCode::OK, "degraded"),
+        (false, true) => (StatusCode::SERVICE_UNAVAILABLE, "down"),
     };
     (
         status,
         Json(json!({
+            "status": word,
             "ok": ok,
             "referenced": referenced,
             "missing": missing,
+            "dispatch": dispatch,
             "serversDown": servers_down,
             "servers": servers,
         })),

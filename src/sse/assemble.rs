@@ -181,11 +181,15 @@ impl Assembler {
             Chunk::ToolOutputAvailable {
                 tool_call_id,
                 output,
+                provider_metadata,
                 ..
             } => {
                 if let Some(p) = self.tool(tool_call_id) {
                     p["state"] = json!("output-available");
                     p["output"] = output.clone();
+                    if let Some(m) = provider_metadata {
+                        p["resultProviderMetadata"] = m.clone();
+                    }
                 }
             }
             Chunk::ToolInputError {

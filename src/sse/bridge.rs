@@ -520,20 +520,27 @@ impl Bridge {
             call_id,
             output,
             display,
+            cached,
             ..
         } = &ev.event
         else {
             return;
         };
+        // A cache hit says so: on the answer's tool part as provider
+        // metadata, in the thinking panel's tool entry as `cached`.
         match self.tools.get(call_id).cloned() {
             Some(ToolOwner::Answer) => out.push(Chunk::ToolOutputAvailable {
                 tool_call_id: call_id.clone(),
                 output: output.clone(),
                 dynamic: true,
+                provider_metadata: cached.then(|| json!({"stategraph": {"cached": true}})),
             }),
             Some(ToolOwner::Thinking(k)) => self.update_tool(&k, call_id, ev.at, out, |v| {
                 v["state"] = json!("output-available");
                 v["output"] = output.clone();
+                if *cached {
+                    v["cached"] = json!(true);
+                }
             }),
             None => {}
         }

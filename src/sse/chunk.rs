@@ -114,6 +114,11 @@ pub enum Chunk {
         output: Value,
         /// Always true.
         dynamic: bool,
+        /// `{"stategraph": {"cached": true}}` when the result came from the
+        /// tool cache (absent otherwise); the AI SDK keeps it on the tool
+        /// part as `resultProviderMetadata`.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        provider_metadata: Option<Value>,
     },
     /// Tool failure.
     #[serde(rename_all = "camelCase")]

@@ -7,7 +7,9 @@
 //! file names tools or partitions; a node may call exactly the tools its
 //! entries expand to at call time. A call is: allowed? → known? → arguments
 //! match the schema? → cached? → run with the time limit → output cut to the
-//! size limit → cached. Each call is a `tool` span inside the run's span.
+//! size limit → cached. Each call is a `tool` span inside the run's span,
+//! with a log line when it starts (its arguments valid) and when it
+//! finishes (cached or not) or fails (with the failure's type).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
@@ -252,6 +254,38 @@ impl ToolRegistry {
         self.read().tools.get(name).map(|e| e.tool.spec().clone())
     }
 
+    /// What dispatch could never execute as offered, by tool: a schema
+    /// the model is shown that is not an object schema (calls carry a JSON
+    /// object of arguments; MCP servers take nothing else), and policies
+    /// configured for a tool no source provides (yet).
+    pub fn dispatch_problems(&self) -> Vec<(String, String)> {
+        let inner = self.read();
+        let mut out = Vec::new();
+        for (name, e) in &inner.tools {
+            let schema = &*e.def.parameters;
+            let object = schema.get("type").is_none_or(|t| t == "object") && schema.is_object();
+            if !object {
+                out.push((
+                    name.clone(),
+                    format!(
+                        "its input schema is not an object schema (type {}): the arguments of a call are a JSON object",
+                        schema.get("type").unwrap_or(&Value::Null)
+                    ),
+                ));
+            }
+        }
+        for name in inner.policies.keys() {
+            if !inner.tools.contains_key(name) {
+                out.push((
+                    name.clone(),
+                    "a policy is configured for it, but no source provides a tool of that name"
+                        .to_owned(),
+                ));
+            }
+        }
+        out
+    }
+
     /// The policy a call to `name` follows.
     pub fn policy(&self, name: &str) -> ToolPolicy {
         let g = self.read();
@@ -297,11 +331,18 @@ impl ToolRegistry {
             Ok(_) => "ok",
             Err(e) => e.kind(),
         };
+        let duration_ms = started.elapsed().as_millis() as u64;
         span.record("outcome", outcome);
-        span.record("duration_ms", started.elapsed().as_millis() as u64);
-        if let Ok(o) = &result {
-            span.record("cached", o.cached);
-        }
+        span.record("duration_ms", duration_ms);
+        span.in_scope(|| match &result {
+            Ok(o) => {
+                span.record("cached", o.cached);
+                tracing::info!(cached = o.cached, duration_ms, "tool finished");
+            }
+            Err(e) => {
+                tracing::warn!(error_type = e.kind(), error = %e, duration_ms, "tool failed")
+            }
+        });
         result
     }
 
@@ -339,6 +380,7 @@ impl ToolRegistry {
                 details: json!({ "errors": problems, "schema": *entry.def.parameters }),
             });
         }
+        tracing::info!(args = %args, "tool started");
         let policy = self.policy(name);
         let cache_key = policy.cache_ttl.map(|_| key(name, &args));
         if let Some(k) = &cache_key

@@ -81,6 +81,8 @@ struct Streamed {
     chunks: Vec<Value>,
     run_id: Uuid,
     message_id: String,
+    /// The response's correlation id (`x-request-id`).
+    request_id: String,
 }
 
 impl Streamed {
@@ -95,14 +97,19 @@ impl Streamed {
 
     /// The output of the (answer-surface) tool call of `tool`.
     fn tool_output(&self, tool: &str) -> Option<&Value> {
+        self.tool_chunk(tool, "tool-output-available")
+            .map(|c| &c["output"])
+    }
+
+    /// The `kind` chunk of the first call of `tool`.
+    fn tool_chunk(&self, tool: &str, kind: &str) -> Option<&Value> {
         let id = self.chunks.iter().find_map(|c| {
             (c["type"] == "tool-input-available" && c["toolName"] == tool)
                 .then(|| c["toolCallId"].clone())
         })?;
         self.chunks
             .iter()
-            .find(|c| c["type"] == "tool-output-available" && c["toolCallId"] == id)
-            .map(|c| &c["output"])
+            .find(|c| c["type"] == kind && c["toolCallId"] == id)
     }
 }
 
@@ -124,6 +131,12 @@ async fn chat(
     // only once its run is recorded, so the chat is free again.
     let resp = post_json(client, &server.url("/api/chat"), &body).await;
     assert_eq!(resp.status(), 200, "POST /api/chat");
+    let request_id = resp
+        .headers()
+        .get("x-request-id")
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or_default()
+        .to_owned();
     let sse = resp.text().await.unwrap();
     let chunks: Vec<Value> = sse
         .lines()
@@ -146,6 +159,7 @@ async fn chat(
             .parse()
             .unwrap(),
         message_id: start["messageId"].as_str().unwrap().to_owned(),
+        request_id,
         chunks,
         sse,
     }
@@ -422,6 +436,20 @@ async fn assistant_remembers_the_customer_across_turns_caches_lookups_and_passes
             "served from the cache: {r3:?}"
         );
         assert_eq!(r3[0].1, r1[0].1, "the cached result is the first one");
+        assert_eq!(
+            t3.tool_chunk("find_customer", "tool-output-available")
+                .map(|c| c["providerMetadata"].clone()),
+            Some(json!({"stategraph": {"cached": true}})),
+            "the stream says the result came from the cache: {}",
+            t3.sse
+        );
+        assert!(
+            t1.tool_chunk("find_customer", "tool-output-available")
+                .is_some_and(|c| c.get("providerMetadata").is_none()),
+            "a fresh result carries no cache metadata"
+        );
+        let (ok, report) = aisdk_validate(&t3.sse);
+        assert!(ok, "{report}");
         let mcp = server.state.mcp.as_ref().unwrap();
         let counts = mcp
             .call_tool("business", "call_counts", json!({}))
@@ -481,6 +509,218 @@ async fn assistant_remembers_the_customer_across_turns_caches_lookups_and_passes
         assert_eq!(model.remaining(), 0);
         // Every turn re-executes from its recording alone: no MCP server,
         // no model (cache hits and pass-through included).
+        assert!(crate::support::assert_all_reexecute(&server.state).await >= 5);
+        server.shutdown().await;
+    })
+    .await
+    .expect("the test took longer than its time limit");
+}
+
+/// The text of the last user message of a request, and the content of the
+/// tool results after it (what a model sees of this turn).
+fn turn_of(req: &ChatRequest) -> (String, Vec<String>) {
+    let at = req
+        .messages
+        .iter()
+        .rposition(|m| matches!(m, ChatMessage::User { .. }))
+        .unwrap_or(0);
+    let user = match &req.messages[at] {
+        ChatMessage::User { content } => content.clone(),
+        _ => String::new(),
+    };
+    let results = req.messages[at..]
+        .iter()
+        .filter_map(|m| match m {
+            ChatMessage::Tool { content, .. } => Some(content.clone()),
+            _ => None,
+        })
+        .collect();
+    (user, results)
+}
+
+/// A log collector for the process's JSON log lines.
+#[derive(Clone, Default)]
+struct Logs(Arc<std::sync::Mutex<Vec<u8>>>);
+
+impl std::io::Write for Logs {
+    fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(b);
+        Ok(b.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl Logs {
+    /// The JSON lines whose `request_id` is `id`.
+    fn of_request(&self, id: &str) -> Vec<Value> {
+        let text = String::from_utf8(self.0.lock().unwrap().clone()).unwrap();
+        text.lines()
+            .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+            .filter(|v| v["request_id"] == id)
+            .collect()
+    }
+}
+
+#[tokio::test]
+async fn assistant_shows_tagged_results_verbatim_fills_the_active_customer_and_logs_each_tool_step()
+{
+    use tracing_subscriber::layer::SubscriberExt;
+    // This test's process logs as `log_format = "json"` does, into `logs`.
+    let logs = Logs::default();
+    let sink = logs.clone();
+    tracing::subscriber::set_global_default(
+        tracing_subscriber::registry()
+            .with(tracing_subscriber::filter::LevelFilter::INFO)
+            .with(stategraph::telemetry::json_layer(move || sink.clone())),
+    )
+    .expect("no other subscriber in this test's process");
+    tokio::time::timeout(TEST_LIMIT, async {
+        let reg = crate::support::registries();
+        let mut config = business_config();
+        config.servers.get_mut("business").unwrap().tools.insert(
+            "search_customer_list".into(),
+            toml::from_str("cache_ttl = \"5m\"").unwrap(),
+        );
+        let mcp = McpManager::start(&config, Arc::clone(&reg.tools));
+        let graphs = Graphs::load(&root().join("graphs"), &root().join("prompts"), reg.clone());
+        assert!(graphs.get("assistant").is_some(), "{:#?}", graphs.catalog().diagnostics);
+        assert!(mcp.wait_ready(Duration::from_secs(60)).await, "{:?}", mcp.status());
+
+        // Decides only from what the request carries: the user's words, the
+        // prompt (the active customer) and this turn's tool results.
+        let calls = Arc::new(AtomicUsize::new(0));
+        let counted = Arc::clone(&calls);
+        let model = ScriptedModel::from_fn(move |req: &ChatRequest| {
+            counted.fetch_add(1, Ordering::SeqCst);
+            let (user, results) = turn_of(req);
+            let last = results.last().map(String::as_str).unwrap_or("");
+            if user.starts_with("remind") {
+                return match results.len() {
+                    0 => Turn::tool("send_invoice_reminder", json!({"invoice_id": "INV-0000"})),
+                    // Corrects itself from the failure, which names the invoices.
+                    _ if last.contains("\"error\":true") && last.contains("INV-2024-0620") => {
+                        Turn::tool("send_invoice_reminder", json!({"invoice_id": "INV-2024-0620"}))
+                    }
+                    _ => Turn::text(format!("unexpected: {last}")),
+                };
+            }
+            if !results.is_empty() {
+                return Turn::text(format!("Here is what I found: {last}. Is the address right?"));
+            }
+            if user.starts_with("search customers") {
+                Turn::tool("search_customer_list", json!({"search": "Acme"}))
+            } else if user == "show their invoices" && system(req).contains("(id C-1004)") {
+                // Leaves the id out: the runtime fills it from the active customer.
+                Turn::tool("search_invoice_list", json!({}))
+            } else if user.starts_with("find Globex") {
+                Turn::tool("find_customer_by_name", json!({"customer_name": "Globex"}))
+            } else {
+                Turn::text("I do not know which customer you mean.")
+            }
+        })
+        .shared();
+        let dir = tempfile::tempdir().unwrap();
+        let store = Arc::new(SqliteStore::open(dir.path().join("s.db")).await.unwrap());
+        let services = Services::new(Models::single(model.clone()), Arc::clone(&reg.tools));
+        let state = AppState::with_mcp(
+            Config::default(),
+            store,
+            &Engine::from_parts(reg.clone(), graphs, services),
+            Some(mcp),
+        );
+        let server = TestServer::serve(state).await;
+        let client = reqwest::Client::new();
+        let mut history = Vec::new();
+        let turn = |history: &mut Vec<Value>, id: &str, text: &str| {
+            history.push(msg(id, "user", text));
+            history.clone()
+        };
+
+        // 1. A list under `result`: its latest item is the active customer
+        // (`customer_name`), and the address-confirmation flag is raised.
+        let h = turn(&mut history, "u1", "search customers named Acme");
+        let t1 = chat(&client, &server, "inv", "assistant", &h, "submit-message").await;
+        let s1 = final_state(&server, t1.run_id).await;
+        assert_eq!(
+            s1["entities"],
+            json!([{"kind": "customer", "id": "C-1004", "name": "Acme Logistics GmbH", "source": "search_customer_list"}])
+        );
+        assert_eq!(s1["awaiting_address_confirmation"], true);
+        assert!(
+            t1.chunks.iter().any(|c| c["type"] == "data-awaiting-address-confirmation" && c["data"] == true),
+            "the flag reaches the UI: {}",
+            t1.sse
+        );
+        let (ok, report) = aisdk_validate(&t1.sse);
+        assert!(ok, "{report}");
+
+        // 2. "their" invoices: the model omits the id, the runtime fills it;
+        // the `<table>` result is the answer, verbatim, with no model call after it.
+        history.push(msg(&t1.message_id, "assistant", &t1.text()));
+        let h = turn(&mut history, "u2", "show their invoices");
+        let before = calls.load(Ordering::SeqCst);
+        let t2 = chat(&client, &server, "inv", "assistant", &h, "submit-message").await;
+        let input = t2.tool_chunk("search_invoice_list", "tool-input-available").expect("called");
+        assert_eq!(input["input"], json!({"customer_id": "C-1004"}), "filled from the active customer");
+        let answer = t2.text();
+        assert!(answer.starts_with("<table>[") && answer.contains("INV-2024-0620"), "{answer}");
+        assert_eq!(calls.load(Ordering::SeqCst), before + 1, "no model call after a display-ready result");
+        let s2 = final_state(&server, t2.run_id).await;
+        assert_eq!((s2["answer"].as_str(), s2["awaiting_address_confirmation"].as_bool()), (Some(answer.as_str()), Some(false)));
+        let (ok, report) = aisdk_validate(&t2.sse);
+        assert!(ok, "{report}");
+
+        // 3. A failed call corrected from its error, then a result flagged
+        // [DISPLAY_VERBATIM]: shown as it is, the marker nowhere on the stream.
+        history.push(msg(&t2.message_id, "assistant", &answer));
+        let h = turn(&mut history, "u3", "remind them about the open invoice");
+        let t3 = chat(&client, &server, "inv", "assistant", &h, "submit-message").await;
+        assert_eq!(
+            t3.text(),
+            "Reminder for INV-2024-0620 (3,100.00 EUR) sent to finance@acme-logistics.example."
+        );
+        assert!(!t3.sse.contains("DISPLAY_VERBATIM"), "{}", t3.sse);
+        let r3 = tool_results(&server, t3.run_id).await;
+        assert_eq!(r3.iter().map(|r| r.3).collect::<Vec<_>>(), [true], "one success, shown");
+        // Every step of both calls is logged with this request's id.
+        let lines = logs.of_request(&t3.request_id);
+        let said: Vec<&str> = lines.iter().filter_map(|l| l["fields"]["message"].as_str()).collect();
+        for step in ["executing tool", "tool arguments parsed", "tool started", "tool finished", "tool failed"] {
+            assert!(said.contains(&step), "no `{step}` line for request {}: {said:?}", t3.request_id);
+        }
+        assert_eq!(said.iter().filter(|m| **m == "executing tool").count(), 2, "{said:?}");
+        assert!(
+            lines.iter().any(|l| l["fields"]["message"] == "tool failed"
+                && l["fields"]["error_type"].as_str().is_some_and(|t| t.ends_with("_error") || t == "not_found")),
+            "{lines:?}"
+        );
+
+        // 4. The same search again: from the cache, and the stream says so.
+        history.push(msg(&t3.message_id, "assistant", &t3.text()));
+        let h = turn(&mut history, "u4", "search customers named Acme again");
+        let t4 = chat(&client, &server, "inv", "assistant", &h, "submit-message").await;
+        assert_eq!(
+            t4.tool_chunk("search_customer_list", "tool-output-available").map(|c| c["providerMetadata"].clone()),
+            Some(json!({"stategraph": {"cached": true}})),
+            "{}",
+            t4.sse
+        );
+        let (ok, report) = aisdk_validate(&t4.sse);
+        assert!(ok, "{report}");
+
+        // 5. A single record under `result` (`name`): Globex becomes active.
+        history.push(msg(&t4.message_id, "assistant", &t4.text()));
+        let h = turn(&mut history, "u5", "find Globex by name");
+        let t5 = chat(&client, &server, "inv", "assistant", &h, "submit-message").await;
+        assert_eq!(
+            final_state(&server, t5.run_id).await["entities"],
+            json!([{"kind": "customer", "id": "C-1002", "name": "Globex Industries", "source": "find_customer_by_name"}])
+        );
+        let counts = server.state.mcp.as_ref().unwrap().call_tool("business", "call_counts", json!({})).await.unwrap();
+        assert_eq!(counts["search_customer_list"], 1, "{counts}");
+        // Every turn re-executes from its recording alone.
         assert!(crate::support::assert_all_reexecute(&server.state).await >= 5);
         server.shutdown().await;
     })

@@ -617,9 +617,10 @@ async fn mcp_tools_are_listed_by_partition_and_health_compares_them_with_the_gra
         assert_eq!(servers.len(), 2);
 
         let resp = http.get(server.url("/api/tools/health")).send().await.unwrap();
-        assert_eq!(resp.status(), 503, "a referenced partition has no tools");
+        assert_eq!(resp.status(), 503, "a required partition's configured server is down");
         let health: Value = resp.json().await.unwrap();
         assert_eq!(health["ok"], false);
+        assert_eq!(health["status"], "down");
         let missing = health["missing"].as_array().unwrap();
         assert_eq!(missing.len(), 1, "{health}");
         assert_eq!(missing[0]["name"], "charts");
@@ -635,6 +636,75 @@ async fn mcp_tools_are_listed_by_partition_and_health_compares_them_with_the_gra
         let mcp = server.state.mcp.clone().unwrap();
         server.shutdown().await;
         assert_eq!(mcp.server("time").unwrap().state, ServerState::Down, "stopping the server closes MCP servers");
+    })
+    .await;
+}
+
+/// Health through the real HTTP server: a down server whose partition a
+/// graph lists in `optional_tools`, and a required name nothing configured
+/// provides, leave it `degraded` with 200; tools' schemas are compared with
+/// what dispatch accepts (a policy naming no tool is reported).
+#[tokio::test]
+async fn tools_health_is_degraded_not_down_when_only_optional_or_unconfigured_tools_are_missing() {
+    within(async {
+        let f = fixtures();
+        let dir = tempfile::tempdir().unwrap();
+        let graphs = dir.path().join("graphs");
+        std::fs::create_dir(&graphs).unwrap();
+        std::fs::write(
+            graphs.join("clock.yaml"),
+            "state: chat\nentry: ask\noptional_tools: [charts]\nnodes:\n  - id: ask\n    kind: agent\n    prompt: chat/direct.md\n    tools: [clock, calculator]\n    input: query\n    output: answer\n  - id: draw\n    kind: agent\n    prompt: chat/direct.md\n    tools: [charts]\n    input: query\n    output: answer\nedges: [ask -> draw, draw -> END]\n",
+        )
+        .unwrap();
+        std::fs::write(
+            graphs.join("books.yaml"),
+            "state: chat\nentry: ask\nexternal_tools: [ledger]\nnodes:\n  - id: ask\n    kind: agent\n    prompt: chat/direct.md\n    tools: [ledger]\n    input: query\n    output: answer\nedges: [ask -> END]\n",
+        )
+        .unwrap();
+        let mut config = stategraph::config::Config::default();
+        config.paths.graphs = graphs;
+        config.paths.prompts = root().join("prompts");
+        config.store.backend = Some(stategraph::store::config::Backend::Memory);
+        config.tools.mcp = self::config(&format!(
+            "{}{}",
+            time_server(&f, "time", "partition = \"clock\""),
+            "[servers.plots]\ncommand = [\"/nonexistent/mcp-plots\"]\npartition = \"charts\"\n"
+        ));
+        config.tools.policy.insert(
+            "no_such_tool".into(),
+            toml::from_str("cache_ttl = \"1h\"").unwrap(),
+        );
+        let state = stategraph::server::build_state(config, crate::support::registries()).await.unwrap();
+        let server = crate::support::server::TestServer::serve(state).await;
+        let http = reqwest::Client::new();
+        // The time server comes up; the plots server never does.
+        let mut health = Value::Null;
+        for _ in 0..300 {
+            let resp = http.get(server.url("/api/tools/health")).send().await.unwrap();
+            let status = resp.status();
+            health = resp.json().await.unwrap();
+            if health["missing"].as_array().is_some_and(|m| m.iter().all(|x| x["name"] != "clock")) {
+                assert_eq!(status, 200, "{health}");
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        assert_eq!(health["status"], "degraded", "{health}");
+        assert_eq!(health["ok"], false);
+        let missing = health["missing"].as_array().unwrap();
+        let charts = missing.iter().find(|m| m["name"] == "charts").expect("charts missing");
+        assert_eq!((charts["optional"].as_bool(), charts["configured"].as_bool()), (Some(true), Some(true)), "{health}");
+        let ledger = missing.iter().find(|m| m["name"] == "ledger").expect("ledger missing");
+        assert_eq!((ledger["optional"].as_bool(), ledger["configured"].as_bool()), (Some(false), Some(false)), "{health}");
+        assert_eq!(ledger["requiredBy"], json!(["books"]));
+        assert_eq!(health["serversDown"], json!(["plots"]));
+        let dispatch = health["dispatch"].as_array().unwrap();
+        assert!(
+            dispatch.iter().any(|d| d["tool"] == "no_such_tool" && d["problem"].as_str().unwrap().contains("no source provides")),
+            "{health}"
+        );
+        assert!(!dispatch.iter().any(|d| d["tool"] == "get_current_time"), "the time server's schemas are object schemas: {health}");
+        server.shutdown().await;
     })
     .await;
 }

@@ -25,9 +25,24 @@ The data is a fixed in-memory set, so answers are reproducible. Tools:
 - `call_counts()`             how often each tool ran in this process, so a
                               test can tell a cached call from a real one
 
+And tools shaped like the invoice assistant's own (docs/assistant.md):
+
+- `find_customer_by_name(customer_name)`
+                              `{"result": {id, customer_id, name, address…}}`
+- `search_customer_list(search)`
+                              `{"result": [{id, customer_name, …}, …]}` (by id;
+                              the last is the latest)
+- `search_invoice_list(customer_id)`
+                              `<table>[{…}, …]</table>`: display-ready by its
+                              content, no configuration needed
+- `send_invoice_reminder(invoice_id)`
+                              `[DISPLAY_VERBATIM] Reminder …`: shown as it is,
+                              without the marker
+
 Unknown names and ids fail with an `isError` result naming what exists.
 """
 
+import json
 from collections import Counter
 from typing import Any
 
@@ -37,10 +52,10 @@ from mcp.server.mcpserver.exceptions import ToolError
 server = MCPServer("stategraph-business")
 
 CUSTOMERS: list[dict[str, Any]] = [
-    {"id": "C-1001", "name": "Acme Corporation", "city": "Rotterdam", "segment": "enterprise", "email": "ap@acme.example"},
-    {"id": "C-1002", "name": "Globex Industries", "city": "Lyon", "segment": "mid-market", "email": "billing@globex.example"},
-    {"id": "C-1003", "name": "Initech", "city": "Austin", "segment": "smb", "email": "accounts@initech.example"},
-    {"id": "C-1004", "name": "Acme Logistics GmbH", "city": "Hamburg", "segment": "mid-market", "email": "finance@acme-logistics.example"},
+    {"id": "C-1001", "name": "Acme Corporation", "city": "Rotterdam", "segment": "enterprise", "email": "ap@acme.example", "address": "Wilhelminakade 91, 3072 AP Rotterdam"},
+    {"id": "C-1002", "name": "Globex Industries", "city": "Lyon", "segment": "mid-market", "email": "billing@globex.example", "address": "12 rue de la Barre, 69002 Lyon"},
+    {"id": "C-1003", "name": "Initech", "city": "Austin", "segment": "smb", "email": "accounts@initech.example", "address": "4120 Freidrich Lane, Austin TX"},
+    {"id": "C-1004", "name": "Acme Logistics GmbH", "city": "Hamburg", "segment": "mid-market", "email": "finance@acme-logistics.example", "address": "Am Sandtorkai 50, 20457 Hamburg"},
 ]
 
 INVOICES: list[dict[str, Any]] = [
@@ -49,6 +64,7 @@ INVOICES: list[dict[str, Any]] = [
     {"id": "INV-2024-0518", "customer_id": "C-1001", "issued": "2024-05-31", "due": "2024-06-30", "amount": 15980.00, "currency": "EUR", "status": "open"},
     {"id": "INV-2024-0202", "customer_id": "C-1002", "issued": "2024-02-02", "due": "2024-03-03", "amount": 4300.00, "currency": "EUR", "status": "paid"},
     {"id": "INV-2024-0415", "customer_id": "C-1002", "issued": "2024-04-15", "due": "2024-05-15", "amount": 2750.25, "currency": "EUR", "status": "open"},
+    {"id": "INV-2024-0620", "customer_id": "C-1004", "issued": "2024-06-20", "due": "2024-07-20", "amount": 3100.00, "currency": "EUR", "status": "open"},
     {"id": "INV-2024-0330", "customer_id": "C-1003", "issued": "2024-03-30", "due": "2024-04-29", "amount": 990.00, "currency": "USD", "status": "paid"},
 ]
 
@@ -137,6 +153,50 @@ def invoice_table(customer_id: str) -> str:
 def call_counts() -> dict[str, int]:
     """How many times each tool ran since the server started."""
     return dict(calls)
+
+
+def matching(text: str) -> list[dict[str, Any]]:
+    q = text.strip().lower()
+    return [c for c in CUSTOMERS if q and q in c["name"].lower()]
+
+
+@server.tool(structured_output=False)
+def find_customer_by_name(customer_name: str) -> str:
+    """Find one customer by (part of) its name: {"result": {...}}."""
+    calls["find_customer_by_name"] += 1
+    found = matching(customer_name)
+    if not found:
+        raise ToolError(f"no customer matches {customer_name!r}")
+    c = found[0]
+    return json.dumps({"result": {**c, "customer_id": c["id"]}})
+
+
+@server.tool(structured_output=False)
+def search_customer_list(search: str) -> str:
+    """Search customers by name: {"result": [...]}, oldest first."""
+    calls["search_customer_list"] += 1
+    rows = [{"id": c["id"], "customer_name": c["name"], "address": c["address"]} for c in matching(search)]
+    return json.dumps({"result": rows})
+
+
+@server.tool(structured_output=False)
+def search_invoice_list(customer_id: str) -> str:
+    """The customer's invoices, display-ready: <table>[...]</table>."""
+    calls["search_invoice_list"] += 1
+    rows = [{k: i[k] for k in ("id", "issued", "due", "amount", "currency", "status")} for i in invoices_of(customer_id)]
+    return "<table>" + json.dumps(rows) + "</table>"
+
+
+@server.tool(structured_output=False)
+def send_invoice_reminder(invoice_id: str) -> str:
+    """Send a payment reminder for one invoice."""
+    calls["send_invoice_reminder"] += 1
+    for i in INVOICES:
+        if i["id"] == invoice_id:
+            c = customer(i["customer_id"])
+            return f"[DISPLAY_VERBATIM] Reminder for {invoice_id} ({i['amount']:,.2f} {i['currency']}) sent to {c['email']}."
+    known = ", ".join(i["id"] for i in INVOICES)
+    raise ToolError(f"no invoice {invoice_id!r}; known invoices: {known}")
 
 
 if __name__ == "__main__":
