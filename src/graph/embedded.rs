@@ -12,12 +12,7 @@ use super::prompts::Prompts;
 include!(concat!(env!("OUT_DIR"), "/embedded_files.rs"));
 
 /// The embedded catalog.
-pub fn catalog<K: NodeKinds>(env: CatalogEnv<'_, K>) -> Catalog<K::Node> {
+pub(crate) fn catalog<K: NodeKinds>(env: CatalogEnv<'_, K>) -> Catalog<K::Node> {
     let prompts = Prompts::from_sources(Path::new("(embedded)/prompts"), PROMPTS.iter().copied());
     Catalog::from_sources(GRAPHS, prompts, env)
-}
-
-/// The embedded graph files, `(id, text)`.
-pub fn graph_sources() -> &'static [(&'static str, &'static str)] {
-    GRAPHS
 }

@@ -15,7 +15,7 @@ use super::source::{ReadError, read_capped};
 use super::spec::{EdgeSpec, GraphSpec};
 
 /// Largest graph file accepted (1 MiB). Real graphs are a few KB; a file
-/// is never read past this (see [`read_capped`]).
+/// is never read past this (see `read_capped`).
 pub const MAX_GRAPH_FILE_BYTES: usize = 1024 * 1024;
 
 /// Deepest YAML nesting accepted.

@@ -6,18 +6,18 @@
 //! returning all problems at once as [`Diagnostic`]s, or a [`CompiledGraph`]
 //! — the only form the executor ever sees. Node kinds build through
 //! [`BuildCx`] and are supplied by the caller ([`NodeKinds`]), so this module
-//! never depends on them. [`catalog`] does this for a whole directory
-//! (subgraphs first), reading each file through [`source`] (regular files
+//! never depends on them. [`Catalog`] does this for a whole directory
+//! (subgraphs first), reading each file through `source` (regular files
 //! only, size-capped), [`mermaid`] draws a compiled graph and [`file_schema`]
 //! describes the file format as JSON Schema.
 
 mod build;
-pub mod catalog;
+pub(crate) mod catalog;
 mod compile;
 mod compiled;
 pub mod diagnostic;
 mod edges;
-pub mod embedded;
+pub(crate) mod embedded;
 pub mod expr;
 pub mod file_schema;
 pub mod kinds;
@@ -27,7 +27,7 @@ pub mod mermaid;
 pub mod prompts;
 mod rules;
 mod settings;
-pub mod source;
+pub(crate) mod source;
 pub mod spec;
 mod state_decl;
 pub mod value;

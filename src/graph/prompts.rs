@@ -31,7 +31,7 @@ pub(crate) const BUILTIN_GLOBALS: &[&str] = &[
 ];
 
 /// Largest prompt file accepted (256 KiB); a file is never read past this
-/// (see [`read_capped`]).
+/// (see `read_capped`).
 pub const MAX_PROMPT_BYTES: u64 = 256 * 1024;
 
 /// Why a template file could not be read, as its diagnostic will say.

@@ -13,7 +13,7 @@ use std::path::Path;
 
 /// Why a source file was not read.
 #[derive(Debug, thiserror::Error)]
-pub enum ReadError {
+pub(crate) enum ReadError {
     /// The path (after following symlinks) is not a regular file; the text
     /// says what it is instead, e.g. "a directory".
     #[error("is {0}, not a regular file")]
@@ -33,7 +33,7 @@ pub enum ReadError {
 
 impl ReadError {
     /// The diagnostic code for this problem.
-    pub fn code(&self) -> &'static str {
+    pub(crate) fn code(&self) -> &'static str {
         match self {
             Self::NotAFile(_) => "not-a-file",
             Self::TooLarge { .. } => "file-too-large",
@@ -54,7 +54,7 @@ impl ReadError {
 /// # Errors
 /// [`ReadError::NotAFile`] for directories, FIFOs, sockets and devices,
 /// [`ReadError::TooLarge`] past `limit`, [`ReadError::Io`] otherwise.
-pub fn read_capped(path: &Path, limit: u64) -> Result<Vec<u8>, ReadError> {
+pub(crate) fn read_capped(path: &Path, limit: u64) -> Result<Vec<u8>, ReadError> {
     let len = regular(&std::fs::metadata(path)?)?;
     if len > limit {
         return Err(ReadError::TooLarge {
