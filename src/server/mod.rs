@@ -11,7 +11,7 @@
 //! - `GET /healthz`, `GET /readyz`, `GET /metrics`
 //!
 //! Every route but the last three counts against the caller's request rate
-//! (`[limits]`, see [`limits`]).
+//! (`[limits]`, see the `limits` module).
 //!
 //! Every request gets a correlation id (`x-request-id`, accepted or made
 //! up), which is on its log lines and spans, its run's, the response header
