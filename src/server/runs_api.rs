@@ -209,7 +209,7 @@ pub(super) async fn state_at(
     ))
 }
 
-/// The fork request body (docs/replay.md, "Forks").
+/// The fork request body (docs/forks.md).
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(super) struct ForkBody {
