@@ -120,7 +120,21 @@ pub fn timeline(run: &RunRecord, events: &[Event]) -> String {
         );
     }
     if let Some(p) = &run.parent {
-        let _ = writeln!(out, "forked from run {} at step {}", p.run_id, p.step);
+        let place = match (p.mode, p.nodes.as_slice()) {
+            (_, []) => String::new(),
+            (Some(crate::events::ForkMode::Before), n) => format!(", before {}", n.join(", ")),
+            (_, n) => format!(", after {}", n.join(", ")),
+        };
+        let edit = if p.set.is_empty() {
+            String::new()
+        } else {
+            format!(", set {}", Value::Object(p.set.clone()))
+        };
+        let _ = writeln!(
+            out,
+            "forked from run {} at step {}{place}{edit}",
+            p.run_id, p.step
+        );
     }
     let t0 = events.first().map_or(0, |e| e.at);
     let mut tokens = 0usize;
