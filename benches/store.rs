@@ -212,6 +212,7 @@ fn chat_run(run: Uuid) -> Vec<Append> {
         input: Arc::new(input.clone()),
         format: 1,
         forked_from: None,
+        frontier: None,
         stream: None,
     };
     let mut batches = vec![StepBatch {

@@ -85,16 +85,30 @@ pub(super) enum Command {
         #[arg(long)]
         reexecute: bool,
     },
-    /// Start a new run from a checkpoint of a stored run, with edited state.
+    /// Start a new run from a step of a stored run, with an edit after a
+    /// node (what runs next is routed again) or before one (it runs again).
     Fork {
         /// Run id.
         run: uuid::Uuid,
-        /// The step whose checkpoint to start from.
+        /// The step forked (the one the node ran in); optional with a node
+        /// that ran once.
         #[arg(long)]
-        at: u32,
-        /// `FIELD=JSON` replacements (repeatable), e.g. `--set intent='"DIRECT"'`.
+        at: Option<u32>,
+        /// The edit comes after this node, as if it had written it (the
+        /// default: the step's node).
+        #[arg(long, conflicts_with = "before")]
+        after: Option<String>,
+        /// The edit comes before this node, which runs again on it.
+        #[arg(long)]
+        before: Option<String>,
+        /// `FIELD=VALUE` edits (repeatable): JSON, or else a string, e.g.
+        /// `--set intent=EXPLAIN`, `--set count=3`.
         #[arg(long = "set")]
         set: Vec<String>,
+        /// Attach the fork's answer to the parent's chat as an alternative
+        /// of its assistant message.
+        #[arg(long)]
+        attach: bool,
     },
     /// Apply the store's schema migrations.
     Migrate,

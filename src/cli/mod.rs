@@ -45,6 +45,7 @@ use replay::ReplayView;
 use setup::{Ctx, field_values, runtime};
 
 use crate::config::{Config, PathsConfig};
+use crate::events::ForkMode;
 use crate::nodes::Registries;
 use crate::units::Dur;
 
@@ -196,9 +197,27 @@ fn dispatch(cli: Cli, config: Config, registries: Registries) -> anyhow::Result<
             let ok = runtime()?.block_on(ctx.with_mcp(replay::replay_run(&ctx, run, view, out)))?;
             Ok(exit(ok))
         }
-        Command::Fork { run, at, set } => {
-            let ok =
-                runtime()?.block_on(ctx.with_mcp(replay::fork_run(&ctx, run, at, &set, out)))?;
+        Command::Fork {
+            run,
+            at,
+            after,
+            before,
+            set,
+            attach,
+        } => {
+            let (mode, node) = match before {
+                Some(n) => (ForkMode::Before, Some(n)),
+                None => (ForkMode::After, after),
+            };
+            let fork = replay::Fork {
+                run,
+                at,
+                mode,
+                node,
+                set,
+                attach,
+            };
+            let ok = runtime()?.block_on(ctx.with_mcp(replay::fork_run(&ctx, fork, out)))?;
             Ok(exit(ok))
         }
         Command::Migrate => runtime()?.block_on(migrate(&ctx, out)),

@@ -1,4 +1,4 @@
-//! `stategraph replay RUN` and `stategraph fork RUN --at STEP`.
+//! `stategraph replay RUN` and `stategraph fork RUN [--at STEP] [--after|--before NODE] --set F=V`.
 
 use std::io::Write;
 
@@ -6,7 +6,8 @@ use anyhow::anyhow;
 use uuid::Uuid;
 
 use super::setup::{Ctx, field_values};
-use crate::replay;
+use crate::events::ForkMode;
+use crate::replay::{self, Edit};
 use crate::runs::ForkRequest;
 use crate::runtime::RunStatus;
 
@@ -53,16 +54,24 @@ pub(super) async fn replay_run(
     Ok(true)
 }
 
-/// Forks a stored run at a step with edited fields, waits for the fork and
-/// prints its timeline. Returns whether the fork finished.
-pub(super) async fn fork_run(
-    ctx: &Ctx,
-    run: Uuid,
-    at: u32,
-    set: &[String],
-    out: &mut dyn Write,
-) -> anyhow::Result<bool> {
-    let set = field_values(set)?;
+/// What `stategraph fork` was asked.
+#[derive(Debug)]
+pub(super) struct Fork {
+    pub(super) run: Uuid,
+    pub(super) at: Option<u32>,
+    pub(super) mode: ForkMode,
+    pub(super) node: Option<String>,
+    pub(super) set: Vec<String>,
+    pub(super) attach: bool,
+}
+
+/// Forks a stored run (after or before a node, with edited fields), waits
+/// for the fork and prints its timeline. Returns whether the fork finished.
+/// A refused edit is an error naming its code, e.g. `fork refused
+/// [no_route]: …`.
+pub(super) async fn fork_run(ctx: &Ctx, fork: Fork, out: &mut dyn Write) -> anyhow::Result<bool> {
+    let run = fork.run;
+    let set = field_values(&fork.set)?;
     let store = ctx.store().await?;
     let parent = store
         .get_run(run)
@@ -74,16 +83,39 @@ pub(super) async fn fork_run(
         .fork(ForkRequest {
             user_id: parent.user_id.clone(),
             parent,
-            at,
-            set,
+            edit: Edit {
+                step: fork.at,
+                mode: fork.mode,
+                node: fork.node,
+                set,
+            },
+            attach: fork.attach,
             request_id: String::new(),
         })
-        .await?;
+        .await;
+    let started = match started {
+        Ok(s) => s,
+        Err(e) => {
+            runs.shutdown(std::time::Duration::ZERO).await;
+            upkeep.abort();
+            return Err(anyhow!("fork refused [{}]: {e}", e.code()));
+        }
+    };
     started.hub.wait().await;
     runs.shutdown(std::time::Duration::ZERO).await;
     upkeep.abort();
     let (record, events) = replay::load(&*store, started.run_id).await?;
     write!(out, "{}", replay::timeline(&record, &events))?;
-    writeln!(out, "fork {} of run {run} at step {at}", started.run_id)?;
+    let o = &started.origin;
+    let place = match (o.mode, o.nodes.as_slice()) {
+        (_, []) => String::new(),
+        (Some(ForkMode::Before), nodes) => format!(", before {}", nodes.join(", ")),
+        (_, nodes) => format!(", after {}", nodes.join(", ")),
+    };
+    writeln!(
+        out,
+        "fork {} of run {run} at step {}{place}",
+        started.run_id, o.step
+    )?;
     Ok(record.status == RunStatus::Finished)
 }

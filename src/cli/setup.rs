@@ -136,10 +136,10 @@ pub(super) fn field_values(args: &[String]) -> anyhow::Result<Vec<(String, Value
         .map(|s| {
             let (field, value) = s
                 .split_once('=')
-                .ok_or_else(|| anyhow!("--set {s}: expected FIELD=JSON"))?;
-            let value = serde_json::from_str(value).with_context(|| {
-                format!("--set {field}: the value must be JSON (a string is quoted: '\"text\"')")
-            })?;
+                .ok_or_else(|| anyhow!("--set {s}: expected FIELD=VALUE"))?;
+            // JSON, or else the text itself (`--set intent=EXPLAIN`).
+            let value =
+                serde_json::from_str(value).unwrap_or_else(|_| Value::String(value.to_owned()));
             Ok((field.to_owned(), value))
         })
         .collect()

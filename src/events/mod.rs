@@ -151,13 +151,53 @@ pub struct ErrorInfo {
     pub message: String,
 }
 
-/// Where a forked run came from.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+/// Where a forked run came from: the parent, the step, the node and the
+/// edit (the last three are absent in runs forked before they were
+/// recorded).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct ForkOrigin {
     /// The parent run.
     pub run_id: Uuid,
-    /// The step whose checkpoint it started from.
+    /// The step forked: the one whose node(s) the edit comes after, or the
+    /// one the node re-runs in (`before`).
     pub step: u32,
+    /// Whether the edit comes after the step's node(s) or before one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mode: Option<ForkMode>,
+    /// The node(s) the edit comes after, or the node re-run.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub nodes: Vec<String>,
+    /// The fields edited and their values.
+    #[serde(default, skip_serializing_if = "serde_json::Map::is_empty")]
+    pub set: serde_json::Map<String, Value>,
+    /// When the fork is attached to its parent's chat: the assistant message
+    /// its answer is an alternative of.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub alternative_of: Option<String>,
+}
+
+/// Where a fork's edit goes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ForkMode {
+    /// As if the step's node had written it (through the fields'
+    /// reducers); what runs next is routed again from the edited state.
+    After,
+    /// Into the state the node saw (fields replaced); the node runs again.
+    Before,
+}
+
+/// The tasks a run starts with when it does not start at the graph's entry
+/// (a fork): the step it continues after, its next tasks and join progress.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Frontier {
+    /// The last step done before the run's first.
+    pub step: u32,
+    /// Tasks of the next step.
+    pub next: Vec<PendingTask>,
+    /// Per join, sources that have arrived.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub joins: Vec<Vec<String>>,
 }
 
 /// What happened. Serialized with a `type` tag in snake_case.
@@ -177,6 +217,10 @@ pub enum EventKind {
         /// Set when this run was forked from another.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         forked_from: Option<ForkOrigin>,
+        /// Where a fork starts (its state is `input`); absent for a run
+        /// that starts at the graph's entry.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        frontier: Option<Frontier>,
         /// How the run was streamed to a client (message id, metadata,
         /// surfaces), so a replay can reproduce the stream exactly.
         #[serde(default, skip_serializing_if = "Option::is_none")]

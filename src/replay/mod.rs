@@ -5,8 +5,10 @@
 //! bytes the client received (the stream settings are in `run_started`);
 //! [`reexecute`] runs the graph again with every model and tool result served
 //! from the recording and reports the first event that differs; [`fork_point`]
-//! gives the edited state and frontier a forked run starts from.
+//! gives the edited state and frontier a forked run starts from (after a
+//! node, routed again; or before one, to run it again).
 
+mod fork;
 mod recording;
 mod timing;
 
@@ -24,6 +26,7 @@ use crate::sse::{self, BridgeConfig};
 use crate::state::DynState;
 use crate::store::{RunRecord, Store, StoreError};
 
+pub use fork::{Edit, EditError, ForkPoint, fork_point};
 pub use recording::{RecordedTool, Recording};
 pub use timing::{NodeTiming, Timing, timing};
 
@@ -48,6 +51,9 @@ pub enum ReplayError {
     /// Re-running failed.
     #[error(transparent)]
     Run(#[from] RunError),
+    /// A fork's step, node or edit was refused.
+    #[error(transparent)]
+    Edit(#[from] EditError),
 }
 
 /// Events per store query. Large: `load` keeps every event anyway, and on
@@ -114,7 +120,21 @@ pub fn timeline(run: &RunRecord, events: &[Event]) -> String {
         );
     }
     if let Some(p) = &run.parent {
-        let _ = writeln!(out, "forked from run {} at step {}", p.run_id, p.step);
+        let place = match (p.mode, p.nodes.as_slice()) {
+            (_, []) => String::new(),
+            (Some(crate::events::ForkMode::Before), n) => format!(", before {}", n.join(", ")),
+            (_, n) => format!(", after {}", n.join(", ")),
+        };
+        let edit = if p.set.is_empty() {
+            String::new()
+        } else {
+            format!(", set {}", Value::Object(p.set.clone()))
+        };
+        let _ = writeln!(
+            out,
+            "forked from run {} at step {}{place}{edit}",
+            p.run_id, p.step
+        );
     }
     let t0 = events.first().map_or(0, |e| e.at);
     let mut tokens = 0usize;
@@ -324,6 +344,7 @@ impl Reexecution {
 
 /// Runs `graph` again on the recorded input with every model call and tool
 /// call served from the recording (no network), and compares the events.
+/// A fork starts again where it started: its recorded state and frontier.
 ///
 /// # Errors
 /// The recording has no `run_started`.
@@ -332,14 +353,21 @@ pub async fn reexecute(
     tools: Services,
     recorded: &[Event],
 ) -> Result<Reexecution, ReplayError> {
-    let (input, version) = recorded
+    let (input, version, forked_from, frontier) = recorded
         .iter()
         .find_map(|e| match &e.event {
             EventKind::RunStarted {
                 input,
                 graph_version,
+                forked_from,
+                frontier,
                 ..
-            } => Some((Arc::clone(input), graph_version.clone())),
+            } => Some((
+                Arc::clone(input),
+                graph_version.clone(),
+                forked_from.clone(),
+                frontier.clone(),
+            )),
             _ => None,
         })
         .ok_or_else(|| ReplayError::State("the recording has no run_started event".into()))?;
@@ -354,16 +382,30 @@ pub async fn reexecute(
         v
     });
     let same_version = version == graph.version;
-    let _ = runtime::run(
-        graph,
-        Arc::new(services),
-        input,
-        RunOptions {
-            events: Some(tx),
-            ..Default::default()
-        },
-    )
-    .await;
+    let opts = RunOptions {
+        events: Some(tx),
+        forked_from: forked_from.clone(),
+        ..Default::default()
+    };
+    match (frontier, forked_from) {
+        (Some(f), Some(_)) => {
+            let state = graph
+                .state
+                .from_json(&input)
+                .map_err(|e| ReplayError::State(e.to_string()))?;
+            let from = Resume {
+                state,
+                step: f.step,
+                next: f.next,
+                joins: f.joins,
+                last_seq: 0,
+            };
+            let _ = runtime::resume(graph, Arc::new(services), from, opts).await;
+        }
+        _ => {
+            let _ = runtime::run(graph, Arc::new(services), input, opts).await;
+        }
+    }
     let events = collect.await.unwrap_or_default();
     let a = canonical(recorded);
     let b = canonical(&events);
@@ -403,50 +445,11 @@ pub async fn state_at(
     rebuild_state(&batches, &graph.state, step).map_err(|e| ReplayError::State(e.to_string()))
 }
 
-/// Where a fork starts: the edited state and the checkpoint's frontier.
-///
-/// `set` are `(field, JSON value)` pairs that replace fields outright.
-///
-/// # Errors
-/// No checkpoint at `step`, an unknown field or a value of the wrong type.
-pub async fn fork_point(
-    store: &dyn Store,
-    graph: &Graph,
-    run: Uuid,
-    step: u32,
-    set: &[(String, Value)],
-) -> Result<Resume, ReplayError> {
-    let state = state_at(store, graph, run, step).await?;
-    let cp = store
-        .checkpoints(run, step)
-        .await?
-        .into_iter()
-        .find(|c| c.step == step)
-        .ok_or_else(|| ReplayError::State(format!("run {run} has no checkpoint at step {step}")))?;
-    let mut json = state.to_json();
-    for (field, value) in set {
-        if graph.state.schema.field(field).is_none() {
-            return Err(ReplayError::State(format!(
-                "state `{}` has no field `{field}`",
-                graph.state.schema.name
-            )));
-        }
-        json[field] = value.clone();
-    }
-    let state = graph
-        .state
-        .from_json(&json)
-        .map_err(|e| ReplayError::State(e.to_string()))?;
-    Ok(Resume {
-        state,
-        step,
-        next: cp.next,
-        joins: cp.joins,
-        last_seq: 0,
-    })
-}
-
-/// The `forked_from` of a fork.
+/// The `forked_from` of a plain fork (no mode, node or edit recorded).
 pub fn origin(run: Uuid, step: u32) -> ForkOrigin {
-    ForkOrigin { run_id: run, step }
+    ForkOrigin {
+        run_id: run,
+        step,
+        ..ForkOrigin::default()
+    }
 }

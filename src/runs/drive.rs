@@ -327,6 +327,12 @@ async fn record_end(
             Err(e) => tracing::error!(error = %e, "could not store the assistant message"),
         }
     }
+    if let Some(alt) = &launch.alternative
+        && status == RunStatus::Finished
+        && let Err(e) = add_alternative(runs, launch, alt, &pumped).await
+    {
+        tracing::error!(error = %e, "could not store the fork's answer as an alternative");
+    }
     if let Err(e) = runs
         .store
         .finish_run(launch.run_id, status, error, pumped.usage)
@@ -340,4 +346,43 @@ async fn record_end(
     {
         tracing::debug!(error = %e, "could not clear the chat's active run");
     }
+}
+
+/// Adds an attached fork's answer to the alternatives of the message it
+/// forks (`metadata.alternatives`: `{id, runId, parts, metadata, createdAt}`,
+/// oldest first); a chat or message deleted meanwhile stays deleted.
+async fn add_alternative(
+    runs: &Runs,
+    launch: &Launch,
+    alt: &super::Alternative,
+    pumped: &Pumped,
+) -> Result<(), crate::store::StoreError> {
+    let messages = runs.store.messages(&alt.chat_id).await?;
+    let Some(mut message) = messages.into_iter().find(|m| m.id == alt.of) else {
+        return Ok(());
+    };
+    let entry = serde_json::json!({
+        "id": alt.id,
+        "runId": launch.run_id,
+        "parts": pumped.assembler.stored_parts(),
+        "metadata": pumped.assembler.metadata(),
+        "createdAt": now_micros() / 1000,
+    });
+    if !message.metadata.is_object() {
+        message.metadata = Value::Object(serde_json::Map::new());
+    }
+    if let Some(meta) = message.metadata.as_object_mut() {
+        let list = meta
+            .entry("alternatives")
+            .or_insert_with(|| Value::Array(Vec::new()));
+        if !list.is_array() {
+            *list = Value::Array(Vec::new());
+        }
+        if let Some(list) = list.as_array_mut() {
+            // Recovery may finish a fork twice: one entry per fork.
+            list.retain(|a| a["id"] != alt.id.as_str());
+            list.push(entry);
+        }
+    }
+    runs.store.upsert_message(message).await
 }

@@ -1,17 +1,22 @@
-//! Forks: a new run from a checkpoint of another, with edited state.
+//! Forks: a new run from a step of another, with an edit — after a node
+//! (routed again from the edit) or before one (run again on edited input);
+//! see [`crate::replay::fork_point`].
 //!
 //! The fork is a run like any other — counted against the concurrency
 //! limit, stoppable, drained at shutdown, recovered after a crash — whose
-//! record names its parent and the step it started from.
+//! record names its parent, the step, the mode, the node(s) and the edit.
+//! It is detached from any chat unless asked to attach: then its answer,
+//! once it finishes, is stored as an alternative of the parent's assistant
+//! message (in that message's `metadata.alternatives`), which a front end
+//! can show next to the original and switch to.
 
 use std::sync::Arc;
 
-use serde_json::Value;
 use uuid::Uuid;
 
-use super::{Begin, Launch, RunHub, Runs, StartError};
+use super::{Alternative, Begin, Launch, RunHub, Runs, StartError};
 use crate::events::ForkOrigin;
-use crate::replay::{self, ReplayError};
+use crate::replay::{self, Edit, EditError, ReplayError};
 use crate::store::{RunRecord, StoreError};
 
 /// A fork to start.
@@ -21,10 +26,11 @@ pub struct ForkRequest {
     pub parent: RunRecord,
     /// Who asks (the fork's user).
     pub user_id: String,
-    /// The checkpoint step it starts from.
-    pub at: u32,
-    /// Fields to replace, checked against their types.
-    pub set: Vec<(String, Value)>,
+    /// The step, the node and the edit.
+    pub edit: Edit,
+    /// Attach the fork's answer to the parent's chat as an alternative of
+    /// its assistant message.
+    pub attach: bool,
     /// The request's correlation id.
     pub request_id: String,
 }
@@ -46,19 +52,38 @@ pub enum ForkError {
     /// The parent's graph is no longer served.
     #[error("graph `{0}` is no longer served")]
     UnknownGraph(String),
-    /// The step or the edit is invalid (no checkpoint, unknown field, wrong
-    /// type).
+    /// The step, node or edit was refused.
+    #[error(transparent)]
+    Edit(#[from] EditError),
+    /// The recording cannot be forked (its state no longer fits the graph).
     #[error("{0}")]
     Invalid(String),
+    /// `attach` was asked of a run with no chat message to attach to.
+    #[error("{0}")]
+    NotAttachable(String),
     /// The run could not start.
     #[error(transparent)]
     Start(#[from] StartError),
+}
+
+impl ForkError {
+    /// Stable machine-readable code.
+    pub fn code(&self) -> &'static str {
+        match self {
+            ForkError::UnknownGraph(_) => "unknown_graph",
+            ForkError::Edit(e) => e.code(),
+            ForkError::Invalid(_) => "invalid_fork",
+            ForkError::NotAttachable(_) => "not_attachable",
+            ForkError::Start(_) => "unavailable",
+        }
+    }
 }
 
 impl From<ReplayError> for ForkError {
     fn from(e: ReplayError) -> Self {
         match e {
             ReplayError::Store(s) => ForkError::Start(StartError::Store(s)),
+            ReplayError::Edit(e) => ForkError::Edit(e),
             other => ForkError::Invalid(other.to_string()),
         }
     }
@@ -71,29 +96,44 @@ impl From<StoreError> for ForkError {
 }
 
 impl Runs {
-    /// Starts a fork (detached from any chat).
+    /// Starts a fork: checks the edit, then runs from the fork point.
     ///
     /// # Errors
-    /// The graph is gone, the edit is invalid, or the run could not start;
-    /// nothing was written then.
+    /// The graph is gone, the edit is refused, the fork cannot attach, or
+    /// the run could not start; nothing was written then.
     pub async fn fork(self: &Arc<Self>, req: ForkRequest) -> Result<ForkStarted, ForkError> {
         let graph = self
             .graphs
             .get(&req.parent.graph)
             .ok_or_else(|| ForkError::UnknownGraph(req.parent.graph.clone()))?;
-        let from =
-            replay::fork_point(&*self.store, &graph, req.parent.id, req.at, &req.set).await?;
-        let permit = self.permit()?;
+        let point = replay::fork_point(&*self.store, &graph, req.parent.id, &req.edit).await?;
         let run_id = Uuid::now_v7();
-        let origin = replay::origin(req.parent.id, req.at);
+        let alternative = if req.attach {
+            Some(self.attachable(&req.parent, run_id).await?)
+        } else {
+            None
+        };
+        let permit = self.permit()?;
+        let mut origin = point.origin;
+        origin.alternative_of = alternative.as_ref().map(|a| a.of.clone());
+        let from = point.resume;
+        let step = from.step;
         let input = from.state.to_json();
+        let chat_id = alternative.as_ref().map_or("", |a| a.chat_id.as_str());
         let launch = Launch {
             run_id,
             user_id: req.user_id,
             request_id: req.request_id.clone(),
-            metadata: super::stream_metadata(&self.services, run_id, &req.request_id, "", &graph),
+            metadata: super::stream_metadata(
+                &self.services,
+                run_id,
+                &req.request_id,
+                chat_id,
+                &graph,
+            ),
             graph,
             chat: None,
+            alternative,
             begin: Begin::Resumed {
                 from,
                 history: Vec::new(),
@@ -101,7 +141,7 @@ impl Runs {
             forked_from: Some(origin.clone()),
             tap: None,
         };
-        let record = self.record(&launch, input, Some(origin.clone()), req.at);
+        let record = self.record(&launch, input, Some(origin.clone()), step);
         self.store
             .create_leased_run(record, &self.instance, self.lease_until())
             .await?;
@@ -110,6 +150,35 @@ impl Runs {
             run_id,
             hub,
             origin,
+        })
+    }
+
+    /// Where a fork of `parent` attaches: its chat's assistant message.
+    async fn attachable(&self, parent: &RunRecord, run_id: Uuid) -> Result<Alternative, ForkError> {
+        let (Some(chat_id), Some(of)) = (&parent.chat_id, &parent.message_id) else {
+            return Err(ForkError::NotAttachable(format!(
+                "run {} answered no chat; only a chat turn's fork can attach",
+                parent.id
+            )));
+        };
+        // The parent may itself be an attached fork: attach to the message
+        // it is an alternative of.
+        let of = parent
+            .parent
+            .as_ref()
+            .and_then(|p| p.alternative_of.clone())
+            .unwrap_or_else(|| of.clone());
+        let messages = self.store.messages(chat_id).await?;
+        if !messages.iter().any(|m| m.id == of && m.role == "assistant") {
+            return Err(ForkError::NotAttachable(format!(
+                "chat `{chat_id}` no longer has the assistant message `{of}` of run {}",
+                parent.id
+            )));
+        }
+        Ok(Alternative {
+            chat_id: chat_id.clone(),
+            of,
+            id: format!("msg_{}", run_id.simple()),
         })
     }
 }

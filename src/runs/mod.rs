@@ -146,6 +146,18 @@ pub struct ChatLink {
     pub position: i64,
 }
 
+/// A fork attached to a chat: its answer becomes an alternative of an
+/// assistant message (see [`fork`]).
+#[derive(Debug, Clone)]
+pub struct Alternative {
+    /// The chat.
+    pub chat_id: String,
+    /// The assistant message it is an alternative of.
+    pub of: String,
+    /// The alternative's own message id.
+    pub id: String,
+}
+
 /// How a run begins.
 #[derive(Debug)]
 pub enum Begin {
@@ -177,6 +189,9 @@ struct Launch {
     request_id: String,
     graph: Arc<Graph>,
     chat: Option<ChatLink>,
+    /// A fork attached to a chat (`chat` is then `None`: the fork's answer
+    /// does not take a place in the conversation).
+    alternative: Option<Alternative>,
     metadata: Value,
     begin: Begin,
     forked_from: Option<ForkOrigin>,
@@ -347,7 +362,11 @@ impl Runs {
     ) -> RunRecord {
         RunRecord {
             id: launch.run_id,
-            chat_id: launch.chat.as_ref().map(|c| c.chat_id.clone()),
+            chat_id: launch
+                .chat
+                .as_ref()
+                .map(|c| c.chat_id.clone())
+                .or_else(|| launch.alternative.as_ref().map(|a| a.chat_id.clone())),
             user_id: launch.user_id.clone(),
             graph: launch.graph.id.to_string(),
             graph_version: launch.graph.version.clone(),
@@ -359,7 +378,11 @@ impl Runs {
             usage: Default::default(),
             parent,
             request_id: Some(launch.request_id.clone()).filter(|r| !r.is_empty()),
-            message_id: launch.chat.as_ref().map(|c| c.message_id.clone()),
+            message_id: launch
+                .chat
+                .as_ref()
+                .map(|c| c.message_id.clone())
+                .or_else(|| launch.alternative.as_ref().map(|a| a.id.clone())),
             last_seq: 0,
             last_step,
         }
@@ -475,10 +498,11 @@ impl Runs {
 
 /// The assistant message id of a run (made up for runs without a chat).
 fn message_id(launch: &Launch) -> String {
-    launch.chat.as_ref().map_or_else(
-        || format!("msg_{}", launch.run_id.simple()),
-        |c| c.message_id.clone(),
-    )
+    match (&launch.chat, &launch.alternative) {
+        (Some(c), _) => c.message_id.clone(),
+        (None, Some(a)) => a.id.clone(),
+        (None, None) => format!("msg_{}", launch.run_id.simple()),
+    }
 }
 
 /// `start.messageMetadata` of a run's stream.

@@ -17,8 +17,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::{Begin, ChatLink, Launch, Runs};
-use crate::events::now_micros;
+use super::{Alternative, Begin, ChatLink, Launch, Runs};
+use crate::events::{ForkOrigin, now_micros};
 use crate::replay;
 use crate::runtime::{Resume, rebuild_state};
 use crate::store::{RunRecord, StoreError};
@@ -134,7 +134,27 @@ impl Runs {
         let permit = self.permit()?;
         let (_, history) = replay::load(&*self.store, run.id).await?;
         let checkpoints = self.store.checkpoints(run.id, u32::MAX).await?;
+        // An attached fork answers no place in the chat: its answer becomes
+        // an alternative of the message it names.
+        let alternative = match (&run.chat_id, run.parent.as_ref()) {
+            (
+                Some(c),
+                Some(ForkOrigin {
+                    alternative_of: Some(of),
+                    ..
+                }),
+            ) => Some(Alternative {
+                chat_id: c.clone(),
+                of: of.clone(),
+                id: run
+                    .message_id
+                    .clone()
+                    .unwrap_or_else(|| format!("msg_{}", run.id.simple())),
+            }),
+            _ => None,
+        };
         let chat = match &run.chat_id {
+            Some(_) if alternative.is_some() => None,
             Some(c) => {
                 let message_id = run
                     .message_id
@@ -201,6 +221,7 @@ impl Runs {
             request_id,
             graph,
             chat,
+            alternative,
             metadata,
             begin,
             forked_from: run.parent.clone(),

@@ -56,6 +56,7 @@ impl Runs {
             graph: start.graph,
             chat: None,
             begin: Begin::Fresh(start.input.clone()),
+            alternative: None,
             forked_from: None,
             tap: start.tap,
         };

@@ -98,6 +98,7 @@ impl Runs {
             graph: Arc::clone(&turn.graph),
             chat: Some(chat),
             begin: Begin::Fresh(turn.input.clone()),
+            alternative: None,
             forked_from: None,
             tap: None,
         };

@@ -9,27 +9,19 @@ use futures::stream::FuturesUnordered;
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
+use super::routing::{Scratch, Task, join_progress, joins_of, pending, route, tasks_of};
 use super::task::{TaskEnv, run_task};
 use super::{
     CheckpointError, Checkpointer, Durability, PendingTask, RunError, RunOptions, RunOutcome,
     RunStatus, SNAPSHOT_FACTOR, Services, StepBatch, TaskWrite, input_state, json_weight,
 };
-use crate::events::{EVENT_FORMAT, Event, EventKind, EventSink, NodeEvents};
-use crate::graph::{NodeIdx, Target, Transition};
+use crate::events::{EVENT_FORMAT, Event, EventKind, EventSink, Frontier, NodeEvents};
+use crate::graph::NodeIdx;
 use crate::nodes::{Graph, NodeContext, SubgraphRunner};
 use crate::state::{DynState, TaskPatch, apply_step};
 
 /// How many recent steps the recursion-limit error looks at.
 const TRAIL: usize = 64;
-
-/// One task of a superstep.
-#[derive(Debug, Clone)]
-struct Task {
-    node: NodeIdx,
-    item: Option<Value>,
-    /// Task order: (node index, 0 for a plain trigger or 1 + map item number).
-    order: (u32, u32),
-}
 
 /// Where a run continues from: a checkpoint's state and frontier.
 #[derive(Debug)]
@@ -86,6 +78,7 @@ pub async fn run(
             input,
             format: EVENT_FORMAT,
             forked_from: opts.forked_from.clone(),
+            frontier: None,
             stream: opts.stream.clone(),
         },
     )
@@ -120,6 +113,12 @@ pub async fn run(
 
 /// Continues a run from a checkpoint (crash recovery, forks).
 ///
+/// A fork starts here: with `opts.forked_from` set and nothing of the run
+/// logged yet (`from.last_seq` 0), it emits `run_started` (the state as its
+/// input, the frontier it starts from) and stores that as its first
+/// checkpoint (step `from.step`, a snapshot) before the first step, so the
+/// fork can itself be replayed, re-executed, recovered and forked.
+///
 /// # Errors
 /// As [`run`]; also a frontier naming nodes the graph no longer has.
 pub async fn resume(
@@ -130,25 +129,28 @@ pub async fn resume(
 ) -> Result<RunOutcome, RunError> {
     let keep = opts.checkpointer.is_some();
     let sink = Arc::new(sink_for(&opts, from.last_seq, keep));
-    let mut tasks = Vec::new();
-    let mut counters = std::collections::HashMap::<u32, u32>::new();
-    for p in &from.next {
-        let node = graph
-            .node_index(&p.node)
-            .ok_or_else(|| RunError::Input(unknown_node(&p.node)))?;
-        let k = match &p.item {
-            None => 0,
-            Some(_) => {
-                let c = counters.entry(node).or_default();
-                *c += 1;
-                *c
-            }
-        };
-        tasks.push(Task {
-            node,
-            item: p.item.clone(),
-            order: (node, k),
-        });
+    let tasks = tasks_of(&graph, &from.next)?;
+    let starts_fork = opts.forked_from.is_some() && from.last_seq == 0;
+    if starts_fork {
+        sink.emit(
+            from.step,
+            None,
+            0,
+            EventKind::RunStarted {
+                graph: graph.id.to_string(),
+                graph_version: graph.version.clone(),
+                input: Arc::new(from.state.to_json()),
+                format: EVENT_FORMAT,
+                forked_from: opts.forked_from.clone(),
+                frontier: Some(Frontier {
+                    step: from.step,
+                    next: from.next.clone(),
+                    joins: from.joins.clone(),
+                }),
+                stream: opts.stream.clone(),
+            },
+        )
+        .await;
     }
     let mut exec = Exec::new(
         &graph,
@@ -163,23 +165,15 @@ pub async fn resume(
     );
     exec.durability = opts.durability;
     exec.step = from.step;
-    for (j, arrived) in from.joins.iter().enumerate() {
-        if let Some(join) = graph.joins.get(j) {
-            for (pos, src) in join.sources.iter().enumerate() {
-                exec.joins[j][pos] = arrived.iter().any(|a| *a == *graph.nodes[*src as usize].id);
-            }
-        }
+    exec.joins = joins_of(&graph, &from.joins);
+    if starts_fork {
+        exec.checkpoint(Vec::new(), true)
+            .await
+            .map_err(RunError::Checkpoint)?;
+        exec.store_deferred().await.map_err(RunError::Checkpoint)?;
     }
     let result = exec_result(&mut exec).await;
     exec.finish(result, opts.run_id).await
-}
-
-fn unknown_node(node: &str) -> crate::state::StateError {
-    crate::state::StateError::UnknownField {
-        node: node.to_owned(),
-        field: "(node)".into(),
-        state: "graph".into(),
-    }
 }
 
 /// Runs a graph inside a node (a subgraph): events go to the parent's sink
@@ -285,10 +279,10 @@ struct Exec<'a> {
     /// a run that dies before its first checkpoint is restarted from that
     /// input (what resuming from step 0 would do).
     deferred: Option<StepBatch>,
-    /// Scratch: nodes triggered for the next step (marks, and the list of
-    /// marked nodes so a step costs what it triggers, not the graph size).
-    triggered: Vec<bool>,
-    triggered_list: Vec<NodeIdx>,
+    /// Scratch space of the routing.
+    scratch: Scratch,
+    /// The previous step's task list, kept for its allocation.
+    spare: Vec<Task>,
 }
 
 impl<'a> Exec<'a> {
@@ -338,8 +332,8 @@ impl<'a> Exec<'a> {
             weight_since: 0,
             last_writes: None,
             deferred: None,
-            triggered: vec![false; graph.nodes.len()],
-            triggered_list: Vec::new(),
+            scratch: Scratch::new(graph),
+            spare: Vec::new(),
         }
     }
 
@@ -476,90 +470,35 @@ impl<'a> Exec<'a> {
     /// Evaluates the finished tasks' transitions into the next step's tasks
     /// (replacing `self.tasks`).
     fn route(&mut self) -> Result<(), RunError> {
-        let Exec {
-            graph,
-            state,
-            tasks,
-            joins,
-            triggered,
-            triggered_list,
-            names,
-            ..
-        } = self;
-        let state = &**state;
-        let mut trigger = |n: NodeIdx| {
-            let mark = &mut triggered[n as usize];
-            if !*mark {
-                *mark = true;
-                triggered_list.push(n);
-            }
-        };
-        let mut sends: Vec<Task> = Vec::new();
-        let mut map_count = std::collections::HashMap::<NodeIdx, u32>::new();
-        for t in tasks.iter() {
-            for tr in &graph.nodes[t.node as usize].out {
-                match tr {
-                    Transition::Goto(Target::Node(n)) => trigger(*n),
-                    Transition::Goto(Target::End) => {}
-                    Transition::Route(r) => {
-                        let key = r.on.key(state).map_err(|e| RunError::Map {
-                            node: names[t.node as usize].to_string(),
-                            message: e.to_string(),
-                        })?;
-                        match r.target(key.as_deref()) {
-                            Some(Target::Node(n)) => trigger(n),
-                            Some(Target::End) => {}
-                            None => {
-                                return Err(RunError::NoRoute {
-                                    node: names[t.node as usize].to_string(),
-                                    field: r.field_name.to_string(),
-                                    value: key.map_or("null".into(), |k| format!("`{k}`")),
-                                });
-                            }
-                        }
-                    }
-                    Transition::Map { over, to } => {
-                        let items = over.list(state).map_err(|e| RunError::Map {
-                            node: names[t.node as usize].to_string(),
-                            message: e.to_string(),
-                        })?;
-                        let c = map_count.entry(*to).or_default();
-                        for item in items {
-                            *c += 1;
-                            sends.push(Task {
-                                node: *to,
-                                item: Some(item),
-                                order: (*to, *c),
-                            });
-                        }
-                    }
-                    Transition::Join(j) => {
-                        let join = &graph.joins[*j];
-                        if let Some(pos) = join.sources.iter().position(|s| *s == t.node) {
-                            joins[*j][pos] = true;
-                        }
-                        if joins[*j].iter().all(|&a| a) {
-                            joins[*j].iter_mut().for_each(|a| *a = false);
-                            trigger(join.target);
-                        }
-                    }
-                }
-            }
-        }
-        triggered_list.sort_unstable();
-        // Reuse the task list's allocation for the next step.
-        tasks.clear();
-        for n in triggered_list.drain(..) {
-            triggered[n as usize] = false;
-            tasks.push(Task {
-                node: n,
-                item: None,
-                order: (n, 0),
-            });
-        }
-        if !sends.is_empty() {
-            tasks.extend(sends);
-            tasks.sort_by_key(|t| t.order);
+        std::mem::swap(&mut self.tasks, &mut self.spare);
+        let names = &self.names;
+        let result = route(
+            self.graph,
+            &*self.state,
+            |n| Cow::Borrowed(&*names[n as usize]),
+            &self.spare,
+            &mut self.joins,
+            &mut self.scratch,
+            &mut self.tasks,
+        );
+        self.spare.clear();
+        result
+    }
+
+    /// Stores the deferred input checkpoint now rather than with the first
+    /// step's (a fork's start, which a recovery must find).
+    async fn store_deferred(&mut self) -> Result<(), CheckpointError> {
+        if let (Some(cp), Some(batch)) = (self.checkpointer.clone(), self.deferred.take()) {
+            let step = batch.step;
+            cp.save_steps(vec![batch]).await?;
+            self.sink
+                .emit(
+                    step,
+                    None,
+                    0,
+                    EventKind::CheckpointSaved { checkpoint: step },
+                )
+                .await;
         }
         Ok(())
     }
@@ -671,29 +610,11 @@ impl<'a> Exec<'a> {
     }
 
     fn pending(&self) -> Vec<PendingTask> {
-        self.tasks
-            .iter()
-            .map(|t| PendingTask {
-                node: self.graph.nodes[t.node as usize].id.to_string(),
-                item: t.item.clone(),
-            })
-            .collect()
+        pending(self.graph, &self.tasks)
     }
 
     fn join_progress(&self) -> Vec<Vec<String>> {
-        self.graph
-            .joins
-            .iter()
-            .zip(&self.joins)
-            .map(|(j, arrived)| {
-                j.sources
-                    .iter()
-                    .zip(arrived)
-                    .filter(|(_, a)| **a)
-                    .map(|(s, _)| self.graph.nodes[*s as usize].id.to_string())
-                    .collect()
-            })
-            .collect()
+        join_progress(self.graph, &self.joins)
     }
 
     /// Emits the run's last event, stores the final batch and returns the outcome.

@@ -13,6 +13,7 @@
 
 mod checkpoint;
 mod executor;
+mod routing;
 mod task;
 
 use std::sync::Arc;
@@ -35,6 +36,7 @@ pub use checkpoint::{
     StepBatch, TaskWrite, json_weight, rebuild_state,
 };
 pub use executor::{Resume, resume, run, run_nested};
+pub use routing::next_after;
 
 /// Options of one run.
 #[derive(Clone)]

@@ -1,7 +1,9 @@
 //! The debugging API over stored runs: `GET /api/runs`, `GET /api/runs/{id}`,
 //! `GET /api/runs/{id}/events` (JSON, or the client's SSE bytes when asked
 //! with `Accept: text/event-stream`), `GET /api/runs/{id}/state?step=N`,
-//! `POST /api/runs/{id}/fork`. Every run is visible only to its user.
+//! `POST /api/runs/{id}/fork` (after or before a node, optionally attached
+//! to the chat as an alternative answer). Every run is visible only to its
+//! user.
 
 use std::sync::Arc;
 
@@ -17,7 +19,8 @@ use uuid::Uuid;
 use super::AppState;
 use super::auth::User;
 use super::error::ApiError;
-use crate::replay;
+use crate::events::ForkMode;
+use crate::replay::{self, Edit};
 use crate::runs::{ForkError, ForkRequest, StartError};
 use crate::runtime::RunStatus;
 use crate::store::{RunCursor, RunQuery, RunRecord};
@@ -206,17 +209,33 @@ pub(super) async fn state_at(
     ))
 }
 
-/// The fork request body.
+/// The fork request body (docs/forks.md).
 #[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub(super) struct ForkBody {
-    /// Checkpoint step to start from.
-    at: u32,
-    /// Fields to replace.
+    /// The step forked (the one the node ran in); optional with a node that
+    /// ran once.
+    #[serde(default)]
+    at: Option<u32>,
+    /// The edit comes after this node: routed again from it (the default,
+    /// with the step's node when it ran one).
+    #[serde(default)]
+    after: Option<String>,
+    /// The edit comes before this node, which runs again.
+    #[serde(default)]
+    before: Option<String>,
+    /// Fields and their values.
     #[serde(default)]
     set: serde_json::Map<String, Value>,
+    /// Attach the answer to the parent's chat as an alternative of its
+    /// assistant message.
+    #[serde(default)]
+    attach: bool,
 }
 
-/// `POST /api/runs/{id}/fork`: a new run from a checkpoint with edited state.
+/// `POST /api/runs/{id}/fork`: a new run from a step of another, with an
+/// edit after or before a node. 202 with the run; 400 with a stable code
+/// when the step, node or edit is refused (nothing ran).
 pub(super) async fn fork(
     State(state): State<Arc<AppState>>,
     user: User,
@@ -227,18 +246,35 @@ pub(super) async fn fork(
     let parent = owned_run(&state, &user, &id).await?;
     let body: ForkBody = serde_json::from_slice(&body)
         .map_err(|e| ApiError::bad_request("invalid_request", format!("invalid fork body: {e}")))?;
+    let (mode, node) = match (body.after, body.before) {
+        (Some(_), Some(_)) => {
+            return Err(ApiError::bad_request(
+                "invalid_request",
+                "give `after` or `before`, not both",
+            ));
+        }
+        (None, Some(n)) => (ForkMode::Before, Some(n)),
+        (after, None) => (ForkMode::After, after),
+    };
     state.limits.check_tokens(&*state.store, &user.0).await?;
-    let at = body.at;
     let req = ForkRequest {
         parent: parent.clone(),
         user_id: user.0.clone(),
-        at,
-        set: body.set.into_iter().collect(),
+        edit: Edit {
+            step: body.at,
+            mode,
+            node,
+            set: body.set.into_iter().collect(),
+        },
+        attach: body.attach,
         request_id: request_id.0,
     };
     let started = state.runs.fork(req).await.map_err(|e| match e {
         ForkError::UnknownGraph(_) => ApiError::not_found(e.to_string()),
-        ForkError::Invalid(_) => ApiError::bad_request("invalid_fork", e.to_string()),
+        ForkError::Edit(_) | ForkError::Invalid(_) => {
+            ApiError::bad_request(e.code(), e.to_string())
+        }
+        ForkError::NotAttachable(_) => ApiError::new(StatusCode::CONFLICT, e.code(), e.to_string()),
         ForkError::Start(StartError::Store(s)) => s.into(),
         ForkError::Start(StartError::Full) => ApiError::new(
             StatusCode::TOO_MANY_REQUESTS,
@@ -251,9 +287,18 @@ pub(super) async fn fork(
             other.to_string(),
         ),
     })?;
+    let o = &started.origin;
     Ok((
         StatusCode::ACCEPTED,
-        Json(json!({ "runId": started.run_id, "parent": parent.id, "at": at })),
+        Json(json!({
+            "runId": started.run_id,
+            "parent": parent.id,
+            "at": o.step,
+            "mode": o.mode,
+            "nodes": o.nodes,
+            "set": o.set,
+            "alternativeOf": o.alternative_of,
+        })),
     )
         .into_response())
 }

@@ -108,6 +108,11 @@ const MIGRATIONS: &[Migration] = &[
         name: "usage_by_user",
         sql: include_str!("migrations/postgres/0006_usage_by_user.sql"),
     },
+    Migration {
+        version: 7,
+        name: "fork_detail",
+        sql: include_str!("migrations/postgres/0007_fork_detail.sql"),
+    },
 ];
 
 /// Advisory lock key serializing migrations across instances ("stgraph").
@@ -462,7 +467,7 @@ impl ChatStore for PostgresStore {
             tx.execute(
                 &format!(
                     "INSERT INTO runs ({RUN_COLS}, lease_owner, lease_until)
-                     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20)"
+                     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21)"
                 ),
                 &params,
             )
@@ -637,7 +642,7 @@ impl RunStore for PostgresStore {
             let cols = RunColumns::new(&run)?;
             let sql = format!(
                 "INSERT INTO runs ({RUN_COLS})
-                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18)"
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19)"
             );
             match self.execute(&sql, &cols.params()).await {
                 Err(StoreError::Conflict(_)) => {

@@ -87,6 +87,11 @@ const MIGRATIONS: &[Migration] = &[
         name: "usage_by_user",
         sql: include_str!("migrations/sqlite/0006_usage_by_user.sql"),
     },
+    Migration {
+        version: 7,
+        name: "fork_detail",
+        sql: include_str!("migrations/sqlite/0007_fork_detail.sql"),
+    },
 ];
 
 /// Settings for [`SqliteStore::open_with`].

@@ -289,6 +289,41 @@ fn new_graph_checks_runs_stores_replays_and_forks() {
         String::from_utf8_lossy(&bad.stderr).contains("nope"),
         "{bad:?}"
     );
+    // Before a node: it runs again on the edited input (a plain string
+    // needs no JSON quotes); the fork replays and re-executes like any run.
+    let before = sg(
+        d,
+        &["fork", &id, "--before", "answer", "--set", "query=Why not?"],
+    );
+    assert!(before.status.success(), "{before:?}");
+    let text = stdout(&before);
+    assert!(
+        text.contains(&format!("of run {id} at step 1, before answer")),
+        "{text}"
+    );
+    assert!(text.contains("answer finished"), "{text}");
+    let child = text
+        .lines()
+        .find_map(|l| l.strip_prefix("fork ")?.split_whitespace().next())
+        .unwrap()
+        .to_owned();
+    let reexec = sg(d, &["replay", &child, "--reexecute"]);
+    assert!(
+        stdout(&reexec).contains("no divergence"),
+        "{}",
+        stdout(&reexec)
+    );
+    let sse = sg(d, &["replay", &child, "--sse"]);
+    assert!(
+        stdout(&sse).contains("\"type\":\"start\""),
+        "{}",
+        stdout(&sse)
+    );
+    // A refused edit names its code.
+    let refused = sg(d, &["fork", &id, "--after", "ghost"]);
+    assert!(!refused.status.success());
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert!(stderr.contains("[unknown_node]"), "{stderr}");
 }
 
 /// `schema` prints a JSON Schema naming every node kind; `check --format

@@ -42,13 +42,13 @@ fn node_of(req: &ChatRequest) -> &'static str {
 
 /// How the scripted model answers.
 #[derive(Clone)]
-struct Script {
+pub(crate) struct Script {
     /// The router's reply.
-    router: Turn,
+    pub(crate) router: Turn,
     /// Agent model calls that ask for a tool before answering.
-    agent_tool_rounds: usize,
+    pub(crate) agent_tool_rounds: usize,
     /// The tool agents ask for.
-    agent_tool: &'static str,
+    pub(crate) agent_tool: &'static str,
 }
 
 impl Default for Script {
@@ -61,17 +61,17 @@ impl Default for Script {
     }
 }
 
-fn route(intent: &str) -> Turn {
+pub(crate) fn route(intent: &str) -> Turn {
     Turn::json(
         json!({"intent": intent, "reasoning": format!("looks like {intent}"), "missing_slots": [], "detected_language": "en"}),
     )
 }
 
 /// The requests a scripted model received, with the node that sent each.
-type RequestLog = Arc<Mutex<Vec<(String, ChatRequest)>>>;
+pub(crate) type RequestLog = Arc<Mutex<Vec<(String, ChatRequest)>>>;
 
 /// A scripted model following `script`; returns it with the log of (node, request).
-fn model(script: Script) -> (Arc<ScriptedModel>, RequestLog) {
+pub(crate) fn model(script: Script) -> (Arc<ScriptedModel>, RequestLog) {
     let log = Arc::new(Mutex::new(Vec::new()));
     let seen = Arc::clone(&log);
     let m = ScriptedModel::from_fn(move |req| {

@@ -18,6 +18,7 @@ mod data_tools;
 mod degrade;
 mod executor;
 mod failed_turns;
+mod forks;
 mod hostile;
 mod limits;
 mod mcp;

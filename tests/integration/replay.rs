@@ -198,38 +198,72 @@ async fn after_a_prompt_edit_reexecution_reports_the_first_divergence() {
     assert!(r.report().contains("first divergence"), "{}", r.report());
 }
 
+fn after(step: Option<u32>, node: Option<&str>, set: &[(&str, Value)]) -> replay::Edit {
+    replay::Edit {
+        step,
+        mode: stategraph::events::ForkMode::After,
+        node: node.map(str::to_owned),
+        set: set
+            .iter()
+            .map(|(f, v)| ((*f).to_owned(), v.clone()))
+            .collect(),
+    }
+}
+
 #[tokio::test]
-async fn a_fork_starts_from_a_checkpoint_with_edited_state() {
+async fn a_fork_after_the_router_routes_again_from_the_edit() {
     let store = Arc::new(MemoryStore::new());
     let (graph, run_id) = recorded_run(&store).await;
-    // After step 2 the router has decided; force a different intent.
+    // After step 2 the router has decided; say it decided DIRECT instead.
     let at2 = replay::state_at(&*store, &graph, run_id, 2).await.unwrap();
     assert_eq!(at2.to_json()["intent"], "RESEARCH");
-    let resume = replay::fork_point(
+    let point = replay::fork_point(
         &*store,
         &graph,
         run_id,
-        2,
-        &[("intent".into(), json!("DIRECT"))],
+        &after(Some(2), None, &[("intent", json!("DIRECT"))]),
     )
     .await
     .unwrap();
+    let next: Vec<&str> = point.resume.next.iter().map(|t| t.node.as_str()).collect();
     assert_eq!(
-        resume
-            .next
-            .iter()
-            .map(|t| t.node.as_str())
-            .collect::<Vec<_>>(),
-        ["research"],
-        "the frontier as it was"
+        next,
+        ["direct"],
+        "routed again from the edit, not the recorded frontier"
     );
-    let bad = replay::fork_point(&*store, &graph, run_id, 2, &[("nope".into(), json!(1))]).await;
-    assert!(bad.is_err());
+    assert_eq!(
+        point.origin.nodes,
+        ["router"],
+        "the step's only node by default"
+    );
+    // The same by node alone: the router ran once, in step 2.
+    let by_node = replay::fork_point(
+        &*store,
+        &graph,
+        run_id,
+        &after(None, Some("router"), &[("intent", json!("DIRECT"))]),
+    )
+    .await
+    .unwrap();
+    assert_eq!(by_node.origin.step, 2);
+    let bad = replay::fork_point(
+        &*store,
+        &graph,
+        run_id,
+        &after(Some(2), None, &[("nope", json!(1))]),
+    )
+    .await;
+    assert!(matches!(
+        bad,
+        Err(replay::ReplayError::Edit(
+            replay::EditError::UnknownField { .. }
+        ))
+    ));
     let opts = RunOptions {
-        forked_from: Some(replay::origin(run_id, 2)),
+        forked_from: Some(point.origin.clone()),
         ..Default::default()
     };
-    let out = runtime::resume(graph, crate::support::services(model()), resume, opts)
+    let out = runtime::resume(graph, crate::support::services(model()), point.resume, opts)
         .await
         .unwrap();
     assert_eq!(out.state.to_json()["intent"], "DIRECT");

@@ -97,7 +97,7 @@ export function mount(el, ctx) {
     h('input', { type: 'radio', name: `${uid}-mode`, value, checked: value === 'checkpoint', 'data-testid': `fork-mode-${value}`, onchange: modeChanged }), label);
   const modeSet = h('fieldset', { class: 'field', style: 'border:1px solid var(--border);border-radius:6px;padding:6px 10px' },
     h('legend', { class: 'small', style: 'font-weight:600' }, 'Start from'),
-    radio('checkpoint', 'the checkpoint after the step'), radio('after', 'after a node of the step'), radio('before', 'before a node of the step'),
+    radio('checkpoint', 'after the step (its node)'), radio('after', 'after a node of the step'), radio('before', 'before a node of the step'),
     h('div', { class: 'row' }, h('label', { for: `${uid}-node` }, 'Node'), nodeSel));
   const fieldSel = h('select', { id: `${uid}-field`, 'data-testid': 'fork-field-select' });
   const addBtn = h('button', { type: 'button', class: 'btn', 'data-testid': 'fork-add-field', onclick: () => addField(fieldSel.value) }, 'Edit field');
@@ -107,7 +107,7 @@ export function mount(el, ctx) {
   const result = h('div', { 'data-testid': 'fork-result', 'aria-live': 'polite' });
   const form = h('form', { class: 'card', 'aria-labelledby': `${uid}-title`, onsubmit: (ev) => { ev.preventDefault(); doFork(); } },
     h('h2', { class: 'card-title', id: `${uid}-title` }, 'Fork this run'),
-    h('p', { class: 'small muted' }, 'A new run starts from a checkpoint of this one, with the fields you edit replaced, and is linked to this run as its parent.'),
+    h('p', { class: 'small muted' }, 'A new run starts from this one, linked to it as its parent. After a node, your edit is applied as if the node had written it (through each field\'s reducer) and what runs next is routed again; before a node, the fields you edit are replaced in what it saw and it runs again.'),
     h('div', { class: 'row', style: 'align-items:flex-start;gap:18px' },
       h('div', { class: 'field' }, h('label', { for: `${uid}-step` }, 'Step'), stepSel), modeSet),
     h('h3', null, 'Fields to change'),

@@ -124,7 +124,7 @@ impl<'a> MessageColumns<'a> {
 }
 
 pub(super) const RUN_COLS: &str = "id, chat_id, user_id, graph, graph_version, status, input, created_at, finished_at, error, \
-     prompt_tokens, completion_tokens, parent_run, parent_step, request_id, message_id, last_seq, last_step";
+     prompt_tokens, completion_tokens, parent_run, parent_step, request_id, message_id, last_seq, last_step, parent_fork";
 
 pub(super) fn run_of(r: &Row) -> StoreResult<RunRecord> {
     let finished_at: Option<i64> = r.try_get(8)?;
@@ -132,6 +132,7 @@ pub(super) fn run_of(r: &Row) -> StoreResult<RunRecord> {
     let parent_run: Option<Uuid> = r.try_get(12)?;
     let parent_step: Option<i32> = r.try_get(13)?;
     let last_step: i32 = r.try_get(17)?;
+    let fork: Option<Json<ForkOrigin>> = r.try_get(18)?;
     Ok(RunRecord {
         id: r.try_get(0)?,
         chat_id: r.try_get(1)?,
@@ -152,10 +153,12 @@ pub(super) fn run_of(r: &Row) -> StoreResult<RunRecord> {
             // is in the run's events (each call's usage).
             ..Usage::default()
         },
-        parent: match (parent_run, parent_step) {
-            (Some(run_id), Some(step)) => Some(ForkOrigin {
+        parent: match (parent_run, parent_step, fork) {
+            (Some(_), Some(_), Some(Json(origin))) => Some(origin),
+            (Some(run_id), Some(step), None) => Some(ForkOrigin {
                 run_id,
                 step: sql::u32_of(i64::from(step), "parent step")?,
+                ..ForkOrigin::default()
             }),
             _ => None,
         },
@@ -177,6 +180,7 @@ pub(super) struct RunColumns<'a> {
     completion: i64,
     parent_run: Option<Uuid>,
     parent_step: Option<i32>,
+    fork: Option<Json<&'a ForkOrigin>>,
     last_seq: i64,
     last_step: i32,
 }
@@ -200,12 +204,13 @@ impl<'a> RunColumns<'a> {
                 .as_ref()
                 .map(|p| sql::i32_of(p.step, "parent step"))
                 .transpose()?,
+            fork: run.parent.as_ref().map(Json),
             last_seq: sql::i64_of(run.last_seq, "last seq")?,
             last_step: sql::i32_of(run.last_step, "last step")?,
         })
     }
 
-    pub(super) fn params(&self) -> [&(dyn ToSql + Sync); 18] {
+    pub(super) fn params(&self) -> [&(dyn ToSql + Sync); 19] {
         let r = self.run;
         [
             &r.id,
@@ -226,6 +231,7 @@ impl<'a> RunColumns<'a> {
             &r.message_id,
             &self.last_seq,
             &self.last_step,
+            &self.fork,
         ]
     }
 }

@@ -81,13 +81,14 @@ pub(super) fn upsert_message(
 }
 
 pub(super) const RUN_COLS: &str = "id, chat_id, user_id, graph, graph_version, status, input, created_at, finished_at, error, \
-     prompt_tokens, completion_tokens, parent_run, parent_step, request_id, message_id, last_seq, last_step";
+     prompt_tokens, completion_tokens, parent_run, parent_step, request_id, message_id, last_seq, last_step, parent_fork";
 
 pub(super) fn run_of(r: &Row<'_>) -> StoreResult<RunRecord> {
     let error: Option<String> = r.get(9)?;
     let parent_run: Option<String> = r.get(12)?;
     let parent_step: Option<i64> = r.get(13)?;
     let finished_at: Option<i64> = r.get(8)?;
+    let fork: Option<String> = r.get(18)?;
     Ok(RunRecord {
         id: uuid_of(text(r, 0)?)?,
         chat_id: r.get(1)?,
@@ -111,10 +112,12 @@ pub(super) fn run_of(r: &Row<'_>) -> StoreResult<RunRecord> {
             // is in the run's events (each call's usage).
             ..Usage::default()
         },
-        parent: match (parent_run, parent_step) {
-            (Some(run), Some(step)) => Some(ForkOrigin {
+        parent: match (parent_run, parent_step, fork) {
+            (Some(_), Some(_), Some(fork)) => Some(sql::from_json(&fork, "fork origin")?),
+            (Some(run), Some(step), None) => Some(ForkOrigin {
                 run_id: uuid_of(&run)?,
                 step: sql::u32_of(step, "parent step")?,
+                ..ForkOrigin::default()
             }),
             _ => None,
         },
@@ -127,7 +130,7 @@ pub(super) fn run_of(r: &Row<'_>) -> StoreResult<RunRecord> {
 
 pub(super) fn insert_run(conn: &Connection, run: &RunRecord) -> StoreResult<()> {
     let sql_text = format!(
-        "INSERT INTO runs ({RUN_COLS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18)"
+        "INSERT INTO runs ({RUN_COLS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19)"
     );
     let result = conn.prepare_cached(&sql_text)?.execute(params![
         run.id.to_string(),
@@ -153,6 +156,10 @@ pub(super) fn insert_run(conn: &Connection, run: &RunRecord) -> StoreResult<()> 
         run.message_id,
         sql::i64_of(run.last_seq, "last seq")?,
         run.last_step,
+        run.parent
+            .as_ref()
+            .map(|p| sql::to_json(p, "fork origin"))
+            .transpose()?,
     ]);
     match result {
         Err(e) if e.sqlite_error_code() == Some(ErrorCode::ConstraintViolation) => {

@@ -198,9 +198,17 @@ pub(super) async fn runs_are_created_listed_and_finished(store: Arc<dyn Store>) 
         run(Some("c1"), 200),
     );
     let mut loose = run(None, 400);
+    // A fork's record keeps its mode, node(s), edit and attachment.
     loose.parent = Some(ForkOrigin {
         run_id: a.id,
         step: 3,
+        mode: Some(stategraph::events::ForkMode::After),
+        nodes: vec!["router".into()],
+        set: json!({"intent": "EXPLAIN", "n": 2})
+            .as_object()
+            .cloned()
+            .unwrap_or_default(),
+        alternative_of: Some("m-7".into()),
     });
     loose.request_id = None;
     for r in [&a, &b, &c, &loose] {

@@ -277,6 +277,21 @@ fn every_kind() -> Vec<EventKind> {
             forked_from: Some(ForkOrigin {
                 run_id: Uuid::nil(),
                 step: 2,
+                mode: Some(stategraph::events::ForkMode::Before),
+                nodes: vec!["narrator".into()],
+                set: json!({"query": "why?"})
+                    .as_object()
+                    .cloned()
+                    .unwrap_or_default(),
+                alternative_of: None,
+            }),
+            frontier: Some(stategraph::events::Frontier {
+                step: 2,
+                next: vec![stategraph::events::PendingTask {
+                    node: "narrator".into(),
+                    item: None,
+                }],
+                joins: vec![vec!["a".into()]],
             }),
             stream: Some(json!({"messageId": "m1"})),
         },
