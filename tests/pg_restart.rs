@@ -11,7 +11,16 @@
 //! its own test binary with one test, run alone after the main suite
 //! (`cargo test --test pg_restart`); the main suite simulates outages with a
 //! proxy instead.
-#![allow(missing_docs, clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+#![allow(
+    missing_docs,
+    unreachable_pub,
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic
+)]
+
+#[path = "common/data_tool.rs"]
+mod data_tool;
 
 use std::panic::AssertUnwindSafe;
 use std::path::PathBuf;
@@ -129,7 +138,7 @@ fn model() -> ScriptedModel {
             && !req.tools.is_empty()
             && !used_tool
         {
-            Turn::tool("calculator", json!({"expression": "6*7"}))
+            Turn::tool("indicator_value", json!({"country": "KEN"}))
         } else {
             Turn::text("The answer is 42 — «quarante-deux» ✓ 四十二.")
         }
@@ -170,6 +179,11 @@ async fn restart_mid_run(url: String) {
     let store: Arc<dyn Store> = Arc::new(PostgresStore::connect(&url, 4).await.unwrap());
     let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
     let registries = Registries::default();
+    // The chat's data nodes need a data tool, or they answer NO_DATA unasked.
+    registries
+        .tools
+        .register(Arc::new(data_tool::IndicatorValue::new()))
+        .unwrap();
     let catalog = registries.load_files(&[root.join("graphs/chat.yaml")], &root.join("prompts"));
     assert!(!catalog.has_errors(), "{:#?}", catalog.diagnostics);
     let graph = Arc::clone(catalog.get("chat").unwrap());
