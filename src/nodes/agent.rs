@@ -189,8 +189,6 @@ struct Outcome {
     extracted: Vec<(Arc<str>, Value, bool)>,
     /// Pass-through results were shown as the answer.
     shown: bool,
-    /// Names of tools that returned a result (not an error).
-    succeeded: Vec<String>,
 }
 
 /// How the thinking note before a call past the time budget begins (a
@@ -338,7 +336,10 @@ impl Agent {
         let mut done = self.converse(&cx, request, &allowed).await?;
         if let Some(no_data) = &self.no_data
             && !done.shown
-            && !done.succeeded.iter().any(|name| data.contains(name))
+            // A trace record with an `output` is a call that returned a result.
+            && !done.trace.iter().any(|r| {
+                r.get("output").is_some() && data.iter().any(|d| r["tool"] == d.as_str())
+            })
         {
             cx.events
                 .thinking("None of the data tools returned data; not answering from memory.")
@@ -402,17 +403,14 @@ impl Agent {
                 if let Some(text) = display {
                     shown.push(text);
                 }
-                if let Some(output) = record.get("output") {
-                    done.succeeded.push(tc.name.clone());
-                    if !self.extract.is_empty() {
-                        done.extracted.extend(self.extract.apply(
-                            cx.state,
-                            cx.item,
-                            &tc.name,
-                            &record["args"],
-                            output,
-                        ));
-                    }
+                if let (false, Some(output)) = (self.extract.is_empty(), record.get("output")) {
+                    done.extracted.extend(self.extract.apply(
+                        cx.state,
+                        cx.item,
+                        &tc.name,
+                        &record["args"],
+                        output,
+                    ));
                 }
                 request.messages.push(ChatMessage::Tool {
                     call_id: tc.id.clone(),

@@ -141,9 +141,20 @@ impl Outcome {
 }
 
 async fn run_chat(script: Script, input: Value) -> Outcome {
+    let (m, log) = model(script);
+    let (state, events) = run_with(m, input).await;
+    let calls = log.lock().unwrap().clone();
+    Outcome {
+        state,
+        events,
+        calls,
+    }
+}
+
+/// Runs the shipped chat graph with `model`; its final state and events.
+async fn run_with(model: Arc<ScriptedModel>, input: Value) -> (Value, Vec<Arc<Event>>) {
     let cat = shipped_catalog();
     let graph = Arc::clone(cat.get("chat").unwrap());
-    let (m, log) = model(script);
     let (tx, mut rx) = mpsc::channel(64);
     let collector = tokio::spawn(async move {
         let mut all = Vec::new();
@@ -154,7 +165,7 @@ async fn run_chat(script: Script, input: Value) -> Outcome {
     });
     let out = runtime::run(
         graph,
-        services(m),
+        services(model),
         input,
         RunOptions {
             events: Some(tx),
@@ -163,13 +174,7 @@ async fn run_chat(script: Script, input: Value) -> Outcome {
     )
     .await
     .unwrap();
-    let events = collector.await.unwrap();
-    let calls = log.lock().unwrap().clone();
-    Outcome {
-        state: out.state.to_json(),
-        events,
-        calls,
-    }
+    (out.state.to_json(), collector.await.unwrap())
 }
 
 #[tokio::test]
@@ -535,28 +540,7 @@ async fn an_answer_broken_mid_stream_is_not_streamed_twice() {
             _ => Turn::text("unused"),
         }
     });
-    let cat = shipped_catalog();
-    let graph = Arc::clone(cat.get("chat").unwrap());
-    let (tx, mut rx) = mpsc::channel(64);
-    let collector = tokio::spawn(async move {
-        let mut all = Vec::new();
-        while let Some(e) = rx.recv().await {
-            all.push(e);
-        }
-        all
-    });
-    let out = runtime::run(
-        graph,
-        services(Arc::new(m)),
-        conversation(1, "hello"),
-        RunOptions {
-            events: Some(tx),
-            ..Default::default()
-        },
-    )
-    .await
-    .unwrap();
-    let events = collector.await.unwrap();
+    let (state, events) = run_with(Arc::new(m), conversation(1, "hello")).await;
     // The narrator has `retry: {attempts: 2}`: a transient failure before
     // any text would be retried, but not after text reached the client.
     let calls = log
@@ -576,7 +560,7 @@ async fn an_answer_broken_mid_stream_is_not_streamed_twice() {
         })
         .collect();
     assert_eq!(text, "Half an answer", "streamed once");
-    assert_eq!(out.state.to_json()["answer"], "Half an answer");
+    assert_eq!(state["answer"], "Half an answer");
     assert!(
         events
             .iter()
