@@ -110,6 +110,20 @@ pub(super) enum Command {
         #[arg(long)]
         attach: bool,
     },
+    /// Continue a run paused for a person (an approval, a client tool's
+    /// output, a question) with the answer, and print its timeline.
+    Resume {
+        /// Run id.
+        run: uuid::Uuid,
+        /// The answer, as JSON, when the run waits at one interrupt: e.g.
+        /// `'{"approved": true}'`, `'{"output": …}'`, `'"blue"'`.
+        #[arg(long, conflicts_with = "answer")]
+        value: Option<String>,
+        /// `ID=JSON` answers by interrupt id (repeatable), when it waits
+        /// at several.
+        #[arg(long)]
+        answer: Vec<String>,
+    },
     /// Apply the store's schema migrations.
     Migrate,
     /// Delete old runs (with their events and checkpoints).

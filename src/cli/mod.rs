@@ -220,6 +220,11 @@ fn dispatch(cli: Cli, config: Config, registries: Registries) -> anyhow::Result<
             let ok = runtime()?.block_on(ctx.with_mcp(replay::fork_run(&ctx, fork, out)))?;
             Ok(exit(ok))
         }
+        Command::Resume { run, value, answer } => {
+            let ok = runtime()?
+                .block_on(ctx.with_mcp(replay::resume_run(&ctx, run, value, &answer, out)))?;
+            Ok(exit(ok))
+        }
         Command::Migrate => runtime()?.block_on(migrate(&ctx, out)),
         Command::Prune { older_than, chats } => {
             runtime()?.block_on(prune(&ctx, &older_than, chats, out))

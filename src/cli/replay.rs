@@ -119,3 +119,73 @@ pub(super) async fn fork_run(ctx: &Ctx, fork: Fork, out: &mut dyn Write) -> anyh
     )?;
     Ok(record.status == RunStatus::Finished)
 }
+
+/// `stategraph resume RUN --value JSON | --answer ID=JSON…`: continues a
+/// paused run with the answer(s) and prints its timeline; true when it
+/// finished.
+pub(super) async fn resume_run(
+    ctx: &Ctx,
+    run: uuid::Uuid,
+    value: Option<String>,
+    answer: &[String],
+    out: &mut dyn Write,
+) -> anyhow::Result<bool> {
+    let store = ctx.store().await?;
+    let record = store
+        .get_run(run)
+        .await?
+        .ok_or_else(|| anyhow!("no run {run}"))?;
+    let runs = ctx.runs(std::sync::Arc::clone(&store), ctx.services()?, ctx.graphs());
+    let mut answers = std::collections::BTreeMap::new();
+    for a in answer {
+        let (id, json) = a
+            .split_once('=')
+            .ok_or_else(|| anyhow!("`--answer {a}`: write ID=JSON"))?;
+        let v = serde_json::from_str(json)
+            .map_err(|e| anyhow!("`--answer {a}`: the answer is not JSON: {e}"))?;
+        answers.insert(id.to_owned(), v);
+    }
+    if let Some(v) = value {
+        let v: serde_json::Value =
+            serde_json::from_str(&v).map_err(|e| anyhow!("`--value`: not JSON: {e}"))?;
+        let waiting = runs.waiting_at(&record).await?;
+        match waiting.as_slice() {
+            [one] => {
+                answers.insert(one.id.clone(), v);
+            }
+            [] => {}
+            many => {
+                let ids: Vec<String> = many.iter().map(|i| i.summary()).collect();
+                return Err(anyhow!(
+                    "the run waits at {} interrupts; answer each with --answer ID=JSON:\n  {}",
+                    many.len(),
+                    ids.join("\n  ")
+                ));
+            }
+        }
+    }
+    let upkeep = runs.spawn_upkeep();
+    let started = runs
+        .resume(crate::runs::ResumeRequest {
+            run_id: run,
+            user_id: record.user_id.clone(),
+            request_id: String::new(),
+            answers,
+            new_message: None,
+        })
+        .await;
+    let started = match started {
+        Ok(s) => s,
+        Err(e) => {
+            runs.shutdown(std::time::Duration::ZERO).await;
+            upkeep.abort();
+            return Err(anyhow!("resume refused: {e}"));
+        }
+    };
+    started.hub.wait().await;
+    runs.shutdown(std::time::Duration::ZERO).await;
+    upkeep.abort();
+    let (record, events) = replay::load(&*store, run).await?;
+    write!(out, "{}", replay::timeline(&record, &events))?;
+    Ok(record.status == RunStatus::Finished)
+}

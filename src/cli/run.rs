@@ -213,6 +213,21 @@ fn readable(
         }
         EventKind::RunFailed { error } => format!("run FAILED [{}]: {}", error.code, error.message),
         EventKind::RunCancelled { reason } => format!("run cancelled: {reason}"),
+        EventKind::RunInterrupted { interrupts } => {
+            let waits: Vec<String> = interrupts.iter().map(|i| i.summary()).collect();
+            format!(
+                "run paused, waiting for {} (answer with `stategraph resume {} --value JSON`)",
+                waits.join("; "),
+                ev.run_id
+            )
+        }
+        EventKind::RunResumed { answers } => format!(
+            "run resumed with {}",
+            serde_json::to_string(answers).unwrap_or_default()
+        ),
+        EventKind::ToolDenied { tool, .. } => {
+            format!("step {} ✗ {node} tool {tool} denied", ev.step)
+        }
         EventKind::NodeStarted { attempt, .. } if *attempt > 1 => {
             format!("step {} ▶ {node} (attempt {attempt})", ev.step)
         }

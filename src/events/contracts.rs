@@ -46,6 +46,23 @@ pub enum RunStatus {
     Failed,
     /// Cancelled.
     Cancelled,
+    /// Paused at an interrupt (a tool approval, a client-side tool, a
+    /// question), waiting for a person's answer: nothing runs and nothing
+    /// is held in memory until a resume claims it.
+    Interrupted,
+}
+
+impl RunStatus {
+    /// The name stores and the API use.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RunStatus::Running => "running",
+            RunStatus::Finished => "finished",
+            RunStatus::Failed => "failed",
+            RunStatus::Cancelled => "cancelled",
+            RunStatus::Interrupted => "interrupted",
+        }
+    }
 }
 
 /// What one superstep changed.

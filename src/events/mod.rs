@@ -200,6 +200,90 @@ pub struct Frontier {
     pub joins: Vec<Vec<String>>,
 }
 
+/// A point where a run waits for a person (see [`EventKind::RunInterrupted`]).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Interrupt {
+    /// Unique within the run; the answer names it. For a tool approval it
+    /// is the AI SDK's `approvalId`, for a client-side tool the tool call id.
+    pub id: String,
+    /// The node (and task) that asked.
+    pub node: String,
+    /// Its step.
+    pub step: u32,
+    /// Its task.
+    #[serde(default)]
+    pub task: u32,
+    /// When the wait lapses and the run fails, µs since the epoch.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expires_at: Option<u64>,
+    /// What is asked.
+    #[serde(flatten)]
+    pub ask: Ask,
+}
+
+/// What an [`Interrupt`] asks for.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum Ask {
+    /// Whether a tool call may run. Answer: `{"approved": bool, "reason"?: string}`.
+    Approval {
+        /// The tool call.
+        call_id: String,
+        /// The tool.
+        tool: String,
+        /// Its arguments.
+        args: Value,
+    },
+    /// The output of a tool the front end executes. Answer:
+    /// `{"output": any}` or `{"error": string}`.
+    ClientTool {
+        /// The tool call.
+        call_id: String,
+        /// The tool.
+        tool: String,
+        /// Its arguments.
+        args: Value,
+    },
+    /// A question whose answer is written into a state field. Answer: a
+    /// value of the field's type.
+    Question {
+        /// The question, rendered from the state.
+        question: String,
+        /// The field the answer goes to.
+        field: String,
+        /// JSON Schema of the answer (the field's type).
+        schema: Value,
+        /// Suggested answers, if any.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        options: Vec<Value>,
+    },
+}
+
+impl Interrupt {
+    /// One line saying what it waits for (timelines, logs).
+    pub fn summary(&self) -> String {
+        match &self.ask {
+            Ask::Approval { tool, args, .. } => {
+                format!("{}: approval of {tool}({args})", self.id)
+            }
+            Ask::ClientTool { tool, args, .. } => {
+                format!("{}: the output of client tool {tool}({args})", self.id)
+            }
+            Ask::Question {
+                question, field, ..
+            } => format!("{}: an answer to {question:?} (into `{field}`)", self.id),
+        }
+    }
+
+    /// The tool call this interrupt is about (approvals, client tools).
+    pub fn call_id(&self) -> Option<&str> {
+        match &self.ask {
+            Ask::Approval { call_id, .. } | Ask::ClientTool { call_id, .. } => Some(call_id),
+            Ask::Question { .. } => None,
+        }
+    }
+}
+
 /// What happened. Serialized with a `type` tag in snake_case.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
@@ -242,6 +326,19 @@ pub enum EventKind {
     RunCancelled {
         /// Why (e.g. `stop requested`).
         reason: String,
+    },
+    /// The run paused for a person: the step in progress stopped at these
+    /// interrupts, nothing of it was applied, and the run waits (status
+    /// `interrupted`) until they are answered.
+    RunInterrupted {
+        /// What it waits for.
+        interrupts: Vec<Interrupt>,
+    },
+    /// The run continues after a pause, with the answers to its
+    /// interrupts (by interrupt id). A re-execution reads them from here.
+    RunResumed {
+        /// Interrupt id → the answer.
+        answers: std::collections::BTreeMap<String, Value>,
     },
     /// A task started (or restarted after a retry).
     NodeStarted {
@@ -378,6 +475,16 @@ pub enum EventKind {
         /// The structured failure.
         error: ToolFailure,
     },
+    /// A tool call a person denied: it did not run; the model was told.
+    ToolDenied {
+        /// The call id.
+        call_id: String,
+        /// Tool name.
+        tool: String,
+        /// The reason given, if any.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        reason: Option<String>,
+    },
     /// A node explains what it is doing (the thinking panel).
     Thinking {
         /// The explanation.
@@ -427,6 +534,7 @@ impl EventKind {
             EventKind::RunFinished { .. }
                 | EventKind::RunFailed { .. }
                 | EventKind::RunCancelled { .. }
+                | EventKind::RunInterrupted { .. }
         )
     }
 

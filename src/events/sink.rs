@@ -144,6 +144,9 @@ impl EventSink {
         if !inner.logged.is_empty()
             && let Some(logged) = replayed(&mut inner.logged, step, node, task, &event)
         {
+            // Spent in this run all the same (the step it belongs to is the
+            // one running again).
+            inner.usage += logged.event.spent();
             return logged;
         }
         inner.usage += event.spent();

@@ -55,6 +55,7 @@ pub struct BuildCx<'a, N> {
     pub(crate) declared: Option<(FieldId, Vec<String>)>,
     pub(crate) subgraph: Option<Arc<CompiledGraph<N>>>,
     pub(crate) tools_used: Vec<String>,
+    pub(crate) client_tools: Vec<String>,
     pub(crate) surface: Option<super::spec::Surface>,
 }
 
@@ -85,6 +86,7 @@ impl<'a, N> BuildCx<'a, N> {
             declared: None,
             subgraph: None,
             tools_used: Vec::new(),
+            client_tools: Vec::new(),
             surface: None,
         }
     }
@@ -682,6 +684,14 @@ impl<'a, N> BuildCx<'a, N> {
     pub fn uses_tool(&mut self, name: &str) {
         if !self.tools_used.iter().any(|t| t == name) {
             self.tools_used.push(name.to_owned());
+        }
+    }
+
+    /// Records a client-side tool the node offers (the front end runs it;
+    /// the stream shows its calls as `tool-<name>` parts).
+    pub fn client_tool(&mut self, name: &str) {
+        if !self.client_tools.iter().any(|t| t == name) {
+            self.client_tools.push(name.to_owned());
         }
     }
 

@@ -359,10 +359,11 @@ fn build_node<K: NodeKinds>(
         }
     }
     prompts_used.append(&mut cx.prompts_used);
-    let (declared, subgraph, tools) = (
+    let (declared, subgraph, tools, client_tools) = (
         cx.declared.take(),
         cx.subgraph.take(),
         std::mem::take(&mut cx.tools_used),
+        std::mem::take(&mut cx.client_tools),
     );
     let preferred = cx.surface;
     let prompt = node
@@ -404,6 +405,7 @@ fn build_node<K: NodeKinds>(
         out: ne.out.to_vec(),
         description: node.description.clone(),
         tools,
+        client_tools,
         subgraph,
         declared,
         settings: serde_json::Value::Object(

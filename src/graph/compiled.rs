@@ -180,6 +180,9 @@ pub struct CompiledNode<N> {
     /// The tools and partitions it calls (expanded per call; kept here so
     /// health checks can compare them with what is provided).
     pub tools: Vec<String>,
+    /// Client-side tools it offers: the front end runs them and sends
+    /// their output back (see [`BuildCx::client_tool`](super::BuildCx::client_tool)).
+    pub client_tools: Vec<String>,
     /// The graph it runs, for a subgraph node.
     pub subgraph: Option<Arc<CompiledGraph<N>>>,
     /// The values it writes to a field, when it declares them (a router's

@@ -64,17 +64,25 @@ impl OfflineModel {
             let url = user
                 .split_whitespace()
                 .find(|w| w.starts_with("http://") || w.starts_with("https://"));
-            let call =
-                req.tools
-                    .iter()
-                    .find_map(|t| match (required(&t.parameters).as_slice(), url) {
-                        ([], _) => Some((t, "{}".to_owned())),
-                        (["url"], Some(u)) => Some((
-                            t,
-                            json!({ "url": u.trim_end_matches(['.', ',', ')']) }).to_string(),
-                        )),
-                        _ => None,
-                    });
+            // A tool the user names ("delete record 42" → `delete_record`)
+            // whose required arguments are numbers the text gives; else the
+            // first tool needing nothing, or a `url` the text has.
+            let call = req
+                .tools
+                .iter()
+                .find_map(|t| named_call(t, user))
+                .or_else(|| {
+                    req.tools
+                        .iter()
+                        .find_map(|t| match (required(&t.parameters).as_slice(), url) {
+                            ([], _) => Some((t, "{}".to_owned())),
+                            (["url"], Some(u)) => Some((
+                                t,
+                                json!({ "url": u.trim_end_matches(['.', ',', ')']) }).to_string(),
+                            )),
+                            _ => None,
+                        })
+                });
             if let Some((tool, args)) = call {
                 return vec![
                     LlmChunk::ToolCallStart {
@@ -108,6 +116,36 @@ impl OfflineModel {
         }
         toks.into_iter().map(LlmChunk::Text).collect()
     }
+}
+
+/// A call of `tool` when the user's text names it (its words, `_` and `-`
+/// read as spaces) and gives its required arguments — numbers, taken in
+/// order from the text after the name. Tools needing nothing are left to
+/// the general rule.
+fn named_call<'t>(tool: &'t super::ToolDef, user: &str) -> Option<(&'t super::ToolDef, String)> {
+    let required = required(&tool.parameters);
+    if required.is_empty() {
+        return None;
+    }
+    let name = tool.name.replace(['_', '-'], " ").to_lowercase();
+    let text = user.to_lowercase();
+    let at = text.find(&name)?;
+    let mut numbers = text[at + name.len()..]
+        .split(|c: char| !(c.is_ascii_digit() || c == '.' || c == '-'))
+        .filter(|w| !w.is_empty())
+        .filter_map(|w| w.parse::<f64>().ok());
+    let mut args = Map::new();
+    for key in required {
+        let ty = tool.parameters["properties"][key]["type"].as_str();
+        let n = numbers.next()?;
+        let v = match ty {
+            Some("integer") if n.fract() == 0.0 => json!(n as i64),
+            Some("number") => json!(n),
+            _ => return None,
+        };
+        args.insert(key.to_owned(), v);
+    }
+    Some((tool, Value::Object(args).to_string()))
 }
 
 fn required(schema: &Value) -> Vec<&str> {

@@ -41,8 +41,9 @@ use super::extract::{self, Extract};
 use super::fill::{self, Fill};
 use super::model::{self, HISTORY_SETTINGS, INPUT, PROMPT, ROLE_SETTINGS};
 use super::passthrough::{self, PassThrough};
+use super::pauses::{self, Gate, Pauses};
 use super::{BuildCx, Kind, Node, NodeContext, NodeError, Roles};
-use crate::events::{EventKind, ToolCallRecord};
+use crate::events::{EventKind, Interrupt, ToolCallRecord};
 use crate::graph::expr::Expr;
 use crate::graph::kinds::schema;
 use crate::graph::spec::Surface;
@@ -113,6 +114,7 @@ pub(super) fn kind() -> Kind {
             "output written without a model call when no data tool is offered, and instead of the answer when none succeeded",
         ),
     ];
+    settings.extend(pauses::SETTINGS);
     settings.extend(ROLE_SETTINGS);
     settings.extend(HISTORY_SETTINGS);
     settings.extend(GENERATION_SETTINGS);
@@ -155,6 +157,8 @@ struct Agent {
     require: Option<(String, String)>,
     /// Data tools and what to write when they give nothing.
     no_data: Option<NoData>,
+    /// Calls that wait for a person (approvals, client-side tools).
+    pauses: Pauses,
 }
 
 /// `data_tools` + `no_data`.
@@ -206,6 +210,10 @@ impl Agent {
             Ok(t) => Extract::build(cx, t),
             Err(r) => Err(*r),
         };
+        let pauses = match &tools {
+            Ok(t) => Pauses::build(cx, t),
+            Err(r) => Err(*r),
+        };
         let pass_through = PassThrough::build(cx);
         let fill = Fill::build(cx);
         let input = cx.text_input("input");
@@ -241,6 +249,7 @@ impl Agent {
             tools_if: tools_if.ok()?,
             require: require.ok()?,
             no_data: no_data.ok()?,
+            pauses: pauses.ok()?,
         })
     }
 
@@ -312,7 +321,10 @@ impl Agent {
         } else {
             Vec::new()
         };
-        let defs = cx.offer_tools(&allowed).await;
+        let mut defs = cx.offer_tools(&allowed).await;
+        if offers {
+            defs.extend(self.pauses.client_defs().iter().cloned());
+        }
         // Decided from what was offered (recorded with each tool's
         // partition), so a re-execution decides the same with no server.
         let data: Vec<String> = match &self.no_data {
@@ -394,6 +406,17 @@ impl Agent {
                     .map(|tc| self.execute(cx, tc, allowed, &request.tools)),
             )
             .await;
+            // Calls that wait for a person pause the run once the others
+            // are done (their results are logged, and served on resume).
+            let waiting: Vec<_> = results
+                .iter()
+                .filter_map(|r| r.as_ref().err())
+                .cloned()
+                .collect();
+            if !waiting.is_empty() {
+                return Err(NodeError::Interrupted(waiting));
+            }
+            let results = results.into_iter().flatten();
             request.messages.push(ChatMessage::Assistant {
                 content: out.text.clone(),
                 tool_calls: out.tool_calls.clone(),
@@ -476,14 +499,15 @@ impl Agent {
     }
 
     /// Runs one tool call; returns the content for the model, a trace
-    /// record and, for a pass-through result, the text shown to the user.
+    /// record and, for a pass-through result, the text shown to the user —
+    /// or the interrupt the call waits at.
     async fn execute(
         &self,
         cx: &NodeContext<'_>,
         tc: &ToolCallRecord,
         allowed: &[String],
         offered: &[ToolDef],
-    ) -> (String, Value, Option<String>) {
+    ) -> Result<(String, Value, Option<String>), Interrupt> {
         let started = Instant::now();
         tracing::info!(tool = %tc.name, call_id = %tc.id, "executing tool");
         let result = match parse_arguments(&tc.arguments) {
@@ -498,9 +522,26 @@ impl Agent {
                         args: args.clone(),
                     })
                     .await;
-                cx.tool(&tc.id, &tc.name, args.clone(), allowed)
-                    .await
-                    .map(|out| (args, out))
+                match self.pauses.gate(cx, tc, &args, offered) {
+                    Gate::Run => cx
+                        .tool(&tc.id, &tc.name, args.clone(), allowed)
+                        .await
+                        .map(|out| (args, out)),
+                    Gate::Wait(interrupt) => {
+                        tracing::info!(tool = %tc.name, call_id = %tc.id, interrupt = %interrupt.id, "tool call waits for a person");
+                        return Err(interrupt);
+                    }
+                    Gate::Denied(reason) => return Ok(denied(cx, tc, args, reason).await),
+                    Gate::Client(Ok(output)) => Ok((
+                        args,
+                        crate::tools::ToolOutcome {
+                            output,
+                            cached: false,
+                            display: false,
+                        },
+                    )),
+                    Gate::Client(Err(message)) => Err(crate::tools::ToolError::Execution(message)),
+                }
             }
             Err(e) => {
                 tracing::warn!(tool = %tc.name, call_id = %tc.id, error = %e, "tool arguments are not valid JSON");
@@ -529,7 +570,7 @@ impl Agent {
                     })
                     .await;
                 let record = json!({ "node": &**cx.events.node(), "tool": tc.name, "args": args, "output": output });
-                (content, record, display)
+                Ok((content, record, display))
             }
             Err(e) => {
                 let failure = e.to_failure();
@@ -541,14 +582,34 @@ impl Agent {
                         error: failure,
                     })
                     .await;
-                (
+                Ok((
                     payload.to_string(),
                     json!({ "node": &**cx.events.node(), "tool": tc.name, "error": payload }),
                     None,
-                )
+                ))
             }
         }
     }
+}
+
+/// A call a person denied: said on the stream, told to the model, traced.
+async fn denied(
+    cx: &NodeContext<'_>,
+    tc: &ToolCallRecord,
+    args: Value,
+    reason: Option<String>,
+) -> (String, Value, Option<String>) {
+    tracing::info!(tool = %tc.name, call_id = %tc.id, "tool call denied by the user");
+    let content = pauses::denied_content(reason.as_deref());
+    cx.events
+        .emit(EventKind::ToolDenied {
+            call_id: tc.id.clone(),
+            tool: tc.name.clone(),
+            reason,
+        })
+        .await;
+    let record = json!({ "node": &**cx.events.node(), "tool": tc.name, "args": args, "denied": true, "error": content["error"] });
+    (content.to_string(), record, None)
 }
 
 impl Node for Agent {

@@ -49,6 +49,12 @@ pub trait Playback: Send + Sync + fmt::Debug {
         let _ = (node, step, task);
         None
     }
+    /// The answer a person gave to interrupt `id`, if the recording has
+    /// one (a re-execution passes through the run's pauses).
+    fn answer(&self, id: &str) -> Option<Value> {
+        let _ = id;
+        None
+    }
 }
 
 /// Runs a graph inside a node (`kind: subgraph`); the executor implements it.
@@ -76,6 +82,8 @@ pub struct Services {
     /// Model outputs and tool results served instead of calling them
     /// (re-execution, crash recovery).
     pub playback: Option<Arc<dyn Playback>>,
+    /// Answers to the interrupts a resumed run paused at, by interrupt id.
+    pub answers: Option<Arc<std::collections::BTreeMap<String, Value>>>,
 }
 
 impl Services {
@@ -85,6 +93,7 @@ impl Services {
             models,
             tools,
             playback: None,
+            answers: None,
         }
     }
 }
@@ -121,6 +130,34 @@ pub struct NodeContext<'a> {
 }
 
 impl NodeContext<'_> {
+    /// The answer a person gave to interrupt `id`: given with this resume,
+    /// or recorded (a re-execution passes through the run's pauses).
+    pub fn answer(&self, id: &str) -> Option<Value> {
+        self.services
+            .answers
+            .as_ref()
+            .and_then(|a| a.get(id).cloned())
+            .or_else(|| self.services.playback.as_ref().and_then(|p| p.answer(id)))
+    }
+
+    /// An interrupt of this task asking `ask`, lapsing `expires_after`
+    /// from now.
+    pub fn interrupt(
+        &self,
+        id: String,
+        ask: crate::events::Ask,
+        expires_after: Option<std::time::Duration>,
+    ) -> crate::events::Interrupt {
+        crate::events::Interrupt {
+            id,
+            node: self.events.node().to_string(),
+            step: self.events.step(),
+            task: self.events.task(),
+            expires_at: expires_after.map(|d| crate::events::now_micros() + d.as_micros() as u64),
+            ask,
+        }
+    }
+
     /// Renders a prompt with the state (and the map item).
     ///
     /// # Errors

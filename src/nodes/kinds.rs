@@ -102,6 +102,7 @@ pub(super) const BUILTIN: &[fn() -> Kind] = &[
     super::agent::kind,
     super::followup::kind,
     super::http::kind,
+    super::interrupt::kind,
     super::llm::kind,
     super::noop::kind,
     super::router::kind,

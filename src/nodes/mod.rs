@@ -12,13 +12,14 @@
 //! |---|---|
 //! | `llm` | one prompt, one model call; text into a field, or JSON matching the fields it writes |
 //! | `router` | intent classification with overrides, forced intents and a fallback |
-//! | `agent` | a model with tools in a loop; extracts values from tool results |
+//! | `agent` | a model with tools in a loop; extracts values from tool results; tool calls may wait for approval, client-side tools for the front end |
 //! | `tool` | one tool call with arguments from the state; its result into fields |
 //! | `http` | POSTs a slice of the state to an endpoint, applies the JSON it returns |
 //! | `set` | computes fields from expressions |
 //! | `summarizer`, `followup` | rolling summary; suggested follow-up questions |
 //! | `subgraph` | runs another graph file |
 //! | `noop` | passes control on (joins, fan-out points) |
+//! | `interrupt` | asks a person a question; the run waits for the answer |
 
 mod agent;
 pub mod bounds;
@@ -27,11 +28,13 @@ mod extract;
 mod fill;
 mod followup;
 mod http;
+mod interrupt;
 pub mod kinds;
 mod llm;
 mod model;
 mod noop;
 mod passthrough;
+pub mod pauses;
 mod registries;
 mod router;
 mod set;
@@ -140,6 +143,11 @@ pub enum NodeError {
         /// Its structured failure (boxed: errors stay small to move).
         error: Box<ToolError>,
     },
+    /// The node waits for a person: not a failure — the run pauses at
+    /// these interrupts and the node runs again once they are answered
+    /// (what it did before the pause is served from the log, not repeated).
+    #[error("waiting for {} answer(s) from a person", .0.len())]
+    Interrupted(Vec<crate::events::Interrupt>),
 }
 
 impl NodeError {
@@ -154,7 +162,8 @@ impl NodeError {
             | NodeError::Expr(_)
             | NodeError::Subgraph { .. }
             | NodeError::Structured { .. }
-            | NodeError::Failed(_) => false,
+            | NodeError::Failed(_)
+            | NodeError::Interrupted(_) => false,
         }
     }
 }

@@ -231,6 +231,25 @@ pub fn timeline(run: &RunRecord, events: &[Event]) -> String {
                 Some(format!("FAILED [{}]: {}", error.code, error.message))
             }
             EventKind::RunCancelled { reason } => Some(format!("cancelled: {reason}")),
+            EventKind::RunInterrupted { interrupts } => Some(format!(
+                "paused, waiting for {}",
+                interrupts
+                    .iter()
+                    .map(crate::events::Interrupt::summary)
+                    .collect::<Vec<_>>()
+                    .join("; ")
+            )),
+            EventKind::RunResumed { answers } => Some(format!(
+                "resumed with {}",
+                serde_json::to_string(answers).unwrap_or_default()
+            )),
+            EventKind::ToolDenied { tool, reason, .. } => Some(format!(
+                "          {node} tool {tool} DENIED by the user{}",
+                reason
+                    .as_deref()
+                    .map(|r| format!(": {r}"))
+                    .unwrap_or_default()
+            )),
             _ => None,
         };
         if let Some(l) = line {
@@ -246,7 +265,11 @@ pub fn timeline(run: &RunRecord, events: &[Event]) -> String {
 fn comparable(ev: &Event) -> Option<Value> {
     let mut kind = serde_json::to_value(&ev.event).ok()?;
     match &ev.event {
-        EventKind::CheckpointSaved { .. } => return None,
+        // A pause and its answers are the person's part: a re-execution
+        // passes through them (the answers come from the recording).
+        EventKind::CheckpointSaved { .. }
+        | EventKind::RunInterrupted { .. }
+        | EventKind::RunResumed { .. } => return None,
         EventKind::RunStarted { .. } => {
             if let Some(o) = kind.as_object_mut() {
                 o.remove("stream");

@@ -42,6 +42,8 @@ pub struct Recording {
     offered: HashMap<(String, u32, u32), Vec<ToolDef>>,
     /// Calls made past an agent's time budget.
     past_budget: std::collections::HashSet<CallKey>,
+    /// The answers the run was resumed with, by interrupt id.
+    answers: HashMap<String, serde_json::Value>,
 }
 
 impl Recording {
@@ -70,6 +72,10 @@ impl Recording {
                 }
                 EventKind::ToolsOffered { tools } => {
                     rec.offered.insert(task.clone(), tools.clone());
+                }
+                EventKind::RunResumed { answers } => {
+                    rec.answers
+                        .extend(answers.iter().map(|(k, v)| (k.clone(), v.clone())));
                 }
                 EventKind::TextDelta { delta, .. } => {
                     if let Some(o) = open.get_mut(&task) {
@@ -243,5 +249,9 @@ impl crate::nodes::Playback for Recording {
 
     fn tools_offered(&self, node: &str, step: u32, task: u32) -> Option<Vec<ToolDef>> {
         self.offered.get(&(node.to_owned(), step, task)).cloned()
+    }
+
+    fn answer(&self, id: &str) -> Option<serde_json::Value> {
+        self.answers.get(id).cloned()
     }
 }

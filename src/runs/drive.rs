@@ -60,6 +60,9 @@ pub(super) async fn drive(
     };
     let graph_id = launch.graph.id.to_string();
     let begin = std::mem::replace(&mut launch.begin, Begin::Fresh(Value::Null));
+    // A continuation into a new message: the history counts (tokens) but
+    // is not part of the message.
+    let mut fresh_message = false;
     let (history, run): (Vec<Event>, RunFuture) = match begin {
         Begin::Fresh(input) => (
             Vec::new(),
@@ -76,6 +79,25 @@ pub(super) async fn drive(
             let run = runtime::run(Arc::clone(&launch.graph), services, input, opts);
             (history, Box::pin(run))
         }
+        Begin::Continued {
+            from,
+            history,
+            answers,
+            new_message,
+        } => {
+            // What the paused step did is served from the log; the pause
+            // itself and other run-level events are not repeated.
+            opts.logged = history
+                .iter()
+                .filter(|e| e.step > from.step && e.node.is_some())
+                .cloned()
+                .collect();
+            opts.answers = Some(answers);
+            let services = replaying(&runs, &opts.logged);
+            let run = runtime::resume(Arc::clone(&launch.graph), services, from, opts);
+            fresh_message = new_message;
+            (history, Box::pin(run))
+        }
         Begin::Resumed { from, history } => {
             opts.logged = history
                 .iter()
@@ -88,7 +110,11 @@ pub(super) async fn drive(
         }
     };
     let tap = launch.tap.take();
-    let pump = pump(&runs, &hub, &graph_id, &history, tap.as_ref(), durable, rx);
+    let shown = Shown {
+        history: &history,
+        in_message: !fresh_message,
+    };
+    let pump = pump(&runs, &hub, &graph_id, shown, tap.as_ref(), durable, rx);
     let (result, pumped) = tokio::select! {
         r = async { tokio::join!(run, pump) } => r,
         _ = hub.suspend.cancelled() => {
@@ -150,6 +176,13 @@ fn group_window(flush: Duration, running: usize) -> Duration {
     flush.max(load.min(WIDEST))
 }
 
+/// The events a run logged before this execution of it.
+struct Shown<'a> {
+    history: &'a [Event],
+    /// Whether they are part of the message this execution stores.
+    in_message: bool,
+}
+
 /// Passes the run's events to the hub and the observer, and assembles the
 /// UI message (what the client saw before a crash included). With
 /// [`Durable`], each group of events is stored first: a group is what
@@ -160,25 +193,30 @@ async fn pump(
     runs: &Runs,
     hub: &RunHub,
     graph_id: &str,
-    history: &[Event],
+    shown: Shown<'_>,
     tap: Option<&mpsc::Sender<Arc<Event>>>,
     mut durable: Option<Durable>,
     mut rx: mpsc::Receiver<Arc<Event>>,
 ) -> Pumped {
     let mut bridge = Bridge::new(hub.bridge.clone());
+    bridge.resumed_after(hub.resumed);
     let mut pumped = Pumped {
         assembler: Assembler::new(),
         usage: Usage::default(),
     };
     let mut chunks = Vec::new();
-    let mut feed = |ev: &Event, pumped: &mut Pumped| {
+    // (`assemble` false: the bridge's state and the tokens count, the
+    // message does not take the chunks.)
+    let mut feed = |ev: &Event, pumped: &mut Pumped, assemble: bool| {
         chunks.clear();
         bridge.on_event(ev, &mut chunks);
-        chunks.iter().for_each(|c| pumped.assembler.push(c));
+        if assemble {
+            chunks.iter().for_each(|c| pumped.assembler.push(c));
+        }
         pumped.usage += ev.event.spent();
     };
-    for ev in history {
-        feed(ev, &mut pumped);
+    for ev in shown.history {
+        feed(ev, &mut pumped, shown.in_message);
     }
     let mut last_write = Instant::now();
     let mut group = Vec::new();
@@ -220,7 +258,7 @@ async fn pump(
                 }
                 _ => {}
             }
-            feed(&ev, &mut pumped);
+            feed(&ev, &mut pumped, true);
             if let Some(tap) = tap {
                 // A watcher that went away stops watching; the run goes on.
                 let _ = tap.send(Arc::clone(&ev)).await;
@@ -280,6 +318,7 @@ fn outcome(
     match result {
         Ok(_) => (RunStatus::Finished, None),
         Err(RunError::Cancelled) => (RunStatus::Cancelled, None),
+        Err(RunError::Interrupted(_)) => (RunStatus::Interrupted, None),
         Err(e) => {
             // The client saw only the reference (the run id); the detail is here.
             tracing::error!(reference = %run_id, error = %e, "run failed");
@@ -289,11 +328,7 @@ fn outcome(
 }
 
 fn status_name(status: RunStatus) -> &'static str {
-    match status {
-        RunStatus::Finished => "finished",
-        RunStatus::Cancelled => "cancelled",
-        _ => "failed",
-    }
+    status.as_str()
 }
 
 /// Records how the run ended: its status and usage (spent tokens count
@@ -341,7 +376,10 @@ async fn record_end(
         tracing::error!(error = %e, "could not record the end of the run");
     }
     runs.observer.spent(&launch.user_id, pumped.usage);
+    // A paused run stays the chat's active run: the chat's next request
+    // answers it (or sets it aside).
     if let Some(chat) = &launch.chat
+        && status != RunStatus::Interrupted
         && let Err(e) = runs.store.release_chat(&chat.chat_id, launch.run_id).await
     {
         tracing::debug!(error = %e, "could not clear the chat's active run");

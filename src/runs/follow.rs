@@ -90,6 +90,7 @@ impl Runs {
             bridge,
             follower: true,
             recovered_at: None,
+            resumed: 0,
             durable: true,
             stored: 0,
             on_disconnect: OnDisconnect::Finish,

@@ -53,6 +53,9 @@ pub struct RunHub {
     /// client's `Last-Event-ID` beyond it refers to lost events, so resumes
     /// replay the whole stream.
     pub recovered_at: Option<u64>,
+    /// A paused run continuing: its events up to this seq are from before
+    /// the pause (the client has them; the pause does not end the stream).
+    pub resumed: u64,
     /// Stops the run without ending it (shutdown): its last checkpoint
     /// stays, and another instance (or this one, restarted) resumes it.
     pub suspend: CancellationToken,
@@ -75,6 +78,7 @@ pub(super) struct HubInit {
     pub(super) bridge: BridgeConfig,
     pub(super) follower: bool,
     pub(super) recovered_at: Option<u64>,
+    pub(super) resumed: u64,
     /// Events up to this seq are in the store already.
     pub(super) stored: u64,
     /// Every event is stored before it is pushed (visible durability).
@@ -102,6 +106,7 @@ impl RunHub {
             bridge: init.bridge,
             follower: init.follower,
             recovered_at: init.recovered_at,
+            resumed: init.resumed,
             cancel: CancellationToken::new(),
             suspend: CancellationToken::new(),
             buffer: Mutex::new(Buffer {

@@ -20,6 +20,7 @@ pub mod follow;
 pub mod fork;
 mod hub;
 pub mod recover;
+pub mod resume;
 pub mod start;
 pub mod turn;
 
@@ -36,6 +37,7 @@ use uuid::Uuid;
 
 pub use fork::{ForkError, ForkRequest, ForkStarted};
 pub use hub::{Next, Progress, RunHub, Subscription};
+pub use resume::{ResumeError, ResumeRequest};
 pub use start::{RunStart, Started};
 pub use turn::{ChatTurn, TurnError};
 
@@ -178,6 +180,20 @@ pub enum Begin {
         from: Resume,
         /// Events already in the log.
         history: Vec<Event>,
+    },
+    /// A paused run continuing with the answers to its interrupts (see
+    /// [`resume`]): from its checkpoint, the step it paused in runs again,
+    /// what it did before the pause served from `history`.
+    Continued {
+        /// State and frontier.
+        from: Resume,
+        /// Events already in the log.
+        history: Vec<Event>,
+        /// Interrupt id → answer.
+        answers: std::collections::BTreeMap<String, Value>,
+        /// The answer goes into a new assistant message (a question
+        /// answered by the next user message), not the paused one.
+        new_message: bool,
     },
 }
 
@@ -452,22 +468,19 @@ impl Runs {
         let (bridge, stored, recovered_at) = match &launch.begin {
             Begin::Fresh(_) => (fresh(), 0, None),
             Begin::Again { history, .. } => {
-                let recorded = history.iter().find_map(|e| match &e.event {
-                    EventKind::RunStarted {
-                        stream: Some(s), ..
-                    } => BridgeConfig::from_json(s),
-                    _ => None,
-                });
+                let recorded = recorded_bridge(history);
                 let last = history.last().map_or(0, |e| e.seq);
                 (recorded.unwrap_or_else(fresh), last, None)
             }
+            Begin::Continued { from, history, .. } => {
+                let mut bridge = recorded_bridge(history).unwrap_or_else(fresh);
+                // A new assistant message (a question answered by a new
+                // user message) takes the id the turn gave it.
+                bridge.message_id = message_id(launch);
+                (bridge, from.last_seq, None)
+            }
             Begin::Resumed { from, history } => {
-                let recorded = history.iter().find_map(|e| match &e.event {
-                    EventKind::RunStarted {
-                        stream: Some(s), ..
-                    } => BridgeConfig::from_json(s),
-                    _ => None,
-                });
+                let recorded = recorded_bridge(history);
                 // With visible durability every event a client saw is in
                 // the log, so a resume continues from its Last-Event-ID.
                 let recovered = (!history.is_empty()
@@ -476,12 +489,17 @@ impl Runs {
                 (recorded.unwrap_or_else(fresh), from.last_seq, recovered)
             }
         };
+        let resumed = match &launch.begin {
+            Begin::Continued { from, .. } => from.last_seq,
+            _ => 0,
+        };
         HubInit {
             run_id: launch.run_id,
             chat_id: key,
             bridge,
             follower: false,
             recovered_at,
+            resumed,
             stored,
             durable: self.config.stream_durability == StreamDurability::Visible,
             on_disconnect: self.config.on_disconnect,
@@ -494,6 +512,16 @@ impl Runs {
             hubs.remove(&hub.chat_id);
         }
     }
+}
+
+/// The stream settings a run recorded in `run_started`.
+fn recorded_bridge(history: &[Event]) -> Option<BridgeConfig> {
+    history.iter().find_map(|e| match &e.event {
+        EventKind::RunStarted {
+            stream: Some(s), ..
+        } => BridgeConfig::from_json(s),
+        _ => None,
+    })
 }
 
 /// The assistant message id of a run (made up for runs without a chat).

@@ -76,7 +76,10 @@ impl Runs {
                             tracing::warn!(error = %e, "could not renew run leases");
                         }
                     }
-                    _ = claim.tick(), if claims => runs.recover_orphans().await,
+                    _ = claim.tick(), if claims => {
+                        runs.recover_orphans().await;
+                        runs.expire_interrupts().await;
+                    }
                     _ = stops.tick(), if runs.running() > 0 => runs.stop_requested().await,
                     _ = runs.shutdown.cancelled() => break,
                 }

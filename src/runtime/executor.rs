@@ -17,7 +17,7 @@ use super::{
 };
 use crate::events::{EVENT_FORMAT, Event, EventKind, EventSink, Frontier, NodeEvents};
 use crate::graph::NodeIdx;
-use crate::nodes::{Graph, NodeContext, SubgraphRunner};
+use crate::nodes::{Graph, NodeContext, NodeError, SubgraphRunner};
 use crate::state::{DynState, TaskPatch, apply_step};
 
 /// How many recent steps the recursion-limit error looks at.
@@ -130,6 +130,26 @@ pub async fn resume(
     let keep = opts.checkpointer.is_some();
     let sink = Arc::new(sink_for(&opts, from.last_seq, keep));
     let tasks = tasks_of(&graph, &from.next)?;
+    // A paused run continuing: the answers are recorded as part of the step
+    // they continue (so a crash during it finds them in that step's log)
+    // and given to the nodes.
+    let services = match &opts.answers {
+        Some(answers) => {
+            sink.emit(
+                from.step + 1,
+                None,
+                0,
+                EventKind::RunResumed {
+                    answers: answers.clone(),
+                },
+            )
+            .await;
+            let mut s = (*services).clone();
+            s.answers = Some(Arc::new(answers.clone()));
+            Arc::new(s)
+        }
+        None => services,
+    };
     let starts_fork = opts.forked_from.is_some() && from.last_seq == 0;
     if starts_fork {
         sink.emit(
@@ -448,21 +468,33 @@ impl<'a> Exec<'a> {
             return tokio::select! {
                 biased;
                 _ = self.cancel.cancelled() => Err(RunError::Cancelled),
-                (i, r) = task_future(0) => r.map(|ev| vec![ev]).map_err(|e| fail(i, e)),
+                (i, r) = task_future(0) => match r {
+                    Ok(ev) => Ok(vec![ev]),
+                    Err(NodeError::Interrupted(asks)) => Err(RunError::Interrupted(asks)),
+                    Err(e) => Err(fail(i, e)),
+                },
             };
         }
         let mut running: FuturesUnordered<_> = (0..self.tasks.len()).map(task_future).collect();
         let mut done: Vec<Option<Arc<Event>>> = vec![None; self.tasks.len()];
+        // A task that waits for a person does not stop the others: what
+        // they do is logged, and served from the log when the step runs
+        // again after the answers.
+        let mut waiting = Vec::new();
         loop {
             tokio::select! {
                 biased;
                 _ = self.cancel.cancelled() => return Err(RunError::Cancelled),
                 next = running.next() => match next {
                     Some((i, Ok(ev))) => done[i] = Some(ev),
+                    Some((_, Err(NodeError::Interrupted(mut asks)))) => waiting.append(&mut asks),
                     Some((i, Err(e))) => return Err(fail(i, e)),
                     None => break,
                 },
             }
+        }
+        if !waiting.is_empty() {
+            return Err(RunError::Interrupted(waiting));
         }
         Ok(done.into_iter().flatten().collect())
     }
@@ -579,10 +611,21 @@ impl<'a> Exec<'a> {
     /// its ride (see [`Exec::deferred`]). Every batch after the input is of
     /// step 1 or later: a graph always has an entry node, so a run ends in
     /// a superstep, never at step 0.
-    fn with_deferred(&mut self, batch: StepBatch) -> Vec<StepBatch> {
-        let first = self.deferred.take();
-        debug_assert!(first.as_ref().is_none_or(|f| f.step < batch.step));
-        first.into_iter().chain([batch]).collect()
+    ///
+    /// A pause in the first step stores step 0 itself: the input checkpoint's
+    /// events then ride in that batch, which replaces it.
+    fn with_deferred(&mut self, mut batch: StepBatch) -> Vec<StepBatch> {
+        match self.deferred.take() {
+            Some(mut first) if first.step == batch.step => {
+                first.events.append(&mut batch.events);
+                batch.events = first.events;
+                vec![batch]
+            }
+            first => {
+                debug_assert!(first.as_ref().is_none_or(|f| f.step < batch.step));
+                first.into_iter().chain([batch]).collect()
+            }
+        }
     }
 
     /// The snapshot for a batch with `writes`, if the snapshot rule takes
@@ -631,6 +674,9 @@ impl<'a> Exec<'a> {
             Err(RunError::Cancelled) => EventKind::RunCancelled {
                 reason: "cancelled".into(),
             },
+            Err(RunError::Interrupted(asks)) => EventKind::RunInterrupted {
+                interrupts: asks.clone(),
+            },
             Err(e) => EventKind::RunFailed { error: e.info() },
         };
         let settled = self.settle().await;
@@ -645,6 +691,7 @@ impl<'a> Exec<'a> {
         let status = match &result {
             Ok(()) => RunStatus::Finished,
             Err(RunError::Cancelled) => RunStatus::Cancelled,
+            Err(RunError::Interrupted(_)) => RunStatus::Interrupted,
             Err(_) => RunStatus::Failed,
         };
         self.sink.emit(self.step, None, 0, event).await;
@@ -659,9 +706,17 @@ impl<'a> Exec<'a> {
                 }
                 None => (Vec::new(), Some(self.state.to_json())),
             };
+            // A pause stores the state before the step it stopped in, with
+            // that step's tasks next: the step runs again, under the same
+            // number, when the run continues (so its log matches).
+            let step = if status == RunStatus::Interrupted {
+                self.step.saturating_sub(1)
+            } else {
+                self.step
+            };
             let batch = StepBatch {
                 run_id,
-                step: self.step,
+                step,
                 writes,
                 events: self.sink.take_pending(),
                 next: if status == RunStatus::Finished {

@@ -58,6 +58,9 @@ pub struct RunOptions {
     pub stream: Option<Value>,
     /// When a step's checkpoint must be stored.
     pub durability: Durability,
+    /// Set when a paused run continues: the answers to its interrupts
+    /// (by id), recorded first as `run_resumed` and given to its nodes.
+    pub answers: Option<std::collections::BTreeMap<String, Value>>,
     /// Events of this run already in the log that it will emit again (crash
     /// recovery: the step that was interrupted, or the whole run when it
     /// never checkpointed). Re-emitted ones are not stamped or sent twice;
@@ -97,6 +100,7 @@ impl Default for RunOptions {
             forked_from: None,
             stream: None,
             durability: Durability::Sync,
+            answers: None,
             logged: Vec::new(),
         }
     }
@@ -161,6 +165,10 @@ pub enum RunError {
     /// The run was cancelled.
     #[error("run cancelled")]
     Cancelled,
+    /// The run paused at interrupts (not a failure): it is stored as
+    /// `interrupted` and continues when they are answered.
+    #[error("run paused for {} answer(s) from a person", .0.len())]
+    Interrupted(Vec<crate::events::Interrupt>),
     /// The checkpoint store failed.
     #[error(transparent)]
     Checkpoint(CheckpointError),
@@ -178,6 +186,7 @@ impl RunError {
             RunError::NoRoute { .. } => "no_route",
             RunError::Map { .. } => "map_failed",
             RunError::Cancelled => "cancelled",
+            RunError::Interrupted(_) => "interrupted",
             RunError::Checkpoint(_) => "checkpoint_failed",
         }
     }

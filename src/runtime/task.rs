@@ -96,6 +96,8 @@ pub(super) async fn run_task(
                 tokio::time::sleep(delay).await;
                 attempt += 1;
             }
+            // Waiting for a person is not a failure: no retry, no recovery.
+            Err(e @ NodeError::Interrupted(_)) => return Err(e),
             Err(e) => {
                 let streamed = events.take_streamed();
                 let failure = Failure {

@@ -124,6 +124,13 @@ pub(super) async fn post(
     let bytes = body_bytes(body)?;
     let (mut body, trigger) = ui::parse(&bytes)?;
     state.limits.check_tokens(&*state.store, &user.0).await?;
+    // A chat whose run waits for a person: this request answers it, or
+    // sets it aside (see `paused`).
+    if let Some(resp) =
+        super::paused::continue_chat(&state, &user, &request_id, &body, trigger).await?
+    {
+        return Ok(resp);
+    }
     let stored = stored_for(&state, &user, &body, trigger).await?;
     if trigger == ui::Trigger::Regenerate
         && let Some(target) = &body.message_id

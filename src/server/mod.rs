@@ -26,6 +26,7 @@ mod health;
 mod limits;
 mod listen;
 mod metrics;
+mod paused;
 mod runs_api;
 mod stream;
 mod tools;
@@ -155,6 +156,7 @@ pub fn app(state: Arc<AppState>) -> Router {
         .route("/api/runs/{id}/events", get(runs_api::events))
         .route("/api/runs/{id}/state", get(runs_api::state_at))
         .route("/api/runs/{id}/fork", post(runs_api::fork))
+        .route("/api/runs/{id}/resume", post(paused::resume))
         .route("/api/tools", get(tools::list))
         .route("/api/tools/health", get(tools::health))
         .route("/api/graphs", get(graphs::list))

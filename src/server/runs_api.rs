@@ -122,6 +122,11 @@ pub(super) async fn get(
     let events = state.store.events(run.id, 0, 1_000_000).await?;
     let mut v = run_json(&run);
     v["timing"] = serde_json::to_value(replay::timing(&events)).unwrap_or(Value::Null);
+    if run.status == crate::runtime::RunStatus::Interrupted {
+        // What the run waits for: answer with POST /api/runs/{id}/resume.
+        v["interrupts"] =
+            serde_json::to_value(crate::runs::resume::pending(&events)).unwrap_or(Value::Null);
+    }
     Ok(Json(v))
 }
 

@@ -178,8 +178,10 @@ impl Reader {
 /// The SSE response for `hub`, sending events after `after`.
 pub(super) fn response(state: Arc<AppState>, hub: Arc<RunHub>, after: u64, live: bool) -> Response {
     state.metrics.active_streams.fetch_add(1, Ordering::Relaxed);
+    let mut bridge = Bridge::new(hub.bridge.clone());
+    bridge.resumed_after(hub.resumed);
     let reader = Reader {
-        bridge: Bridge::new(hub.bridge.clone()),
+        bridge,
         progress: hub.watch(),
         _subscription: hub.subscribe(),
         _gauge: StreamGauge(Arc::clone(&state)),

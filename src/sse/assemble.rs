@@ -157,27 +157,47 @@ impl Assembler {
             Chunk::ToolInputStart {
                 tool_call_id,
                 tool_name,
-                ..
-            } => self.parts.push(json!({
-                "type": "dynamic-tool", "toolName": tool_name, "toolCallId": tool_call_id,
-                "state": "input-streaming", "input": null,
-            })),
+                dynamic,
+            } => self.parts.push(tool_part(
+                tool_name,
+                tool_call_id,
+                *dynamic,
+                "input-streaming",
+            )),
             Chunk::ToolInputDelta { .. } => {}
             Chunk::ToolInputAvailable {
                 tool_call_id,
                 tool_name,
                 input,
-                ..
+                dynamic,
             } => match self.tool(tool_call_id) {
                 Some(p) => {
                     p["state"] = json!("input-available");
                     p["input"] = input.clone();
                 }
-                None => self.parts.push(json!({
-                    "type": "dynamic-tool", "toolName": tool_name, "toolCallId": tool_call_id,
-                    "state": "input-available", "input": input,
-                })),
+                None => {
+                    let mut p = tool_part(tool_name, tool_call_id, *dynamic, "input-available");
+                    p["input"] = input.clone();
+                    self.parts.push(p);
+                }
             },
+            Chunk::ToolApprovalRequest {
+                approval_id,
+                tool_call_id,
+            } => {
+                if let Some(p) = self.tool(tool_call_id) {
+                    p["state"] = json!("approval-requested");
+                    p["approval"] = json!({ "id": approval_id });
+                }
+            }
+            Chunk::ToolOutputDenied { tool_call_id } => {
+                if let Some(p) = self.tool(tool_call_id) {
+                    p["state"] = json!("output-denied");
+                    if let Some(a) = p.get_mut("approval").and_then(Value::as_object_mut) {
+                        a.insert("approved".into(), json!(false));
+                    }
+                }
+            }
             Chunk::ToolOutputAvailable {
                 tool_call_id,
                 output,
@@ -186,6 +206,9 @@ impl Assembler {
             } => {
                 if let Some(p) = self.tool(tool_call_id) {
                     p["state"] = json!("output-available");
+                    if let Some(a) = p.get_mut("approval").and_then(Value::as_object_mut) {
+                        a.insert("approved".into(), json!(true));
+                    }
                     p["output"] = output.clone();
                     if let Some(m) = provider_metadata {
                         p["resultProviderMetadata"] = m.clone();
@@ -272,6 +295,18 @@ impl Assembler {
                 self.merge_metadata(message_metadata);
             }
         }
+    }
+}
+
+/// A new tool part: `dynamic-tool` for server tools, `tool-<name>` for
+/// client-side ones (as the AI SDK builds them).
+fn tool_part(tool_name: &str, tool_call_id: &str, dynamic: bool, state: &str) -> Value {
+    if dynamic {
+        json!({"type": "dynamic-tool", "toolName": tool_name, "toolCallId": tool_call_id,
+            "state": state, "input": null})
+    } else {
+        json!({"type": format!("tool-{tool_name}"), "toolCallId": tool_call_id,
+            "state": state, "input": null})
     }
 }
 

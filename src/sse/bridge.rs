@@ -26,6 +26,8 @@ use super::chunk::Chunk;
 use crate::events::{Event, EventKind, ToolFailure, Usage};
 use crate::graph::spec::Surface;
 
+mod pause;
+
 /// What the bridge needs to know about the graph and the response.
 #[derive(Clone, Debug)]
 pub struct BridgeConfig {
@@ -43,6 +45,10 @@ pub struct BridgeConfig {
     /// no answer text (the answer was computed, not generated), its final
     /// value is sent as one text part before `finish`, so the user sees it.
     pub answer: Option<String>,
+    /// Client-side tools (the front end runs them): their parts are
+    /// `tool-<name>`, not `dynamic-tool`, so `onToolCall` / `addToolOutput`
+    /// address them by name.
+    pub client_tools: Vec<String>,
 }
 
 impl BridgeConfig {
@@ -63,6 +69,11 @@ impl BridgeConfig {
                 .collect(),
             thinking_interval_us: 250_000,
             answer: graph.chat.answer.as_deref().map(str::to_owned),
+            client_tools: graph
+                .nodes
+                .iter()
+                .flat_map(|n| n.client_tools.iter().cloned())
+                .collect(),
         }
     }
 
@@ -80,6 +91,9 @@ impl BridgeConfig {
         if let Some(a) = &self.answer {
             v["answer"] = json!(a);
         }
+        if !self.client_tools.is_empty() {
+            v["clientTools"] = json!(self.client_tools);
+        }
         v
     }
 
@@ -92,6 +106,7 @@ impl BridgeConfig {
             kinds: serde_json::from_value(v["kinds"].clone()).ok()?,
             thinking_interval_us: v["thinkingIntervalUs"].as_u64().unwrap_or(250_000),
             answer: v["answer"].as_str().map(str::to_owned),
+            client_tools: serde_json::from_value(v["clientTools"].clone()).unwrap_or_default(),
         })
     }
 
@@ -100,6 +115,11 @@ impl BridgeConfig {
     fn surface(&self, node: &str) -> Surface {
         let top = node.split('/').next().unwrap_or(node);
         self.surfaces.get(top).copied().unwrap_or(Surface::Hidden)
+    }
+
+    /// Whether a tool's parts are `dynamic-tool` (it runs on the server).
+    fn dynamic(&self, tool: &str) -> bool {
+        !self.client_tools.iter().any(|t| t == tool)
     }
 
     fn kind(&self, node: &str) -> &str {
@@ -186,6 +206,9 @@ pub struct Bridge {
     answered: bool,
     /// The answer field's newest value (see [`BridgeConfig::answer`]).
     answer: Option<String>,
+    /// Pauses up to this seq were followed by a resume: the message stays
+    /// open through them (see [`Bridge::resumed_after`]).
+    resumed: u64,
 }
 
 impl Bridge {
@@ -204,7 +227,15 @@ impl Bridge {
             done: false,
             answered: false,
             answer: None,
+            resumed: 0,
         }
+    }
+
+    /// Says that the run continued after its events up to `seq`: a pause
+    /// among them does not close the message (a continuation's stream, or
+    /// a replay of the whole run, carries on into what came after).
+    pub fn resumed_after(&mut self, seq: u64) {
+        self.resumed = seq;
     }
 
     /// Whether the message has been closed (finish, error or abort sent).
@@ -247,6 +278,9 @@ impl Bridge {
             EventKind::RunFinished { .. }
             | EventKind::RunFailed { .. }
             | EventKind::RunCancelled { .. } => self.on_end(&at, out),
+            EventKind::RunInterrupted { interrupts } => self.on_pause(ev, interrupts, out),
+            EventKind::RunResumed { .. } => self.on_resume(out),
+            EventKind::ToolDenied { call_id, .. } => self.on_denied(&at, call_id, out),
             _ => {}
         }
     }
@@ -463,7 +497,7 @@ impl Bridge {
                             tool_call_id: call_id.clone(),
                             tool_name: tool.clone(),
                             input: args.clone(),
-                            dynamic: true,
+                            dynamic: self.cfg.dynamic(tool),
                         });
                     }
                     Some(ToolOwner::Thinking(k)) => {
@@ -492,13 +526,13 @@ impl Bridge {
                             tool_name: tool.clone(),
                             input: Value::Null,
                             error_text: tool_error_text(error),
-                            dynamic: true,
+                            dynamic: self.cfg.dynamic(tool),
                         });
                     }
                     Some(ToolOwner::Answer) => out.push(Chunk::ToolOutputError {
                         tool_call_id: call_id.clone(),
                         error_text: tool_error_text(error),
-                        dynamic: true,
+                        dynamic: self.cfg.dynamic(tool),
                     }),
                     Some(ToolOwner::Thinking(k)) => {
                         self.update_tool(&k, call_id, ev.at, out, |v| {
@@ -518,6 +552,7 @@ impl Bridge {
         let ev = at.ev;
         let EventKind::ToolResult {
             call_id,
+            tool,
             output,
             display,
             cached,
@@ -532,7 +567,7 @@ impl Bridge {
             Some(ToolOwner::Answer) => out.push(Chunk::ToolOutputAvailable {
                 tool_call_id: call_id.clone(),
                 output: output.clone(),
-                dynamic: true,
+                dynamic: self.cfg.dynamic(tool),
                 provider_metadata: cached.then(|| json!({"stategraph": {"cached": true}})),
             }),
             Some(ToolOwner::Thinking(k)) => self.update_tool(&k, call_id, ev.at, out, |v| {
@@ -688,7 +723,7 @@ impl Bridge {
                 out.push(Chunk::ToolInputStart {
                     tool_call_id: call_id.to_owned(),
                     tool_name: tool.to_owned(),
-                    dynamic: true,
+                    dynamic: self.cfg.dynamic(tool),
                 });
             }
             Surface::Thinking => {
@@ -786,7 +821,7 @@ fn emit(t: &mut Thinking, at: u64) -> Chunk {
 }
 
 /// A whole text part.
-fn text_part(id: String, text: String, out: &mut Vec<Chunk>) {
+pub(super) fn text_part(id: String, text: String, out: &mut Vec<Chunk>) {
     out.push(Chunk::TextStart { id: id.clone() });
     out.push(Chunk::TextDelta {
         id: id.clone(),

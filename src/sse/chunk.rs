@@ -67,7 +67,8 @@ pub enum Chunk {
         tool_call_id: String,
         /// Tool name.
         tool_name: String,
-        /// Always true: tools run on the server.
+        /// True for tools that run on the server; false for client-side
+        /// tools, which the front end executes (`tool-<name>` parts).
         dynamic: bool,
     },
     /// Argument text.
@@ -119,6 +120,21 @@ pub enum Chunk {
         /// part as `resultProviderMetadata`.
         #[serde(skip_serializing_if = "Option::is_none")]
         provider_metadata: Option<Value>,
+    },
+    /// A tool call waits for the user's approval (AI SDK v6+): the client
+    /// answers with `addToolApprovalResponse` and sends the message back.
+    #[serde(rename_all = "camelCase")]
+    ToolApprovalRequest {
+        /// The approval (an interrupt id).
+        approval_id: String,
+        /// Call id.
+        tool_call_id: String,
+    },
+    /// A tool call the user denied: it did not run (AI SDK v6+).
+    #[serde(rename_all = "camelCase")]
+    ToolOutputDenied {
+        /// Call id.
+        tool_call_id: String,
     },
     /// Tool failure.
     #[serde(rename_all = "camelCase")]

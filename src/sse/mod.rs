@@ -40,6 +40,7 @@ pub fn render_event(
 /// The SSE text a client receives for `events` (those after `after`).
 pub fn render(cfg: BridgeConfig, events: &[Event], after: u64) -> String {
     let mut bridge = Bridge::new(cfg);
+    bridge.resumed_after(resumed_after(events));
     let mut scratch = Vec::new();
     let mut out = String::new();
     for ev in events {
@@ -49,4 +50,14 @@ pub fn render(cfg: BridgeConfig, events: &[Event], after: u64) -> String {
         }
     }
     out
+}
+
+/// The seq after which a logged run last continued from a pause (0 when
+/// it never paused and went on): pauses up to it do not end its stream.
+pub fn resumed_after(events: &[Event]) -> u64 {
+    events
+        .iter()
+        .rev()
+        .find(|e| matches!(e.event, crate::events::EventKind::RunResumed { .. }))
+        .map_or(0, |e| e.seq.saturating_sub(1))
 }

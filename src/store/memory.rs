@@ -631,6 +631,33 @@ impl Leases for MemoryStore {
         ready(Ok(running))
     }
 
+    fn claim_interrupted(
+        &self,
+        run: Uuid,
+        owner: &str,
+        until: u64,
+    ) -> BoxFuture<'_, StoreResult<bool>> {
+        let mut g = self.lock();
+        let taken = match g.runs.get_mut(&run) {
+            Some(r) if r.status == RunStatus::Interrupted => {
+                r.status = RunStatus::Running;
+                r.finished_at = None;
+                true
+            }
+            _ => false,
+        };
+        if taken {
+            g.leases.insert(
+                run,
+                Lease {
+                    owner: owner.to_owned(),
+                    until,
+                },
+            );
+        }
+        ready(Ok(taken))
+    }
+
     fn stop_requests(&self, owner: &str) -> BoxFuture<'_, StoreResult<Vec<Uuid>>> {
         let g = self.lock();
         let mut out: Vec<Uuid> = g

@@ -397,6 +397,17 @@ pub trait Leases: Send + Sync {
     /// The running runs `owner` holds the lease of whose stop was
     /// requested, sorted. Polled by every instance with runs in flight.
     fn stop_requests(&self, owner: &str) -> BoxFuture<'_, StoreResult<Vec<Uuid>>>;
+    /// Takes a run paused at an interrupt: if it is `interrupted`, makes it
+    /// `running` again with `owner`'s lease until `until` and returns true;
+    /// otherwise (running, over, unknown) changes nothing and returns false.
+    /// One conditional update, so of concurrent resumes — on any number of
+    /// instances — exactly one gets the run.
+    fn claim_interrupted(
+        &self,
+        run: Uuid,
+        owner: &str,
+        until: u64,
+    ) -> BoxFuture<'_, StoreResult<bool>>;
 }
 
 /// What [`Maintenance::prune`] deleted.

@@ -113,6 +113,11 @@ const MIGRATIONS: &[Migration] = &[
         name: "fork_detail",
         sql: include_str!("migrations/postgres/0007_fork_detail.sql"),
     },
+    Migration {
+        version: 8,
+        name: "interrupts",
+        sql: include_str!("migrations/postgres/0008_interrupts.sql"),
+    },
 ];
 
 /// Advisory lock key serializing migrations across instances ("stgraph").

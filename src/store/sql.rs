@@ -85,12 +85,7 @@ pub(crate) fn limit_of(v: usize) -> i64 {
 
 /// The stored name of a status.
 pub(crate) fn status_name(s: RunStatus) -> &'static str {
-    match s {
-        RunStatus::Running => "running",
-        RunStatus::Finished => "finished",
-        RunStatus::Failed => "failed",
-        RunStatus::Cancelled => "cancelled",
-    }
+    s.as_str()
 }
 
 /// A status from its stored name.
@@ -100,6 +95,7 @@ pub(crate) fn status_of(name: &str) -> StoreResult<RunStatus> {
         "finished" => RunStatus::Finished,
         "failed" => RunStatus::Failed,
         "cancelled" => RunStatus::Cancelled,
+        "interrupted" => RunStatus::Interrupted,
         other => return Err(StoreError::Backend(format!("unknown run status `{other}`"))),
     })
 }

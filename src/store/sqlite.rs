@@ -92,6 +92,11 @@ const MIGRATIONS: &[Migration] = &[
         name: "fork_detail",
         sql: include_str!("migrations/sqlite/0007_fork_detail.sql"),
     },
+    Migration {
+        version: 8,
+        name: "interrupts",
+        sql: include_str!("migrations/sqlite/0008_interrupts.sql"),
+    },
 ];
 
 /// Settings for [`SqliteStore::open_with`].

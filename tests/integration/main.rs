@@ -20,6 +20,7 @@ mod executor;
 mod failed_turns;
 mod forks;
 mod hostile;
+mod interrupts;
 mod limits;
 mod mcp;
 mod openai_client;

@@ -179,6 +179,7 @@ conformance!(
     stop_requests_reach_the_lease_owner,
     orphans_are_running_runs_with_an_expired_or_no_lease,
     concurrent_claimers_never_get_the_same_run,
+    paused_runs_are_claimed_by_exactly_one_resume,
     prune_deletes_old_finished_runs_and_idle_chats,
     prune_works_through_more_runs_than_one_batch,
     subscribers_hear_every_committed_append,

@@ -209,6 +209,27 @@ impl Leases for PostgresStore {
         })
     }
 
+    fn claim_interrupted(
+        &self,
+        run: Uuid,
+        owner: &str,
+        until: u64,
+    ) -> BoxFuture<'_, StoreResult<bool>> {
+        let owner = owner.to_owned();
+        Box::pin(async move {
+            let until = sql::i64_of(until, "lease time")?;
+            let n = self
+                .execute(
+                    "UPDATE runs SET status = 'running', finished_at = NULL,
+                            lease_owner = $2, lease_until = $3, stop_requested = false
+                     WHERE id = $1 AND status = 'interrupted'",
+                    &[&run, &owner, &until],
+                )
+                .await?;
+            Ok(n > 0)
+        })
+    }
+
     fn stop_requests(&self, owner: &str) -> BoxFuture<'_, StoreResult<Vec<Uuid>>> {
         let owner = owner.to_owned();
         Box::pin(async move {

@@ -162,6 +162,29 @@ impl Leases for SqliteStore {
         }))
     }
 
+    fn claim_interrupted(
+        &self,
+        run: Uuid,
+        owner: &str,
+        until: u64,
+    ) -> BoxFuture<'_, StoreResult<bool>> {
+        let owner = owner.to_owned();
+        Box::pin(self.writer.run(move |conn| {
+            let n = conn
+                .prepare_cached(
+                    "UPDATE runs SET status = 'running', finished_at = NULL,
+                            lease_owner = ?2, lease_until = ?3, stop_requested = 0
+                     WHERE id = ?1 AND status = 'interrupted'",
+                )?
+                .execute(params![
+                    run.to_string(),
+                    owner,
+                    sql::i64_of(until, "lease time")?
+                ])?;
+            Ok(n > 0)
+        }))
+    }
+
     fn stop_requests(&self, owner: &str) -> BoxFuture<'_, StoreResult<Vec<Uuid>>> {
         let owner = owner.to_owned();
         Box::pin(self.readers.run(move |conn| {

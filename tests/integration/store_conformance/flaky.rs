@@ -225,6 +225,14 @@ impl Leases for Flaky {
     fn stop_requests(&self, owner: &str) -> BoxFuture<'_, StoreResult<Vec<Uuid>>> {
         self.inner.stop_requests(owner)
     }
+    fn claim_interrupted(
+        &self,
+        run: Uuid,
+        owner: &str,
+        until: u64,
+    ) -> BoxFuture<'_, StoreResult<bool>> {
+        self.inner.claim_interrupted(run, owner, until)
+    }
 }
 
 impl Maintenance for Flaky {

@@ -348,3 +348,80 @@ pub(super) async fn stop_requests_reach_the_lease_owner(store: Arc<dyn Store>) {
         "`a` was never asked"
     );
 }
+
+/// A run paused at an interrupt: stored `interrupted` by its final batch,
+/// never an orphan, listed by status, and claimed back to `running` by
+/// exactly one of many concurrent resumes (with the winner's lease).
+pub(super) async fn paused_runs_are_claimed_by_exactly_one_resume(store: Arc<dyn Store>) {
+    let r = run(Some("c1"), 1);
+    store.create_leased_run(r.clone(), "a", 200).await.unwrap();
+    store
+        .append(&batch(r.id, 0, vec![text(r.id, 1, 0)]))
+        .await
+        .unwrap();
+    let mut pause = batch(
+        r.id,
+        0,
+        vec![event(
+            r.id,
+            2,
+            1,
+            EventKind::RunInterrupted {
+                interrupts: Vec::new(),
+            },
+        )],
+    );
+    pause.status = RunStatus::Interrupted;
+    store.append(&pause).await.unwrap();
+    let paused = store.get_run(r.id).await.unwrap().unwrap();
+    assert_eq!(paused.status, RunStatus::Interrupted);
+    assert_eq!(paused.last_seq, 2);
+    assert!(
+        store
+            .claim_orphans("b", 10_000, 20_000, 10)
+            .await
+            .unwrap()
+            .is_empty(),
+        "a paused run is nobody's orphan"
+    );
+    assert!(
+        !store.request_stop(r.id).await.unwrap(),
+        "nothing runs to stop"
+    );
+    let mut q = RunQuery::newest(10);
+    q.status = Some(RunStatus::Interrupted);
+    let listed = store.list_runs(&q).await.unwrap();
+    assert_eq!(listed.iter().map(|x| x.id).collect::<Vec<_>>(), [r.id]);
+
+    let claims = futures::future::join_all((0..8).map(|i| {
+        let store = Arc::clone(&store);
+        async move {
+            let owner = format!("i{i}");
+            let won = store.claim_interrupted(r.id, &owner, 5_000).await.unwrap();
+            (owner, won)
+        }
+    }))
+    .await;
+    let winners: Vec<&String> = claims.iter().filter(|c| c.1).map(|c| &c.0).collect();
+    assert_eq!(winners.len(), 1, "exactly one resume claims it: {claims:?}");
+    let claimed = store.get_run(r.id).await.unwrap().unwrap();
+    assert_eq!(claimed.status, RunStatus::Running);
+    assert_eq!(claimed.finished_at, None);
+    assert_eq!(store.lease(r.id).await.unwrap(), lease(winners[0], 5_000));
+    assert!(
+        !store.claim_interrupted(r.id, "late", 6_000).await.unwrap(),
+        "a running run is not claimed again"
+    );
+    store
+        .finish_run(r.id, RunStatus::Finished, None, Usage::default())
+        .await
+        .unwrap();
+    assert!(!store.claim_interrupted(r.id, "late", 6_000).await.unwrap());
+    assert!(
+        !store
+            .claim_interrupted(Uuid::now_v7(), "x", 6_000)
+            .await
+            .unwrap(),
+        "an unknown run"
+    );
+}
