@@ -165,66 +165,10 @@ fn dispatch(cli: Cli, config: Config, registries: Registries) -> anyhow::Result<
             write!(out, "{}", graph(&g, format))?;
             Ok(ExitCode::SUCCESS)
         }
-        Command::Run {
-            graph,
-            message,
-            set,
-            json,
-            no_store,
-        } => {
-            let args = RunArgs {
-                graph,
-                message,
-                set: field_values(&set)?,
-                json,
-                store: !no_store,
-            };
-            let ok = runtime()?.block_on(ctx.with_mcp(run::run(&ctx, args, out)))?;
-            Ok(exit(ok))
-        }
-        Command::Replay {
-            run,
-            sse,
-            json,
-            reexecute,
-        } => {
-            let view = match (sse, json, reexecute) {
-                (true, ..) => ReplayView::Sse,
-                (_, true, _) => ReplayView::Json,
-                (.., true) => ReplayView::Reexecute,
-                _ => ReplayView::Timeline,
-            };
-            let ok = runtime()?.block_on(ctx.with_mcp(replay::replay_run(&ctx, run, view, out)))?;
-            Ok(exit(ok))
-        }
-        Command::Fork {
-            run,
-            at,
-            after,
-            before,
-            set,
-            attach,
-        } => {
-            let (mode, node) = match before {
-                Some(n) => (ForkMode::Before, Some(n)),
-                None => (ForkMode::After, after),
-            };
-            let fork = replay::Fork {
-                run,
-                at,
-                mode,
-                node,
-                set,
-                attach,
-            };
-            let ok = runtime()?.block_on(ctx.with_mcp(replay::fork_run(&ctx, fork, out)))?;
-            Ok(exit(ok))
-        }
-        Command::Resume { run, value, answer } => {
-            let ok = runtime()?
-                .block_on(ctx.with_mcp(replay::resume_run(&ctx, run, value, &answer, out)))?;
-            Ok(exit(ok))
-        }
+        c @ (Command::Run { .. }
+        | Command::Replay { .. }
+        | Command::Fork { .. }
+        | Command::Resume { .. }) => runs_command(&ctx, c, out),
         Command::Migrate => runtime()?.block_on(migrate(&ctx, out)),
         Command::Prune { older_than, chats } => {
             runtime()?.block_on(prune(&ctx, &older_than, chats, out))
@@ -246,6 +190,73 @@ fn dispatch(cli: Cli, config: Config, registries: Registries) -> anyhow::Result<
             Ok(ExitCode::SUCCESS)
         }
     }
+}
+
+/// The commands over runs: run, replay, fork, resume.
+fn runs_command(
+    ctx: &Ctx,
+    command: Command,
+    out: &mut (dyn Write + Send),
+) -> anyhow::Result<ExitCode> {
+    let ok = match command {
+        Command::Run {
+            graph,
+            message,
+            set,
+            json,
+            no_store,
+        } => {
+            let args = RunArgs {
+                graph,
+                message,
+                set: field_values(&set)?,
+                json,
+                store: !no_store,
+            };
+            runtime()?.block_on(ctx.with_mcp(run::run(ctx, args, out)))?
+        }
+        Command::Replay {
+            run,
+            sse,
+            json,
+            reexecute,
+        } => {
+            let view = match (sse, json, reexecute) {
+                (true, ..) => ReplayView::Sse,
+                (_, true, _) => ReplayView::Json,
+                (.., true) => ReplayView::Reexecute,
+                _ => ReplayView::Timeline,
+            };
+            runtime()?.block_on(ctx.with_mcp(replay::replay_run(ctx, run, view, out)))?
+        }
+        Command::Fork {
+            run,
+            at,
+            after,
+            before,
+            set,
+            attach,
+        } => {
+            let (mode, node) = match before {
+                Some(n) => (ForkMode::Before, Some(n)),
+                None => (ForkMode::After, after),
+            };
+            let fork = replay::Fork {
+                run,
+                at,
+                mode,
+                node,
+                set,
+                attach,
+            };
+            runtime()?.block_on(ctx.with_mcp(replay::fork_run(ctx, fork, out)))?
+        }
+        Command::Resume { run, value, answer } => {
+            runtime()?.block_on(ctx.with_mcp(replay::resume_run(ctx, run, value, &answer, out)))?
+        }
+        _ => unreachable!("only the commands over runs come here"),
+    };
+    Ok(exit(ok))
 }
 
 fn check_command(

@@ -87,50 +87,28 @@ pub fn compile<K: NodeKinds>(
     } = edges;
 
     let mut prompts_used = BTreeSet::new();
-    let mut compiled = Vec::with_capacity(spec.nodes.len());
-    for (i, node) in spec.nodes.iter().enumerate() {
-        let cx = NodeEnv {
-            schema,
-            is_map_target: map_targets.contains(&(i as NodeIdx)),
-            external_tools: &external_tools,
-            out: &out[i],
-        };
-        compiled.push(build_node(&node.value, env, cx, &mut prompts_used, &mut d));
-    }
-
+    let compiled: Vec<_> = (0..spec.nodes.len())
+        .map(|i| {
+            let cx = NodeEnv {
+                schema,
+                is_map_target: map_targets.contains(&(i as NodeIdx)),
+                external_tools: &external_tools,
+                out: &out[i],
+            };
+            build_node(&spec.nodes[i].value, env, cx, &mut prompts_used, &mut d)
+        })
+        .collect();
     if let Some(schema) = schema {
         for (src, route, spec_route) in &routes {
-            check_route_values(
-                *src,
-                route,
-                spec_route,
-                schema,
-                &compiled,
-                &spec.nodes,
-                &mut d,
-            );
+            let nodes = (&compiled[..], &spec.nodes[..]);
+            check_route_values(*src, route, spec_route, schema, nodes, &mut d);
         }
     }
     // The structural rules need every name to resolve to exactly one node
     // and an entry to start from; otherwise they only repeat the problem
     // (every node "unreachable", a duplicate never reached).
     if resolved && !duplicates && !entry.is_empty() {
-        let ids: Vec<&str> = spec
-            .nodes
-            .iter()
-            .map(|n| n.value.id.value.as_str())
-            .collect();
-        let locs: Vec<Loc> = spec.nodes.iter().map(|n| n.value.id.loc).collect();
-        let shape = Shape {
-            topo: &topo,
-            entry: &entry,
-            out: &out,
-            joins: &joins,
-            ids: &ids,
-            locs: &locs,
-            join_locs: &join_locs,
-        };
-        rules::check(&shape, &mut d);
+        check_shape(file, &topo, &entry, &out, &joins, &join_locs, &mut d);
     }
 
     let Some(state) = state.filter(|_| !d.has_errors() && compiled.iter().all(Option::is_some))
@@ -161,6 +139,32 @@ pub fn compile<K: NodeKinds>(
         optional_tools,
     };
     Ok((graph, d.into_vec()))
+}
+
+/// The structural rules (reachability, END reachable, joins, cycles) on
+/// the resolved topology.
+fn check_shape(
+    file: &GraphFile,
+    topo: &super::compiled::Topology,
+    entry: &[NodeIdx],
+    out: &[Vec<super::compiled::Transition>],
+    joins: &[super::compiled::Join],
+    join_locs: &[Loc],
+    d: &mut Diagnostics,
+) {
+    let nodes = &file.spec.nodes;
+    let ids: Vec<&str> = nodes.iter().map(|n| n.value.id.value.as_str()).collect();
+    let locs: Vec<Loc> = nodes.iter().map(|n| n.value.id.loc).collect();
+    let shape = Shape {
+        topo,
+        entry,
+        out,
+        joins,
+        ids: &ids,
+        locs: &locs,
+        join_locs,
+    };
+    rules::check(&shape, d);
 }
 
 /// The diagnostics of a graph that does not compile (never empty of errors).
@@ -339,12 +343,11 @@ fn build_node<K: NodeKinds>(
         ne.external_tools,
         d,
     );
-    let mut writes: Vec<FieldId> = Vec::new();
-    for w in &node.writes {
-        if let Some(f) = cx.field(w, "a field", |_| true) {
-            writes.push(f);
-        }
-    }
+    let mut writes: Vec<FieldId> = node
+        .writes
+        .iter()
+        .filter_map(|w| cx.field(w, "a field", |_| true))
+        .collect();
     let imp = info.and_then(|_| env.kinds.build(&node.kind.value, &mut cx));
     let status = node.status.as_ref().map(|s| {
         let v = Sp::new(super::value::SpValue::Str(s.value.clone()), s.loc);
@@ -373,16 +376,7 @@ fn build_node<K: NodeKinds>(
         .and_then(|(_, v)| v.value.as_name());
     drop(cx);
     let retry = retry_policy(node.retry.as_ref(), d);
-    if let Some(t) = &node.timeout
-        && t.value.0.is_zero()
-    {
-        d.error(
-            t.loc,
-            "invalid-setting",
-            "`timeout` must be greater than zero",
-            None,
-        );
-    }
+    check_timeout(node, d);
     let info = info?;
     let status = match status {
         Some(Ok(s)) => Some(s),
@@ -408,15 +402,34 @@ fn build_node<K: NodeKinds>(
         client_tools,
         subgraph,
         declared,
-        settings: serde_json::Value::Object(
-            node.settings
-                .iter()
-                .map(|(k, v)| (k.value.clone(), v.value.to_json()))
-                .collect(),
-        ),
+        settings: settings_json(node),
         prompt,
         status,
     })
+}
+
+/// A node's kind settings as written (for the API and the studio).
+fn settings_json(node: &NodeSpec) -> serde_json::Value {
+    serde_json::Value::Object(
+        node.settings
+            .iter()
+            .map(|(k, v)| (k.value.clone(), v.value.to_json()))
+            .collect(),
+    )
+}
+
+/// `timeout:` must be positive.
+fn check_timeout(node: &NodeSpec, d: &mut Diagnostics) {
+    if let Some(t) = &node.timeout
+        && t.value.0.is_zero()
+    {
+        d.error(
+            t.loc,
+            "invalid-setting",
+            "`timeout` must be greater than zero",
+            None,
+        );
+    }
 }
 
 /// Every key the kind does not declare is not one of its settings.
@@ -488,13 +501,15 @@ fn version_hash<K: NodeKinds>(
     format!("{:032x}", h.digest128())
 }
 
+/// A route on a field: every value the field can take (its type's, or the
+/// ones the routers writing it declare) has a case, and every case is such
+/// a value; a field that can take any value needs a `default`.
 fn check_route_values<N>(
     src: NodeIdx,
     route: &Route,
     spec_route: &Sp<RouteSpec>,
     schema: &StateSchema,
-    compiled: &[Option<CompiledNode<N>>],
-    spec_nodes: &[Sp<super::spec::NodeSpec>],
+    (compiled, spec_nodes): (&[Option<CompiledNode<N>>], &[Sp<NodeSpec>]),
     d: &mut Diagnostics,
 ) {
     let Selector::Field(route_field) = &*route.on else {
@@ -502,35 +517,11 @@ fn check_route_values<N>(
         return;
     };
     let field = schema.spec(*route_field);
-    // Values the field can take: booleans, or what the routers writing it declare.
-    let mut declared: Option<(Vec<String>, String)> = field
+    let declared = field
         .ty
         .finite_values()
-        .map(|v| (v, format!("the type of `{}`", field.name)));
-    if declared.is_none() {
-        let mut values = Vec::new();
-        let mut writers = Vec::new();
-        // The source node first, then any other node declaring values for the field.
-        let order =
-            std::iter::once(src as usize).chain((0..compiled.len()).filter(|&i| i != src as usize));
-        for i in order {
-            if let Some(Some((f, vals))) = compiled
-                .get(i)
-                .map(|c| c.as_ref().and_then(|c| c.declared.as_ref()))
-                && f == route_field
-            {
-                writers.push(spec_nodes[i].value.id.value.clone());
-                for v in vals {
-                    if !values.contains(v) {
-                        values.push(v.clone());
-                    }
-                }
-            }
-        }
-        if !writers.is_empty() {
-            declared = Some((values, format!("router `{}`", writers.join("`, `"))));
-        }
-    }
+        .map(|v| (v, format!("the type of `{}`", field.name)))
+        .or_else(|| declared_by_routers(src, *route_field, compiled, spec_nodes));
     let r = &spec_route.value;
     let on_loc =
         r.on.as_ref()
@@ -544,32 +535,31 @@ fn check_route_values<N>(
     match declared {
         Some((values, by)) => {
             if r.default.is_none() {
-                for v in &values {
-                    if !cases.iter().any(|(k, _)| &k.value == v) {
-                        d.error(
-                            on_loc,
-                            "route-unmapped-value",
-                            format!(
-                                "route on `{}` has no target for `{v}` (declared by {by})",
-                                route.field_name
-                            ),
-                            Some(format!("add `{v}: <node>` under `cases`, or a `default`")),
-                        );
-                    }
-                }
-            }
-            for (k, _) in cases {
-                if !values.contains(&k.value) {
+                for v in values
+                    .iter()
+                    .filter(|v| !cases.iter().any(|(k, _)| &k.value == *v))
+                {
                     d.error(
-                        k.loc,
-                        "route-unknown-value",
+                        on_loc,
+                        "route-unmapped-value",
                         format!(
-                            "`{}` is never a value of `{}` (declared by {by})",
-                            k.value, route.field_name
+                            "route on `{}` has no target for `{v}` (declared by {by})",
+                            route.field_name
                         ),
-                        name_hint(&k.value, values.iter().map(String::as_str)),
+                        Some(format!("add `{v}: <node>` under `cases`, or a `default`")),
                     );
                 }
+            }
+            for (k, _) in cases.iter().filter(|(k, _)| !values.contains(&k.value)) {
+                d.error(
+                    k.loc,
+                    "route-unknown-value",
+                    format!(
+                        "`{}` is never a value of `{}` (declared by {by})",
+                        k.value, route.field_name
+                    ),
+                    name_hint(&k.value, values.iter().map(String::as_str)),
+                );
             }
         }
         None if r.default.is_none() => d.error(
@@ -583,6 +573,35 @@ fn check_route_values<N>(
         ),
         None => {}
     }
+}
+
+/// The values routers declare for `field` (the source node's first), and
+/// who declares them.
+fn declared_by_routers<N>(
+    src: NodeIdx,
+    field: FieldId,
+    compiled: &[Option<CompiledNode<N>>],
+    spec_nodes: &[Sp<NodeSpec>],
+) -> Option<(Vec<String>, String)> {
+    let mut values: Vec<String> = Vec::new();
+    let mut writers = Vec::new();
+    let order =
+        std::iter::once(src as usize).chain((0..compiled.len()).filter(|&i| i != src as usize));
+    for i in order {
+        if let Some(Some((f, vals))) = compiled
+            .get(i)
+            .map(|c| c.as_ref().and_then(|c| c.declared.as_ref()))
+            && *f == field
+        {
+            writers.push(spec_nodes[i].value.id.value.clone());
+            for v in vals {
+                if !values.contains(v) {
+                    values.push(v.clone());
+                }
+            }
+        }
+    }
+    (!writers.is_empty()).then(|| (values, format!("router `{}`", writers.join("`, `"))))
 }
 
 /// A route on an expression: a boolean one must map both values (or have

@@ -1,6 +1,7 @@
 //! Applications built on the public API: the `custom_kind` example (a Rust
 //! node kind registered next to the built-in ones, a graph file using it,
-//! the whole command line over it) as its README says to run it.
+//! the whole command line over it) as its README says to run it, and the
+//! `approval` example (human in the loop) as docs/human-in-the-loop.md does.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
@@ -12,15 +13,19 @@ use crate::support::{aisdk_validate, chat_body, root, spawn_serving};
 /// The example's binary, built when the test run did not build it (e.g.
 /// `cargo nextest run --test integration`).
 fn example_bin() -> PathBuf {
+    example("custom_kind")
+}
+
+/// An example's binary (built if need be).
+fn example(name: &str) -> PathBuf {
     let dir = Path::new(env!("CARGO_BIN_EXE_stategraph"))
         .parent()
         .unwrap();
-    let bin = dir.join("examples/custom_kind");
+    let bin = dir.join("examples").join(name);
     if !bin.is_file() {
         let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
         let mut cmd = Command::new(cargo);
-        cmd.args(["build", "--example", "custom_kind"])
-            .current_dir(root());
+        cmd.args(["build", "--example", name]).current_dir(root());
         if dir.ends_with("release") {
             cmd.arg("--release");
         }
@@ -147,4 +152,60 @@ async fn the_example_serves_its_graph() {
     assert!(ok, "{report}\n{text}");
     assert!(text.contains(r#""type":"data-lexicon""#), "{text}");
     assert!(text.contains(r#""type":"text-delta""#), "{text}");
+}
+
+/// The approval example as its docs run it: `delete record 42` pauses at
+/// `delete_record`; denied, nothing is deleted; approved, it runs once; a
+/// second answer is refused.
+#[test]
+fn the_approval_example_pauses_and_resumes_from_the_command_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = root().join("examples/approval/stategraph.toml");
+    let config = config.to_str().unwrap();
+    let approval = |args: &[&str]| {
+        let out = Command::new(example("approval"))
+            .args(["--config", config])
+            .args(args)
+            .current_dir(dir.path())
+            .env_remove("OPENAI_API_KEY")
+            .env_remove("OPENAI_BASE_URL")
+            .env_remove("DATABASE_URL")
+            .output()
+            .unwrap();
+        let text = format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        (out.status.success(), text)
+    };
+    let (ok, text) = approval(&["check"]);
+    assert!(ok && text.contains("1 valid, 0 error(s)"), "{text}");
+    let paused_run = || {
+        let (_, text) = approval(&["run", "approval", "delete record 42"]);
+        assert!(
+            text.contains(r#"run paused, waiting for approval-"#)
+                && text.contains(r#"approval of delete_record({"id":42})"#),
+            "{text}"
+        );
+        text.split("stategraph resume ")
+            .nth(1)
+            .and_then(|r| r.split_whitespace().next())
+            .expect("the resume command is printed")
+            .to_owned()
+    };
+
+    let denied = paused_run();
+    let (ok, text) = approval(&["resume", &denied, "--value", r#"{"approved": false}"#]);
+    assert!(ok, "{text}");
+    assert!(text.contains("DENIED"), "{text}");
+    assert!(!text.contains("tool delete_record ok"), "{text}");
+
+    let approved = paused_run();
+    let (ok, text) = approval(&["resume", &approved, "--value", r#"{"approved": true}"#]);
+    assert!(ok, "{text}");
+    assert_eq!(text.matches("tool delete_record ok").count(), 1, "{text}");
+    assert!(text.contains("status Finished"), "{text}");
+    let (ok, text) = approval(&["resume", &approved, "--value", r#"{"approved": true}"#]);
+    assert!(!ok && text.contains("not waiting"), "{text}");
 }
