@@ -68,7 +68,7 @@ pub(super) struct ListQuery {
     status: Option<RunStatus>,
     /// Only runs created at or after this time (ms since the epoch).
     since: Option<u64>,
-    /// Only runs created at or before this time (ms since the epoch).
+    /// Only runs created before this time (ms since the epoch).
     until: Option<u64>,
     /// The `next` of the previous page.
     cursor: Option<String>,
@@ -98,9 +98,9 @@ pub(super) async fn list(
             )
         })?),
     };
-    // `until` is a position too: before every run of the following ms.
+    // `until` is a position too: before every run of that ms.
     let until = q.until.map(|ms| RunCursor {
-        created_at: ms.saturating_add(1).saturating_mul(1000),
+        created_at: ms.saturating_mul(1000),
         id: Uuid::nil(),
     });
     let before = match (cursor, until) {
