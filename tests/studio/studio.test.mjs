@@ -261,6 +261,21 @@ try {
     await shot('run-forked');
   });
 
+  await check('replay: re-stream the recorded SSE and re-execute the fork without divergence', async () => {
+    await page.locator('[data-testid="tab-replay"]').click();
+    await page.locator('[data-testid="restream"]').click();
+    await visible('[data-testid="raw-sse"]');
+    await page.waitForFunction(() => /data: \[DONE\]/.test(document.querySelector('[data-testid="raw-sse"]')?.textContent || ''));
+    const sse = await page.locator('[data-testid="raw-sse"]').textContent();
+    assert(/"type":"text-delta"/.test(sse), `the re-streamed SSE has no text: ${sse.slice(0, 300)}`);
+    await page.locator('[data-testid="reexecute"]').click();
+    await page.locator('[data-testid="reexecute-same"], [data-testid="reexecute-diverged"], [data-testid="reexecute-result"] .alert-error').first().waitFor();
+    const result = await page.locator('[data-testid="reexecute-result"]').textContent();
+    assert(await page.locator('[data-testid="reexecute-same"]').count() === 1, `re-executing the fork diverged or failed: ${result}`);
+    await shot('run-replay');
+    await axe('run (replay tab)');
+  });
+
   await check('runs list screenshot', async () => {
     await page.locator('[data-testid="nav-runs"]').click();
     await visible('[data-testid="run-row"]');
