@@ -522,7 +522,9 @@ async fn serve_binary(dir: &Path, graphs: &Path) -> (tokio::process::Child, Stri
     assert_eq!(
         studio.as_deref(),
         Some(format!("{base}/studio").as_str()),
-        "serve prints the studio's URL"
+        "serve prints the studio's URL (if another checkout shares CARGO_TARGET_DIR, its build \
+         may have replaced {} with its own binary)",
+        env!("CARGO_BIN_EXE_stategraph")
     );
     (child, base)
 }
