@@ -185,6 +185,25 @@ try {
     await axe('playground');
   });
 
+  await check('regenerate replaces the answer with a new run; the chat survives a reload', async () => {
+    const answers = page.locator('[data-testid="message-assistant"]');
+    assert(await answers.count() === 1, `expected one answer before regenerating, saw ${await answers.count()}`);
+    await page.locator('[data-testid="regenerate"]').last().click();
+    await page.waitForFunction((id) => {
+      const a = [...document.querySelectorAll('[data-testid="message-assistant"]')].pop();
+      const link = a?.querySelector('[data-testid="run-link"]');
+      return a?.dataset.status === 'done' && link && !link.getAttribute('href').includes(id);
+    }, runId, { timeout: STREAM_T });
+    assert(await answers.count() === 1, `regenerate added an answer instead of replacing it (${await answers.count()} answers)`);
+    const regenerated = (await page.locator('[data-testid="answer-text"]').allTextContents()).join('');
+    assert(regenerated.trim().length > 0, 'the regenerated answer is empty');
+    await page.reload({ waitUntil: 'domcontentloaded' });
+    await visible('[data-testid="message-user"]');
+    await page.locator('[data-testid="message-assistant"] [data-testid="answer-text"]').first().waitFor();
+    const stored = (await page.locator('[data-testid="answer-text"]').allTextContents()).join('');
+    assert(stored.trim() === regenerated.trim(), `after a reload the answer differs: ${stored.slice(0, 120)} vs ${regenerated.slice(0, 120)}`);
+  });
+
   await check('the run opens from the runs list', async () => {
     await page.locator('[data-testid="nav-runs"]').click();
     const row = page.locator(`[data-testid="run-row"][data-run="${runId}"]`);
