@@ -546,6 +546,7 @@ async fn studio_in_a_real_browser() {
         .current_dir(&b.test_dir)
         .env("STUDIO_URL", &base)
         .env("STUDIO_ARTIFACTS", &art)
+        .env("STUDIO_GRAPHS_DIR", &graphs)
         .env("CHROMIUM_PATH", &b.chromium)
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())

@@ -3,6 +3,8 @@
 //   STUDIO_URL=http://127.0.0.1:PORT STUDIO_ARTIFACTS=/tmp/studio node studio.test.mjs
 //
 // The server must serve a `chat` graph and an invalid `graphs/broken.yaml`.
+// With STUDIO_GRAPHS_DIR (that graphs directory), the test also fixes
+// broken.yaml and checks that the Graphs screen picks the change up live.
 // Chromium: CHROMIUM_PATH, else /usr/bin/chromium (no browser download).
 // Exits non-zero with a message naming the failed check; screenshots of each
 // screen (and of a failure) go to STUDIO_ARTIFACTS.
@@ -293,6 +295,20 @@ try {
     assert(await page.locator('[data-testid="reexecute-same"]').count() === 1, `re-executing the fork diverged or failed: ${result}`);
     await shot('run-replay');
     await axe('run (replay tab)');
+  });
+
+  await check('a graph file fixed on disk is picked up live', async () => {
+    const dir = process.env.STUDIO_GRAPHS_DIR;
+    if (!dir) { console.log('     (STUDIO_GRAPHS_DIR not set: not editing graph files)'); return; }
+    await page.locator('[data-testid="nav-graphs"]').click();
+    await page.locator('[data-testid="graph-item"][data-graph="broken"]').click();
+    await visible('[data-testid="diagnostic"]');
+    const file = path.join(dir, 'broken.yaml');
+    fs.writeFileSync(file, fs.readFileSync(file, 'utf8').replace(/-> revew\b/, '-> END'));
+    await page.locator('svg[data-testid="graph-svg"][data-graph="broken"] [data-testid="graph-node"][data-node="review"]').waitFor();
+    assert(await page.locator('[data-testid="graph-item"][data-graph="broken"] .badge').count() === 0, 'the fixed graph is still marked invalid');
+    assert(await page.locator('[data-testid="diagnostic"]').count() === 0, 'the fixed graph still shows diagnostics');
+    await shot('graph-fixed');
   });
 
   await check('runs list screenshot', async () => {
