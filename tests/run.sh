@@ -7,6 +7,10 @@
 #   - the AI SDK stream validator (npm ci in ../shared/tools/aisdk-validate);
 #   - MCP test servers (npm ci in tests/mcp; a Python venv under
 #     ${XDG_CACHE_HOME:-~/.cache}/stategraph-tests/venv);
+#   - for the studio's browser test (tests/integration/studio.rs): Debian's
+#     Chromium (apt-get install chromium, when /usr/bin/chromium is missing and
+#     CHROMIUM_PATH is not set) and playwright-core + axe-core (npm ci in
+#     tests/studio);
 #   - cargo-nextest (installed if missing);
 #   - for tests/local_llm.rs, llama.cpp's llama-server with a tiny model on
 #     127.0.0.1:8097 (../shared/tools/local-llm; the first start builds it,
@@ -50,6 +54,22 @@ if [ ! -x "$venv/bin/python" ] || ! cmp -s "$mcp_dir/requirements.txt" "$venv/re
 fi
 export STATEGRAPH_TEST_MCP_EVERYTHING="$mcp_dir/node_modules/@modelcontextprotocol/server-everything/dist/index.js"
 export STATEGRAPH_TEST_PYTHON="$venv/bin/python"
+
+# The studio's browser test: the system Chromium (no browser download by
+# playwright) and the test's two packages.
+if [ -z "${CHROMIUM_PATH:-}" ] && [ ! -x /usr/bin/chromium ]; then
+  log "installing Chromium (apt-get install chromium)"
+  sudo=""
+  [ "$(id -u)" -eq 0 ] || sudo="sudo"
+  $sudo apt-get update -qq
+  $sudo apt-get install -y -qq chromium >/dev/null
+fi
+studio_dir="$root/tests/studio"
+if [ ! -d "$studio_dir/node_modules/playwright-core" ] || [ ! -d "$studio_dir/node_modules/axe-core" ] \
+  || [ "$studio_dir/package-lock.json" -nt "$studio_dir/node_modules/.package-lock.json" ]; then
+  log "installing the studio browser test's packages (npm ci in tests/studio)"
+  (cd "$studio_dir" && npm ci --no-audit --no-fund --loglevel=error)
+fi
 
 # cargo-nextest
 if ! cargo nextest --version >/dev/null 2>&1; then

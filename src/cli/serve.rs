@@ -38,6 +38,7 @@ pub(super) fn serve(
 /// What a newcomer needs to talk to the server.
 fn greet(addr: SocketAddr) {
     println!("stategraph is serving on http://{addr}");
+    println!("  studio: http://{addr}/studio");
     println!("  point a useChat front end (DefaultChatTransport) at http://{addr}/api/chat");
     println!("  try it: curl -N http://{addr}/api/chat -H 'content-type: application/json' \\");
     println!(

@@ -1,4 +1,5 @@
-//! Drawing compiled graphs: Mermaid (for READMEs and the API) and DOT.
+//! Drawing compiled graphs: Mermaid (for READMEs and the API), DOT, and
+//! the edge list the studio lays out itself.
 
 use std::fmt::Write;
 
@@ -47,6 +48,41 @@ pub fn mermaid<N>(g: &CompiledGraph<N>) -> String {
         let _ = writeln!(out, "    {line}");
     }
     out
+}
+
+/// One edge as the studio draws it.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct DrawnEdge {
+    /// The node it leaves.
+    pub from: String,
+    /// The node it enters, `__end__` for END.
+    pub to: String,
+    /// `plain`, `case`, `default`, `map` or `join`.
+    pub kind: &'static str,
+    /// The case's value, or the field a map fans out over.
+    pub label: Option<String>,
+}
+
+/// Every edge of the graph (START's excluded: `entry` lists them).
+pub fn edges<N>(g: &CompiledGraph<N>) -> Vec<DrawnEdge> {
+    g.topology
+        .edge_references()
+        .map(|e| {
+            let (kind, label) = match e.weight() {
+                EdgeKind::Plain => ("plain", None),
+                EdgeKind::Case(v) => ("case", Some(v.clone())),
+                EdgeKind::Default => ("default", Some("default".to_owned())),
+                EdgeKind::Map(f) => ("map", Some(f.clone())),
+                EdgeKind::Join => ("join", None),
+            };
+            DrawnEdge {
+                from: name(g, g.topology[e.source()]),
+                to: name(g, g.topology[e.target()]),
+                kind,
+                label,
+            }
+        })
+        .collect()
 }
 
 /// The graph in Graphviz DOT.

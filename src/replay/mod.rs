@@ -1,7 +1,8 @@
 //! Replay for debugging: re-stream, re-execute, fork.
 //!
 //! A run's events are the source of truth. [`load`] reads them from the
-//! store; [`timeline`] prints what happened; [`sse()`] reproduces the exact
+//! store; [`timeline`] prints what happened, [`task_timeline`] gives it as
+//! data (steps × tasks); [`sse()`] reproduces the exact
 //! bytes the client received (the stream settings are in `run_started`);
 //! [`reexecute`] runs the graph again with every model and tool result served
 //! from the recording and reports the first event that differs; [`fork_point`]
@@ -10,6 +11,7 @@
 
 mod fork;
 mod recording;
+mod tasks;
 mod timing;
 
 use std::fmt::Write;
@@ -28,6 +30,9 @@ use crate::store::{RunRecord, Store, StoreError};
 
 pub use fork::{Edit, EditError, ForkPoint, fork_point};
 pub use recording::{RecordedTool, Recording};
+pub use tasks::{
+    LlmCall, Retry, StepTasks, TaskSpan, TaskStatus, TaskTimeline, ToolCall, task_timeline,
+};
 pub use timing::{NodeTiming, Timing, timing};
 
 /// Why a replay operation failed.

@@ -11,7 +11,7 @@ use super::AppState;
 use super::auth::User;
 use super::error::ApiError;
 use crate::graph::load::MAX_GRAPH_FILE_BYTES;
-use crate::graph::mermaid::mermaid;
+use crate::graph::mermaid::{edges, mermaid};
 use crate::graph::source::read_capped;
 
 /// Every graph served, with the diagnostics of files that failed.
@@ -39,7 +39,9 @@ pub(super) async fn list(State(state): State<Arc<AppState>>, _user: User) -> Jso
     }))
 }
 
-/// One graph: its nodes, edges (Mermaid) and source.
+/// One graph: its state's fields with their types, its nodes (kind,
+/// settings, tools, prompt and its text, subgraph), its edges (as a list and
+/// as Mermaid) and its source.
 pub(super) async fn get(
     State(state): State<Arc<AppState>>,
     _user: User,
@@ -59,6 +61,15 @@ pub(super) async fn get(
                 "surface": n.surface,
                 "description": n.description,
                 "writes": n.writes.iter().map(|f| &*g.state.schema.spec(*f).name).collect::<Vec<_>>(),
+                "tools": n.tools,
+                "settings": n.settings,
+                "prompt": n.prompt.as_ref().map(|name| json!({
+                    "name": name,
+                    "text": g.prompts.get(name).map(|p| &p.source),
+                })),
+                "subgraph": n.subgraph.as_ref().map(|s| s.id.as_ref()),
+                "retry": {"attempts": n.retry.attempts, "backoffMs": n.retry.backoff.as_millis() as u64},
+                "timeoutMs": n.timeout.map(|t| t.as_millis() as u64),
             })
         })
         .collect();
@@ -76,6 +87,7 @@ pub(super) async fn get(
         "entry": g.entry.iter().map(|e| g.nodes[*e as usize].id.as_ref()).collect::<Vec<_>>(),
         "recursionLimit": g.recursion_limit,
         "nodes": nodes,
+        "edges": edges(&g),
         "mermaid": mermaid(&g),
         "source": source,
     })))

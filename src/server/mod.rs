@@ -5,12 +5,14 @@
 //! - `POST /api/chat`, `GET /api/chat/{id}/stream`, `POST /api/chat/{id}/stop`
 //! - `GET /api/chats`, `GET|DELETE /api/chat/{id}`
 //! - `GET /api/runs`, `GET /api/runs/{id}`, `GET /api/runs/{id}/events`,
-//!   `GET /api/runs/{id}/state?step=N`, `POST /api/runs/{id}/fork`
+//!   `GET /api/runs/{id}/state?step=N`, `POST /api/runs/{id}/fork`,
+//!   `GET /api/runs/{id}/timeline`, `POST /api/runs/{id}/reexecute`
 //! - `GET /api/graphs`, `GET /api/graphs/{name}`, `POST /api/graphs/reload`
 //! - `GET /api/tools`, `GET /api/tools/health`
 //! - `GET /healthz`, `GET /readyz`, `GET /metrics`
+//! - the studio: `GET /studio`, `GET /studio/{file}`, `GET /` (a redirect)
 //!
-//! Every route but the last three counts against the caller's request rate
+//! Every `/api/` route counts against the caller's request rate
 //! (`[limits]`, see `server/limits.rs`).
 //!
 //! Every request gets a correlation id (`x-request-id`, accepted or made
@@ -29,6 +31,7 @@ mod metrics;
 mod paused;
 mod runs_api;
 mod stream;
+mod studio;
 mod tools;
 mod ui;
 
@@ -157,6 +160,8 @@ pub fn app(state: Arc<AppState>) -> Router {
         .route("/api/runs/{id}/state", get(runs_api::state_at))
         .route("/api/runs/{id}/fork", post(runs_api::fork))
         .route("/api/runs/{id}/resume", post(paused::resume))
+        .route("/api/runs/{id}/timeline", get(runs_api::timeline))
+        .route("/api/runs/{id}/reexecute", post(runs_api::reexecute))
         .route("/api/tools", get(tools::list))
         .route("/api/tools/health", get(tools::health))
         .route("/api/graphs", get(graphs::list))
@@ -167,6 +172,12 @@ pub fn app(state: Arc<AppState>) -> Router {
             Arc::clone(&state),
             limits::rate_limit,
         ))
+        // The studio's files are public (see server/studio.rs); its data
+        // comes from the API above.
+        .route("/", get(studio::root))
+        .route("/studio", get(studio::index))
+        .route("/studio/", get(studio::index))
+        .route("/studio/{file}", get(studio::asset))
         .route("/healthz", get(health::healthz))
         .route("/readyz", get(health::readyz))
         .route("/metrics", get(health::metrics))

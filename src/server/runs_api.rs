@@ -2,8 +2,10 @@
 //! `GET /api/runs/{id}/events` (JSON, or the client's SSE bytes when asked
 //! with `Accept: text/event-stream`), `GET /api/runs/{id}/state?step=N`,
 //! `POST /api/runs/{id}/fork` (after or before a node, optionally attached
-//! to the chat as an alternative answer). Every run is visible only to its
-//! user.
+//! to the chat as an alternative answer), `GET /api/runs/{id}/timeline`
+//! (steps × tasks) and `POST /api/runs/{id}/reexecute` (the graph run again
+//! on the recording, and the first event that differs). Every run is
+//! visible only to its user.
 
 use std::sync::Arc;
 
@@ -58,7 +60,7 @@ async fn owned_run(state: &AppState, user: &User, id: &str) -> Result<RunRecord,
     }
 }
 
-/// `GET /api/runs` filters: `?chat=&graph=&status=&since=&cursor=&limit=`.
+/// `GET /api/runs` filters: `?chat=&graph=&status=&since=&until=&cursor=&limit=`.
 #[derive(Debug, Deserialize)]
 pub(super) struct ListQuery {
     chat: Option<String>,
@@ -66,6 +68,8 @@ pub(super) struct ListQuery {
     status: Option<RunStatus>,
     /// Only runs created at or after this time (ms since the epoch).
     since: Option<u64>,
+    /// Only runs created before this time (ms since the epoch).
+    until: Option<u64>,
     /// The `next` of the previous page.
     cursor: Option<String>,
     limit: Option<usize>,
@@ -85,7 +89,7 @@ pub(super) async fn list(
             _ => return Err(ApiError::not_found(format!("no chat `{chat}`"))),
         }
     }
-    let before = match &q.cursor {
+    let cursor = match &q.cursor {
         None => None,
         Some(c) => Some(RunCursor::decode(c).ok_or_else(|| {
             ApiError::bad_request(
@@ -93,6 +97,19 @@ pub(super) async fn list(
                 "`cursor` must be a `next` this API returned",
             )
         })?),
+    };
+    // `until` is a position too: before every run of that ms.
+    let until = q.until.map(|ms| RunCursor {
+        created_at: ms.saturating_mul(1000),
+        id: Uuid::nil(),
+    });
+    let before = match (cursor, until) {
+        (Some(c), Some(u)) => Some(if (u.created_at, u.id) < (c.created_at, c.id) {
+            u
+        } else {
+            c
+        }),
+        (c, u) => c.or(u),
     };
     let query = RunQuery {
         user: Some(user.0.clone()),
@@ -306,4 +323,97 @@ pub(super) async fn fork(
         })),
     )
         .into_response())
+}
+
+/// `GET /api/runs/{id}/timeline`: the run's supersteps and their tasks
+/// (duration, attempts, retries, model calls with tokens, tool calls,
+/// errors), computed from its events.
+pub(super) async fn timeline(
+    State(state): State<Arc<AppState>>,
+    user: User,
+    Path(id): Path<String>,
+) -> Result<Json<replay::TaskTimeline>, ApiError> {
+    let run = owned_run(&state, &user, &id).await?;
+    let (_, events) = replay::load(&*state.store, run.id)
+        .await
+        .map_err(replay_error)?;
+    Ok(Json(replay::task_timeline(&events)))
+}
+
+/// `POST /api/runs/{id}/reexecute`: runs the graph (as it is served now)
+/// again on the run's recorded input, with every model and tool result
+/// served from the recording, and reports the first event that differs.
+/// Nothing is stored. 409 `running` while the run has not ended.
+pub(super) async fn reexecute(
+    State(state): State<Arc<AppState>>,
+    user: User,
+    Path(id): Path<String>,
+) -> Result<Json<Value>, ApiError> {
+    let run = owned_run(&state, &user, &id).await?;
+    if run.status == RunStatus::Running {
+        return Err(ApiError::new(
+            StatusCode::CONFLICT,
+            "running",
+            format!(
+                "run {} is still running; re-execute it when it has ended",
+                run.id
+            ),
+        ));
+    }
+    let graph = state
+        .graphs
+        .get(&run.graph)
+        .ok_or_else(|| ApiError::not_found(format!("graph `{}` is no longer served", run.graph)))?;
+    let (_, events) = replay::load(&*state.store, run.id)
+        .await
+        .map_err(replay_error)?;
+    let services = (*state.services).clone();
+    let r = replay::reexecute(graph, services, &events)
+        .await
+        .map_err(|e| match e {
+            replay::ReplayError::State(m) => {
+                ApiError::new(StatusCode::CONFLICT, "not_reexecutable", m)
+            }
+            other => replay_error(other),
+        })?;
+    let divergence = r.divergence.as_ref().map(|(index, recorded, got)| {
+        let what = |e: &Option<crate::events::Event>| {
+            e.as_ref().map_or_else(
+                || "nothing".to_owned(),
+                |e| {
+                    let kind = serde_json::to_value(&e.event)
+                        .ok()
+                        .and_then(|v| v["type"].as_str().map(str::to_owned))
+                        .unwrap_or_default();
+                    match &e.node {
+                        Some(n) => format!("{kind} of {n} in step {}", e.step),
+                        None => format!("{kind} in step {}", e.step),
+                    }
+                },
+            )
+        };
+        json!({
+            "index": index,
+            "seq": recorded.as_ref().or(got.as_ref()).map(|e| e.seq),
+            "message": format!("recorded {}, re-executed {}", what(recorded), what(got)),
+            "expected": recorded,
+            "got": got,
+        })
+    });
+    Ok(Json(json!({
+        "runId": run.id,
+        "diverged": divergence.is_some(),
+        "events": r.events.len(),
+        "recordedEvents": events.len(),
+        "sameVersion": r.same_version,
+        "divergence": divergence,
+    })))
+}
+
+fn replay_error(e: replay::ReplayError) -> ApiError {
+    match e {
+        replay::ReplayError::NoRun(id) => ApiError::not_found(format!("no run `{id}`")),
+        replay::ReplayError::Store(s) => s.into(),
+        other => ApiError::internal(other),
+    }
 }

@@ -30,6 +30,7 @@ mod server;
 mod sse_stream;
 mod state_parity;
 mod store_conformance;
+mod studio;
 mod support;
 mod tutorial;
 mod validation;

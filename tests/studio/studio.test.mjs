@@ -3,6 +3,8 @@
 //   STUDIO_URL=http://127.0.0.1:PORT STUDIO_ARTIFACTS=/tmp/studio node studio.test.mjs
 //
 // The server must serve a `chat` graph and an invalid `graphs/broken.yaml`.
+// With STUDIO_GRAPHS_DIR (that graphs directory), the test also fixes
+// broken.yaml and checks that the Graphs screen picks the change up live.
 // Chromium: CHROMIUM_PATH, else /usr/bin/chromium (no browser download).
 // Exits non-zero with a message naming the failed check; screenshots of each
 // screen (and of a failure) go to STUDIO_ARTIFACTS.
@@ -185,6 +187,25 @@ try {
     await axe('playground');
   });
 
+  await check('regenerate replaces the answer with a new run; the chat survives a reload', async () => {
+    const answers = page.locator('[data-testid="message-assistant"]');
+    assert(await answers.count() === 1, `expected one answer before regenerating, saw ${await answers.count()}`);
+    await page.locator('[data-testid="regenerate"]').last().click();
+    await page.waitForFunction((id) => {
+      const a = [...document.querySelectorAll('[data-testid="message-assistant"]')].pop();
+      const link = a?.querySelector('[data-testid="run-link"]');
+      return a?.dataset.status === 'done' && link && !link.getAttribute('href').includes(id);
+    }, runId, { timeout: STREAM_T });
+    assert(await answers.count() === 1, `regenerate added an answer instead of replacing it (${await answers.count()} answers)`);
+    const regenerated = (await page.locator('[data-testid="answer-text"]').allTextContents()).join('');
+    assert(regenerated.trim().length > 0, 'the regenerated answer is empty');
+    await page.reload({ waitUntil: 'domcontentloaded' });
+    await visible('[data-testid="message-user"]');
+    await page.locator('[data-testid="message-assistant"] [data-testid="answer-text"]').first().waitFor();
+    const stored = (await page.locator('[data-testid="answer-text"]').allTextContents()).join('');
+    assert(stored.trim() === regenerated.trim(), `after a reload the answer differs: ${stored.slice(0, 120)} vs ${regenerated.slice(0, 120)}`);
+  });
+
   await check('the run opens from the runs list', async () => {
     await page.locator('[data-testid="nav-runs"]').click();
     const row = page.locator(`[data-testid="run-row"][data-run="${runId}"]`);
@@ -259,6 +280,35 @@ try {
     assert((await origin.getAttribute('href')).includes(runId), 'the new run does not link to its parent');
     await page.locator('[data-testid="run-status"]:not([data-status="running"])').waitFor({ timeout: STREAM_T });
     await shot('run-forked');
+  });
+
+  await check('replay: re-stream the recorded SSE and re-execute the fork without divergence', async () => {
+    await page.locator('[data-testid="tab-replay"]').click();
+    await page.locator('[data-testid="restream"]').click();
+    await visible('[data-testid="raw-sse"]');
+    await page.waitForFunction(() => /data: \[DONE\]/.test(document.querySelector('[data-testid="raw-sse"]')?.textContent || ''));
+    const sse = await page.locator('[data-testid="raw-sse"]').textContent();
+    assert(/"type":"text-delta"/.test(sse), `the re-streamed SSE has no text: ${sse.slice(0, 300)}`);
+    await page.locator('[data-testid="reexecute"]').click();
+    await page.locator('[data-testid="reexecute-same"], [data-testid="reexecute-diverged"], [data-testid="reexecute-result"] .alert-error').first().waitFor();
+    const result = await page.locator('[data-testid="reexecute-result"]').textContent();
+    assert(await page.locator('[data-testid="reexecute-same"]').count() === 1, `re-executing the fork diverged or failed: ${result}`);
+    await shot('run-replay');
+    await axe('run (replay tab)');
+  });
+
+  await check('a graph file fixed on disk is picked up live', async () => {
+    const dir = process.env.STUDIO_GRAPHS_DIR;
+    if (!dir) { console.log('     (STUDIO_GRAPHS_DIR not set: not editing graph files)'); return; }
+    await page.locator('[data-testid="nav-graphs"]').click();
+    await page.locator('[data-testid="graph-item"][data-graph="broken"]').click();
+    await visible('[data-testid="diagnostic"]');
+    const file = path.join(dir, 'broken.yaml');
+    fs.writeFileSync(file, fs.readFileSync(file, 'utf8').replace(/-> revew\b/, '-> END'));
+    await page.locator('svg[data-testid="graph-svg"][data-graph="broken"] [data-testid="graph-node"][data-node="review"]').waitFor();
+    assert(await page.locator('[data-testid="graph-item"][data-graph="broken"] .badge').count() === 0, 'the fixed graph is still marked invalid');
+    assert(await page.locator('[data-testid="diagnostic"]').count() === 0, 'the fixed graph still shows diagnostics');
+    await shot('graph-fixed');
   });
 
   await check('runs list screenshot', async () => {

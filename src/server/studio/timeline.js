@@ -7,6 +7,7 @@ import { getJSON } from './api.js';
 
 const FALLBACK_MAX_EVENTS = 20000;
 const STEPS_PER_PAGE = 200;
+const TASKS_PER_STEP = 100; // a wide map fan-out shows its first tasks until asked for all
 
 /** The timeline shape of the server endpoint, computed from events. */
 export function build(events) {
@@ -119,6 +120,7 @@ function task(t, t0, span) {
 
 export function mount(el, ctx) {
   let shown = STEPS_PER_PAGE;
+  const allTasks = new Set(); // steps whose every task is shown
   function draw() {
     const tl = ctx.timeline;
     if (!tl) {
@@ -137,7 +139,10 @@ export function mount(el, ctx) {
       h('div', { class: 'timeline', 'data-testid': 'timeline' },
         steps.map((s) => h('div', { class: 'tl-step', 'data-testid': 'tl-step', 'data-step': s.step },
           h('div', { class: 'tl-step-label' }, h('button', { type: 'button', class: 'btn-link', title: 'Show the state after this step', onclick: () => ctx.openTab('state', { step: s.step }) }, `Step ${s.step}`)),
-          h('div', null, s.tasks.map((t) => task(t, t0, span)))))),
+          h('div', null, (allTasks.has(s.step) ? s.tasks : s.tasks.slice(0, TASKS_PER_STEP)).map((t) => task(t, t0, span)),
+            s.tasks.length > TASKS_PER_STEP && !allTasks.has(s.step)
+              ? h('button', { type: 'button', class: 'btn btn-small', 'data-testid': 'tl-more-tasks', onclick: () => { allTasks.add(s.step); draw(); } }, `Show all ${s.tasks.length} tasks of step ${s.step}`)
+              : null)))),
       tl.steps.length > shown ? h('button', { type: 'button', class: 'btn', style: 'margin-top:8px', onclick: () => { shown += STEPS_PER_PAGE; draw(); } }, `Show more steps (${tl.steps.length - shown} left)`) : null);
   }
   draw();

@@ -1,0 +1,400 @@
+//! A run's timeline as data: supersteps × node tasks, each with its
+//! duration, attempts, retries, model calls (tokens) and tool calls.
+//! `GET /api/runs/{id}/timeline` serves it to the studio; [`super::timeline`]
+//! prints the same story as text for the CLI.
+
+use std::collections::{BTreeMap, HashMap};
+
+use serde::Serialize;
+
+use crate::events::{Event, EventKind};
+
+/// Supersteps in order, with the events they span.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct TaskTimeline {
+    /// Steps that ran a node, in order.
+    pub steps: Vec<StepTasks>,
+    /// The first event's seq (0 without events).
+    pub first_seq: u64,
+    /// The last event's seq (0 without events).
+    pub last_seq: u64,
+}
+
+/// One superstep.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct StepTasks {
+    /// The step.
+    pub step: u32,
+    /// Its tasks in the order they started.
+    pub tasks: Vec<TaskSpan>,
+}
+
+/// Where a task stands.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum TaskStatus {
+    /// Started, not ended, and the run goes on.
+    Running,
+    /// Finished.
+    Finished,
+    /// Failed after its attempts.
+    Failed,
+    /// Never ended: the run ended (failed, cancelled) while it ran.
+    Interrupted,
+}
+
+/// One node task (a map item is a task of its own).
+#[derive(Clone, Debug, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct TaskSpan {
+    /// The node.
+    pub node: String,
+    /// The task within the step.
+    pub task: u32,
+    /// When it first started (µs since the epoch).
+    pub started_at: u64,
+    /// From its first start to its end (µs), retries included.
+    pub duration_us: Option<u64>,
+    /// Where it stands.
+    pub status: TaskStatus,
+    /// Attempts made.
+    pub attempts: u32,
+    /// Failed attempts that were retried.
+    pub retries: Vec<Retry>,
+    /// Model calls.
+    pub llm: Vec<LlmCall>,
+    /// Tool calls.
+    pub tools: Vec<ToolCall>,
+    /// Why it failed.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
+/// A failed attempt that was retried.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Retry {
+    /// The attempt that failed.
+    pub attempt: u32,
+    /// Why.
+    pub error: String,
+    /// The wait before the next one.
+    pub delay_ms: u64,
+}
+
+/// A model call.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct LlmCall {
+    /// The call's number within the task.
+    pub call: u32,
+    /// The model role.
+    pub role: String,
+    /// The model.
+    pub model: String,
+    /// How long it took (none: it has not ended).
+    pub duration_us: Option<u64>,
+    /// Prompt tokens.
+    pub prompt_tokens: u64,
+    /// Completion tokens.
+    pub completion_tokens: u64,
+    /// Why it failed.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
+/// A tool call.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ToolCall {
+    /// The call id.
+    pub call_id: String,
+    /// The tool.
+    pub tool: String,
+    /// How long it took (none: no result yet, or it failed).
+    pub duration_us: Option<u64>,
+    /// Served from the tool cache.
+    pub cached: bool,
+    /// `kind: message` when it failed.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
+/// The timeline of a run from its events (in seq order).
+pub fn task_timeline(events: &[Event]) -> TaskTimeline {
+    let mut steps: BTreeMap<u32, Vec<TaskSpan>> = BTreeMap::new();
+    // (step, node, task) → index in its step's list.
+    let mut index: HashMap<(u32, &str, u32), usize> = HashMap::new();
+    let mut ended = false;
+    for e in events {
+        if e.event.is_terminal() {
+            ended = true;
+        }
+        let Some(node) = e.node.as_deref() else {
+            continue;
+        };
+        let tasks = steps.entry(e.step).or_default();
+        let i = *index.entry((e.step, node, e.task)).or_insert_with(|| {
+            tasks.push(TaskSpan {
+                node: node.to_owned(),
+                task: e.task,
+                started_at: e.at,
+                duration_us: None,
+                status: TaskStatus::Running,
+                attempts: 0,
+                retries: Vec::new(),
+                llm: Vec::new(),
+                tools: Vec::new(),
+                error: None,
+            });
+            tasks.len() - 1
+        });
+        let t = &mut tasks[i];
+        match &e.event {
+            EventKind::NodeStarted { attempt, .. } => t.attempts = t.attempts.max(*attempt),
+            EventKind::NodeFinished { .. } => {
+                t.status = TaskStatus::Finished;
+                t.duration_us = Some(e.at.saturating_sub(t.started_at));
+            }
+            EventKind::NodeFailed { error, attempts } => {
+                t.status = TaskStatus::Failed;
+                t.attempts = t.attempts.max(*attempts);
+                t.error = Some(error.clone());
+                t.duration_us = Some(e.at.saturating_sub(t.started_at));
+            }
+            EventKind::NodeRetrying {
+                attempt,
+                error,
+                delay_ms,
+            } => t.retries.push(Retry {
+                attempt: *attempt,
+                error: error.clone(),
+                delay_ms: *delay_ms,
+            }),
+            EventKind::LlmStarted {
+                call, role, model, ..
+            } => t.llm.push(LlmCall {
+                call: *call,
+                role: role.to_string(),
+                model: model.clone(),
+                duration_us: None,
+                prompt_tokens: 0,
+                completion_tokens: 0,
+                error: None,
+            }),
+            EventKind::LlmFinished {
+                call,
+                usage,
+                duration_us,
+                ..
+            } => {
+                if let Some(c) = t.llm.iter_mut().rev().find(|c| c.call == *call) {
+                    c.duration_us = Some(*duration_us);
+                    c.prompt_tokens = usage.prompt_tokens;
+                    c.completion_tokens = usage.completion_tokens;
+                }
+            }
+            EventKind::LlmFailed { call, error, usage } => {
+                if let Some(c) = t.llm.iter_mut().rev().find(|c| c.call == *call) {
+                    c.error = Some(error.clone());
+                    c.prompt_tokens = usage.prompt_tokens;
+                    c.completion_tokens = usage.completion_tokens;
+                }
+            }
+            EventKind::ToolCallReady { call_id, tool, .. } => {
+                tool_call(t, call_id, tool);
+            }
+            EventKind::ToolResult {
+                call_id,
+                tool,
+                cached,
+                duration_us,
+                ..
+            } => {
+                let c = tool_call(t, call_id, tool);
+                c.duration_us = Some(*duration_us);
+                c.cached = *cached;
+            }
+            EventKind::ToolError {
+                call_id,
+                tool,
+                error,
+            } => {
+                tool_call(t, call_id, tool).error =
+                    Some(format!("{}: {}", error.kind, error.message));
+            }
+            _ => {}
+        }
+    }
+    let steps = steps
+        .into_iter()
+        .map(|(step, mut tasks)| {
+            if ended {
+                for t in &mut tasks {
+                    if t.status == TaskStatus::Running {
+                        t.status = TaskStatus::Interrupted;
+                    }
+                }
+            }
+            StepTasks { step, tasks }
+        })
+        .collect();
+    TaskTimeline {
+        steps,
+        first_seq: events.first().map_or(0, |e| e.seq),
+        last_seq: events.last().map_or(0, |e| e.seq),
+    }
+}
+
+/// The task's call `call_id`, added when it is not there yet.
+fn tool_call<'a>(t: &'a mut TaskSpan, call_id: &str, tool: &str) -> &'a mut ToolCall {
+    let i = match t.tools.iter().position(|c| c.call_id == call_id) {
+        Some(i) => i,
+        None => {
+            t.tools.push(ToolCall {
+                call_id: call_id.to_owned(),
+                tool: tool.to_owned(),
+                duration_us: None,
+                cached: false,
+                error: None,
+            });
+            t.tools.len() - 1
+        }
+    };
+    &mut t.tools[i]
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use serde_json::json;
+    use uuid::Uuid;
+
+    use super::*;
+    use crate::events::{ToolFailure, Usage};
+
+    fn ev(seq: u64, step: u32, node: Option<&str>, task: u32, event: EventKind) -> Event {
+        Event {
+            run_id: Uuid::nil(),
+            seq,
+            at: 1_000 * seq,
+            step,
+            node: node.map(Arc::from),
+            task,
+            event,
+        }
+    }
+
+    #[test]
+    fn tasks_carry_attempts_calls_tokens_and_errors() {
+        let events = vec![
+            ev(
+                1,
+                1,
+                Some("a"),
+                0,
+                EventKind::NodeStarted {
+                    attempt: 1,
+                    item: None,
+                },
+            ),
+            ev(
+                2,
+                1,
+                Some("a"),
+                0,
+                EventKind::NodeRetrying {
+                    attempt: 1,
+                    error: "flaky".into(),
+                    delay_ms: 5,
+                },
+            ),
+            ev(
+                3,
+                1,
+                Some("a"),
+                0,
+                EventKind::NodeStarted {
+                    attempt: 2,
+                    item: None,
+                },
+            ),
+            ev(
+                4,
+                1,
+                Some("a"),
+                0,
+                EventKind::LlmStarted {
+                    call: 0,
+                    role: Arc::from("chat"),
+                    model: "m".into(),
+                    request: String::new(),
+                },
+            ),
+            ev(
+                5,
+                1,
+                Some("a"),
+                0,
+                EventKind::LlmFailed {
+                    call: 0,
+                    error: "boom".into(),
+                    usage: Usage {
+                        prompt_tokens: 7,
+                        ..Usage::default()
+                    },
+                },
+            ),
+            ev(
+                6,
+                1,
+                Some("b"),
+                1,
+                EventKind::ToolError {
+                    call_id: "c1".into(),
+                    tool: "t".into(),
+                    error: ToolFailure {
+                        kind: "timeout".into(),
+                        message: "slow".into(),
+                        details: json!(null),
+                    },
+                },
+            ),
+            ev(
+                7,
+                1,
+                Some("a"),
+                0,
+                EventKind::NodeFailed {
+                    attempts: 2,
+                    error: "gave up".into(),
+                },
+            ),
+            ev(
+                8,
+                1,
+                None,
+                0,
+                EventKind::RunCancelled {
+                    reason: "stop".into(),
+                },
+            ),
+        ];
+        let tl = task_timeline(&events);
+        assert_eq!((tl.first_seq, tl.last_seq), (1, 8));
+        assert_eq!(tl.steps.len(), 1);
+        let [a, b] = tl.steps[0].tasks.as_slice() else {
+            panic!("two tasks expected: {tl:?}");
+        };
+        assert_eq!(a.status, TaskStatus::Failed);
+        assert_eq!(a.attempts, 2);
+        assert_eq!(a.duration_us, Some(6_000));
+        assert_eq!(a.retries[0].error, "flaky");
+        assert_eq!(a.llm[0].error.as_deref(), Some("boom"));
+        assert_eq!(a.llm[0].prompt_tokens, 7);
+        assert_eq!(b.status, TaskStatus::Interrupted, "the run ended first");
+        assert_eq!(b.tools[0].error.as_deref(), Some("timeout: slow"));
+    }
+}

@@ -1,0 +1,585 @@
+//! The studio (`/studio`) and the API it reads: its files served from the
+//! binary without a key while the API still wants one; the graph detail it
+//! draws from (edges, node settings, prompt text, field types); the runs
+//! timeline, `until` filter and re-execution with its first divergence;
+//! and the browser test (tests/studio/studio.test.mjs) driving Chromium
+//! against the real binary.
+
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+
+use crate::server::model;
+use crate::support::server::TestServer;
+use crate::support::{chat_body, post_json, root};
+
+/// A graph that answers from a template: re-executing a run of it after the
+/// template changed diverges at the node that renders it.
+const ECHO: &str = r#"
+description: Echoes the question.
+entry: echo
+state:
+  fields:
+    messages: { type: messages }
+    question: { type: string }
+    reply:    { type: string }
+chat:
+  text: question
+  answer: reply
+nodes:
+  - id: echo
+    kind: set
+    surface: answer
+    set:
+      reply: "You asked: {{ question }}"
+edges: [echo -> END]
+"#;
+
+/// An invalid graph file: an edge to a node that does not exist (line 14).
+const BROKEN: &str = "# An edge names a node that does not exist.
+description: Broken on purpose.
+entry: start
+state:
+  fields:
+    text: { type: string }
+nodes:
+  - id: start
+    kind: noop
+  - id: review
+    kind: noop
+edges:
+  - start -> review
+  - review -> revew
+";
+
+async fn text_of(resp: reqwest::Response) -> (u16, String, reqwest::header::HeaderMap) {
+    let status = resp.status().as_u16();
+    let headers = resp.headers().clone();
+    (status, resp.text().await.unwrap(), headers)
+}
+
+#[tokio::test]
+async fn studio_files_are_served_without_a_key_and_the_api_still_wants_one() {
+    let server = TestServer::start(model(false, None), |c| {
+        c.auth.api_keys.insert("k1".into(), "alice".into());
+    })
+    .await;
+    let client = reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .unwrap();
+
+    let (status, _, h) = text_of(client.get(server.url("/")).send().await.unwrap()).await;
+    assert_eq!(status, 307);
+    assert_eq!(h["location"], "/studio");
+
+    for path in ["/studio", "/studio/"] {
+        let (status, body, h) = text_of(client.get(server.url(path)).send().await.unwrap()).await;
+        assert_eq!(status, 200, "{path}");
+        assert!(h["content-type"].to_str().unwrap().starts_with("text/html"));
+        assert!(body.contains(r#"src="/studio/app.js""#), "{path}: {body}");
+    }
+    let (status, body, h) = text_of(
+        client
+            .get(server.url("/studio/app.js"))
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(status, 200);
+    assert!(
+        h["content-type"]
+            .to_str()
+            .unwrap()
+            .starts_with("text/javascript"),
+        "ES modules need a JavaScript type: {:?}",
+        h["content-type"]
+    );
+    assert_eq!(h["cache-control"], "no-cache");
+    assert!(body.contains("import"));
+    let (_, _, h) = text_of(
+        client
+            .get(server.url("/studio/studio.css"))
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
+    assert!(h["content-type"].to_str().unwrap().starts_with("text/css"));
+
+    // Revalidation: the same ETag gets a 304 without a body.
+    let etag = client
+        .get(server.url("/studio/graph.js"))
+        .send()
+        .await
+        .unwrap()
+        .headers()["etag"]
+        .clone();
+    let again = client
+        .get(server.url("/studio/graph.js"))
+        .header("if-none-match", etag.clone())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(again.status(), 304);
+    assert_eq!(again.headers()["etag"], etag);
+    assert!(again.bytes().await.unwrap().is_empty());
+
+    // Unknown files and paths outside the studio are JSON 404s.
+    for path in [
+        "/studio/nope.js",
+        "/studio/README.md",
+        "/studio/..%2FCargo.toml",
+    ] {
+        let (status, body, _) = text_of(client.get(server.url(path)).send().await.unwrap()).await;
+        assert_eq!(status, 404, "{path}");
+        let v: Value = serde_json::from_str(&body).unwrap();
+        assert_eq!(v["error"]["code"], "not_found", "{path}");
+    }
+
+    // The data behind it is not public.
+    let (status, body, _) =
+        text_of(client.get(server.url("/api/graphs")).send().await.unwrap()).await;
+    assert_eq!(status, 401, "{body}");
+    let resp = client
+        .get(server.url("/api/graphs"))
+        .bearer_auth("k1")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 200);
+    server.shutdown().await;
+}
+
+#[tokio::test]
+async fn graph_detail_has_what_the_studio_draws() {
+    let server = TestServer::start(model(false, None), |_| {}).await;
+    let client = reqwest::Client::new();
+    let g: Value = client
+        .get(server.url("/api/graphs/chat"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let edges = g["edges"].as_array().expect("edges");
+    let has = |from: &str, kind: &str, label: Option<&str>| {
+        edges.iter().any(|e| {
+            e["from"] == from && e["kind"] == kind && label.is_none_or(|l| e["label"] == l)
+        })
+    };
+    for case in ["QUICK_ANSWER", "RESEARCH", "EXPLAIN"] {
+        assert!(
+            has("router", "case", Some(case)),
+            "router case {case}: {edges:?}"
+        );
+    }
+    assert!(has("followup", "default", Some("default")), "{edges:?}");
+    assert!(
+        edges.iter().any(|e| e["to"] == "__end__"),
+        "edges into END are named __end__: {edges:?}"
+    );
+    let router = g["nodes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|n| n["id"] == "router")
+        .expect("router");
+    assert_eq!(router["kind"], "router");
+    assert!(
+        router["settings"]["intents"]
+            .as_array()
+            .is_some_and(|i| i.iter().any(|x| x == "EXPLAIN")),
+        "{router}"
+    );
+    assert_eq!(router["prompt"]["name"], "chat/router.md");
+    assert!(
+        router["prompt"]["text"]
+            .as_str()
+            .is_some_and(|t| t.contains("intent")),
+        "the prompt's text: {router}"
+    );
+    assert!(router["tools"].is_array());
+    let intent = g["state"]["fields"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|f| f["name"] == "intent")
+        .expect("intent field");
+    assert_eq!(intent["type"]["type"], "string", "{intent}");
+    server.shutdown().await;
+}
+
+/// Serves `graphs` (name → YAML) from a temporary directory, with the
+/// shipped prompts.
+async fn serve_files(graphs: &[(&str, &str)]) -> (TestServer, tempfile::TempDir) {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir(dir.path().join("graphs")).unwrap();
+    for (name, yaml) in graphs {
+        std::fs::write(dir.path().join(format!("graphs/{name}.yaml")), yaml).unwrap();
+    }
+    let graphs_dir = dir.path().join("graphs");
+    let server = TestServer::start(model(false, None), |c| {
+        c.paths.graphs = graphs_dir;
+        c.paths.prompts = root().join("prompts");
+    })
+    .await;
+    (server, dir)
+}
+
+async fn chat(server: &TestServer, chat: &str, graph: &str, text: &str) -> String {
+    let client = reqwest::Client::new();
+    let mut body = chat_body(chat, text);
+    body["graph"] = json!(graph);
+    let sse = post_json(&client, &server.url("/api/chat"), &body)
+        .await
+        .text()
+        .await
+        .unwrap();
+    assert!(sse.ends_with("data: [DONE]\n\n"), "{sse}");
+    let runs: Value = client
+        .get(server.url(&format!("/api/runs?chat={chat}")))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    runs["runs"][0]["id"].as_str().expect("a run").to_owned()
+}
+
+#[tokio::test]
+async fn timeline_lists_steps_tasks_and_model_calls() {
+    let server = TestServer::start(model(false, None), |_| {}).await;
+    let run = chat(&server, "tl-1", "chat", "what is the GDP of France?").await;
+    let client = reqwest::Client::new();
+    let tl: Value = client
+        .get(server.url(&format!("/api/runs/{run}/timeline")))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let steps = tl["steps"].as_array().expect("steps");
+    assert!(steps.len() >= 3, "{tl}");
+    assert_eq!(tl["firstSeq"], 1);
+    assert!(tl["lastSeq"].as_u64().unwrap() > 10);
+    let tasks: Vec<&Value> = steps
+        .iter()
+        .flat_map(|s| s["tasks"].as_array().unwrap())
+        .collect();
+    let router = tasks
+        .iter()
+        .find(|t| t["node"] == "router")
+        .expect("router task");
+    assert_eq!(router["status"], "finished");
+    assert_eq!(router["attempts"], 1);
+    assert!(router["durationUs"].is_u64());
+    let call = &router["llm"][0];
+    assert!(
+        call["completionTokens"].as_u64().unwrap() > 0,
+        "the router's model call carries its tokens: {router}"
+    );
+    assert!(
+        tasks.iter().any(|t| t["tools"]
+            .as_array()
+            .is_some_and(|c| c.iter().any(|c| c["tool"] == "calculator"))),
+        "the research agent's tool call is listed: {tl}"
+    );
+
+    // A run that does not exist is a 404.
+    for path in [
+        "/api/runs/nope/timeline".to_owned(),
+        format!("/api/runs/{}/timeline", uuid::Uuid::nil()),
+    ] {
+        let resp = client.get(server.url(&path)).send().await.unwrap();
+        assert_eq!(resp.status(), 404, "{path}");
+    }
+    server.shutdown().await;
+}
+
+#[tokio::test]
+async fn runs_until_filters_by_creation_time() {
+    let server = TestServer::start(model(false, None), |_| {}).await;
+    let first = chat(&server, "until-1", "chat", "hello").await;
+    tokio::time::sleep(Duration::from_millis(5)).await;
+    let second = chat(&server, "until-2", "chat", "hello again").await;
+    let client = reqwest::Client::new();
+    let list = |q: String| {
+        let client = client.clone();
+        let url = server.url(&format!("/api/runs?{q}"));
+        async move {
+            let v: Value = client.get(url).send().await.unwrap().json().await.unwrap();
+            v["runs"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|r| r["id"].as_str().unwrap().to_owned())
+                .collect::<Vec<_>>()
+        }
+    };
+    let all = list(String::new()).await;
+    assert_eq!(all, vec![second.clone(), first.clone()]);
+    let run: Value = client
+        .get(server.url(&format!("/api/runs/{first}")))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let at = run["createdAt"].as_u64().unwrap();
+    assert_eq!(list(format!("until={}", at + 1)).await, vec![first.clone()]);
+    assert!(
+        list(format!("until={at}")).await.is_empty(),
+        "until is exclusive"
+    );
+    assert_eq!(
+        list(format!("since={at}&until={}", at + 1_000_000)).await,
+        vec![second.clone(), first.clone()]
+    );
+    // With a cursor, the earlier of the two bounds wins.
+    let page: Value = client
+        .get(server.url("/api/runs?limit=1"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let next = page["next"].as_str().unwrap();
+    assert_eq!(
+        list(format!("cursor={next}&until={}", at + 1_000_000)).await,
+        vec![first.clone()]
+    );
+    let bad = client
+        .get(server.url("/api/runs?until=yesterday"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(bad.status(), 400);
+    let v: Value = bad.json().await.unwrap();
+    assert_eq!(v["error"]["code"], "invalid_request");
+    server.shutdown().await;
+}
+
+#[tokio::test]
+async fn reexecute_reports_no_divergence_then_the_first_after_an_edit() {
+    let (server, dir) = serve_files(&[("echo", ECHO)]).await;
+    let run = chat(&server, "rx-1", "echo", "why?").await;
+    let client = reqwest::Client::new();
+    let url = server.url(&format!("/api/runs/{run}/reexecute"));
+    let same: Value = client
+        .post(&url)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(same["diverged"], false, "{same}");
+    assert!(same["events"].as_u64().unwrap() > 3);
+    assert_eq!(same["sameVersion"], true);
+
+    // The template changes: the re-execution's echo writes something else.
+    let edited = ECHO.replace("You asked:", "Your question was:");
+    std::fs::write(dir.path().join("graphs/echo.yaml"), edited).unwrap();
+    let reload = client
+        .post(server.url("/api/graphs/reload"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(reload.status(), 200);
+    let diff: Value = client
+        .post(&url)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(diff["diverged"], true, "{diff}");
+    assert_eq!(diff["sameVersion"], false);
+    let d = &diff["divergence"];
+    assert!(d["seq"].as_u64().is_some(), "{d}");
+    assert!(
+        d["message"].as_str().unwrap().contains("echo"),
+        "the message names the node: {d}"
+    );
+    assert!(d["expected"].to_string().contains("You asked: why?"), "{d}");
+    assert!(
+        d["got"].to_string().contains("Your question was: why?"),
+        "{d}"
+    );
+
+    let missing = client
+        .post(server.url("/api/runs/nope/reexecute"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(missing.status(), 404);
+    server.shutdown().await;
+}
+
+/// What the browser test needs and where it lives.
+struct Browser {
+    node: PathBuf,
+    chromium: PathBuf,
+    test_dir: PathBuf,
+}
+
+/// The browser, Node and the test's packages, or a failure that says how to
+/// get them (tests/run.sh installs all three): a missing browser is a
+/// failed test, not a skipped one.
+fn browser() -> Browser {
+    let which = |name: &str| {
+        std::env::var_os("PATH").and_then(|paths| {
+            std::env::split_paths(&paths)
+                .map(|p| p.join(name))
+                .find(|p| p.is_file())
+        })
+    };
+    let node = which("node").expect("the studio test needs Node.js (`node` on PATH)");
+    let chromium = std::env::var_os("CHROMIUM_PATH")
+        .map(PathBuf::from)
+        .or_else(|| Some(PathBuf::from("/usr/bin/chromium")).filter(|p| p.is_file()))
+        .expect(
+            "the studio test needs Chromium: `apt-get install -y chromium` (tests/run.sh does), \
+             or set CHROMIUM_PATH",
+        );
+    let test_dir = root().join("tests/studio");
+    assert!(
+        test_dir.join("node_modules/playwright-core").is_dir()
+            && test_dir.join("node_modules/axe-core").is_dir(),
+        "the studio test's packages are not installed: run `npm ci` in {} (tests/run.sh does)",
+        test_dir.display()
+    );
+    Browser {
+        node,
+        chromium,
+        test_dir,
+    }
+}
+
+/// Where the browser test's screenshots go: `$CARGO_TARGET_DIR/studio-artifacts`
+/// (`target/studio-artifacts` without it).
+fn artifacts() -> PathBuf {
+    let target = std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| root().join("target"));
+    target.join("studio-artifacts")
+}
+
+fn copy_shipped_graphs(to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for entry in std::fs::read_dir(root().join("graphs")).unwrap() {
+        let path = entry.unwrap().path();
+        if path.extension().is_some_and(|e| e == "yaml") {
+            std::fs::copy(&path, to.join(path.file_name().unwrap())).unwrap();
+        }
+    }
+}
+
+/// Starts `stategraph serve` on a free port with these graphs; returns it
+/// and the studio URL it printed (checked against its base URL).
+async fn serve_binary(dir: &Path, graphs: &Path) -> (tokio::process::Child, String) {
+    use tokio::io::AsyncBufReadExt;
+    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_stategraph"))
+        .arg("serve")
+        .current_dir(dir)
+        .env("STATEGRAPH_BIND", "127.0.0.1:0")
+        .env("STATEGRAPH_GRAPHS", graphs)
+        .env("STATEGRAPH_PROMPTS", root().join("prompts"))
+        .env("STATEGRAPH_DATA_DIR", dir.join("data"))
+        .env_remove("OPENAI_API_KEY")
+        .env_remove("OPENAI_BASE_URL")
+        .env_remove("DATABASE_URL")
+        .env_remove("STATEGRAPH_CONFIG")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let mut lines = tokio::io::BufReader::new(child.stdout.take().unwrap()).lines();
+    let (mut base, mut studio) = (None, None);
+    while let Ok(Ok(Some(line))) =
+        tokio::time::timeout(Duration::from_secs(60), lines.next_line()).await
+    {
+        if let Some(url) = line.strip_prefix("stategraph is serving on ") {
+            base = Some(url.trim().to_owned());
+        } else if let Some(url) = line.trim().strip_prefix("studio: ") {
+            studio = Some(url.to_owned());
+            break;
+        }
+    }
+    tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
+    let base = base.expect("the server announces its address");
+    assert_eq!(
+        studio.as_deref(),
+        Some(format!("{base}/studio").as_str()),
+        "serve prints the studio's URL (if another checkout shares CARGO_TARGET_DIR, its build \
+         may have replaced {} with its own binary)",
+        env!("CARGO_BIN_EXE_stategraph")
+    );
+    (child, base)
+}
+
+#[tokio::test]
+async fn studio_in_a_real_browser() {
+    let b = browser();
+    let dir = tempfile::tempdir().unwrap();
+    let graphs = dir.path().join("graphs");
+    copy_shipped_graphs(&graphs);
+    std::fs::write(graphs.join("broken.yaml"), BROKEN).unwrap();
+    let (mut server, base) = serve_binary(dir.path(), &graphs).await;
+
+    let art = artifacts();
+    let _ = std::fs::remove_dir_all(&art);
+    let started = Instant::now();
+    let out = tokio::process::Command::new(&b.node)
+        .arg("studio.test.mjs")
+        .current_dir(&b.test_dir)
+        .env("STUDIO_URL", &base)
+        .env("STUDIO_ARTIFACTS", &art)
+        .env("STUDIO_GRAPHS_DIR", &graphs)
+        .env("CHROMIUM_PATH", &b.chromium)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .output();
+    let out = tokio::time::timeout(Duration::from_secs(600), out)
+        .await
+        .expect("the browser test finished within 10 minutes")
+        .unwrap();
+    let _ = server.kill().await;
+    let report = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    println!("{report}\nbrowser test took {:?}", started.elapsed());
+    assert!(
+        out.status.success(),
+        "the studio browser test failed:\n{report}"
+    );
+    for screen in [
+        "graphs",
+        "graph-broken",
+        "playground",
+        "run-timeline",
+        "run-state",
+        "run-fork",
+        "runs",
+    ] {
+        assert!(
+            art.join(format!("{screen}.png")).is_file(),
+            "no screenshot of {screen} in {}",
+            art.display()
+        );
+    }
+}
