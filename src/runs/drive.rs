@@ -131,11 +131,22 @@ pub(super) async fn drive(
     drop(permit);
     hub.finish();
     tracing::info!(outcome = status_name(status), "run over");
-    tokio::select! {
-        _ = tokio::time::sleep(runs.config.linger) => {}
-        _ = runs.shutdown.cancelled() => {}
-    }
-    runs.remove(&hub);
+    drop((result, history, launch));
+    linger(runs, hub);
+}
+
+/// Keeps a finished run's hub for resumes (which read the store) for
+/// `linger`, in a small task of its own: the run's task ends now, and with
+/// it everything its state machine held.
+pub(super) fn linger(runs: Arc<Runs>, hub: Arc<RunHub>) {
+    let tracker = runs.tracker.clone();
+    tracker.spawn(async move {
+        tokio::select! {
+            _ = tokio::time::sleep(runs.config.linger) => {}
+            _ = runs.shutdown.cancelled() => {}
+        }
+        runs.remove(&hub);
+    });
 }
 
 /// The services for a recovered run: calls whose answers `logged` holds
@@ -160,21 +171,6 @@ struct Durable {
 
 /// Most events written in one group.
 const GROUP: usize = 512;
-
-/// How much each run in flight widens the group window, and the widest it
-/// gets: a run's write rate falls as runs are added, so the store's stays
-/// near `1 / PER_RUN` groups a second however many runs stream (1,000 paced
-/// chats flushing every 20 ms were 50,000 writes a second; SQLite commits
-/// the groups of many runs together, see `SqliteStore::append_events`).
-const PER_RUN: Duration = Duration::from_micros(50);
-const WIDEST: Duration = Duration::from_millis(250);
-
-/// The window within which a run's events are grouped into one write:
-/// `flush`, widened under load.
-fn group_window(flush: Duration, running: usize) -> Duration {
-    let load = PER_RUN.saturating_mul(u32::try_from(running).unwrap_or(u32::MAX));
-    flush.max(load.min(WIDEST))
-}
 
 /// The events a run logged before this execution of it.
 struct Shown<'a> {
@@ -225,12 +221,19 @@ async fn pump(
     while let Some(first) = rx.recv().await {
         group.clear();
         group.push(first);
-        let deadline = durable
-            .as_ref()
-            .map(|d| last_write + group_window(d.flush, runs.running()));
+        // The window is not widened by the number of runs (it was 50 µs
+        // per run: 50 ms at 1,000, the whole gap between two paced tokens).
+        // The store's own pace already bounds the write rate: a run has one
+        // write in flight, what arrives meanwhile is its next group, and
+        // SQLite commits the groups of all runs together
+        // (`SqliteStore::append_events`).
+        let deadline = durable.as_ref().map(|d| last_write + d.flush);
         gather(&mut rx, &mut group, deadline).await;
         if let Some(d) = &durable {
             let run_id = group[0].run_id;
+            // `flush` apart from the start of one write to the next (a
+            // slow write does not push the next group further out).
+            last_write = Instant::now();
             match d.writer.save_events(run_id, &group).await {
                 Ok(()) => {
                     let last = group.last().map_or(0, |e| e.seq);
@@ -244,7 +247,6 @@ async fn pump(
                     durable = None;
                 }
             }
-            last_write = Instant::now();
         }
         for ev in group.drain(..) {
             runs.observer.event(graph_id, &ev);

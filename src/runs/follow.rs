@@ -147,9 +147,5 @@ async fn follow(runs: Arc<Runs>, hub: Arc<RunHub>) {
         }
     }
     hub.finish();
-    tokio::select! {
-        _ = tokio::time::sleep(runs.config.linger) => {}
-        _ = runs.shutdown.cancelled() => {}
-    }
-    runs.remove(&hub);
+    super::drive::linger(runs, hub);
 }

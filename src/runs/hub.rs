@@ -69,7 +69,7 @@ pub struct RunHub {
 
 /// With visible durability, how many of the newest events a hub keeps for
 /// subscribers that keep up (older ones are read from the store).
-const RECENT: usize = 256;
+const RECENT: usize = 64;
 
 /// How a hub starts out.
 pub(super) struct HubInit {

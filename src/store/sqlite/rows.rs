@@ -169,20 +169,12 @@ pub(super) fn insert_run(conn: &Connection, run: &RunRecord) -> StoreResult<()> 
     }
 }
 
-/// Stores consecutive batches of one run: their events as one page,
-/// their checkpoints and the run's progress, one transaction; a final batch
-/// also clears the lease. Returns the highest seq stored for the run (for
-/// the notification).
-pub(super) fn append(conn: &mut Connection, b: &EncodedPage) -> StoreResult<u64> {
-    let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
-    let last = append_in(&tx, b)?;
-    tx.commit()?;
-    Ok(last)
-}
-
 /// Appends several runs' pages in one transaction (group commit: one WAL
 /// commit for all of them), each in its own savepoint so that one page's
-/// conflict fails only its own append. Returns each page's outcome.
+/// conflict fails only its own append. A page holds consecutive batches of
+/// one run: their events, their checkpoints and the run's progress (a final
+/// batch also clears the lease). Returns each page's outcome: the highest
+/// seq stored for its run (for the notification).
 pub(super) fn append_group(
     conn: &mut Connection,
     pages: &[EncodedPage],
