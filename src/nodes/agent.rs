@@ -50,7 +50,7 @@ use crate::graph::spec::Surface;
 use crate::graph::{PromptRef, Reported, SettingDoc};
 use crate::llm::{ChatMessage, ChatRequest, ToolDef};
 use crate::state::{FieldId, Patch, Reducer};
-use crate::tools::{failure_payload, parse_arguments};
+use crate::tools::{ToolError, ToolOutcome, failure_payload, parse_arguments};
 
 /// Default cap on model calls.
 const DEFAULT_MAX_ITERATIONS: i64 = 5;
@@ -534,13 +534,13 @@ impl Agent {
                     Gate::Denied(reason) => return Ok(denied(cx, tc, args, reason).await),
                     Gate::Client(Ok(output)) => Ok((
                         args,
-                        crate::tools::ToolOutcome {
+                        ToolOutcome {
                             output,
                             cached: false,
                             display: false,
                         },
                     )),
-                    Gate::Client(Err(message)) => Err(crate::tools::ToolError::Execution(message)),
+                    Gate::Client(Err(message)) => Err(ToolError::Execution(message)),
                 }
             }
             Err(e) => {
@@ -548,6 +548,19 @@ impl Agent {
                 Err(e)
             }
         };
+        Ok(self.report(cx, tc, result, started).await)
+    }
+
+    /// Streams a call's result or failure; returns the content for the
+    /// model, the trace record and, for a pass-through result, the text
+    /// shown to the user.
+    async fn report(
+        &self,
+        cx: &NodeContext<'_>,
+        tc: &ToolCallRecord,
+        result: Result<(Value, ToolOutcome), ToolError>,
+        started: Instant,
+    ) -> (String, Value, Option<String>) {
         match result {
             Ok((args, outcome)) => {
                 // The content decides too; the text shown (marker removed)
@@ -570,7 +583,7 @@ impl Agent {
                     })
                     .await;
                 let record = json!({ "node": &**cx.events.node(), "tool": tc.name, "args": args, "output": output });
-                Ok((content, record, display))
+                (content, record, display)
             }
             Err(e) => {
                 let failure = e.to_failure();
@@ -582,11 +595,11 @@ impl Agent {
                         error: failure,
                     })
                     .await;
-                Ok((
+                (
                     payload.to_string(),
                     json!({ "node": &**cx.events.node(), "tool": tc.name, "error": payload }),
                     None,
-                ))
+                )
             }
         }
     }

@@ -287,44 +287,11 @@ impl Runs {
         req: ResumeRequest,
         permit: tokio::sync::OwnedSemaphorePermit,
     ) -> Result<Started, ResumeError> {
-        let checkpoints = self.store.checkpoints(run.id, u32::MAX).await?;
-        let Some(last) = checkpoints.last() else {
-            return Err(ResumeError::Checkpoint(crate::runtime::CheckpointError(
-                "a paused run has no checkpoint".into(),
-            )));
-        };
-        let batches: Vec<_> = checkpoints.iter().map(|c| c.to_batch(run.id)).collect();
-        let state = rebuild_state(&batches, &graph.state, last.step)?;
-        let last_seq = history.last().map_or(run.last_seq, |e| e.seq);
-        let from = Resume {
-            state,
-            step: last.step,
-            next: last.next.clone(),
-            joins: last.joins.clone(),
-            last_seq,
-        };
+        let from = self.paused_at(&run, &graph, &history).await?;
         let new_message = req.new_message.is_some();
-        let chat = match (req.new_message, &run.chat_id) {
-            (Some(link), _) => Some(link),
-            (None, Some(c)) => {
-                let message_id = run
-                    .message_id
-                    .clone()
-                    .unwrap_or_else(|| format!("msg_{}", run.id.simple()));
-                let position = self
-                    .store
-                    .messages(c)
-                    .await?
-                    .iter()
-                    .position(|m| m.id == message_id)
-                    .map_or_else(|| 0, |p| p as i64);
-                Some(ChatLink {
-                    chat_id: c.clone(),
-                    message_id,
-                    position,
-                })
-            }
-            (None, None) => None,
+        let chat = match req.new_message {
+            Some(link) => Some(link),
+            None => self.paused_message(&run).await?,
         };
         let request_id = Some(req.request_id)
             .filter(|r| !r.is_empty())
@@ -360,6 +327,53 @@ impl Runs {
             run_id: run.id,
             hub,
         })
+    }
+
+    /// Where a paused run continues: its last checkpoint (the state before
+    /// the step it paused in, that step's tasks next).
+    async fn paused_at(
+        &self,
+        run: &RunRecord,
+        graph: &Graph,
+        history: &[Event],
+    ) -> Result<Resume, ResumeError> {
+        let checkpoints = self.store.checkpoints(run.id, u32::MAX).await?;
+        let Some(last) = checkpoints.last() else {
+            return Err(ResumeError::Checkpoint(crate::runtime::CheckpointError(
+                "a paused run has no checkpoint".into(),
+            )));
+        };
+        let batches: Vec<_> = checkpoints.iter().map(|c| c.to_batch(run.id)).collect();
+        Ok(Resume {
+            state: rebuild_state(&batches, &graph.state, last.step)?,
+            step: last.step,
+            next: last.next.clone(),
+            joins: last.joins.clone(),
+            last_seq: history.last().map_or(run.last_seq, |e| e.seq),
+        })
+    }
+
+    /// The chat message a paused chat run continues (its own).
+    async fn paused_message(&self, run: &RunRecord) -> Result<Option<ChatLink>, StoreError> {
+        let Some(chat_id) = &run.chat_id else {
+            return Ok(None);
+        };
+        let message_id = run
+            .message_id
+            .clone()
+            .unwrap_or_else(|| format!("msg_{}", run.id.simple()));
+        let position = self
+            .store
+            .messages(chat_id)
+            .await?
+            .iter()
+            .position(|m| m.id == message_id)
+            .map_or(0, |p| p as i64);
+        Ok(Some(ChatLink {
+            chat_id: chat_id.clone(),
+            message_id,
+            position,
+        }))
     }
 
     /// Sets a paused run aside: its chat moved on (a new message while it

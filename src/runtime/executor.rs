@@ -696,38 +696,7 @@ impl<'a> Exec<'a> {
         };
         self.sink.emit(self.step, None, 0, event).await;
         if let Some(cp) = self.checkpointer.clone() {
-            // With the last step's writes the weight rule decides; without
-            // them this batch replaces a stored step's writes with none, so
-            // it must carry the whole state.
-            let (writes, snapshot) = match self.last_writes.take() {
-                Some(writes) => {
-                    let snapshot = self.snapshot_for(&writes, true, false);
-                    (writes, snapshot)
-                }
-                None => (Vec::new(), Some(self.state.to_json())),
-            };
-            // A pause stores the state before the step it stopped in, with
-            // that step's tasks next: the step runs again, under the same
-            // number, when the run continues (so its log matches).
-            let step = if status == RunStatus::Interrupted {
-                self.step.saturating_sub(1)
-            } else {
-                self.step
-            };
-            let batch = StepBatch {
-                run_id,
-                step,
-                writes,
-                events: self.sink.take_pending(),
-                next: if status == RunStatus::Finished {
-                    Vec::new()
-                } else {
-                    self.pending()
-                },
-                joins: self.join_progress(),
-                snapshot,
-                status,
-            };
+            let batch = self.final_batch(status, run_id);
             let batches = self.with_deferred(batch);
             if let Err(e) = cp.save_steps(batches).await {
                 tracing::error!(run_id = %run_id, error = %e, "could not store the final batch");
@@ -744,6 +713,43 @@ impl<'a> Exec<'a> {
             steps: self.step,
             usage: self.sink.usage(),
         })
+    }
+
+    /// The run's last batch: its last step's writes (when it reached END)
+    /// or the whole state, its last events and how it ended.
+    fn final_batch(&mut self, status: RunStatus, run_id: uuid::Uuid) -> StepBatch {
+        // With the last step's writes the weight rule decides; without
+        // them this batch replaces a stored step's writes with none, so it
+        // must carry the whole state.
+        let (writes, snapshot) = match self.last_writes.take() {
+            Some(writes) => {
+                let snapshot = self.snapshot_for(&writes, true, false);
+                (writes, snapshot)
+            }
+            None => (Vec::new(), Some(self.state.to_json())),
+        };
+        // A pause stores the state before the step it stopped in, with that
+        // step's tasks next: the step runs again, under the same number,
+        // when the run continues (so its log matches).
+        let step = if status == RunStatus::Interrupted {
+            self.step.saturating_sub(1)
+        } else {
+            self.step
+        };
+        StepBatch {
+            run_id,
+            step,
+            writes,
+            events: self.sink.take_pending(),
+            next: if status == RunStatus::Finished {
+                Vec::new()
+            } else {
+                self.pending()
+            },
+            joins: self.join_progress(),
+            snapshot,
+            status,
+        }
     }
 
     /// The repeating part of the recent path, e.g. `a → b → c → a`.

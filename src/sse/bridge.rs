@@ -397,59 +397,8 @@ impl Bridge {
                     out.push(emit(t, ev.at));
                 }
             }
-            EventKind::TextDelta { delta, .. } => match surface {
-                Surface::Answer => {
-                    let id = match &self.text {
-                        Some(id) => id.clone(),
-                        None => {
-                            let id = format!("text-{}", ev.seq);
-                            out.push(Chunk::TextStart { id: id.clone() });
-                            self.text = Some(id.clone());
-                            self.answered = true;
-                            id
-                        }
-                    };
-                    out.push(Chunk::TextDelta {
-                        id,
-                        delta: delta.clone(),
-                    });
-                }
-                Surface::Thinking => {
-                    let interval = self.cfg.thinking_interval_us;
-                    if let Some(t) = self.thinking.get_mut(&key()) {
-                        t.text.push_str(delta);
-                        t.dirty = true;
-                        if ev.at >= t.last_emit + interval {
-                            out.push(emit(t, ev.at));
-                        }
-                    }
-                }
-                Surface::Hidden => {}
-            },
-            EventKind::ReasoningDelta { delta, .. } => match surface {
-                Surface::Answer => {
-                    let id = match &self.reasoning {
-                        Some(id) => id.clone(),
-                        None => {
-                            let id = format!("reasoning-{}", ev.seq);
-                            out.push(Chunk::ReasoningStart { id: id.clone() });
-                            self.reasoning = Some(id.clone());
-                            id
-                        }
-                    };
-                    out.push(Chunk::ReasoningDelta {
-                        id,
-                        delta: delta.clone(),
-                    });
-                }
-                Surface::Thinking => {
-                    if let Some(t) = self.thinking.get_mut(&key()) {
-                        t.text.push_str(delta);
-                        t.dirty = true;
-                    }
-                }
-                Surface::Hidden => {}
-            },
+            EventKind::TextDelta { delta, .. } => self.on_text(at, delta, out),
+            EventKind::ReasoningDelta { delta, .. } => self.on_reasoning(at, delta, out),
             EventKind::LlmFinished { output, usage, .. } => {
                 self.usage.entry(node.to_owned()).or_default().1 += *usage;
                 if surface == Surface::Answer {
@@ -463,6 +412,70 @@ impl Bridge {
                 out.push(self.usage_chunk());
             }
             _ => {}
+        }
+    }
+
+    /// Answer text: a `text` part per model call; in a thinking part,
+    /// its text, sent at most every `thinking_interval_us`.
+    fn on_text(&mut self, at: &At<'_>, delta: &str, out: &mut Vec<Chunk>) {
+        let ev = at.ev;
+        match at.surface {
+            Surface::Answer => {
+                let id = match &self.text {
+                    Some(id) => id.clone(),
+                    None => {
+                        let id = format!("text-{}", ev.seq);
+                        out.push(Chunk::TextStart { id: id.clone() });
+                        self.text = Some(id.clone());
+                        self.answered = true;
+                        id
+                    }
+                };
+                out.push(Chunk::TextDelta {
+                    id,
+                    delta: delta.to_owned(),
+                });
+            }
+            Surface::Thinking => {
+                let interval = self.cfg.thinking_interval_us;
+                if let Some(t) = self.thinking.get_mut(&at.key()) {
+                    t.text.push_str(delta);
+                    t.dirty = true;
+                    if ev.at >= t.last_emit + interval {
+                        out.push(emit(t, ev.at));
+                    }
+                }
+            }
+            Surface::Hidden => {}
+        }
+    }
+
+    /// Reasoning: a `reasoning` part per model call; in a thinking part,
+    /// its text (sent with the next update).
+    fn on_reasoning(&mut self, at: &At<'_>, delta: &str, out: &mut Vec<Chunk>) {
+        match at.surface {
+            Surface::Answer => {
+                let id = match &self.reasoning {
+                    Some(id) => id.clone(),
+                    None => {
+                        let id = format!("reasoning-{}", at.ev.seq);
+                        out.push(Chunk::ReasoningStart { id: id.clone() });
+                        self.reasoning = Some(id.clone());
+                        id
+                    }
+                };
+                out.push(Chunk::ReasoningDelta {
+                    id,
+                    delta: delta.to_owned(),
+                });
+            }
+            Surface::Thinking => {
+                if let Some(t) = self.thinking.get_mut(&at.key()) {
+                    t.text.push_str(delta);
+                    t.dirty = true;
+                }
+            }
+            Surface::Hidden => {}
         }
     }
 
