@@ -21,13 +21,13 @@
 //! | [`tools`] | the `Tool` trait, the registry, built-in tools, MCP servers |
 //! | [`graph`] | graph files: spec → validate → compile; expressions; the file format's JSON Schema |
 //! | [`nodes`] | node kinds (one file each) and what a running node may call |
-//! | [`runtime`] | the executor: supersteps, routing, fan-out, retries, checkpoints |
+//! | [`runtime`] | the executor: supersteps, routing, fan-out, retries, interrupts, checkpoints |
 //! | [`engine`] | the embedding API: registries, served graphs, models — run a graph |
 //! | [`sse`] | events → AI SDK UI message stream chunks (a pure function) |
 //! | [`store`] | chats, runs, the event log, checkpoints: memory, SQLite, PostgreSQL |
 //! | [`replay`] | re-stream, re-execute from the recording, state at a step, fork points |
 //! | [`config`] | the server's configuration file and environment |
-//! | [`runs`] | the run lifecycle: chat turns, forks, recovery, live streams |
+//! | [`runs`] | the run lifecycle: chat turns, forks, pauses for a person and their resumes, recovery, live streams |
 //! | `telemetry`, `otlp` | logs and traces (with the `server` feature) |
 //! | `server` | the HTTP API and the studio (with the `server` feature) |
 //! | `cli` | what the `stategraph` binary's commands do (with the `cli` feature) |
