@@ -44,6 +44,11 @@ use crate::runtime::RunStatus;
 use crate::store::{MessageRecord, RunRecord};
 
 /// The chat's paused run, if its active run waits for a person.
+///
+/// # Errors
+///
+/// Another user's chat is 404, as it is for a new turn: an answer to
+/// someone else's run must not learn whether (or how) it waits.
 async fn paused_run(
     state: &AppState,
     user: &User,
@@ -53,7 +58,7 @@ async fn paused_run(
         return Ok(None);
     };
     if chat.user_id != user.0 {
-        return Ok(None);
+        return Err(ApiError::not_found("no such chat"));
     }
     let Some(run_id) = chat.active_run else {
         return Ok(None);

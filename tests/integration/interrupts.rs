@@ -106,17 +106,21 @@ impl Tool for Deletes {
     }
 }
 
-struct Fixture {
-    server: TestServer,
-    deletes: Arc<AtomicUsize>,
+pub(crate) struct Fixture {
+    pub(crate) server: TestServer,
+    pub(crate) deletes: Arc<AtomicUsize>,
     client: reqwest::Client,
 }
 
-async fn fixture() -> Fixture {
-    fixture_with(Arc::new(MemoryStore::new())).await
+pub(crate) async fn fixture() -> Fixture {
+    fixture_with(Arc::new(MemoryStore::new()), |_| {}).await
 }
 
-async fn fixture_with(store: Arc<dyn Store>) -> Fixture {
+/// The fixture on `store`, its configuration changed by `tweak`.
+pub(crate) async fn fixture_with(
+    store: Arc<dyn Store>,
+    tweak: impl FnOnce(&mut stategraph::config::Config),
+) -> Fixture {
     let deletes = Arc::new(AtomicUsize::new(0));
     let reg = crate::support::registries();
     reg.tools
@@ -150,6 +154,7 @@ async fn fixture_with(store: Arc<dyn Store>) -> Fixture {
     config.server.keep_alive.0 = std::time::Duration::from_secs(5);
     // Upkeep (which fails lapsed waits) only when a test calls it.
     config.server.recover_interval.0 = std::time::Duration::from_secs(3600);
+    tweak(&mut config);
     let state = AppState::new(config, store, &Engine::from_parts(reg, graphs, services));
     Fixture {
         server: TestServer::serve(state).await,

@@ -19,6 +19,7 @@ mod degrade;
 mod executor;
 mod failed_turns;
 mod forks;
+mod hitl_client;
 mod hostile;
 mod interrupts;
 mod limits;
