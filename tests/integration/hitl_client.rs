@@ -1,5 +1,8 @@
-//! Human in the loop from the client's side: another user's answer, by
-//! the chat or by the runs API, is refused as if the run did not exist.
+//! Human in the loop from the client's side: the AI SDK's own chat class
+//! (`tests/hitl/hitl.test.mjs`, in node) approves, denies, answers a
+//! client-side tool and a question against a real server; and another
+//! user's answer, by the chat or by the runs API, is refused as if the
+//! run did not exist.
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -7,7 +10,48 @@ use std::sync::atomic::Ordering;
 use serde_json::{Value, json};
 use stategraph::store::memory::MemoryStore;
 
-use crate::interrupts::fixture_with;
+use crate::interrupts::{fixture, fixture_with};
+use crate::support::root;
+
+#[tokio::test]
+async fn the_ai_sdks_chat_client_approves_denies_answers_tools_and_questions() {
+    let f = fixture().await;
+    let script = root().join("tests/hitl/hitl.test.mjs");
+    let out = tokio::process::Command::new("node")
+        .arg(&script)
+        .arg(f.server.url(""))
+        .output()
+        .await
+        .unwrap_or_else(|e| {
+            panic!(
+                "node is needed to run {} (install Node.js >= 20): {e}",
+                script.display()
+            )
+        });
+    let output = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    println!("{output}");
+    assert!(
+        out.status.success(),
+        "{} failed ({}):\n{output}",
+        script.display(),
+        out.status
+    );
+    for case in ["approve", "deny", "clientTool", "question"] {
+        assert!(output.contains(&format!("ok   {case}")), "{output}");
+    }
+    // Approved once in `approve` (then repeated, refused); denied and
+    // forged in `deny`.
+    assert_eq!(
+        f.deletes.load(Ordering::SeqCst),
+        1,
+        "delete_record ran exactly once:\n{output}"
+    );
+    f.server.shutdown().await;
+}
 
 /// A request as `key`'s user.
 async fn post_as(
