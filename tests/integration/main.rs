@@ -20,6 +20,7 @@ mod executor;
 mod failed_turns;
 mod forks;
 mod hitl_client;
+mod hitl_crash;
 mod hostile;
 mod interrupts;
 mod limits;
