@@ -156,3 +156,43 @@ async fn another_users_answer_by_chat_or_runs_api_is_not_found_and_changes_nothi
     );
     f.server.shutdown().await;
 }
+
+/// The ids of the stored chat's messages.
+async fn stored_ids(f: &crate::interrupts::Fixture, chat: &str) -> Vec<String> {
+    f.get(&format!("/api/chat/{chat}")).await["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["id"].as_str().unwrap().to_owned())
+        .collect()
+}
+
+#[tokio::test]
+async fn a_refused_answer_to_a_question_leaves_the_stored_chat_as_it_was() {
+    let f = fixture().await;
+    for (chat, graph, answer, code) in [
+        ("c-mistyped", "ask", "lots", (422, "invalid_answer")),
+        ("c-lapsed", "hurry", "yes", (410, "interrupt_expired")),
+    ] {
+        let first = json!({"id": chat, "graph": graph, "trigger": "submit-message",
+            "messages": [{"id": "u1", "role": "user", "parts": [{"type": "text", "text": "the report"}]}]});
+        let (status, sse) = f.post("/api/chat", &first).await;
+        assert_eq!(status, 200, "{sse}");
+        let before = stored_ids(&f, chat).await;
+        assert_eq!(before.len(), 2, "the question and what it asks");
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        let mut reply = first.clone();
+        let messages = reply["messages"].as_array_mut().unwrap();
+        messages.push(json!({"id": before[1], "role": "assistant", "parts": []}));
+        messages
+            .push(json!({"id": "u2", "role": "user", "parts": [{"type": "text", "text": answer}]}));
+        let (status, body) = f.post("/api/chat", &reply).await;
+        assert_eq!((status, body.contains(code.1)), (code.0, true), "{body}");
+        assert_eq!(
+            stored_ids(&f, chat).await,
+            before,
+            "{chat}: the refused answer is not stored"
+        );
+    }
+    f.server.shutdown().await;
+}

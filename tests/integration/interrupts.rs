@@ -164,7 +164,7 @@ pub(crate) async fn fixture_with(
 }
 
 impl Fixture {
-    async fn post(&self, path: &str, body: &Value) -> (u16, String) {
+    pub(crate) async fn post(&self, path: &str, body: &Value) -> (u16, String) {
         let r = self
             .client
             .post(self.server.url(path))
@@ -176,7 +176,7 @@ impl Fixture {
         (r.status().as_u16(), r.text().await.unwrap())
     }
 
-    async fn get(&self, path: &str) -> Value {
+    pub(crate) async fn get(&self, path: &str) -> Value {
         let r = self.client.get(self.server.url(path)).send().await.unwrap();
         assert!(r.status().is_success(), "GET {path}: {}", r.status());
         r.json().await.unwrap()
@@ -680,6 +680,7 @@ async fn another_users_answer_is_refused() {
             request_id: String::new(),
             answers: [(approval, json!({"approved": true}))].into(),
             new_message: None,
+            messages: Vec::new(),
         })
         .await
         .unwrap_err();
