@@ -152,8 +152,10 @@ pub(crate) async fn fixture_with(
     );
     let mut config = stategraph::config::Config::default();
     config.server.keep_alive.0 = std::time::Duration::from_secs(5);
-    // Upkeep (which fails lapsed waits) only when a test calls it.
-    config.server.recover_interval.0 = std::time::Duration::from_secs(3600);
+    // Upkeep (which fails lapsed waits) only when a test calls it: 0 is
+    // never (any other interval also runs a pass as the server starts,
+    // which on a loaded machine can come after a test's run paused).
+    config.server.recover_interval.0 = std::time::Duration::ZERO;
     tweak(&mut config);
     let state = AppState::new(config, store, &Engine::from_parts(reg, graphs, services));
     Fixture {
