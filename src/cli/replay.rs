@@ -172,6 +172,7 @@ pub(super) async fn resume_run(
             request_id: String::new(),
             answers,
             new_message: None,
+            messages: Vec::new(),
         })
         .await;
     let started = match started {

@@ -29,7 +29,7 @@ use crate::events::{Ask, ErrorInfo, Event, EventKind, Interrupt, now_micros};
 use crate::nodes::Graph;
 use crate::replay;
 use crate::runtime::{Resume, RunStatus, rebuild_state};
-use crate::store::{RunQuery, RunRecord, StoreError};
+use crate::store::{MessageRecord, RunQuery, RunRecord, StoreError};
 
 /// Answers to a paused run's interrupts.
 #[derive(Debug, Clone)]
@@ -46,6 +46,11 @@ pub struct ResumeRequest {
     /// assistant message the continuation streams into (otherwise it
     /// continues the paused message).
     pub new_message: Option<ChatLink>,
+    /// With `new_message`: the chat as the client has it (the answer
+    /// included), stored once the run is claimed, so a refused answer
+    /// (mistyped, lapsed, or second to another) leaves the chat as it was.
+    /// Empty: the stored messages stay.
+    pub messages: Vec<MessageRecord>,
 }
 
 /// Why a run could not be resumed. Nothing was changed.
@@ -284,9 +289,17 @@ impl Runs {
         graph: Arc<Graph>,
         history: Vec<Event>,
         answers: BTreeMap<String, Value>,
-        req: ResumeRequest,
+        mut req: ResumeRequest,
         permit: tokio::sync::OwnedSemaphorePermit,
     ) -> Result<Started, ResumeError> {
+        if let Some(link) = &req.new_message
+            && !req.messages.is_empty()
+        {
+            let messages = std::mem::take(&mut req.messages);
+            self.store
+                .replace_messages_from(&link.chat_id, 0, messages)
+                .await?;
+        }
         let from = self.paused_at(&run, &graph, &history).await?;
         let new_message = req.new_message.is_some();
         let chat = match req.new_message {

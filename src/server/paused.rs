@@ -44,6 +44,11 @@ use crate::runtime::RunStatus;
 use crate::store::{MessageRecord, RunRecord};
 
 /// The chat's paused run, if its active run waits for a person.
+///
+/// # Errors
+///
+/// Another user's chat is 404, as it is for a new turn: an answer to
+/// someone else's run must not learn whether (or how) it waits.
 async fn paused_run(
     state: &AppState,
     user: &User,
@@ -53,7 +58,7 @@ async fn paused_run(
         return Ok(None);
     };
     if chat.user_id != user.0 {
-        return Ok(None);
+        return Err(ApiError::not_found("no such chat"));
     }
     let Some(run_id) = chat.active_run else {
         return Ok(None);
@@ -107,6 +112,7 @@ pub(super) async fn continue_chat(
         request_id: request_id.0.clone(),
         answers: BTreeMap::new(),
         new_message: None,
+        messages: Vec::new(),
     };
     if continues_message && let Some(m) = last {
         req.answers = answers_in(&m.parts, &waiting)?;
@@ -117,7 +123,9 @@ pub(super) async fn continue_chat(
     ) {
         req.answers
             .insert(q.id.clone(), answer_from_text(q, &ui::text_of(m)));
-        req.new_message = Some(store_answer(state, body).await?);
+        let (link, messages) = answer_message(body);
+        req.new_message = Some(link);
+        req.messages = messages;
     } else {
         let reason = "the chat moved on before the run's question was answered";
         if state.runs.set_aside(&run, reason).await? {
@@ -212,9 +220,9 @@ fn answer_from_text(q: &Interrupt, text: &str) -> Value {
     serde_json::from_str(text).unwrap_or_else(|_| Value::String(text.to_owned()))
 }
 
-/// Stores the chat as the client has it (its answer included) and returns
-/// where the continuation's new assistant message goes.
-async fn store_answer(state: &AppState, body: &ui::ChatBody) -> Result<ChatLink, ApiError> {
+/// The chat as the client has it (its answer included), to store once the
+/// run is claimed, and where the continuation's new assistant message goes.
+fn answer_message(body: &ui::ChatBody) -> (ChatLink, Vec<MessageRecord>) {
     let now = now_micros();
     let messages: Vec<MessageRecord> = body
         .messages
@@ -230,16 +238,12 @@ async fn store_answer(state: &AppState, body: &ui::ChatBody) -> Result<ChatLink,
             created_at: now,
         })
         .collect();
-    let position = messages.len() as i64;
-    state
-        .store
-        .replace_messages_from(&body.id, 0, messages)
-        .await?;
-    Ok(ChatLink {
+    let link = ChatLink {
         chat_id: body.id.clone(),
         message_id: format!("msg_{}", uuid::Uuid::now_v7().simple()),
-        position,
-    })
+        position: messages.len() as i64,
+    };
+    (link, messages)
 }
 
 /// A refused resume as the API answers it.
@@ -353,6 +357,7 @@ pub(super) async fn resume(
         request_id: request_id.0.clone(),
         answers,
         new_message: None,
+        messages: Vec::new(),
     };
     let started = state.runs.resume(req).await.map_err(resume_error)?;
     let resumed = started.hub.resumed;

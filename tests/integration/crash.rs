@@ -14,13 +14,13 @@ use tokio::io::{AsyncBufReadExt, BufReader};
 
 use crate::support::{aisdk_validate, chat_body, report_json, root};
 
-struct Server {
-    child: tokio::process::Child,
-    base: String,
+pub(crate) struct Server {
+    pub(crate) child: tokio::process::Child,
+    pub(crate) base: String,
 }
 
 /// Starts `stategraph serve` with `config` (TOML) in `dir`, serving `graphs`.
-async fn start(dir: &Path, config: &str, graphs: &Path) -> Server {
+pub(crate) async fn start(dir: &Path, config: &str, graphs: &Path) -> Server {
     let cfg = dir.join(format!("stategraph-{}.toml", uuid::Uuid::now_v7().simple()));
     std::fs::write(&cfg, config).unwrap();
     let log =
@@ -59,7 +59,7 @@ async fn start(dir: &Path, config: &str, graphs: &Path) -> Server {
     }
 }
 
-fn config(store: &str) -> String {
+pub(crate) fn config(store: &str) -> String {
     format!(
         "[server]\nlease = \"1s\"\nrecover_interval = \"200ms\"\nlinger = \"30s\"\nkeep_alive = \"1s\"\n\
          [llm.offline]\ntoken_delay = \"15ms\"\nanswer_tokens = 40\n\
@@ -383,7 +383,8 @@ async fn killed_during_a_tool_call_the_run_completes_after_restart() {
     crash_and_restart(KillAt::InTool).await;
 }
 
-async fn create_db() -> (String, String) {
+/// A fresh PostgreSQL database: its URL and name.
+pub(crate) async fn create_db() -> (String, String) {
     let name = format!("stategraph_test_{}", uuid::Uuid::now_v7().simple());
     let (client, conn) = tokio_postgres::connect(
         "host=127.0.0.1 port=5432 user=postgres dbname=postgres",
@@ -399,7 +400,7 @@ async fn create_db() -> (String, String) {
     (format!("postgres://postgres@127.0.0.1:5432/{name}"), name)
 }
 
-async fn drop_db(name: &str) {
+pub(crate) async fn drop_db(name: &str) {
     let (client, conn) = tokio_postgres::connect(
         "host=127.0.0.1 port=5432 user=postgres dbname=postgres",
         tokio_postgres::NoTls,

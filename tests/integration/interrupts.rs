@@ -106,17 +106,21 @@ impl Tool for Deletes {
     }
 }
 
-struct Fixture {
-    server: TestServer,
-    deletes: Arc<AtomicUsize>,
+pub(crate) struct Fixture {
+    pub(crate) server: TestServer,
+    pub(crate) deletes: Arc<AtomicUsize>,
     client: reqwest::Client,
 }
 
-async fn fixture() -> Fixture {
-    fixture_with(Arc::new(MemoryStore::new())).await
+pub(crate) async fn fixture() -> Fixture {
+    fixture_with(Arc::new(MemoryStore::new()), |_| {}).await
 }
 
-async fn fixture_with(store: Arc<dyn Store>) -> Fixture {
+/// The fixture on `store`, its configuration changed by `tweak`.
+pub(crate) async fn fixture_with(
+    store: Arc<dyn Store>,
+    tweak: impl FnOnce(&mut stategraph::config::Config),
+) -> Fixture {
     let deletes = Arc::new(AtomicUsize::new(0));
     let reg = crate::support::registries();
     reg.tools
@@ -148,8 +152,11 @@ async fn fixture_with(store: Arc<dyn Store>) -> Fixture {
     );
     let mut config = stategraph::config::Config::default();
     config.server.keep_alive.0 = std::time::Duration::from_secs(5);
-    // Upkeep (which fails lapsed waits) only when a test calls it.
-    config.server.recover_interval.0 = std::time::Duration::from_secs(3600);
+    // Upkeep (which fails lapsed waits) only when a test calls it: 0 is
+    // never (any other interval also runs a pass as the server starts,
+    // which on a loaded machine can come after a test's run paused).
+    config.server.recover_interval.0 = std::time::Duration::ZERO;
+    tweak(&mut config);
     let state = AppState::new(config, store, &Engine::from_parts(reg, graphs, services));
     Fixture {
         server: TestServer::serve(state).await,
@@ -159,7 +166,7 @@ async fn fixture_with(store: Arc<dyn Store>) -> Fixture {
 }
 
 impl Fixture {
-    async fn post(&self, path: &str, body: &Value) -> (u16, String) {
+    pub(crate) async fn post(&self, path: &str, body: &Value) -> (u16, String) {
         let r = self
             .client
             .post(self.server.url(path))
@@ -171,7 +178,7 @@ impl Fixture {
         (r.status().as_u16(), r.text().await.unwrap())
     }
 
-    async fn get(&self, path: &str) -> Value {
+    pub(crate) async fn get(&self, path: &str) -> Value {
         let r = self.client.get(self.server.url(path)).send().await.unwrap();
         assert!(r.status().is_success(), "GET {path}: {}", r.status());
         r.json().await.unwrap()
@@ -675,6 +682,7 @@ async fn another_users_answer_is_refused() {
             request_id: String::new(),
             answers: [(approval, json!({"approved": true}))].into(),
             new_message: None,
+            messages: Vec::new(),
         })
         .await
         .unwrap_err();

@@ -19,6 +19,8 @@ mod degrade;
 mod executor;
 mod failed_turns;
 mod forks;
+mod hitl_client;
+mod hitl_crash;
 mod hostile;
 mod interrupts;
 mod limits;
