@@ -198,36 +198,6 @@ fn readable(
         writeln!(out)?;
     }
     let line = match &ev.event {
-        EventKind::RunStarted {
-            graph,
-            graph_version,
-            ..
-        } => format!("run {} started: graph {graph} ({graph_version})", ev.run_id),
-        EventKind::RunFinished { steps, usage } => {
-            format!(
-                "run finished after {steps} steps, {} tokens ({} in, {} out)",
-                usage.total(),
-                usage.prompt_tokens,
-                usage.completion_tokens
-            )
-        }
-        EventKind::RunFailed { error } => format!("run FAILED [{}]: {}", error.code, error.message),
-        EventKind::RunCancelled { reason } => format!("run cancelled: {reason}"),
-        EventKind::RunInterrupted { interrupts } => {
-            let waits: Vec<String> = interrupts.iter().map(|i| i.summary()).collect();
-            format!(
-                "run paused, waiting for {} (answer with `stategraph resume {} --value JSON`)",
-                waits.join("; "),
-                ev.run_id
-            )
-        }
-        EventKind::RunResumed { answers } => format!(
-            "run resumed with {}",
-            serde_json::to_string(answers).unwrap_or_default()
-        ),
-        EventKind::ToolDenied { tool, .. } => {
-            format!("step {} ✗ {node} tool {tool} denied", ev.step)
-        }
         EventKind::NodeStarted { attempt, .. } if *attempt > 1 => {
             format!("step {} ▶ {node} (attempt {attempt})", ev.step)
         }
@@ -265,9 +235,50 @@ fn readable(
         EventKind::Custom { name, data, .. } => {
             format!("  {node} data-{name}: {}", truncate(&data.to_string(), 200))
         }
-        _ => return Ok(()),
+        _ => match run_line(ev) {
+            Some(line) => line,
+            None => return Ok(()),
+        },
     };
     writeln!(out, "{line}")
+}
+
+/// The line of a run-level event (start, end, pause, resume), if any.
+fn run_line(ev: &Event) -> Option<String> {
+    let node = ev.node.as_deref().unwrap_or("-");
+    Some(match &ev.event {
+        EventKind::RunStarted {
+            graph,
+            graph_version,
+            ..
+        } => format!("run {} started: graph {graph} ({graph_version})", ev.run_id),
+        EventKind::RunFinished { steps, usage } => {
+            format!(
+                "run finished after {steps} steps, {} tokens ({} in, {} out)",
+                usage.total(),
+                usage.prompt_tokens,
+                usage.completion_tokens
+            )
+        }
+        EventKind::RunFailed { error } => format!("run FAILED [{}]: {}", error.code, error.message),
+        EventKind::RunCancelled { reason } => format!("run cancelled: {reason}"),
+        EventKind::RunInterrupted { interrupts } => {
+            let waits: Vec<String> = interrupts.iter().map(|i| i.summary()).collect();
+            format!(
+                "run paused, waiting for {} (answer with `stategraph resume {} --value JSON`)",
+                waits.join("; "),
+                ev.run_id
+            )
+        }
+        EventKind::RunResumed { answers } => format!(
+            "run resumed with {}",
+            serde_json::to_string(answers).unwrap_or_default()
+        ),
+        EventKind::ToolDenied { tool, .. } => {
+            format!("step {} ✗ {node} tool {tool} denied", ev.step)
+        }
+        _ => return None,
+    })
 }
 
 fn truncate(s: &str, max: usize) -> String {

@@ -106,37 +106,7 @@ impl<N> Catalog<N> {
     ) -> Self {
         let mut diagnostics = Vec::new();
         let mut failed = BTreeSet::new();
-        let mut parsed: BTreeMap<String, GraphFile> = BTreeMap::new();
-        for (path, result) in loaded {
-            match result {
-                Ok(file) => {
-                    if let Some(other) = parsed.get(&file.id) {
-                        let mut d = Diagnostics::new(Arc::clone(&file.display));
-                        d.error(
-                            super::loc::Loc::new(1, 1),
-                            "duplicate-graph",
-                            format!(
-                                "graph id `{}` is also defined by {}",
-                                file.id, other.display
-                            ),
-                            Some("graph ids are file stems and must be unique".into()),
-                        );
-                        diagnostics.extend(d.into_vec());
-                        failed.insert(file.id.clone());
-                    } else {
-                        parsed.insert(file.id.clone(), file);
-                    }
-                }
-                Err(d) => {
-                    let id = path
-                        .file_stem()
-                        .map(|s| s.to_string_lossy().into_owned())
-                        .unwrap_or_default();
-                    failed.insert(id);
-                    diagnostics.extend(d);
-                }
-            }
-        }
+        let parsed = unique_files(loaded, &mut diagnostics, &mut failed);
         let mut graphs: BTreeMap<String, Arc<CompiledGraph<N>>> = BTreeMap::new();
         // Compile in dependency order: a graph waits for the subgraphs it runs.
         let deps: BTreeMap<String, BTreeSet<String>> = parsed
@@ -172,31 +142,7 @@ impl<N> Catalog<N> {
                     break;
                 }
                 for id in &cyclic {
-                    let file = &parsed[id];
-                    let mut d = Diagnostics::new(Arc::clone(&file.display));
-                    for g in file.spec.nodes.iter().filter_map(|n| subgraph_of(&n.value)) {
-                        if g.value == *id {
-                            d.error(
-                                g.loc,
-                                "subgraph-cycle",
-                                format!("graph `{id}` runs itself"),
-                                None,
-                            );
-                        } else if pending.contains(&g.value)
-                            && reaches(&g.value, id, &deps, &pending)
-                        {
-                            d.error(
-                                g.loc,
-                                "subgraph-cycle",
-                                format!(
-                                    "graph `{id}` runs `{}`, which (indirectly) runs `{id}` again",
-                                    g.value
-                                ),
-                                None,
-                            );
-                        }
-                    }
-                    diagnostics.extend(d.into_vec());
+                    diagnostics.extend(cycle_diagnostics(&parsed[id], id, &deps, &pending));
                 }
                 for id in cyclic {
                     pending.remove(&id);
@@ -306,4 +252,77 @@ fn subgraph_of(node: &super::spec::NodeSpec) -> Option<super::loc::Sp<String>> {
             SpValue::Str(s) => Some(super::loc::Sp::new(s.clone(), v.loc)),
             _ => None,
         })
+}
+
+/// The parsed graph files by id; a second file with an id already taken,
+/// or a file that did not parse, is reported and its id marked failed.
+fn unique_files(
+    loaded: Vec<(PathBuf, Result<GraphFile, Vec<Diagnostic>>)>,
+    diagnostics: &mut Vec<Diagnostic>,
+    failed: &mut BTreeSet<String>,
+) -> BTreeMap<String, GraphFile> {
+    let mut parsed: BTreeMap<String, GraphFile> = BTreeMap::new();
+    for (path, result) in loaded {
+        match result {
+            Ok(file) => {
+                if let Some(other) = parsed.get(&file.id) {
+                    let mut d = Diagnostics::new(Arc::clone(&file.display));
+                    d.error(
+                        super::loc::Loc::new(1, 1),
+                        "duplicate-graph",
+                        format!(
+                            "graph id `{}` is also defined by {}",
+                            file.id, other.display
+                        ),
+                        Some("graph ids are file stems and must be unique".into()),
+                    );
+                    diagnostics.extend(d.into_vec());
+                    failed.insert(file.id.clone());
+                } else {
+                    parsed.insert(file.id.clone(), file);
+                }
+            }
+            Err(d) => {
+                let id = path
+                    .file_stem()
+                    .map(|s| s.to_string_lossy().into_owned())
+                    .unwrap_or_default();
+                failed.insert(id);
+                diagnostics.extend(d);
+            }
+        }
+    }
+    parsed
+}
+
+/// Where graph `id` (in `file`) runs itself, directly or through the
+/// pending graphs it runs.
+fn cycle_diagnostics(
+    file: &GraphFile,
+    id: &str,
+    deps: &BTreeMap<String, BTreeSet<String>>,
+    pending: &BTreeSet<String>,
+) -> Vec<Diagnostic> {
+    let mut d = Diagnostics::new(Arc::clone(&file.display));
+    for g in file.spec.nodes.iter().filter_map(|n| subgraph_of(&n.value)) {
+        if g.value == id {
+            d.error(
+                g.loc,
+                "subgraph-cycle",
+                format!("graph `{id}` runs itself"),
+                None,
+            );
+        } else if pending.contains(&g.value) && reaches(&g.value, id, deps, pending) {
+            d.error(
+                g.loc,
+                "subgraph-cycle",
+                format!(
+                    "graph `{id}` runs `{}`, which (indirectly) runs `{id}` again",
+                    g.value
+                ),
+                None,
+            );
+        }
+    }
+    d.into_vec()
 }
