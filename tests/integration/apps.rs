@@ -16,27 +16,47 @@ fn example_bin() -> PathBuf {
     example("custom_kind")
 }
 
-/// An example's binary (built if need be).
+/// An example's binary, built now: `--all-targets` builds examples only
+/// as tests, and a binary left in a build cache shared between clones may
+/// be another checkout's (cargo builds it again here when its sources
+/// differ).
 fn example(name: &str) -> PathBuf {
     let dir = Path::new(env!("CARGO_BIN_EXE_stategraph"))
         .parent()
         .unwrap();
-    let bin = dir.join("examples").join(name);
-    if !bin.is_file() {
-        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-        let mut cmd = Command::new(cargo);
-        cmd.args(["build", "--example", name]).current_dir(root());
-        if dir.ends_with("release") {
-            cmd.arg("--release");
-        }
-        let status = cmd.status().unwrap();
-        assert!(status.success(), "building the example failed");
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let mut cmd = Command::new(cargo);
+    cmd.args(["build", "--quiet", "--example", name])
+        .current_dir(root());
+    if dir.ends_with("release") {
+        cmd.arg("--release");
     }
-    bin
+    let status = cmd.status().unwrap();
+    assert!(status.success(), "building the example {name} failed");
+    dir.join("examples").join(name)
+}
+
+/// `--graphs DIR --prompts DIR` of an example in this checkout: the
+/// directories an example finds by itself are those of the checkout that
+/// built it.
+fn example_dirs(name: &str) -> [String; 4] {
+    let base = root().join("examples").join(name);
+    [
+        "--graphs".into(),
+        base.join("graphs").to_string_lossy().into_owned(),
+        "--prompts".into(),
+        base.join("prompts").to_string_lossy().into_owned(),
+    ]
 }
 
 fn run(dir: &Path, args: &[&str]) -> Output {
+    let dirs = if args.contains(&"--graphs") {
+        Vec::new()
+    } else {
+        example_dirs("custom_kind").to_vec()
+    };
     Command::new(example_bin())
+        .args(dirs)
         .args(args)
         .current_dir(dir)
         .env_remove("OPENAI_API_KEY")
@@ -134,7 +154,9 @@ fn the_custom_kind_reports_wrong_settings_with_their_place() {
 async fn the_example_serves_its_graph() {
     let dir = tempfile::tempdir().unwrap();
     let mut cmd = tokio::process::Command::new(example_bin());
-    cmd.arg("serve").current_dir(dir.path());
+    cmd.args(example_dirs("custom_kind"))
+        .arg("serve")
+        .current_dir(dir.path());
     let (_child, base) = spawn_serving(cmd).await;
     let mut body = chat_body("fb-1", "The parcel was late");
     body["graph"] = json!("feedback");
@@ -165,6 +187,7 @@ fn the_approval_example_pauses_and_resumes_from_the_command_line() {
     let approval = |args: &[&str]| {
         let out = Command::new(example("approval"))
             .args(["--config", config])
+            .args(example_dirs("approval"))
             .args(args)
             .current_dir(dir.path())
             .env_remove("OPENAI_API_KEY")
