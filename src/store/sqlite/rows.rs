@@ -170,15 +170,30 @@ pub(super) fn insert_run(conn: &Connection, run: &RunRecord) -> StoreResult<()> 
 }
 
 /// Appends several runs' pages in one transaction (group commit: one WAL
-/// commit for all of them), each in its own savepoint so that one page's
-/// conflict fails only its own append. A page holds consecutive batches of
-/// one run: their events, their checkpoints and the run's progress (a final
-/// batch also clears the lease). Returns each page's outcome: the highest
-/// seq stored for its run (for the notification).
+/// commit for all of them), so that one page's conflict fails only its own
+/// append. A page holds consecutive batches of one run: their events, their
+/// checkpoints and the run's progress (a final batch also clears the lease).
+/// Returns each page's outcome: the highest seq stored for its run (for the
+/// notification).
+///
+/// Pages are first written with no savepoint: a conflict is rare (a repeated
+/// append after a crash), and a savepoint per page cost two statements that
+/// SQLite parses each time. When a page fails, that transaction rolls back
+/// and the group is written again with a savepoint per page, which keeps
+/// the failed page's writes out and the others in.
 pub(super) fn append_group(
     conn: &mut Connection,
     pages: &[EncodedPage],
 ) -> StoreResult<Vec<StoreResult<u64>>> {
+    {
+        let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+        let all: StoreResult<Vec<u64>> = pages.iter().map(|page| append_in(&tx, page)).collect();
+        if let Ok(lasts) = all {
+            tx.commit()?;
+            return Ok(lasts.into_iter().map(Ok).collect());
+        }
+        // Dropping the transaction rolls it back.
+    }
     let mut tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
     let mut out = Vec::with_capacity(pages.len());
     for page in pages {
@@ -196,29 +211,36 @@ pub(super) fn append_group(
     Ok(out)
 }
 
-/// One page (events and/or checkpoints) inside an open transaction.
+/// One page (events and/or checkpoints) inside an open transaction. A
+/// page that overlaps a stored one fails before it writes anything.
 fn append_in(tx: &Connection, b: &EncodedPage) -> StoreResult<u64> {
     let run = b.run_id.to_string();
     if let (Some(first), Some(last), Some(events)) = (b.first_seq, b.last_seq, &b.events) {
-        // Ranges of a run never overlap (the `pages` module): the stored page
-        // with the lowest `last_seq >= first` is the only one that can.
-        let clash: Option<(i64, i64)> = tx
+        // The overlap check rides in the insert: ranges of a run never
+        // overlap (the `pages` module), so a stored page overlaps this one
+        // iff it ends at or after `first` and starts at or before `last`;
+        // appends at the end of the log find none in one index seek.
+        let inserted = tx
             .prepare_cached(
-                "SELECT first_seq, last_seq FROM run_event_pages
-                 WHERE run_id = ?1 AND last_seq >= ?2 ORDER BY last_seq LIMIT 1",
+                "INSERT INTO run_event_pages (run_id, first_seq, last_seq, events)
+                 SELECT ?1, ?2, ?3, ?4 WHERE NOT EXISTS (
+                     SELECT 1 FROM run_event_pages WHERE run_id = ?1 AND last_seq >= ?2 AND first_seq <= ?3)",
             )?
-            .query_row(params![run, first], |r| Ok((r.get(0)?, r.get(1)?)))
-            .optional()?;
-        if let Some((f, l)) = clash.filter(|&(f, _)| f <= last) {
+            .execute(params![run, first, last, events])?;
+        if inserted == 0 {
+            // The stored page with the lowest `last_seq >= first` is the
+            // one that clashes, named in the error.
+            let (f, l): (i64, i64) = tx
+                .prepare_cached(
+                    "SELECT first_seq, last_seq FROM run_event_pages
+                     WHERE run_id = ?1 AND last_seq >= ?2 ORDER BY last_seq LIMIT 1",
+                )?
+                .query_row(params![run, first], |r| Ok((r.get(0)?, r.get(1)?)))?;
             return Err(StoreError::Conflict(format!(
                 "events {first}..={last} of run {} overlap stored events {f}..={l}",
                 b.run_id
             )));
         }
-        tx.prepare_cached(
-            "INSERT INTO run_event_pages (run_id, first_seq, last_seq, events) VALUES (?1, ?2, ?3, ?4)",
-        )?
-        .execute(params![run, first, last, events])?;
     }
     {
         let mut insert = tx.prepare_cached(
