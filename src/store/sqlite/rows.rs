@@ -5,6 +5,7 @@ use rusqlite::{Connection, ErrorCode, OptionalExtension, Row, TransactionBehavio
 use uuid::Uuid;
 
 use crate::events::{ErrorInfo, ForkOrigin, Usage, now_micros};
+use crate::runtime::RunStatus;
 use crate::store::pages::EncodedPage;
 use crate::store::sql;
 use crate::store::{ChatRecord, MessageRecord, RunRecord, StoreError, StoreResult};
@@ -62,6 +63,38 @@ pub(super) const UPSERT_MESSAGE: &str = "INSERT INTO messages (chat_id, id, role
 
 pub(super) const TOUCH_CHAT: &str =
     "UPDATE chats SET updated_at = max(?2, updated_at + 1) WHERE id = ?1";
+
+/// Clears the chat `?1`'s active run if it still is `?2`.
+pub(super) const RELEASE_CHAT: &str = "UPDATE chats SET active_run = NULL, updated_at = max(?3, updated_at + 1) WHERE id = ?1 AND active_run = ?2";
+
+/// Records how run `id` ended (and drops its lease).
+pub(super) fn finish_run(
+    conn: &Connection,
+    id: Uuid,
+    status: RunStatus,
+    error: Option<&ErrorInfo>,
+    usage: Usage,
+) -> StoreResult<()> {
+    let n = conn
+        .prepare_cached(
+            "UPDATE runs SET status = ?2, error = ?3, prompt_tokens = ?4, completion_tokens = ?5, finished_at = ?6,
+                 lease_owner = NULL, lease_until = NULL
+             WHERE id = ?1",
+        )?
+        .execute(params![
+            id.to_string(),
+            sql::status_name(status),
+            error.map(|e| sql::to_json(e, "run error")).transpose()?,
+            sql::i64_of(usage.prompt_tokens, "token count")?,
+            sql::i64_of(usage.completion_tokens, "token count")?,
+            now()?,
+        ])?;
+    if n == 0 {
+        Err(StoreError::NotFound(format!("run {id}")))
+    } else {
+        Ok(())
+    }
+}
 
 pub(super) fn upsert_message(
     conn: &Connection,
