@@ -15,7 +15,7 @@ use crate::events::{ErrorInfo, Event, EventKind, Usage, now_micros};
 use crate::replay::Recording;
 use crate::runtime::{self, RunError, RunOptions, RunOutcome, RunStatus, Services};
 use crate::sse::{Assembler, Bridge};
-use crate::store::{LogCheckpointer, MessageRecord};
+use crate::store::{LogCheckpointer, MessageRecord, TurnEnd};
 
 type RunFuture = Pin<Box<dyn Future<Output = Result<RunOutcome, RunError>> + Send>>;
 
@@ -334,7 +334,10 @@ fn status_name(status: RunStatus) -> &'static str {
 }
 
 /// Records how the run ended: its status and usage (spent tokens count
-/// whatever the outcome), the chat's assistant message and active run.
+/// whatever the outcome), the chat's assistant message and active run — for
+/// a chat's run in one transaction ([`ChatStore::end_turn`]).
+///
+/// [`ChatStore::end_turn`]: crate::store::ChatStore::end_turn
 async fn record_end(
     runs: &Runs,
     launch: &Launch,
@@ -342,50 +345,45 @@ async fn record_end(
     error: Option<ErrorInfo>,
     pumped: Pumped,
 ) {
-    if let Some(chat) = &launch.chat {
-        let message = MessageRecord {
-            chat_id: chat.chat_id.clone(),
-            id: chat.message_id.clone(),
-            role: "assistant".into(),
-            // A failed run's half answer is not stored as an answer.
-            parts: Value::Array(pumped.assembler.stored_parts()),
-            metadata: pumped.assembler.metadata(),
-            position: chat.position,
-            created_at: now_micros(),
-        };
-        // A chat deleted while it was answering stays deleted.
-        match runs.store.get_chat(&chat.chat_id).await {
-            Ok(Some(_)) => {
-                if let Err(e) = runs.store.upsert_message(message).await {
-                    tracing::error!(error = %e, "could not store the assistant message");
-                }
-            }
-            Ok(None) => {}
-            Err(e) => tracing::error!(error = %e, "could not store the assistant message"),
-        }
-    }
     if let Some(alt) = &launch.alternative
         && status == RunStatus::Finished
         && let Err(e) = add_alternative(runs, launch, alt, &pumped).await
     {
         tracing::error!(error = %e, "could not store the fork's answer as an alternative");
     }
-    if let Err(e) = runs
-        .store
-        .finish_run(launch.run_id, status, error, pumped.usage)
-        .await
-    {
+    let ended = match &launch.chat {
+        Some(chat) => {
+            let end = TurnEnd {
+                run_id: launch.run_id,
+                status,
+                error,
+                usage: pumped.usage,
+                message: MessageRecord {
+                    chat_id: chat.chat_id.clone(),
+                    id: chat.message_id.clone(),
+                    role: "assistant".into(),
+                    // A failed run's half answer is not stored as an answer.
+                    parts: Value::Array(pumped.assembler.stored_parts()),
+                    metadata: pumped.assembler.metadata(),
+                    position: chat.position,
+                    created_at: now_micros(),
+                },
+                // A paused run stays the chat's active run: the chat's next
+                // request answers it (or sets it aside).
+                release: status != RunStatus::Interrupted,
+            };
+            runs.store.end_turn(end).await
+        }
+        None => {
+            runs.store
+                .finish_run(launch.run_id, status, error, pumped.usage)
+                .await
+        }
+    };
+    if let Err(e) = ended {
         tracing::error!(error = %e, "could not record the end of the run");
     }
     runs.observer.spent(&launch.user_id, pumped.usage);
-    // A paused run stays the chat's active run: the chat's next request
-    // answers it (or sets it aside).
-    if let Some(chat) = &launch.chat
-        && status != RunStatus::Interrupted
-        && let Err(e) = runs.store.release_chat(&chat.chat_id, launch.run_id).await
-    {
-        tracing::debug!(error = %e, "could not clear the chat's active run");
-    }
 }
 
 /// Adds an attached fork's answer to the alternatives of the message it

@@ -21,7 +21,7 @@ use uuid::Uuid;
 use super::{
     Appended, ChatRecord, ChatStore, CheckpointRecord, EventLog, Lease, Leases, Maintenance,
     MessageRecord, NOTIFY_CAPACITY, PruneReport, RunQuery, RunRecord, RunStore, Store, StoreError,
-    StoreResult, TurnOutcome, TurnStart,
+    StoreResult, TurnEnd, TurnOutcome, TurnStart,
 };
 use crate::events::{ErrorInfo, Event, Usage, now_micros};
 use crate::runtime::{RunStatus, StepBatch};
@@ -305,6 +305,44 @@ impl ChatStore for MemoryStore {
             .get(chat_id)
             .cloned()
             .unwrap_or_default()))
+    }
+
+    fn end_turn(&self, end: TurnEnd) -> BoxFuture<'_, StoreResult<()>> {
+        // One lock: no reader sees the message without the run's end.
+        let mut guard = self.lock();
+        let g = &mut *guard;
+        let chat_id = end.message.chat_id.clone();
+        if let Some(c) = g.chats.get_mut(&chat_id) {
+            c.updated_at = now_micros().max(c.updated_at + 1);
+            let list = g.messages.entry(chat_id.clone()).or_default();
+            match list.iter_mut().find(|m| m.id == end.message.id) {
+                Some(m) => *m = end.message,
+                None => list.push(end.message),
+            }
+            list.sort_by_key(|m| m.position);
+        }
+        let finished = match g.runs.get_mut(&end.run_id) {
+            Some(run) => {
+                run.status = end.status;
+                run.error = end.error;
+                run.usage = end.usage;
+                run.finished_at = Some(now_micros());
+                g.leases.remove(&end.run_id);
+                g.finished(end.run_id);
+                Ok(())
+            }
+            None => Err(StoreError::NotFound(format!("run {}", end.run_id))),
+        };
+        if end.release
+            && let Some(c) = g
+                .chats
+                .get_mut(&chat_id)
+                .filter(|c| c.active_run == Some(end.run_id))
+        {
+            c.active_run = None;
+            c.updated_at = now_micros().max(c.updated_at + 1);
+        }
+        ready(finished)
     }
 }
 

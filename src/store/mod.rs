@@ -217,6 +217,24 @@ pub struct TurnStart {
     pub lease_until: u64,
 }
 
+/// How a chat turn's run ended, stored together by [`ChatStore::end_turn`].
+#[derive(Clone, Debug)]
+pub struct TurnEnd {
+    /// The run.
+    pub run_id: Uuid,
+    /// How it ended.
+    pub status: RunStatus,
+    /// Why it failed, for a failed run.
+    pub error: Option<ErrorInfo>,
+    /// The tokens it spent.
+    pub usage: Usage,
+    /// The assistant message it answered with (its `chat_id` is the chat).
+    pub message: MessageRecord,
+    /// Whether the run stops being the chat's active run (a paused run
+    /// stays: the chat's next request answers it).
+    pub release: bool,
+}
+
 /// What [`ChatStore::begin_turn`] did.
 #[derive(Clone, Debug, PartialEq)]
 pub enum TurnOutcome {
@@ -267,6 +285,16 @@ pub trait ChatStore: Send + Sync {
     fn upsert_message(&self, message: MessageRecord) -> BoxFuture<'_, StoreResult<()>>;
     /// A chat's messages in order.
     fn messages(&self, chat_id: &str) -> BoxFuture<'_, StoreResult<Vec<MessageRecord>>>;
+    /// Ends a chat turn in one transaction: stores the assistant message
+    /// (unless the chat was deleted meanwhile: it stays deleted), records
+    /// how the run ended as [`RunStore::finish_run`] does and, when
+    /// `release`, clears the chat's active run as
+    /// [`ChatStore::release_chat`] does.
+    ///
+    /// # Errors
+    /// [`StoreError::NotFound`] when the run does not exist (the message and
+    /// the chat are still written); a backend error writes nothing.
+    fn end_turn(&self, end: TurnEnd) -> BoxFuture<'_, StoreResult<()>>;
 }
 
 /// Runs.

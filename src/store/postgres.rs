@@ -65,7 +65,7 @@ use super::query::SqlParam;
 use super::sql::{self, Migration, MigrationReport};
 use super::{
     Appended, ChatRecord, ChatStore, CheckpointRecord, EventLog, MessageRecord, NOTIFY_CAPACITY,
-    RunQuery, RunRecord, RunStore, Store, StoreError, StoreResult, TurnOutcome, TurnStart,
+    RunQuery, RunRecord, RunStore, Store, StoreError, StoreResult, TurnEnd, TurnOutcome, TurnStart,
 };
 use crate::events::{ErrorInfo, Event, Usage, now_micros};
 use crate::runtime::{PendingTask, RunStatus, StepBatch, TaskWrite};
@@ -567,11 +567,11 @@ impl ChatStore for PostgresStore {
     fn release_chat(&self, chat_id: &str, run: Uuid) -> BoxFuture<'_, StoreResult<()>> {
         let chat = chat_id.to_owned();
         Box::pin(async move {
-            let sql =
-                "UPDATE chats SET active_run = NULL, updated_at = greatest($3, updated_at + 1)
-                       WHERE id = $1 AND active_run = $2";
-            self.execute(sql, &[&chat, &run, &sql::i64_of(now_micros(), "time")?])
-                .await?;
+            self.execute(
+                RELEASE_CHAT,
+                &[&chat, &run, &sql::i64_of(now_micros(), "time")?],
+            )
+            .await?;
             Ok(())
         })
     }
@@ -639,7 +639,56 @@ impl ChatStore for PostgresStore {
                 .collect()
         })
     }
+
+    fn end_turn(&self, end: TurnEnd) -> BoxFuture<'_, StoreResult<()>> {
+        Box::pin(async move {
+            let chat = &end.message.chat_id;
+            let cols = MessageColumns::new(chat, std::slice::from_ref(&end.message))?;
+            let (prompt, completion) = (
+                sql::i64_of(end.usage.prompt_tokens, "token count")?,
+                sql::i64_of(end.usage.completion_tokens, "token count")?,
+            );
+            let now = sql::i64_of(now_micros(), "time")?;
+            let mut client = self.client().await?;
+            let tx = client.transaction().await?;
+            // The row lock keeps a concurrent delete from racing the upsert.
+            let exists = tx
+                .query_opt("SELECT 1 FROM chats WHERE id = $1 FOR UPDATE", &[chat])
+                .await?
+                .is_some();
+            if exists {
+                tx.execute(UPSERT_MESSAGES, &cols.params()).await?;
+            }
+            let finish: [&(dyn ToSql + Sync); 6] = [
+                &end.run_id,
+                &sql::status_name(end.status),
+                &end.error.as_ref().map(Json),
+                &prompt,
+                &completion,
+                &now,
+            ];
+            let finished = tx.execute(FINISH_RUN, &finish).await?;
+            if end.release {
+                tx.execute(RELEASE_CHAT, &[chat, &end.run_id, &now]).await?;
+            }
+            tx.commit().await?;
+            match finished {
+                0 => Err(StoreError::NotFound(format!("run {}", end.run_id))),
+                _ => Ok(()),
+            }
+        })
+    }
 }
+
+/// Records how run `$1` ended (and drops its lease).
+const FINISH_RUN: &str = "UPDATE runs SET status = $2, error = $3, prompt_tokens = $4, completion_tokens = $5, finished_at = $6,
+        lease_owner = NULL, lease_until = NULL
+    WHERE id = $1";
+
+/// Clears the chat `$1`'s active run if it still is `$2`.
+const RELEASE_CHAT: &str =
+    "UPDATE chats SET active_run = NULL, updated_at = greatest($3, updated_at + 1)
+    WHERE id = $1 AND active_run = $2";
 
 impl RunStore for PostgresStore {
     fn create_run(&self, run: RunRecord) -> BoxFuture<'_, StoreResult<()>> {
@@ -700,9 +749,7 @@ impl RunStore for PostgresStore {
         usage: Usage,
     ) -> BoxFuture<'_, StoreResult<()>> {
         Box::pin(async move {
-            let sql = "UPDATE runs SET status = $2, error = $3, prompt_tokens = $4, completion_tokens = $5, finished_at = $6,
-                           lease_owner = NULL, lease_until = NULL
-                       WHERE id = $1";
+            let sql = FINISH_RUN;
             let (prompt, completion) = (
                 sql::i64_of(usage.prompt_tokens, "token count")?,
                 sql::i64_of(usage.completion_tokens, "token count")?,

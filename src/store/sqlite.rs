@@ -44,15 +44,15 @@ use super::query::SqlParam;
 use super::sql::{self, Migration, MigrationReport};
 use super::{
     Appended, ChatRecord, ChatStore, CheckpointRecord, EventLog, MessageRecord, NOTIFY_CAPACITY,
-    RunQuery, RunRecord, RunStore, Store, StoreError, StoreResult, TurnOutcome, TurnStart,
+    RunQuery, RunRecord, RunStore, Store, StoreError, StoreResult, TurnEnd, TurnOutcome, TurnStart,
 };
 use crate::events::{ErrorInfo, Event, Usage, now_micros};
 use crate::runtime::{RunStatus, StepBatch};
 
 use lane::Lane;
 use rows::{
-    CHAT_COLS, MESSAGE_COLS, RUN_COLS, TOUCH_CHAT, append_group, chat_of, insert_run, message_of,
-    now, run_of, text, upsert_message,
+    CHAT_COLS, MESSAGE_COLS, RELEASE_CHAT, RUN_COLS, TOUCH_CHAT, append_group, chat_of, finish_run,
+    insert_run, message_of, now, run_of, text, upsert_message,
 };
 
 /// The schema, in order. Append new files; never edit an applied one.
@@ -479,10 +479,8 @@ impl ChatStore for SqliteStore {
     fn release_chat(&self, chat_id: &str, run: Uuid) -> BoxFuture<'_, StoreResult<()>> {
         let chat = chat_id.to_owned();
         Box::pin(self.writer.run(move |conn| {
-            conn.prepare_cached(
-                "UPDATE chats SET active_run = NULL, updated_at = max(?3, updated_at + 1) WHERE id = ?1 AND active_run = ?2",
-            )?
-            .execute(params![chat, run.to_string(), now()?])?;
+            conn.prepare_cached(RELEASE_CHAT)?
+                .execute(params![chat, run.to_string(), now()?])?;
             Ok(())
         }))
     }
@@ -543,6 +541,35 @@ impl ChatStore for SqliteStore {
             Ok(out)
         }))
     }
+
+    fn end_turn(&self, end: TurnEnd) -> BoxFuture<'_, StoreResult<()>> {
+        Box::pin(self.writer.run(move |conn| {
+            let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+            let chat = &end.message.chat_id;
+            let exists: bool = tx
+                .prepare_cached("SELECT count(*) > 0 FROM chats WHERE id = ?1")?
+                .query_row([chat], |r| r.get(0))?;
+            if exists {
+                upsert_message(&tx, chat, &end.message)?;
+                tx.prepare_cached(TOUCH_CHAT)?
+                    .execute(params![chat, now()?])?;
+            }
+            let finished =
+                match finish_run(&tx, end.run_id, end.status, end.error.as_ref(), end.usage) {
+                    Err(e) if !matches!(e, StoreError::NotFound(_)) => return Err(e),
+                    other => other,
+                };
+            if end.release {
+                tx.prepare_cached(RELEASE_CHAT)?.execute(params![
+                    chat,
+                    end.run_id.to_string(),
+                    now()?
+                ])?;
+            }
+            tx.commit()?;
+            finished
+        }))
+    }
 }
 
 impl RunStore for SqliteStore {
@@ -587,23 +614,10 @@ impl RunStore for SqliteStore {
         error: Option<ErrorInfo>,
         usage: Usage,
     ) -> BoxFuture<'_, StoreResult<()>> {
-        Box::pin(self.writer.run(move |conn| {
-            let n = conn
-                .prepare_cached(
-                    "UPDATE runs SET status = ?2, error = ?3, prompt_tokens = ?4, completion_tokens = ?5, finished_at = ?6,
-                         lease_owner = NULL, lease_until = NULL
-                     WHERE id = ?1",
-                )?
-                .execute(params![
-                    id.to_string(),
-                    sql::status_name(status),
-                    error.as_ref().map(|e| sql::to_json(e, "run error")).transpose()?,
-                    sql::i64_of(usage.prompt_tokens, "token count")?,
-                    sql::i64_of(usage.completion_tokens, "token count")?,
-                    now()?,
-                ])?;
-            if n == 0 { Err(StoreError::NotFound(format!("run {id}"))) } else { Ok(()) }
-        }))
+        Box::pin(
+            self.writer
+                .run(move |conn| finish_run(conn, id, status, error.as_ref(), usage)),
+        )
     }
     fn usage_since(&self, user: &str, since: u64) -> BoxFuture<'_, StoreResult<Usage>> {
         let user = user.to_owned();

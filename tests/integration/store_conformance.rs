@@ -159,6 +159,7 @@ conformance!(
     chats_are_ensured_listed_and_deleted,
     active_run_is_set_and_cleared,
     messages_append_regenerate_edit_and_upsert,
+    a_turn_ends_with_its_message_its_run_and_its_chat,
     runs_are_created_listed_and_finished,
     runs_are_filtered_and_paged_in_the_store,
     usage_is_summed_per_user_since_a_time,

@@ -5,6 +5,7 @@ use rusqlite::{Connection, ErrorCode, OptionalExtension, Row, TransactionBehavio
 use uuid::Uuid;
 
 use crate::events::{ErrorInfo, ForkOrigin, Usage, now_micros};
+use crate::runtime::RunStatus;
 use crate::store::pages::EncodedPage;
 use crate::store::sql;
 use crate::store::{ChatRecord, MessageRecord, RunRecord, StoreError, StoreResult};
@@ -62,6 +63,38 @@ pub(super) const UPSERT_MESSAGE: &str = "INSERT INTO messages (chat_id, id, role
 
 pub(super) const TOUCH_CHAT: &str =
     "UPDATE chats SET updated_at = max(?2, updated_at + 1) WHERE id = ?1";
+
+/// Clears the chat `?1`'s active run if it still is `?2`.
+pub(super) const RELEASE_CHAT: &str = "UPDATE chats SET active_run = NULL, updated_at = max(?3, updated_at + 1) WHERE id = ?1 AND active_run = ?2";
+
+/// Records how run `id` ended (and drops its lease).
+pub(super) fn finish_run(
+    conn: &Connection,
+    id: Uuid,
+    status: RunStatus,
+    error: Option<&ErrorInfo>,
+    usage: Usage,
+) -> StoreResult<()> {
+    let n = conn
+        .prepare_cached(
+            "UPDATE runs SET status = ?2, error = ?3, prompt_tokens = ?4, completion_tokens = ?5, finished_at = ?6,
+                 lease_owner = NULL, lease_until = NULL
+             WHERE id = ?1",
+        )?
+        .execute(params![
+            id.to_string(),
+            sql::status_name(status),
+            error.map(|e| sql::to_json(e, "run error")).transpose()?,
+            sql::i64_of(usage.prompt_tokens, "token count")?,
+            sql::i64_of(usage.completion_tokens, "token count")?,
+            now()?,
+        ])?;
+    if n == 0 {
+        Err(StoreError::NotFound(format!("run {id}")))
+    } else {
+        Ok(())
+    }
+}
 
 pub(super) fn upsert_message(
     conn: &Connection,
@@ -170,15 +203,30 @@ pub(super) fn insert_run(conn: &Connection, run: &RunRecord) -> StoreResult<()> 
 }
 
 /// Appends several runs' pages in one transaction (group commit: one WAL
-/// commit for all of them), each in its own savepoint so that one page's
-/// conflict fails only its own append. A page holds consecutive batches of
-/// one run: their events, their checkpoints and the run's progress (a final
-/// batch also clears the lease). Returns each page's outcome: the highest
-/// seq stored for its run (for the notification).
+/// commit for all of them), so that one page's conflict fails only its own
+/// append. A page holds consecutive batches of one run: their events, their
+/// checkpoints and the run's progress (a final batch also clears the lease).
+/// Returns each page's outcome: the highest seq stored for its run (for the
+/// notification).
+///
+/// Pages are first written with no savepoint: a conflict is rare (a repeated
+/// append after a crash), and a savepoint per page cost two statements that
+/// SQLite parses each time. When a page fails, that transaction rolls back
+/// and the group is written again with a savepoint per page, which keeps
+/// the failed page's writes out and the others in.
 pub(super) fn append_group(
     conn: &mut Connection,
     pages: &[EncodedPage],
 ) -> StoreResult<Vec<StoreResult<u64>>> {
+    {
+        let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+        let all: StoreResult<Vec<u64>> = pages.iter().map(|page| append_in(&tx, page)).collect();
+        if let Ok(lasts) = all {
+            tx.commit()?;
+            return Ok(lasts.into_iter().map(Ok).collect());
+        }
+        // Dropping the transaction rolls it back.
+    }
     let mut tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
     let mut out = Vec::with_capacity(pages.len());
     for page in pages {
@@ -196,29 +244,36 @@ pub(super) fn append_group(
     Ok(out)
 }
 
-/// One page (events and/or checkpoints) inside an open transaction.
+/// One page (events and/or checkpoints) inside an open transaction. A
+/// page that overlaps a stored one fails before it writes anything.
 fn append_in(tx: &Connection, b: &EncodedPage) -> StoreResult<u64> {
     let run = b.run_id.to_string();
     if let (Some(first), Some(last), Some(events)) = (b.first_seq, b.last_seq, &b.events) {
-        // Ranges of a run never overlap (the `pages` module): the stored page
-        // with the lowest `last_seq >= first` is the only one that can.
-        let clash: Option<(i64, i64)> = tx
+        // The overlap check rides in the insert: ranges of a run never
+        // overlap (the `pages` module), so a stored page overlaps this one
+        // iff it ends at or after `first` and starts at or before `last`;
+        // appends at the end of the log find none in one index seek.
+        let inserted = tx
             .prepare_cached(
-                "SELECT first_seq, last_seq FROM run_event_pages
-                 WHERE run_id = ?1 AND last_seq >= ?2 ORDER BY last_seq LIMIT 1",
+                "INSERT INTO run_event_pages (run_id, first_seq, last_seq, events)
+                 SELECT ?1, ?2, ?3, ?4 WHERE NOT EXISTS (
+                     SELECT 1 FROM run_event_pages WHERE run_id = ?1 AND last_seq >= ?2 AND first_seq <= ?3)",
             )?
-            .query_row(params![run, first], |r| Ok((r.get(0)?, r.get(1)?)))
-            .optional()?;
-        if let Some((f, l)) = clash.filter(|&(f, _)| f <= last) {
+            .execute(params![run, first, last, events])?;
+        if inserted == 0 {
+            // The stored page with the lowest `last_seq >= first` is the
+            // one that clashes, named in the error.
+            let (f, l): (i64, i64) = tx
+                .prepare_cached(
+                    "SELECT first_seq, last_seq FROM run_event_pages
+                     WHERE run_id = ?1 AND last_seq >= ?2 ORDER BY last_seq LIMIT 1",
+                )?
+                .query_row(params![run, first], |r| Ok((r.get(0)?, r.get(1)?)))?;
             return Err(StoreError::Conflict(format!(
                 "events {first}..={last} of run {} overlap stored events {f}..={l}",
                 b.run_id
             )));
         }
-        tx.prepare_cached(
-            "INSERT INTO run_event_pages (run_id, first_seq, last_seq, events) VALUES (?1, ?2, ?3, ?4)",
-        )?
-        .execute(params![run, first, last, events])?;
     }
     {
         let mut insert = tx.prepare_cached(

@@ -377,3 +377,122 @@ pub(super) async fn usage_is_summed_per_user_since_a_time(store: Arc<dyn Store>)
         Usage::default()
     );
 }
+
+/// The end of a chat turn in one call: the assistant message, the run's end
+/// and the chat's active run cleared — except for a paused run, a newer
+/// turn's run, or a chat deleted meanwhile (which stays deleted).
+pub(super) async fn a_turn_ends_with_its_message_its_run_and_its_chat(store: Arc<dyn Store>) {
+    store.ensure_chat(chat("c1", "alice", 10)).await.unwrap();
+    store
+        .upsert_message(message("c1", "m0", 0, "why 42?"))
+        .await
+        .unwrap();
+    let end = |r: &RunRecord, chat: &str, status: RunStatus, release: bool| store::TurnEnd {
+        run_id: r.id,
+        status,
+        error: None,
+        usage: Usage {
+            prompt_tokens: 3,
+            completion_tokens: 5,
+            ..Usage::default()
+        },
+        message: message(chat, &format!("a-{}", r.id), 1, "because"),
+        release,
+    };
+    let r = run(Some("c1"), 1);
+    store.create_run(r.clone()).await.unwrap();
+    store.set_active_run("c1", Some(r.id)).await.unwrap();
+    let before = store.get_chat("c1").await.unwrap().unwrap();
+    store
+        .end_turn(end(&r, "c1", RunStatus::Finished, true))
+        .await
+        .unwrap();
+    let after = store.get_chat("c1").await.unwrap().unwrap();
+    assert_eq!(after.active_run, None, "the chat is free");
+    assert!(after.updated_at > before.updated_at);
+    let texts: Vec<_> = store
+        .messages("c1")
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|m| (m.id, m.role, m.parts))
+        .collect();
+    assert_eq!(
+        texts,
+        [
+            (
+                "m0".into(),
+                "user".into(),
+                json!([{"type": "text", "text": "why 42?"}])
+            ),
+            (
+                format!("a-{}", r.id),
+                "assistant".into(),
+                json!([{"type": "text", "text": "because"}])
+            ),
+        ]
+    );
+    let stored = store.get_run(r.id).await.unwrap().unwrap();
+    assert_eq!(stored.status, RunStatus::Finished);
+    assert!(stored.finished_at.is_some());
+    assert_eq!(
+        (stored.usage.prompt_tokens, stored.usage.completion_tokens),
+        (3, 5)
+    );
+
+    // A paused run stays the chat's active run.
+    let paused = run(Some("c1"), 2);
+    store.create_run(paused.clone()).await.unwrap();
+    store.set_active_run("c1", Some(paused.id)).await.unwrap();
+    store
+        .end_turn(end(&paused, "c1", RunStatus::Interrupted, false))
+        .await
+        .unwrap();
+    assert_eq!(
+        store.get_chat("c1").await.unwrap().unwrap().active_run,
+        Some(paused.id)
+    );
+    assert_eq!(
+        store.get_run(paused.id).await.unwrap().unwrap().status,
+        RunStatus::Interrupted
+    );
+
+    // A newer turn's run stays active.
+    let old = run(Some("c1"), 3);
+    store.create_run(old.clone()).await.unwrap();
+    store
+        .end_turn(end(&old, "c1", RunStatus::Cancelled, true))
+        .await
+        .unwrap();
+    assert_eq!(
+        store.get_chat("c1").await.unwrap().unwrap().active_run,
+        Some(paused.id),
+        "only the chat's own active run is cleared"
+    );
+
+    // A chat deleted while its run answered stays deleted; the run ends.
+    store.ensure_chat(chat("c2", "alice", 10)).await.unwrap();
+    let orphan = run(Some("c2"), 4);
+    store.create_run(orphan.clone()).await.unwrap();
+    store.set_active_run("c2", Some(orphan.id)).await.unwrap();
+    assert!(store.delete_chat("c2").await.unwrap());
+    store
+        .end_turn(end(&orphan, "c2", RunStatus::Finished, true))
+        .await
+        .unwrap();
+    assert_eq!(store.get_chat("c2").await.unwrap(), None);
+    assert!(store.messages("c2").await.unwrap().is_empty());
+    assert_eq!(
+        store.get_run(orphan.id).await.unwrap().unwrap().status,
+        RunStatus::Finished
+    );
+
+    // An unknown run is NotFound; the message is still stored.
+    let ghost = run(Some("c1"), 5);
+    let err = store
+        .end_turn(end(&ghost, "c1", RunStatus::Finished, true))
+        .await
+        .unwrap_err();
+    assert!(matches!(err, StoreError::NotFound(_)), "{err}");
+    assert_eq!(store.messages("c1").await.unwrap().len(), 5);
+}

@@ -156,6 +156,9 @@ impl ChatStore for Flaky {
     fn messages(&self, chat_id: &str) -> BoxFuture<'_, StoreResult<Vec<MessageRecord>>> {
         self.inner.messages(chat_id)
     }
+    fn end_turn(&self, end: store::TurnEnd) -> BoxFuture<'_, StoreResult<()>> {
+        self.inner.end_turn(end)
+    }
 }
 
 impl RunStore for Flaky {
