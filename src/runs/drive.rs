@@ -127,10 +127,10 @@ pub(super) async fn drive(
     drop(tap);
     let (status, error) = outcome(&result, launch.run_id);
     record_end(&runs, &launch, status, error, pumped).await;
-    runs.observer.finished(&graph_id, status_name(status));
+    runs.observer.finished(&graph_id, status.as_str());
     drop(permit);
     hub.finish();
-    tracing::info!(outcome = status_name(status), "run over");
+    tracing::info!(outcome = status.as_str(), "run over");
     drop((result, history, launch));
     linger(runs, hub);
 }
@@ -327,10 +327,6 @@ fn outcome(
             (RunStatus::Failed, Some(e.info()))
         }
     }
-}
-
-fn status_name(status: RunStatus) -> &'static str {
-    status.as_str()
 }
 
 /// Records how the run ended: its status and usage (spent tokens count

@@ -239,7 +239,7 @@ impl Runs {
         if run.status != RunStatus::Interrupted {
             return Err(ResumeError::NotWaiting {
                 run: run.id,
-                status: status_name(run.status),
+                status: run.status.as_str(),
             });
         }
         let graph = self
@@ -495,7 +495,7 @@ impl Runs {
         if let Some(chat) = &run.chat_id {
             self.store.release_chat(chat, run.id).await?;
         }
-        self.observer.finished(&run.graph, status_name(status));
+        self.observer.finished(&run.graph, status.as_str());
         Ok(true)
     }
 }
@@ -510,8 +510,4 @@ fn expired(waiting: &[Interrupt], now: u64) -> Vec<String> {
         .filter(|i| i.expires_at.is_some_and(|at| at <= now))
         .map(|i| i.id.clone())
         .collect()
-}
-
-fn status_name(s: RunStatus) -> &'static str {
-    s.as_str()
 }

@@ -14,8 +14,7 @@ use serde_json::{Value, json};
 use super::auth::User;
 use super::error::ApiError;
 use super::{AppState, RequestId, stream, ui};
-use crate::events::now_micros;
-use crate::runs::{ChatTurn, StartError, TurnError};
+use crate::runs::{ChatTurn, TurnError};
 use crate::runtime::RunStatus;
 use crate::store::{ChatRecord, MessageRecord, RunQuery};
 
@@ -157,21 +156,7 @@ pub(super) async fn post(
         .state
         .from_json(&input)
         .map_err(|e| ApiError::bad_request("invalid_input", e.to_string()))?;
-    let now = now_micros();
-    let messages: Vec<MessageRecord> = body
-        .messages
-        .iter()
-        .enumerate()
-        .map(|(i, m)| MessageRecord {
-            chat_id: body.id.clone(),
-            id: m.id.clone(),
-            role: m.role.clone(),
-            parts: Value::Array(m.parts.clone()),
-            metadata: m.metadata.clone().unwrap_or(Value::Null),
-            position: i as i64,
-            created_at: now,
-        })
-        .collect();
+    let messages = ui::message_records(&body);
     let turn = ChatTurn {
         chat_id: body.id.clone(),
         user_id: user.0.clone(),
@@ -190,22 +175,7 @@ fn turn_error(e: TurnError) -> ApiError {
     match e {
         TurnError::Busy => ApiError::new(StatusCode::CONFLICT, "run_in_progress", e.to_string()),
         TurnError::NotOwner => ApiError::not_found("no such chat"),
-        TurnError::Start(StartError::Full) => ApiError::new(
-            StatusCode::TOO_MANY_REQUESTS,
-            "too_many_runs",
-            "the server is at its run limit; retry shortly",
-        ),
-        TurnError::Start(StartError::ShuttingDown) => ApiError::new(
-            StatusCode::SERVICE_UNAVAILABLE,
-            "shutting_down",
-            "the server is shutting down",
-        ),
-        TurnError::Start(StartError::Busy) => ApiError::new(
-            StatusCode::CONFLICT,
-            "run_in_progress",
-            "this chat is already answering",
-        ),
-        TurnError::Start(StartError::Store(e)) => e.into(),
+        TurnError::Start(e) => e.into(),
     }
 }
 

@@ -85,6 +85,32 @@ impl From<crate::store::StoreError> for ApiError {
     }
 }
 
+/// A run that could not start, as every endpoint that starts one answers
+/// it (chat turns, resumes, forks).
+impl From<crate::runs::StartError> for ApiError {
+    fn from(e: crate::runs::StartError) -> Self {
+        use crate::runs::StartError;
+        match e {
+            StartError::Full => Self::too_many(
+                "too_many_runs",
+                "the server is at its run limit; retry shortly",
+                1,
+            ),
+            StartError::ShuttingDown => Self::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "shutting_down",
+                "the server is shutting down",
+            ),
+            StartError::Busy => Self::new(
+                StatusCode::CONFLICT,
+                "run_in_progress",
+                "this chat is already answering",
+            ),
+            StartError::Store(e) => e.into(),
+        }
+    }
+}
+
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let mut resp = (

@@ -37,9 +37,9 @@ use serde_json::{Value, json};
 use super::auth::User;
 use super::error::ApiError;
 use super::{AppState, RequestId, stream, ui};
-use crate::events::{Ask, Interrupt, now_micros};
+use crate::events::{Ask, Interrupt};
 use crate::runs::resume::pending;
-use crate::runs::{ChatLink, ResumeError, ResumeRequest, StartError};
+use crate::runs::{ChatLink, ResumeError, ResumeRequest};
 use crate::runtime::RunStatus;
 use crate::store::{MessageRecord, RunRecord};
 
@@ -223,21 +223,7 @@ fn answer_from_text(q: &Interrupt, text: &str) -> Value {
 /// The chat as the client has it (its answer included), to store once the
 /// run is claimed, and where the continuation's new assistant message goes.
 fn answer_message(body: &ui::ChatBody) -> (ChatLink, Vec<MessageRecord>) {
-    let now = now_micros();
-    let messages: Vec<MessageRecord> = body
-        .messages
-        .iter()
-        .enumerate()
-        .map(|(i, m)| MessageRecord {
-            chat_id: body.id.clone(),
-            id: m.id.clone(),
-            role: m.role.clone(),
-            parts: Value::Array(m.parts.clone()),
-            metadata: m.metadata.clone().unwrap_or(Value::Null),
-            position: i as i64,
-            created_at: now,
-        })
-        .collect();
+    let messages = ui::message_records(body);
     let link = ChatLink {
         chat_id: body.id.clone(),
         message_id: format!("msg_{}", uuid::Uuid::now_v7().simple()),
@@ -263,22 +249,8 @@ pub(super) fn resume_error(e: ResumeError) -> ApiError {
         ResumeError::UnknownGraph(_) => {
             ApiError::new(StatusCode::CONFLICT, "unknown_graph", message)
         }
-        ResumeError::Start(StartError::Full) => ApiError::too_many(
-            "too_many_runs",
-            "the server is at its run limit; retry shortly",
-            1,
-        ),
-        ResumeError::Start(StartError::ShuttingDown) => ApiError::new(
-            StatusCode::SERVICE_UNAVAILABLE,
-            "shutting_down",
-            "the server is shutting down",
-        ),
-        ResumeError::Start(StartError::Busy) => ApiError::new(
-            StatusCode::CONFLICT,
-            "run_in_progress",
-            "this chat is already answering",
-        ),
-        ResumeError::Start(StartError::Store(e)) | ResumeError::Store(e) => e.into(),
+        ResumeError::Start(e) => e.into(),
+        ResumeError::Store(e) => e.into(),
         ResumeError::Replay(e) => ApiError::internal(e),
         ResumeError::Checkpoint(e) => ApiError::internal(e),
     }

@@ -23,7 +23,7 @@ use super::auth::User;
 use super::error::ApiError;
 use crate::events::ForkMode;
 use crate::replay::{self, Edit};
-use crate::runs::{ForkError, ForkRequest, StartError};
+use crate::runs::{ForkError, ForkRequest};
 use crate::runtime::RunStatus;
 use crate::store::{RunCursor, RunQuery, RunRecord};
 
@@ -297,17 +297,7 @@ pub(super) async fn fork(
             ApiError::bad_request(e.code(), e.to_string())
         }
         ForkError::NotAttachable(_) => ApiError::new(StatusCode::CONFLICT, e.code(), e.to_string()),
-        ForkError::Start(StartError::Store(s)) => s.into(),
-        ForkError::Start(StartError::Full) => ApiError::new(
-            StatusCode::TOO_MANY_REQUESTS,
-            "too_many_runs",
-            "the server is at its run limit; retry shortly",
-        ),
-        ForkError::Start(other) => ApiError::new(
-            StatusCode::SERVICE_UNAVAILABLE,
-            "unavailable",
-            other.to_string(),
-        ),
+        ForkError::Start(e) => e.into(),
     })?;
     let o = &started.origin;
     Ok((

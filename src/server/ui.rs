@@ -196,6 +196,24 @@ fn check_part(p: &Value) -> Result<(), String> {
     }
 }
 
+/// The conversation as the client sent it, as stored messages in order.
+pub(super) fn message_records(body: &ChatBody) -> Vec<crate::store::MessageRecord> {
+    let now = crate::events::now_micros();
+    body.messages
+        .iter()
+        .enumerate()
+        .map(|(i, m)| crate::store::MessageRecord {
+            chat_id: body.id.clone(),
+            id: m.id.clone(),
+            role: m.role.clone(),
+            parts: Value::Array(m.parts.clone()),
+            metadata: m.metadata.clone().unwrap_or(Value::Null),
+            position: i as i64,
+            created_at: now,
+        })
+        .collect()
+}
+
 /// The plain text of a message (its text parts).
 pub(super) fn text_of(m: &UiMessage) -> String {
     let texts: Vec<&str> = m
