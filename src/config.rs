@@ -124,6 +124,10 @@ pub struct ServerConfig {
     pub header_timeout: Dur,
     /// Largest request head (request line and headers) accepted; 431 beyond.
     pub max_header_bytes: Bytes,
+    /// For how long after its last activity (a run executing, a stream
+    /// opening or dropping away) an idle server keeps handing free memory
+    /// back to the OS, every 2 s (`stategraph::memory`); 0 = never.
+    pub memory_release: Dur,
 }
 
 impl Default for ServerConfig {
@@ -147,6 +151,7 @@ impl Default for ServerConfig {
             stream_flush: Dur(Duration::from_millis(20)),
             header_timeout: Dur(Duration::from_secs(10)),
             max_header_bytes: Bytes(16 * 1024),
+            memory_release: Dur(Duration::from_secs(60)),
         }
     }
 }

@@ -17,6 +17,7 @@
 //! | [`state`](mod@state) | the state model: declared and Rust states, field types, reducers, patches |
 //! | [`events`] | the event enum and the other persisted contracts (step batches, run status) |
 //! | [`units`] | durations and byte sizes as files write them |
+//! | [`memory`] | handing free memory back to the OS when the process goes idle |
 //! | [`llm`] | the `ChatModel` trait, the OpenAI-compatible client, offline and scripted models |
 //! | [`tools`] | the `Tool` trait, the registry, built-in tools, MCP servers |
 //! | [`graph`] | graph files: spec → validate → compile; expressions; the file format's JSON Schema |
@@ -60,6 +61,8 @@ pub mod state;
 pub mod events;
 
 pub mod units;
+
+pub mod memory;
 
 pub mod llm;
 

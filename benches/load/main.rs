@@ -37,7 +37,9 @@
 //! Arguments: `paced`, `throughput` (default both), `report`; `--chats N`,
 //! `--seconds S`, `--clients C`, `--store memory|sqlite|postgres`,
 //! `--model http|offline`, `--ramp MS` (chats start spread evenly over this
-//! time; default 1000, 0 starts them all at once). CPU figures come from
+//! time; default 1000, 0 starts them all at once); for `paced`, `--settle`
+//! (also measure the RSS after the load) and `--server-config 'KEY = VALUE'`
+//! (lines added to the server's `[server]` table, e.g. `linger = "5s"`). CPU figures come from
 //! `/proc/<pid>/stat` (10 ms ticks). The bench raises its open-files limit
 //! (through `sh -c ulimit`) when it is too low for the connections it
 //! opens. `STATEGRAPH_LOAD_SERVER_WRAPPER="perf record -g -o FILE"` runs
@@ -324,7 +326,8 @@ async fn paced(chats: u64, model: Model, ramp: Duration, settle_rss: bool) -> Pa
         Model::Offline => "[llm.offline]\ntoken_delay = \"50ms\"\nanswer_tokens = 50\n".to_owned(),
     };
     let server = start_server(&format!(
-        "[server]\nmax_concurrent_runs = 100000\nkeep_alive = \"15s\"\n{llm}\n[store]\nbackend = \"{}\"\n",
+        "[server]\nmax_concurrent_runs = 100000\nkeep_alive = \"15s\"\n{}\n{llm}\n[store]\nbackend = \"{}\"\n",
+        arg::<String>("--server-config").unwrap_or_default(),
         arg::<String>("--store").unwrap_or_else(|| "sqlite".into())
     ))
     .await;
@@ -735,8 +738,9 @@ fn main() {
                 Some(_) => vec![Model::Http],
                 None => vec![Model::Http, Model::Offline],
             };
+            let settle = args.iter().any(|a| a == "--settle");
             for m in models {
-                paced(chats, m, ramp, false).await;
+                paced(chats, m, ramp, settle).await;
             }
         }
         if all || which.contains(&"throughput") {

@@ -125,9 +125,14 @@ impl Ctx {
     }
 }
 
-/// A multi-threaded async runtime for one command.
+/// A multi-threaded async runtime for one command. Its workers hand their
+/// free memory back as they park after a load ([`crate::memory`]).
 pub(super) fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
-    tokio::runtime::Runtime::new().context("starting the async runtime")
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .on_thread_park(crate::memory::idle_point)
+        .build()
+        .context("starting the async runtime")
 }
 
 /// `FIELD=JSON` pairs from `--set` arguments.

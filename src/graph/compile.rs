@@ -122,6 +122,12 @@ pub fn compile<K: NodeKinds>(
         return Err(failed(d, file));
     }
     let version = version_hash(file, env, &prompts_used, &nodes);
+    let node_surfaces = nodes.iter().map(|n| (n.id.to_string(), n.surface));
+    let node_kinds = nodes.iter().map(|n| (n.id.to_string(), n.kind.to_string()));
+    let (node_surfaces, node_kinds) = (
+        Arc::new(node_surfaces.collect()),
+        Arc::new(node_kinds.collect()),
+    );
     let graph = CompiledGraph {
         id: file.id.as_str().into(),
         version,
@@ -137,6 +143,8 @@ pub fn compile<K: NodeKinds>(
         chat,
         external_tools,
         optional_tools,
+        node_surfaces,
+        node_kinds,
     };
     Ok((graph, d.into_vec()))
 }

@@ -6,6 +6,7 @@
 //! analysis); each node's outgoing [`Transition`]s are the same edges grouped
 //! by decision, in the form the executor evaluates after every step.
 
+use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
@@ -264,6 +265,13 @@ pub struct CompiledGraph<N> {
     /// Tools or partitions the graph works without (`optional_tools:`):
     /// health reports them missing as `degraded`.
     pub optional_tools: Vec<String>,
+    /// Each node's surface by id, shared by every run's stream settings
+    /// (`sse::BridgeConfig`) rather than copied into each: a finished run's
+    /// stream lingers for resumes, and after a load a thousand copies of
+    /// these maps kept megabytes of allocator pages resident.
+    pub node_surfaces: Arc<HashMap<String, Surface>>,
+    /// Each node's kind by id, shared the same way.
+    pub node_kinds: Arc<HashMap<String, String>>,
 }
 
 /// How a chat request maps onto the state (`chat:` in the graph file).

@@ -148,6 +148,18 @@ pub enum EndpointError {
     Http(String),
 }
 
+/// Idle connections an endpoint keeps for the next calls. A load of many
+/// concurrent streams would otherwise leave one idle connection (and its
+/// buffers: tens of KB with TLS) per stream for reqwest's default 90 s;
+/// this many still serve a chat's next call and a steady trickle of chats
+/// without a new handshake.
+const POOL_MAX_IDLE: usize = 64;
+
+/// How long an idle connection is kept: well within the 30 s after a load
+/// in which a server's memory should be back near its idle size, and
+/// longer than the pause between one chat's model calls.
+const POOL_IDLE_TIMEOUT: Duration = Duration::from_secs(15);
+
 /// One OpenAI-compatible endpoint: a connection pool, credentials and
 /// policies shared by every model served from it. Cheap to clone.
 #[derive(Clone)]
@@ -197,6 +209,8 @@ impl OpenAiEndpoint {
         }
         let http = reqwest::Client::builder()
             .connect_timeout(settings.timeouts.connect)
+            .pool_idle_timeout(POOL_IDLE_TIMEOUT)
+            .pool_max_idle_per_host(POOL_MAX_IDLE)
             .build()
             .map_err(|e| EndpointError::Http(error_chain(&e)))?;
         // Organisation and project stay empty: async-openai would otherwise

@@ -19,6 +19,7 @@ mod drive;
 pub mod follow;
 pub mod fork;
 mod hub;
+mod idle;
 pub mod recover;
 pub mod resume;
 pub mod start;
@@ -75,6 +76,9 @@ pub struct RunsConfig {
     pub stream_durability: StreamDurability,
     /// The longest an event waits to be written with the ones after it.
     pub stream_flush: Duration,
+    /// How long after the last activity an idle process keeps handing
+    /// memory back (`idle`); zero: never.
+    pub memory_release: Duration,
 }
 
 impl From<&ServerConfig> for RunsConfig {
@@ -90,6 +94,7 @@ impl From<&ServerConfig> for RunsConfig {
             store_outage_limit: c.store_outage_limit.0,
             stream_durability: c.stream_durability,
             stream_flush: c.stream_flush.0,
+            memory_release: c.memory_release.0,
         }
     }
 }

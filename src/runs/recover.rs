@@ -52,7 +52,8 @@ pub enum RecoverError {
 }
 
 impl Runs {
-    /// Starts lease renewal, stop-request polling and — when configured
+    /// Starts lease renewal, stop-request polling, handing memory back
+    /// when the process goes quiet (`idle`) and — when configured
     /// (`claim_orphans` and a non-zero `recover_interval`) — orphan
     /// recovery. Stops at shutdown.
     pub fn spawn_upkeep(self: &Arc<Self>) -> tokio::task::JoinHandle<()> {
@@ -68,6 +69,9 @@ impl Runs {
             renew.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
             claim.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
             stops.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            let mut quiet = tokio::time::interval(super::idle::QUIET_CHECK);
+            quiet.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            let mut seen = super::idle::Quiet::default();
             loop {
                 tokio::select! {
                     _ = renew.tick() => {
@@ -81,6 +85,7 @@ impl Runs {
                         runs.expire_interrupts().await;
                     }
                     _ = stops.tick(), if runs.running() > 0 => runs.stop_requested().await,
+                    _ = quiet.tick() => runs.release_if_quiet(&mut seen).await,
                     _ = runs.shutdown.cancelled() => break,
                 }
             }

@@ -264,6 +264,13 @@ impl Metrics {
                 v.load(Ordering::Relaxed)
             );
         }
+        let name = "stategraph_memory_releases_total";
+        let _ = writeln!(
+            out,
+            "# HELP {name} Times the process went quiet and handed free memory back to the OS.\n\
+             # TYPE {name} counter\n{name} {}",
+            crate::memory::requests()
+        );
         let histograms: [(&str, &str, &Family<Histogram>); 5] = [
             (
                 "stategraph_first_visible_seconds",

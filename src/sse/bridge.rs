@@ -19,6 +19,7 @@
 //! `source-url` parts.
 
 use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
 
 use serde_json::{Value, json};
 
@@ -35,10 +36,10 @@ pub struct BridgeConfig {
     pub message_id: String,
     /// `start.messageMetadata`: run id, request id, graph, model facts.
     pub metadata: Value,
-    /// Surface by node id.
-    pub surfaces: HashMap<String, Surface>,
+    /// Surface by node id (shared with the graph and its other runs).
+    pub surfaces: Arc<HashMap<String, Surface>>,
     /// Kind by node id (shown in thinking parts).
-    pub kinds: HashMap<String, String>,
+    pub kinds: Arc<HashMap<String, String>>,
     /// Minimum event time between text-only updates of a thinking part.
     pub thinking_interval_us: u64,
     /// The field holding the answer (`chat.answer`). When the run streamed
@@ -57,16 +58,8 @@ impl BridgeConfig {
         Self {
             message_id,
             metadata,
-            surfaces: graph
-                .nodes
-                .iter()
-                .map(|n| (n.id.to_string(), n.surface))
-                .collect(),
-            kinds: graph
-                .nodes
-                .iter()
-                .map(|n| (n.id.to_string(), n.kind.to_string()))
-                .collect(),
+            surfaces: Arc::clone(&graph.node_surfaces),
+            kinds: Arc::clone(&graph.node_kinds),
             thinking_interval_us: 250_000,
             answer: graph.chat.answer.as_deref().map(str::to_owned),
             client_tools: graph

@@ -488,6 +488,13 @@ pub trait Maintenance: Send + Sync {
     /// connection reconnecting), so a subscriber must still poll
     /// [`EventLog::events`] now and then.
     fn subscribe(&self) -> broadcast::Receiver<Appended>;
+    /// Lets go of caches the store keeps for speed (SQLite's page caches)
+    /// and, on threads of its own, hands their free memory back
+    /// ([`crate::memory::idle_point`]). Called when the process goes idle;
+    /// the next reads warm the caches again. Nothing by default.
+    fn release_memory(&self) -> BoxFuture<'_, ()> {
+        Box::pin(async {})
+    }
 }
 
 /// Rows deleted per statement by [`Maintenance::prune`].

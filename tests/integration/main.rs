@@ -25,6 +25,7 @@ mod hostile;
 mod interrupts;
 mod limits;
 mod mcp;
+mod memory;
 mod openai_client;
 mod replay;
 mod research;

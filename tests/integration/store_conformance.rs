@@ -183,6 +183,7 @@ conformance!(
     paused_runs_are_claimed_by_exactly_one_resume,
     prune_deletes_old_finished_runs_and_idle_chats,
     prune_works_through_more_runs_than_one_batch,
+    releasing_memory_while_busy_loses_nothing,
     subscribers_hear_every_committed_append,
     the_checkpointer_rides_out_outages_and_lost_replies,
     the_checkpointer_fails_on_real_errors_and_long_outages,

@@ -2,7 +2,7 @@
 //! for why threads and not `spawn_blocking`).
 
 use std::panic::AssertUnwindSafe;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Barrier, Mutex, PoisonError};
 
 use rusqlite::Connection;
 use tokio::sync::{mpsc, oneshot};
@@ -15,6 +15,7 @@ type Job = Box<dyn FnOnce(&mut Connection) + Send>;
 pub(super) struct Lane {
     tx: mpsc::Sender<Job>,
     name: &'static str,
+    threads: usize,
 }
 
 impl Lane {
@@ -25,6 +26,7 @@ impl Lane {
     ) -> StoreResult<Self> {
         let (tx, rx) = mpsc::channel::<Job>(depth);
         let rx = Arc::new(Mutex::new(rx));
+        let threads = conns.len();
         for (i, conn) in conns.into_iter().enumerate() {
             let rx = Arc::clone(&rx);
             std::thread::Builder::new()
@@ -32,7 +34,23 @@ impl Lane {
                 .spawn(move || serve(conn, &rx))
                 .map_err(|e| StoreError::Backend(format!("cannot start {name} thread: {e}")))?;
         }
-        Ok(Self { tx, name })
+        Ok(Self { tx, name, threads })
+    }
+
+    /// Runs `f` once on every thread of the lane (each with its own
+    /// connection) and waits for all. A thread that has run it waits at a
+    /// barrier for the others, so no thread takes two of the jobs.
+    pub(super) async fn on_each(&self, f: fn(&mut Connection)) -> StoreResult<()> {
+        let barrier = Arc::new(Barrier::new(self.threads));
+        let jobs = (0..self.threads).map(|_| {
+            let barrier = Arc::clone(&barrier);
+            self.run(move |conn| {
+                f(conn);
+                barrier.wait();
+                Ok(())
+            })
+        });
+        futures::future::try_join_all(jobs).await.map(drop)
     }
 
     /// Runs `f` on one of the lane's connections and waits for its result.

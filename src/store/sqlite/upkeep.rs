@@ -235,6 +235,26 @@ impl Maintenance for SqliteStore {
     fn subscribe(&self) -> broadcast::Receiver<Appended> {
         self.notify.subscribe()
     }
+
+    fn release_memory(&self) -> BoxFuture<'_, ()> {
+        Box::pin(async move {
+            for lane in [&self.writer, &self.readers] {
+                if let Err(e) = lane.on_each(release_connection).await {
+                    tracing::debug!(error = %e, "could not release SQLite memory");
+                }
+            }
+        })
+    }
+}
+
+/// Empties the connection's page cache (SQLite frees what no statement
+/// holds; the next reads fill it again from the OS's file cache) and hands
+/// this thread's free allocator memory back.
+fn release_connection(conn: &mut Connection) {
+    if let Err(e) = conn.execute_batch("PRAGMA shrink_memory") {
+        tracing::debug!(error = %e, "PRAGMA shrink_memory failed");
+    }
+    crate::memory::idle_point();
 }
 
 /// Deletes up to [`PRUNE_BATCH`] runs that are over and older than
