@@ -454,13 +454,10 @@ async fn paced(chats: u64, model: Model, ramp: Duration, settle_rss: bool) -> Pa
             figures.settled_mb / idle_rss.max(1.0),
             verdict(figures.settled_mb <= 1.5 * idle_rss)
         );
-        // A finished run's hub stays `linger` (30 s by default) for
-        // resumes: what the RSS is once the last of them has gone.
+        // Past the finished runs' `linger` (30 s by default, during which
+        // they stay resumable) and some of the releases after it.
         tokio::time::sleep(Duration::from_secs(45).saturating_sub(SETTLE)).await;
-        println!(
-            "  server RSS 45 s after  {:.1} MB (past the hubs' 30 s linger)",
-            server.rss_mb("VmRSS:")
-        );
+        println!("  server RSS 45 s after  {:.1} MB", server.rss_mb("VmRSS:"));
     }
     server.stop().await;
     figures

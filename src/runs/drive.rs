@@ -139,6 +139,10 @@ pub(super) async fn drive(
 /// `linger`, in a small task of its own: the run's task ends now, and with
 /// it everything its state machine held.
 pub(super) fn linger(runs: Arc<Runs>, hub: Arc<RunHub>) {
+    // Most runs leave only a note; resumes read the store (`finished`).
+    if runs.retire(&hub) {
+        return;
+    }
     let tracker = runs.tracker.clone();
     tracker.spawn(async move {
         tokio::select! {

@@ -170,6 +170,12 @@ impl RunHub {
         self.progress.subscribe()
     }
 
+    /// Whether every event is stored before it is pushed (visible
+    /// durability): a late reader needs nothing of the hub but the store.
+    pub(super) fn stored_in_full(&self) -> bool {
+        self.durable
+    }
+
     /// Whether the run is over.
     pub fn is_done(&self) -> bool {
         self.progress.borrow().done

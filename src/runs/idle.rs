@@ -64,17 +64,20 @@ impl Quiet {
 }
 
 impl Runs {
-    /// One look (see the module docs); releases when due.
+    /// One look (see the module docs); releases when due. Also drops the
+    /// finished runs' notes whose linger is over (`finished`).
     pub(super) async fn release_if_quiet(&self, seen: &mut Quiet) {
+        self.sweep_finished();
         let tail = self.config.memory_release;
         if !memory::installed() || tail.is_zero() {
             return;
         }
-        let streams = self
+        let live = self
             .hubs
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .len();
+        let streams = live + self.finished_count();
         if !seen.look(self.running(), streams, Instant::now(), tail) {
             return;
         }

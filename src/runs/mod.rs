@@ -16,6 +16,7 @@
 //! - `drive`: executing one run and recording how it ended.
 
 mod drive;
+mod finished;
 pub mod follow;
 pub mod fork;
 mod hub;
@@ -238,6 +239,8 @@ pub struct Runs {
     config: RunsConfig,
     observer: Arc<dyn RunObserver>,
     hubs: Mutex<HashMap<String, Arc<RunHub>>>,
+    /// Chats whose last run finished within `linger` (`finished`).
+    finished: Mutex<HashMap<String, finished::Finished>>,
     permits: Arc<Semaphore>,
     tracker: TaskTracker,
     shutdown: CancellationToken,
@@ -272,6 +275,7 @@ impl Runs {
             config,
             observer,
             hubs: Mutex::new(HashMap::new()),
+            finished: Mutex::new(HashMap::new()),
             tracker: TaskTracker::new(),
             shutdown: CancellationToken::new(),
         })

@@ -246,7 +246,10 @@ pub(super) async fn resume(
         Some(hub) => hub,
         None => match state.runs.follow_chat(&chat).await? {
             Some(hub) => hub,
-            None => return Ok(StatusCode::NO_CONTENT.into_response()),
+            None => match state.runs.finished_stream(&id).await? {
+                Some(hub) => hub,
+                None => return Ok(StatusCode::NO_CONTENT.into_response()),
+            },
         },
     };
     let mut after = match headers.get("last-event-id") {

@@ -254,6 +254,17 @@ async fn resume_is_204_when_idle_and_a_full_replay_while_active() {
     assert_eq!(strip(&replay), strip(&live));
     let (ok, report) = aisdk_validate(&replay);
     assert!(ok, "{report}");
+    // Once the run is over its hub is gone (a finished run leaves only a
+    // note); a resume then rebuilds the stream from the store, the same
+    // bytes.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let from_store = client
+        .get(server.url("/api/chat/res-1/stream"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(from_store.status(), 200);
+    assert_eq!(strip(&from_store.text().await.unwrap()), strip(&live));
     server.shutdown().await;
 
     let server = TestServer::start(model(false, None), |c| {
