@@ -380,7 +380,10 @@ impl ToolRegistry {
                 details: json!({ "errors": problems, "schema": *entry.def.parameters }),
             });
         }
-        tracing::info!(args = %args, "tool started");
+        // Arguments carry what users typed (and can be large): logged only at
+        // debug. The event log keeps them in full for replay.
+        tracing::info!("tool started");
+        tracing::debug!(args = %args, "tool arguments");
         let policy = self.policy(name);
         let cache_key = policy.cache_ttl.map(|_| key(name, &args));
         if let Some(k) = &cache_key
