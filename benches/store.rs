@@ -10,10 +10,13 @@
 //!   steps 2–4, and step 5 as the final batch with `run_finished`.
 //!
 //! Criterion measures serial appends per backend (throughput in events).
-//! Then a table prints serial and concurrent (32 writers) events/s, and for
-//! PostgreSQL the rows and bytes one chat run costs and the round trips per
-//! append, counted on the wire by a small proxy that parses the client's
-//! protocol messages (every `Sync` or simple `Query` waits for the server).
+//! Then tables print serial and concurrent (32 writers) events/s; streamed
+//! tokens (an append of one event per token, many runs at once, as the
+//! server stores them while they stream) with the SQLite writer thread's
+//! CPU per append; and for PostgreSQL the rows and bytes one chat run
+//! costs and the round trips per append, counted on the wire by a small
+//! proxy that parses the client's protocol messages (every `Sync` or
+//! simple `Query` waits for the server).
 //!
 //! `pg-nosync` is PostgreSQL with `synchronous_commit = off` set through the
 //! URL: the difference is the WAL flush each commit waits for.
@@ -35,7 +38,7 @@ use stategraph::runtime::{PendingTask, RunStatus, StepBatch, TaskWrite};
 use stategraph::state::Patch;
 use stategraph::store::memory::MemoryStore;
 use stategraph::store::{EventLog, PostgresStore, RunRecord, RunStore, SqliteStore, Store};
-use support::pg::{self, PG, WireCount};
+use support::pg::{self, PG, WireCount, threads_cpu};
 use tokio::runtime::Runtime;
 use uuid::Uuid;
 
@@ -460,6 +463,43 @@ async fn concurrent(store: Arc<dyn Store>, writers: usize, runs_each: usize) -> 
     events as f64 / start.elapsed().as_secs_f64()
 }
 
+/// Tokens as the server's pump stores them while they stream
+/// (`stream_durability = "visible"`): `runs` runs at once, each appending
+/// `per_run` pages of one event and no checkpoint, one after the other
+/// (SQLite commits the pages waiting at once as one group). Returns pages
+/// per second and, on SQLite, the writer thread's CPU per page in µs.
+async fn streamed(store: Arc<dyn Store>, runs: usize, per_run: usize) -> (f64, Option<f64>) {
+    let ids: Vec<Uuid> = (0..runs).map(|_| Uuid::now_v7()).collect();
+    for id in &ids {
+        store.create_run(run_record(*id)).await.unwrap();
+    }
+    let writer0 = threads_cpu("self", "sqlite-writer");
+    let start = Instant::now();
+    let tasks: Vec<_> = ids
+        .into_iter()
+        .map(|run| {
+            let store = Arc::clone(&store);
+            tokio::spawn(async move {
+                let mut e = Emitter { run, seq: 0 };
+                for delta in tokens(per_run) {
+                    let token =
+                        e.emit(3, Some("narrator"), EventKind::TextDelta { call: 0, delta });
+                    store.append_events(run, &[token]).await.unwrap();
+                }
+            })
+        })
+        .collect();
+    for t in tasks {
+        t.await.unwrap();
+    }
+    let pages = (runs * per_run) as f64;
+    let rate = pages / start.elapsed().as_secs_f64();
+    let writer = writer0
+        .zip(threads_cpu("self", "sqlite-writer"))
+        .map(|(before, after)| (after - before).as_secs_f64() * 1e6 / pages);
+    (rate, writer)
+}
+
 async fn figures(backends: &[Backend]) {
     println!("\nstore append figures (events per second; chat run = 300 events in 5 appends)\n");
     println!(
@@ -484,6 +524,19 @@ async fn figures(backends: &[Backend]) {
             t2.as_secs_f64() * 1e6 / (150.0 * 5.0),
             conc
         );
+    }
+    let (runs, per_run) = (64, 100);
+    println!(
+        "\nstreamed tokens ({runs} runs at once, each {per_run} appends of one event, no checkpoint)\n"
+    );
+    println!(
+        "{:<10} {:>12} {:>24}",
+        "backend", "pages/s", "writer thread µs/page"
+    );
+    for b in backends {
+        let (rate, writer) = streamed(b.store(), runs, per_run).await;
+        let writer = writer.map_or_else(|| "-".to_owned(), |w| format!("{w:.1}"));
+        println!("{:<10} {:>12.0} {:>24}", b.name, rate, writer);
     }
 }
 
