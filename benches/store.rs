@@ -10,10 +10,13 @@
 //!   steps 2–4, and step 5 as the final batch with `run_finished`.
 //!
 //! Criterion measures serial appends per backend (throughput in events).
-//! Then a table prints serial and concurrent (32 writers) events/s, and for
-//! PostgreSQL the rows and bytes one chat run costs and the round trips per
-//! append, counted on the wire by a small proxy that parses the client's
-//! protocol messages (every `Sync` or simple `Query` waits for the server).
+//! Then tables print serial and concurrent (32 writers) events/s; streamed
+//! tokens (an append of one event per token, many runs at once, as the
+//! server stores them while they stream) with the SQLite writer thread's
+//! CPU per append; and for PostgreSQL the rows and bytes one chat run
+//! costs and the round trips per append, counted on the wire by a small
+//! proxy that parses the client's protocol messages (every `Sync` or
+//! simple `Query` waits for the server).
 //!
 //! `pg-nosync` is PostgreSQL with `synchronous_commit = off` set through the
 //! URL: the difference is the WAL flush each commit waits for.
@@ -35,7 +38,7 @@ use stategraph::runtime::{PendingTask, RunStatus, StepBatch, TaskWrite};
 use stategraph::state::Patch;
 use stategraph::store::memory::MemoryStore;
 use stategraph::store::{EventLog, PostgresStore, RunRecord, RunStore, SqliteStore, Store};
-use support::pg::{self, PG, WireCount};
+use support::pg::{self, PG, WireCount, threads_cpu};
 use tokio::runtime::Runtime;
 use uuid::Uuid;
 
@@ -460,6 +463,52 @@ async fn concurrent(store: Arc<dyn Store>, writers: usize, runs_each: usize) -> 
     events as f64 / start.elapsed().as_secs_f64()
 }
 
+/// Tokens as the server's pump stores them while they stream
+/// (`stream_durability = "visible"`): `runs` runs stream `rounds` tokens
+/// in lockstep, each token an append of one event and no checkpoint; all
+/// runs' appends of a round are sent at once, so SQLite commits each
+/// round in one group or a few (how many pages share a commit is what
+/// moves its per-page cost most, hence the lockstep). Returns pages per
+/// second and, on SQLite, the writer thread's CPU per page in µs.
+async fn streamed(b: &Backend, runs: usize, rounds: usize) -> (f64, Option<f64>) {
+    let store = b.store();
+    let mut emitters: Vec<Emitter> = (0..runs)
+        .map(|_| Emitter {
+            run: Uuid::now_v7(),
+            seq: 0,
+        })
+        .collect();
+    for e in &emitters {
+        store.create_run(run_record(e.run)).await.unwrap();
+    }
+    // The SQLite store's threads live as long as the bench: measure them
+    // only when it is the one appending.
+    let writer = || (b.name == "sqlite").then(|| threads_cpu("self", "sqlite-writer"))?;
+    let writer0 = writer();
+    let start = Instant::now();
+    for delta in tokens(rounds) {
+        let round = emitters.iter_mut().map(|e| {
+            let token = e.emit(
+                3,
+                Some("narrator"),
+                EventKind::TextDelta {
+                    call: 0,
+                    delta: delta.clone(),
+                },
+            );
+            let store = &store;
+            async move { store.append_events(token.run_id, &[token]).await.unwrap() }
+        });
+        futures::future::join_all(round).await;
+    }
+    let pages = (runs * rounds) as f64;
+    let rate = pages / start.elapsed().as_secs_f64();
+    let writer = writer0
+        .zip(writer())
+        .map(|(before, after)| (after - before).as_secs_f64() * 1e6 / pages);
+    (rate, writer)
+}
+
 async fn figures(backends: &[Backend]) {
     println!("\nstore append figures (events per second; chat run = 300 events in 5 appends)\n");
     println!(
@@ -483,6 +532,26 @@ async fn figures(backends: &[Backend]) {
             e2 as f64 / t2.as_secs_f64(),
             t2.as_secs_f64() * 1e6 / (150.0 * 5.0),
             conc
+        );
+    }
+    println!(
+        "\nstreamed tokens (appends of one event, no checkpoint; runs streaming in lockstep)\n"
+    );
+    println!(
+        "{:<10} {:>18} {:>16} {:>18} {:>16}",
+        "backend", "64 runs: pages/s", "writer µs/page", "1 run: pages/s", "writer µs/page"
+    );
+    let show = |w: Option<f64>| w.map_or_else(|| "-".to_owned(), |w| format!("{w:.1}"));
+    for b in backends {
+        let (rate64, writer64) = streamed(b, 64, 100).await;
+        let (rate1, writer1) = streamed(b, 1, 1000).await;
+        println!(
+            "{:<10} {:>18.0} {:>16} {:>18.0} {:>16}",
+            b.name,
+            rate64,
+            show(writer64),
+            rate1,
+            show(writer1)
         );
     }
 }

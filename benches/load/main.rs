@@ -39,8 +39,10 @@
 //! `--model http|offline`, `--ramp MS` (chats start spread evenly over this
 //! time; default 1000, 0 starts them all at once); for `paced`, `--settle`
 //! (also measure the RSS after the load) and `--server-config 'KEY = VALUE'`
-//! (lines added to the server's `[server]` table, e.g. `linger = "5s"`). CPU figures come from
-//! `/proc/<pid>/stat` (10 ms ticks). The bench raises its open-files limit
+//! (lines added to the server's `[server]` table, e.g. `linger = "5s"`).
+//! CPU figures come from `/proc/<pid>/stat` (10 ms ticks); the SQLite
+//! writer thread's, which every append and so every streamed token goes
+//! through, from its `schedstat` (ns). The bench raises its open-files limit
 //! (through `sh -c ulimit`) when it is too low for the connections it
 //! opens. `STATEGRAPH_LOAD_SERVER_WRAPPER="perf record -g -o FILE"` runs
 //! the server under a profiler.
@@ -64,7 +66,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use support::pg::{TempDb, cpu_time};
+use support::pg::{TempDb, cpu_time, threads_cpu};
 use tokio::io::{AsyncBufReadExt, BufReader};
 
 fn arg<T: std::str::FromStr>(name: &str) -> Option<T> {
@@ -124,6 +126,11 @@ struct Server {
 impl Server {
     fn cpu(&self) -> Duration {
         cpu_time(&self.pid.to_string()).unwrap_or_default()
+    }
+
+    /// CPU time of the SQLite writer thread (zero with another store).
+    fn writer_cpu(&self) -> Duration {
+        threads_cpu(&self.pid.to_string(), "sqlite-writer").unwrap_or_default()
     }
 
     fn rss_mb(&self, key: &str) -> f64 {
@@ -293,7 +300,21 @@ struct PacedFigures {
     /// RSS `SETTLE` after the last chat ended.
     settled_mb: f64,
     cpu_ms_per_chat: f64,
+    /// The SQLite writer thread's share of `cpu_ms_per_chat`.
+    writer_ms_per_chat: f64,
     load: String,
+}
+
+/// Prints the SQLite writer thread's CPU (every append goes through it).
+fn print_writer(writer: Duration, server: Duration, chats: u64) {
+    if writer.is_zero() {
+        return;
+    }
+    println!(
+        "  SQLite writer thread   {:.2} ms per chat ({:.0}% of the server's CPU)",
+        writer.as_secs_f64() * 1e3 / chats.max(1) as f64,
+        writer.as_secs_f64() * 100.0 / server.as_secs_f64().max(1e-9)
+    );
 }
 
 /// How long after a load the server's RSS must be back near its baseline.
@@ -338,6 +359,7 @@ async fn paced(chats: u64, model: Model, ramp: Duration, settle_rss: bool) -> Pa
     let idle_rss = server.rss_mb("VmRSS:");
     let (peak, sampler) = rss_sampler(server.pid);
     let (server_cpu0, own_cpu0) = (server.cpu(), cpu_time("self").unwrap_or_default());
+    let writer_cpu0 = server.writer_cpu();
     let started = Instant::now();
     let t0 = tokio::time::Instant::now();
     let tasks: Vec<_> = (0..chats)
@@ -362,6 +384,7 @@ async fn paced(chats: u64, model: Model, ramp: Duration, settle_rss: bool) -> Pa
         server.cpu() - server_cpu0,
         cpu_time("self").unwrap_or_default() - own_cpu0,
     );
+    let writer_cpu = server.writer_cpu() - writer_cpu0;
     sampler.abort();
     let metrics = server.metrics(&client).await;
     let hist = buckets(&metrics, "stategraph_sse_token_delay_seconds");
@@ -442,6 +465,8 @@ async fn paced(chats: u64, model: Model, ramp: Duration, settle_rss: bool) -> Pa
         if model == Model::Http { " + model" } else { "" },
         own_cpu.as_secs_f64()
     );
+    figures.writer_ms_per_chat = writer_cpu.as_secs_f64() * 1e3 / chats.max(1) as f64;
+    print_writer(writer_cpu, server_cpu, chats);
     figures.idle_mb = idle_rss;
     figures.peak_mb = hwm;
     figures.cpu_ms_per_chat = server_cpu.as_secs_f64() * 1e3 / chats.max(1) as f64;
@@ -468,6 +493,8 @@ async fn paced(chats: u64, model: Model, ramp: Duration, settle_rss: bool) -> Pa
 struct ThroughputFigures {
     rate: f64,
     cpu_ms_per_chat: f64,
+    /// The SQLite writer thread's share of `cpu_ms_per_chat`.
+    writer_ms_per_chat: f64,
     load: String,
 }
 
@@ -502,6 +529,7 @@ async fn throughput(seconds: u64, clients: u64, store: &str) -> ThroughputFigure
     let failed = Arc::new(AtomicU64::new(0));
     let next = Arc::new(AtomicU64::new(0));
     let (server_cpu0, own_cpu0) = (server.cpu(), cpu_time("self").unwrap_or_default());
+    let writer_cpu0 = server.writer_cpu();
     let deadline = Instant::now() + Duration::from_secs(seconds);
     let started = Instant::now();
     let workers: Vec<_> = (0..clients)
@@ -528,6 +556,7 @@ async fn throughput(seconds: u64, clients: u64, store: &str) -> ThroughputFigure
         server.cpu() - server_cpu0,
         cpu_time("self").unwrap_or_default() - own_cpu0,
     );
+    let writer_cpu = server.writer_cpu() - writer_cpu0;
     let n = done.load(Ordering::Relaxed);
     let rate = n as f64 / elapsed;
     println!(
@@ -547,6 +576,7 @@ async fn throughput(seconds: u64, clients: u64, store: &str) -> ThroughputFigure
         own_cpu.as_secs_f64() * 1e3 / n.max(1) as f64,
         verdict(cpu_ms_per_chat <= 1.0)
     );
+    print_writer(writer_cpu, server_cpu, n);
     println!(
         "  server RSS peak        {:.1} MB (VmHWM)",
         server.rss_mb("VmHWM:")
@@ -556,6 +586,7 @@ async fn throughput(seconds: u64, clients: u64, store: &str) -> ThroughputFigure
     ThroughputFigures {
         rate,
         cpu_ms_per_chat,
+        writer_ms_per_chat: writer_cpu.as_secs_f64() * 1e3 / n.max(1) as f64,
         load,
     }
 }
@@ -697,6 +728,10 @@ async fn report(chats: u64, clients: u64, seconds: u64, ramp: Duration) {
     println!(
         "  chats completed: offline {}/{chats}, HTTP {}/{chats}; server CPU per paced chat {:.2} / {:.2} ms",
         offline.completed, http.completed, offline.cpu_ms_per_chat, http.cpu_ms_per_chat
+    );
+    println!(
+        "  SQLite writer thread per chat: paced {:.2} / {:.2} ms, throughput {:.2} ms",
+        offline.writer_ms_per_chat, http.writer_ms_per_chat, thr.writer_ms_per_chat
     );
     println!("report: load average at end {}", load_average());
 }

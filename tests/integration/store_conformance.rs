@@ -168,6 +168,7 @@ conformance!(
     the_final_batch_sets_the_status,
     steps_appended_together_land_together,
     events_stored_ahead_of_their_checkpoint_read_as_one_log,
+    streamed_events_advance_the_runs_last_seq_everywhere,
     concurrent_event_appends_land_and_a_conflict_fails_alone,
     state_rebuilt_from_stored_checkpoints_matches_memory,
     large_unicode_and_every_kind_of_event_round_trip,

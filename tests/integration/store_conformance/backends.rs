@@ -2,6 +2,7 @@
 //! kinds from newer builds, configuration and connection errors.
 
 use super::*;
+use stategraph::store::RunStore;
 
 #[tokio::test]
 async fn sqlite_migrates_once_runs_in_wal_mode_and_refuses_a_newer_schema() {
@@ -95,6 +96,50 @@ async fn sqlite_reads_event_kinds_from_newer_builds_as_unknown() {
         (back[1].seq, &back[1].event, back[1].node.as_deref()),
         (2, &EventKind::Unknown, Some("n"))
     );
+}
+
+/// Streamed events (a page per token on the single writer thread) leave the
+/// run row alone; reads derive `last_seq` from the pages (the conformance
+/// check `streamed_events_advance_the_runs_last_seq_everywhere`), and the
+/// row itself catches up at the next checkpoint and when the run ends, by
+/// its final batch or by `finish_run`.
+#[tokio::test]
+async fn sqlite_streamed_events_leave_the_run_row_until_it_advances() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("stategraph.db");
+    let s = SqliteStore::open(&path).await.unwrap();
+    let conn = rusqlite::Connection::open(&path).unwrap();
+    let row = |id: Uuid| -> i64 {
+        conn.query_row(
+            "SELECT last_seq FROM runs WHERE id = ?1",
+            [id.to_string()],
+            |r| r.get(0),
+        )
+        .unwrap()
+    };
+    let (a, b) = (run(Some("c1"), 1), run(Some("c1"), 2));
+    for r in [&a, &b] {
+        s.create_run(r.clone()).await.unwrap();
+        s.append(&batch(r.id, 0, vec![text(r.id, 1, 0)]))
+            .await
+            .unwrap();
+        let streamed: Vec<_> = (2..=5).map(|seq| text(r.id, seq, 1)).collect();
+        s.append_events(r.id, &streamed[..2]).await.unwrap();
+        s.append_events(r.id, &streamed[2..]).await.unwrap();
+        assert_eq!(row(r.id), 1, "streamed pages do not rewrite the row");
+        assert_eq!(s.get_run(r.id).await.unwrap().unwrap().last_seq, 5);
+    }
+    s.append(&batch(a.id, 1, Vec::new())).await.unwrap();
+    assert_eq!(row(a.id), 5, "a checkpoint brings the row up to date");
+    s.append_events(a.id, &[text(a.id, 6, 2)]).await.unwrap();
+    let mut last = batch(a.id, 2, Vec::new());
+    last.status = RunStatus::Finished;
+    s.append(&last).await.unwrap();
+    assert_eq!(row(a.id), 6, "so does the final batch");
+    s.finish_run(b.id, RunStatus::Failed, None, Usage::default())
+        .await
+        .unwrap();
+    assert_eq!(row(b.id), 5, "and finish_run");
 }
 
 /// A file written by a build with the row-per-event log (schema 3):

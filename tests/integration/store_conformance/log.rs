@@ -540,6 +540,97 @@ pub(super) async fn events_stored_ahead_of_their_checkpoint_read_as_one_log(stor
     assert_eq!((rec.last_seq, rec.last_step), (4, 1));
 }
 
+/// `last_seq` of `run` as `get_run` and `list_runs` (filtered) report it.
+async fn reported_last_seq(store: &dyn Store, run: Uuid) -> [u64; 2] {
+    let got = store.get_run(run).await.unwrap().unwrap();
+    let listed = store
+        .list_runs(&RunQuery::newest(10).of_chat("c1"))
+        .await
+        .unwrap();
+    let listed = listed.iter().find(|r| r.id == run).unwrap();
+    [got.last_seq, listed.last_seq]
+}
+
+/// Streamed events (no checkpoint, one append per token as the server's
+/// pump writes them) advance a running run's `last_seq` exactly as every
+/// read reports it — `get_run`, `list_runs`, `claim_orphans` — and as the
+/// notification does, also for a page stored out of order; and it stays
+/// exact when the run ends by its final batch or by `finish_run`.
+pub(super) async fn streamed_events_advance_the_runs_last_seq_everywhere(store: Arc<dyn Store>) {
+    let mut rx = store.subscribe();
+    let r = run(Some("c1"), 1);
+    store.create_run(r.clone()).await.unwrap();
+    store
+        .append(&batch(r.id, 0, vec![text(r.id, 1, 0)]))
+        .await
+        .unwrap();
+    assert_eq!(next(&mut rx).await, (r.id, 1));
+    for seq in 2..=6 {
+        store
+            .append_events(r.id, &[text(r.id, seq, 1)])
+            .await
+            .unwrap();
+        assert_eq!(next(&mut rx).await, (r.id, seq));
+        assert_eq!(reported_last_seq(&*store, r.id).await, [seq; 2]);
+    }
+    // 9..=10 ahead of 7..=8: the later append still reports the highest.
+    let (late, early): (Vec<_>, Vec<_>) = (
+        (9..=10).map(|s| text(r.id, s, 1)).collect(),
+        (7..=8).map(|s| text(r.id, s, 1)).collect(),
+    );
+    store.append_events(r.id, &late).await.unwrap();
+    assert_eq!(next(&mut rx).await, (r.id, 10));
+    store.append_events(r.id, &early).await.unwrap();
+    assert_eq!(
+        next(&mut rx).await,
+        (r.id, 10),
+        "the run's highest stored seq, not the page's"
+    );
+    assert_eq!(reported_last_seq(&*store, r.id).await, [10; 2]);
+    let claimed = store.claim_orphans("me", 100, 500, 10).await.unwrap();
+    assert_eq!(
+        claimed
+            .iter()
+            .map(|c| (c.id, c.last_seq))
+            .collect::<Vec<_>>(),
+        [(r.id, 10)],
+        "recovery resumes after the streamed events"
+    );
+
+    // A checkpoint without events, then the final batch without events.
+    store.append(&batch(r.id, 1, Vec::new())).await.unwrap();
+    assert_eq!(next(&mut rx).await, (r.id, 10));
+    let mut last = batch(r.id, 2, Vec::new());
+    last.status = RunStatus::Finished;
+    store.append(&last).await.unwrap();
+    assert_eq!(next(&mut rx).await, (r.id, 10));
+    let done = store.get_run(r.id).await.unwrap().unwrap();
+    assert_eq!(
+        (done.status, done.last_seq, done.last_step),
+        (RunStatus::Finished, 10, 2)
+    );
+    assert_eq!(store.lease(r.id).await.unwrap(), None);
+
+    // A run ended by `finish_run` (a turn's end) after streamed events.
+    let f = run(Some("c1"), 2);
+    store.create_run(f.clone()).await.unwrap();
+    store
+        .append(&batch(f.id, 0, vec![text(f.id, 1, 0)]))
+        .await
+        .unwrap();
+    let streamed: Vec<_> = (2..=4).map(|s| text(f.id, s, 1)).collect();
+    store.append_events(f.id, &streamed).await.unwrap();
+    store
+        .finish_run(f.id, RunStatus::Cancelled, None, Usage::default())
+        .await
+        .unwrap();
+    assert_eq!(reported_last_seq(&*store, f.id).await, [4; 2]);
+    assert_eq!(
+        store.get_run(f.id).await.unwrap().unwrap().status,
+        RunStatus::Cancelled
+    );
+}
+
 /// Many runs' streamed events appended at once (SQLite commits them as one
 /// group): each lands, and a page that repeats a stored seq fails alone.
 pub(super) async fn concurrent_event_appends_land_and_a_conflict_fails_alone(
