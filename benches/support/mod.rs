@@ -49,6 +49,8 @@ stategraph::state! {
         answer: String => last,
         /// Follow-up questions.
         followups: Vec<String> => last,
+        /// The quick answer's card.
+        quick_answer_card: Option<Value> => last,
     }
 }
 
