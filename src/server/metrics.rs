@@ -16,9 +16,11 @@ const BUCKETS: &[f64] = &[
     0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0,
 ];
 
-/// Fine buckets for the token delay (a target of 1 ms at p99).
+/// Fine buckets for the token delay (a target of 1 ms at p99), up to
+/// seconds so that a queue under load still has a quantile, not `+Inf`.
 const FINE_BUCKETS: &[f64] = &[
-    0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1,
+    0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0,
+    2.5,
 ];
 
 #[derive(Default)]
