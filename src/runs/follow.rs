@@ -139,13 +139,38 @@ async fn follow(runs: Arc<Runs>, hub: Arc<RunHub>) {
     // The executing instance stores the message and the run's status just
     // after the last event; streams end (`[DONE]`) once that is visible.
     for _ in 0..100 {
-        match runs.store.get_run(hub.run_id).await {
-            Ok(Some(r)) if r.status == RunStatus::Running => {
-                tokio::time::sleep(Duration::from_millis(50)).await;
-            }
-            _ => break,
+        if settled(&runs, hub.run_id).await {
+            break;
         }
+        tokio::time::sleep(Duration::from_millis(50)).await;
     }
     hub.finish();
     super::drive::linger(runs, hub);
+}
+
+/// Whether the executing instance is done with the run: it is no longer
+/// running and, for a chat turn, its message is stored. The final batch
+/// sets the status a moment before the turn's end stores the message and
+/// frees the chat (one transaction, `ChatStore::end_turn`), so a client
+/// that reloads the chat when its stream ends would otherwise find the
+/// answer missing. A paused run keeps its chat: its status is enough.
+async fn settled(runs: &Runs, run_id: Uuid) -> bool {
+    let run = match runs.store.get_run(run_id).await {
+        Ok(Some(r)) => r,
+        _ => return true,
+    };
+    if run.status == RunStatus::Running {
+        return false;
+    }
+    let Some(chat) = run
+        .chat_id
+        .as_deref()
+        .filter(|_| run.status != RunStatus::Interrupted)
+    else {
+        return true;
+    };
+    match runs.store.get_chat(chat).await {
+        Ok(Some(c)) => c.active_run != Some(run_id),
+        _ => true,
+    }
 }
