@@ -17,6 +17,7 @@
 //! settings (a paused run continuing, a recovered run, a follower) linger
 //! as hubs as before: they are rare.
 
+use std::collections::HashMap;
 use std::sync::{Arc, PoisonError};
 use std::time::Instant;
 
@@ -24,7 +25,6 @@ use uuid::Uuid;
 
 use super::hub::HubInit;
 use super::{RunHub, Runs};
-use crate::config::OnDisconnect;
 use crate::store::StoreError;
 
 /// A chat's last run, finished, still resumable until `until`.
@@ -52,8 +52,7 @@ impl Runs {
         {
             let mut finished = self.finished.lock().unwrap_or_else(PoisonError::into_inner);
             if finished.len() >= SWEEP_AT && finished.len().is_power_of_two() {
-                let now = Instant::now();
-                finished.retain(|_, f| f.until > now);
+                drop_expired(&mut finished);
             }
             finished.insert(hub.chat_id.clone(), note);
         }
@@ -63,11 +62,7 @@ impl Runs {
 
     /// Drops the notes whose linger is over.
     pub(super) fn sweep_finished(&self) {
-        let now = Instant::now();
-        self.finished
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .retain(|_, f| f.until > now);
+        drop_expired(&mut self.finished.lock().unwrap_or_else(PoisonError::into_inner));
     }
 
     /// Finished runs whose streams are still resumable.
@@ -100,18 +95,18 @@ impl Runs {
         let Some(bridge) = self.run_bridge(&run).await? else {
             return Ok(None);
         };
-        let hub = Arc::new(RunHub::new(HubInit {
-            run_id: run.id,
-            chat_id: chat_id.to_owned(),
+        let hub = Arc::new(RunHub::new(HubInit::reader(
+            run.id,
+            chat_id,
             bridge,
-            follower: true,
-            recovered_at: None,
-            resumed: 0,
-            stored: run.last_seq,
-            durable: true,
-            on_disconnect: OnDisconnect::Finish,
-        }));
+            run.last_seq,
+        )));
         hub.finish();
         Ok(Some(hub))
     }
+}
+
+fn drop_expired(finished: &mut HashMap<String, Finished>) {
+    let now = Instant::now();
+    finished.retain(|_, f| f.until > now);
 }

@@ -8,7 +8,6 @@ use uuid::Uuid;
 
 use super::hub::HubInit;
 use super::{RunHub, Runs};
-use crate::config::OnDisconnect;
 use crate::events::EventKind;
 use crate::runtime::RunStatus;
 use crate::sse::BridgeConfig;
@@ -84,17 +83,7 @@ impl Runs {
         if let Some(h) = hubs.get(chat_id).filter(|h| h.run_id == run_id) {
             return Arc::clone(h);
         }
-        let hub = Arc::new(RunHub::new(HubInit {
-            run_id,
-            chat_id: chat_id.to_owned(),
-            bridge,
-            follower: true,
-            recovered_at: None,
-            resumed: 0,
-            durable: true,
-            stored: 0,
-            on_disconnect: OnDisconnect::Finish,
-        }));
+        let hub = Arc::new(RunHub::new(HubInit::reader(run_id, chat_id, bridge, 0)));
         hubs.insert(chat_id.to_owned(), Arc::clone(&hub));
         drop(hubs);
         self.tracker

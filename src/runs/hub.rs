@@ -86,6 +86,24 @@ pub(super) struct HubInit {
     pub(super) on_disconnect: OnDisconnect,
 }
 
+impl HubInit {
+    /// A hub over a run's stored log, executed elsewhere (or over): its
+    /// events up to `stored` are in the store already.
+    pub(super) fn reader(run_id: Uuid, chat_id: &str, bridge: BridgeConfig, stored: u64) -> Self {
+        Self {
+            run_id,
+            chat_id: chat_id.to_owned(),
+            bridge,
+            follower: true,
+            recovered_at: None,
+            resumed: 0,
+            stored,
+            durable: true,
+            on_disconnect: OnDisconnect::Finish,
+        }
+    }
+}
+
 /// What a subscriber reads next.
 #[derive(Debug)]
 pub enum Next {

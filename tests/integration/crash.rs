@@ -203,7 +203,7 @@ async fn resume_stream(base: &str, chat: &str, last_event_id: Option<u64>) -> (S
 }
 
 /// The text of a UI message's text parts.
-fn text_of_parts(parts: &Value) -> String {
+pub(crate) fn text_of_parts(parts: &Value) -> String {
     parts
         .as_array()
         .unwrap()

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use serde_json::Value;
 
-use crate::crash::{Server, config, start};
+use crate::crash::{Server, config, start, text_of_parts};
 use crate::support::{chat_body, post_json, root};
 
 async fn releases(server: &Server) -> u64 {
@@ -60,13 +60,7 @@ async fn stored_answer(server: &Server, id: &str) -> String {
         .unwrap();
     let messages = chat["messages"].as_array().expect("messages");
     assert_eq!(messages.len(), 2, "{chat}");
-    messages[1]["parts"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|p| p["type"] == "text")
-        .filter_map(|p| p["text"].as_str())
-        .collect()
+    text_of_parts(&messages[1]["parts"])
 }
 
 #[tokio::test]
