@@ -11,6 +11,10 @@ use crate::store::{StoreError, StoreResult};
 
 type Job = Box<dyn FnOnce(&mut Connection) + Send>;
 
+/// Called on a lane's thread after each job (the writer nudges the
+/// checkpoint thread with it).
+pub(super) type After = Arc<dyn Fn() + Send + Sync>;
+
 /// A bounded queue of jobs served by threads that each own a connection.
 pub(super) struct Lane {
     tx: mpsc::Sender<Job>,
@@ -23,15 +27,16 @@ impl Lane {
         name: &'static str,
         conns: Vec<Connection>,
         depth: usize,
+        after: Option<After>,
     ) -> StoreResult<Self> {
         let (tx, rx) = mpsc::channel::<Job>(depth);
         let rx = Arc::new(Mutex::new(rx));
         let threads = conns.len();
         for (i, conn) in conns.into_iter().enumerate() {
-            let rx = Arc::clone(&rx);
+            let (rx, after) = (Arc::clone(&rx), after.clone());
             std::thread::Builder::new()
                 .name(format!("{name}-{i}"))
-                .spawn(move || serve(conn, &rx))
+                .spawn(move || serve(conn, &rx, after.as_deref()))
                 .map_err(|e| StoreError::Backend(format!("cannot start {name} thread: {e}")))?;
         }
         Ok(Self { tx, name, threads })
@@ -73,7 +78,11 @@ impl Lane {
 }
 
 /// A thread's loop: until the store (and so the sender) is dropped.
-fn serve(mut conn: Connection, rx: &Mutex<mpsc::Receiver<Job>>) {
+fn serve(
+    mut conn: Connection,
+    rx: &Mutex<mpsc::Receiver<Job>>,
+    after: Option<&(dyn Fn() + Send + Sync)>,
+) {
     loop {
         // The guard is a temporary: released as soon as a job is taken.
         let job = rx
@@ -84,5 +93,8 @@ fn serve(mut conn: Connection, rx: &Mutex<mpsc::Receiver<Job>>) {
         // A panicking job loses its reply (its caller gets an error); an open
         // transaction rolls back on unwind, and the thread keeps serving.
         let _ = std::panic::catch_unwind(AssertUnwindSafe(|| job(&mut conn)));
+        if let Some(after) = after {
+            after();
+        }
     }
 }
