@@ -142,6 +142,44 @@ async fn sqlite_streamed_events_leave_the_run_row_until_it_advances() {
     assert_eq!(row(b.id), 5, "and finish_run");
 }
 
+/// How many threads of this process have the name `name` (nextest runs
+/// each test in a process of its own).
+fn threads_named(name: &str) -> usize {
+    std::fs::read_dir("/proc/self/task")
+        .unwrap()
+        .filter_map(|t| std::fs::read_to_string(t.ok()?.path().join("comm")).ok())
+        .filter(|comm| comm.trim() == name)
+        .count()
+}
+
+/// The thread that fsyncs the WAL ahead of checkpoints (`store::sqlite`'s
+/// `wal` module) runs while the store is open, and ends with it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sqlite_wal_sync_thread_lives_as_long_as_the_store() {
+    let before = threads_named("sqlite-wal-sync");
+    let dir = tempfile::tempdir().unwrap();
+    let s = SqliteStore::open(dir.path().join("stategraph.db"))
+        .await
+        .unwrap();
+    let r = run(Some("c1"), 1);
+    s.create_run(r.clone()).await.unwrap();
+    for seq in 1..=20 {
+        s.append_events(r.id, &[text(r.id, seq, 0)]).await.unwrap();
+    }
+    assert_eq!(threads_named("sqlite-wal-sync"), before + 1);
+    assert_eq!(s.get_run(r.id).await.unwrap().unwrap().last_seq, 20);
+    drop(s);
+    let until = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    while threads_named("sqlite-wal-sync") > before && std::time::Instant::now() < until {
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    assert_eq!(
+        threads_named("sqlite-wal-sync"),
+        before,
+        "the sync thread outlived its store"
+    );
+}
+
 /// A file written by a build with the row-per-event log (schema 3):
 /// migration 4 turns its events into pages, and they read back unchanged.
 #[tokio::test]
