@@ -11,8 +11,8 @@ use crate::store::{StoreError, StoreResult};
 
 type Job = Box<dyn FnOnce(&mut Connection) + Send>;
 
-/// Called on a lane's thread after each job (the writer nudges the
-/// checkpoint thread with it).
+/// Called on a lane's thread after each job (the writer nudges the WAL
+/// sync thread with it, `wal`).
 pub(super) type After = Arc<dyn Fn() + Send + Sync>;
 
 /// A bounded queue of jobs served by threads that each own a connection.
