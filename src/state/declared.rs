@@ -73,7 +73,7 @@ impl DeclaredState {
             };
             let slot = if spec.ty.is_messages() {
                 // From the borrowed value: `from_value` would need a deep
-                // copy of it first (a fifth of a chat run's CPU went there).
+                // copy of it first (a fifth of a chat run's instructions).
                 Vec::<Message>::deserialize(v)
                     .map(Slot::Messages)
                     .map_err(|e| e.to_string())

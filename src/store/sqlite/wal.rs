@@ -55,13 +55,22 @@ impl SyncAhead {
     }
 }
 
+/// Keeps one descriptor on the log, opened at the first sync: the log is
+/// only deleted when the last connection closes, and the store's stay open
+/// as long as this thread runs. Closing it (when the thread ends) drops no
+/// lock of SQLite's: SQLite locks the database and `-shm` files, never the
+/// log, so POSIX's "any close drops the process's locks on that file" does
+/// not reach it.
 fn serve(log: &Path, nudges: &Receiver<()>) {
+    let mut file = None;
     while nudges.recv().is_ok() {
         std::thread::sleep(EVERY);
-        // The log may be gone (deleted as the last connection closed) or
-        // not yet made: nothing to sync then.
-        if let Ok(file) = std::fs::File::open(log)
-            && let Err(e) = file.sync_data()
+        if file.is_none() {
+            // Not made yet: nothing to sync.
+            file = std::fs::File::open(log).ok();
+        }
+        if let Some(f) = &file
+            && let Err(e) = f.sync_data()
         {
             tracing::debug!(error = %e, "could not sync the WAL");
         }
