@@ -26,6 +26,7 @@
 //! `migrate`), and foreign keys on. A write is acknowledged only after its
 //! transaction commits, so a read queued after it sees it.
 
+mod batch;
 mod lane;
 mod rows;
 mod upkeep;
@@ -52,8 +53,8 @@ use crate::runtime::{RunStatus, StepBatch};
 
 use lane::Lane;
 use rows::{
-    CHAT_COLS, MESSAGE_COLS, RELEASE_CHAT, RUN_COLS, TOUCH_CHAT, append_group, chat_of, finish_run,
-    insert_run, message_of, now, run_of, text, upsert_message,
+    CHAT_COLS, MESSAGE_COLS, RELEASE_CHAT, RUN_COLS, TOUCH_CHAT, append_all, append_each, chat_of,
+    finish_run, insert_run, message_of, now, run_of, text, upsert_message,
 };
 
 /// The schema, in order. Append new files; never edit an applied one.
@@ -134,30 +135,73 @@ pub struct SqliteStore {
 /// An event page waiting for a group commit, and who waits for it.
 type Grouped = (EncodedPage, oneshot::Sender<StoreResult<()>>);
 
-/// Commits every page waiting in `grouped` in one transaction and answers
-/// each waiter (on the writer thread).
-fn commit_group(
-    conn: &mut Connection,
-    grouped: &Mutex<Vec<Grouped>>,
-    notify: &broadcast::Sender<Appended>,
-) {
-    let waiting = std::mem::take(&mut *grouped.lock().unwrap_or_else(PoisonError::into_inner));
-    let (pages, replies): (Vec<_>, Vec<_>) = waiting.into_iter().unzip();
-    match append_group(conn, &pages) {
-        Ok(results) => {
-            for ((page, reply), r) in pages.iter().zip(replies).zip(results) {
-                if let Ok(last) = r {
-                    // No subscriber is not an error.
-                    let _ = notify.send((page.run_id, last));
-                }
-                let _ = reply.send(r.map(|_| ()));
-            }
+/// The group commit's write: takes every page waiting in `grouped` when
+/// the writer first runs it, appends them in the writer's transaction and,
+/// once that committed, notifies subscribers and answers each waiter.
+struct GroupCommit {
+    grouped: Arc<Mutex<Vec<Grouped>>>,
+    notify: broadcast::Sender<Appended>,
+    /// The pages it took, from its first run on.
+    taken: Option<Vec<Grouped>>,
+    results: Option<StoreResult<Vec<StoreResult<u64>>>>,
+}
+
+impl batch::Write for GroupCommit {
+    fn run(&mut self, conn: &Connection) -> bool {
+        let again = self.taken.is_some();
+        let grouped = &self.grouped;
+        let taken = self.taken.get_or_insert_with(|| {
+            std::mem::take(&mut *grouped.lock().unwrap_or_else(PoisonError::into_inner))
+        });
+        let pages: Vec<&EncodedPage> = taken.iter().map(|(page, _)| page).collect();
+        if again {
+            // Run again, in a savepoint: a page's failure is its own.
+            let r = append_each(conn, &pages);
+            let ok = r.is_ok();
+            self.results = Some(r);
+            return ok;
         }
-        Err(e) => {
-            for reply in replies {
-                let _ = reply.send(Err(e.clone()));
+        let r = append_all(conn, &pages);
+        let ok = r.is_ok();
+        self.results = Some(r.map(|lasts| lasts.into_iter().map(Ok).collect()));
+        ok
+    }
+
+    fn finish(self: Box<Self>, committed: Result<(), &StoreError>) {
+        let Some(taken) = self.taken else {
+            // Not run (the transaction could not start): the pages are
+            // still waiting, and no later page queues a commit while they
+            // are, so they are answered here.
+            let waiting =
+                std::mem::take(&mut *self.grouped.lock().unwrap_or_else(PoisonError::into_inner));
+            let e = committed
+                .err()
+                .cloned()
+                .unwrap_or_else(|| StoreError::Backend("the group commit was not run".into()));
+            return answer_all(waiting, &e);
+        };
+        let results = match (self.results, committed) {
+            (Some(Ok(results)), Ok(())) => results,
+            (Some(Err(e)), _) => return answer_all(taken, &e),
+            (_, Err(e)) => return answer_all(taken, e),
+            (None, Ok(())) => {
+                let e = StoreError::Backend("the group commit was not run".into());
+                return answer_all(taken, &e);
             }
+        };
+        for ((page, reply), r) in taken.into_iter().zip(results) {
+            if let Ok(last) = r {
+                // No subscriber is not an error.
+                let _ = self.notify.send((page.run_id, last));
+            }
+            let _ = reply.send(r.map(|_| ()));
         }
+    }
+}
+
+fn answer_all(waiting: Vec<Grouped>, e: &StoreError) {
+    for (_, reply) in waiting {
+        let _ = reply.send(Err(e.clone()));
     }
 }
 
@@ -225,14 +269,13 @@ impl SqliteStore {
             q.len() == 1
         };
         if first {
-            let grouped = Arc::clone(&self.grouped);
-            let notify = self.notify.clone();
-            self.writer
-                .run(move |conn| {
-                    commit_group(conn, &grouped, &notify);
-                    Ok(())
-                })
-                .await?;
+            let commit = GroupCommit {
+                grouped: Arc::clone(&self.grouped),
+                notify: self.notify.clone(),
+                taken: None,
+                results: None,
+            };
+            self.writer.write_with(Box::new(commit)).await?;
         }
         answer
             .await
@@ -351,10 +394,10 @@ impl From<rusqlite::Error> for StoreError {
 
 impl ChatStore for SqliteStore {
     fn begin_turn(&self, turn: TurnStart) -> BoxFuture<'_, StoreResult<TurnOutcome>> {
-        Box::pin(self.writer.run(move |conn| {
-            // IMMEDIATE takes the write lock first: concurrent turns (from
-            // any process sharing the file) run one after the other.
-            let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+        Box::pin(self.writer.write(move |tx| {
+            // The writer's transaction is IMMEDIATE (it takes the write lock
+            // first): concurrent turns, from any process sharing the file,
+            // run one after the other.
             let c = &turn.chat;
             tx.prepare_cached(
                 "INSERT INTO chats (id, user_id, title, created_at, updated_at, active_run) VALUES (?1, ?2, ?3, ?4, ?5, NULL)
@@ -389,9 +432,9 @@ impl ChatStore for SqliteStore {
             tx.prepare_cached("DELETE FROM messages WHERE chat_id = ?1")?
                 .execute([&c.id])?;
             for m in &turn.messages {
-                upsert_message(&tx, &c.id, m)?;
+                upsert_message(tx, &c.id, m)?;
             }
-            insert_run(&tx, &turn.run)?;
+            insert_run(tx, &turn.run)?;
             tx.prepare_cached("UPDATE runs SET lease_owner = ?2, lease_until = ?3 WHERE id = ?1")?
                 .execute(params![
                     turn.run.id.to_string(),
@@ -409,13 +452,12 @@ impl ChatStore for SqliteStore {
                     None => return Err(StoreError::NotFound(format!("chat {}", c.id))),
                 }
             };
-            tx.commit()?;
             Ok(TurnOutcome::Started(chat))
         }))
     }
 
     fn ensure_chat(&self, chat: ChatRecord) -> BoxFuture<'_, StoreResult<ChatRecord>> {
-        Box::pin(self.writer.run(move |conn| {
+        Box::pin(self.writer.write(move |conn| {
             conn.prepare_cached(
                 "INSERT INTO chats (id, user_id, title, created_at, updated_at, active_run) VALUES (?1, ?2, ?3, ?4, ?5, ?6)
                  ON CONFLICT (id) DO NOTHING",
@@ -468,21 +510,19 @@ impl ChatStore for SqliteStore {
 
     fn delete_chat(&self, id: &str) -> BoxFuture<'_, StoreResult<bool>> {
         let id = id.to_owned();
-        Box::pin(self.writer.run(move |conn| {
-            let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+        Box::pin(self.writer.write(move |tx| {
             tx.prepare_cached("DELETE FROM messages WHERE chat_id = ?1")?
                 .execute([&id])?;
             let deleted = tx
                 .prepare_cached("DELETE FROM chats WHERE id = ?1")?
                 .execute([&id])?;
-            tx.commit()?;
             Ok(deleted > 0)
         }))
     }
 
     fn release_chat(&self, chat_id: &str, run: Uuid) -> BoxFuture<'_, StoreResult<()>> {
         let chat = chat_id.to_owned();
-        Box::pin(self.writer.run(move |conn| {
+        Box::pin(self.writer.write(move |conn| {
             conn.prepare_cached(RELEASE_CHAT)?
                 .execute(params![chat, run.to_string(), now()?])?;
             Ok(())
@@ -491,7 +531,7 @@ impl ChatStore for SqliteStore {
 
     fn set_active_run(&self, chat_id: &str, run: Option<Uuid>) -> BoxFuture<'_, StoreResult<()>> {
         let chat = chat_id.to_owned();
-        Box::pin(self.writer.run(move |conn| {
+        Box::pin(self.writer.write(move |conn| {
             let n = conn
                 .prepare_cached("UPDATE chats SET active_run = ?2, updated_at = max(?3, updated_at + 1) WHERE id = ?1")?
                 .execute(params![chat, run.map(|r| r.to_string()), now()?])?;
@@ -506,27 +546,23 @@ impl ChatStore for SqliteStore {
         messages: Vec<MessageRecord>,
     ) -> BoxFuture<'_, StoreResult<()>> {
         let chat = chat_id.to_owned();
-        Box::pin(self.writer.run(move |conn| {
-            let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+        Box::pin(self.writer.write(move |tx| {
             tx.prepare_cached("DELETE FROM messages WHERE chat_id = ?1 AND position >= ?2")?
                 .execute(params![chat, position])?;
             for m in &messages {
-                upsert_message(&tx, &chat, m)?;
+                upsert_message(tx, &chat, m)?;
             }
             tx.prepare_cached(TOUCH_CHAT)?
                 .execute(params![chat, now()?])?;
-            tx.commit()?;
             Ok(())
         }))
     }
 
     fn upsert_message(&self, message: MessageRecord) -> BoxFuture<'_, StoreResult<()>> {
-        Box::pin(self.writer.run(move |conn| {
-            let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
-            upsert_message(&tx, &message.chat_id, &message)?;
+        Box::pin(self.writer.write(move |tx| {
+            upsert_message(tx, &message.chat_id, &message)?;
             tx.prepare_cached(TOUCH_CHAT)?
                 .execute(params![message.chat_id, now()?])?;
-            tx.commit()?;
             Ok(())
         }))
     }
@@ -547,38 +583,43 @@ impl ChatStore for SqliteStore {
     }
 
     fn end_turn(&self, end: TurnEnd) -> BoxFuture<'_, StoreResult<()>> {
-        Box::pin(self.writer.run(move |conn| {
-            let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
-            let chat = &end.message.chat_id;
-            let exists: bool = tx
-                .prepare_cached("SELECT count(*) > 0 FROM chats WHERE id = ?1")?
-                .query_row([chat], |r| r.get(0))?;
-            if exists {
-                upsert_message(&tx, chat, &end.message)?;
-                tx.prepare_cached(TOUCH_CHAT)?
-                    .execute(params![chat, now()?])?;
-            }
-            let finished =
-                match finish_run(&tx, end.run_id, end.status, end.error.as_ref(), end.usage) {
-                    Err(e) if !matches!(e, StoreError::NotFound(_)) => return Err(e),
-                    other => other,
-                };
-            if end.release {
-                tx.prepare_cached(RELEASE_CHAT)?.execute(params![
-                    chat,
-                    end.run_id.to_string(),
-                    now()?
-                ])?;
-            }
-            tx.commit()?;
-            finished
-        }))
+        Box::pin(async move {
+            // A run that is not found still records the message and
+            // releases the chat: the write succeeds and says so after.
+            self.writer
+                .write(move |tx| {
+                    let chat = &end.message.chat_id;
+                    let exists: bool = tx
+                        .prepare_cached("SELECT count(*) > 0 FROM chats WHERE id = ?1")?
+                        .query_row([chat], |r| r.get(0))?;
+                    if exists {
+                        upsert_message(tx, chat, &end.message)?;
+                        tx.prepare_cached(TOUCH_CHAT)?
+                            .execute(params![chat, now()?])?;
+                    }
+                    let finished =
+                        match finish_run(tx, end.run_id, end.status, end.error.as_ref(), end.usage)
+                        {
+                            Err(e) if !matches!(e, StoreError::NotFound(_)) => return Err(e),
+                            other => other,
+                        };
+                    if end.release {
+                        tx.prepare_cached(RELEASE_CHAT)?.execute(params![
+                            chat,
+                            end.run_id.to_string(),
+                            now()?
+                        ])?;
+                    }
+                    Ok(finished)
+                })
+                .await?
+        })
     }
 }
 
 impl RunStore for SqliteStore {
     fn create_run(&self, run: RunRecord) -> BoxFuture<'_, StoreResult<()>> {
-        Box::pin(self.writer.run(move |conn| insert_run(conn, &run)))
+        Box::pin(self.writer.write(move |conn| insert_run(conn, &run)))
     }
 
     fn get_run(&self, id: Uuid) -> BoxFuture<'_, StoreResult<Option<RunRecord>>> {
@@ -620,7 +661,7 @@ impl RunStore for SqliteStore {
     ) -> BoxFuture<'_, StoreResult<()>> {
         Box::pin(
             self.writer
-                .run(move |conn| finish_run(conn, id, status, error.as_ref(), usage)),
+                .write(move |conn| finish_run(conn, id, status, error.as_ref(), usage)),
         )
     }
     fn usage_since(&self, user: &str, since: u64) -> BoxFuture<'_, StoreResult<Usage>> {

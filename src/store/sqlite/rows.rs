@@ -1,7 +1,7 @@
 //! How records map to SQLite rows: the column lists, the row decoders and
 //! the write transactions.
 
-use rusqlite::{Connection, ErrorCode, OptionalExtension, Row, TransactionBehavior, params};
+use rusqlite::{Connection, ErrorCode, OptionalExtension, Row, params};
 use uuid::Uuid;
 
 use crate::events::{ErrorInfo, ForkOrigin, Usage, now_micros};
@@ -219,45 +219,35 @@ pub(super) fn insert_run(conn: &Connection, run: &RunRecord) -> StoreResult<()> 
     }
 }
 
-/// Appends several runs' pages in one transaction (group commit: one WAL
-/// commit for all of them), so that one page's conflict fails only its own
-/// append. A page holds consecutive batches of one run: their events, their
-/// checkpoints and the run's progress (a final batch also clears the lease).
-/// Returns each page's outcome: the highest seq stored for its run (for the
-/// notification).
+/// Appends several runs' pages inside the writer's transaction (group
+/// commit: one WAL commit for all of them). A page holds consecutive
+/// batches of one run: their events, their checkpoints and the run's
+/// progress (a final batch also clears the lease). Returns each page's
+/// highest stored seq for its run (for the notification), or the first
+/// failure, after which the caller rolls back and uses [`append_each`].
 ///
-/// Pages are first written with no savepoint: a conflict is rare (a repeated
-/// append after a crash), and a savepoint per page cost two statements that
-/// SQLite parses each time. When a page fails, that transaction rolls back
-/// and the group is written again with a savepoint per page, which keeps
-/// the failed page's writes out and the others in.
-pub(super) fn append_group(
-    conn: &mut Connection,
-    pages: &[EncodedPage],
+/// No savepoint per page: a conflict is rare (a repeated append after a
+/// crash), and a savepoint makes SQLite journal every page it changes.
+pub(super) fn append_all(conn: &Connection, pages: &[&EncodedPage]) -> StoreResult<Vec<u64>> {
+    pages.iter().map(|page| append_in(conn, page)).collect()
+}
+
+/// As [`append_all`], each page in its own savepoint, so that one page's
+/// failure (a conflict) fails only its own append.
+pub(super) fn append_each(
+    conn: &Connection,
+    pages: &[&EncodedPage],
 ) -> StoreResult<Vec<StoreResult<u64>>> {
-    {
-        let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
-        let all: StoreResult<Vec<u64>> = pages.iter().map(|page| append_in(&tx, page)).collect();
-        if let Ok(lasts) = all {
-            tx.commit()?;
-            return Ok(lasts.into_iter().map(Ok).collect());
-        }
-        // Dropping the transaction rolls it back.
-    }
-    let mut tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
     let mut out = Vec::with_capacity(pages.len());
     for page in pages {
-        let sp = tx.savepoint()?;
-        match append_in(&sp, page) {
-            Ok(last) => {
-                sp.commit()?;
-                out.push(Ok(last));
-            }
-            // Dropping the savepoint rolls this page back.
-            Err(e) => out.push(Err(e)),
+        conn.execute_batch("SAVEPOINT append_page")?;
+        let r = append_in(conn, page);
+        if r.is_err() {
+            conn.execute_batch("ROLLBACK TO append_page")?;
         }
+        conn.execute_batch("RELEASE append_page")?;
+        out.push(r);
     }
-    tx.commit()?;
     Ok(out)
 }
 
@@ -330,15 +320,26 @@ fn append_in(tx: &Connection, b: &EncodedPage) -> StoreResult<u64> {
     }
     // A checkpoint or the run's end: the row advances, and its `last_seq`
     // catches up with the pages streamed since it last did (this page is
-    // among them, inserted above).
+    // among them, inserted above). A step of a running run sets only the
+    // two columns no index holds: naming `status` or the lease in the SET,
+    // even unchanged, makes SQLite rewrite the row's entries in the
+    // indexes over them (the lease and status ones) at every step.
+    if b.status == sql::status_name(RunStatus::Running) {
+        let stored: Option<i64> = tx
+            .prepare_cached(
+                "UPDATE runs SET last_seq = max(last_seq, coalesce((SELECT max(p.last_seq) FROM run_event_pages p WHERE p.run_id = ?1), 0)),
+                     last_step = max(last_step, ?2)
+                 WHERE id = ?1 RETURNING last_seq",
+            )?
+            .query_row(params![run, b.last_step], |r| r.get(0))
+            .optional()?;
+        return sql::u64_of(stored.or(b.last_seq).unwrap_or(0), "last seq");
+    }
     let stored: Option<i64> = tx
         .prepare_cached(
             "UPDATE runs SET last_seq = max(last_seq, coalesce((SELECT max(p.last_seq) FROM run_event_pages p WHERE p.run_id = ?1), 0)),
-                 last_step = max(last_step, ?2),
-                 status = CASE WHEN ?3 = 'running' THEN status ELSE ?3 END,
-                 finished_at = CASE WHEN ?3 = 'running' THEN finished_at ELSE ?4 END,
-                 lease_owner = CASE WHEN ?3 = 'running' THEN lease_owner END,
-                 lease_until = CASE WHEN ?3 = 'running' THEN lease_until END
+                 last_step = max(last_step, ?2), status = ?3, finished_at = ?4,
+                 lease_owner = NULL, lease_until = NULL
              WHERE id = ?1 RETURNING last_seq",
         )?
         .query_row(params![run, b.last_step, b.status, b.now], |r| r.get(0))

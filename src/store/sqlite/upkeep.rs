@@ -30,16 +30,14 @@ impl Leases for SqliteStore {
         until: u64,
     ) -> BoxFuture<'_, StoreResult<()>> {
         let owner = owner.to_owned();
-        Box::pin(self.writer.run(move |conn| {
-            let tx = conn.unchecked_transaction()?;
-            insert_run(&tx, &run)?;
+        Box::pin(self.writer.write(move |tx| {
+            insert_run(tx, &run)?;
             tx.prepare_cached("UPDATE runs SET lease_owner = ?2, lease_until = ?3 WHERE id = ?1")?
                 .execute(params![
                     run.id.to_string(),
                     owner,
                     sql::i64_of(until, "lease time")?
                 ])?;
-            tx.commit()?;
             Ok(())
         }))
     }
@@ -52,7 +50,7 @@ impl Leases for SqliteStore {
         until: u64,
     ) -> BoxFuture<'_, StoreResult<bool>> {
         let owner = owner.to_owned();
-        Box::pin(self.writer.run(move |conn| {
+        Box::pin(self.writer.write(move |conn| {
             let n = conn
                 .prepare_cached(
                     "UPDATE runs SET lease_owner = ?2, lease_until = ?4
@@ -71,7 +69,7 @@ impl Leases for SqliteStore {
 
     fn renew_leases(&self, owner: &str, until: u64) -> BoxFuture<'_, StoreResult<Vec<Uuid>>> {
         let owner = owner.to_owned();
-        Box::pin(self.writer.run(move |conn| {
+        Box::pin(self.writer.write(move |conn| {
             let mut stmt = conn.prepare_cached(
                 "UPDATE runs SET lease_until = ?2 WHERE lease_owner = ?1 AND status = 'running' RETURNING id",
             )?;
@@ -93,7 +91,7 @@ impl Leases for SqliteStore {
         limit: usize,
     ) -> BoxFuture<'_, StoreResult<Vec<RunRecord>>> {
         let owner = owner.to_owned();
-        Box::pin(self.writer.run(move |conn| {
+        Box::pin(self.writer.write(move |conn| {
             let mut stmt = conn.prepare_cached(&format!(
                 "UPDATE runs SET lease_owner = ?1, lease_until = ?3
                  WHERE id IN (SELECT id FROM runs
@@ -123,7 +121,7 @@ impl Leases for SqliteStore {
 
     fn release_lease(&self, run: Uuid, owner: &str) -> BoxFuture<'_, StoreResult<()>> {
         let owner = owner.to_owned();
-        Box::pin(self.writer.run(move |conn| {
+        Box::pin(self.writer.write(move |conn| {
             conn.prepare_cached(
                 "UPDATE runs SET lease_owner = NULL, lease_until = NULL WHERE id = ?1 AND lease_owner = ?2",
             )?
@@ -152,7 +150,7 @@ impl Leases for SqliteStore {
     }
 
     fn request_stop(&self, run: Uuid) -> BoxFuture<'_, StoreResult<bool>> {
-        Box::pin(self.writer.run(move |conn| {
+        Box::pin(self.writer.write(move |conn| {
             let n = conn
                 .prepare_cached(
                     "UPDATE runs SET stop_requested = 1 WHERE id = ?1 AND status = 'running'",
@@ -169,7 +167,7 @@ impl Leases for SqliteStore {
         until: u64,
     ) -> BoxFuture<'_, StoreResult<bool>> {
         let owner = owner.to_owned();
-        Box::pin(self.writer.run(move |conn| {
+        Box::pin(self.writer.write(move |conn| {
             let n = conn
                 .prepare_cached(
                     "UPDATE runs SET status = 'running', finished_at = NULL,
