@@ -252,8 +252,8 @@ async fn pump(
                 }
             }
         }
-        for ev in group.drain(..) {
-            runs.observer.event(graph_id, &ev);
+        for ev in &group {
+            runs.observer.event(graph_id, ev);
             match &ev.event {
                 EventKind::RunStarted { .. } => unseen = Some(ev.at),
                 k if k.is_visible() => {
@@ -264,13 +264,13 @@ async fn pump(
                 }
                 _ => {}
             }
-            feed(&ev, &mut pumped, true);
+            feed(ev, &mut pumped, true);
             if let Some(tap) = tap {
                 // A watcher that went away stops watching; the run goes on.
-                let _ = tap.send(Arc::clone(&ev)).await;
+                let _ = tap.send(Arc::clone(ev)).await;
             }
-            hub.push(ev);
         }
+        hub.push(&mut group);
     }
     pumped
 }
