@@ -297,6 +297,37 @@ async fn streams_text_finish_and_usage() {
     );
 }
 
+/// The stream is parsed by this crate (not async-openai's task): comments,
+/// `keepalive` events, CRLF line ends and events split across reads must
+/// all come out as the same answer.
+#[tokio::test]
+async fn comments_keepalives_and_events_split_across_reads_are_parsed() {
+    let hello = text("Hello");
+    let (head, tail) = hello.split_at(hello.len() / 2);
+    let world = text(" world").replace('\n', "\r\n");
+    let ms = Duration::from_millis(20);
+    let mock = Mock::start([Reply::timed([
+        (Duration::ZERO, ": an SSE comment\n\n".to_owned()),
+        (Duration::ZERO, role()),
+        (ms, head.to_owned()),
+        (ms, tail.to_owned()),
+        (ms, "event: keepalive\ndata: {}\n\n".to_owned()),
+        (ms, world),
+        (Duration::ZERO, finish("stop")),
+        (Duration::ZERO, usage(9, 2)),
+        (Duration::ZERO, DONE.to_owned()),
+    ])])
+    .await;
+    let out = run(&mock.model(), ask("hi")).await;
+    assert!(errors(&out).is_empty(), "{out:?}");
+    assert_eq!(text_of(&out), "Hello world");
+    assert!(
+        out.iter()
+            .any(|c| matches!(c, Ok(LlmChunk::Finish(f)) if f == "stop")),
+        "{out:?}"
+    );
+}
+
 #[tokio::test]
 async fn streams_two_parallel_tool_calls() {
     let mock = Mock::start([Reply::sse(TOOL_CALLS.iter().copied())]).await;
