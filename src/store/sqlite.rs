@@ -9,6 +9,7 @@
 //!   contention into a queue instead of a pile of blocked threads retrying on
 //!   `SQLITE_BUSY`; its statement cache stays warm; and the bounded queue
 //!   gives callers backpressure (they wait on `send().await`, not a thread).
+//!   The writes waiting in its queue share one transaction (`batch`).
 //! - a few **reader** threads share one queue; WAL lets them read while the
 //!   writer writes, so resume and replay never wait behind appends.
 //!
@@ -154,21 +155,19 @@ impl batch::Write for GroupCommit {
             std::mem::take(&mut *grouped.lock().unwrap_or_else(PoisonError::into_inner))
         });
         let pages: Vec<&EncodedPage> = taken.iter().map(|(page, _)| page).collect();
-        if again {
+        let r = if again {
             // Run again, in a savepoint: a page's failure is its own.
-            let r = append_each(conn, &pages);
-            let ok = r.is_ok();
-            self.results = Some(r);
-            return ok;
-        }
-        let r = append_all(conn, &pages);
+            append_each(conn, &pages)
+        } else {
+            append_all(conn, &pages).map(|lasts| lasts.into_iter().map(Ok).collect())
+        };
         let ok = r.is_ok();
-        self.results = Some(r.map(|lasts| lasts.into_iter().map(Ok).collect()));
+        self.results = Some(r);
         ok
     }
 
     fn finish(self: Box<Self>, committed: Result<(), &StoreError>) {
-        let Some(taken) = self.taken else {
+        let (Some(taken), Some(results)) = (self.taken, self.results) else {
             // Not run (the transaction could not start): the pages are
             // still waiting, and no later page queues a commit while they
             // are, so they are answered here.
@@ -180,14 +179,10 @@ impl batch::Write for GroupCommit {
                 .unwrap_or_else(|| StoreError::Backend("the group commit was not run".into()));
             return answer_all(waiting, &e);
         };
-        let results = match (self.results, committed) {
-            (Some(Ok(results)), Ok(())) => results,
-            (Some(Err(e)), _) => return answer_all(taken, &e),
-            (_, Err(e)) => return answer_all(taken, e),
-            (None, Ok(())) => {
-                let e = StoreError::Backend("the group commit was not run".into());
-                return answer_all(taken, &e);
-            }
+        let results = match (results, committed) {
+            (Ok(results), Ok(())) => results,
+            (Err(e), _) => return answer_all(taken, &e),
+            (Ok(_), Err(e)) => return answer_all(taken, e),
         };
         for ((page, reply), r) in taken.into_iter().zip(results) {
             if let Ok(last) = r {

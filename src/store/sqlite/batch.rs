@@ -91,10 +91,8 @@ where
 /// the transaction rolls back and they all run again, each in a savepoint,
 /// so that only the failed one's writes stay out.
 pub(super) fn run(conn: &mut Connection, mut writes: Vec<Box<dyn Write>>) {
-    if let Err(e) = conn.execute_batch("BEGIN IMMEDIATE") {
-        let e = StoreError::from(e);
-        writes.into_iter().for_each(|w| w.finish(Err(&e)));
-        return;
+    if let Err(e) = begin(conn) {
+        return fail(writes, &e);
     }
     let mut clean = true;
     for i in 0..writes.len() {
@@ -113,18 +111,29 @@ pub(super) fn run(conn: &mut Connection, mut writes: Vec<Box<dyn Write>>) {
         }
     }
     if clean {
-        match conn.execute_batch("COMMIT") {
-            Ok(()) => writes.into_iter().for_each(|w| w.finish(Ok(()))),
-            Err(e) => {
-                let e = StoreError::from(e);
-                rollback(conn);
-                writes.into_iter().for_each(|w| w.finish(Err(&e)));
-            }
-        }
-        return;
+        return commit(conn, writes);
     }
     rollback(conn);
     with_savepoints(conn, writes);
+}
+
+fn begin(conn: &Connection) -> StoreResult<()> {
+    Ok(conn.execute_batch("BEGIN IMMEDIATE")?)
+}
+
+/// Commits the open transaction and answers `done` with its outcome.
+fn commit(conn: &Connection, done: Vec<Box<dyn Write>>) {
+    match conn.execute_batch("COMMIT") {
+        Ok(()) => done.into_iter().for_each(|w| w.finish(Ok(()))),
+        Err(e) => {
+            rollback(conn);
+            fail(done, &StoreError::from(e));
+        }
+    }
+}
+
+fn fail(writes: impl IntoIterator<Item = Box<dyn Write>>, e: &StoreError) {
+    writes.into_iter().for_each(|w| w.finish(Err(e)));
 }
 
 /// Rolls back the open transaction, if SQLite has not already.
@@ -139,10 +148,8 @@ fn rollback(conn: &Connection) {
 fn with_savepoints(conn: &mut Connection, writes: Vec<Box<dyn Write>>) {
     let mut pending = writes.into_iter();
     while pending.len() > 0 {
-        if let Err(e) = conn.execute_batch("BEGIN IMMEDIATE") {
-            let e = StoreError::from(e);
-            pending.for_each(|w| w.finish(Err(&e)));
-            return;
+        if let Err(e) = begin(conn) {
+            return fail(pending, &e);
         }
         let mut done: Vec<Box<dyn Write>> = Vec::with_capacity(pending.len());
         let mut ended = None;
@@ -169,19 +176,13 @@ fn with_savepoints(conn: &mut Connection, writes: Vec<Box<dyn Write>>) {
                 break;
             }
         }
-        if let Some(e) = ended {
-            rollback(conn);
-            done.into_iter().for_each(|w| w.finish(Err(&e)));
-            // The writes after it get a transaction of their own.
-            continue;
-        }
-        match conn.execute_batch("COMMIT") {
-            Ok(()) => done.into_iter().for_each(|w| w.finish(Ok(()))),
-            Err(e) => {
-                let e = StoreError::from(e);
+        match ended {
+            Some(e) => {
+                // The writes after it get a transaction of their own.
                 rollback(conn);
-                done.into_iter().for_each(|w| w.finish(Err(&e)));
+                fail(done, &e);
             }
+            None => commit(conn, done),
         }
     }
 }

@@ -308,7 +308,8 @@ fn append_in(tx: &Connection, b: &EncodedPage) -> StoreResult<u64> {
     // pages instead (`RUN_COLS`). What the notification needs is only
     // read: the run's highest stored seq, which for a page stored out of
     // order is not its own last, and which counts the row's own value.
-    if b.steps.is_empty() && b.status == sql::status_name(RunStatus::Running) {
+    let running = b.status == sql::status_name(RunStatus::Running);
+    if b.steps.is_empty() && running {
         let stored: Option<i64> = tx
             .prepare_cached(
                 "SELECT max(last_seq, coalesce((SELECT max(p.last_seq) FROM run_event_pages p WHERE p.run_id = ?1), 0))
@@ -324,25 +325,25 @@ fn append_in(tx: &Connection, b: &EncodedPage) -> StoreResult<u64> {
     // two columns no index holds: naming `status` or the lease in the SET,
     // even unchanged, makes SQLite rewrite the row's entries in the
     // indexes over them (the lease and status ones) at every step.
-    if b.status == sql::status_name(RunStatus::Running) {
-        let stored: Option<i64> = tx
-            .prepare_cached(
-                "UPDATE runs SET last_seq = max(last_seq, coalesce((SELECT max(p.last_seq) FROM run_event_pages p WHERE p.run_id = ?1), 0)),
-                     last_step = max(last_step, ?2)
-                 WHERE id = ?1 RETURNING last_seq",
-            )?
-            .query_row(params![run, b.last_step], |r| r.get(0))
-            .optional()?;
-        return sql::u64_of(stored.or(b.last_seq).unwrap_or(0), "last seq");
-    }
+    let (statement, values): (&str, &[&dyn rusqlite::ToSql]) = if running {
+        (STEP_RUN, &[&run, &b.last_step])
+    } else {
+        (END_RUN, &[&run, &b.last_step, &b.status, &b.now])
+    };
     let stored: Option<i64> = tx
-        .prepare_cached(
-            "UPDATE runs SET last_seq = max(last_seq, coalesce((SELECT max(p.last_seq) FROM run_event_pages p WHERE p.run_id = ?1), 0)),
-                 last_step = max(last_step, ?2), status = ?3, finished_at = ?4,
-                 lease_owner = NULL, lease_until = NULL
-             WHERE id = ?1 RETURNING last_seq",
-        )?
-        .query_row(params![run, b.last_step, b.status, b.now], |r| r.get(0))
+        .prepare_cached(statement)?
+        .query_row(values, |r| r.get(0))
         .optional()?;
     sql::u64_of(stored.or(b.last_seq).unwrap_or(0), "last seq")
 }
+
+/// A running run's step: `?1` the run, `?2` the step.
+const STEP_RUN: &str = "UPDATE runs SET last_seq = max(last_seq, coalesce((SELECT max(p.last_seq) FROM run_event_pages p WHERE p.run_id = ?1), 0)),
+         last_step = max(last_step, ?2)
+     WHERE id = ?1 RETURNING last_seq";
+
+/// A run's last step: as [`STEP_RUN`], with `?3` its status and `?4` the time.
+const END_RUN: &str = "UPDATE runs SET last_seq = max(last_seq, coalesce((SELECT max(p.last_seq) FROM run_event_pages p WHERE p.run_id = ?1), 0)),
+         last_step = max(last_step, ?2), status = ?3, finished_at = ?4,
+         lease_owner = NULL, lease_until = NULL
+     WHERE id = ?1 RETURNING last_seq";
