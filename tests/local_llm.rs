@@ -1,6 +1,6 @@
 //! The production model client against a real OpenAI-compatible server:
 //! llama.cpp's `llama-server` with a tiny base model on 127.0.0.1
-//! (`../shared/tools/local-llm`, started by `tests/run.sh`).
+//! (`tests/tools/local-llm`, started by `tests/run.sh`).
 //!
 //! Everything goes the way a deployment goes: an `[llm]` table parsed into
 //! [`LlmConfig`], models built from it, calls through [`ChatModel::stream`]
@@ -14,7 +14,7 @@
 //!
 //! Run on its own (a separate test binary, kept out of the main run):
 //! ```sh
-//! bash ../shared/tools/local-llm/start.sh 8097
+//! bash tests/tools/local-llm/start.sh 8097
 //! STATEGRAPH_TEST_LOCAL_LLM=http://127.0.0.1:8097/v1 cargo nextest run --test local_llm
 //! ```
 
@@ -44,7 +44,7 @@ fn base_url() -> String {
         Ok(url) if !url.trim().is_empty() => url.trim().to_owned(),
         _ => panic!(
             "{URL_VAR} is not set. These tests need a real OpenAI-compatible server: run \
-             `bash ../shared/tools/local-llm/start.sh 8097` and set \
+             `bash tests/tools/local-llm/start.sh 8097` and set \
              {URL_VAR}=http://127.0.0.1:8097/v1 (tests/run.sh does both)."
         ),
     }
@@ -659,8 +659,7 @@ async fn serve_chat(data: &std::path::Path, tools: &str) -> (String, tokio::task
 
 /// Runs the AI SDK's own parser over a stream; returns its report.
 fn aisdk_report(dir: &std::path::Path, sse: &str) -> Value {
-    let tool =
-        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/tools/aisdk-validate");
+    let tool = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/tools/aisdk-validate");
     let file = dir.join("capture.sse");
     std::fs::write(&file, sse).unwrap();
     let out = std::process::Command::new("node")

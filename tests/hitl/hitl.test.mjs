@@ -12,7 +12,7 @@
 // checks afterwards how often `delete_record` really ran. Exit code 0 when
 // every case passes, 1 on a failed check, 2 when the SDK is missing.
 //
-// The SDK comes from ../shared/tools/aisdk-validate (tests/run.sh installs
+// The SDK comes from tests/tools/aisdk-validate (tests/run.sh installs
 // it); STATEGRAPH_AISDK_DIR overrides where to look.
 
 import assert from 'node:assert/strict';
@@ -22,7 +22,7 @@ import { fileURLToPath, pathToFileURL } from 'node:url';
 
 const repo = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../..');
 const sdkDir =
-  process.env.STATEGRAPH_AISDK_DIR ?? path.join(repo, '../shared/tools/aisdk-validate');
+  process.env.STATEGRAPH_AISDK_DIR ?? path.join(repo, 'tests/tools/aisdk-validate');
 
 /** The `ai` package installed under `dir`, loaded through its own exports. */
 async function loadAi(dir) {

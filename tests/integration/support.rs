@@ -80,10 +80,10 @@ pub fn services(model: Arc<dyn ChatModel>) -> Arc<Services> {
     ))
 }
 
-/// Runs the AI SDK's own parser (../shared/tools/aisdk-validate) over an SSE
+/// Runs the AI SDK's own parser (tests/tools/aisdk-validate) over an SSE
 /// capture; returns (passed, report).
 pub fn aisdk_validate(sse: &str) -> (bool, String) {
-    let tool = root().join("../shared/tools/aisdk-validate");
+    let tool = root().join("tests/tools/aisdk-validate");
     assert!(
         tool.join("node_modules/ai").is_dir(),
         "the AI SDK validator is not installed: run `npm ci` in {} (tests/run.sh does)",
@@ -105,7 +105,7 @@ pub fn report_json(report: &str) -> serde_json::Value {
 
 /// Runs the validator with arguments (a URL or file, flags).
 pub fn validate_args(args: &[&str]) -> (bool, String) {
-    let tool = root().join("../shared/tools/aisdk-validate");
+    let tool = root().join("tests/tools/aisdk-validate");
     let out = std::process::Command::new("node")
         .arg(tool.join("validate.mjs"))
         .args(args)
