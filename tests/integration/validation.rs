@@ -83,6 +83,7 @@ fn codes_in_source() -> BTreeSet<String> {
 
 /// Codes whose diagnostics always carry a hint.
 const HINTED: &[&str] = &[
+    "duplicate-edge",
     "duplicate-graph",
     "duplicate-node",
     "cycle-without-exit",
