@@ -97,6 +97,10 @@ pub struct LlmConfig {
     /// Upper bound on `max_tokens` for every call of roles without their
     /// own (see [`RoleConfig::max_tokens`]).
     pub max_tokens: Option<u32>,
+    /// A model script ([`super::script`]): every role answers from its
+    /// rules, no endpoint is called (`STATEGRAPH_MODEL_SCRIPT`,
+    /// `--model-script`).
+    pub script: Option<std::path::PathBuf>,
 }
 
 /// `[llm.offline]`: how the built-in offline model streams.
@@ -248,6 +252,9 @@ pub enum LlmConfigError {
     /// `attempts = 0`.
     #[error("[llm.retry] attempts must be at least 1 (1 means no retries)")]
     NoAttempts,
+    /// The model script cannot be read.
+    #[error("[llm] script: {0}")]
+    Script(String),
     /// An `extra` field the client writes itself.
     #[error(
         "[llm.roles.{role}.extra] sets `{field}`, which the client writes itself; \
@@ -293,6 +300,9 @@ impl LlmConfig {
         if let Some(model) = var("STATEGRAPH_MODEL") {
             self.model = Some(model);
         }
+        if let Some(script) = var("STATEGRAPH_MODEL_SCRIPT") {
+            self.script = Some(script.into());
+        }
         let (base_url, api_key) = (var("OPENAI_BASE_URL"), var("OPENAI_API_KEY"));
         if base_url.is_none() && api_key.is_none() {
             return self;
@@ -320,7 +330,7 @@ impl LlmConfig {
     /// Whether no endpoint is configured, so every role gets the built-in
     /// offline model.
     pub fn uses_offline_model(&self) -> bool {
-        self.endpoints.is_empty()
+        self.endpoints.is_empty() && self.script.is_none()
     }
 
     /// The timeouts with defaults filled in.
@@ -422,6 +432,10 @@ impl LlmConfig {
         &self,
         env: impl Fn(&str) -> Option<String>,
     ) -> Result<Models, LlmConfigError> {
+        if let Some(path) = &self.script {
+            let model = super::script::ScriptModel::load(path).map_err(LlmConfigError::Script)?;
+            return Ok(Models::single(Arc::new(model)));
+        }
         if self.uses_offline_model() {
             if let Some((role, endpoint)) = self
                 .roles

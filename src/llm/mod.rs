@@ -5,13 +5,16 @@
 //! emits the run's LLM events (start, deltas, tool-call fragments, finish)
 //! while it assembles the [`LlmOutput`](crate::events::LlmOutput). Implementations: the
 //! OpenAI-compatible HTTP client, the built-in offline model, a scripted
-//! model for tests and a recorded model for replay.
+//! model for tests, a model script from a file ([`script`]) and a
+//! recorded model for replay.
 
 mod call;
 pub mod config;
 pub mod fallback;
 pub mod offline;
 pub mod openai;
+pub mod reply;
+pub mod script;
 pub mod scripted;
 
 use std::collections::BTreeMap;
