@@ -255,6 +255,13 @@ pub struct TelemetryConfig {
     pub log_filter: String,
     /// OTLP/HTTP endpoint for spans (e.g. `http://127.0.0.1:4318`); none disables export.
     pub otlp_endpoint: Option<String>,
+    /// `http/json` (default) or `http/protobuf` (what every OTLP receiver
+    /// takes; Arize Phoenix only this). `OTEL_EXPORTER_OTLP_PROTOCOL` overrides.
+    pub otlp_protocol: Option<String>,
+    /// Record prompts and completions on model-call spans
+    /// (`gen_ai.input.messages`, `gen_ai.output.messages`). Off by default:
+    /// they may hold personal data.
+    pub capture_content: bool,
     /// Service name in exported spans.
     pub service_name: String,
 }
@@ -265,6 +272,8 @@ impl Default for TelemetryConfig {
             log_format: LogFormat::Pretty,
             log_filter: "info".into(),
             otlp_endpoint: None,
+            otlp_protocol: None,
+            capture_content: false,
             service_name: "stategraph".into(),
         }
     }
@@ -371,6 +380,9 @@ impl Config {
         }
         if let Some(v) = env("OTEL_EXPORTER_OTLP_ENDPOINT") {
             self.telemetry.otlp_endpoint = Some(v);
+        }
+        if let Some(v) = env("OTEL_EXPORTER_OTLP_PROTOCOL") {
+            self.telemetry.otlp_protocol = Some(v);
         }
         if let Some(v) = env("STATEGRAPH_LOG_FORMAT") {
             self.telemetry.log_format = match v.as_str() {

@@ -18,7 +18,7 @@
 //! | [`events`] | the event enum and the other persisted contracts (step batches, run status) |
 //! | [`units`] | durations and byte sizes as files write them |
 //! | [`memory`] | handing free memory back to the OS when the process goes idle |
-//! | [`llm`] | the `ChatModel` trait, the OpenAI-compatible client, offline and scripted models |
+//! | [`llm`] | the `ChatModel` trait, the OpenAI-compatible and Anthropic clients, provider profiles and family rules, offline and scripted models |
 //! | [`tools`] | the `Tool` trait, the registry, built-in tools, MCP servers |
 //! | [`graph`] | graph files: spec → validate → compile; expressions; the file format's JSON Schema |
 //! | [`nodes`] | node kinds (one file each) and what a running node may call |

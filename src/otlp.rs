@@ -1,12 +1,21 @@
-//! OpenTelemetry span export over OTLP/HTTP with JSON encoding.
+//! OpenTelemetry span export over OTLP/HTTP, JSON or protobuf encoded.
 //!
 //! A `tracing` layer records spans (name, fields, timing, parent) and a
 //! background thread posts finished spans in batches to
-//! `{endpoint}/v1/traces` (`Content-Type: application/json`, the OTLP/JSON
-//! mapping). It is deliberately small: spans from the request and run
-//! `tracing` spans, with the correlation id as an attribute, are what
-//! operators need; the queue is bounded and spans are dropped (and counted)
-//! rather than slowing the server when the collector is down.
+//! `{endpoint}/v1/traces`: as the OTLP/JSON mapping (`Content-Type:
+//! application/json`) or as the `ExportTraceServiceRequest` protobuf
+//! (`application/x-protobuf`, module `proto`), which every OTLP receiver
+//! accepts — some, such as Arize Phoenix, only that. It is deliberately
+//! small: spans from the request and run `tracing` spans, with the
+//! correlation id as an attribute, and the model and tool calls with the
+//! OpenTelemetry GenAI attributes (`gen_ai.*`) are what operators need; the
+//! queue is bounded and spans are dropped (and counted) rather than slowing
+//! the server when the collector is down.
+//!
+//! Two span fields steer the export, as in the OpenTelemetry conventions of
+//! `tracing` bridges: `otel.name` replaces the span's name (GenAI spans are
+//! named `chat gpt-5.1`, `execute_tool calculator`) and `otel.kind` sets its
+//! kind (`client` for calls to a model provider).
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
@@ -23,15 +32,58 @@ use tracing_subscriber::registry::LookupSpan;
 /// Spans held while waiting for export; beyond this they are dropped.
 const QUEUE_LIMIT: usize = 10_000;
 
+mod proto;
+
+/// How spans are encoded on the wire.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Deserialize)]
+pub enum Protocol {
+    /// OTLP/HTTP with the JSON mapping.
+    #[default]
+    #[serde(rename = "http/json")]
+    HttpJson,
+    /// OTLP/HTTP with protobuf (the OTLP default; Arize Phoenix takes only this).
+    #[serde(rename = "http/protobuf")]
+    HttpProtobuf,
+}
+
 #[derive(Clone, Debug)]
 struct SpanData {
     trace_id: u128,
     span_id: u64,
     parent: Option<u64>,
-    name: &'static str,
+    name: std::borrow::Cow<'static, str>,
+    /// OTLP `SpanKind`: 1 internal, 2 server, 3 client.
+    kind: u8,
     start: u64,
     end: u64,
     attributes: Vec<(String, Value)>,
+}
+
+impl SpanData {
+    /// Applies `otel.name` and `otel.kind` (see the module docs) and drops
+    /// them from the attributes.
+    fn steer(&mut self) {
+        self.attributes.retain(|(k, v)| match k.as_str() {
+            "otel.name" => {
+                self.name = v
+                    .as_str()
+                    .map_or_else(|| v.to_string(), str::to_owned)
+                    .into();
+                false
+            }
+            "otel.kind" => {
+                self.kind = match v.as_str() {
+                    Some("internal") => 1,
+                    Some("client") => 3,
+                    Some("producer") => 4,
+                    Some("consumer") => 5,
+                    _ => 2,
+                };
+                false
+            }
+            _ => true,
+        });
+    }
 }
 
 #[derive(Default)]
@@ -65,6 +117,14 @@ impl Exporter {
     /// # Errors
     /// The endpoint is not an http(s) URL.
     pub fn start(endpoint: &str, service: &str) -> Result<Self, String> {
+        Self::start_with(endpoint, service, Protocol::default())
+    }
+
+    /// As [`Exporter::start`], encoding spans with `protocol`.
+    ///
+    /// # Errors
+    /// The endpoint is not an http(s) URL.
+    pub fn start_with(endpoint: &str, service: &str, protocol: Protocol) -> Result<Self, String> {
         let base = endpoint.trim_end_matches('/');
         if !(base.starts_with("http://") || base.starts_with("https://")) {
             return Err(format!("OTLP endpoint `{endpoint}` must be an http(s) URL"));
@@ -80,7 +140,7 @@ impl Exporter {
         let service = service.to_owned();
         let thread = std::thread::Builder::new()
             .name("otlp-export".into())
-            .spawn(move || export_loop(&worker, &url, &service, &stopped))
+            .spawn(move || export_loop(&worker, &url, &service, protocol, &stopped))
             .map_err(|e| e.to_string())?;
         Ok(Self {
             shared,
@@ -108,7 +168,13 @@ impl Drop for Exporter {
     }
 }
 
-fn export_loop(shared: &Shared, url: &str, service: &str, stopped: &std::sync::mpsc::Receiver<()>) {
+fn export_loop(
+    shared: &Shared,
+    url: &str,
+    service: &str,
+    protocol: Protocol,
+    stopped: &std::sync::mpsc::Receiver<()>,
+) {
     let Ok(rt) = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -127,11 +193,19 @@ fn export_loop(shared: &Shared, url: &str, service: &str, stopped: &std::sync::m
         let batch: Vec<SpanData> =
             std::mem::take(&mut *shared.queue.lock().unwrap_or_else(PoisonError::into_inner));
         if !batch.is_empty() {
-            let body = encode(&batch, service).to_string();
+            let (content_type, body) = match protocol {
+                Protocol::HttpJson => (
+                    "application/json",
+                    encode(&batch, service).to_string().into_bytes(),
+                ),
+                Protocol::HttpProtobuf => {
+                    ("application/x-protobuf", proto::encode(&batch, service))
+                }
+            };
             let send = async {
                 client
                     .post(url)
-                    .header("content-type", "application/json")
+                    .header("content-type", content_type)
                     .body(body)
                     .send()
                     .await?
@@ -150,7 +224,19 @@ fn export_loop(shared: &Shared, url: &str, service: &str, stopped: &std::sync::m
     }
 }
 
+/// Attributes whose value is a list (recorded on a `tracing` span as the
+/// list's JSON text).
+fn is_list(key: &str) -> bool {
+    key.ends_with("finish_reasons")
+}
+
 fn attr(key: &str, v: &Value) -> Value {
+    if is_list(key)
+        && let Some(Ok(Value::Array(items))) = v.as_str().map(serde_json::from_str::<Value>)
+    {
+        let values: Vec<Value> = items.iter().map(|i| attr("", i)["value"].clone()).collect();
+        return json!({"key": key, "value": {"arrayValue": {"values": values}}});
+    }
     let value = match v {
         Value::Bool(b) => json!({"boolValue": b}),
         Value::Number(n) if n.is_i64() || n.is_u64() => json!({"intValue": n.to_string()}),
@@ -170,7 +256,7 @@ fn encode(spans: &[SpanData], service: &str) -> Value {
                 "traceId": format!("{:032x}", s.trace_id),
                 "spanId": format!("{:016x}", s.span_id),
                 "name": s.name,
-                "kind": 2,
+                "kind": s.kind,
                 "startTimeUnixNano": s.start.to_string(),
                 "endTimeUnixNano": s.end.to_string(),
                 "attributes": s.attributes.iter().map(|(k, v)| attr(k, v)).collect::<Vec<_>>(),
@@ -234,7 +320,8 @@ where
             ),
             span_id: fastrand::u64(1..),
             parent: parent.map(|p| p.1),
-            name: attrs.metadata().name(),
+            name: attrs.metadata().name().into(),
+            kind: 2,
             start: nanos(),
             end: 0,
             attributes,
@@ -256,6 +343,7 @@ where
             return;
         };
         data.end = nanos();
+        data.steer();
         let mut q = self
             .shared
             .queue
@@ -279,7 +367,8 @@ mod tests {
             trace_id: 0xabc,
             span_id: 0x12,
             parent: Some(0x34),
-            name: "request",
+            name: "request".into(),
+            kind: 2,
             start: 10,
             end: 20,
             attributes: vec![

@@ -35,10 +35,24 @@ pub struct TelemetryGuard {
 pub fn init(cfg: &TelemetryConfig) -> Result<TelemetryGuard, String> {
     let filter =
         EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(&cfg.log_filter));
+    let protocol = match cfg.otlp_protocol.as_deref().map(str::trim) {
+        None | Some("" | "http/json") => crate::otlp::Protocol::HttpJson,
+        Some("http/protobuf") => crate::otlp::Protocol::HttpProtobuf,
+        Some(other) => {
+            return Err(format!(
+                "otlp_protocol `{other}` is not supported; write `http/json` or `http/protobuf`"
+            ));
+        }
+    };
     let otlp = match &cfg.otlp_endpoint {
-        Some(endpoint) => Some(crate::otlp::Exporter::start(endpoint, &cfg.service_name)?),
+        Some(endpoint) => Some(crate::otlp::Exporter::start_with(
+            endpoint,
+            &cfg.service_name,
+            protocol,
+        )?),
         None => None,
     };
+    crate::llm::spans::capture_content(cfg.capture_content);
     let otlp_layer = otlp.as_ref().map(crate::otlp::Exporter::layer);
     let registry = tracing_subscriber::registry().with(filter).with(otlp_layer);
     let result = match cfg.log_format {

@@ -300,10 +300,7 @@ async fn a_json_schema_response_parses_and_matches_the_schema() {
         ],
         200,
     );
-    req.response_format = Some(JsonSchemaFormat {
-        name: "person".into(),
-        schema: Arc::new(schema.clone()),
-    });
+    req.response_format = Some(JsonSchemaFormat::new("person", schema.clone()));
     let out = chunks(&*model("chat"), &req).await;
     assert_eq!(finish_reasons(&out), ["stop"], "{out:?}");
     let text = texts(&out).concat();

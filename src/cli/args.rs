@@ -128,6 +128,10 @@ pub(super) enum Command {
         #[arg(long)]
         answer: Vec<String>,
     },
+    /// Send one tiny request per configured model role and report whether
+    /// it answers, streams, calls tools and returns structured output, and
+    /// what the provider and family rules change in its requests.
+    Doctor,
     /// Apply the store's schema migrations.
     Migrate,
     /// Delete old runs (with their events and checkpoints).

@@ -20,6 +20,7 @@
 
 mod args;
 mod check;
+mod doctor;
 mod graph;
 mod new;
 mod replay;
@@ -34,7 +35,7 @@ use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use anyhow::anyhow;
+use anyhow::{Context, anyhow};
 use clap::Parser;
 
 pub use check::{CheckFormat, check};
@@ -174,6 +175,15 @@ fn dispatch(cli: Cli, config: Config, registries: Registries) -> anyhow::Result<
         | Command::Replay { .. }
         | Command::Fork { .. }
         | Command::Resume { .. }) => runs_command(&ctx, c, out),
+        Command::Doctor => {
+            let models = ctx
+                .config
+                .llm
+                .build_models()
+                .context("model configuration")?;
+            let ok = runtime()?.block_on(doctor::doctor(&models, out))?;
+            Ok(exit(ok))
+        }
         Command::Migrate => runtime()?.block_on(migrate(&ctx, out)),
         Command::Prune { older_than, chats } => {
             runtime()?.block_on(prune(&ctx, &older_than, chats, out))

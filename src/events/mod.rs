@@ -75,6 +75,15 @@ pub struct Usage {
     /// Of the completion tokens, those spent on hidden reasoning.
     #[serde(default, skip_serializing_if = "is_zero64")]
     pub reasoning_tokens: u64,
+    /// Of the prompt tokens, those written to the provider's prompt cache
+    /// (Anthropic bills them higher than plain input; absent from older
+    /// recordings).
+    #[serde(default, skip_serializing_if = "is_zero64")]
+    pub cache_write_tokens: u64,
+    /// What the call cost in billionths of a US dollar, at the prices the
+    /// configuration gives its model (0 when it gives none).
+    #[serde(default, skip_serializing_if = "is_zero64")]
+    pub cost_nano_usd: u64,
 }
 
 fn is_zero64(v: &u64) -> bool {
@@ -85,6 +94,11 @@ impl Usage {
     /// Prompt plus completion tokens.
     pub fn total(&self) -> u64 {
         self.prompt_tokens + self.completion_tokens
+    }
+
+    /// The cost in US dollars (see [`Usage::cost_nano_usd`]).
+    pub fn cost_usd(&self) -> f64 {
+        self.cost_nano_usd as f64 / 1e9
     }
 
     /// Whether no token was counted (such usage is not written out).
@@ -99,6 +113,8 @@ impl std::ops::AddAssign for Usage {
         self.completion_tokens += rhs.completion_tokens;
         self.cached_tokens += rhs.cached_tokens;
         self.reasoning_tokens += rhs.reasoning_tokens;
+        self.cache_write_tokens += rhs.cache_write_tokens;
+        self.cost_nano_usd += rhs.cost_nano_usd;
     }
 }
 

@@ -60,11 +60,13 @@ use std::sync::Arc;
 use serde::Deserialize;
 use serde_json::{Map, Value};
 
+use super::anthropic::AnthropicModel;
 use super::fallback::FallbackModel;
 use super::offline::OfflineModel;
 use super::openai::{
     EndpointError, EndpointSettings, OpenAiEndpoint, RESERVED_FIELDS, RetryPolicy, Timeouts,
 };
+use super::profile::{Api, Family, ModelRules, Price, Structured};
 use super::{ChatModel, Models};
 use crate::units::Dur;
 
@@ -76,6 +78,8 @@ pub const DEFAULT_ROLE: &str = "default";
 pub const DEFAULT_MODEL: &str = "gpt-4o-mini";
 /// The base URL of an endpoint that names none.
 pub const OPENAI_BASE_URL: &str = "https://api.openai.com/v1";
+/// The base URL of an Anthropic endpoint that names none.
+pub const ANTHROPIC_BASE_URL: &str = "https://api.anthropic.com/v1";
 
 /// The `[llm]` table.
 #[derive(Clone, Debug, Default, Deserialize)]
@@ -101,6 +105,9 @@ pub struct LlmConfig {
     /// rules, no endpoint is called (`STATEGRAPH_MODEL_SCRIPT`,
     /// `--model-script`).
     pub script: Option<std::path::PathBuf>,
+    /// Prices by model name (`[llm.prices."gpt-5.1"]`), US dollars per
+    /// million tokens; a model without one costs 0 in usage.
+    pub prices: BTreeMap<String, Price>,
 }
 
 /// `[llm.offline]`: how the built-in offline model streams.
@@ -117,12 +124,22 @@ pub struct OfflineConfig {
 #[derive(Clone, Default, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct EndpointConfig {
-    /// Base URL with the version path (default [`OPENAI_BASE_URL`]).
+    /// Base URL with the version path (default [`OPENAI_BASE_URL`], or
+    /// [`ANTHROPIC_BASE_URL`] for `api = "anthropic"`; Azure needs one).
     pub base_url: Option<String>,
     /// The key itself.
     pub api_key: Option<String>,
-    /// The environment variable holding the key.
+    /// The environment variable holding the key (an Anthropic endpoint
+    /// with neither reads `ANTHROPIC_API_KEY`).
     pub api_key_env: Option<String>,
+    /// The API it speaks: `openai` (default), `azure` or `anthropic`.
+    pub api: Api,
+    /// Azure's `api-version` (deployment URLs); unset: Azure's v1 path.
+    pub api_version: Option<String>,
+    /// How structured output is asked for: `json_schema` (default),
+    /// `json_object` or `tool` (for compatible servers without
+    /// `json_schema`). Anthropic always uses a forced tool.
+    pub structured: Option<Structured>,
 }
 
 impl fmt::Debug for EndpointConfig {
@@ -131,6 +148,9 @@ impl fmt::Debug for EndpointConfig {
             .field("base_url", &self.base_url)
             .field("api_key", &self.api_key.as_ref().map(|_| "<redacted>"))
             .field("api_key_env", &self.api_key_env)
+            .field("api", &self.api)
+            .field("api_version", &self.api_version)
+            .field("structured", &self.structured)
             .finish()
     }
 }
@@ -152,6 +172,19 @@ pub struct RoleConfig {
     /// asking for more (or for nothing) gets this. For slow or costly
     /// models; graph files set what each node needs.
     pub max_tokens: Option<u32>,
+    /// The model's family (`classic` or `reasoning`), when its name does
+    /// not tell (a proxy's or a deployment's name); see [`crate::llm::profile`].
+    pub family: Option<Family>,
+    /// `reasoning_effort` for every call of this role (a node's own wins):
+    /// OpenAI's values (`none`, `minimal`, `low`, `medium`, `high`, …); for
+    /// Anthropic it sets the thinking budget.
+    pub reasoning_effort: Option<String>,
+    /// Tokens for hidden reasoning on top of a node's `max_tokens` (default
+    /// 8192): reasoning models count reasoning against the same limit.
+    pub reasoning_budget: Option<u32>,
+    /// Anthropic: extended thinking with this many tokens (at least 1024),
+    /// shown in the thinking panel.
+    pub thinking_budget: Option<u32>,
 }
 
 /// `[llm.timeouts]`; unset values keep the defaults of [`Timeouts`].
@@ -255,6 +288,15 @@ pub enum LlmConfigError {
     /// The model script cannot be read.
     #[error("[llm] script: {0}")]
     Script(String),
+    /// An Azure endpoint without its URL.
+    #[error(
+        "[llm.endpoints.{endpoint}] is `api = \"azure\"` and needs `base_url` \
+         (e.g. https://NAME.openai.azure.com, with `api_version`)"
+    )]
+    AzureUrl {
+        /// The endpoint.
+        endpoint: String,
+    },
     /// An `extra` field the client writes itself.
     #[error(
         "[llm.roles.{role}.extra] sets `{field}`, which the client writes itself; \
@@ -313,7 +355,7 @@ impl LlmConfig {
                 EndpointConfig {
                     base_url,
                     api_key,
-                    api_key_env: None,
+                    ..EndpointConfig::default()
                 },
             );
         } else if let Some(ep) = self.endpoints.get_mut(DEFAULT_ENDPOINT) {
@@ -390,12 +432,21 @@ impl LlmConfig {
                         var: var.clone(),
                     })?)
                 }
+                (None, None) if ep.api == Api::Anthropic => env("ANTHROPIC_API_KEY")
+                    .map(|v| v.trim().to_owned())
+                    .filter(|v| !v.is_empty()),
                 (None, None) => None,
             };
-            let base_url = ep
-                .base_url
-                .clone()
-                .unwrap_or_else(|| OPENAI_BASE_URL.to_owned());
+            let base_url = match (&ep.base_url, ep.api) {
+                (Some(url), _) => url.clone(),
+                (None, Api::Openai) => OPENAI_BASE_URL.to_owned(),
+                (None, Api::Anthropic) => ANTHROPIC_BASE_URL.to_owned(),
+                (None, Api::Azure) => {
+                    return Err(LlmConfigError::AzureUrl {
+                        endpoint: name.clone(),
+                    });
+                }
+            };
             out.insert(
                 name.clone(),
                 EndpointSettings {
@@ -403,6 +454,8 @@ impl LlmConfig {
                     api_key,
                     timeouts,
                     retry: retry.clone(),
+                    api: ep.api,
+                    api_version: ep.api_version.clone(),
                 },
             );
         }
@@ -575,11 +628,37 @@ impl Builder<'_> {
             .or(self.config.model.as_deref())
             .unwrap_or(DEFAULT_MODEL);
         let cap = role.max_tokens.or(self.config.max_tokens);
+        let mut rules = ModelRules::new(name, model, role.family);
+        rules.reasoning_effort = role.reasoning_effort.clone();
+        if let Some(budget) = role.reasoning_budget {
+            rules.reasoning_budget = budget;
+        }
+        if let Some(structured) = self
+            .config
+            .endpoints
+            .get(endpoint_name)
+            .and_then(|e| e.structured)
+        {
+            rules.structured = structured;
+        }
+        let price = self.config.prices.get(model).copied();
+        if endpoint.api() == Api::Anthropic {
+            return Ok(Arc::new(
+                AnthropicModel::new(endpoint.clone(), model)
+                    .with_price(price)
+                    .with_extra(role.extra.clone())
+                    .with_max_tokens(cap)
+                    .with_thinking(role.thinking_budget)
+                    .with_rules(rules),
+            ));
+        }
         Ok(Arc::new(
             endpoint
                 .model(model)
+                .with_price(price)
                 .with_extra(role.extra.clone())
-                .with_max_tokens(cap),
+                .with_max_tokens(cap)
+                .with_rules(rules),
         ))
     }
 }
@@ -767,6 +846,44 @@ mod tests {
             e.starts_with("[llm.roles.chat.extra] sets `stream`, which the client writes itself"),
             "{e}"
         );
+    }
+
+    #[test]
+    fn profiles_and_family_settings_are_read() {
+        let config = parse(
+            "[endpoints.default]\napi = \"anthropic\"\n\
+             [endpoints.az]\napi = \"azure\"\nbase_url = \"https://x.openai.azure.com\"\napi_version = \"2025-04-01-preview\"\nstructured = \"json_object\"\n\
+             [roles.chat]\nmodel = \"claude-sonnet-4-5\"\nthinking_budget = 2048\n\
+             [roles.deep]\nendpoint = \"az\"\nmodel = \"prod\"\nfamily = \"reasoning\"\nreasoning_effort = \"low\"\nreasoning_budget = 512",
+        );
+        let vars = env(&[("ANTHROPIC_API_KEY", "sk-ant")]);
+        let s = config.endpoint_settings(&vars).unwrap();
+        assert_eq!(
+            (
+                s["default"].base_url.as_str(),
+                s["default"].api_key.as_deref(),
+                s["default"].api
+            ),
+            (ANTHROPIC_BASE_URL, Some("sk-ant"), Api::Anthropic)
+        );
+        assert_eq!(s["az"].api_version.as_deref(), Some("2025-04-01-preview"));
+        let models = config.build_models_with(&vars).unwrap();
+        assert!(format!("{:?}", models.for_role("chat")).starts_with("AnthropicModel"));
+        let deep = format!("{:?}", models.for_role("deep"));
+        for part in [
+            "family: Reasoning",
+            "family_configured: true",
+            "structured: JsonObject",
+            "reasoning_budget: 512",
+        ] {
+            assert!(deep.contains(part), "{part}: {deep}");
+        }
+        let e = build_err("[endpoints.a]\napi = \"azure\"");
+        assert!(e.contains("needs `base_url`"), "{e}");
+        let e = toml::from_str::<LlmConfig>("[roles.a]\nfamily = \"fast\"")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("unknown variant `fast`"), "{e}");
     }
 
     #[test]

@@ -55,6 +55,18 @@ impl ChatModel for FallbackModel {
         self.primary.is_offline() || self.fallback.is_offline()
     }
 
+    fn describe(&self) -> String {
+        format!(
+            "{}, falling back to {}",
+            self.primary.describe(),
+            self.fallback.describe()
+        )
+    }
+
+    fn adjustments(&self, request: &ChatRequest) -> Vec<String> {
+        self.primary.adjustments(request)
+    }
+
     fn stream(&self, request: &ChatRequest) -> ChunkStream {
         let state = State {
             stream: self.primary.stream(request).fuse(),

@@ -8,6 +8,7 @@
 //! model for tests, a model script from a file ([`script`]) and a
 //! recorded model for replay.
 
+pub mod anthropic;
 mod call;
 pub mod config;
 pub mod fallback;
@@ -15,7 +16,10 @@ pub mod offline;
 pub mod openai;
 pub mod reply;
 pub mod script;
+pub mod profile;
 pub mod scripted;
+pub mod spans;
+pub mod strict;
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -88,13 +92,38 @@ impl ChatMessage {
 /// the tools it offered, see [`crate::events::EventKind::ToolsOffered`]).
 pub use crate::events::ToolDef;
 
-/// Ask for JSON matching a schema (OpenAI `response_format: json_schema`).
+/// Ask for JSON matching a schema (OpenAI `response_format: json_schema`,
+/// Anthropic's forced tool).
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct JsonSchemaFormat {
     /// Schema name (`[a-zA-Z0-9_-]{1,64}`).
     pub name: String,
-    /// The schema (shared: built once per node).
+    /// The schema as declared (portable: optional fields, descriptions);
+    /// shared, built once per node.
     pub schema: Arc<Value>,
+    /// Its strict form, for providers with a strict mode (built once with
+    /// the schema, see [`strict`]).
+    #[serde(skip)]
+    pub strict: Arc<strict::StrictSchema>,
+}
+
+impl JsonSchemaFormat {
+    /// A format named `name` for `schema`, with its strict form.
+    pub fn new(name: impl Into<String>, schema: Value) -> Self {
+        Self {
+            name: name.into(),
+            strict: Arc::new(strict::StrictSchema::of(&schema)),
+            schema: Arc::new(schema),
+        }
+    }
+
+    /// An answer as the declared schema has it: the `null`s a strict
+    /// provider sends for optional fields become absent fields.
+    pub fn restore(&self, answer: &mut Value) {
+        if self.strict.schema().is_some() {
+            strict::restore_absent(&self.schema, answer);
+        }
+    }
 }
 
 /// A request to a model.
@@ -117,6 +146,11 @@ pub struct ChatRequest {
     /// Sequences that end the generation.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub stop: Vec<String>,
+    /// How hard a reasoning model thinks (`none`, `minimal`, `low`,
+    /// `medium`, `high`, …); wins over the role's. Left out for models
+    /// without reasoning.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reasoning_effort: Option<String>,
 }
 
 impl ChatRequest {
@@ -319,6 +353,19 @@ pub trait ChatModel: Send + Sync + fmt::Debug {
     /// growing one request instead of copying it per call; implementations
     /// that need it later (for retries) copy what they need.
     fn stream(&self, request: &ChatRequest) -> ChunkStream;
+
+    /// Where and how the model is served, for people (`stategraph doctor`):
+    /// API, family, endpoint.
+    fn describe(&self) -> String {
+        self.name().to_owned()
+    }
+
+    /// What the provider's and the family's rules change in `request`
+    /// before it is sent (one line each; none for most models).
+    fn adjustments(&self, request: &ChatRequest) -> Vec<String> {
+        let _ = request;
+        Vec::new()
+    }
 }
 
 /// Models by role (`chat`, `routing`, …). Roles without their own model use

@@ -285,7 +285,6 @@ impl ChatModel for OfflineModel {
 mod tests {
     use super::*;
     use crate::llm::JsonSchemaFormat;
-    use std::sync::Arc;
 
     #[tokio::test]
     async fn structured_answers_satisfy_the_schema_and_pick_by_keyword() {
@@ -293,12 +292,12 @@ mod tests {
             messages: vec![ChatMessage::User {
                 content: "Please research the latest EV sales".into(),
             }],
-            response_format: Some(JsonSchemaFormat {
-                name: "route".into(),
-                schema: Arc::new(json!({"type": "object", "properties": {
+            response_format: Some(JsonSchemaFormat::new(
+                "route",
+                json!({"type": "object", "properties": {
                     "intent": {"type": "string", "enum": ["QUICK_ANSWER", "RESEARCH"]},
-                    "missing_slots": {"type": "array", "items": {"type": "string"}}}})),
-            }),
+                    "missing_slots": {"type": "array", "items": {"type": "string"}}}}),
+            )),
             ..Default::default()
         };
         let chunks: Vec<_> = OfflineModel::default().stream(&req).collect().await;

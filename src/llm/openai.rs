@@ -31,16 +31,21 @@ use std::time::Duration;
 use async_openai::config::{Config as _, OpenAIConfig};
 use async_openai::error::{OpenAIError, StreamError};
 use async_openai::middleware::{HttpRequestFactory, ReqwestService};
-use eventsource_stream::EventStream;
+use eventsource_stream::{Event, EventStream};
 use futures::StreamExt;
 use futures::stream::BoxStream;
+use reqwest::header::{HeaderMap, HeaderValue};
 use serde_json::{Map, Value};
 use tokio::time::Instant;
 use tower::{Layer, ServiceExt};
 
+use super::profile::{Api, ModelRules, Price, Structured};
+use super::spans::GenAiSpan;
 use super::{ChatModel, ChatRequest, ChunkStream, LlmChunk, LlmError};
 use retry::{Attempts, HttpFailure, RetryLayer};
 use wire::{ChunkParser, WireChunk, WireRequest};
+
+pub(crate) use wire::{ErrorInfo, StreamFault};
 
 pub(crate) use wire::RESERVED_FIELDS;
 
@@ -114,6 +119,12 @@ pub struct EndpointSettings {
     pub timeouts: Timeouts,
     /// Retries.
     pub retry: RetryPolicy,
+    /// The API it speaks.
+    pub api: Api,
+    /// Azure's `api-version` (with it, requests go to the deployment URL
+    /// `{base}/openai/deployments/{model}/chat/completions`; without it, to
+    /// Azure's v1 path `{base}/chat/completions`).
+    pub api_version: Option<String>,
 }
 
 impl fmt::Debug for EndpointSettings {
@@ -123,6 +134,8 @@ impl fmt::Debug for EndpointSettings {
             .field("api_key", &self.api_key.as_ref().map(|_| "<redacted>"))
             .field("timeouts", &self.timeouts)
             .field("retry", &self.retry)
+            .field("api", &self.api)
+            .field("api_version", &self.api_version)
             .finish()
     }
 }
@@ -173,6 +186,10 @@ struct EndpointInner {
     base_url: String,
     timeouts: Timeouts,
     retry: RetryPolicy,
+    api: Api,
+    api_version: Option<String>,
+    /// The key, for APIs that send it in a header of their own.
+    key: String,
 }
 
 impl fmt::Debug for OpenAiEndpoint {
@@ -217,7 +234,7 @@ impl OpenAiEndpoint {
         // read them from the environment and `unwrap` them into headers.
         let config = OpenAIConfig::new()
             .with_api_base(base_url.clone())
-            .with_api_key(key)
+            .with_api_key(key.clone())
             .with_org_id("")
             .with_project_id("");
         Ok(Self {
@@ -227,6 +244,9 @@ impl OpenAiEndpoint {
                 base_url,
                 timeouts: settings.timeouts,
                 retry: settings.retry,
+                api: settings.api,
+                api_version: settings.api_version,
+                key,
             }),
         })
     }
@@ -236,15 +256,162 @@ impl OpenAiEndpoint {
         &self.inner.base_url
     }
 
+    /// The API the endpoint speaks.
+    pub fn api(&self) -> Api {
+        self.inner.api
+    }
+
+    /// The host requests go to (the `server.address` of spans).
+    pub(crate) fn host(&self) -> &str {
+        let rest = self
+            .inner
+            .base_url
+            .split_once("://")
+            .map_or(self.inner.base_url.as_str(), |(_, r)| r);
+        rest.split(['/', ':']).next().unwrap_or(rest)
+    }
+
     /// A model served by this endpoint.
     pub fn model(&self, name: impl Into<String>) -> OpenAiModel {
+        let name = name.into();
         OpenAiModel {
             endpoint: self.clone(),
-            name: Arc::from(name.into()),
+            rules: Arc::new(ModelRules::new("default", &name, None)),
+            name: Arc::from(name),
             extra: None,
             max_tokens: None,
+            price: None,
         }
     }
+
+    /// Where a chat-completions call for `model` goes, with its headers.
+    fn chat_target(&self, model: &str) -> (String, HeaderMap, Vec<(String, String)>) {
+        let ep = &self.inner;
+        match ep.api {
+            Api::Azure => {
+                let mut headers = HeaderMap::new();
+                if let Ok(v) = HeaderValue::from_str(&ep.key) {
+                    headers.insert("api-key", v);
+                }
+                match &ep.api_version {
+                    Some(version) => (
+                        format!(
+                            "{}/openai/deployments/{model}/chat/completions",
+                            ep.base_url
+                        ),
+                        headers,
+                        vec![("api-version".to_owned(), version.clone())],
+                    ),
+                    None => (
+                        format!("{}/chat/completions", ep.base_url),
+                        headers,
+                        Vec::new(),
+                    ),
+                }
+            }
+            Api::Openai | Api::Anthropic => (
+                ep.config.url("/chat/completions"),
+                ep.config.headers(),
+                Vec::new(),
+            ),
+        }
+    }
+
+    /// The key, for clients that send it in a header of their own.
+    pub(crate) fn key(&self) -> &str {
+        &self.inner.key
+    }
+
+    /// Starts a call of `prepared` on this endpoint (the shared machinery
+    /// of every HTTP model client: retries, deadlines, SSE parsing).
+    pub(crate) fn call(
+        &self,
+        model: Arc<str>,
+        prepared: Prepared,
+        span: GenAiSpan,
+        price: Option<Price>,
+    ) -> ChunkStream {
+        let mut call = Call::new(self.inner.clone(), model, prepared, span);
+        call.price = price;
+        futures::stream::unfold(call, |mut call| async move {
+            call.next().await.map(|item| (item, call))
+        })
+        .boxed()
+    }
+}
+
+/// A request ready to go: where, with which headers and body, and how its
+/// streamed events are read.
+pub(crate) struct Prepared {
+    /// The full URL.
+    pub(crate) url: String,
+    /// Headers besides `content-type`.
+    pub(crate) headers: HeaderMap,
+    /// Query parameters.
+    pub(crate) query: Vec<(String, String)>,
+    /// The JSON body.
+    pub(crate) body: Vec<u8>,
+    /// A fresh parser (one per attempt).
+    pub(crate) parser: Box<dyn Fn() -> Box<dyn EventParser> + Send + Sync>,
+}
+
+/// Reads a provider's SSE events into chunks.
+pub(crate) trait EventParser: Send {
+    /// Reads one event, appending what it carries to `out`; `Ok(true)`
+    /// when the event ends the stream (`[DONE]`).
+    ///
+    /// # Errors
+    /// The event is an error event or malformed.
+    fn push(&mut self, event: &Event, out: &mut Vec<LlmChunk>) -> Result<bool, StreamFault>;
+
+    /// Whether the answer is complete (a finish reason arrived).
+    fn finished(&self) -> bool;
+
+    /// Whether any answer (text, reasoning or a tool call) was produced.
+    fn produced_output(&self) -> bool;
+
+    /// The model the provider says answered, once known.
+    fn response_model(&self) -> Option<&str> {
+        None
+    }
+}
+
+/// OpenAI's chunks: `data: {chat.completion.chunk}` … `data: [DONE]`.
+struct OpenAiEvents(ChunkParser);
+
+impl EventParser for OpenAiEvents {
+    fn push(&mut self, event: &Event, out: &mut Vec<LlmChunk>) -> Result<bool, StreamFault> {
+        if event.data == "[DONE]" {
+            return Ok(true);
+        }
+        if event.event == "keepalive" {
+            return Ok(false);
+        }
+        let chunk = serde_json::from_str::<WireChunk>(&event.data).map_err(|e| StreamFault {
+            message: malformed(&e, &event.data),
+            retryable: true,
+        })?;
+        self.0.push(chunk, out)?;
+        Ok(false)
+    }
+
+    fn finished(&self) -> bool {
+        self.0.finished()
+    }
+
+    fn produced_output(&self) -> bool {
+        self.0.produced_output()
+    }
+
+    fn response_model(&self) -> Option<&str> {
+        self.0.response_model()
+    }
+}
+
+/// The message of a chunk that is not what it should be.
+pub(crate) fn malformed(e: &serde_json::Error, data: &str) -> String {
+    let content: String = data.chars().take(200).collect();
+    format!("malformed chunk ({e}): {content}")
 }
 
 /// A chat model on an OpenAI-compatible endpoint.
@@ -254,6 +421,8 @@ pub struct OpenAiModel {
     name: Arc<str>,
     extra: Option<Arc<Map<String, Value>>>,
     max_tokens: Option<u32>,
+    rules: Arc<ModelRules>,
+    price: Option<Price>,
 }
 
 impl OpenAiModel {
@@ -296,6 +465,40 @@ impl OpenAiModel {
     pub fn extra(&self) -> Option<&Map<String, Value>> {
         self.extra.as_deref()
     }
+
+    /// Prices its calls' usage (see [`Price`]).
+    pub fn with_price(mut self, price: Option<Price>) -> Self {
+        self.price = price;
+        self
+    }
+
+    /// Applies a role's family rules (see [`crate::llm::profile`]).
+    pub fn with_rules(mut self, rules: ModelRules) -> Self {
+        self.rules = Arc::new(rules);
+        self
+    }
+
+    /// The family rules in force.
+    pub fn rules(&self) -> &ModelRules {
+        &self.rules
+    }
+
+    /// The request body a call of `request` sends, and what the family
+    /// rules changed in it.
+    pub fn body(&self, request: &ChatRequest) -> (Value, Vec<String>) {
+        let request = self.capped(request);
+        let (body, changes) =
+            WireRequest::new(&self.name, &request, self.extra.as_deref(), &self.rules);
+        (serde_json::to_value(&body).unwrap_or(Value::Null), changes)
+    }
+
+    fn capped(&self, request: &ChatRequest) -> ChatRequest {
+        let mut request = request.clone();
+        if let Some(cap) = self.max_tokens {
+            request.max_tokens = Some(request.max_tokens.map_or(cap, |m| m.min(cap)));
+        }
+        request
+    }
 }
 
 impl ChatModel for OpenAiModel {
@@ -303,21 +506,57 @@ impl ChatModel for OpenAiModel {
         &self.name
     }
 
+    fn describe(&self) -> String {
+        let family = if self.rules.family_configured {
+            "configured"
+        } else {
+            "detected"
+        };
+        format!(
+            "{} on {} ({}, {} family, {family})",
+            self.name,
+            self.endpoint.base_url(),
+            self.endpoint.api().as_str(),
+            self.rules.family.as_str()
+        )
+    }
+
+    fn adjustments(&self, request: &ChatRequest) -> Vec<String> {
+        self.body(request).1
+    }
+
     fn stream(&self, request: &ChatRequest) -> ChunkStream {
-        let mut request = request.clone();
-        if let Some(cap) = self.max_tokens {
-            request.max_tokens = Some(request.max_tokens.map_or(cap, |m| m.min(cap)));
-        }
-        let call = Call::new(
-            self.endpoint.inner.clone(),
-            Arc::clone(&self.name),
-            self.extra.clone(),
-            request,
-        );
-        futures::stream::unfold(call, |mut call| async move {
-            call.next().await.map(|item| (item, call))
-        })
-        .boxed()
+        let request = self.capped(request);
+        let (body, changes) =
+            WireRequest::new(&self.name, &request, self.extra.as_deref(), &self.rules);
+        self.rules.warn_once(&self.name, &changes);
+        let body = match serde_json::to_vec(&body) {
+            Ok(body) => body,
+            Err(e) => {
+                let e = LlmError::Stream(format!("failed to serialize the request: {e}"));
+                return futures::stream::once(async move { Err(e) }).boxed();
+            }
+        };
+        let (url, headers, query) = self.endpoint.chat_target(&self.name);
+        let forced: Option<Arc<str>> = request
+            .response_format
+            .as_ref()
+            .filter(|_| self.rules.structured == Structured::Tool)
+            .map(|f| Arc::from(f.name.as_str()));
+        let prepared = Prepared {
+            url,
+            headers,
+            query,
+            body,
+            parser: Box::new(move || Box::new(OpenAiEvents(ChunkParser::new(forced.clone())))),
+        };
+        let provider = match self.endpoint.api() {
+            Api::Azure => "azure.ai.openai",
+            _ => "openai",
+        };
+        let span = GenAiSpan::start(provider, &self.name, self.endpoint.host(), &request);
+        self.endpoint
+            .call(Arc::clone(&self.name), prepared, span, self.price)
     }
 }
 
@@ -329,27 +568,29 @@ const AFTER_FINISH_GRACE: Duration = Duration::from_secs(5);
 struct Call {
     endpoint: Arc<EndpointInner>,
     model: Arc<str>,
-    extra: Option<Arc<Map<String, Value>>>,
-    request: ChatRequest,
+    prepared: Arc<Prepared>,
     attempts: Arc<Attempts>,
     total_deadline: Instant,
     first_token_deadline: Instant,
     finish_deadline: Option<Instant>,
-    stream: Option<BoxStream<'static, Result<WireChunk, OpenAIError>>>,
-    parser: ChunkParser,
+    stream: Option<BoxStream<'static, Result<Event, OpenAIError>>>,
+    parser: Box<dyn EventParser>,
     pending: VecDeque<LlmChunk>,
     done: bool,
+    span: GenAiSpan,
+    price: Option<Price>,
 }
 
 impl Call {
     fn new(
         endpoint: Arc<EndpointInner>,
         model: Arc<str>,
-        extra: Option<Arc<Map<String, Value>>>,
-        request: ChatRequest,
+        prepared: Prepared,
+        span: GenAiSpan,
     ) -> Self {
         let now = Instant::now();
         let attempts = Arc::new(Attempts::new(endpoint.retry.attempts));
+        let parser = (prepared.parser)();
         Self {
             total_deadline: after(now, endpoint.timeouts.total),
             first_token_deadline: after(now, endpoint.timeouts.first_token),
@@ -357,13 +598,29 @@ impl Call {
             attempts,
             endpoint,
             model,
-            extra,
-            request,
+            prepared: Arc::new(prepared),
             stream: None,
-            parser: ChunkParser::default(),
+            parser,
             pending: VecDeque::new(),
             done: false,
+            span,
+            price: None,
         }
+    }
+
+    /// The next chunk, error, or the end, recorded on the call's span.
+    async fn next(&mut self) -> Option<Result<LlmChunk, LlmError>> {
+        let mut item = self.next_inner().await;
+        if let (Some(Ok(LlmChunk::Usage(u))), Some(price)) = (&mut item, &self.price) {
+            u.cost_nano_usd = price.cost_nano_usd(u);
+        }
+        if let Some(model) = self.parser.response_model() {
+            self.span.response_model(model);
+        }
+        if let Some(item) = &item {
+            self.span.chunk(item);
+        }
+        item
     }
 
     /// The deadline that applies now, and its name for [`LlmError::Timeout`].
@@ -378,8 +635,7 @@ impl Call {
         }
     }
 
-    /// The next chunk, error, or the end.
-    async fn next(&mut self) -> Option<Result<LlmChunk, LlmError>> {
+    async fn next_inner(&mut self) -> Option<Result<LlmChunk, LlmError>> {
         loop {
             if let Some(chunk) = self.pending.pop_front() {
                 return Some(Ok(chunk));
@@ -392,8 +648,7 @@ impl Call {
                 let opening = open(
                     &self.endpoint,
                     &self.model,
-                    self.extra.as_deref(),
-                    &self.request,
+                    &self.prepared,
                     &self.attempts,
                     deadline,
                 );
@@ -411,16 +666,25 @@ impl Call {
                 Err(_) => return self.fail(LlmError::Timeout(which)),
             };
             let (error, retryable) = match event {
-                Some(Ok(chunk)) => {
+                Some(Ok(event)) => {
                     let mut out = Vec::new();
-                    match self.parser.push(chunk, &mut out) {
-                        Ok(()) => {
+                    match self.parser.push(&event, &mut out) {
+                        Ok(last) => {
                             if self.parser.finished() && self.finish_deadline.is_none() {
                                 self.finish_deadline =
                                     Some(after(Instant::now(), AFTER_FINISH_GRACE));
                             }
                             self.pending.extend(out);
-                            continue;
+                            if !last {
+                                continue;
+                            }
+                            if self.parser.finished() {
+                                return self.end();
+                            }
+                            (
+                                LlmError::Stream("the stream ended before a finish_reason".into()),
+                                true,
+                            )
                         }
                         Err(fault) => (LlmError::Stream(fault.message), fault.retryable),
                     }
@@ -453,7 +717,8 @@ impl Call {
                 "model stream failed before any output; retrying"
             );
             self.stream = None;
-            self.parser = ChunkParser::default();
+            self.pending.clear();
+            self.parser = (self.prepared.parser)();
             tokio::time::sleep(delay).await;
             self.first_token_deadline = after(Instant::now(), self.endpoint.timeouts.first_token);
         }
@@ -490,38 +755,25 @@ fn after(from: Instant, d: Duration) -> Instant {
 async fn open(
     ep: &EndpointInner,
     model: &Arc<str>,
-    extra: Option<&Map<String, Value>>,
-    request: &ChatRequest,
+    prepared: &Arc<Prepared>,
     attempts: &Arc<Attempts>,
     deadline: Instant,
-) -> Result<BoxStream<'static, Result<WireChunk, OpenAIError>>, OpenAIError> {
+) -> Result<BoxStream<'static, Result<Event, OpenAIError>>, OpenAIError> {
     let layer = RetryLayer::new(
         ep.retry.clone(),
         Arc::clone(attempts),
         deadline,
         Arc::clone(model),
     );
-    let body = serde_json::to_vec(&WireRequest::new(model, request, extra))
-        .map_err(|e| OpenAIError::InvalidArgument(format!("failed to serialize request: {e}")))?;
-    let (http, url, headers) = (
-        ep.http.clone(),
-        ep.config.url("/chat/completions"),
-        ep.config.headers(),
-    );
-    let query: Vec<(String, String)> = ep
-        .config
-        .query()
-        .into_iter()
-        .map(|(k, v)| (k.to_owned(), v.to_owned()))
-        .collect();
+    let (http, prepared) = (ep.http.clone(), Arc::clone(prepared));
     // Called once per attempt.
     let factory = HttpRequestFactory::new(move || {
         let request = http
-            .post(&url)
-            .query(&query)
-            .headers(headers.clone())
+            .post(&prepared.url)
+            .query(&prepared.query)
+            .headers(prepared.headers.clone())
             .header(reqwest::header::CONTENT_TYPE, "application/json")
-            .body(body.clone())
+            .body(prepared.body.clone())
             .build();
         async move { request.map_err(OpenAIError::Reqwest) }
     });
@@ -532,28 +784,13 @@ async fn open(
     let bytes = response
         .bytes_stream()
         .map(|r| r.map_err(std::io::Error::other));
-    let events = Box::pin(EventStream::new(bytes));
-    Ok(futures::stream::unfold(events, |mut events| async move {
-        loop {
-            let event = match events.next().await? {
-                Ok(event) => event,
-                Err(e) => {
-                    let e = StreamError::EventStream(e.to_string());
-                    return Some((Err(OpenAIError::StreamError(Box::new(e))), events));
-                }
-            };
-            if event.data == "[DONE]" {
-                return None;
-            }
-            if event.event == "keepalive" {
-                continue;
-            }
-            let chunk = serde_json::from_str::<WireChunk>(&event.data)
-                .map_err(|e| OpenAIError::JSONDeserialize(e, event.data));
-            return Some((chunk, events));
-        }
-    })
-    .boxed())
+    Ok(EventStream::new(bytes)
+        .map(|event| {
+            event.map_err(|e| {
+                OpenAIError::StreamError(Box::new(StreamError::EventStream(e.to_string())))
+            })
+        })
+        .boxed())
 }
 
 /// An error before the stream started.

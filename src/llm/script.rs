@@ -272,7 +272,6 @@ impl ChatModel for ScriptModel {
 mod tests {
     use super::*;
     use crate::llm::{JsonSchemaFormat, LlmChunk};
-    use std::sync::Arc;
 
     fn text(m: &ScriptModel, req: &ChatRequest) -> Result<String, LlmError> {
         let chunks = futures::executor::block_on(m.stream(req).collect::<Vec<_>>());
@@ -319,10 +318,7 @@ rules:
             r#"{"intent":"RESEARCH"}"#
         );
         let mut r = req("You classify", "hello");
-        r.response_format = Some(JsonSchemaFormat {
-            name: "route".into(),
-            schema: Arc::new(serde_json::json!({})),
-        });
+        r.response_format = Some(JsonSchemaFormat::new("route", serde_json::json!({})));
         assert_eq!(text(&m, &r).unwrap(), r#"{"intent":"DIRECT"}"#);
         let paris = req("x", "Paris?");
         assert_eq!(text(&m, &paris).unwrap(), "one");

@@ -25,8 +25,8 @@ use crate::graph::{Reported, SettingDoc};
 use crate::llm::{ChatMessage, ChatRequest, LlmError};
 use crate::state::Patch;
 
-/// `max_tokens`, `temperature`, `stop`.
-pub(super) const GENERATION_SETTINGS: [SettingDoc; 3] = [
+/// `max_tokens`, `temperature`, `stop`, `reasoning_effort`.
+pub(super) const GENERATION_SETTINGS: [SettingDoc; 4] = [
     SettingDoc::new(
         "max_tokens",
         schema::INTEGER,
@@ -38,7 +38,16 @@ pub(super) const GENERATION_SETTINGS: [SettingDoc; 3] = [
         schema::NAMES,
         "up to 4 sequences that end the generation",
     ),
+    SettingDoc::new(
+        "reasoning_effort",
+        r#"{"enum":["none","minimal","low","medium","high","xhigh","max"]}"#,
+        "how hard a reasoning model thinks (wins over the role's; left out for models without reasoning)",
+    ),
 ];
+
+/// The `reasoning_effort` values (OpenAI's; Anthropic maps them to a
+/// thinking budget).
+const EFFORTS: [&str; 7] = ["none", "minimal", "low", "medium", "high", "xhigh", "max"];
 
 /// `on_error`.
 pub(super) const ON_ERROR: SettingDoc = SettingDoc::new(
@@ -53,6 +62,7 @@ pub(super) struct Generation {
     max_tokens: u32,
     temperature: Option<f32>,
     stop: Vec<String>,
+    reasoning_effort: Option<String>,
 }
 
 impl Generation {
@@ -92,10 +102,23 @@ impl Generation {
             Ok(s) => Ok(s.into_iter().map(|x| x.value).collect()),
             Err(r) => Err(r),
         };
+        let effort = match cx.string("reasoning_effort") {
+            Ok(Some(e)) if !EFFORTS.contains(&e.value.as_str()) => {
+                cx.error(
+                    e.loc,
+                    "invalid-setting",
+                    format!("`reasoning_effort` is `{}`", e.value),
+                    Some(format!("write one of {}", EFFORTS.join(", "))),
+                );
+                Err(Reported)
+            }
+            other => other.map(|e| e.map(|e| e.value)),
+        };
         Ok(Self {
             max_tokens: u32::try_from(max_tokens?).unwrap_or(u32::MAX),
             temperature: temperature?,
             stop: stop?,
+            reasoning_effort: effort?,
         })
     }
 
@@ -106,6 +129,7 @@ impl Generation {
             max_tokens: Some(self.max_tokens),
             temperature: self.temperature,
             stop: self.stop.clone(),
+            reasoning_effort: self.reasoning_effort.clone(),
             ..Default::default()
         }
     }

@@ -101,16 +101,16 @@ impl Followup {
         messages.push(ChatMessage::User {
             content: cx.render(&self.prompt)?,
         });
-        let format = JsonSchemaFormat {
-            name: "followups".into(),
-            schema: Arc::new(json!({
+        let format = JsonSchemaFormat::new(
+            "followups",
+            json!({
                 "type": "object",
                 "properties": {"questions": {"type": "array", "minItems": 2, "maxItems": self.count,
                     "items": {"type": "string", "maxLength": 160}}},
                 "required": ["questions"],
                 "additionalProperties": false
-            })),
-        };
+            }),
+        );
         let mut request = self.generation.request(messages);
         request.response_format = Some(format);
         let questions = match cx.llm(&self.roles, 0, &request).await {

@@ -275,9 +275,9 @@ fn intents(cx: &mut BuildCx<'_>) -> Result<Vec<String>, (Vec<String>, Reported)>
 
 /// The structured-output schema of a classification.
 fn schema_for(intents: &[String]) -> JsonSchemaFormat {
-    JsonSchemaFormat {
-        name: "intent_classification".into(),
-        schema: Arc::new(json!({
+    JsonSchemaFormat::new(
+        "intent_classification",
+        json!({
             "type": "object",
             "properties": {
                 "intent": {"type": "string", "enum": intents},
@@ -287,8 +287,8 @@ fn schema_for(intents: &[String]) -> JsonSchemaFormat {
             },
             "required": ["intent", "reasoning", "missing_slots", "detected_language"],
             "additionalProperties": false
-        })),
-    }
+        }),
+    )
 }
 
 impl Node for Router {

@@ -93,9 +93,9 @@ impl Structured {
             }
             return Ok(None);
         };
-        let (answer, mapping) = match &outputs.value {
+        let (answer, mapping, sent) = match &outputs.value {
             SpValue::Map(entries) => {
-                let answer = declared_schema(cx)?;
+                let (answer, sent) = declared_schema(cx)?;
                 let mut exprs = Vec::new();
                 for (field, value) in entries {
                     let id = cx
@@ -106,7 +106,7 @@ impl Structured {
                         cx.value_expr(value, &format!("`outputs.{}`", field.value), &["result"])?;
                     exprs.push((Arc::<str>::from(field.value.as_str()), e));
                 }
-                (answer, Mapping::Exprs(exprs))
+                (answer, Mapping::Exprs(exprs), sent)
             }
             _ => {
                 if let Some(v) = cx.setting("schema") {
@@ -147,14 +147,17 @@ impl Structured {
             }
         };
         cx.default_surface(crate::graph::spec::Surface::Hidden);
-        let schema = answer.json_schema();
+        let format = JsonSchemaFormat::new(schema_name(name), sent);
+        for note in format.strict.notes() {
+            tracing::info!(
+                node = name,
+                "structured output for strict providers: {note}"
+            );
+        }
         Ok(Some(Self {
             answer,
             mapping,
-            format: JsonSchemaFormat {
-                name: schema_name(name),
-                schema: Arc::new(schema),
-            },
+            format,
             retries,
             fallback,
         }))
@@ -226,10 +229,12 @@ impl Structured {
         Some(self.writes(cx, Value::Object(answer)))
     }
 
-    /// The answer as a checked JSON value.
+    /// The answer as a checked JSON value (the `null`s a strict provider
+    /// sends for optional fields read as absent).
     fn parse(&self, text: &str) -> Result<Value, String> {
-        let value: Value = serde_json::from_str(extract_json(text))
+        let mut value: Value = serde_json::from_str(extract_json(text))
             .map_err(|e| format!("not a JSON object ({e})"))?;
+        self.format.restore(&mut value);
         self.answer.check(&value).map_err(|m| m.to_string())?;
         Ok(value)
     }
@@ -264,8 +269,9 @@ fn item(cx: &NodeContext<'_>) -> Vec<(&'static str, minijinja::Value)> {
         .unwrap_or_default()
 }
 
-/// `outputs: [fields]`: the answer is an object of those fields.
-fn field_outputs(cx: &mut BuildCx<'_>) -> Result<(TypeSpec, Mapping), Reported> {
+/// `outputs: [fields]`: the answer is an object of those fields; the
+/// schema sent carries each field's `description`.
+fn field_outputs(cx: &mut BuildCx<'_>) -> Result<(TypeSpec, Mapping, Value), Reported> {
     let names = cx.names("outputs")?;
     if names.is_empty() {
         cx.error(
@@ -278,16 +284,18 @@ fn field_outputs(cx: &mut BuildCx<'_>) -> Result<(TypeSpec, Mapping), Reported> 
     }
     let mut props = Vec::new();
     let mut fields = Vec::new();
+    let mut docs = Vec::new();
     for out in &names {
         let id = cx
             .field(out, "a field", |f| !f.ty.is_messages())
             .ok_or(Reported)?;
         cx.writes(id);
-        let ty = cx
+        let (ty, doc) = cx
             .schema
-            .map(|s| s.spec(id).ty.clone())
-            .unwrap_or_else(TypeSpec::any);
+            .map(|s| (s.spec(id).ty.clone(), s.spec(id).doc.clone()))
+            .unwrap_or_else(|| (TypeSpec::any(), String::new()));
         props.push((out.value.clone(), ty));
+        docs.push(doc);
         fields.push(Arc::<str>::from(out.value.as_str()));
     }
     let required = props.iter().map(|(n, _)| n.clone()).collect();
@@ -296,11 +304,22 @@ fn field_outputs(cx: &mut BuildCx<'_>) -> Result<(TypeSpec, Mapping), Reported> 
         required,
         additional: false,
     });
-    Ok((answer, Mapping::Fields(fields)))
+    let mut sent = answer.json_schema();
+    if let Some(Value::Object(sent_props)) = sent.get_mut("properties") {
+        for (name, doc) in names.iter().zip(docs) {
+            if let (false, Some(Value::Object(p))) =
+                (doc.is_empty(), sent_props.get_mut(&name.value))
+            {
+                p.insert("description".into(), Value::String(doc));
+            }
+        }
+    }
+    Ok((answer, Mapping::Fields(fields), sent))
 }
 
-/// `schema:`, a JSON Schema of an object.
-fn declared_schema(cx: &mut BuildCx<'_>) -> Result<TypeSpec, Reported> {
+/// `schema:`, a JSON Schema of an object: the type answers are checked
+/// against, and the schema as written (descriptions and all) to send.
+fn declared_schema(cx: &mut BuildCx<'_>) -> Result<(TypeSpec, Value), Reported> {
     let Some(v) = cx.setting("schema") else {
         cx.error(
             cx.kind_loc(),
@@ -310,8 +329,9 @@ fn declared_schema(cx: &mut BuildCx<'_>) -> Result<TypeSpec, Reported> {
         );
         return Err(Reported);
     };
-    match TypeSpec::from_json_schema(&v.value.to_json()) {
-        Ok(t) if matches!(t.kind, TypeKind::Object { .. }) => Ok(t),
+    let written = v.value.to_json();
+    match TypeSpec::from_json_schema(&written) {
+        Ok(t) if matches!(t.kind, TypeKind::Object { .. }) => Ok((t, written)),
         Ok(_) => {
             cx.error(
                 v.loc,

@@ -92,6 +92,8 @@ pub struct Metrics {
     node_seconds: Family<Histogram>,
     llm_seconds: Family<Histogram>,
     tokens: Family<AtomicU64>,
+    /// Model cost by graph, in billionths of a US dollar.
+    cost: Family<AtomicU64>,
     tool_calls: Family<AtomicU64>,
     token_delay: Family<Histogram>,
     first_visible: Family<Histogram>,
@@ -172,6 +174,11 @@ impl Metrics {
                         Histogram::new,
                     )
                     .observe(*duration_us as f64 / 1e6);
+                if usage.cost_nano_usd > 0 {
+                    self.cost
+                        .get(vec![("graph", graph.to_owned())], Default::default)
+                        .fetch_add(usage.cost_nano_usd, Ordering::Relaxed);
+                }
                 for (kind, n) in [
                     ("prompt", usage.prompt_tokens),
                     ("completion", usage.completion_tokens),
@@ -247,6 +254,15 @@ impl Metrics {
                     v.load(Ordering::Relaxed)
                 );
             }
+        }
+        let name = "stategraph_llm_cost_usd_total";
+        let _ = writeln!(
+            out,
+            "# HELP {name} Model cost by graph in US dollars, at the configured prices.\n# TYPE {name} counter"
+        );
+        for (labels, v) in self.cost.snapshot() {
+            let dollars = v.load(Ordering::Relaxed) as f64 / 1e9;
+            let _ = writeln!(out, "{name}{} {dollars}", label_text(&labels));
         }
         for (name, help, v) in [
             (

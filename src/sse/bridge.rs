@@ -765,7 +765,8 @@ impl Bridge {
     fn usage_chunk(&self) -> Chunk {
         let counts = |u: &Usage| {
             json!({"promptTokens": u.prompt_tokens, "completionTokens": u.completion_tokens,
-                "cachedTokens": u.cached_tokens, "reasoningTokens": u.reasoning_tokens})
+                "cachedTokens": u.cached_tokens, "reasoningTokens": u.reasoning_tokens,
+                "cacheWriteTokens": u.cache_write_tokens, "cost": u.cost_usd()})
         };
         let nodes: serde_json::Map<String, Value> = self
             .usage
@@ -777,13 +778,19 @@ impl Bridge {
             })
             .collect();
         let mut total = Usage::default();
-        for (_, u) in self.usage.values() {
+        let mut models: Vec<&str> = Vec::new();
+        for (model, u) in self.usage.values() {
             total += *u;
+            if !models.contains(&model.as_str()) {
+                models.push(model);
+            }
         }
+        let mut total = counts(&total);
+        total["models"] = json!(models);
         Chunk::Data {
             name: "usage".into(),
             id: Some("usage".into()),
-            data: json!({"nodes": nodes, "total": counts(&total)}),
+            data: json!({"nodes": nodes, "total": total}),
             transient: false,
         }
     }

@@ -327,7 +327,19 @@ impl ToolRegistry {
         args: Value,
         allowed: &[String],
     ) -> Result<ToolOutcome, ToolError> {
-        let span = tracing::info_span!("tool", tool = %name, outcome = tracing::field::Empty, cached = tracing::field::Empty, duration_ms = tracing::field::Empty);
+        // With the OpenTelemetry GenAI attributes of a tool execution span.
+        let span = tracing::info_span!(
+            "tool",
+            tool = %name,
+            otel.name = %format!("execute_tool {name}"),
+            gen_ai.operation.name = "execute_tool",
+            gen_ai.tool.name = %name,
+            gen_ai.tool.type = "function",
+            outcome = tracing::field::Empty,
+            cached = tracing::field::Empty,
+            duration_ms = tracing::field::Empty,
+            "error.type" = tracing::field::Empty,
+        );
         let started = std::time::Instant::now();
         let result = self
             .call_inner(name, args, allowed)
@@ -346,6 +358,7 @@ impl ToolRegistry {
                 tracing::info!(cached = o.cached, duration_ms, "tool finished");
             }
             Err(e) => {
+                span.record("error.type", e.kind());
                 tracing::warn!(error_type = e.kind(), error = %e, duration_ms, "tool failed")
             }
         });

@@ -20,7 +20,7 @@ fn example_bin() -> PathBuf {
 /// as tests, and a binary left in a build cache shared between clones may
 /// be another checkout's (cargo builds it again here when its sources
 /// differ).
-fn example(name: &str) -> PathBuf {
+pub(crate) fn example(name: &str) -> PathBuf {
     let dir = Path::new(env!("CARGO_BIN_EXE_stategraph"))
         .parent()
         .unwrap();

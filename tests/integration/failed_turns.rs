@@ -32,6 +32,8 @@ const HALF_USAGE: Usage = Usage {
     completion_tokens: 5,
     cached_tokens: 0,
     reasoning_tokens: 0,
+    cache_write_tokens: 0,
+    cost_nano_usd: 0,
 };
 
 /// An answer node that fails the run when its model fails.

@@ -25,6 +25,8 @@ const CALL: Usage = Usage {
     completion_tokens: 100,
     cached_tokens: 0,
     reasoning_tokens: 0,
+    cache_write_tokens: 0,
+    cost_nano_usd: 0,
 };
 
 /// A model that answers every call with a short text and [`CALL`] usage.

@@ -28,6 +28,7 @@ mod limits;
 mod mcp;
 mod memory;
 mod openai_client;
+mod providers;
 mod replay;
 mod research;
 mod server;

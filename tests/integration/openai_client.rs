@@ -198,6 +198,7 @@ impl Mock {
                 max_backoff: Duration::from_millis(50),
                 max_retry_after: Duration::from_secs(2),
             },
+            ..Default::default()
         }
     }
 
@@ -426,13 +427,11 @@ async fn sends_the_request_body_with_tools_schema_and_stream_options() {
             parameters: params.clone().into(),
             partition: None,
         }],
-        response_format: Some(JsonSchemaFormat {
-            name: "place".into(),
-            schema: schema.clone().into(),
-        }),
+        response_format: Some(JsonSchemaFormat::new("place", schema.clone())),
         temperature: Some(0.25),
         max_tokens: Some(100),
         stop: vec!["END".into()],
+        reasoning_effort: None,
     };
     let out = run(&mock.model(), request).await;
     assert_eq!(text_of(&out), "{\"city\":\"Paris\"}");
@@ -807,6 +806,7 @@ async fn connection_refused_is_a_connect_error() {
             backoff: Duration::from_millis(10),
             ..Default::default()
         },
+        ..Default::default()
     };
     let started = Instant::now();
     let out = run(&OpenAiModel::new(settings, "m").unwrap(), ask("hi")).await;

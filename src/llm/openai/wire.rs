@@ -13,7 +13,8 @@ use serde::{Deserialize, Serialize, Serializer};
 use serde_json::{Map, Value};
 
 use crate::events::Usage;
-use crate::llm::{ChatMessage, ChatRequest, LlmChunk};
+use crate::llm::profile::{Family, ModelRules, REASONING_REFUSES, Structured};
+use crate::llm::{ChatMessage, ChatRequest, JsonSchemaFormat, LlmChunk};
 
 /// The request body (`POST {base}/chat/completions`), borrowing the request.
 #[derive(Debug, Serialize)]
@@ -25,11 +26,17 @@ pub(super) struct WireRequest<'a> {
     #[serde(skip_serializing_if = "Vec::is_empty")]
     tools: Vec<WireTool<'a>>,
     #[serde(skip_serializing_if = "Option::is_none")]
+    tool_choice: Option<Value>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     response_format: Option<ResponseFormat<'a>>,
     #[serde(skip_serializing_if = "Option::is_none")]
     temperature: Option<f32>,
     #[serde(skip_serializing_if = "Option::is_none")]
     max_tokens: Option<u32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    max_completion_tokens: Option<u32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    reasoning_effort: Option<&'a str>,
     #[serde(skip_serializing_if = "<[String]>::is_empty")]
     stop: &'a [String],
     /// The model's extra fields, minus those written above.
@@ -50,20 +57,23 @@ pub(crate) const RESERVED_FIELDS: &[&str] = &[
 ];
 
 /// A model's extra body fields, serialized without the ones the request
-/// sets itself, so no key is ever written twice.
+/// sets itself or the model's family refuses, so no key is ever written
+/// twice and none is sent that the model answers with a 400.
 #[derive(Debug)]
 struct Extra<'a> {
     fields: Option<&'a Map<String, Value>>,
     temperature: bool,
     max_tokens: bool,
     stop: bool,
+    refused: &'static [&'static str],
 }
 
 impl Extra<'_> {
     fn keeps(&self, key: &str) -> bool {
         !(RESERVED_FIELDS.contains(&key)
+            || self.refused.contains(&key)
             || (self.temperature && key == "temperature")
-            || (self.max_tokens && key == "max_tokens")
+            || (self.max_tokens && matches!(key, "max_tokens" | "max_completion_tokens"))
             || (self.stop && key == "stop"))
     }
 }
@@ -90,6 +100,11 @@ struct StreamOptions {
 enum WireMessage<'a> {
     System {
         content: &'a str,
+    },
+    /// Instructions the client adds (the schema, in `json_object` mode).
+    #[serde(rename = "system")]
+    Instructions {
+        content: String,
     },
     User {
         content: &'a str,
@@ -150,12 +165,15 @@ struct WireFunction<'a> {
     description: &'a str,
     #[serde(skip_serializing_if = "Value::is_null")]
     parameters: &'a Value,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    strict: Option<bool>,
 }
 
 #[derive(Debug, Serialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
 enum ResponseFormat<'a> {
     JsonSchema { json_schema: JsonSchema<'a> },
+    JsonObject,
 }
 
 #[derive(Debug, Serialize)]
@@ -165,17 +183,28 @@ struct JsonSchema<'a> {
     strict: bool,
 }
 
+/// The schema to send for a format, and whether it is strict.
+fn sendable_schema(format: &JsonSchemaFormat) -> (&Value, bool) {
+    match format.strict.schema() {
+        Some(strict) => (strict, true),
+        None => (&format.schema, false),
+    }
+}
+
 impl<'a> WireRequest<'a> {
-    /// The streaming request for `model`; usage is always asked for.
-    /// `extra` fields (the model's configured ones) fill in what the
-    /// request leaves unset.
+    /// The streaming request for `model` under its family's `rules`; usage
+    /// is always asked for. `extra` fields (the model's configured ones)
+    /// fill in what the request leaves unset. Also returns what the rules
+    /// changed (for the one warning per role and model).
     pub(super) fn new(
         model: &'a str,
         request: &'a ChatRequest,
         extra: Option<&'a Map<String, Value>>,
-    ) -> Self {
-        let messages = request.messages.iter().map(WireMessage::from).collect();
-        let tools = request
+        rules: &'a ModelRules,
+    ) -> (Self, Vec<String>) {
+        let mut messages: Vec<WireMessage<'a>> =
+            request.messages.iter().map(WireMessage::from).collect();
+        let mut tools: Vec<WireTool<'a>> = request
             .tools
             .iter()
             .map(|t| WireTool {
@@ -184,21 +213,103 @@ impl<'a> WireRequest<'a> {
                     name: &t.name,
                     description: &t.description,
                     parameters: &t.parameters,
+                    strict: None,
                 },
             })
             .collect();
-        let response_format =
-            request
-                .response_format
-                .as_ref()
-                .map(|f| ResponseFormat::JsonSchema {
-                    json_schema: JsonSchema {
-                        name: &f.name,
-                        schema: &f.schema,
-                        strict: true,
-                    },
-                });
-        Self {
+        let (mut response_format, mut tool_choice) = (None, None);
+        if let Some(f) = &request.response_format {
+            let (schema, strict) = sendable_schema(f);
+            match rules.structured {
+                Structured::JsonSchema => {
+                    response_format = Some(ResponseFormat::JsonSchema {
+                        json_schema: JsonSchema {
+                            name: &f.name,
+                            schema,
+                            strict,
+                        },
+                    });
+                }
+                Structured::JsonObject => {
+                    response_format = Some(ResponseFormat::JsonObject);
+                    messages.insert(0, WireMessage::Instructions {
+                        content: format!(
+                            "Answer with one JSON object matching this JSON Schema, and nothing else:\n{}",
+                            f.schema
+                        ),
+                    });
+                }
+                Structured::Tool => {
+                    tools.push(WireTool {
+                        r#type: "function",
+                        function: WireFunction {
+                            name: &f.name,
+                            description: "Give the answer (the arguments are the answer).",
+                            parameters: schema,
+                            strict: Some(strict),
+                        },
+                    });
+                    tool_choice = Some(serde_json::json!(
+                        {"type": "function", "function": {"name": f.name}}
+                    ));
+                }
+            }
+        }
+        let mut changes = Vec::new();
+        let reasoning = rules.family == Family::Reasoning;
+        let effort = request
+            .reasoning_effort
+            .as_deref()
+            .or(rules.reasoning_effort.as_deref());
+        let (max_tokens, max_completion_tokens) = if reasoning {
+            let with_budget = request
+                .max_tokens
+                .map(|m| m.saturating_add(rules.reasoning_budget));
+            if request.max_tokens.is_some() {
+                changes.push(format!(
+                    "`max_tokens` sent as `max_completion_tokens` (+{} for reasoning)",
+                    rules.reasoning_budget
+                ));
+            }
+            (None, with_budget)
+        } else {
+            (request.max_tokens, None)
+        };
+        let mut dropped: Vec<&str> = Vec::new();
+        if reasoning {
+            if request.temperature.is_some() {
+                dropped.push("temperature");
+            }
+            if !request.stop.is_empty() {
+                dropped.push("stop");
+            }
+            for k in extra.into_iter().flat_map(|e| e.keys()) {
+                if REASONING_REFUSES.contains(&k.as_str()) && !dropped.contains(&k.as_str()) {
+                    dropped.push(k);
+                }
+            }
+        } else if effort.is_some() {
+            dropped.push("reasoning_effort");
+        }
+        if !dropped.is_empty() {
+            changes.push(format!(
+                "left out what a {} model refuses: {}",
+                rules.family.as_str(),
+                dropped.join(", ")
+            ));
+        }
+        let request_wins = Extra {
+            fields: extra,
+            temperature: request.temperature.is_some(),
+            max_tokens: request.max_tokens.is_some() || reasoning,
+            stop: !request.stop.is_empty(),
+            refused: if reasoning {
+                REASONING_REFUSES
+            } else {
+                &["reasoning_effort"]
+            },
+        };
+        let body = Self {
             model,
             messages,
             stream: true,
@@ -206,17 +317,16 @@ impl<'a> WireRequest<'a> {
                 include_usage: true,
             },
             tools,
+            tool_choice,
             response_format,
-            temperature: request.temperature,
-            max_tokens: request.max_tokens,
-            stop: &request.stop,
-            extra: Extra {
-                fields: extra,
-                temperature: request.temperature.is_some(),
-                max_tokens: request.max_tokens.is_some(),
-                stop: !request.stop.is_empty(),
-            },
-        }
+            temperature: request.temperature.filter(|_| !reasoning),
+            max_tokens,
+            max_completion_tokens,
+            reasoning_effort: effort.filter(|_| reasoning),
+            stop: if reasoning { &[] } else { &request.stop },
+            extra: request_wins,
+        };
+        (body, changes)
     }
 }
 
@@ -276,6 +386,7 @@ fn sendable_arguments(arguments: &str) -> &str {
 #[derive(Debug, Default, Deserialize)]
 #[serde(default)]
 pub(super) struct WireChunk {
+    model: Option<String>,
     choices: Option<Vec<WireChoice>>,
     usage: Option<WireUsage>,
     /// OpenAI-style `{"error": {...}}`.
@@ -340,9 +451,9 @@ struct WireTokenDetails {
 
 /// What an error object (an HTTP error body or a mid-stream error event) says.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(super) struct ErrorInfo {
+pub(crate) struct ErrorInfo {
     /// The human-readable message.
-    pub(super) message: String,
+    pub(crate) message: String,
     /// `type` or string `code`, e.g. `rate_limit_exceeded`.
     kind: Option<String>,
     /// A numeric `code`, as vLLM-style servers send.
@@ -352,7 +463,7 @@ pub(super) struct ErrorInfo {
 impl ErrorInfo {
     /// Reads an error object: `{"error":{message,type,code}}`, `{"error":"…"}`,
     /// `{"object":"error","message":…,"code":400}` or `{"detail":…}`.
-    pub(super) fn from_value(v: &Value) -> Self {
+    pub(crate) fn from_value(v: &Value) -> Self {
         let obj = v.get("error").filter(|e| !e.is_null()).unwrap_or(v);
         let text = |x: &Value| match x {
             Value::String(s) => Some(s.clone()),
@@ -427,7 +538,7 @@ impl ErrorInfo {
     }
 
     /// Whether asking again could help (for error events in a stream).
-    pub(super) fn is_retryable(&self) -> bool {
+    pub(crate) fn is_retryable(&self) -> bool {
         let permanent_status = self
             .status
             .is_some_and(|s| (400..500).contains(&s) && !matches!(s, 408 | 409 | 429));
@@ -463,11 +574,11 @@ fn http_reason(status: u16) -> &'static str {
 
 /// A stream that went wrong: the server sent an error event.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(super) struct StreamFault {
+pub(crate) struct StreamFault {
     /// What the server said.
-    pub(super) message: String,
+    pub(crate) message: String,
     /// Whether a new attempt could succeed.
-    pub(super) retryable: bool,
+    pub(crate) retryable: bool,
 }
 
 /// Tool call fragments seen so far for one index.
@@ -476,6 +587,8 @@ struct ToolSlot {
     index: u32,
     id: Option<String>,
     started: bool,
+    /// A call of the forced answer tool: its arguments are the answer text.
+    answer: bool,
     /// Arguments that arrived before the name (emitted once it does).
     pending_args: String,
 }
@@ -486,9 +599,27 @@ pub(super) struct ChunkParser {
     slots: Vec<ToolSlot>,
     finished: bool,
     output: bool,
+    /// The tool whose arguments are the answer (structured output through
+    /// a forced tool call).
+    answer_tool: Option<std::sync::Arc<str>>,
+    /// The model the chunks name.
+    model: Option<String>,
 }
 
 impl ChunkParser {
+    /// A parser; calls of `answer_tool` become answer text.
+    pub(super) fn new(answer_tool: Option<std::sync::Arc<str>>) -> Self {
+        Self {
+            answer_tool,
+            ..Self::default()
+        }
+    }
+
+    /// The model the chunks name, once one did.
+    pub(super) fn response_model(&self) -> Option<&str> {
+        self.model.as_deref()
+    }
+
     /// Whether a `finish_reason` has arrived.
     pub(super) fn finished(&self) -> bool {
         self.finished
@@ -510,6 +641,9 @@ impl ChunkParser {
     ) -> Result<(), StreamFault> {
         if let Some(fault) = chunk_error(&chunk) {
             return Err(fault);
+        }
+        if self.model.is_none() {
+            self.model = chunk.model.filter(|m| !m.is_empty());
         }
         let start = out.len();
         // Only the first choice: requests never ask for `n > 1`.
@@ -540,6 +674,8 @@ impl ChunkParser {
                     .completion_tokens_details
                     .and_then(|d| d.reasoning_tokens)
                     .unwrap_or(0),
+                cache_write_tokens: 0,
+                cost_nano_usd: 0,
             }));
         }
         self.output |= out[start..].iter().any(crate::llm::fallback::is_answer);
@@ -600,6 +736,7 @@ impl ChunkParser {
                     index,
                     id: None,
                     started: false,
+                    answer: false,
                     pending_args: String::new(),
                 });
                 self.slots.len() - 1
@@ -623,22 +760,23 @@ impl ChunkParser {
             }
             if let Some(name) = name {
                 slot.started = true;
-                out.push(LlmChunk::ToolCallStart {
-                    index,
-                    id: slot.id.clone().unwrap_or_default(),
-                    name,
-                });
-                if !slot.pending_args.is_empty() {
-                    out.push(LlmChunk::ToolCallArgs {
+                slot.answer = self.answer_tool.as_deref() == Some(name.as_str());
+                if !slot.answer {
+                    out.push(LlmChunk::ToolCallStart {
                         index,
-                        delta: std::mem::take(&mut slot.pending_args),
+                        id: slot.id.clone().unwrap_or_default(),
+                        name,
                     });
+                }
+                if !slot.pending_args.is_empty() {
+                    let delta = std::mem::take(&mut slot.pending_args);
+                    out.push(args_chunk(slot, delta));
                 }
             }
         }
         if !args.is_empty() {
             if slot.started {
-                out.push(LlmChunk::ToolCallArgs { index, delta: args });
+                out.push(args_chunk(slot, args));
             } else {
                 slot.pending_args.push_str(&args);
             }
@@ -654,6 +792,18 @@ impl ChunkParser {
                     delta: std::mem::take(&mut slot.pending_args),
                 });
             }
+        }
+    }
+}
+
+/// Argument text of a call: the answer itself for the forced answer tool.
+fn args_chunk(slot: &ToolSlot, delta: String) -> LlmChunk {
+    if slot.answer {
+        LlmChunk::Text(delta)
+    } else {
+        LlmChunk::ToolCallArgs {
+            index: slot.index,
+            delta,
         }
     }
 }
@@ -728,15 +878,14 @@ mod tests {
                 parameters: Value::Null.into(),
                 partition: None,
             }],
-            response_format: Some(JsonSchemaFormat {
-                name: "out".into(),
-                schema: json!({"type": "object"}).into(),
-            }),
+            response_format: Some(JsonSchemaFormat::new("out", json!({"type": "object"}))),
             temperature: None,
             max_tokens: Some(5),
             stop: vec!["\n\n".into()],
+            reasoning_effort: None,
         };
-        let v = serde_json::to_value(WireRequest::new("m", &req, None)).unwrap();
+        let rules = ModelRules::default();
+        let v = serde_json::to_value(WireRequest::new("m", &req, None, &rules).0).unwrap();
         assert_eq!(
             v,
             json!({
@@ -751,7 +900,8 @@ mod tests {
                 "stream": true,
                 "stream_options": {"include_usage": true},
                 "tools": [{"type": "function", "function": {"name": "now"}}],
-                "response_format": {"type": "json_schema", "json_schema": {"name": "out", "schema": {"type": "object"}, "strict": true}},
+                // A free-form object cannot be strict: it goes with `strict: false`.
+                "response_format": {"type": "json_schema", "json_schema": {"name": "out", "schema": {"type": "object"}, "strict": false}},
                 "max_tokens": 5,
                 "stop": ["\n\n"],
             })
@@ -790,7 +940,8 @@ mod tests {
             ..Default::default()
         };
         let body = |req: &ChatRequest| {
-            serde_json::to_string(&WireRequest::new("m", req, Some(&extra))).unwrap()
+            let rules = ModelRules::default();
+            serde_json::to_string(&WireRequest::new("m", req, Some(&extra), &rules).0).unwrap()
         };
         let text = body(&req);
         let v: Value = serde_json::from_str(&text).unwrap();
@@ -875,6 +1026,8 @@ mod tests {
                     completion_tokens: 2,
                     cached_tokens: 2,
                     reasoning_tokens: 1,
+                    cache_write_tokens: 0,
+                    cost_nano_usd: 0,
                 }),
             ]
         );

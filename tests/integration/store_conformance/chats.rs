@@ -335,6 +335,8 @@ pub(super) async fn usage_is_summed_per_user_since_a_time(store: Arc<dyn Store>)
         completion_tokens: c,
         cached_tokens: 0,
         reasoning_tokens: 0,
+        cache_write_tokens: 0,
+        cost_nano_usd: 0,
     };
     assert_eq!(
         store.usage_since("alice", 0).await.unwrap(),

@@ -375,6 +375,8 @@ fn every_kind() -> Vec<EventKind> {
                 completion_tokens: 3,
                 cached_tokens: 0,
                 reasoning_tokens: 0,
+                cache_write_tokens: 0,
+                cost_nano_usd: 0,
             },
         },
         EventKind::Thinking {

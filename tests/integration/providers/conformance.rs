@@ -1,0 +1,260 @@
+//! Every shipped graph and every example, run by the real binary (`run
+//! GRAPH MESSAGE --json --no-store`) against every provider profile's
+//! emulator: OpenAI classic (gpt-4o-mini), OpenAI reasoning (gpt-5.1),
+//! Azure (a deployment whose name hides its reasoning family, so the
+//! config names it) and Anthropic (with extended thinking on). Each run
+//! must finish with zero rejected requests, no failed model call and no
+//! structured node taking its fallback.
+//!
+//! The graphs run without their external tools (no MCP server, search
+//! engine or SQL source is configured): what is checked is every model
+//! request they make, and a structured answer each node accepts.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use serde_json::Value;
+
+use super::emulator::Emulator;
+use crate::support::root;
+
+/// The `[llm]` table of a profile.
+fn profile(emu: &Emulator, name: &str) -> String {
+    let endpoint = match name {
+        "openai-classic" => format!(
+            "base_url = \"{}\"\napi_key = \"sk-test\"",
+            emu.url("openai")
+        ),
+        "openai-reasoning" => format!(
+            "base_url = \"{}\"\napi_key = \"sk-test\"",
+            emu.url("openai")
+        ),
+        "azure" => format!(
+            "api = \"azure\"\nbase_url = \"{}\"\napi_key = \"az\"\napi_version = \"2025-04-01-preview\"",
+            emu.url("azure")
+        ),
+        _ => format!(
+            "api = \"anthropic\"\nbase_url = \"{}\"\napi_key = \"sk-ant\"",
+            emu.url("anthropic")
+        ),
+    };
+    let role = match name {
+        "openai-classic" => "model = \"gpt-4o-mini\"",
+        "openai-reasoning" => "model = \"gpt-5.1\"",
+        "azure" => "model = \"reasoning-prod\"\nfamily = \"reasoning\"",
+        _ => "model = \"claude-sonnet-4-5\"\nthinking_budget = 1024",
+    };
+    format!(
+        "[llm.endpoints.default]\n{endpoint}\n[llm.retry]\nattempts = 1\n[llm.roles.default]\n{role}\n"
+    )
+}
+
+const PROFILES: [&str; 4] = ["openai-classic", "openai-reasoning", "azure", "anthropic"];
+
+/// What runs: (binary, its graph and prompt directories, graph, message).
+fn targets() -> Vec<(PathBuf, Option<PathBuf>, &'static str, &'static str)> {
+    let bin = PathBuf::from(env!("CARGO_BIN_EXE_stategraph"));
+    let mut out = vec![
+        (
+            bin.clone(),
+            None,
+            "chat",
+            "What was the GDP growth of Kenya in 2022?",
+        ),
+        (
+            bin.clone(),
+            None,
+            "research",
+            "How efficient are heat pumps?",
+        ),
+        (bin.clone(), None, "analyst", "Which region sold the most?"),
+        (
+            bin.clone(),
+            None,
+            "assistant",
+            "Show me the open invoices of ACME",
+        ),
+    ];
+    for (example, graph, message) in [
+        (
+            "custom_kind",
+            "feedback",
+            "The upload is broken and support was slow",
+        ),
+        ("approval", "approval", "delete record 42"),
+    ] {
+        out.push((
+            crate::apps::example(example),
+            Some(root().join("examples").join(example)),
+            graph,
+            message,
+        ));
+    }
+    out
+}
+
+fn run(
+    bin: &Path,
+    dirs: Option<&Path>,
+    config: &Path,
+    graph: &str,
+    message: &str,
+) -> (bool, Vec<Value>, String) {
+    let mut cmd = Command::new(bin);
+    cmd.arg("--config").arg(config);
+    if let Some(d) = dirs {
+        cmd.arg("--graphs")
+            .arg(d.join("graphs"))
+            .arg("--prompts")
+            .arg(d.join("prompts"));
+    } else {
+        cmd.arg("--graphs")
+            .arg(root().join("graphs"))
+            .arg("--prompts")
+            .arg(root().join("prompts"));
+    }
+    let out = cmd
+        .args(["run", graph, message, "--json", "--no-store"])
+        .current_dir(config.parent().unwrap())
+        .env_remove("OPENAI_API_KEY")
+        .env_remove("OPENAI_BASE_URL")
+        .env_remove("ANTHROPIC_API_KEY")
+        .env_remove("STATEGRAPH_MODEL")
+        .env_remove("DATABASE_URL")
+        .output()
+        .unwrap();
+    let events = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .collect();
+    (
+        out.status.success(),
+        events,
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn every_shipped_graph_and_example_runs_against_every_profile() {
+    let dir = tempfile::tempdir().unwrap();
+    let targets = tokio::task::spawn_blocking(targets).await.unwrap();
+    let mut report = Vec::new();
+    for name in PROFILES {
+        let emu = Emulator::start().await;
+        let config = dir.path().join(format!("{name}.toml"));
+        std::fs::write(&config, profile(&emu, name)).unwrap();
+        for (bin, dirs, graph, message) in &targets {
+            let before = emu.received().len();
+            let (bin, dirs, config2, graph2, message2) =
+                (bin.clone(), dirs.clone(), config.clone(), *graph, *message);
+            let (ok, events, stderr) = tokio::task::spawn_blocking(move || {
+                run(&bin, dirs.as_deref(), &config2, graph2, message2)
+            })
+            .await
+            .unwrap();
+            let calls = emu.received().len() - before;
+            let kind = |e: &Value| e["event"]["type"].as_str().unwrap_or_default().to_owned();
+            let failed: Vec<&Value> = events.iter().filter(|e| kind(e) == "llm_failed").collect();
+            let fallbacks: Vec<&Value> = events
+                .iter()
+                .filter(|e| kind(e) == "thinking")
+                .filter(|e| e.to_string().contains("stayed invalid"))
+                .collect();
+            let finished = events.iter().filter(|e| kind(e) == "llm_finished").count();
+            assert!(ok, "{name}/{graph}: the run did not finish\n{stderr}");
+            assert!(
+                failed.is_empty(),
+                "{name}/{graph}: failed model calls {failed:?}\n{stderr}"
+            );
+            assert!(
+                fallbacks.is_empty(),
+                "{name}/{graph}: structured fallbacks {fallbacks:?}"
+            );
+            assert!(
+                calls > 0,
+                "{name}/{graph}: no model call reached the emulator\n{stderr}"
+            );
+            assert_eq!(
+                finished, calls,
+                "{name}/{graph}: every request answered\n{stderr}"
+            );
+            report.push(format!(
+                "{name}/{graph}: {calls} model calls, run finished: {ok}"
+            ));
+        }
+        let rejected = emu.rejected();
+        assert!(
+            rejected.is_empty(),
+            "{name}: rejected requests {rejected:#?}"
+        );
+    }
+    eprintln!("{}", report.join("\n"));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn doctor_reports_every_capability_for_every_profile() {
+    let dir = tempfile::tempdir().unwrap();
+    for name in PROFILES {
+        let emu = Emulator::start().await;
+        let config = dir.path().join(format!("{name}.toml"));
+        std::fs::write(&config, profile(&emu, name)).unwrap();
+        let out = tokio::task::spawn_blocking(move || {
+            Command::new(env!("CARGO_BIN_EXE_stategraph"))
+                .arg("--config")
+                .arg(&config)
+                .arg("doctor")
+                .env_remove("OPENAI_API_KEY")
+                .env_remove("OPENAI_BASE_URL")
+                .env_remove("STATEGRAPH_MODEL")
+                .output()
+                .unwrap()
+        })
+        .await
+        .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success(),
+            "{name}: {text}\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        for probe in ["answers and streams", "calls tools", "structured output"] {
+            assert!(
+                text.lines()
+                    .any(|l| l.trim_start().starts_with("ok") && l.contains(probe)),
+                "{name}: {probe}\n{text}"
+            );
+        }
+        if name == "openai-reasoning" {
+            assert!(
+                text.contains("`max_tokens` sent as `max_completion_tokens`"),
+                "{text}"
+            );
+            assert!(
+                text.contains("left out what a reasoning model refuses: temperature"),
+                "{text}"
+            );
+        }
+        assert!(emu.rejected().is_empty(), "{name}: {:?}", emu.rejected());
+    }
+    // A broken endpoint is reported, with a failing exit code.
+    let config = dir.path().join("down.toml");
+    std::fs::write(
+        &config,
+        "[llm.endpoints.default]\nbase_url = \"http://127.0.0.1:9/v1\"\n[llm.retry]\nattempts = 1\n",
+    )
+    .unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_stategraph"))
+        .arg("--config")
+        .arg(&config)
+        .arg("doctor")
+        .env_remove("OPENAI_API_KEY")
+        .env_remove("OPENAI_BASE_URL")
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(!out.status.success(), "{text}");
+    assert!(
+        text.contains("FAIL answers and streams") && text.contains("unreachable"),
+        "{text}"
+    );
+}
