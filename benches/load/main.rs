@@ -26,7 +26,11 @@
 //! 2. `throughput`: the offline model with no delay, RESEARCH path, many
 //!    clients in a loop for a fixed time. Target: sustained ≥ 1,000 chats/s.
 //!
-//! 3. `report`: every figure of the performance issue in one run, for
+//! 3. `afterload` (`afterload.rs`): 200 connections for 60 s, dropped
+//!    mid-stream, then the RSS while idle for 120 s: back within 1.5× of
+//!    idle 30 s after the load and staying there; no run left running.
+//!
+//! 4. `report`: every figure of the performance issue in one run, for
 //!    comparing commits — paced chats with both models (token delay
 //!    p50/p99/p99.9, peak RSS, RSS 30 s after the load against the idle
 //!    baseline), throughput on SQLite (chats/s, server CPU per chat) and
@@ -34,7 +38,7 @@
 //!    the same way), each with the machine's load average, since on a
 //!    shared 2-core machine every figure moves with it.
 //!
-//! Arguments: `paced`, `throughput` (default both), `report`; `--chats N`,
+//! Arguments: `paced`, `throughput` (default both), `afterload`, `report`; `--chats N`,
 //! `--seconds S`, `--clients C`, `--store memory|sqlite|postgres`,
 //! `--model http|offline`, `--ramp MS` (chats start spread evenly over this
 //! time; default 1000, 0 starts them all at once); for `paced`, `--settle`
@@ -55,6 +59,7 @@
     clippy::panic
 )]
 
+mod afterload;
 mod client;
 mod model;
 #[path = "../support/mod.rs"]
@@ -750,7 +755,7 @@ fn main() {
         .iter()
         .skip(1)
         .map(String::as_str)
-        .filter(|a| matches!(*a, "paced" | "throughput" | "report"))
+        .filter(|a| matches!(*a, "paced" | "throughput" | "report" | "afterload"))
         .collect();
     let all = which.is_empty();
     let ramp = Duration::from_millis(arg("--ramp").unwrap_or(1000));
@@ -762,6 +767,14 @@ fn main() {
     rt.block_on(async {
         if which.contains(&"report") {
             report(chats, clients, seconds, ramp).await;
+            return;
+        }
+        if which.contains(&"afterload") {
+            afterload::afterload(
+                arg("--clients").unwrap_or(200),
+                arg("--seconds").unwrap_or(60),
+            )
+            .await;
             return;
         }
         if all || which.contains(&"paced") {

@@ -11,18 +11,23 @@ use tokio::sync::{OwnedSemaphorePermit, mpsc, watch};
 
 use super::{Begin, Launch, RunHub, Runs};
 use crate::config::StreamDurability;
-use crate::events::{ErrorInfo, Event, EventKind, Usage, now_micros};
+use crate::events::{ErrorInfo, Event, EventKind, Usage};
 use crate::replay::Recording;
 use crate::runtime::{self, RunError, RunOptions, RunOutcome, RunStatus, Services};
 use crate::sse::{Assembler, Bridge};
-use crate::store::{LogCheckpointer, MessageRecord, TurnEnd};
+use crate::store::LogCheckpointer;
 
 type RunFuture = Pin<Box<dyn Future<Output = Result<RunOutcome, RunError>> + Send>>;
 
 /// What the pump saw: the assembled message and the tokens spent.
-struct Pumped {
-    assembler: Assembler,
-    usage: Usage,
+pub(super) struct Pumped {
+    /// The stream state the message was assembled with.
+    pub(super) bridge: Bridge,
+    pub(super) assembler: Assembler,
+    pub(super) usage: Usage,
+    /// Why the run's events could no longer be stored (it was stopped
+    /// there: nothing after the last stored event reached a client).
+    pub(super) unstored: Option<String>,
 }
 
 /// Drives one run to its end (or suspends it at shutdown); `permit` is its
@@ -126,11 +131,25 @@ pub(super) async fn drive(
     // The watcher's stream ends with the run's events, not after the linger.
     drop(tap);
     let (status, error) = outcome(&result, launch.run_id);
-    record_end(&runs, &launch, status, error, pumped).await;
-    runs.observer.finished(&graph_id, status.as_str());
+    let status = match store_failure(&pumped, &result) {
+        // The store gave out: the streams end now, saying so; the end is
+        // recorded once the store takes writes again.
+        Some(why) => {
+            hub.fail(format!("the run stopped: {why}"));
+            hub.finish();
+            super::end::record_store_failure(&runs, &launch, why, pumped).await
+        }
+        None => {
+            super::end::record_end(&runs, &launch, status, error, pumped).await;
+            Some(status)
+        }
+    };
+    if let Some(status) = status {
+        runs.observer.finished(&graph_id, status.as_str());
+        tracing::info!(outcome = status.as_str(), "run over");
+    }
     drop(permit);
     hub.finish();
-    tracing::info!(outcome = status.as_str(), "run over");
     drop((result, history, launch));
     linger(runs, hub);
 }
@@ -201,15 +220,17 @@ async fn pump(
     let mut bridge = Bridge::new(hub.bridge.clone());
     bridge.resumed_after(hub.resumed);
     let mut pumped = Pumped {
+        bridge,
         assembler: Assembler::new(),
         usage: Usage::default(),
+        unstored: None,
     };
     let mut chunks = Vec::new();
     // (`assemble` false: the bridge's state and the tokens count, the
     // message does not take the chunks.)
     let mut feed = |ev: &Event, pumped: &mut Pumped, assemble: bool| {
         chunks.clear();
-        bridge.on_event(ev, &mut chunks);
+        pumped.bridge.on_event(ev, &mut chunks);
         if assemble {
             chunks.iter().for_each(|c| pumped.assembler.push(c));
         }
@@ -238,19 +259,18 @@ async fn pump(
             // `flush` apart from the start of one write to the next (a
             // slow write does not push the next group further out).
             last_write = Instant::now();
-            match d.writer.save_events(run_id, &group).await {
-                Ok(()) => {
-                    let last = group.last().map_or(0, |e| e.seq);
-                    d.stored.send_replace(last);
-                }
-                Err(e) => {
-                    // Nothing more can be made durable: stop the run (its
-                    // checkpointer fails as the watermark goes away).
-                    tracing::error!(error = %e, "could not store the run's events; cancelling it");
-                    hub.cancel.cancel();
-                    durable = None;
-                }
+            if let Err(e) = d.writer.save_events(run_id, &group).await {
+                // Nothing more can be made durable, so nothing more is
+                // shown: the run stops (its checkpointer fails as the
+                // watermark goes away) and its last events go nowhere.
+                tracing::error!(error = %e, "could not store the run's events; stopping the run");
+                pumped.unstored = Some(e.to_string());
+                hub.cancel.cancel();
+                drop(durable.take());
+                while rx.recv().await.is_some() {}
+                break;
             }
+            d.stored.send_replace(group.last().map_or(0, |e| e.seq));
         }
         for ev in &group {
             runs.observer.event(graph_id, ev);
@@ -317,6 +337,17 @@ async fn suspend(runs: &Runs, hub: &Arc<RunHub>, run_id: uuid::Uuid) {
     runs.remove(hub);
 }
 
+/// Why the run's store gave out, if it did: the pump could not store its
+/// events, or the executor its checkpoints (after the outage policy's
+/// retries, or at once for a write no retry could fix).
+fn store_failure(pumped: &Pumped, result: &Result<RunOutcome, RunError>) -> Option<String> {
+    match result {
+        _ if pumped.unstored.is_some() => pumped.unstored.clone(),
+        Err(RunError::Checkpoint(e)) => Some(e.to_string()),
+        _ => None,
+    }
+}
+
 fn outcome(
     result: &Result<RunOutcome, RunError>,
     run_id: uuid::Uuid,
@@ -331,96 +362,4 @@ fn outcome(
             (RunStatus::Failed, Some(e.info()))
         }
     }
-}
-
-/// Records how the run ended: its status and usage (spent tokens count
-/// whatever the outcome), the chat's assistant message and active run — for
-/// a chat's run in one transaction ([`ChatStore::end_turn`]).
-///
-/// [`ChatStore::end_turn`]: crate::store::ChatStore::end_turn
-async fn record_end(
-    runs: &Runs,
-    launch: &Launch,
-    status: RunStatus,
-    error: Option<ErrorInfo>,
-    pumped: Pumped,
-) {
-    if let Some(alt) = &launch.alternative
-        && status == RunStatus::Finished
-        && let Err(e) = add_alternative(runs, launch, alt, &pumped).await
-    {
-        tracing::error!(error = %e, "could not store the fork's answer as an alternative");
-    }
-    let ended = match &launch.chat {
-        Some(chat) => {
-            let end = TurnEnd {
-                run_id: launch.run_id,
-                status,
-                error,
-                usage: pumped.usage,
-                message: MessageRecord {
-                    chat_id: chat.chat_id.clone(),
-                    id: chat.message_id.clone(),
-                    role: "assistant".into(),
-                    // A failed run's half answer is not stored as an answer.
-                    parts: Value::Array(pumped.assembler.stored_parts()),
-                    metadata: pumped.assembler.metadata(),
-                    position: chat.position,
-                    created_at: now_micros(),
-                },
-                // A paused run stays the chat's active run: the chat's next
-                // request answers it (or sets it aside).
-                release: status != RunStatus::Interrupted,
-            };
-            runs.store.end_turn(end).await
-        }
-        None => {
-            runs.store
-                .finish_run(launch.run_id, status, error, pumped.usage)
-                .await
-        }
-    };
-    if let Err(e) = ended {
-        tracing::error!(error = %e, "could not record the end of the run");
-    }
-    runs.observer.spent(&launch.user_id, pumped.usage);
-}
-
-/// Adds an attached fork's answer to the alternatives of the message it
-/// forks (`metadata.alternatives`: `{id, runId, parts, metadata, createdAt}`,
-/// oldest first); a chat or message deleted meanwhile stays deleted.
-async fn add_alternative(
-    runs: &Runs,
-    launch: &Launch,
-    alt: &super::Alternative,
-    pumped: &Pumped,
-) -> Result<(), crate::store::StoreError> {
-    let messages = runs.store.messages(&alt.chat_id).await?;
-    let Some(mut message) = messages.into_iter().find(|m| m.id == alt.of) else {
-        return Ok(());
-    };
-    let entry = serde_json::json!({
-        "id": alt.id,
-        "runId": launch.run_id,
-        "parts": pumped.assembler.stored_parts(),
-        "metadata": pumped.assembler.metadata(),
-        "createdAt": now_micros() / 1000,
-    });
-    if !message.metadata.is_object() {
-        message.metadata = Value::Object(serde_json::Map::new());
-    }
-    if let Some(meta) = message.metadata.as_object_mut() {
-        let list = meta
-            .entry("alternatives")
-            .or_insert_with(|| Value::Array(Vec::new()));
-        if !list.is_array() {
-            *list = Value::Array(Vec::new());
-        }
-        if let Some(list) = list.as_array_mut() {
-            // Recovery may finish a fork twice: one entry per fork.
-            list.retain(|a| a["id"] != alt.id.as_str());
-            list.push(entry);
-        }
-    }
-    runs.store.upsert_message(message).await
 }

@@ -32,6 +32,15 @@ impl Runs {
         if run.status != RunStatus::Running {
             return Ok(None);
         }
+        // Executed nowhere (stranded here, or its instance died): it runs
+        // here now, and the stream is its own.
+        match self.take_over(run_id).await {
+            Ok(Some(hub)) => return Ok(Some(hub)),
+            Ok(None) => {}
+            Err(e) => {
+                tracing::warn!(run_id = %run_id, error = %e, "could not take over a run nobody executes")
+            }
+        }
         let bridge = self.run_bridge(&run).await?;
         Ok(bridge.map(|b| self.follow(&chat.id, run_id, b)))
     }

@@ -102,6 +102,11 @@ impl Runs {
     /// The graph is gone, the edit is refused, the fork cannot attach, or
     /// the run could not start; nothing was written then.
     pub async fn fork(self: &Arc<Self>, req: ForkRequest) -> Result<ForkStarted, ForkError> {
+        let runs = Arc::clone(self);
+        self.whole(async move { runs.start_fork(req).await }).await
+    }
+
+    async fn start_fork(self: &Arc<Self>, req: ForkRequest) -> Result<ForkStarted, ForkError> {
         let graph = self
             .graphs
             .get(&req.parent.graph)
@@ -114,6 +119,7 @@ impl Runs {
             None
         };
         let permit = self.permit()?;
+        let hold = self.hold(run_id)?;
         let mut origin = point.origin;
         origin.alternative_of = alternative.as_ref().map(|a| a.of.clone());
         let from = point.resume;
@@ -140,11 +146,14 @@ impl Runs {
             },
             forked_from: Some(origin.clone()),
             tap: None,
+            hold,
+            admitted: false,
         };
         let record = self.record(&launch, input, Some(origin.clone()), step);
         self.store
             .create_leased_run(record, &self.instance, self.lease_until())
             .await?;
+        launch.hold.leased();
         let hub = self.launch(launch, permit)?;
         Ok(ForkStarted {
             run_id,

@@ -65,6 +65,8 @@ pub struct RunHub {
     on_disconnect: OnDisconnect,
     /// Events arrive stored: memory keeps only the newest [`RECENT`].
     durable: bool,
+    /// Why the run stopped short of its last event (its store gave out).
+    failure: std::sync::OnceLock<String>,
 }
 
 /// With visible durability, how many events before the newest group a hub
@@ -143,7 +145,20 @@ impl RunHub {
             subscribers: AtomicUsize::new(0),
             on_disconnect: init.on_disconnect,
             durable: init.durable,
+            failure: std::sync::OnceLock::new(),
         }
+    }
+
+    /// Notes why the run stopped before its last event could be stored:
+    /// streams that run out of events end with this as their `error`.
+    pub(super) fn fail(&self, why: String) {
+        let _ = self.failure.set(why);
+    }
+
+    /// Why the run stopped short of its last event, if it did (its store
+    /// gave out): streams that run out of events end with this.
+    pub fn failure(&self) -> Option<&str> {
+        self.failure.get().map(String::as_str)
     }
 
     /// Adds a group of events (in seq order) and wakes the subscribers

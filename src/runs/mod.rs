@@ -16,9 +16,11 @@
 //! - `drive`: executing one run and recording how it ended.
 
 mod drive;
+mod end;
 mod finished;
 pub mod follow;
 pub mod fork;
+mod held;
 mod hub;
 mod idle;
 pub mod recover;
@@ -50,6 +52,7 @@ use crate::nodes::{Graph, Services};
 use crate::runtime::{Durability, Resume, RunStatus};
 use crate::sse::BridgeConfig;
 use crate::store::{RunRecord, Store, StoreError};
+use held::{Held, Hold};
 use hub::HubInit;
 
 /// What the lifecycle needs from the server configuration.
@@ -219,6 +222,13 @@ struct Launch {
     forked_from: Option<ForkOrigin>,
     /// Also sends every event here (a CLI printing them), waiting for room.
     tap: Option<tokio::sync::mpsc::Sender<Arc<Event>>>,
+    /// This process answers for the run until this drops (`held`).
+    hold: Hold,
+    /// The store admitted the run as its chat's only running one (a chat
+    /// turn, `ChatStore::begin_turn`): a hub still open here for the chat
+    /// is a follower's or that of a run whose end is recorded already
+    /// (between recording it and closing its hub), and gives way.
+    admitted: bool,
 }
 
 impl Launch {
@@ -242,6 +252,8 @@ pub struct Runs {
     /// Chats whose last run finished within `linger` (`finished`).
     finished: Mutex<HashMap<String, finished::Finished>>,
     permits: Arc<Semaphore>,
+    /// The runs this process answers for (see `held`).
+    held: Arc<Held>,
     tracker: TaskTracker,
     shutdown: CancellationToken,
 }
@@ -276,6 +288,7 @@ impl Runs {
             observer,
             hubs: Mutex::new(HashMap::new()),
             finished: Mutex::new(HashMap::new()),
+            held: Arc::default(),
             tracker: TaskTracker::new(),
             shutdown: CancellationToken::new(),
         })
@@ -331,7 +344,7 @@ impl Runs {
     /// # Errors
     /// The store failed.
     pub async fn stop_chat(
-        &self,
+        self: &Arc<Self>,
         chat_id: &str,
         active: Option<Uuid>,
     ) -> Result<Option<(Uuid, bool)>, StoreError> {
@@ -342,9 +355,25 @@ impl Runs {
             hub.cancel.cancel();
             return Ok(Some((hub.run_id, false)));
         }
-        match active {
-            Some(run) if self.store.request_stop(run).await? => Ok(Some((run, true))),
-            _ => Ok(None),
+        let Some(run) = active else {
+            return Ok(None);
+        };
+        // Executed nowhere (stranded here, or its instance died): it runs
+        // here now, and stops here.
+        match self.take_over(run).await {
+            Ok(Some(hub)) => {
+                hub.cancel.cancel();
+                return Ok(Some((run, false)));
+            }
+            Ok(None) => {}
+            Err(e) => {
+                tracing::warn!(run_id = %run, error = %e, "could not take over a run nobody executes")
+            }
+        }
+        if self.store.request_stop(run).await? {
+            Ok(Some((run, true)))
+        } else {
+            Ok(None)
         }
     }
 
@@ -431,6 +460,38 @@ impl Runs {
             .map_err(|_| StartError::Full)
     }
 
+    /// Holds a new run for this process (see `held`).
+    ///
+    /// # Errors
+    /// It is held already: this process executes it.
+    fn hold(&self, run: Uuid) -> Result<Hold, StartError> {
+        self.held.hold(run).ok_or(StartError::Busy)
+    }
+
+    /// Runs `work` — which writes a run and then launches it — in a task
+    /// of its own, so that dropping the caller cannot separate the two: an
+    /// HTTP client going away drops its handler mid-await, and a run
+    /// written but never launched would sit `running` with this process's
+    /// lease until the upkeep noticed. A panic in `work` is the caller's.
+    async fn whole<V, E>(
+        &self,
+        work: impl std::future::Future<Output = Result<V, E>> + Send + 'static,
+    ) -> Result<V, E>
+    where
+        V: Send + 'static,
+        E: From<StartError> + Send + 'static,
+    {
+        // In the caller's span: the run's span stays in the request's trace.
+        match self.tracker.spawn(work.in_current_span()).await {
+            Ok(r) => r,
+            Err(e) => match e.try_into_panic() {
+                Ok(panic) => std::panic::resume_unwind(panic),
+                // Aborted: the runtime is shutting down.
+                Err(_) => Err(StartError::ShuttingDown.into()),
+            },
+        }
+    }
+
     /// Executes a run whose record is stored, with its permit: registers
     /// its hub and drives it in the background.
     ///
@@ -448,9 +509,10 @@ impl Runs {
         let mut hubs = self.hubs.lock().unwrap_or_else(PoisonError::into_inner);
         // A hub that only follows the log of this very run (it executed
         // elsewhere until now) gives way; its subscribers keep following.
-        if hubs
-            .get(&key)
-            .is_some_and(|h| !h.is_done() && (!h.follower || h.run_id != launch.run_id))
+        if !launch.admitted
+            && hubs
+                .get(&key)
+                .is_some_and(|h| !h.is_done() && (!h.follower || h.run_id != launch.run_id))
         {
             return Err(StartError::Busy);
         }

@@ -61,8 +61,7 @@ impl Runs {
         let claims = self.config.claim_orphans && !every.is_zero();
         let runs = Arc::clone(self);
         tokio::spawn(async move {
-            let lease = runs.config.lease;
-            let renew_every = (lease / 3).max(Duration::from_millis(50));
+            let renew_every = (runs.config.lease / 3).max(Duration::from_millis(50));
             let mut renew = tokio::time::interval(renew_every);
             let mut claim = tokio::time::interval(every.max(Duration::from_millis(50)));
             let mut stops = tokio::time::interval(STOP_POLL);
@@ -74,12 +73,7 @@ impl Runs {
             let mut seen = super::idle::Quiet::default();
             loop {
                 tokio::select! {
-                    _ = renew.tick() => {
-                        let until = now_micros() + lease.as_micros() as u64;
-                        if let Err(e) = runs.store.renew_leases(&runs.instance, until).await {
-                            tracing::warn!(error = %e, "could not renew run leases");
-                        }
-                    }
+                    _ = renew.tick() => runs.renew().await,
                     _ = claim.tick(), if claims => {
                         runs.recover_orphans().await;
                         runs.expire_interrupts().await;
@@ -90,6 +84,80 @@ impl Runs {
                 }
             }
         })
+    }
+
+    /// Renews this process's leases and squares them with the runs it
+    /// holds (see `held`): a stranded run — leased here, executed nowhere
+    /// — is taken over now; a run whose lease went to another instance
+    /// stops executing here (it is suspended: nothing more of it is
+    /// written; the other instance continues it from the log).
+    pub(super) async fn renew(self: &Arc<Self>) {
+        let began = std::time::Instant::now();
+        let until = self.lease_until();
+        let leased = match self.store.renew_leases(&self.instance, until).await {
+            Ok(leased) => leased,
+            Err(e) => {
+                tracing::warn!(error = %e, "could not renew run leases");
+                return;
+            }
+        };
+        let (stranded, lost) = self.held.compare(&leased, began);
+        for id in lost {
+            if let Some(hub) = self.executing(id) {
+                tracing::warn!(run_id = %id, "another instance took over this run's lease; stopping it here");
+                hub.suspend.cancel();
+            }
+        }
+        for id in stranded {
+            tracing::warn!(run_id = %id, "a run leased here was not executing; taking it over");
+            if let Err(e) = self.take_over(id).await {
+                tracing::error!(run_id = %id, error = %e, "could not take over a stranded run");
+            }
+        }
+    }
+
+    /// Executes a stored running run that nobody executes — stranded here,
+    /// or orphaned (its lease expired or was never taken) — if its lease
+    /// can be had: its hub, or `None` when another instance holds the
+    /// lease, it is no longer running, or this process executes it already.
+    ///
+    /// # Errors
+    /// It could not be resumed (its lease is given up for another try).
+    pub async fn take_over(
+        self: &Arc<Self>,
+        run_id: uuid::Uuid,
+    ) -> Result<Option<Arc<super::RunHub>>, RecoverError> {
+        if self.held.contains(run_id) {
+            return Ok(self.executing(run_id));
+        }
+        let now = now_micros();
+        if !self
+            .store
+            .acquire_lease(run_id, &self.instance, now, self.lease_until())
+            .await?
+        {
+            return Ok(None);
+        }
+        let Some(run) = self.store.get_run(run_id).await? else {
+            return Ok(None);
+        };
+        match self.recover(run).await {
+            Ok(hub) => Ok(hub),
+            Err(e) => {
+                let _ = self.store.release_lease(run_id, &self.instance).await;
+                Err(e)
+            }
+        }
+    }
+
+    /// The hub of `run` if this process executes it.
+    fn executing(&self, run: uuid::Uuid) -> Option<Arc<super::RunHub>> {
+        self.hubs
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .values()
+            .find(|h| h.run_id == run && !h.follower && !h.is_done())
+            .cloned()
     }
 
     /// Cancels the runs this process executes that a stop request made on
@@ -123,6 +191,11 @@ impl Runs {
         };
         for run in runs {
             let id = run.id;
+            // Its lease expired while this process still answers for it
+            // (it could not renew through an outage): the claim renewed it.
+            if self.held.contains(id) {
+                continue;
+            }
             if let Err(e) = self.recover(run).await {
                 tracing::error!(run_id = %id, error = %e, "could not resume an orphaned run");
                 // Leave it to another pass (here or elsewhere).
@@ -131,7 +204,19 @@ impl Runs {
         }
     }
 
-    async fn recover(self: &Arc<Self>, run: RunRecord) -> Result<(), RecoverError> {
+    /// Resumes `run`, leased to this process, from its log: its hub
+    /// (`None`: it is held here already, or no longer running).
+    async fn recover(
+        self: &Arc<Self>,
+        run: RunRecord,
+    ) -> Result<Option<Arc<super::RunHub>>, RecoverError> {
+        let Some(hold) = self.held.hold(run.id) else {
+            return Ok(None);
+        };
+        hold.leased();
+        if run.status != crate::runtime::RunStatus::Running {
+            return Ok(None);
+        }
         let graph = self
             .graphs
             .get(&run.graph)
@@ -234,8 +319,9 @@ impl Runs {
             begin,
             forked_from: run.parent.clone(),
             tap: None,
+            hold,
+            admitted: false,
         };
-        self.launch(launch, permit)?;
-        Ok(())
+        Ok(Some(self.launch(launch, permit)?))
     }
 }

@@ -231,7 +231,16 @@ impl Runs {
     ///
     /// # Errors
     /// See [`ResumeError`]; nothing is changed on error.
-    pub async fn resume(self: &Arc<Self>, mut req: ResumeRequest) -> Result<Started, ResumeError> {
+    pub async fn resume(self: &Arc<Self>, req: ResumeRequest) -> Result<Started, ResumeError> {
+        let runs = Arc::clone(self);
+        self.whole(async move { runs.continue_paused(req).await })
+            .await
+    }
+
+    async fn continue_paused(
+        self: &Arc<Self>,
+        mut req: ResumeRequest,
+    ) -> Result<Started, ResumeError> {
         let run = match self.store.get_run(req.run_id).await? {
             Some(r) if r.user_id == req.user_id => r,
             _ => return Err(ResumeError::NotFound(req.run_id)),
@@ -255,20 +264,28 @@ impl Runs {
         }
         let answers = check_answers(&graph, &waiting, std::mem::take(&mut req.answers))?;
         let permit = self.permit()?;
+        let not_waiting = || ResumeError::NotWaiting {
+            run: run.id,
+            status: "running",
+        };
+        let hold = self.held.hold(run.id).ok_or_else(not_waiting)?;
         if !self
             .store
             .claim_interrupted(run.id, &self.instance, self.lease_until())
             .await?
         {
-            return Err(ResumeError::NotWaiting {
-                run: run.id,
-                status: "running",
-            });
+            return Err(not_waiting());
         }
-        match self
-            .continue_claimed(run.clone(), graph, history, answers, req, permit)
-            .await
-        {
+        hold.leased();
+        let claimed = Claimed {
+            run: run.clone(),
+            graph,
+            history,
+            answers,
+            permit,
+            hold,
+        };
+        match self.continue_claimed(claimed, req).await {
             Ok(started) => Ok(started),
             Err(e) => {
                 // Claimed but not started: leave it waiting as it was.
@@ -285,13 +302,17 @@ impl Runs {
 
     async fn continue_claimed(
         self: &Arc<Self>,
-        run: RunRecord,
-        graph: Arc<Graph>,
-        history: Vec<Event>,
-        answers: BTreeMap<String, Value>,
+        claimed: Claimed,
         mut req: ResumeRequest,
-        permit: tokio::sync::OwnedSemaphorePermit,
     ) -> Result<Started, ResumeError> {
+        let Claimed {
+            run,
+            graph,
+            history,
+            answers,
+            permit,
+            hold,
+        } = claimed;
         if let Some(link) = &req.new_message
             && !req.messages.is_empty()
         {
@@ -334,6 +355,8 @@ impl Runs {
             },
             forked_from: run.parent.clone(),
             tap: None,
+            hold,
+            admitted: false,
         };
         let hub = self.launch(launch, permit)?;
         Ok(Started {
@@ -466,6 +489,11 @@ impl Runs {
         status: RunStatus,
         error: Option<ErrorInfo>,
     ) -> Result<bool, StoreError> {
+        // Held while it is `running` again here, so the lease upkeep does
+        // not take it for a stranded run and execute it.
+        let Some(hold) = self.held.hold(run.id) else {
+            return Ok(false);
+        };
         if !self
             .store
             .claim_interrupted(run.id, &self.instance, self.lease_until())
@@ -473,6 +501,7 @@ impl Runs {
         {
             return Ok(false);
         }
+        hold.leased();
         let latest = self
             .store
             .get_run(run.id)
@@ -498,6 +527,17 @@ impl Runs {
         self.observer.finished(&run.graph, status.as_str());
         Ok(true)
     }
+}
+
+/// A paused run this process claimed to continue, and what continuing it
+/// takes.
+struct Claimed {
+    run: RunRecord,
+    graph: Arc<Graph>,
+    history: Vec<Event>,
+    answers: BTreeMap<String, Value>,
+    permit: tokio::sync::OwnedSemaphorePermit,
+    hold: super::Hold,
 }
 
 /// Paused runs looked at per upkeep pass.

@@ -40,8 +40,15 @@ impl Runs {
     /// # Errors
     /// The limit is reached, shutdown began, or the store failed.
     pub async fn start(self: &Arc<Self>, start: RunStart) -> Result<Started, StartError> {
+        let runs = Arc::clone(self);
+        self.whole(async move { runs.start_alone(start).await })
+            .await
+    }
+
+    async fn start_alone(self: &Arc<Self>, start: RunStart) -> Result<Started, StartError> {
         let permit = self.permit()?;
         let run_id = Uuid::now_v7();
+        let hold = self.hold(run_id)?;
         let launch = Launch {
             run_id,
             user_id: start.user_id,
@@ -59,11 +66,14 @@ impl Runs {
             alternative: None,
             forked_from: None,
             tap: start.tap,
+            hold,
+            admitted: false,
         };
         let record = self.record(&launch, start.input, None, 0);
         self.store
             .create_leased_run(record, &self.instance, self.lease_until())
             .await?;
+        launch.hold.leased();
         let hub = self.launch(launch, permit)?;
         Ok(Started { run_id, hub })
     }

@@ -7,6 +7,12 @@
 //! lease, the chat's active run — or refuses it (a run of the chat is in
 //! flight, here or on another instance; the chat is another user's) having
 //! written nothing. Only then does the run execute.
+//!
+//! Writing the turn and launching its run happen in a task of their own
+//! (`Runs::whole`): a client that goes away mid-request drops the HTTP
+//! handler, and with it anything the handler awaits — had it awaited the
+//! store write itself, a turn could be stored with its run `running` and
+//! never executed, wedging the chat.
 
 use std::sync::Arc;
 
@@ -74,11 +80,17 @@ impl Runs {
     /// The chat is busy or another user's, the server is full or shutting
     /// down, or the store failed; nothing was written.
     pub async fn begin_turn(self: &Arc<Self>, turn: ChatTurn) -> Result<TurnStarted, TurnError> {
+        let runs = Arc::clone(self);
+        self.whole(async move { runs.start_turn(turn).await }).await
+    }
+
+    async fn start_turn(self: &Arc<Self>, turn: ChatTurn) -> Result<TurnStarted, TurnError> {
         if self.for_chat(&turn.chat_id).is_some_and(|h| !h.is_done()) {
             return Err(TurnError::Busy);
         }
         let permit = self.permit()?;
         let run_id = Uuid::now_v7();
+        let hold = self.hold(run_id)?;
         let chat = ChatLink {
             chat_id: turn.chat_id.clone(),
             message_id: format!("msg_{}", Uuid::now_v7().simple()),
@@ -101,6 +113,8 @@ impl Runs {
             alternative: None,
             forked_from: None,
             tap: None,
+            hold,
+            admitted: true,
         };
         let now = now_micros();
         let start = TurnStart {
@@ -118,7 +132,10 @@ impl Runs {
             lease_until: self.lease_until(),
         };
         let chat = match self.store.begin_turn(start).await? {
-            TurnOutcome::Started(chat) => chat,
+            TurnOutcome::Started(chat) => {
+                launch.hold.leased();
+                chat
+            }
             TurnOutcome::Busy(_) => return Err(TurnError::Busy),
             TurnOutcome::NotOwner => return Err(TurnError::NotOwner),
         };

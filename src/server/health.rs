@@ -1,5 +1,7 @@
 //! `GET /healthz` (the process answers), `GET /readyz` (the store answers
-//! and every graph file is valid) and `GET /metrics`.
+//! and takes writes — see `store::Watched`: a disk that filled up, or a
+//! database that refuses writes, makes it 503 while reads still work — and
+//! every graph file is valid) and `GET /metrics`.
 
 use std::sync::Arc;
 

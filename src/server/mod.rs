@@ -29,6 +29,7 @@ mod limits;
 mod listen;
 mod metrics;
 mod paused;
+mod refuse;
 mod runs_api;
 mod stream;
 mod studio;
@@ -108,6 +109,8 @@ impl AppState {
         engine: &Engine,
         mcp: Option<McpManager>,
     ) -> Arc<Self> {
+        // Readiness knows whether the store takes writes (`store::Watched`).
+        let store: Arc<dyn Store> = Arc::new(crate::store::Watched::new(store));
         let metrics = Arc::new(Metrics::default());
         let limits = Arc::new(Limits::new(&config.limits));
         let observer = limits::ServerObserver {
@@ -191,6 +194,9 @@ pub fn app(state: Arc<AppState>) -> Router {
             )
         })
         .layer(DefaultBodyLimit::max(body_limit))
+        .layer(middleware::from_fn(move |req, next| {
+            refuse::unstorable(body_limit, req, next)
+        }))
         .layer(middleware::from_fn(error::json_errors))
         .layer(middleware::from_fn(move |req, next| {
             listen::head_limit(head_limit, req, next)

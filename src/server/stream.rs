@@ -129,9 +129,15 @@ impl Reader {
                     }
                 }
                 Next::Wait if progress.done => {
-                    // Over, but the message never closed (the run task died):
-                    // end the stream in a way the client understands.
-                    return Some(self.fail("the run ended unexpectedly"));
+                    // Over, but the message never closed (its store gave
+                    // out, or the run task died): end the stream in a way
+                    // the client understands.
+                    let why = self
+                        .hub
+                        .failure()
+                        .unwrap_or("the run ended unexpectedly")
+                        .to_owned();
+                    return Some(self.fail(&why));
                 }
                 Next::Wait => {
                     tokio::select! {

@@ -7,7 +7,10 @@
 //! checkpointer retries transient failures with exponential backoff (100 ms
 //! doubling to 2 s) for up to an *outage limit* (30 s by default), then gives
 //! up with an error saying how long the store has been unavailable. The
-//! executor waits for the save, so meanwhile the run just pauses. Other
+//! executor waits for the save, so meanwhile the run just pauses. The
+//! outage is timed from the first failure of any write of the run (clones
+//! share the clock: the run's event pump and its checkpoints), so writes
+//! queued behind one another do not each wait the limit anew. Other
 //! errors (a conflict, data that cannot be encoded) are not retried: a retry
 //! cannot fix them.
 //!
@@ -20,7 +23,7 @@
 //! atomic, so the whole batch did) and the save succeeds. Anything else is a
 //! real conflict — another writer took those seqs — and fails.
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use futures::future::BoxFuture;
@@ -46,6 +49,9 @@ pub struct LogCheckpointer {
     /// The highest event seq stored by someone else (the run's pump), when
     /// events are stored as they are emitted.
     events_stored: Option<watch::Receiver<u64>>,
+    /// Since when writes have failed (shared by clones), `None` while the
+    /// last write succeeded.
+    failing_since: Arc<Mutex<Option<Instant>>>,
 }
 
 impl std::fmt::Debug for LogCheckpointer {
@@ -64,6 +70,7 @@ impl LogCheckpointer {
             store,
             outage_limit: DEFAULT_OUTAGE_LIMIT,
             events_stored: None,
+            failing_since: Arc::default(),
         }
     }
 
@@ -152,12 +159,14 @@ impl LogCheckpointer {
         last: Option<&Event>,
         append: impl Fn() -> BoxFuture<'s, StoreResult<()>>,
     ) -> Result<(), CheckpointError> {
-        let started = Instant::now();
         let mut delay = FIRST_DELAY;
         let mut retried = false;
         loop {
             let error = match append().await {
-                Ok(()) => return Ok(()),
+                Ok(()) => {
+                    self.outage(false);
+                    return Ok(());
+                }
                 Err(StoreError::Conflict(conflict)) if retried => {
                     match self.already_stored(run, last).await {
                         Ok(true) => {
@@ -178,7 +187,7 @@ impl LogCheckpointer {
             if !error.is_transient() {
                 return Err(CheckpointError(error.to_string()));
             }
-            let elapsed = started.elapsed();
+            let elapsed = self.outage(true).elapsed();
             if elapsed >= self.outage_limit {
                 return Err(CheckpointError(format!(
                     "the store has been unavailable for {}: {error}",
@@ -192,6 +201,20 @@ impl LogCheckpointer {
             delay = (delay * 2).min(MAX_DELAY);
             retried = true;
         }
+    }
+
+    /// Notes a write's outcome; since when writes have failed (now, if
+    /// the last one succeeded).
+    fn outage(&self, failed: bool) -> Instant {
+        let mut since = self
+            .failing_since
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        if !failed {
+            *since = None;
+            return Instant::now();
+        }
+        *since.get_or_insert_with(Instant::now)
     }
 
     /// Whether `last` is stored exactly as sent.

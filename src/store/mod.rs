@@ -16,7 +16,8 @@
 //! Backends: [`memory`] (tests), [`sqlite`] (the embedded default) and
 //! [`postgres`]; [`config`] picks one and [`open`]s it. A [`Store`] is
 //! anything implementing all of them. [`LogCheckpointer`] connects a store
-//! to the executor and rides out database outages.
+//! to the executor and rides out database outages; [`Watched`] notes
+//! whether a store takes writes (readiness).
 
 mod checkpointer;
 pub mod config;
@@ -30,6 +31,7 @@ mod query;
 mod sql;
 #[cfg(feature = "sqlite")]
 pub mod sqlite;
+mod watched;
 
 pub use checkpointer::{DEFAULT_OUTAGE_LIMIT, LogCheckpointer};
 pub use config::{StoreConfig, open};
@@ -38,6 +40,7 @@ pub use postgres::PostgresStore;
 pub use query::{RunCursor, RunQuery};
 #[cfg(feature = "sqlite")]
 pub use sqlite::SqliteStore;
+pub use watched::Watched;
 
 use futures::future::BoxFuture;
 use serde::{Deserialize, Serialize};
@@ -507,4 +510,10 @@ pub trait Store: ChatStore + RunStore + EventLog + Leases + Maintenance {
     fn backend(&self) -> &'static str;
     /// Checks that the backend answers.
     fn ping(&self) -> BoxFuture<'_, StoreResult<()>>;
+    /// Checks that the backend takes a write: one that changes nothing a
+    /// reader sees, yet writes (readiness while writes have failed, see
+    /// [`Watched`]). By default a [`Store::ping`].
+    fn probe_write(&self) -> BoxFuture<'_, StoreResult<()>> {
+        self.ping()
+    }
 }

@@ -868,4 +868,11 @@ impl Store for PostgresStore {
             Ok(())
         })
     }
+
+    fn probe_write(&self) -> BoxFuture<'_, StoreResult<()>> {
+        Box::pin(async move {
+            self.execute(sql::PROBE_WRITE, &[]).await?;
+            Ok(())
+        })
+    }
 }

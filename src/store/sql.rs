@@ -139,6 +139,12 @@ impl EncodedCheckpoint {
     }
 }
 
+/// A write that changes nothing a reader sees, yet writes a page (SQLite) or
+/// a row version (PostgreSQL): the newest migration's row rewritten as it
+/// is. [`Store::probe_write`](super::Store::probe_write) of both backends.
+pub(crate) const PROBE_WRITE: &str = "UPDATE schema_migrations SET applied_at = applied_at
+     WHERE version = (SELECT max(version) FROM schema_migrations)";
+
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
 mod tests {

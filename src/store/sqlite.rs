@@ -375,13 +375,29 @@ fn apply_migrations(conn: &mut Connection) -> StoreResult<MigrationReport> {
     })
 }
 
+/// What SQLite's error codes mean for a caller: a conflict, a fault of the
+/// file or its disk that retrying may outlive (the outage policy retries
+/// these, as it does PostgreSQL's connection errors), or a failure that
+/// retrying cannot fix (bad SQL, a corrupt file, data that does not fit).
+///
+/// The faults: another process holding the lock; a file that cannot be
+/// opened; a full disk (`SQLITE_FULL`: the operator frees space); an I/O
+/// error of the file or of its `-wal`/`-shm` (`SQLITE_IOERR_*`: a failing
+/// or detached disk, a filesystem remounted read-only); a database or
+/// directory made read-only (`SQLITE_READONLY_*`); memory exhausted.
 impl From<rusqlite::Error> for StoreError {
     fn from(e: rusqlite::Error) -> Self {
         match e.sqlite_error_code() {
             Some(ErrorCode::ConstraintViolation) => StoreError::Conflict(e.to_string()),
-            Some(ErrorCode::DatabaseBusy | ErrorCode::DatabaseLocked | ErrorCode::CannotOpen) => {
-                StoreError::Unavailable(e.to_string())
-            }
+            Some(
+                ErrorCode::DatabaseBusy
+                | ErrorCode::DatabaseLocked
+                | ErrorCode::CannotOpen
+                | ErrorCode::DiskFull
+                | ErrorCode::SystemIoFailure
+                | ErrorCode::ReadOnly
+                | ErrorCode::OutOfMemory,
+            ) => StoreError::Unavailable(e.to_string()),
             _ => StoreError::Backend(e.to_string()),
         }
     }
@@ -750,6 +766,13 @@ impl Store for SqliteStore {
     fn ping(&self) -> BoxFuture<'_, StoreResult<()>> {
         Box::pin(self.readers.run(|conn| {
             conn.query_row("SELECT 1", [], |_| Ok(())).optional()?;
+            Ok(())
+        }))
+    }
+
+    fn probe_write(&self) -> BoxFuture<'_, StoreResult<()>> {
+        Box::pin(self.writer.write(|conn| {
+            conn.prepare_cached(sql::PROBE_WRITE)?.execute([])?;
             Ok(())
         }))
     }

@@ -18,6 +18,7 @@ mod data_tools;
 mod degrade;
 mod executor;
 mod failed_turns;
+mod faults;
 mod forks;
 mod graph_tests;
 mod hitl_client;

@@ -168,7 +168,7 @@ fn with_savepoints(conn: &mut Connection, writes: Vec<Box<dyn Write>>) {
             if ended.is_none() && conn.is_autocommit() {
                 // SQLite rolled the transaction back (a full disk, an I/O
                 // error): what ran before is gone.
-                ended = Some(StoreError::Backend(
+                ended = Some(StoreError::Unavailable(
                     "SQLite rolled back the write transaction".into(),
                 ));
             }
