@@ -9,7 +9,8 @@ fn main() -> std::io::Result<()> {
     let root = PathBuf::from(std::env::var("CARGO_MANIFEST_DIR").unwrap_or_else(|_| ".".into()));
     let mut out =
         String::from("/// (graph id, file text).\npub(super) const GRAPHS: &[(&str, &str)] = &[\n");
-    for path in files(&root.join("graphs"), &["yaml", "yml"]) {
+    // Graph files are the directory's own; `graphs/tests/` holds test files.
+    for path in files(&root.join("graphs"), &["yaml", "yml"], false) {
         let id = path
             .file_stem()
             .and_then(|s| s.to_str())
@@ -24,7 +25,11 @@ fn main() -> std::io::Result<()> {
         "];\n\n/// (prompt path, template text).\npub(super) const PROMPTS: &[(&str, &str)] = &[\n",
     );
     let prompts = root.join("prompts");
-    for path in files(&prompts, &["md", "txt", "j2", "jinja", "tmpl", "prompt"]) {
+    for path in files(
+        &prompts,
+        &["md", "txt", "j2", "jinja", "tmpl", "prompt"],
+        true,
+    ) {
         let rel = path
             .strip_prefix(&prompts)
             .map(|p| p.to_string_lossy().replace('\\', "/"))
@@ -44,8 +49,9 @@ fn main() -> std::io::Result<()> {
     Ok(())
 }
 
-/// Files under `dir` (recursively) with one of `exts`, sorted.
-fn files(dir: &Path, exts: &[&str]) -> Vec<PathBuf> {
+/// Files in `dir` (and its subdirectories when `recursive`) with one of
+/// `exts`, sorted.
+fn files(dir: &Path, exts: &[&str], recursive: bool) -> Vec<PathBuf> {
     let mut out = Vec::new();
     let mut stack = vec![dir.to_path_buf()];
     while let Some(d) = stack.pop() {
@@ -56,7 +62,9 @@ fn files(dir: &Path, exts: &[&str]) -> Vec<PathBuf> {
             let p = e.path();
             println!("cargo::rerun-if-changed={}", p.display());
             if p.is_dir() {
-                stack.push(p);
+                if recursive {
+                    stack.push(p);
+                }
             } else if p
                 .extension()
                 .and_then(|x| x.to_str())

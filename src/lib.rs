@@ -29,6 +29,7 @@
 //! | [`replay`] | re-stream, re-execute from the recording, state at a step, fork points |
 //! | [`config`] | the server's configuration file and environment |
 //! | [`runs`] | the run lifecycle: chat turns, forks, pauses for a person and their resumes, recovery, live streams |
+//! | [`testing`] | graph tests: test files, scripted replies and stubs, expectations, reports |
 //! | `telemetry`, `otlp` | logs and traces (with the `server` feature) |
 //! | `server` | the HTTP API and the studio (with the `server` feature) |
 //! | `cli` | what the `stategraph` binary's commands do (with the `cli` feature) |
@@ -85,6 +86,8 @@ pub mod replay;
 pub mod config;
 
 pub mod runs;
+
+pub mod testing;
 
 #[cfg(feature = "server")]
 pub mod otlp;

@@ -21,6 +21,10 @@ pub(super) struct Cli {
     /// Directory of prompt templates (overrides the config).
     #[arg(long, global = true)]
     pub prompts: Option<PathBuf>,
+    /// Answer every model call from this model script instead of an
+    /// endpoint (`[llm] script`; docs/testing.md).
+    #[arg(long, global = true, value_name = "FILE")]
+    pub model_script: Option<PathBuf>,
     #[command(subcommand)]
     pub command: Command,
 }
@@ -139,9 +143,16 @@ pub(super) enum Command {
         #[arg(long)]
         chats: bool,
     },
-    /// Print the JSON Schema of graph files (for YAML language servers:
-    /// completion and checking in the editor).
-    Schema,
+    /// Print the JSON Schema of graph files, or of test files (for YAML
+    /// language servers: completion and checking in the editor).
+    Schema {
+        /// Which file format.
+        #[arg(value_enum, default_value = "graph")]
+        format: SchemaArg,
+    },
+    /// Run the test cases beside the graphs (`graphs/tests/*.yaml`); exit 1
+    /// on any failure. `--from-run RUN` writes a case from a stored run.
+    Test(super::test::TestArgs),
     /// Write a minimal working graph and its prompt: `graphs/NAME.yaml`,
     /// `prompts/NAME/answer.md` (under the configured directories).
     New {
@@ -151,6 +162,14 @@ pub(super) enum Command {
         #[arg(long)]
         force: bool,
     },
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+pub(super) enum SchemaArg {
+    /// Graph files (`graphs/*.yaml`).
+    Graph,
+    /// Test files (`graphs/tests/*.yaml`).
+    Test,
 }
 
 #[derive(Clone, Copy, ValueEnum)]

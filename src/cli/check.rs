@@ -9,6 +9,7 @@ use crate::graph::catalog::is_graph_file;
 use crate::graph::diagnostic::{Diagnostic, Diagnostics, Severity};
 use crate::graph::loc::Loc;
 use crate::nodes::Registries;
+use crate::testing::is_test_file;
 
 /// How `check` prints what it found.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -35,40 +36,112 @@ pub fn check(
     format: CheckFormat,
     out: &mut dyn Write,
 ) -> std::io::Result<bool> {
-    let (files, mut diagnostics) = graph_files(paths)?;
+    let (graph_paths, test_paths): (Vec<PathBuf>, Vec<PathBuf>) =
+        paths.iter().cloned().partition(|p| !is_test_file(p));
+    let (files, mut diagnostics) = graph_files(&graph_paths)?;
     let catalog = reg.load_files(&files, prompts);
     diagnostics.extend(catalog.diagnostics.iter().cloned());
     let errors = diagnostics.iter().filter(|d| d.is_error()).count();
     let warnings = diagnostics.len() - errors;
+    let tests = test_files(&graph_paths, test_paths);
+    let test_diagnostics = check_tests(&tests, &graph_paths, &catalog, prompts, reg);
+    let test_errors = test_diagnostics.iter().filter(|d| d.is_error()).count();
+    let test_warnings = test_diagnostics.len() - test_errors;
     match format {
         CheckFormat::Text => {
-            for d in &diagnostics {
+            for d in diagnostics.iter().chain(&test_diagnostics) {
                 writeln!(out, "{d}")?;
             }
-            writeln!(
-                out,
-                "checked {} graph file(s): {} valid, {errors} error(s), {warnings} warning(s)",
-                files.len(),
-                catalog.graphs.len()
-            )?;
+            if !files.is_empty() || tests.is_empty() {
+                writeln!(
+                    out,
+                    "checked {} graph file(s): {} valid, {errors} error(s), {warnings} warning(s)",
+                    files.len(),
+                    catalog.graphs.len()
+                )?;
+            }
+            if !tests.is_empty() {
+                writeln!(
+                    out,
+                    "checked {} test file(s): {test_errors} error(s), {test_warnings} warning(s)",
+                    tests.len()
+                )?;
+            }
         }
         CheckFormat::Json => {
+            let all: Vec<&Diagnostic> = diagnostics.iter().chain(&test_diagnostics).collect();
             let doc = json!({
                 "files": files.len(),
+                "test_files": tests.len(),
                 "valid": catalog.graphs.keys().collect::<Vec<_>>(),
-                "errors": errors,
-                "warnings": warnings,
-                "diagnostics": diagnostics,
+                "errors": errors + test_errors,
+                "warnings": warnings + test_warnings,
+                "diagnostics": all,
             });
             writeln!(out, "{doc:#}")?;
         }
         CheckFormat::Github => {
-            for d in &diagnostics {
+            for d in diagnostics.iter().chain(&test_diagnostics) {
                 writeln!(out, "{}", github_annotation(d))?;
             }
         }
     }
-    Ok(errors == 0 && !files.is_empty())
+    Ok(errors + test_errors == 0 && (!files.is_empty() || !tests.is_empty()))
+}
+
+/// The test files to check: those named, and each checked directory's
+/// `tests/*.yaml`.
+fn test_files(dirs: &[PathBuf], named: Vec<PathBuf>) -> Vec<PathBuf> {
+    let mut out = named;
+    for d in dirs.iter().filter(|d| d.is_dir()) {
+        let tests = d.join(crate::testing::TESTS_DIR);
+        if tests.is_dir() {
+            out.extend(crate::testing::find_test_files(&tests));
+        }
+    }
+    out
+}
+
+/// Test files checked against the graphs they run: those of a checked
+/// directory against its catalog, others against their own directory's.
+fn check_tests(
+    tests: &[PathBuf],
+    dirs: &[PathBuf],
+    catalog: &crate::nodes::GraphCatalog,
+    prompts: &Path,
+    reg: &Registries,
+) -> Vec<Diagnostic> {
+    let mut out = Vec::new();
+    for t in tests {
+        let file = match crate::testing::load_test_file(t) {
+            Ok(f) => f,
+            Err(d) => {
+                out.extend(d);
+                continue;
+            }
+        };
+        let dir = crate::testing::graphs_dir_of(
+            t,
+            dirs.first().map_or(Path::new("graphs"), |d| d.as_path()),
+        );
+        let checked = dirs.iter().any(|d| same_dir(d, &dir));
+        let own;
+        let cat = if checked {
+            catalog
+        } else {
+            own = reg.load(&dir, &crate::testing::prompts_dir_of(&dir, prompts));
+            &own
+        };
+        out.extend(crate::testing::check_test_file(&file, cat, &reg.tools));
+    }
+    out
+}
+
+fn same_dir(a: &Path, b: &Path) -> bool {
+    match (a.canonicalize(), b.canonicalize()) {
+        (Ok(a), Ok(b)) => a == b,
+        _ => a == b,
+    }
 }
 
 /// The files named, with directories expanded to their `*.yaml`/`*.yml`

@@ -27,6 +27,8 @@ mod replay;
 mod run;
 mod serve;
 mod setup;
+mod test;
+mod test_record;
 
 use std::ffi::OsString;
 use std::io::Write;
@@ -41,7 +43,7 @@ pub use graph::{GraphFormat, graph};
 pub use new::new_graph;
 pub use run::RunArgs;
 
-use args::{CheckFormatArg, Cli, Command, GraphFormatArg};
+use args::{CheckFormatArg, Cli, Command, GraphFormatArg, SchemaArg};
 use replay::ReplayView;
 use setup::{Ctx, field_values, runtime};
 
@@ -139,6 +141,9 @@ impl App {
         if let Some(p) = &cli.prompts {
             config.paths.prompts = p.clone();
         }
+        if let Some(s) = &cli.model_script {
+            config.llm.script = Some(s.clone());
+        }
         Ok(config)
     }
 
@@ -183,11 +188,17 @@ fn dispatch(cli: Cli, config: Config, registries: Registries) -> anyhow::Result<
         Command::Prune { older_than, chats } => {
             runtime()?.block_on(prune(&ctx, &older_than, chats, out))
         }
-        Command::Schema => {
-            let schema = crate::graph::file_schema::graph_file_schema(&ctx.registries.kinds);
+        Command::Schema { format } => {
+            let schema = match format {
+                SchemaArg::Graph => {
+                    crate::graph::file_schema::graph_file_schema(&ctx.registries.kinds)
+                }
+                SchemaArg::Test => crate::testing::test_file_schema(),
+            };
             writeln!(out, "{schema:#}")?;
             Ok(ExitCode::SUCCESS)
         }
+        Command::Test(args) => test::test(&ctx, args, out),
         Command::New { name, force } => {
             let paths = &ctx.config.paths;
             for p in new_graph(&name, &paths.graphs, &paths.prompts, force)? {

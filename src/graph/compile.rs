@@ -75,6 +75,12 @@ pub fn compile<K: NodeKinds>(
     for edge in &spec.edges {
         edges.add(edge);
     }
+    let names: Vec<&str> = spec
+        .nodes
+        .iter()
+        .map(|n| n.value.id.value.as_str())
+        .collect();
+    edges.warn_repeats(&names);
     let EdgeBuilder {
         topo,
         out,

@@ -29,6 +29,10 @@ pub(super) struct EdgeBuilder<'a, 'd> {
     pub(super) map_targets: HashSet<NodeIdx>,
     /// No name failed to resolve (structural rules can run).
     pub(super) resolved: bool,
+    /// Plain edges added, as (source, target slot).
+    plain: HashSet<(NodeIdx, usize)>,
+    /// Plain edges given again: where first, and how many more times.
+    repeated: HashMap<(NodeIdx, usize), (Loc, usize)>,
 }
 
 impl<'a, 'd> EdgeBuilder<'a, 'd> {
@@ -54,6 +58,46 @@ impl<'a, 'd> EdgeBuilder<'a, 'd> {
             routes: Vec::new(),
             map_targets: HashSet::new(),
             resolved: true,
+            plain: HashSet::new(),
+            repeated: HashMap::new(),
+        }
+    }
+
+    /// Adds the plain edge `src -> t` (written at `loc`) unless it is there
+    /// already: a repeat adds nothing at run time and is reported once per
+    /// pair by [`EdgeBuilder::warn_repeats`].
+    fn goto(&mut self, src: NodeIdx, t: Target, loc: Loc) {
+        let slot = match t {
+            Target::Node(i) => i as usize,
+            Target::End => self.n,
+        };
+        if !self.plain.insert((src, slot)) {
+            self.repeated.entry((src, slot)).or_insert((loc, 0)).1 += 1;
+            return;
+        }
+        self.out[src as usize].push(Transition::Goto(t));
+        self.edge(src, t, EdgeKind::Plain);
+    }
+
+    /// Warns about plain edges given more than once (`duplicate-edge`),
+    /// one warning per source and target however often it repeats.
+    pub(super) fn warn_repeats(&mut self, names: &[&str]) {
+        let mut repeats: Vec<_> = self.repeated.drain().collect();
+        repeats.sort_by_key(|(_, (loc, _))| (loc.line, loc.column));
+        for ((src, slot), (loc, more)) in repeats {
+            let from = names.get(src as usize).copied().unwrap_or("?");
+            let to = names.get(slot).copied().unwrap_or("END");
+            let times = if more == 1 {
+                "again".to_owned()
+            } else {
+                format!("{more} more times")
+            };
+            self.d.warning(
+                loc,
+                "duplicate-edge",
+                format!("the edge `{from} -> {to}` is given {times}; a repeat adds nothing"),
+                Some(format!("list `{to}` once among `{from}`'s targets")),
+            );
         }
     }
 
@@ -110,8 +154,7 @@ impl<'a, 'd> EdgeBuilder<'a, 'd> {
             EdgeSpec::Short { from, to } => {
                 let (s, t) = (self.source(from), self.target(to));
                 if let (Some(s), Some(t)) = (s, t) {
-                    self.out[s as usize].push(Transition::Goto(t));
-                    self.edge(s, t, EdgeKind::Plain);
+                    self.goto(s, t, to.loc);
                 }
             }
             EdgeSpec::Full(f) => {
@@ -199,9 +242,10 @@ impl<'a, 'd> EdgeBuilder<'a, 'd> {
         let targets: Vec<Option<Target>> = to.items().iter().map(|t| self.target(t)).collect();
         if froms.len() == 1 {
             if let Some(src) = sources[0] {
-                for t in targets.into_iter().flatten() {
-                    self.out[src as usize].push(Transition::Goto(t));
-                    self.edge(src, t, EdgeKind::Plain);
+                for (t, name) in targets.into_iter().zip(to.items()) {
+                    if let Some(t) = t {
+                        self.goto(src, t, name.loc);
+                    }
                 }
             }
             return;

@@ -104,6 +104,10 @@ pub struct LlmConfig {
     /// Prices by model name (`[llm.prices."gpt-5.1"]`), US dollars per
     /// million tokens; a model without one costs 0 in usage.
     pub prices: BTreeMap<String, Price>,
+    /// A model script ([`super::script`]): every role answers from its
+    /// rules, no endpoint is called (`STATEGRAPH_MODEL_SCRIPT`,
+    /// `--model-script`).
+    pub script: Option<std::path::PathBuf>,
 }
 
 /// `[llm.offline]`: how the built-in offline model streams.
@@ -290,6 +294,9 @@ pub enum LlmConfigError {
         /// The endpoint.
         endpoint: String,
     },
+    /// The model script cannot be read.
+    #[error("[llm] script: {0}")]
+    Script(String),
     /// An `extra` field the client writes itself.
     #[error(
         "[llm.roles.{role}.extra] sets `{field}`, which the client writes itself; \
@@ -335,6 +342,9 @@ impl LlmConfig {
         if let Some(model) = var("STATEGRAPH_MODEL") {
             self.model = Some(model);
         }
+        if let Some(script) = var("STATEGRAPH_MODEL_SCRIPT") {
+            self.script = Some(script.into());
+        }
         let (base_url, api_key) = (var("OPENAI_BASE_URL"), var("OPENAI_API_KEY"));
         if base_url.is_none() && api_key.is_none() {
             return self;
@@ -362,7 +372,7 @@ impl LlmConfig {
     /// Whether no endpoint is configured, so every role gets the built-in
     /// offline model.
     pub fn uses_offline_model(&self) -> bool {
-        self.endpoints.is_empty()
+        self.endpoints.is_empty() && self.script.is_none()
     }
 
     /// The timeouts with defaults filled in.
@@ -475,6 +485,10 @@ impl LlmConfig {
         &self,
         env: impl Fn(&str) -> Option<String>,
     ) -> Result<Models, LlmConfigError> {
+        if let Some(path) = &self.script {
+            let model = super::script::ScriptModel::load(path).map_err(LlmConfigError::Script)?;
+            return Ok(Models::single(Arc::new(model)));
+        }
         if self.uses_offline_model() {
             if let Some((role, endpoint)) = self
                 .roles

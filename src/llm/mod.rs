@@ -5,7 +5,8 @@
 //! emits the run's LLM events (start, deltas, tool-call fragments, finish)
 //! while it assembles the [`LlmOutput`](crate::events::LlmOutput). Implementations: the
 //! OpenAI-compatible HTTP client, the built-in offline model, a scripted
-//! model for tests and a recorded model for replay.
+//! model for tests, a model script from a file ([`script`]) and a
+//! recorded model for replay.
 
 pub mod anthropic;
 mod call;
@@ -14,6 +15,8 @@ pub mod fallback;
 pub mod offline;
 pub mod openai;
 pub mod profile;
+pub mod reply;
+pub mod script;
 pub mod scripted;
 pub mod spans;
 pub mod strict;

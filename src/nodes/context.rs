@@ -30,6 +30,20 @@ use crate::tools::{ToolError, ToolOutcome, ToolRegistry};
 pub trait Playback: Send + Sync + fmt::Debug {
     /// The recorded stream of a model call and the model that answered.
     fn llm(&self, node: &str, step: u32, task: u32, call: u32) -> Option<(String, ChunkStream)>;
+    /// As [`Playback::llm`], seeing the request the node is about to send:
+    /// a playback that serves a call only while the request is unchanged
+    /// (`stategraph eval`) decides here. By default, [`Playback::llm`].
+    fn llm_for(
+        &self,
+        node: &str,
+        step: u32,
+        task: u32,
+        call: u32,
+        request: &ChatRequest,
+    ) -> Option<(String, ChunkStream)> {
+        let _ = request;
+        self.llm(node, step, task, call)
+    }
     /// The recorded result of a tool call.
     fn tool(
         &self,
@@ -238,11 +252,12 @@ impl NodeContext<'_> {
             call,
         };
         if let Some(rec) = &self.services.playback
-            && let Some((model, stream)) = rec.llm(
+            && let Some((model, stream)) = rec.llm_for(
                 self.events.node(),
                 self.events.step(),
                 self.events.task(),
                 call,
+                request,
             )
         {
             return stream_call(&model, watch(stream), cx, request).await;

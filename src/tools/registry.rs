@@ -249,6 +249,12 @@ impl ToolRegistry {
         out
     }
 
+    /// A registered tool itself (`stategraph test` lends the tools a case
+    /// names in `real_tools` to the registry of its stubs).
+    pub fn tool(&self, name: &str) -> Option<Arc<dyn Tool>> {
+        self.read().tools.get(name).map(|e| Arc::clone(&e.tool))
+    }
+
     /// The spec of a tool.
     pub fn spec(&self, name: &str) -> Option<ToolSpec> {
         self.read().tools.get(name).map(|e| e.tool.spec().clone())

@@ -19,6 +19,7 @@ mod degrade;
 mod executor;
 mod failed_turns;
 mod forks;
+mod graph_tests;
 mod hitl_client;
 mod hitl_crash;
 mod hostile;

@@ -83,6 +83,7 @@ fn codes_in_source() -> BTreeSet<String> {
 
 /// Codes whose diagnostics always carry a hint.
 const HINTED: &[&str] = &[
+    "duplicate-edge",
     "duplicate-graph",
     "duplicate-node",
     "cycle-without-exit",
@@ -484,9 +485,21 @@ fn check_command_prints_every_problem_and_fails() {
     .unwrap();
     let text = String::from_utf8(out).unwrap();
     assert!(ok, "{text}");
-    let shipped = std::fs::read_dir(root().join("graphs")).unwrap().count();
+    let shipped = std::fs::read_dir(root().join("graphs"))
+        .unwrap()
+        .filter(|e| {
+            e.as_ref()
+                .unwrap()
+                .path()
+                .extension()
+                .is_some_and(|x| x == "yaml")
+        })
+        .count();
+    let tests = stategraph::testing::find_test_files(&root().join("graphs/tests")).len();
     assert_eq!(
         text.trim_end(),
-        format!("checked {shipped} graph file(s): {shipped} valid, 0 error(s), 0 warning(s)")
+        format!(
+            "checked {shipped} graph file(s): {shipped} valid, 0 error(s), 0 warning(s)\nchecked {tests} test file(s): 0 error(s), 0 warning(s)"
+        )
     );
 }

