@@ -760,13 +760,13 @@ impl Bridge {
         }
     }
 
-    /// `data-usage`: per node the model id and its prompt, completion,
+    /// `data-usage`: per node the model id, its cost and its prompt, completion,
     /// cached-prompt and reasoning tokens; and the totals.
     fn usage_chunk(&self) -> Chunk {
         let counts = |u: &Usage| {
             json!({"promptTokens": u.prompt_tokens, "completionTokens": u.completion_tokens,
                 "cachedTokens": u.cached_tokens, "reasoningTokens": u.reasoning_tokens,
-                "cacheWriteTokens": u.cache_write_tokens, "cost": u.cost_usd()})
+                "cacheWriteTokens": u.cache_write_tokens, "cost": dollars(u)})
         };
         let nodes: serde_json::Map<String, Value> = self
             .usage
@@ -861,4 +861,15 @@ fn data_name(name: &str) -> String {
         })
         .collect();
     if s.is_empty() { "custom".into() } else { s }
+}
+
+/// A cost in US dollars as JSON: a whole number written as an integer, as
+/// JavaScript writes it back (the stored message and the client's agree).
+fn dollars(u: &Usage) -> Value {
+    let d = u.cost_usd();
+    if d.fract() == 0.0 && d < 9e15 {
+        json!(d as u64)
+    } else {
+        json!(d)
+    }
 }
