@@ -306,6 +306,9 @@ fn connect(path: &Path, o: &SqliteOptions, reader: bool) -> StoreResult<Connecti
             ))
         })?;
     }
+    if !reader {
+        writable(path)?;
+    }
     let conn = Connection::open(path).map_err(|e| {
         StoreError::Unavailable(format!(
             "cannot open SQLite database {}: {e}",
@@ -336,6 +339,41 @@ fn connect(path: &Path, o: &SqliteOptions, reader: bool) -> StoreResult<Connecti
         conn.pragma_update(None, "wal_autocheckpoint", 10_000)?;
     }
     Ok(conn)
+}
+
+/// Refuses, with the file's name, a database whose file or whose `-wal` or
+/// `-shm` beside it exists but cannot be opened for writing.
+///
+/// SQLite maps `-shm` (its WAL index) into memory. Had it been left to SQLite,
+/// an unwritable `-shm` would be opened read-only and fail later with a vague
+/// `SQLITE_READONLY_*`. Once mapped, a `-shm` truncated or removed under the
+/// running server cannot be caught as an error at all: the next access to the
+/// mapping raises SIGBUS in the kernel, and no handler can resume a thread in
+/// the middle of SQLite's code. Keeping the WAL index in heap memory instead
+/// (`locking_mode = EXCLUSIVE` or the `unix-excl` VFS) would avoid the mapping,
+/// but would lock every other process out of the file — the CLI's `run`, a
+/// second `serve`, a `sqlite3` backup — which this store supports. So the
+/// check is made here, where it can still be a clear error; the running case
+/// is documented (README, "Several instances, crashes and outages").
+fn writable(path: &Path) -> StoreResult<()> {
+    for suffix in ["", "-wal", "-shm"] {
+        let mut file = path.as_os_str().to_owned();
+        file.push(suffix);
+        let file = PathBuf::from(file);
+        let exists = std::fs::symlink_metadata(&file).is_ok();
+        if exists
+            && let Err(e) = std::fs::OpenOptions::new()
+                .read(true)
+                .write(true)
+                .open(&file)
+        {
+            return Err(StoreError::Unavailable(format!(
+                "cannot write {}: {e} (the server writes the database and SQLite's -wal and -shm files beside it)",
+                file.display()
+            )));
+        }
+    }
+    Ok(())
 }
 
 /// Applies pending migrations in one `IMMEDIATE` transaction (which also

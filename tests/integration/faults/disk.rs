@@ -245,3 +245,28 @@ async fn sqlite_on_a_disk_that_fills_mid_run_fails_the_run_cleanly() {
     server.child.start_kill().unwrap();
     let _ = server.child.wait().await;
 }
+
+/// A database whose `-shm` (SQLite's mapped WAL index) cannot be written is
+/// refused at open with the file's name, not opened to fail later — once
+/// mapped, a broken `-shm` can only crash the process (SIGBUS; see
+/// `store::sqlite::writable`). A directory in its place cannot be opened for
+/// writing even by root, which the tests run as.
+#[tokio::test]
+async fn an_unwritable_shm_file_is_refused_at_open_with_its_name() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("stategraph.db");
+    drop(
+        stategraph::store::SqliteStore::open(&db)
+            .await
+            .expect("first open"),
+    );
+    let shm = dir.path().join("stategraph.db-shm");
+    let _ = std::fs::remove_file(&shm);
+    std::fs::create_dir(&shm).unwrap();
+    let err = stategraph::store::SqliteStore::open(&db)
+        .await
+        .expect_err("an unwritable -shm is refused");
+    let text = err.to_string();
+    assert!(text.contains("stategraph.db-shm"), "{text}");
+    assert!(text.contains("cannot write"), "{text}");
+}
