@@ -184,7 +184,7 @@ async fn record_chats(store: &dyn Store, n: usize) {
         Arc::clone(&registries().tools),
     ));
     for i in 0..n {
-        let text = if i % 5 == 0 {
+        let text = if i.is_multiple_of(5) {
             format!("how is the weather? ({i})")
         } else {
             format!("hello there ({i})")

@@ -19,7 +19,7 @@ const CHATS: usize = 50;
 
 /// Chat `i` asks about the weather every fifth time, else says hello.
 fn message(i: usize) -> String {
-    if i % 5 == 0 {
+    if i.is_multiple_of(5) {
         format!("hi! how is the weather today? ({i})")
     } else {
         format!("hello there, number {i}")
@@ -143,7 +143,7 @@ async fn eval_reports_exactly_the_chats_whose_route_changed_and_runs_save_as_tes
     let report: Value = serde_json::from_slice(&after.stdout).unwrap();
     let s = &report["summary"];
     let want: BTreeSet<String> = (0..CHATS)
-        .filter(|i| i % 5 == 0)
+        .filter(|i| i.is_multiple_of(5))
         .map(|i| format!("chat-{i:02}"))
         .collect();
     let runs = report["runs"].as_array().unwrap();
