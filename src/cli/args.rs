@@ -153,6 +153,11 @@ pub(super) enum Command {
     /// Run the test cases beside the graphs (`graphs/tests/*.yaml`); exit 1
     /// on any failure. `--from-run RUN` writes a case from a stored run.
     Test(super::test::TestArgs),
+    /// Run the user inputs of stored chats again against the graphs as
+    /// they are now (recorded model outputs where a node asks what it
+    /// asked then) and report what changed: route, nodes, tool calls,
+    /// answer, tokens, cost, latency.
+    Eval(super::eval::EvalArgs),
     /// Write a minimal working graph and its prompt: `graphs/NAME.yaml`,
     /// `prompts/NAME/answer.md` (under the configured directories).
     New {

@@ -21,6 +21,7 @@
 mod args;
 mod check;
 mod doctor;
+mod eval;
 mod graph;
 mod new;
 mod replay;
@@ -199,6 +200,7 @@ fn dispatch(cli: Cli, config: Config, registries: Registries) -> anyhow::Result<
             Ok(ExitCode::SUCCESS)
         }
         Command::Test(args) => test::test(&ctx, args, out),
+        Command::Eval(args) => eval::eval(&ctx, args, out),
         Command::New { name, force } => {
             let paths = &ctx.config.paths;
             for p in new_graph(&name, &paths.graphs, &paths.prompts, force)? {

@@ -42,6 +42,12 @@ pub(super) struct TestArgs {
     /// The longest one turn may take, e.g. 30s.
     #[arg(long, default_value = "60s")]
     pub(super) timeout: String,
+    /// Ask the configured model (`[llm]`, `--model-script`) for the calls a
+    /// case does not answer: no reply left, or a recorded reply whose
+    /// request changed since the recording (a prompt edit). Off: those
+    /// calls fail the case, and no model is reached.
+    #[arg(long)]
+    pub(super) live: bool,
     /// Write a case from this stored run instead of running tests.
     #[arg(long, value_name = "RUN_ID")]
     pub(super) from_run: Option<uuid::Uuid>,
@@ -78,7 +84,12 @@ pub(super) fn test(ctx: &Ctx, args: TestArgs, out: &mut dyn Write) -> anyhow::Re
         .jobs
         .unwrap_or_else(|| std::thread::available_parallelism().map_or(2, |n| n.get() * 2));
     let started = Instant::now();
-    let (suites, diagnostics) = load(ctx, &files, timeout);
+    let live = if args.live {
+        Some(ctx.services()?.models)
+    } else {
+        None
+    };
+    let (suites, diagnostics) = load(ctx, &files, timeout, live);
     for d in &diagnostics {
         writeln!(out, "{d}")?;
     }
@@ -132,7 +143,12 @@ type Suite = (Arc<Env>, Vec<Arc<TestFile>>);
 /// The test files grouped by the graph directory they run against, each
 /// group with its compiled graphs; files with errors are left out (their
 /// diagnostics returned).
-fn load(ctx: &Ctx, files: &[PathBuf], turn_timeout: Duration) -> (Vec<Suite>, Vec<Diagnostic>) {
+fn load(
+    ctx: &Ctx,
+    files: &[PathBuf],
+    turn_timeout: Duration,
+    live: Option<crate::llm::Models>,
+) -> (Vec<Suite>, Vec<Diagnostic>) {
     let mut groups: BTreeMap<PathBuf, Vec<&PathBuf>> = BTreeMap::new();
     for f in files {
         groups
@@ -149,6 +165,7 @@ fn load(ctx: &Ctx, files: &[PathBuf], turn_timeout: Duration) -> (Vec<Suite>, Ve
             catalog: Arc::clone(&catalog),
             tools: Arc::clone(&ctx.registries.tools),
             turn_timeout,
+            live: live.clone(),
         });
         let mut ok = Vec::new();
         for f in files {

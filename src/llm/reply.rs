@@ -67,6 +67,11 @@ pub struct Reply {
     /// Tokens reported (`usage: {prompt, completion}`); estimated from the
     /// request and the answer when absent.
     pub usage: Option<Usage>,
+    /// The fingerprint of the request this reply answered when it was
+    /// recorded (`request:`, written by `stategraph test --from-run`): a
+    /// call whose request differs (a prompt, the graph or the input was
+    /// edited) is not answered by it.
+    pub request: Option<String>,
 }
 
 /// The keys a reply mapping may have.
@@ -78,6 +83,7 @@ pub const REPLY_KEYS: &[&str] = &[
     "error",
     "timeout",
     "usage",
+    "request",
 ];
 
 impl Reply {
@@ -90,6 +96,7 @@ impl Reply {
                 tool_calls: Vec::new(),
             },
             usage: None,
+            request: None,
         }
     }
 
@@ -116,6 +123,16 @@ impl Reply {
             ));
         }
         let usage = map.get("usage").map(usage).transpose()?;
+        let request = match map.get("request") {
+            None => None,
+            Some(Value::String(s)) if !s.is_empty() => Some(s.clone()),
+            Some(_) => {
+                return Err(
+                    "`request` is the recorded request's fingerprint, a string such as \"9f2c41d07ab3e815\""
+                        .into(),
+                );
+            }
+        };
         let body = if let Some(e) = map.get("error") {
             only(map, "error")?;
             error(e)?
@@ -128,7 +145,11 @@ impl Reply {
         } else {
             answer(map)?
         };
-        Ok(Self { body, usage })
+        Ok(Self {
+            body,
+            usage,
+            request,
+        })
     }
 
     /// The chunks of this reply, as a model would stream them; the last
@@ -202,7 +223,10 @@ fn json_kind(v: &Value) -> &'static str {
 
 /// `error` and `timeout` stand alone (besides `usage`).
 fn only(map: &Map<String, Value>, key: &str) -> Result<(), String> {
-    match map.keys().find(|k| *k != key && *k != "usage") {
+    match map
+        .keys()
+        .find(|k| *k != key && *k != "usage" && *k != "request")
+    {
         Some(other) => Err(format!(
             "`{key}` stands alone in a reply; remove `{other}` (a failed call streams nothing)"
         )),

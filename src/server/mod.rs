@@ -33,6 +33,7 @@ mod refuse;
 mod runs_api;
 mod stream;
 mod studio;
+mod test_case;
 mod tools;
 mod ui;
 
@@ -165,6 +166,7 @@ pub fn app(state: Arc<AppState>) -> Router {
         .route("/api/runs/{id}/resume", post(paused::resume))
         .route("/api/runs/{id}/timeline", get(runs_api::timeline))
         .route("/api/runs/{id}/reexecute", post(runs_api::reexecute))
+        .route("/api/runs/{id}/test-case", get(test_case::get))
         .route("/api/tools", get(tools::list))
         .route("/api/tools/health", get(tools::health))
         .route("/api/graphs", get(graphs::list))

@@ -52,7 +52,11 @@ fn parse_id(id: &str) -> Result<Uuid, ApiError> {
 }
 
 /// The run if it belongs to `user`.
-async fn owned_run(state: &AppState, user: &User, id: &str) -> Result<RunRecord, ApiError> {
+pub(super) async fn owned_run(
+    state: &AppState,
+    user: &User,
+    id: &str,
+) -> Result<RunRecord, ApiError> {
     let id = parse_id(id)?;
     match state.store.get_run(id).await? {
         Some(r) if r.user_id == user.0 => Ok(r),

@@ -34,6 +34,10 @@ pub struct Env {
     pub tools: Arc<ToolRegistry>,
     /// The longest a turn may take.
     pub turn_timeout: Duration,
+    /// The configured models, asked when a case's script has no reply for
+    /// a call or its recorded request changed (`stategraph test --live`);
+    /// `None`: such a call fails the case.
+    pub live: Option<Models>,
 }
 
 /// How one case went.
@@ -118,7 +122,7 @@ pub async fn run_case(env: &Env, file: &TestFile, case: &Case) -> CaseResult {
         return result;
     };
     let notes = Arc::new(std::sync::Mutex::new(Vec::<Miss>::new()));
-    let script = Arc::new(Script::new(Arc::clone(&notes)));
+    let script = Arc::new(Script::new(Arc::clone(&notes), env.live.is_some()));
     let real: Vec<String> = case.real_tools.iter().map(|t| t.value.clone()).collect();
     let mut chat = Chat {
         history: Vec::new(),
@@ -188,7 +192,11 @@ async fn one_turn(
     script: &Arc<Script>,
     tools: Arc<ToolRegistry>,
 ) -> Result<Observation, String> {
-    let mut services = Services::new(Models::single(Arc::new(Unreachable)), tools);
+    let models = env
+        .live
+        .clone()
+        .unwrap_or_else(|| Models::single(Arc::new(Unreachable)));
+    let mut services = Services::new(models, tools);
     let bridge = BridgeConfig::for_graph(
         graph,
         format!("msg_turn{}", index + 1),

@@ -17,6 +17,7 @@
 //! | `expect` | expectations against that, with expected/actual and diffs |
 //! | [`aisdk`] | whether a stream keeps the AI SDK's rules |
 //! | `record` | a case written from a stored run (`--from-run`, the studio) |
+//! | [`eval`], `eval_report` | stored chats run again against the graphs now, and what changed |
 //! | `save` | such a case added to a test file |
 //! | `report` | terminal text, JUnit XML, JSON |
 //! | `schema` | the test file's JSON Schema |
@@ -28,6 +29,8 @@
 pub mod aisdk;
 mod check;
 mod compare;
+pub mod eval;
+mod eval_report;
 mod exec;
 mod expect;
 mod expect_read;
@@ -47,6 +50,11 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 pub use check::check_test_file;
+pub use eval::{EvalEnv, RunEval, StoredRun, eval_all, eval_run};
+pub use eval_report::{
+    Summary, headline as eval_headline, json as eval_json, summary as eval_summary,
+    text as eval_text,
+};
 pub use exec::{CaseResult, Env, run_case};
 pub use expect::Failure;
 pub use matching::{contains, json_diff, text_diff};

@@ -167,10 +167,7 @@ pub fn observe(
 }
 
 fn add(total: &mut Usage, u: &Usage) {
-    total.prompt_tokens += u.prompt_tokens;
-    total.completion_tokens += u.completion_tokens;
-    total.cached_tokens += u.cached_tokens;
-    total.reasoning_tokens += u.reasoning_tokens;
+    *total += *u;
 }
 
 /// The value `node`'s conditional edge routed on after `step`, if it has

@@ -35,7 +35,15 @@ const CASE_KEYS: &[&str] = &[
 ];
 const TURN_KEYS: &[&str] = &["input", "resume", "models", "tools", "expect"];
 const INPUT_KEYS: &[&str] = &["message", "messages", "state"];
-const STUB_KEYS: &[&str] = &["name", "args", "result", "error", "partition", "node"];
+const STUB_KEYS: &[&str] = &[
+    "name",
+    "args",
+    "result",
+    "error",
+    "partition",
+    "node",
+    "schema",
+];
 
 /// Reads and parses a test file.
 ///
@@ -406,9 +414,21 @@ fn stub(r: &mut Reader<'_>, v: &Sp<SpValue>) -> Option<Stub> {
             None,
         );
     }
+    let schema = get(&e, "schema").map(json);
+    if let Some(sc) = &schema
+        && !sc.value.is_object()
+    {
+        r.error(
+            sc.loc,
+            "invalid-value",
+            "a stub's `schema` is the tool's argument JSON Schema, a mapping".into(),
+            None,
+        );
+    }
     Some(Stub {
         name,
         args,
+        schema,
         outcome,
         partition: get(&e, "partition").and_then(|p| r.string(p, "`partition`")),
         node: get(&e, "node").and_then(|n| r.string(n, "`node`")),

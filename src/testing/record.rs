@@ -144,8 +144,16 @@ fn resume(seg: &[Event], out: &mut String, ind: &str) {
 /// The scripted replies: each model call's output (or failure), per node.
 fn models(seg: &[Event], out: &mut String, ind: &str) {
     let mut by_node: Vec<(String, Vec<String>)> = Vec::new();
+    // The request of the call in progress, per task: a recorded reply
+    // answers only the same request (a prompt edit makes it differ).
+    let mut asked: BTreeMap<(Option<&str>, u32, u32), &str> = BTreeMap::new();
     for e in seg {
-        let reply = match &e.event {
+        let task = (e.node.as_deref(), e.step, e.task);
+        let mut reply = match &e.event {
+            EventKind::LlmStarted { request, .. } => {
+                asked.insert(task, request);
+                continue;
+            }
             EventKind::LlmFinished { output, .. } => {
                 let mut r = Map::new();
                 if !output.reasoning.is_empty() {
@@ -177,6 +185,9 @@ fn models(seg: &[Event], out: &mut String, ind: &str) {
             EventKind::LlmFailed { error, .. } => failure_reply(error),
             _ => continue,
         };
+        if let Some(r) = asked.remove(&task).filter(|r| !r.is_empty()) {
+            reply["request"] = json!(r);
+        }
         let node = e.node.as_deref().unwrap_or("*").to_owned();
         let text = q(reply);
         match by_node.iter_mut().find(|(n, _)| *n == node) {
@@ -286,10 +297,25 @@ fn stubs(rec: Recorded<'_>, seg: &[Event], out: &mut String, ind: &str) {
     }
     let _ = writeln!(out, "{ind}tools:");
     let mut seen = Vec::new();
+    let mut schemas_given: Vec<String> = Vec::new();
     for s in list {
         if !seen.contains(&s) {
+            seen.push(s.clone());
+            let mut s = s;
+            // A tool no registry provides (an MCP server's) keeps the
+            // argument schema it was offered with, once per tool, so
+            // arguments are checked and `fill_args` works as in the run.
+            let name = s["name"].as_str().unwrap_or_default().to_owned();
+            if rec.tools.spec(&name).is_none() && !schemas_given.contains(&name) {
+                if let Some(def) = offered
+                    .get(&name)
+                    .filter(|d| d.parameters.get("properties").is_some())
+                {
+                    s["schema"] = (*def.parameters).clone();
+                }
+                schemas_given.push(name);
+            }
             let _ = writeln!(out, "{ind}  - {}", q(&s));
-            seen.push(s);
         }
     }
 }

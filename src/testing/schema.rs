@@ -138,6 +138,7 @@ fn def_reply() -> Value {
                     "properties": {"status": {"type": "integer", "minimum": 400, "maximum": 599}, "message": {"type": "string"}}
                 },
                 "timeout": {"const": true},
+                "request": {"type": "string", "description": "the fingerprint of the request this reply answered when recorded; a call whose request differs is not answered by it"},
                 "usage": {
                     "type": "object",
                     "required": ["prompt", "completion"],
@@ -157,6 +158,7 @@ fn def_stub() -> Value {
         "properties": {
             "name": {"type": "string", "description": "the tool, or `http` for an http node's request"},
             "args": {"type": "object", "description": "arguments the call must contain"},
+            "schema": {"type": "object", "description": "the tool's argument JSON Schema, for a tool no registry provides (an MCP server's)"},
             "result": {},
             "error": {
                 "type": "object",

@@ -45,13 +45,18 @@ pub(super) struct Script {
     http: Mutex<Vec<Stub>>,
     calls: Mutex<u32>,
     notes: Notes,
+    /// Calls the script does not answer go to the configured model
+    /// (`stategraph test --live`) instead of failing.
+    live: bool,
 }
 
 impl Script {
-    /// An empty script noting misses into `notes`.
-    pub(super) fn new(notes: Notes) -> Self {
+    /// An empty script noting misses into `notes`; with `live`, a call
+    /// without a fitting reply goes to the configured model.
+    pub(super) fn new(notes: Notes, live: bool) -> Self {
         Self {
             notes,
+            live,
             ..Self::default()
         }
     }
@@ -113,7 +118,23 @@ impl Playback for Script {
             *c
         };
         let items = match self.next(node) {
+            Some(reply)
+                if reply
+                    .request
+                    .as_ref()
+                    .is_some_and(|r| *r != request.fingerprint()) =>
+            {
+                if self.live {
+                    return None;
+                }
+                let message = format!(
+                    "node `{node}` sent another request than the one its recorded reply answered (a prompt, the graph or the input changed since the recording), so the reply was not used: run `stategraph test --live` to ask the configured model, or record the case again"
+                );
+                note(&self.notes, message.clone());
+                vec![Err(LlmError::Scripted(message))]
+            }
             Some(reply) => reply.chunks(prompt_tokens(request), n),
+            None if self.live => return None,
             None => {
                 let message = format!(
                     "node `{node}` called the model, but the case has no scripted reply left for it"
@@ -266,10 +287,11 @@ pub(super) fn registry(
             description: known
                 .as_ref()
                 .map_or_else(|| format!("{name} (stubbed)"), |k| k.description.clone()),
-            input_schema: known.as_ref().map_or_else(
-                || Arc::new(json!({"type": "object"})),
-                |k| Arc::clone(&k.input_schema),
-            ),
+            input_schema: match (&known, list.iter().find_map(|s| s.schema.as_ref())) {
+                (Some(k), _) => Arc::clone(&k.input_schema),
+                (None, Some(sc)) => Arc::new(sc.value.clone()),
+                (None, None) => Arc::new(json!({"type": "object"})),
+            },
             partition,
             policy: real.policy(&name),
         };

@@ -94,6 +94,10 @@ pub struct Stub {
     pub name: Sp<String>,
     /// Arguments the call must contain (partial match); any when absent.
     pub args: Option<Sp<Value>>,
+    /// The tool's argument schema, for a tool no registry provides (an MCP
+    /// server's): arguments are checked against it and `fill_args` sees
+    /// which ones the tool takes. Default: any object.
+    pub schema: Option<Sp<Value>>,
     /// What the call returns.
     pub outcome: StubOutcome,
     /// The partition it belongs to, when no registered tool says.

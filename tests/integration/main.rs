@@ -20,6 +20,8 @@ mod executor;
 mod failed_turns;
 mod faults;
 mod forks;
+mod graph_eval;
+mod graph_recorded;
 mod graph_tests;
 mod hitl_client;
 mod hitl_crash;

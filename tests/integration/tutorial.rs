@@ -6,7 +6,8 @@
 //!
 //! Output lines match as substrings of one line; `…` stands for anything
 //! (the pieces between must appear in order on one line). A command must
-//! succeed unless the output it shows has an `error[` line.
+//! succeed unless the output it shows has an `error[` line (or a `FAIL `
+//! line: a failing test case).
 
 use std::path::{Path, PathBuf};
 
@@ -114,7 +115,11 @@ impl Session {
             String::from_utf8_lossy(&out.stderr).into_owned(),
         );
         let all = format!("{stdout}\n{stderr}");
-        let fails = expected.iter().any(|e| e.contains("error["));
+        // A command fails when the output shown says so: a diagnostic, or
+        // a failing test case.
+        let fails = expected
+            .iter()
+            .any(|e| e.contains("error[") || e.starts_with("FAIL "));
         assert_eq!(!out.status.success(), fails, "`{cmd}`:\n{all}");
         for want in expected {
             assert!(shown(&all, want), "`{cmd}` did not show `{want}`:\n{all}");

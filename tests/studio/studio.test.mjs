@@ -293,6 +293,15 @@ try {
     await page.locator('[data-testid="reexecute-same"], [data-testid="reexecute-diverged"], [data-testid="reexecute-result"] .alert-error').first().waitFor();
     const result = await page.locator('[data-testid="reexecute-result"]').textContent();
     assert(await page.locator('[data-testid="reexecute-same"]').count() === 1, `re-executing the fork diverged or failed: ${result}`);
+    // Save as test: the run written as a test file, to download or copy.
+    await page.locator('[data-testid="case-name"]').fill('the forked run');
+    await page.locator('[data-testid="save-as-test"]').click();
+    await page.locator('[data-testid="test-yaml"], [data-testid="save-as-test-result"] .alert-error').first().waitFor();
+    const yaml = await page.locator('[data-testid="save-as-test-result"]').textContent();
+    assert(/cases:\s+- name: "the forked run"/.test(yaml), `save as test gave no case: ${yaml.slice(0, 300)}`);
+    assert(/expect:/.test(yaml), `the saved case has no expectations: ${yaml.slice(0, 300)}`);
+    const download = page.locator('[data-testid="download-test"]');
+    assert(/_recorded\.yaml$/.test(await download.getAttribute('download')), 'the download has no test-file name');
     await shot('run-replay');
     await axe('run (replay tab)');
   });

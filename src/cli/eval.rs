@@ -1,0 +1,159 @@
+//! `stategraph eval`: the user inputs of stored chats run again against the
+//! graphs of the working directory, with recorded model outputs where a
+//! node asks what it asked then and the configured model elsewhere; prints
+//! what changed per chat turn and a summary ("37 of 200 chat turns took
+//! another route; 5 now fail"), and writes JSON (see `crate::testing::eval`).
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Instant;
+
+use anyhow::{Context, bail};
+
+use super::setup::{Ctx, runtime};
+use crate::runtime::RunStatus;
+use crate::store::{RunQuery, RunRecord, Store};
+use crate::testing::{self, EvalEnv, StoredRun};
+use crate::units::Dur;
+
+/// The `eval` command's arguments.
+#[derive(clap::Args, Debug)]
+pub(super) struct EvalArgs {
+    /// Only runs of this graph.
+    #[arg(long)]
+    pub(super) graph: Option<String>,
+    /// Only runs started within this long, e.g. 7d, 12h.
+    #[arg(long)]
+    pub(super) since: Option<String>,
+    /// Only the runs of these chats (repeatable).
+    #[arg(long = "chat", value_name = "CHAT_ID")]
+    pub(super) chats: Vec<String>,
+    /// These runs (repeatable).
+    #[arg(long = "run", value_name = "RUN_ID")]
+    pub(super) runs: Vec<uuid::Uuid>,
+    /// At most this many runs, the newest first.
+    #[arg(long, default_value_t = 200)]
+    pub(super) limit: usize,
+    /// Write the report as JSON here (`-` for stdout, instead of the text).
+    #[arg(long, value_name = "FILE")]
+    pub(super) json: Option<PathBuf>,
+    /// Runs evaluated at once (default: twice the CPUs).
+    #[arg(long, short)]
+    pub(super) jobs: Option<usize>,
+    /// List the runs that did not change too.
+    #[arg(long, short)]
+    pub(super) verbose: bool,
+    /// The longest one run may take, e.g. 2m.
+    #[arg(long, default_value = "120s")]
+    pub(super) timeout: String,
+    /// Exit 1 when any run took another route or now fails (for CI).
+    #[arg(long)]
+    pub(super) fail_on_change: bool,
+}
+
+/// `stategraph eval`.
+pub(super) fn eval(ctx: &Ctx, args: EvalArgs, out: &mut dyn Write) -> anyhow::Result<ExitCode> {
+    let timeout = Dur::parse(&args.timeout)
+        .ok_or_else(|| anyhow::anyhow!("--timeout {}: write e.g. 30s or 2m", args.timeout))?;
+    let since = match &args.since {
+        None => None,
+        Some(s) => {
+            let d = Dur::parse(s)
+                .ok_or_else(|| anyhow::anyhow!("--since {s}: write an age, e.g. 7d or 12h"))?;
+            Some(crate::events::now_micros().saturating_sub(d.as_micros() as u64))
+        }
+    };
+    let jobs = args
+        .jobs
+        .unwrap_or_else(|| std::thread::available_parallelism().map_or(2, |n| n.get() * 2));
+    let services = ctx.services()?;
+    let graphs = ctx.graphs();
+    let env = Arc::new(EvalEnv {
+        catalog: graphs.catalog(),
+        models: services.models.clone(),
+        tools: Arc::clone(&services.tools),
+        timeout,
+    });
+    let rt = runtime()?;
+    let (evals, elapsed) = rt.block_on(ctx.with_mcp(async {
+        let store = ctx.store().await?;
+        let runs = select(&*store, &args, since).await?;
+        if runs.is_empty() {
+            bail!("no stored run matches (give --graph, --since, --chat or --run; see docs/testing.md)");
+        }
+        let started = Instant::now();
+        let evals = testing::eval_all(env, runs, jobs).await;
+        anyhow::Ok((evals, started.elapsed()))
+    }))?;
+    let to_stdout = args.json.as_deref() == Some(Path::new("-"));
+    if to_stdout {
+        writeln!(out, "{:#}", testing::eval_json(&evals, elapsed))?;
+    } else {
+        write!(out, "{}", testing::eval_text(&evals, elapsed, args.verbose))?;
+    }
+    if let Some(path) = args.json.as_ref().filter(|_| !to_stdout) {
+        let text = format!("{:#}\n", testing::eval_json(&evals, elapsed));
+        std::fs::write(path, text).with_context(|| format!("writing {}", path.display()))?;
+    }
+    let s = testing::eval_summary(&evals);
+    Ok(if args.fail_on_change && (s.route > 0 || s.now_fail > 0) {
+        ExitCode::FAILURE
+    } else {
+        ExitCode::SUCCESS
+    })
+}
+
+/// The stored runs selected, oldest first, with their events and
+/// checkpoints. Runs still going and forks (edits of runs, not user
+/// inputs) are left out.
+pub(super) async fn select(
+    store: &dyn Store,
+    args: &EvalArgs,
+    since: Option<u64>,
+) -> anyhow::Result<Vec<StoredRun>> {
+    let mut records: Vec<RunRecord> = Vec::new();
+    for id in &args.runs {
+        match store.get_run(*id).await? {
+            Some(r) => records.push(r),
+            None => bail!("no stored run {id}"),
+        }
+    }
+    let query = |chat: Option<String>| RunQuery {
+        chat,
+        graph: args.graph.clone(),
+        since,
+        ..RunQuery::newest(args.limit)
+    };
+    if !args.chats.is_empty() {
+        for c in &args.chats {
+            records.extend(store.list_runs(&query(Some(c.clone()))).await?);
+        }
+    } else if args.runs.is_empty() {
+        records.extend(store.list_runs(&query(None)).await?);
+    }
+    records.retain(|r| r.status != RunStatus::Running && r.parent.is_none());
+    records.sort_by_key(|r| (r.created_at, r.id));
+    records.dedup_by_key(|r| r.id);
+    records.truncate(args.limit);
+    let mut out = Vec::with_capacity(records.len());
+    for r in records {
+        let (_, events) = crate::replay::load(store, r.id).await?;
+        let batches = store
+            .checkpoints(r.id, u32::MAX)
+            .await?
+            .iter()
+            .map(|c| c.to_batch(r.id))
+            .collect();
+        out.push(StoredRun {
+            id: r.id,
+            chat: r.chat_id,
+            graph: r.graph,
+            input: r.input,
+            events,
+            batches,
+        });
+    }
+    Ok(out)
+}

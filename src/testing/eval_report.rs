@@ -1,0 +1,216 @@
+//! `stategraph eval`'s reports: per chat turn what changed, then a summary
+//! table ("37 of 200 chats took another route; 5 now fail"); and the same
+//! as JSON.
+
+use std::fmt::Write as _;
+use std::time::Duration;
+
+use serde::Serialize;
+use serde_json::{Value, json};
+
+use super::eval::{RunEval, Side};
+
+/// The counts of an evaluation.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct Summary {
+    /// Runs evaluated.
+    pub runs: usize,
+    /// Distinct chats among them (a run without a chat counts as one).
+    pub chats: usize,
+    /// Runs where anything changed.
+    pub changed: usize,
+    /// Runs that took another route.
+    pub route: usize,
+    /// Runs that ran other nodes.
+    pub nodes: usize,
+    /// Runs that made other tool calls.
+    pub tool_calls: usize,
+    /// Runs with another answer.
+    pub answer: usize,
+    /// Runs that now fail (or could not run) where they did not.
+    pub now_fail: usize,
+    /// Tokens before and now.
+    pub tokens: (u64, u64),
+    /// Cost before and now, US dollars.
+    pub cost_usd: (f64, f64),
+    /// Model calls answered from recordings, and by the configured model.
+    pub recorded_calls: u64,
+    /// See `recorded_calls`.
+    pub live_calls: u64,
+}
+
+/// The counts of `evals`.
+pub fn summary(evals: &[RunEval]) -> Summary {
+    let mut s = Summary {
+        runs: evals.len(),
+        ..Summary::default()
+    };
+    let mut chats: Vec<String> = evals
+        .iter()
+        .map(|e| e.chat.clone().unwrap_or_else(|| e.run.to_string()))
+        .collect();
+    chats.sort();
+    chats.dedup();
+    s.chats = chats.len();
+    for e in evals {
+        let c = &e.changes;
+        s.changed += usize::from(c.any());
+        s.route += usize::from(c.route);
+        s.nodes += usize::from(c.nodes);
+        s.tool_calls += usize::from(c.tool_calls);
+        s.answer += usize::from(c.answer);
+        s.now_fail += usize::from(e.now_fails());
+        s.tokens.0 += e.before.tokens;
+        s.cost_usd.0 += e.before.cost_usd;
+        if let Some(a) = &e.after {
+            s.tokens.1 += a.tokens;
+            s.cost_usd.1 += a.cost_usd;
+        }
+        s.recorded_calls += u64::from(e.recorded_calls);
+        s.live_calls += u64::from(e.live_calls);
+    }
+    s
+}
+
+/// The report for a terminal: each changed run (or every run with
+/// `verbose`), then the summary.
+pub fn text(evals: &[RunEval], elapsed: Duration, verbose: bool) -> String {
+    let mut out = String::new();
+    for e in evals {
+        if !e.changes.any() && !verbose {
+            continue;
+        }
+        let label = match &e.chat {
+            Some(c) => format!("chat {c} · run {}", e.run),
+            None => format!("run {}", e.run),
+        };
+        let what = if e.changes.any() {
+            format!("CHANGED ({})", e.changes.names().join(", "))
+        } else {
+            "same".to_owned()
+        };
+        let _ = writeln!(out, "{what} {label} (graph {})", e.graph);
+        if !e.input.is_empty() {
+            let _ = writeln!(out, "  user: {}", one_line(&e.input, 100));
+        }
+        if let Some(err) = &e.error {
+            let _ = writeln!(out, "  could not run: {err}");
+            continue;
+        }
+        let Some(a) = &e.after else { continue };
+        let b = &e.before;
+        if e.changes.route {
+            let _ = writeln!(
+                out,
+                "  route:  {}  →  {}",
+                b.routes.join(", "),
+                a.routes.join(", ")
+            );
+        }
+        if e.changes.nodes {
+            let _ = writeln!(out, "  before: {}", b.path.join(" → "));
+            let _ = writeln!(out, "  now:    {}", a.path.join(" → "));
+        }
+        if e.changes.status {
+            let _ = writeln!(
+                out,
+                "  status: {} → {}{}",
+                b.status,
+                a.status,
+                a.error
+                    .as_deref()
+                    .map(|e| format!(" ({})", one_line(e, 120)))
+                    .unwrap_or_default()
+            );
+        }
+        if e.changes.tool_calls {
+            let _ = writeln!(out, "  tool calls before: {}", calls(b));
+            let _ = writeln!(out, "  tool calls now:    {}", calls(a));
+        }
+        if let Some(d) = &e.answer_diff {
+            let _ = writeln!(out, "  answer (- before, + now):");
+            for l in d.lines().take(40) {
+                let _ = writeln!(out, "    {l}");
+            }
+        }
+        let _ = writeln!(
+            out,
+            "  tokens {} → {} · cost ${:.4} → ${:.4} · latency {:.0} ms → {:.0} ms · model calls {} recorded, {} live",
+            b.tokens,
+            a.tokens,
+            b.cost_usd,
+            a.cost_usd,
+            b.latency_ms,
+            a.latency_ms,
+            e.recorded_calls,
+            e.live_calls
+        );
+    }
+    let s = summary(evals);
+    let _ = writeln!(out);
+    let _ = writeln!(out, "{}", headline(&s));
+    let _ = writeln!(out, "  {:<28} {:>6}", "runs (chat turns)", s.runs);
+    let _ = writeln!(out, "  {:<28} {:>6}", "chats", s.chats);
+    for (k, v) in [
+        ("changed", s.changed),
+        ("took another route", s.route),
+        ("ran other nodes", s.nodes),
+        ("made other tool calls", s.tool_calls),
+        ("answered otherwise", s.answer),
+        ("now fail", s.now_fail),
+    ] {
+        let _ = writeln!(out, "  {k:<28} {v:>6}");
+    }
+    let _ = writeln!(out, "  {:<28} {:>6} → {}", "tokens", s.tokens.0, s.tokens.1);
+    let _ = writeln!(
+        out,
+        "  {:<28} ${:.4} → ${:.4}",
+        "cost", s.cost_usd.0, s.cost_usd.1
+    );
+    let _ = writeln!(
+        out,
+        "  {:<28} {} recorded, {} live",
+        "model calls", s.recorded_calls, s.live_calls
+    );
+    let _ = writeln!(out, "({} runs in {} ms)", s.runs, elapsed.as_millis());
+    out
+}
+
+/// "37 of 200 chats took another route; 5 now fail".
+pub fn headline(s: &Summary) -> String {
+    format!(
+        "{} of {} chat turns took another route; {} now fail; {} changed in all",
+        s.route, s.runs, s.now_fail, s.changed
+    )
+}
+
+fn calls(s: &Side) -> String {
+    if s.tool_calls.is_empty() {
+        return "(none)".into();
+    }
+    s.tool_calls
+        .iter()
+        .map(|c| format!("{}({})", c["name"].as_str().unwrap_or(""), c["args"]))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+fn one_line(s: &str, max: usize) -> String {
+    let flat: String = s.split_whitespace().collect::<Vec<_>>().join(" ");
+    if flat.chars().count() <= max {
+        flat
+    } else {
+        format!("{}…", flat.chars().take(max).collect::<String>())
+    }
+}
+
+/// The whole evaluation as JSON: the summary and every run.
+pub fn json(evals: &[RunEval], elapsed: Duration) -> Value {
+    let s = summary(evals);
+    json!({
+        "summary": s,
+        "headline": headline(&s),
+        "elapsed_ms": elapsed.as_millis() as u64,
+        "runs": evals,
+    })
+}

@@ -1,0 +1,209 @@
+//! `stategraph eval` and the studio's "save as test" over chats a real
+//! server stored (docs/testing.md): 50 chats through `POST /api/chat` with a
+//! model script; `GET /api/runs/{id}/test-case` gives a case that passes
+//! with `stategraph test`; after a router-prompt edit, `eval` reports
+//! exactly the chats whose route changed.
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+
+use serde_json::Value;
+use stategraph::llm::script::ScriptModel;
+use stategraph::store::sqlite::SqliteStore;
+
+use crate::graph_recorded::{sg_in, shown, workdir};
+use crate::support::server::TestServer;
+use crate::support::{chat_body, post_json};
+
+const CHATS: usize = 50;
+
+/// Chat `i` asks about the weather every fifth time, else says hello.
+fn message(i: usize) -> String {
+    if i.is_multiple_of(5) {
+        format!("hi! how is the weather today? ({i})")
+    } else {
+        format!("hello there, number {i}")
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn eval_reports_exactly_the_chats_whose_route_changed_and_runs_save_as_tests() {
+    let dir = workdir();
+    let d = dir.path().to_owned();
+    std::fs::create_dir_all(d.join("data")).unwrap();
+    let store = Arc::new(
+        SqliteStore::open(d.join("data/stategraph.db"))
+            .await
+            .unwrap(),
+    );
+    let model = Arc::new(ScriptModel::load(&d.join("models.yaml")).unwrap());
+    let (graphs, prompts) = (d.join("graphs"), d.join("prompts"));
+    let server = TestServer::start_with_store(model, store, move |c| {
+        c.paths.graphs = graphs;
+        c.paths.prompts = prompts;
+    })
+    .await;
+    let client = reqwest::Client::new();
+    for i in 0..CHATS {
+        let resp = post_json(
+            &client,
+            &server.url("/api/chat"),
+            &chat_body(&format!("chat-{i:02}"), &message(i)),
+        )
+        .await;
+        assert_eq!(resp.status(), 200);
+        let body = resp.text().await.unwrap();
+        assert!(body.contains("\"type\":\"finish\""), "{body}");
+    }
+
+    // "Save as test": the run of chat-00 as a test file.
+    let runs: Value = client
+        .get(server.url("/api/runs?chat=chat-00"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let run = runs["runs"][0]["id"].as_str().unwrap().to_owned();
+    let resp = client
+        .get(server.url(&format!("/api/runs/{run}/test-case?name=weather%20chat")))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 200);
+    assert_eq!(
+        resp.headers()["content-type"],
+        "application/yaml; charset=utf-8"
+    );
+    assert_eq!(resp.headers()["x-stategraph-case"], "weather chat");
+    let yaml = resp.text().await.unwrap();
+    assert!(
+        yaml.contains("graph: chat\ncases:\n  - name: \"weather chat\""),
+        "{yaml}"
+    );
+    let bad = client
+        .get(server.url(&format!("/api/runs/{run}/test-case?name=a%0Ab")))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(bad.status(), 400);
+    let err: Value = bad.json().await.unwrap();
+    assert_eq!(err["error"]["code"], "invalid_name", "{err}");
+    let missing = client
+        .get(server.url(&format!("/api/runs/{}/test-case", uuid::Uuid::now_v7())))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(missing.status(), 404);
+    server.shutdown().await;
+
+    // The saved file passes as it is, against the same graphs.
+    std::fs::create_dir_all(d.join("graphs/tests")).unwrap();
+    std::fs::write(d.join("graphs/tests/saved.yaml"), &yaml).unwrap();
+    let dd = d.clone();
+    let pass =
+        tokio::task::spawn_blocking(move || sg_in(&dd, &["test", "graphs/tests/saved.yaml"]))
+            .await
+            .unwrap();
+    assert!(pass.status.success(), "{}\n{yaml}", shown(&pass));
+
+    // Nothing edited: eval finds nothing changed, every call recorded.
+    let eval = |extra: &'static [&'static str]| {
+        let dd = d.clone();
+        tokio::task::spawn_blocking(move || {
+            let mut args = vec![
+                "--model-script",
+                "models.yaml",
+                "eval",
+                "--graph",
+                "chat",
+                "--json",
+                "-",
+            ];
+            args.extend_from_slice(extra);
+            sg_in(&dd, &args)
+        })
+    };
+    let same = eval(&[]).await.unwrap();
+    assert!(same.status.success(), "{}", shown(&same));
+    let report: Value = serde_json::from_slice(&same.stdout).unwrap();
+    assert_eq!(report["summary"]["runs"], CHATS, "{report:#}");
+    assert_eq!(report["summary"]["changed"], 0, "{report:#}");
+    assert_eq!(report["summary"]["live_calls"], 0, "{report:#}");
+
+    // The router's prompt now asks to ask back about the weather.
+    let prompt = d.join("prompts/chat/router.md");
+    let mut text = std::fs::read_to_string(&prompt).unwrap();
+    text.push_str("\nASK BACK FIRST: when in doubt, ask the user what they mean.\n");
+    std::fs::write(&prompt, text).unwrap();
+
+    let after = eval(&["--fail-on-change"]).await.unwrap();
+    assert_eq!(after.status.code(), Some(1), "{}", shown(&after));
+    let report: Value = serde_json::from_slice(&after.stdout).unwrap();
+    let s = &report["summary"];
+    let want: BTreeSet<String> = (0..CHATS)
+        .filter(|i| i.is_multiple_of(5))
+        .map(|i| format!("chat-{i:02}"))
+        .collect();
+    let runs = report["runs"].as_array().unwrap();
+    let rerouted: BTreeSet<String> = runs
+        .iter()
+        .filter(|r| r["changes"]["route"] == true)
+        .map(|r| r["chat"].as_str().unwrap().to_owned())
+        .collect();
+    assert_eq!(rerouted, want, "{report:#}");
+    assert_eq!(s["route"], want.len());
+    assert_eq!(s["changed"], want.len(), "only the rerouted chats changed");
+    assert_eq!(s["now_fail"], 0);
+    assert_eq!(
+        report["headline"],
+        format!(
+            "{} of {CHATS} chat turns took another route; 0 now fail; {} changed in all",
+            want.len(),
+            want.len()
+        )
+    );
+    let one = runs.iter().find(|r| r["chat"] == "chat-00").unwrap();
+    assert_eq!(
+        one["before"]["path"],
+        serde_json::json!(["summarizer", "router", "direct"])
+    );
+    assert_eq!(
+        one["after"]["path"],
+        serde_json::json!(["summarizer", "router", "clarifier"])
+    );
+    assert_eq!(one["before"]["routes"][0], "router=DIRECT");
+    assert_eq!(one["after"]["routes"][0], "router=CLARIFY");
+    // The unchanged chats' answers came from the recording: only their
+    // router call (whose prompt changed) went to the model.
+    let calm = runs.iter().find(|r| r["chat"] == "chat-01").unwrap();
+    assert_eq!(
+        (calm["recorded_calls"].as_u64(), calm["live_calls"].as_u64()),
+        (Some(1), Some(1))
+    );
+
+    // The terminal report says the same.
+    let dd = d.clone();
+    let terminal = tokio::task::spawn_blocking(move || {
+        sg_in(
+            &dd,
+            &["--model-script", "models.yaml", "eval", "--graph", "chat"],
+        )
+    })
+    .await
+    .unwrap();
+    let out = shown(&terminal);
+    assert!(
+        out.contains(&format!(
+            "{} of {CHATS} chat turns took another route; 0 now fail",
+            want.len()
+        )),
+        "{out}"
+    );
+    assert!(out.contains("CHANGED (route, nodes"), "{out}");
+    assert!(
+        out.contains("route:  router=DIRECT  →  router=CLARIFY"),
+        "{out}"
+    );
+}
