@@ -357,8 +357,12 @@ impl Config {
         if let Some(v) = env("STATEGRAPH_PROMPTS") {
             self.paths.prompts = v.into();
         }
+        // The data directory is written in two places (`[paths] data`, and
+        // `[store] data_dir`, which wins over it); the variable overrides
+        // both, as every variable overrides its file key.
         if let Some(v) = env("STATEGRAPH_DATA_DIR") {
             self.paths.data = v.into();
+            self.store.data_dir = Some(self.paths.data.clone());
         }
         if let Some(v) = env("STATEGRAPH_API_KEYS") {
             for pair in v.split(',').filter(|p| !p.trim().is_empty()) {
@@ -396,6 +400,11 @@ impl Config {
                 }
             };
         }
+        // `telemetry::init` reads it too (through `EnvFilter`); here the
+        // configuration says what will be in force.
+        if let Some(v) = env("RUST_LOG").filter(|v| !v.trim().is_empty()) {
+            self.telemetry.log_filter = v;
+        }
         if let Some(v) = env("STATEGRAPH_STREAM_DURABILITY") {
             self.server.stream_durability = match v.as_str() {
                 "visible" => StreamDurability::Visible,
@@ -416,6 +425,9 @@ impl Config {
         Ok(self)
     }
 }
+
+#[cfg(test)]
+mod env_overrides;
 
 #[cfg(test)]
 mod tests {

@@ -29,6 +29,17 @@ pub struct RunArgs {
     pub store: bool,
 }
 
+/// Whose a stored run is: the local user, the one the studio and the API
+/// answer loopback requests as, so a run started from the command line is
+/// there to inspect; `cli` when the configuration has no local user.
+pub(super) fn cli_user(auth: &crate::config::AuthConfig) -> &str {
+    if auth.local_user.is_empty() {
+        "cli"
+    } else {
+        &auth.local_user
+    }
+}
+
 /// How a run ended.
 struct Ended {
     ok: bool,
@@ -69,7 +80,7 @@ pub(super) async fn run(
             .start(RunStart {
                 graph: Arc::clone(&graph),
                 input,
-                user_id: "cli".into(),
+                user_id: cli_user(&ctx.config.auth).into(),
                 request_id: String::new(),
                 tap: Some(tx),
             })

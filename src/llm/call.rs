@@ -49,12 +49,17 @@ static EMPTY_OUTPUT: LlmOutput = LlmOutput {
     finish_reason: String::new(),
 };
 
+/// Why a stream that ended without a finish reason failed.
+const UNFINISHED: &str = "the stream ended before a finish reason (cut off)";
+
 /// Runs one model call: emits `llm_started`, every delta and tool-call
 /// fragment as it arrives, then `llm_finished` (or `llm_failed`), and returns
-/// the assembled output with its token usage.
+/// the assembled output with its token usage. A stream that ends without a
+/// finish reason is a failed call, whatever text it carried.
 ///
 /// # Errors
-/// The model failed; the failure has been emitted as `llm_failed`.
+/// The model failed, or its stream ended without a finish reason; the
+/// failure has been emitted as `llm_failed`.
 pub async fn call_model(
     model: &dyn ChatModel,
     cx: ModelCall<'_>,
@@ -166,15 +171,22 @@ pub async fn stream_call(
             }
         }
     }
-    out.tool_calls = calls.into_iter().map(|(_, c)| c).collect();
+    // A stream that ends without saying why the model stopped was cut off
+    // (a proxy closed it, a recording or a script ended early): what it
+    // carried is half an answer, and half an answer is not data. The call
+    // fails like any broken stream, so the node retries or degrades.
     if out.finish_reason.is_empty() {
-        out.finish_reason = if out.tool_calls.is_empty() {
-            "stop"
-        } else {
-            "tool_calls"
-        }
-        .to_owned();
+        let e = LlmError::Stream(UNFINISHED.into());
+        cx.events
+            .emit(EventKind::LlmFailed {
+                call,
+                error: e.to_string(),
+                usage,
+            })
+            .await;
+        return Err(e);
     }
+    out.tool_calls = calls.into_iter().map(|(_, c)| c).collect();
     let ev = cx
         .events
         .emit(EventKind::LlmFinished {

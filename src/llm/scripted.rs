@@ -86,6 +86,13 @@ impl ScriptedModel {
         }
     }
 
+    /// Reports `name` as its model name (default `scripted`): two models
+    /// of a test are told apart in events and recordings.
+    pub fn named(mut self, name: impl Into<String>) -> Self {
+        self.name = name.into();
+        self
+    }
+
     /// Waits this long before each streamed chunk (simulated generation speed).
     pub fn with_token_delay(mut self, delay: Duration) -> Self {
         self.token_delay = Some(delay);

@@ -625,6 +625,24 @@ async fn denied(
     (content.to_string(), record, None)
 }
 
+impl Agent {
+    /// A data node whose last attempt failed has no data: it writes its
+    /// `no_data` packet, so what follows says so instead of presenting
+    /// half an answer, or a model's memory, as figures.
+    fn no_data_recovery(&self, failure: &Failure<'_>) -> Option<Recovery> {
+        let no_data = self.no_data.as_ref()?;
+        Some(Recovery {
+            patch: Patch::new().set(Arc::clone(&self.output), no_data.packet.clone()),
+            note: format!(
+                "`{}` failed ({}); it has no data, so nothing it wrote is used.",
+                failure.node, failure.error
+            ),
+            truncated: None,
+            refused: None,
+        })
+    }
+}
+
 impl Node for Agent {
     fn run<'a>(&'a self, cx: NodeContext<'a>) -> BoxFuture<'a, Result<Patch, NodeError>> {
         self.call(cx).boxed()
@@ -638,7 +656,7 @@ impl Node for Agent {
         Box::pin(async move {
             Recovery::refusal(&self.output, &failure).or_else(|| {
                 Recovery::decide(self.on_error, &failure, || {
-                    Recovery::partial_text(&self.output, &failure)
+                    Recovery::partial_text(&failure).or_else(|| self.no_data_recovery(&failure))
                 })
             })
         })

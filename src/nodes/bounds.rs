@@ -12,10 +12,16 @@
 //! - `skip`: the node writes nothing, a thinking note says why, the run
 //!   goes on (the default of summaries and follow-ups);
 //! - `fallback`: the kind's fallback — a router's fallback intent, an
-//!   `llm` node's `fallback:` values, or, for a text answer (`llm`,
-//!   `agent`), the text it streamed before it failed, marked as truncated
-//!   (a `data-truncated` part; finish reason `length`). With nothing to
-//!   fall back on, the run fails.
+//!   `llm` node's `fallback:` values, a data agent's `no_data` packet, or,
+//!   for an answer the user has partly read (`llm`, `agent` on the
+//!   `answer` surface), that text left in the message as streamed and
+//!   marked as truncated (a `data-truncated` part; finish reason
+//!   `length`). With nothing to fall back on, the run fails.
+//!
+//! **A broken stream is not data.** A model stream that ends without a
+//! finish reason (cut off, timed out, a transport error) is a failed call
+//! for every kind; the node retries (unless the user has read its text) or
+//! degrades as above. Its partial text is never written to a field.
 
 use std::sync::Arc;
 
@@ -201,6 +207,9 @@ pub struct Failure<'a> {
     pub error: &'a NodeError,
     /// The answer text it streamed in that attempt.
     pub streamed: &'a str,
+    /// Whether that text reached the answer the user reads (the node's
+    /// surface is `answer`).
+    pub shown: bool,
 }
 
 /// How a failed node ends instead of failing the run.
@@ -246,10 +255,13 @@ impl Recovery {
         })
     }
 
-    /// The text streamed before the failure, as the answer in `field`;
-    /// `None` when nothing was streamed.
-    pub(super) fn partial_text(field: &Arc<str>, failure: &Failure<'_>) -> Option<Self> {
-        if failure.streamed.trim().is_empty() {
+    /// An answer cut short after the user has read part of it: the text
+    /// stays in the message as streamed, marked truncated; it is not
+    /// written to any field, since half an answer is not data (a later
+    /// node reading the field sees nothing). `None` when no answer text
+    /// was shown: then there is nothing to keep, and the node fails.
+    pub(super) fn partial_text(failure: &Failure<'_>) -> Option<Self> {
+        if !failure.shown || failure.streamed.trim().is_empty() {
             return None;
         }
         let why = match failure.error {
@@ -257,9 +269,9 @@ impl Recovery {
             _ => "error",
         };
         Some(Self {
-            patch: Patch::new().set(Arc::clone(field), failure.streamed),
+            patch: Patch::new(),
             note: format!(
-                "The answer was cut short ({}); keeping what was written.",
+                "The answer was cut short ({}); what was shown stays, marked as truncated.",
                 failure.error
             ),
             truncated: Some(why),

@@ -298,10 +298,16 @@ fn patch_from(url: &str, answer: Value) -> Result<Patch, NodeError> {
     }
 }
 
+/// The node's error again, from its recorded failure: the recording keeps
+/// the error as displayed (`HTTP call to URL failed: …`), so the prefix is
+/// taken off before it is put back — a replayed error reads exactly as the
+/// original, and a re-execution does not diverge on it.
 fn recorded_error(url: &str, e: &ToolError) -> NodeError {
+    let shown = e.to_string();
+    let prefix = format!("HTTP call to {url} failed: ");
     NodeError::Http {
         url: url.to_owned(),
-        message: e.to_string(),
+        message: shown.strip_prefix(&prefix).unwrap_or(&shown).to_owned(),
         transient: crate::nodes::tool::is_transient(e),
     }
 }

@@ -188,7 +188,7 @@ impl Node for LlmNode {
                 return Some(r);
             }
             Recovery::decide(self.on_error, &failure, || match &self.output {
-                Output::Text(field) => Recovery::partial_text(field, &failure),
+                Output::Text(_) => Recovery::partial_text(&failure),
                 Output::Structured(s) => match s.fallback_writes(&cx)? {
                     Ok(patch) => Some(Recovery {
                         patch,

@@ -5,7 +5,9 @@
 //! resume a crashed run without repeating calls whose results were stored.
 //! Model calls are keyed by (node, step, task, call number) and replayed
 //! chunk for chunk as they streamed; tool calls by (node, step, task, call
-//! id). A key seen several times (a retried node) is served in order.
+//! id). A key seen several times is served in order: a retried node's
+//! attempts, and a failed primary call then its fallback (same call
+//! number), each with the name of the model that made it.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Mutex, PoisonError};
@@ -31,13 +33,14 @@ pub enum RecordedTool {
 /// One recorded model call: its chunks, as the model streamed them.
 type Chunks = Vec<Result<LlmChunk, LlmError>>;
 
+/// One recorded model call: the model that made it and its chunks.
+type Call = (String, Chunks);
+
 /// Recorded model streams and tool results of one run.
 #[derive(Debug, Default)]
 pub struct Recording {
-    llm: Mutex<HashMap<CallKey, VecDeque<Chunks>>>,
+    llm: Mutex<HashMap<CallKey, VecDeque<Call>>>,
     tools: Mutex<HashMap<ToolKey, VecDeque<RecordedTool>>>,
-    /// Model names by key, for the replayed `llm_started`.
-    models: HashMap<CallKey, String>,
     /// Tools offered per task (node, step, task).
     offered: HashMap<(String, u32, u32), Vec<ToolDef>>,
     /// Calls made past an agent's time budget.
@@ -50,8 +53,9 @@ impl Recording {
     /// Everything the events of a run recorded.
     pub fn from_events<'a>(events: impl IntoIterator<Item = &'a Event>) -> Self {
         let mut rec = Recording::default();
-        // The call in progress per task: (key, chunks, tool index by call id).
-        type Open = (CallKey, Chunks, Vec<String>);
+        // The call in progress per task: (key, model, chunks, tool index
+        // by call id).
+        type Open = (CallKey, String, Chunks, Vec<String>);
         let mut open: HashMap<(String, u32, u32), Open> = HashMap::new();
         // Tasks whose next call follows a time-budget note.
         let mut budget_noted = std::collections::HashSet::new();
@@ -67,8 +71,7 @@ impl Recording {
                     if budget_noted.remove(&task) {
                         rec.past_budget.insert(key.clone());
                     }
-                    rec.models.insert(key.clone(), model.clone());
-                    open.insert(task, (key, Vec::new(), Vec::new()));
+                    open.insert(task, (key, model.clone(), Vec::new(), Vec::new()));
                 }
                 EventKind::ToolsOffered { tools } => {
                     rec.offered.insert(task.clone(), tools.clone());
@@ -79,19 +82,19 @@ impl Recording {
                 }
                 EventKind::TextDelta { delta, .. } => {
                     if let Some(o) = open.get_mut(&task) {
-                        o.1.push(Ok(LlmChunk::Text(delta.clone())));
+                        o.2.push(Ok(LlmChunk::Text(delta.clone())));
                     }
                 }
                 EventKind::ReasoningDelta { delta, .. } => {
                     if let Some(o) = open.get_mut(&task) {
-                        o.1.push(Ok(LlmChunk::Reasoning(delta.clone())));
+                        o.2.push(Ok(LlmChunk::Reasoning(delta.clone())));
                     }
                 }
                 EventKind::ToolCallStarted { call_id, tool } => {
                     if let Some(o) = open.get_mut(&task) {
-                        let index = o.2.len() as u32;
-                        o.2.push(call_id.clone());
-                        o.1.push(Ok(LlmChunk::ToolCallStart {
+                        let index = o.3.len() as u32;
+                        o.3.push(call_id.clone());
+                        o.2.push(Ok(LlmChunk::ToolCallStart {
                             index,
                             id: call_id.clone(),
                             name: tool.clone(),
@@ -100,16 +103,16 @@ impl Recording {
                 }
                 EventKind::ToolCallDelta { call_id, delta } => {
                     if let Some(o) = open.get_mut(&task)
-                        && let Some(index) = o.2.iter().position(|c| c == call_id)
+                        && let Some(index) = o.3.iter().position(|c| c == call_id)
                     {
-                        o.1.push(Ok(LlmChunk::ToolCallArgs {
+                        o.2.push(Ok(LlmChunk::ToolCallArgs {
                             index: index as u32,
                             delta: delta.clone(),
                         }));
                     }
                 }
                 EventKind::LlmFinished { output, usage, .. } => {
-                    if let Some((key, mut chunks, _)) = open.remove(&task) {
+                    if let Some((key, model, mut chunks, _)) = open.remove(&task) {
                         chunks.push(Ok(LlmChunk::Finish(output.finish_reason.clone())));
                         chunks.push(Ok(LlmChunk::Usage(*usage)));
                         rec.llm
@@ -117,11 +120,11 @@ impl Recording {
                             .unwrap_or_else(PoisonError::into_inner)
                             .entry(key)
                             .or_default()
-                            .push_back(chunks);
+                            .push_back((model, chunks));
                     }
                 }
                 EventKind::LlmFailed { error, usage, .. } => {
-                    if let Some((key, mut chunks, _)) = open.remove(&task) {
+                    if let Some((key, model, mut chunks, _)) = open.remove(&task) {
                         // The usage it reported before failing, so the
                         // re-executed call records the same spend.
                         if !usage.is_zero() {
@@ -133,7 +136,7 @@ impl Recording {
                             .unwrap_or_else(PoisonError::into_inner)
                             .entry(key)
                             .or_default()
-                            .push_back(chunks);
+                            .push_back((model, chunks));
                     }
                 }
                 EventKind::ToolResult {
@@ -191,17 +194,12 @@ impl Recording {
         call: u32,
     ) -> Option<(String, ChunkStream)> {
         let key = (node.to_owned(), step, task, call);
-        let chunks = self
+        let (model, chunks) = self
             .llm
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .get_mut(&key)?
             .pop_front()?;
-        let model = self
-            .models
-            .get(&key)
-            .cloned()
-            .unwrap_or_else(|| "recording".into());
         Some((model, futures::stream::iter(chunks).boxed()))
     }
 

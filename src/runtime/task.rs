@@ -10,6 +10,7 @@ use tokio_util::sync::CancellationToken;
 use crate::events::{Event, EventKind, NodeEvents};
 use crate::graph::CompiledNode;
 use crate::graph::prompts::Prompts;
+use crate::graph::spec::Surface;
 use crate::nodes::{Failure, Node, NodeContext, NodeError, Recovery, Services, SubgraphRunner};
 use crate::state::DynState;
 
@@ -78,12 +79,15 @@ pub(super) async fn run_task(
                     .emit(EventKind::NodeFinished { patch, duration_us })
                     .await);
             }
-            // An attempt that already streamed text is not repeated: the
-            // client has that text, and a second attempt would stream it
-            // again after it. The node's recovery decides (an answer cut
-            // short keeps what was written).
+            // An attempt that already streamed answer text is not
+            // repeated: the user has read that text, and a second attempt
+            // would write it again after it. The node's recovery decides.
+            // Text that went to the thinking panel or nowhere was never
+            // the answer: the attempt is repeated like any other.
             Err(e)
-                if e.is_transient() && attempt < node.retry.attempts && !events.has_streamed() =>
+                if e.is_transient()
+                    && attempt < node.retry.attempts
+                    && !(node.surface == Surface::Answer && events.has_streamed()) =>
             {
                 let delay = node.retry.delay(attempt);
                 let _ = events
@@ -104,6 +108,7 @@ pub(super) async fn run_task(
                     node: events.node(),
                     error: &e,
                     streamed: &streamed,
+                    shown: node.surface == Surface::Answer,
                 };
                 let cx = NodeContext {
                     state: env.state,

@@ -253,20 +253,20 @@ pub(super) async fn resume(
         },
     };
     let mut after = match headers.get("last-event-id") {
-        None => 0,
+        None => crate::sse::After::from(0),
         Some(v) => v
             .to_str()
             .ok()
-            .and_then(|s| s.trim().parse::<u64>().ok())
+            .and_then(crate::sse::After::parse)
             .ok_or_else(|| {
                 ApiError::bad_request(
                     "invalid_last_event_id",
-                    "Last-Event-ID must be an event sequence number",
+                    "Last-Event-ID must be an id this stream sent (`SEQ` or `SEQ.N`)",
                 )
             })?,
     };
-    if hub.recovered_at.is_some_and(|at| after > at) {
-        after = 0;
+    if hub.recovered_at.is_some_and(|at| after.seq > at) {
+        after = crate::sse::After::from(0);
     }
     Ok(stream::response(Arc::clone(&state), hub, after, false))
 }

@@ -33,7 +33,7 @@ struct Reader {
     state: Arc<AppState>,
     bridge: Bridge,
     cursor: u64,
-    after: u64,
+    after: sse::After,
     progress: watch::Receiver<Progress>,
     keep_alive: Duration,
     /// The run's last event was sent; `[DONE]` follows once the run is
@@ -161,9 +161,11 @@ impl Reader {
         self.finished = true;
         let mut out = String::new();
         let seq = self.cursor;
+        // Ids after any chunk the event could have made (see `sse::After`).
         sse::frame(
             &mut out,
             seq,
+            u32::MAX - 1,
             &Chunk::Error {
                 error_text: format!("{why} (reference {})", self.hub.run_id),
             },
@@ -171,6 +173,7 @@ impl Reader {
         sse::frame(
             &mut out,
             seq,
+            u32::MAX,
             &Chunk::Finish {
                 finish_reason: "error".into(),
                 message_metadata: serde_json::json!({"reference": self.hub.run_id}),
@@ -181,8 +184,15 @@ impl Reader {
     }
 }
 
-/// The SSE response for `hub`, sending events after `after`.
-pub(super) fn response(state: Arc<AppState>, hub: Arc<RunHub>, after: u64, live: bool) -> Response {
+/// The SSE response for `hub`, sending the chunks after `after` (an event
+/// seq, or the point a client's `Last-Event-ID` names).
+pub(super) fn response(
+    state: Arc<AppState>,
+    hub: Arc<RunHub>,
+    after: impl Into<sse::After>,
+    live: bool,
+) -> Response {
+    let after = after.into();
     state.metrics.active_streams.fetch_add(1, Ordering::Relaxed);
     let mut bridge = Bridge::new(hub.bridge.clone());
     bridge.resumed_after(hub.resumed);
@@ -203,7 +213,7 @@ pub(super) fn response(state: Arc<AppState>, hub: Arc<RunHub>, after: u64, live:
         after,
         ending: false,
         finished: false,
-        live: after == 0 && live,
+        live: after.seq == 0 && live,
         scratch: Vec::new(),
     };
     let stream = futures::stream::unfold(reader, |mut r| async move {

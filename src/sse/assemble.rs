@@ -82,6 +82,9 @@ impl Assembler {
         if let Some(reference) = self.metadata.get("reference") {
             error["reference"] = reference.clone();
         }
+        if let Some(node) = self.metadata.get("node") {
+            error["node"] = node.clone();
+        }
         parts.push(json!({ "type": ERROR_PART, "data": error }));
         parts
     }

@@ -27,6 +27,7 @@ use super::chunk::Chunk;
 use crate::events::{Event, EventKind, ToolFailure, Usage};
 use crate::graph::spec::Surface;
 
+mod failed;
 mod pause;
 
 /// What the bridge needs to know about the graph and the response.
@@ -199,6 +200,11 @@ pub struct Bridge {
     answered: bool,
     /// The answer field's newest value (see [`BridgeConfig::answer`]).
     answer: Option<String>,
+    /// The node that failed last, named when the run fails.
+    failed_node: Option<String>,
+    /// Whether that node answers (its surface is `answer`): then the
+    /// answer it was writing is half an answer (see `failed`).
+    answer_failed: bool,
     /// Pauses up to this seq were followed by a resume: the message stays
     /// open through them (see [`Bridge::resumed_after`]).
     resumed: u64,
@@ -220,6 +226,8 @@ impl Bridge {
             done: false,
             answered: false,
             answer: None,
+            failed_node: None,
+            answer_failed: false,
             resumed: 0,
         }
     }
@@ -342,6 +350,8 @@ impl Bridge {
                 }
             }
             EventKind::NodeFailed { .. } => {
+                self.failed_node = Some(node.to_owned());
+                self.answer_failed = surface == Surface::Answer;
                 if let Some(t) = self.thinking.get_mut(&key()) {
                     t.status = "failed";
                     t.finished_at = Some(ev.at);
@@ -661,23 +671,7 @@ impl Bridge {
                 });
                 self.done = true;
             }
-            EventKind::RunFailed { .. } => {
-                self.flush(out);
-                let reference = self.cfg.metadata["runId"]
-                    .as_str()
-                    .map_or_else(|| ev.run_id.to_string(), str::to_owned);
-                out.push(Chunk::Error {
-                    error_text: format!(
-                        "The assistant could not finish this answer (reference {reference})."
-                    ),
-                });
-                self.close_step(out);
-                out.push(Chunk::Finish {
-                    finish_reason: "error".into(),
-                    message_metadata: json!({ "reference": reference }),
-                });
-                self.done = true;
-            }
+            EventKind::RunFailed { .. } => self.on_failed(at, out),
             EventKind::RunCancelled { reason } => {
                 self.flush(out);
                 self.close_parts(out);

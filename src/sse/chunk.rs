@@ -228,10 +228,16 @@ impl Chunk {
     }
 }
 
-/// Appends one SSE event: `id: <seq>` (the event seq, for `Last-Event-ID`)
-/// and `data: <json>`.
-pub fn frame(out: &mut String, seq: u64, chunk: &Chunk) {
-    let _ = write!(out, "id: {seq}\ndata: ");
+/// Appends one SSE event: its id (for `Last-Event-ID`) and `data: <json>`.
+/// The id is the event seq for the event's first chunk (`part` 0) and
+/// `seq.part` for the others, so every chunk's id is unique (see
+/// [`super::After`]).
+pub fn frame(out: &mut String, seq: u64, part: u32, chunk: &Chunk) {
+    if part == 0 {
+        let _ = write!(out, "id: {seq}\ndata: ");
+    } else {
+        let _ = write!(out, "id: {seq}.{part}\ndata: ");
+    }
     out.push_str(&chunk.to_json());
     out.push_str("\n\n");
 }
@@ -344,7 +350,10 @@ mod tests {
             assert_eq!(chunk.to_json(), want);
         }
         let mut out = String::new();
-        frame(&mut out, 7, &Chunk::StartStep);
+        frame(&mut out, 7, 0, &Chunk::StartStep);
         assert_eq!(out, "id: 7\ndata: {\"type\":\"start-step\"}\n\n");
+        out.clear();
+        frame(&mut out, 7, 2, &Chunk::StartStep);
+        assert_eq!(out, "id: 7.2\ndata: {\"type\":\"start-step\"}\n\n");
     }
 }

@@ -1,7 +1,7 @@
 //! The AI SDK UI message stream: a pure mapping from run events to SSE bytes.
 //!
 //! [`Bridge`] turns events into [`Chunk`]s, [`chunk::frame`] turns chunks into
-//! SSE text (`id:` is the event seq), and [`Assembler`] turns chunks into the
+//! SSE text (`id:` is the event seq, with `.N` for an event's further chunks), and [`Assembler`] turns chunks into the
 //! stored assistant message. [`render`] runs the whole pipeline over a
 //! recorded run — the live stream, a resume and `replay --sse` are all this
 //! same function over the same events, which is why they agree byte for byte.
@@ -16,29 +16,78 @@ pub use chunk::{Chunk, DONE, KEEP_ALIVE, frame};
 
 use crate::events::Event;
 
-/// Appends the SSE text for `ev` to `out` (only if `ev.seq > after`: a
-/// resumed stream replays the earlier events through the bridge for its
+/// Where a client's stream got to: the SSE id of the last chunk it
+/// received. One event can make several chunks (a text part's
+/// `text-start` and its first `text-delta`), so each chunk has its own id:
+/// `SEQ` for an event's first chunk, `SEQ.N` for its chunk `N` (from 1).
+/// A resume after any id sends exactly the chunks that came after it.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord)]
+pub struct After {
+    /// The event's seq.
+    pub seq: u64,
+    /// The chunk within it (0: its first).
+    pub part: u32,
+}
+
+impl After {
+    /// Reads an SSE id (`SEQ` or `SEQ.N`); `None` for anything else.
+    pub fn parse(id: &str) -> Option<Self> {
+        let id = id.trim();
+        let (seq, part) = match id.split_once('.') {
+            Some((seq, part)) => (seq, part.parse().ok()?),
+            None => (id, 0),
+        };
+        Some(Self {
+            seq: seq.parse().ok()?,
+            part,
+        })
+    }
+
+    /// Whether chunk `part` of event `seq` comes after this point.
+    fn sends(self, seq: u64, part: u32) -> bool {
+        (seq, part) > (self.seq, self.part)
+    }
+}
+
+impl From<u64> for After {
+    /// After the whole event `seq` (every chunk it made): a stream that
+    /// starts after it.
+    fn from(seq: u64) -> Self {
+        Self {
+            seq,
+            part: u32::MAX,
+        }
+    }
+}
+
+/// Appends the SSE text for `ev` to `out` (only its chunks after `after`:
+/// a resumed stream replays the earlier events through the bridge for its
 /// state but sends only what the client has not seen). Returns whether the
 /// message is closed; the caller then sends [`DONE`].
 pub fn render_event(
     bridge: &mut Bridge,
     ev: &Event,
-    after: u64,
+    after: After,
     scratch: &mut Vec<Chunk>,
     out: &mut String,
 ) -> bool {
     scratch.clear();
     bridge.on_event(ev, scratch);
-    if ev.seq > after {
-        for c in scratch.iter() {
-            frame(out, ev.seq, c);
+    if ev.seq >= after.seq {
+        for (part, c) in scratch.iter().enumerate() {
+            let part = u32::try_from(part).unwrap_or(u32::MAX);
+            if after.sends(ev.seq, part) {
+                frame(out, ev.seq, part, c);
+            }
         }
     }
     bridge.is_done()
 }
 
-/// The SSE text a client receives for `events` (those after `after`).
-pub fn render(cfg: BridgeConfig, events: &[Event], after: u64) -> String {
+/// The SSE text a client receives for `events` (those after `after`: an
+/// event seq, or an [`After`] read from an SSE id).
+pub fn render(cfg: BridgeConfig, events: &[Event], after: impl Into<After>) -> String {
+    let after = after.into();
     let mut bridge = Bridge::new(cfg);
     bridge.resumed_after(resumed_after(events));
     let mut scratch = Vec::new();

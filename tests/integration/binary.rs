@@ -359,3 +359,55 @@ fn schema_and_github_annotations() {
         stdout(&bad)
     );
 }
+
+/// A run stored by `stategraph run` belongs to the local user, so the
+/// runs API (and the studio on it) shows it to a loopback caller instead
+/// of answering `not_found` (issue 31). A file that sets `[store]
+/// data_dir` elsewhere does not hide it either: `STATEGRAPH_DATA_DIR`
+/// wins over the file.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_from_the_cli_is_visible_to_the_local_user() {
+    use stategraph::store::{RunStore, SqliteStore};
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path().to_owned();
+    std::fs::write(
+        d.join("stategraph.toml"),
+        "[store]\ndata_dir = \"elsewhere\"\n",
+    )
+    .unwrap();
+    let id = tokio::task::spawn_blocking(move || {
+        assert!(sg(&d, &["new", "hello"]).status.success());
+        let run = sg(&d, &["run", "hello", "What is a graph?"]);
+        assert!(run.status.success(), "{run:?}");
+        let stderr = String::from_utf8_lossy(&run.stderr).into_owned();
+        stderr
+            .lines()
+            .find_map(|l| l.strip_prefix("run ")?.split_whitespace().next())
+            .unwrap_or_else(|| panic!("no run id on stderr: {stderr}"))
+            .to_owned()
+    })
+    .await
+    .unwrap();
+    assert!(
+        !dir.path().join("elsewhere").exists(),
+        "STATEGRAPH_DATA_DIR overrides [store] data_dir"
+    );
+    let db = dir
+        .path()
+        .join("data")
+        .join(stategraph::store::config::SQLITE_FILE);
+    let store = Arc::new(SqliteStore::open(db).await.unwrap());
+    let run = store
+        .get_run(id.parse().unwrap())
+        .await
+        .unwrap()
+        .expect("the run is stored in STATEGRAPH_DATA_DIR");
+    assert_eq!(run.user_id, "local");
+    let model = stategraph::llm::scripted::ScriptedModel::new([]).shared();
+    let server = crate::support::server::TestServer::start_with_store(model, store, |_| {}).await;
+    let resp = reqwest::get(server.url(&format!("/api/runs/{id}")))
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 200, "{}", resp.text().await.unwrap());
+    server.shutdown().await;
+}

@@ -139,15 +139,23 @@ async fn an_answer_cut_by_its_timeout_keeps_what_it_streamed() {
         report,
         sse,
     } = run_full(&g, slow(100, 20)).await;
-    let answer = field(&outcome, "answer");
-    let answer = answer.as_str().unwrap();
-    assert!(
-        answer.starts_with("w0 w1") && !answer.contains("w99"),
-        "{answer}"
-    );
+    // Half an answer is not data: the field stays empty (issue 31) ...
+    assert_eq!(field(&outcome, "answer"), "");
     assert_eq!(
         truncated(&events),
         [json!({"node": "answer", "reason": "timeout"})]
+    );
+    // ... while the message keeps what the user read, as streamed.
+    let streamed: String = events
+        .iter()
+        .filter_map(|e| match &e.event {
+            EventKind::TextDelta { delta, .. } => Some(delta.as_str()),
+            _ => None,
+        })
+        .collect();
+    assert!(
+        streamed.starts_with("w0 w1") && !streamed.contains("w99"),
+        "{streamed}"
     );
     let parts = report["message"]["parts"].as_array().unwrap();
     let text: String = parts
@@ -155,10 +163,7 @@ async fn an_answer_cut_by_its_timeout_keeps_what_it_streamed() {
         .filter(|p| p["type"] == "text")
         .filter_map(|p| p["text"].as_str())
         .collect();
-    assert_eq!(
-        text, answer,
-        "the client shows exactly what the state holds"
-    );
+    assert_eq!(text, streamed, "the client shows what was streamed");
     assert!(parts.iter().any(|p| p["type"] == "data-truncated"));
     assert!(
         sse.contains(r#""type":"finish","finishReason":"length""#),

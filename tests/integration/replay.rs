@@ -21,7 +21,12 @@ use crate::support::server::TestServer;
 use crate::support::{chat_body, post_json, root};
 
 fn model() -> Arc<ScriptedModel> {
-    Arc::new(ScriptedModel::from_fn(|req: &ChatRequest| {
+    Arc::new(answering())
+}
+
+/// The model behind [`model`], unshared (to be given a name).
+fn answering() -> ScriptedModel {
+    ScriptedModel::from_fn(|req: &ChatRequest| {
         if req
             .response_format
             .as_ref()
@@ -43,7 +48,7 @@ fn model() -> Arc<ScriptedModel> {
             return Turn::tool("current_time", json!({}));
         }
         Turn::text("It is time to answer.")
-    }))
+    })
 }
 
 /// A model that fails every call: re-execution must not reach it.
@@ -475,13 +480,19 @@ async fn a_run_answered_by_the_fallback_model_reexecutes_without_divergence() {
     assert!(!cat.has_errors(), "{:?}", cat.diagnostics);
     let graph = Arc::clone(cat.get("fallback").unwrap());
     // The primary fails before answering every time; the backup answers.
-    let primary = Arc::new(ScriptedModel::from_fn(|_| {
-        Turn::Fail(stategraph::llm::LlmError::Http {
-            status: 400,
-            message: "primary is down".into(),
+    // Models with different names: a recording that served a call under
+    // the other model's name would diverge (issue 31).
+    let primary = Arc::new(
+        ScriptedModel::from_fn(|_| {
+            Turn::Fail(stategraph::llm::LlmError::Http {
+                status: 400,
+                message: "primary is down".into(),
+            })
         })
-    }));
-    let models = Models::single(model()).with_role("primary", primary);
+        .named("primary-model"),
+    );
+    let models =
+        Models::single(Arc::new(answering().named("backup-model"))).with_role("primary", primary);
     let services = Arc::new(Services::new(models, Arc::clone(&reg.tools)));
     let (tx, mut rx) = tokio::sync::mpsc::channel(1024);
     let input = json!({"messages": [{"id": "u1", "role": "user", "content": "what time is it?"}], "query": "what time is it?"});

@@ -132,7 +132,7 @@ async fn a_failing_run_ends_with_one_error_then_finish_and_done() {
     assert_eq!(tail[0], "data: [DONE]");
     assert!(
         tail[1].ends_with(
-            r#"{"type":"finish","finishReason":"error","messageMetadata":{"reference":"run-1"}}"#
+            r#"{"type":"finish","finishReason":"error","messageMetadata":{"node":"narrator","reference":"run-1"}}"#
         ),
         "{tail:?}"
     );
@@ -148,6 +148,14 @@ async fn resuming_after_any_event_gives_exactly_the_rest() {
     let events = chat_events(false).await;
     let full = sse::render(config(), &events, 0);
     let frames: Vec<&str> = full.split_inclusive("\n\n").collect();
+    let id = |f: &str| {
+        f.split('\n')
+            .next()
+            .and_then(|l| l.strip_prefix("id: "))
+            .map(str::to_owned)
+    };
+    // After a whole event: the chunks of later events (an id `SEQ.N` is
+    // chunk N of event SEQ).
     for cut in [
         1u64,
         5,
@@ -160,15 +168,23 @@ async fn resuming_after_any_event_gives_exactly_the_rest() {
             .iter()
             .filter(|f| {
                 f.starts_with("data: [DONE]")
-                    || f.split('\n')
-                        .next()
-                        .and_then(|l| l.strip_prefix("id: "))
-                        .and_then(|n| n.parse::<u64>().ok())
+                    || id(f)
+                        .and_then(|n| n.split('.').next()?.parse::<u64>().ok())
                         .is_some_and(|n| n > cut)
             })
             .copied()
             .collect();
         assert_eq!(rest, expected, "resume after {cut}");
+    }
+    // After any chunk's id (issue 31: `text-start` and the first
+    // `text-delta` come from one event): exactly the frames after it.
+    let mut seen = std::collections::HashSet::new();
+    for (i, f) in frames.iter().enumerate() {
+        let Some(id) = id(f) else { continue };
+        assert!(seen.insert(id.clone()), "id {id} is sent twice");
+        let after = sse::After::parse(&id).unwrap();
+        let rest = sse::render(config(), &events, after);
+        assert_eq!(rest, frames[i + 1..].concat(), "resume after {id}");
     }
 }
 
