@@ -12,6 +12,7 @@ mod apps;
 mod assistant;
 mod binary;
 mod chat_graph;
+mod conversation;
 mod crash;
 mod data360;
 mod data_tools;
