@@ -37,9 +37,10 @@ use futures::future::BoxFuture;
 use serde_json::{Value, json};
 
 use super::bounds::{Failure, GENERATION_SETTINGS, Generation, ON_ERROR, OnError, Recovery};
+use super::convo::{self, Conversation, Turn};
 use super::extract::{self, Extract};
 use super::fill::{self, Fill};
-use super::model::{self, HISTORY_SETTINGS, INPUT, PROMPT, ROLE_SETTINGS};
+use super::model::{self, INPUT, PROMPT, ROLE_SETTINGS};
 use super::passthrough::{self, PassThrough};
 use super::pauses::{self, Gate, Pauses};
 use super::{BuildCx, Kind, Node, NodeContext, NodeError, Roles};
@@ -116,7 +117,7 @@ pub(super) fn kind() -> Kind {
     ];
     settings.extend(pauses::SETTINGS);
     settings.extend(ROLE_SETTINGS);
-    settings.extend(HISTORY_SETTINGS);
+    settings.extend(convo::SETTINGS);
     settings.extend(GENERATION_SETTINGS);
     settings.push(ON_ERROR);
     Kind::new(
@@ -134,7 +135,7 @@ struct Agent {
     prompt: PromptRef,
     roles: Roles,
     input: Option<FieldId>,
-    history: (Option<FieldId>, usize),
+    conversation: Conversation,
     /// Tool and partition names from the graph file, expanded per run.
     tools: Vec<String>,
     max_iterations: u32,
@@ -193,6 +194,10 @@ struct Outcome {
     extracted: Vec<(Arc<str>, Value, bool)>,
     /// Pass-through results were shown as the answer.
     shown: bool,
+    /// The messages appended to `messages:` (with that setting).
+    turn: Option<Turn>,
+    /// The reasoning of the final model call.
+    reasoning: String,
 }
 
 /// How the thinking note before a call past the time budget begins (a
@@ -217,7 +222,7 @@ impl Agent {
         let pass_through = PassThrough::build(cx);
         let fill = Fill::build(cx);
         let input = cx.text_input("input");
-        let history = cx.history(12);
+        let conversation = Conversation::build(cx, 12);
         let roles = model::roles(cx);
         let output = cx.output("output", "answer", "a string field", |f| f.ty.is_string());
         let trace = cx.optional_output("trace", "a list field with the append reducer", |f| {
@@ -237,7 +242,7 @@ impl Agent {
             prompt: prompt.ok()??,
             roles: roles.ok()?,
             input: input.ok()?,
-            history: history.ok()?,
+            conversation: conversation.ok()?,
             tools: tools.ok()?,
             max_iterations: max_iterations.ok()? as u32,
             answer_by: answer_by.ok()?.map(|d| d.value),
@@ -304,7 +309,7 @@ impl Agent {
         let mut messages = vec![ChatMessage::System {
             content: cx.render(&self.prompt)?,
         }];
-        messages.extend(model::history(cx.state, self.history.0, self.history.1));
+        messages.extend(self.conversation.history(cx.state));
         if let Some(text) = self.input.and_then(|f| cx.state.text(f))
             && !model::ends_with_input(&messages, text)
         {
@@ -341,7 +346,12 @@ impl Agent {
             cx.events
                 .thinking("No data tools are available; not answering from memory.")
                 .await;
-            return Ok(Patch::new().set(Arc::clone(&self.output), no_data.packet.clone()));
+            let mut patch = Patch::new().set(Arc::clone(&self.output), no_data.packet.clone());
+            if let Some(mut turn) = self.conversation.turn(&cx) {
+                turn.reply(&no_data.packet, None);
+                turn.write(&mut patch);
+            }
+            return Ok(patch);
         }
         let mut request = self.generation.request(messages);
         request.tools = defs;
@@ -358,7 +368,12 @@ impl Agent {
                 .await;
             done.answer = no_data.packet.clone();
         }
-        let mut patch = Patch::new().set(Arc::clone(&self.output), done.answer);
+        let mut patch = Patch::new();
+        if let Some(mut turn) = done.turn.take() {
+            turn.reply(&done.answer, Some(&done.reasoning));
+            turn.write(&mut patch);
+        }
+        patch.insert(Arc::clone(&self.output), done.answer);
         if let Some(field) = &self.trace
             && !done.trace.is_empty()
         {
@@ -379,7 +394,10 @@ impl Agent {
         mut request: ChatRequest,
         allowed: &[String],
     ) -> Result<Outcome, NodeError> {
-        let mut done = Outcome::default();
+        let mut done = Outcome {
+            turn: self.conversation.turn(cx),
+            ..Outcome::default()
+        };
         let mut reminded = false;
         let started = std::time::Instant::now();
         for call in 0..self.max_iterations {
@@ -395,6 +413,7 @@ impl Agent {
                     continue;
                 }
                 done.answer = out.text.clone();
+                done.reasoning = out.reasoning.clone();
                 if out.finish_reason == "length" {
                     super::llm::truncated(cx, "length").await;
                 }
@@ -417,6 +436,9 @@ impl Agent {
                 return Err(NodeError::Interrupted(waiting));
             }
             let results = results.into_iter().flatten();
+            if let Some(turn) = &mut done.turn {
+                turn.calls(out);
+            }
             request.messages.push(ChatMessage::Assistant {
                 content: out.text.clone(),
                 tool_calls: out.tool_calls.clone(),
@@ -434,6 +456,9 @@ impl Agent {
                         &record["args"],
                         output,
                     ));
+                }
+                if let Some(turn) = &mut done.turn {
+                    turn.result(&tc.id, &tc.name, content.clone());
                 }
                 request.messages.push(ChatMessage::Tool {
                     call_id: tc.id.clone(),

@@ -15,7 +15,8 @@ use futures::FutureExt;
 use futures::future::BoxFuture;
 
 use super::bounds::{Failure, GENERATION_SETTINGS, Generation, ON_ERROR, OnError, Recovery};
-use super::model::{self, HISTORY_SETTINGS, INPUT, PROMPT, ROLE_SETTINGS};
+use super::convo::{self, Conversation};
+use super::model::{self, INPUT, PROMPT, ROLE_SETTINGS};
 use super::structured::{self, Structured};
 use super::{BuildCx, Kind, Node, NodeContext, NodeError, Roles};
 use crate::events::EventKind;
@@ -38,7 +39,8 @@ pub(super) fn kind() -> Kind {
         ),
     ];
     settings.extend(ROLE_SETTINGS);
-    settings.extend(HISTORY_SETTINGS);
+    settings.extend(convo::SETTINGS);
+    settings.push(convo::REPLY_AS);
     settings.extend(structured::SETTINGS);
     settings.extend(GENERATION_SETTINGS);
     settings.push(ON_ERROR);
@@ -75,7 +77,7 @@ struct LlmNode {
     prompt: PromptRef,
     roles: Roles,
     input: Option<FieldId>,
-    history: (Option<FieldId>, usize),
+    conversation: Conversation,
     output: Output,
     citations: Option<FieldId>,
     generation: Generation,
@@ -86,11 +88,20 @@ impl LlmNode {
     fn build(cx: &mut BuildCx<'_>) -> Option<Self> {
         let prompt = cx.prompt(true);
         let input = cx.text_input("input");
-        let history = cx.history(12);
+        let conversation = Conversation::build(cx, 12);
         let roles = model::roles(cx);
         let structured = Structured::build(cx, cx.id());
         let output = match structured {
             Ok(Some(s)) => {
+                if let Some(v) = cx.setting("messages") {
+                    cx.error(
+                        v.loc,
+                        "invalid-setting",
+                        "`messages` appends a text reply; a node with `outputs` answers JSON into fields",
+                        Some("append from a text node, or write the JSON fields and route on them".into()),
+                    );
+                    return None;
+                }
                 if let Some(v) = cx.setting("output") {
                     cx.error(
                         v.loc,
@@ -132,7 +143,7 @@ impl LlmNode {
             prompt: prompt.ok()??,
             roles: roles.ok()?,
             input: input.ok()?,
-            history: history.ok()?,
+            conversation: conversation.ok()?,
             output: output?,
             citations: citations.ok()?,
             generation: generation.ok()?,
@@ -144,7 +155,7 @@ impl LlmNode {
         let mut messages = vec![ChatMessage::System {
             content: cx.render(&self.prompt)?,
         }];
-        messages.extend(model::history(cx.state, self.history.0, self.history.1));
+        messages.extend(self.conversation.history(cx.state));
         // The newest user message is usually the history's last already.
         if let Some(text) = self.input.and_then(|f| cx.state.text(f))
             && !model::ends_with_input(&messages, text)
@@ -164,7 +175,12 @@ impl LlmNode {
                 if let Some(list) = self.citations {
                     emit_citations(&cx, text, &cx.state.get(list)).await;
                 }
-                Ok(Patch::new().set(Arc::clone(field), text))
+                let mut patch = Patch::new().set(Arc::clone(field), text);
+                if let Some(mut turn) = self.conversation.turn(&cx) {
+                    turn.reply(text, Some(&reply.output().reasoning));
+                    turn.write(&mut patch);
+                }
+                Ok(patch)
             }
             Output::Structured(s) => s.call(&cx, &self.roles, request).await,
         }

@@ -24,6 +24,7 @@
 mod agent;
 pub mod bounds;
 mod context;
+mod convo;
 mod extract;
 mod fill;
 mod followup;

@@ -7,7 +7,7 @@ use super::{BuildCx, Roles};
 use crate::graph::kinds::schema;
 use crate::graph::{Reported, SettingDoc};
 use crate::llm::ChatMessage;
-use crate::state::{DynState, FieldId, Message, Role};
+use crate::state::{DynState, FieldId, Message};
 
 /// `model` and `fallback_model`.
 pub(super) const ROLE_SETTINGS: [SettingDoc; 2] = [
@@ -90,7 +90,8 @@ pub(super) fn ends_with_input(messages: &[ChatMessage], text: &str) -> bool {
         })
 }
 
-/// The newest `window` messages of a history field as model messages.
+/// The newest `window` messages of a history field as model messages
+/// (a window never starts with tool results whose call it cut off).
 pub(super) fn history(
     state: &dyn DynState,
     field: Option<FieldId>,
@@ -99,25 +100,10 @@ pub(super) fn history(
     let Some(msgs) = field.and_then(|f| state.messages(f)) else {
         return Vec::new();
     };
-    let start = msgs.len().saturating_sub(window);
-    msgs[start..].iter().map(to_chat).collect()
-}
-
-fn to_chat(m: &Message) -> ChatMessage {
-    match m.role {
-        Role::System => ChatMessage::System {
-            content: m.content.clone(),
-        },
-        Role::User if !m.images.is_empty() => ChatMessage::UserWithImages {
-            content: m.content.clone(),
-            images: m.images.clone(),
-        },
-        Role::User => ChatMessage::User {
-            content: m.content.clone(),
-        },
-        Role::Assistant => ChatMessage::Assistant {
-            content: m.content.clone(),
-            tool_calls: Vec::new(),
-        },
-    }
+    let all: Vec<&Message> = msgs.iter().collect();
+    let start = super::convo::window_start(&all, super::convo::Trim::Last(window));
+    all[start..]
+        .iter()
+        .map(|m| super::convo::to_chat(m))
+        .collect()
 }

@@ -21,7 +21,7 @@ use crate::graph::loc::Sp;
 use crate::graph::spec::Surface;
 use crate::graph::{PromptRef, SettingDoc};
 use crate::llm::ChatMessage;
-use crate::state::{FieldId, Patch, Role, TypeKind};
+use crate::state::{FieldId, Patch, TypeKind};
 
 /// The kind.
 pub(super) fn kind() -> Kind {
@@ -140,11 +140,7 @@ impl Summarizer {
         let start = msgs.len().saturating_sub(self.window);
         let mut transcript = String::new();
         for m in &msgs[start..] {
-            let who = match m.role {
-                Role::User => "user",
-                Role::Assistant => "assistant",
-                Role::System => "system",
-            };
+            let who = m.role.as_str();
             let _ = writeln!(transcript, "{who}: {}", m.content);
         }
         let messages = vec![

@@ -146,10 +146,13 @@ pub(super) async fn post(
         )
     })?;
     let mut input = ui::input_state(&graph.chat, &body);
-    if !graph.chat.carry.is_empty()
-        && let Some(previous) = previous_state(&state, &graph, &body.id, &body).await?
+    if (!graph.chat.carry.is_empty() || graph.chat.history.is_some())
+        && let Some((previous, answer)) = previous_state(&state, &graph, &body.id, &body).await?
     {
         ui::carry_into(&mut input, &previous, &graph.chat.carry);
+        if let Some(field) = &graph.chat.history {
+            ui::continue_conversation(&mut input, &previous, field, &body, &answer);
+        }
     }
     // Refused before anything is stored: the input must be a valid state.
     graph
@@ -184,7 +187,8 @@ fn turn_error(e: TurnError) -> ApiError {
 const CARRY_LOOKBACK: usize = 50;
 
 /// The final state of the turn this request continues, for the graph's
-/// `carry:` fields: that of the newest *finished* run of `graph` whose
+/// `carry:` fields and its conversation's tool turns (with the id of that
+/// turn's answer message): that of the newest *finished* run of `graph` whose
 /// answer the request still shows. Matching by answer rather than taking
 /// the chat's newest run means a regenerated or edited turn continues from
 /// the turn before it, not from the answer it replaces. Failed, cancelled
@@ -195,7 +199,7 @@ async fn previous_state(
     graph: &crate::nodes::Graph,
     chat_id: &str,
     body: &ui::ChatBody,
-) -> Result<Option<Value>, ApiError> {
+) -> Result<Option<(Value, String)>, ApiError> {
     let answered = ui::answered(body);
     if answered.is_empty() {
         return Ok(None);
@@ -205,17 +209,19 @@ async fn previous_state(
         .list_runs(&RunQuery::newest(CARRY_LOOKBACK).of_chat(chat_id))
         .await?;
     let run = answered.iter().find_map(|id| {
-        runs.iter().find(|r| {
-            r.message_id.as_deref() == Some(*id)
-                && r.status == RunStatus::Finished
-                && r.graph == *graph.id
-        })
+        runs.iter()
+            .find(|r| {
+                r.message_id.as_deref() == Some(*id)
+                    && r.status == RunStatus::Finished
+                    && r.graph == *graph.id
+            })
+            .map(|r| (r, *id))
     });
-    let Some(run) = run else {
+    let Some((run, answer)) = run else {
         return Ok(None);
     };
     match crate::replay::state_at(&*state.store, graph, run.id, run.last_step).await {
-        Ok(s) => Ok(Some(s.to_json())),
+        Ok(s) => Ok(Some((s.to_json(), answer.to_owned()))),
         Err(e) => {
             tracing::warn!(run = %run.id, error = %e, "cannot rebuild the previous turn's state; carrying nothing");
             Ok(None)

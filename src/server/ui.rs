@@ -407,6 +407,49 @@ pub(super) fn carry_into(input: &mut Value, previous: &Value, fields: &[std::syn
     }
 }
 
+/// Keeps the conversation's tool turns from one chat turn to the next. A
+/// client sends only what it shows (text), but nodes with `messages:`
+/// appended more to the history field: assistant tool calls, tool results.
+/// When the previous turn's final state holds messages the request does
+/// not, the conversation is that state's, then the answer the client shows
+/// for that turn (`answer`, when the state does not end with an answer of
+/// its own), then the request's newer messages. Otherwise the request's
+/// conversation stands as sent.
+pub(super) fn continue_conversation(
+    input: &mut Value,
+    previous: &Value,
+    field: &str,
+    body: &ChatBody,
+    answer: &str,
+) {
+    let (Some(Value::Array(kept)), Some(Value::Array(sent))) =
+        (previous.get(field), input.get(field))
+    else {
+        return;
+    };
+    // `input_state` maps the request's messages one to one.
+    let Some(at) = body.messages.iter().position(|m| m.id == answer) else {
+        return;
+    };
+    let ids: std::collections::HashSet<&str> =
+        sent.iter().filter_map(|m| m["id"].as_str()).collect();
+    if kept
+        .iter()
+        .all(|m| m["id"].as_str().is_some_and(|id| ids.contains(id)))
+    {
+        return;
+    }
+    let mut merged = kept.clone();
+    let answered = merged.last().is_some_and(|m| {
+        m["role"] == "assistant" && m["tool_calls"].as_array().is_none_or(Vec::is_empty)
+    });
+    if !answered && let Some(shown) = sent.get(at) {
+        merged.push(shown.clone());
+    }
+    merged.extend(sent.iter().skip(at + 1).cloned());
+    input[field] = Value::Array(merged);
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

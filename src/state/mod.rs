@@ -28,7 +28,7 @@ use serde_json::Value;
 
 pub use declared::{DeclaredState, ExtendedState};
 pub use merge::{TaskPatch, apply_step};
-pub use message::{Message, Role};
+pub use message::{Message, MessageToolCall, Role};
 pub use patch::Patch;
 pub use schema::{BUILTIN_REDUCERS, FieldId, FieldSpec, ReduceFn, Reducer, Reducers, StateSchema};
 pub use types::{FieldValue, Mismatch, TypeKind, TypeSpec, describe_value};

@@ -589,14 +589,49 @@ fn message_type() -> TypeSpec {
             (
                 "role".into(),
                 TypeSpec::of(TypeKind::String {
-                    values: Some(vec!["system".into(), "user".into(), "assistant".into()]),
+                    values: Some(vec![
+                        "system".into(),
+                        "user".into(),
+                        "assistant".into(),
+                        "tool".into(),
+                    ]),
                     max_length: None,
                 }),
             ),
             ("content".into(), TypeSpec::string()),
+            (
+                "images".into(),
+                TypeSpec::of(TypeKind::Array {
+                    items: Box::new(TypeSpec::string()),
+                    max_items: None,
+                }),
+            ),
+            ("reasoning".into(), TypeSpec::string()),
+            (
+                "tool_calls".into(),
+                TypeSpec::of(TypeKind::Array {
+                    items: Box::new(tool_call_type()),
+                    max_items: None,
+                }),
+            ),
+            ("tool_call_id".into(), TypeSpec::string()),
+            ("name".into(), TypeSpec::string()),
         ],
         required: vec!["role".into()],
         additional: true,
+    })
+}
+
+/// The type of one tool call of an assistant message.
+fn tool_call_type() -> TypeSpec {
+    TypeSpec::of(TypeKind::Object {
+        properties: vec![
+            ("id".into(), TypeSpec::string()),
+            ("name".into(), TypeSpec::string()),
+            ("args".into(), TypeSpec::any()),
+        ],
+        required: vec!["id".into(), "name".into()],
+        additional: false,
     })
 }
 

@@ -13,6 +13,7 @@ mod assistant;
 mod binary;
 mod broken_streams;
 mod chat_graph;
+mod conversation;
 mod crash;
 mod data360;
 mod data_tools;
