@@ -32,6 +32,7 @@ mod mcp;
 mod memory;
 mod openai_client;
 mod providers;
+mod rejected_graphs;
 mod replay;
 mod research;
 mod server;
