@@ -12,6 +12,7 @@ mod apps;
 mod assistant;
 mod binary;
 mod broken_streams;
+mod card_shapes;
 mod chat_graph;
 mod crash;
 mod data360;
