@@ -76,6 +76,36 @@ impl Graphs {
         self.catalog().get(id).cloned()
     }
 
+    /// Why no graph `id` is served, for people: the diagnostics of its
+    /// file when it was rejected, else the graphs there are (and the files
+    /// that were rejected, when none is served at all).
+    pub fn why_missing(&self, id: &str) -> String {
+        let catalog = self.catalog();
+        if catalog.failed.contains(id) {
+            let errors: Vec<String> = catalog
+                .diagnostics
+                .iter()
+                .filter(|d| d.is_error() && file_id(&d.file) == id)
+                .map(ToString::to_string)
+                .collect();
+            return format!(
+                "graph `{id}` was rejected: its file has {} error(s): {}",
+                errors.len(),
+                errors.join("; ")
+            );
+        }
+        let known: Vec<&str> = catalog.graphs.keys().map(String::as_str).collect();
+        let rejected: Vec<&str> = catalog.failed.iter().map(String::as_str).collect();
+        match (known.is_empty(), rejected.is_empty()) {
+            (false, _) => format!("no graph `{id}` (available: {})", known.join(", ")),
+            (true, true) => format!("no graph `{id}`: no graph is loaded"),
+            (true, false) => format!(
+                "no graph `{id}`: no graph is loaded; rejected: {} (see `stategraph check`)",
+                rejected.join(", ")
+            ),
+        }
+    }
+
     /// The registries graphs are checked against.
     pub fn registries(&self) -> &Registries {
         &self.registries
@@ -175,4 +205,13 @@ fn walk(dir: &Path, out: &mut Vec<(PathBuf, u64, u128)>, depth: u32) {
             out.push((path, meta.len(), modified));
         }
     }
+}
+
+/// The graph id a diagnostic's file stands for: its stem (`graphs/chat.yaml`
+/// is `chat`; a source given by id is that id).
+fn file_id(file: &str) -> &str {
+    Path::new(file)
+        .file_stem()
+        .and_then(|s| s.to_str())
+        .unwrap_or(file)
 }

@@ -110,6 +110,11 @@ pub(super) fn kind() -> Kind {
             "tools and partitions whose results are the node's data (for `no_data`)",
         ),
         SettingDoc::new(
+            "not_data_tools",
+            schema::NAMES,
+            "tools among `data_tools` whose results are not data (a search, a list of indicators): calling only them leaves the node with no data",
+        ),
+        SettingDoc::new(
             "no_data",
             schema::STRING,
             "output written without a model call when no data tool is offered, and instead of the answer when none succeeded",
@@ -167,6 +172,8 @@ struct Agent {
 struct NoData {
     /// Tool and partition names.
     tools: Vec<String>,
+    /// Tool names among them whose results are not data.
+    except: Vec<String>,
     /// Written instead of an answer.
     packet: String,
 }
@@ -175,9 +182,11 @@ impl NoData {
     /// Whether an offered tool is a data tool (by name, or by the
     /// partition recorded with it).
     fn covers(&self, def: &ToolDef) -> bool {
-        self.tools
-            .iter()
-            .any(|t| *t == def.name || def.partition.as_deref() == Some(t))
+        !self.except.contains(&def.name)
+            && self
+                .tools
+                .iter()
+                .any(|t| *t == def.name || def.partition.as_deref() == Some(t))
     }
 }
 
@@ -281,10 +290,23 @@ impl Agent {
 
     fn no_data(cx: &mut BuildCx<'_>) -> Result<Option<NoData>, Reported> {
         let tools = cx.names("data_tools")?;
+        let except = cx.names("not_data_tools")?;
         let packet = cx.string("no_data")?;
+        if let Some(first) = except.first()
+            && tools.is_empty()
+        {
+            cx.error(
+                first.loc,
+                "invalid-setting",
+                "`not_data_tools` narrows `data_tools`, which is not set".to_owned(),
+                Some("name the data tools or partitions: `data_tools: [NAME]`".into()),
+            );
+            return Err(Reported);
+        }
         match (tools.is_empty(), packet) {
             (false, Some(p)) => Ok(Some(NoData {
                 tools: tools.into_iter().map(|t| t.value).collect(),
+                except: except.into_iter().map(|t| t.value).collect(),
                 packet: p.value,
             })),
             (true, None) => Ok(None),

@@ -519,7 +519,7 @@ fn normalise(
     let language = [get("detected_language"), get("language")]
         .into_iter()
         .find_map(|v| v.as_str().map(str::trim).filter(|s| !s.is_empty()))
-        .map_or_else(|| default_language.to_owned(), str::to_lowercase);
+        .map_or_else(|| default_language.to_owned(), language_as_given);
     Ok((
         intent.clone(),
         json!({
@@ -528,6 +528,17 @@ fn normalise(
             "detected_language": language,
         }),
     ))
+}
+
+/// A language as the model gave it: a bare code (`FR`) in lower case, as
+/// codes are written; a name (`French`, `Français`) exactly as given — it
+/// reaches the state and the prompts that say "answer in {{ language }}".
+fn language_as_given(language: &str) -> String {
+    if (2..=3).contains(&language.len()) && language.chars().all(|c| c.is_ascii_alphabetic()) {
+        language.to_ascii_lowercase()
+    } else {
+        language.to_owned()
+    }
 }
 
 #[cfg(test)]
@@ -561,6 +572,9 @@ mod tests {
             read("```json\n{\"intent\": \"Quick Answer\", \"language\": \"FR\"}\n```").unwrap();
         assert_eq!(intent, "QUICK_ANSWER");
         assert_eq!(d["detected_language"], "fr");
+        // A name is kept as written (issue 31: "French" became `french`).
+        let (_, d) = read(r#"{"intent": "RESEARCH", "detected_language": " French "}"#).unwrap();
+        assert_eq!(d["detected_language"], "French");
         assert_eq!(d["missing_slots"], json!([]));
         assert_eq!(d["reasoning"], "");
         let (intent, d) =

@@ -38,12 +38,19 @@
 //!   emit_id:
 //!     sources: sources                        # one part, updated each round
 //! ```
+//!
+//! `on_error: skip` makes the node optional: when an expression cannot be
+//! computed (it reads a value of a shape it was not written for, or a
+//! template renders text that is not JSON), the node writes and emits
+//! nothing, a thinking note says why, and the run goes on. The default,
+//! `fail`, fails the run.
 
 use std::sync::Arc;
 
 use futures::FutureExt;
 use futures::future::BoxFuture;
 
+use super::bounds::{Failure, ON_ERROR, OnError, Recovery};
 use super::{BuildCx, Kind, Node, NodeContext, NodeError};
 use crate::graph::expr::ValueExpr;
 use crate::graph::kinds::schema;
@@ -72,6 +79,7 @@ pub(super) fn kind() -> Kind {
                 schema::MAP,
                 "name (of an `emit` entry) → the part's id (text or a template): a later part with the same name and id replaces it",
             ),
+            ON_ERROR,
         ],
         Surface::Hidden,
         |cx| SetNode::build(cx).map(|n| Arc::new(n) as Arc<dyn Node>),
@@ -85,6 +93,9 @@ struct SetNode {
     writes: Vec<(Arc<str>, ValueExpr, bool)>,
     /// (name, value, the part's id)
     emits: Vec<(String, ValueExpr, Option<ValueExpr>)>,
+    /// `fail` (default) or `skip`: an expression that cannot be computed
+    /// (a value of a shape it does not read) writes and emits nothing.
+    on_error: OnError,
 }
 
 /// The map item, for expressions on map targets.
@@ -169,7 +180,12 @@ impl SetNode {
             );
             return None;
         }
-        ok.then_some(Self { writes, emits })
+        let on_error = OnError::build(cx, OnError::Fail, false).ok()?;
+        ok.then_some(Self {
+            writes,
+            emits,
+            on_error,
+        })
     }
 
     async fn call(&self, cx: NodeContext<'_>) -> Result<Patch, NodeError> {
@@ -237,5 +253,13 @@ fn parse_rendered(field: &str, text: &str) -> Result<serde_json::Value, NodeErro
 impl Node for SetNode {
     fn run<'a>(&'a self, cx: NodeContext<'a>) -> BoxFuture<'a, Result<Patch, NodeError>> {
         self.call(cx).boxed()
+    }
+
+    fn recover<'a>(
+        &'a self,
+        _cx: NodeContext<'a>,
+        failure: Failure<'a>,
+    ) -> BoxFuture<'a, Option<Recovery>> {
+        Box::pin(async move { Recovery::decide(self.on_error, &failure, || None) })
     }
 }

@@ -139,11 +139,7 @@ pub(super) async fn post(
     restore_failed_turns(&mut body, stored.as_deref());
     let graph_id = body.graph.clone().unwrap_or_else(|| "chat".to_owned());
     let graph = state.graphs.get(&graph_id).ok_or_else(|| {
-        let known: Vec<String> = state.graphs.catalog().graphs.keys().cloned().collect();
-        ApiError::bad_request(
-            "unknown_graph",
-            format!("no graph `{graph_id}` (available: {})", known.join(", ")),
-        )
+        ApiError::bad_request("unknown_graph", state.graphs.why_missing(&graph_id))
     })?;
     let mut input = ui::input_state(&graph.chat, &body);
     if (!graph.chat.carry.is_empty() || graph.chat.history.is_some())

@@ -6,7 +6,10 @@
 //! shows the half answer next to its error state and a retry button; a
 //! front end reloading the chat has only the stored parts, and would show
 //! that half answer as if it were finished. So a failed message is stored
-//! without its answer text, with a `data-error` part in its place.
+//! without its answer text, with a `data-error` part in its place. A run
+//! that failed only after its answer was written is not that case: its
+//! stream carries no `error` chunk (see `bridge/failed.rs`), and its
+//! message is stored as streamed — what was shown stays.
 
 use serde_json::{Map, Value, json};
 

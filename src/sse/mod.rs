@@ -49,6 +49,17 @@ impl After {
     }
 }
 
+impl std::fmt::Display for After {
+    /// The SSE id: `SEQ`, or `SEQ.N` past an event's first chunk.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if self.part == 0 {
+            write!(f, "{}", self.seq)
+        } else {
+            write!(f, "{}.{}", self.seq, self.part)
+        }
+    }
+}
+
 impl From<u64> for After {
     /// After the whole event `seq` (every chunk it made): a stream that
     /// starts after it.

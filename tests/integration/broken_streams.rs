@@ -328,3 +328,53 @@ edges: [a -> END]
         );
     }
 }
+
+/// A data node that only searched has no data (issue 31): `not_data_tools`
+/// names the tools among `data_tools` whose results are not figures.
+#[tokio::test]
+async fn a_data_node_that_only_searched_has_no_data() {
+    let g = graph(
+        "
+entry: research
+nodes:
+  - id: research
+    kind: agent
+    prompt: research.md
+    surface: thinking
+    tools: [basic]
+    data_tools: [basic]
+    not_data_tools: [current_time]
+    no_data: \"NO_DATA: no figures could be retrieved.\"
+    input: query
+    output: findings
+edges: [research -> END]
+",
+    );
+    let model_calling = |tool: &'static str, args: Value| {
+        ScriptedModel::from_fn(move |req| {
+            if req
+                .messages
+                .iter()
+                .any(|m| matches!(m, ChatMessage::Tool { .. }))
+            {
+                Turn::text(HALF)
+            } else {
+                Turn::tool(tool, args.clone())
+            }
+        })
+        .shared()
+    };
+    // Only the "search": no data, whatever the model then wrote.
+    let r = run(&g, model_calling("current_time", json!({}))).await;
+    assert_eq!(
+        state(&r.outcome)["findings"],
+        "NO_DATA: no figures could be retrieved."
+    );
+    // A data tool that answered: its findings stand.
+    let r = run(
+        &g,
+        model_calling("calculator", json!({"expression": "6*7"})),
+    )
+    .await;
+    assert_eq!(state(&r.outcome)["findings"], HALF);
+}

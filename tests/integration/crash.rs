@@ -179,7 +179,11 @@ async fn slow_page(delay: Duration) -> (String, SlowPage) {
 
 /// The chat's stream on `base` (after `last_event_id`), waiting until
 /// the restarted server has it: the stream and the last status seen.
-async fn resume_stream(base: &str, chat: &str, last_event_id: Option<u64>) -> (String, u16) {
+async fn resume_stream(
+    base: &str,
+    chat: &str,
+    last_event_id: Option<stategraph::sse::After>,
+) -> (String, u16) {
     let client = reqwest::Client::new();
     let url = format!("{base}/api/chat/{chat}/stream");
     let mut last = 0;
@@ -236,10 +240,10 @@ async fn resume_and_check(server: &Server, chat: &str, expect_text: &str) -> Val
         "the run finished normally"
     );
     // Every event id once, in order: no duplicate part from a lost attempt.
-    let ids: Vec<u64> = text
+    let ids: Vec<stategraph::sse::After> = text
         .lines()
         .filter_map(|l| l.strip_prefix("id: "))
-        .map(|n| n.parse().unwrap())
+        .map(|n| stategraph::sse::After::parse(n).unwrap())
         .collect();
     assert!(ids.windows(2).all(|w| w[0] <= w[1]), "ids in order");
     {
@@ -546,11 +550,11 @@ async fn two_servers_on_one_database_a_stop_asked_of_b_stops_the_run_on_a() {
 }
 
 /// The last `id:` of an SSE capture.
-fn last_id(sse: &str) -> Option<u64> {
+fn last_id(sse: &str) -> Option<stategraph::sse::After> {
     sse.lines()
         .rev()
         .filter_map(|l| l.strip_prefix("id: "))
-        .find_map(|n| n.trim().parse().ok())
+        .find_map(stategraph::sse::After::parse)
 }
 
 /// Only whole SSE frames (a kill can cut the last one off).
@@ -597,13 +601,13 @@ async fn resume_after_crash_at(dir: &Path, g: &Path, deltas: usize, expect: &str
     let (after, _) = resume_stream(&b.base, &chat, Some(last)).await;
     assert!(after.ends_with("data: [DONE]\n\n"), "{after}");
     let whole = format!("{before}{after}");
-    let ids: Vec<u64> = whole
+    let ids: Vec<stategraph::sse::After> = whole
         .lines()
         .filter_map(|l| l.strip_prefix("id: "))
-        .map(|n| n.parse().unwrap())
+        .map(|n| stategraph::sse::After::parse(n).unwrap())
         .collect();
-    // One event may become several frames (text-start + text-delta) under
-    // one id; the resumed part starts after what the client had.
+    // Every frame has its own id (`SEQ.N` past an event's first); the
+    // resumed part starts after what the client had.
     assert!(ids.windows(2).all(|w| w[0] <= w[1]), "in order: {ids:?}");
     let first_after = last_id(&after[..after.find("\n\n").map_or(0, |i| i + 2)]);
     assert!(

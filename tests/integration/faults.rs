@@ -85,8 +85,8 @@ impl ChatModel for Gated {
     }
 }
 
-/// The SSE frames of a capture: each `(id, data JSON)` (`[DONE]` as a
-/// string value).
+/// The SSE frames of a capture: each `(event seq, data JSON)` (`[DONE]`
+/// as a string value; the seq is the id's, `SEQ` or `SEQ.N`).
 pub fn frames(sse: &str) -> Vec<(Option<u64>, Value)> {
     sse.split("\n\n")
         .filter(|f| f.contains("data: "))
@@ -94,7 +94,7 @@ pub fn frames(sse: &str) -> Vec<(Option<u64>, Value)> {
             let id = f
                 .lines()
                 .find_map(|l| l.strip_prefix("id: "))
-                .and_then(|v| v.trim().parse().ok());
+                .and_then(|v| v.trim().split('.').next()?.parse().ok());
             let data = f
                 .lines()
                 .find_map(|l| l.strip_prefix("data: "))

@@ -321,13 +321,14 @@ async fn a_client_that_disconnects_mid_stream_resumes_with_every_part_exactly_on
     assert!(ok, "{raw}");
     let report = report_json(&raw);
     assert_eq!(text_of(&report), "The answer is 42 and that is final.");
-    // Every event id appears once, in order, with nothing missing.
-    let ids: Vec<u64> = text
+    // Every chunk id (`SEQ` or `SEQ.N`) appears once, in order.
+    let id = |n: &str| stategraph::sse::After::parse(n).unwrap();
+    let ids: Vec<_> = text
         .lines()
         .filter_map(|l| l.strip_prefix("id: "))
-        .map(|n| n.parse().unwrap())
+        .map(id)
         .collect();
-    assert!(ids.windows(2).all(|w| w[0] <= w[1]));
+    assert!(ids.windows(2).all(|w| w[0] < w[1]));
     let mut dedup = ids.clone();
     dedup.dedup();
     let deltas = text.matches(r#""type":"text-delta""#).count();
@@ -338,10 +339,10 @@ async fn a_client_that_disconnects_mid_stream_resumes_with_every_part_exactly_on
             .count()
     );
     // Resuming after the last id the client saw sends only the rest.
-    let seen: u64 = String::from_utf8_lossy(&got)
+    let seen = String::from_utf8_lossy(&got)
         .lines()
         .filter_map(|l| l.strip_prefix("id: "))
-        .filter_map(|n| n.parse().ok())
+        .filter_map(stategraph::sse::After::parse)
         .max()
         .unwrap();
     let rest = client
@@ -353,10 +354,10 @@ async fn a_client_that_disconnects_mid_stream_resumes_with_every_part_exactly_on
         .text()
         .await
         .unwrap();
-    let rest_ids: Vec<u64> = rest
+    let rest_ids: Vec<_> = rest
         .lines()
         .filter_map(|l| l.strip_prefix("id: "))
-        .map(|n| n.parse().unwrap())
+        .map(id)
         .collect();
     assert!(rest_ids.iter().all(|&i| i > seen));
     assert!(rest.ends_with("data: [DONE]\n\n"));
