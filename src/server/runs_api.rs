@@ -284,7 +284,7 @@ pub(super) async fn fork(
         (None, Some(n)) => (ForkMode::Before, Some(n)),
         (after, None) => (ForkMode::After, after),
     };
-    state.limits.check_tokens(&*state.store, &user.0).await?;
+    state.limits.check_daily(&*state.store, &user.0).await?;
     let req = ForkRequest {
         parent: parent.clone(),
         user_id: user.0.clone(),

@@ -8,6 +8,7 @@
 mod anthropic;
 mod anthropic_rules;
 mod conformance;
+mod cost;
 mod emulator;
 mod families;
 mod instance;
