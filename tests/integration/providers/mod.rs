@@ -14,3 +14,4 @@ mod families;
 mod instance;
 mod openai_rules;
 mod strict_props;
+mod strict_tools;
