@@ -137,9 +137,9 @@ impl Limits {
             return Err(ApiError::too_many(
                 "cost_limit",
                 format!(
-                    "the daily cost limit (US${:.2}) is spent (US${:.4} today); it renews at midnight UTC",
-                    cap as f64 / 1e9,
-                    spent.cost as f64 / 1e9
+                    "the daily cost limit ({}) is spent ({} today); it renews at midnight UTC",
+                    usd(cap),
+                    usd(spent.cost)
                 ),
                 wait,
             ));
@@ -157,6 +157,19 @@ impl Limits {
                 .remove(user);
         }
     }
+}
+
+/// Nano-dollars as US dollars for a person: cents from a dollar up, below
+/// that up to six decimals (a small cap is still legible).
+fn usd(nano: u64) -> String {
+    let d = nano as f64 / 1e9;
+    if d >= 1.0 {
+        return format!("US${d:.2}");
+    }
+    let text = format!("{d:.6}");
+    let text = text.trim_end_matches('0');
+    let decimals = text.split('.').nth(1).map_or(0, str::len);
+    format!("US${text}{}", "0".repeat(2usize.saturating_sub(decimals)))
 }
 
 /// Token buckets by user.
@@ -422,6 +435,16 @@ mod tests {
             Some(tokens(100)),
             "spent stays spent all day"
         );
+    }
+
+    #[test]
+    fn dollars_read_as_cents_or_as_small_amounts() {
+        assert_eq!(usd(5_000_000_000), "US$5.00");
+        assert_eq!(usd(12_345_000_000), "US$12.35");
+        assert_eq!(usd(500_000_000), "US$0.50");
+        assert_eq!(usd(4_000_000), "US$0.004");
+        assert_eq!(usd(4_180_000), "US$0.00418");
+        assert_eq!(usd(0), "US$0.00");
     }
 
     #[test]

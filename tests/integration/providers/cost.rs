@@ -166,7 +166,10 @@ async fn the_cost_is_recorded_and_capped_per_day(store: Arc<dyn Store>) {
     let error = refusal.json_value().await["error"].clone();
     assert_eq!(error["code"], "cost_limit", "{error}");
     assert!(
-        error["message"].as_str().unwrap().contains("US$0.00"),
+        error["message"]
+            .as_str()
+            .unwrap()
+            .starts_with("the daily cost limit (US$0.004) is spent (US$0.00"),
         "{error}"
     );
     assert!(
