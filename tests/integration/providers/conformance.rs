@@ -244,6 +244,27 @@ async fn every_shipped_graph_and_example_runs_against_every_profile() {
                 tools.join(", ")
             ));
         }
+        if name != "anthropic" {
+            // The fixture's pydantic-made schemas: the search's has a strict
+            // form and goes in strict mode (and was accepted above); the data
+            // fetch takes a map (`disaggregation_filters`), which strict mode
+            // cannot express, so it goes as declared.
+            let offered = |tool: &str| -> Vec<Value> {
+                emu.received()
+                    .iter()
+                    .flat_map(|r| r.body["tools"].as_array().cloned().unwrap_or_default())
+                    .filter(|t| t["function"]["name"] == tool)
+                    .map(|t| t["function"]["strict"].clone())
+                    .collect()
+            };
+            let search = offered("data360_search_indicators");
+            assert!(
+                !search.is_empty(),
+                "{name}: the data tools were never offered"
+            );
+            assert!(search.iter().all(|s| *s == true), "{name}: {search:?}");
+            assert!(offered("data360_get_data").iter().all(Value::is_null));
+        }
         let rejected = emu.rejected();
         assert!(
             rejected.is_empty(),
