@@ -10,8 +10,10 @@
 //! `STATEGRAPH_LOG_FORMAT`, plus `OPENAI_*` / `STATEGRAPH_MODEL` for the
 //! model ([`crate::llm::LlmConfig`]) and `DATABASE_URL` for the store.
 //!
-//! Per-user limits are `[limits]` ([`LimitsConfig`]): `requests_per_minute`
-//! and `daily_tokens`, both 0 (unlimited) unless set.
+//! Per-user limits are `[limits]` ([`LimitsConfig`]): `requests_per_minute`,
+//! `daily_tokens` and `daily_cost_usd`, all 0 (unlimited) unless set, and
+//! overridden by `STATEGRAPH_LIMITS_REQUESTS_PER_MINUTE`,
+//! `STATEGRAPH_LIMITS_DAILY_TOKENS` and `STATEGRAPH_LIMITS_DAILY_COST_USD`.
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -215,7 +217,7 @@ impl AuthConfig {
 }
 
 /// `[limits]`: what one user may ask of the server. 0 means unlimited,
-/// the default for both, so a server without this section behaves as if
+/// the default for each, so a server without this section behaves as if
 /// limits did not exist. The user is whoever authentication resolves (an
 /// API key's user, or the local user). Health (`/healthz`, `/readyz`) and
 /// `/metrics` are never limited.
@@ -233,6 +235,71 @@ pub struct LimitsConfig {
     /// a run in flight counts once it ends (the run that crosses the quota
     /// finishes).
     pub daily_tokens: u64,
+    /// US dollars a user's runs may cost per UTC day, at the prices
+    /// `[llm.prices.MODEL]` gives their models (calls of models without a
+    /// price cost nothing here); a request that would start a run once it is
+    /// spent is refused (429 `cost_limit`) until midnight UTC. Counted like
+    /// `daily_tokens`, from the cost stored on each run record.
+    #[serde(deserialize_with = "cost_cap")]
+    pub daily_cost_usd: f64,
+}
+
+impl LimitsConfig {
+    /// The daily cost cap in billionths of a dollar (what runs record), or
+    /// `None` when there is none.
+    pub fn daily_cost_nano_usd(&self) -> Option<u64> {
+        // Finite and positive (checked when read); rounds to the nano-dollar.
+        (self.daily_cost_usd > 0.0).then(|| (self.daily_cost_usd * 1e9).round() as u64)
+    }
+
+    /// Applies the `STATEGRAPH_LIMITS_*` variables.
+    fn with_env(mut self, env: &impl Fn(&str) -> Option<String>) -> Result<Self, ConfigError> {
+        if let Some(v) = env("STATEGRAPH_LIMITS_REQUESTS_PER_MINUTE") {
+            self.requests_per_minute = number("STATEGRAPH_LIMITS_REQUESTS_PER_MINUTE", &v)?;
+        }
+        if let Some(v) = env("STATEGRAPH_LIMITS_DAILY_TOKENS") {
+            self.daily_tokens = number("STATEGRAPH_LIMITS_DAILY_TOKENS", &v)?;
+        }
+        if let Some(v) = env("STATEGRAPH_LIMITS_DAILY_COST_USD") {
+            self.daily_cost_usd = number("STATEGRAPH_LIMITS_DAILY_COST_USD", &v)?;
+        }
+        check_cost_cap(self.daily_cost_usd).map_err(|message| ConfigError::Env {
+            var: "STATEGRAPH_LIMITS_DAILY_COST_USD",
+            message,
+        })?;
+        Ok(self)
+    }
+}
+
+/// A cost cap is a finite number of dollars, 0 (no cap) or more, that fits
+/// the nano-dollars runs record.
+fn check_cost_cap(c: f64) -> Result<(), String> {
+    if c.is_finite() && (0.0..9e9).contains(&c) {
+        Ok(())
+    } else {
+        Err(format!(
+            "daily_cost_usd = {c}: give US dollars as a number, 0 (no cap) or more"
+        ))
+    }
+}
+
+/// `daily_cost_usd` as written (an integer too), checked where it is
+/// written, so the error names its line.
+fn cost_cap<'de, D: serde::Deserializer<'de>>(d: D) -> Result<f64, D::Error> {
+    let c = f64::deserialize(d)?;
+    check_cost_cap(c).map_err(serde::de::Error::custom)?;
+    Ok(c)
+}
+
+/// An environment variable's value as a number.
+fn number<T: std::str::FromStr>(var: &'static str, v: &str) -> Result<T, ConfigError>
+where
+    T::Err: std::fmt::Display,
+{
+    v.trim().parse().map_err(|e| ConfigError::Env {
+        var,
+        message: format!("`{v}`: {e}"),
+    })
 }
 
 /// Log output format.
@@ -417,6 +484,7 @@ impl Config {
                 }
             };
         }
+        self.limits = std::mem::take(&mut self.limits).with_env(&env)?;
         self.llm = std::mem::take(&mut self.llm).with_env_from(&env);
         self.store = std::mem::take(&mut self.store).with_env_from(&env);
         if self.store.data_dir.is_none() {
@@ -463,6 +531,34 @@ mod tests {
             Config::from_toml(&readme[start..end]).unwrap_or_else(|e| panic!("README config: {e}"));
         assert_eq!(c.tools.mcp.servers.len(), 2);
         assert!(c.tools.sql.is_some() && c.tools.http.is_some() && c.tools.search.is_some());
+    }
+
+    #[test]
+    fn limits_come_from_the_file_then_the_environment() {
+        let c = Config::from_toml("[limits]\ndaily_tokens = 10\ndaily_cost_usd = 5\n").unwrap();
+        assert_eq!(c.limits.daily_tokens, 10);
+        assert_eq!(c.limits.daily_cost_nano_usd(), Some(5_000_000_000));
+        let env = |k: &str| match k {
+            "STATEGRAPH_LIMITS_DAILY_COST_USD" => Some("0.25".to_owned()),
+            "STATEGRAPH_LIMITS_REQUESTS_PER_MINUTE" => Some("30".to_owned()),
+            _ => None,
+        };
+        let c = c.with_env(env).unwrap();
+        assert_eq!(c.limits.daily_cost_nano_usd(), Some(250_000_000));
+        assert_eq!(c.limits.requests_per_minute, 30);
+        assert_eq!(
+            c.limits.daily_tokens, 10,
+            "unset variables leave the file's"
+        );
+        assert_eq!(Config::default().limits.daily_cost_nano_usd(), None);
+
+        let e = Config::from_toml("[limits]\ndaily_cost_usd = -1.5\n").unwrap_err();
+        assert!(e.contains("daily_cost_usd") && e.contains("line 2"), "{e}");
+        for bad in ["lots", "-2", "inf"] {
+            let env = |k: &str| (k == "STATEGRAPH_LIMITS_DAILY_COST_USD").then(|| bad.to_owned());
+            let e = Config::default().with_env(env).unwrap_err().to_string();
+            assert!(e.contains("STATEGRAPH_LIMITS_DAILY_COST_USD"), "{e}");
+        }
     }
 
     #[test]

@@ -1,5 +1,5 @@
 //! Which models a server uses: the `[llm]` table (endpoints, model roles,
-//! timeouts, retries), completed by the environment, built into [`Models`].
+//! timeouts, retries), completed by the environment, built into [`Models`](crate::llm::Models).
 //!
 //! ```toml
 //! [llm]
@@ -53,21 +53,16 @@
 //! fresh checkout runs; [`LlmConfig::uses_offline_model`] tells the caller to
 //! say so.
 
+mod build;
+
 use std::collections::BTreeMap;
 use std::fmt;
-use std::sync::Arc;
 
 use serde::Deserialize;
 use serde_json::{Map, Value};
 
-use super::anthropic::AnthropicModel;
-use super::fallback::FallbackModel;
-use super::offline::OfflineModel;
-use super::openai::{
-    EndpointError, EndpointSettings, OpenAiEndpoint, RESERVED_FIELDS, RetryPolicy, Timeouts,
-};
-use super::profile::{Api, Family, ModelRules, Price, Structured};
-use super::{ChatModel, Models};
+use super::openai::{EndpointError, EndpointSettings, RetryPolicy, Timeouts};
+use super::profile::{Api, Family, Price, Structured};
 use crate::units::Dur;
 
 /// The endpoint that `OPENAI_*` variables and roles without `endpoint` use.
@@ -140,6 +135,11 @@ pub struct EndpointConfig {
     /// `json_object` or `tool` (for compatible servers without
     /// `json_schema`). Anthropic always uses a forced tool.
     pub structured: Option<Structured>,
+    /// Whether tools are offered in strict mode (`strict: true`, their
+    /// parameters in strict form: OpenAI then guarantees arguments that
+    /// match). Default: where structured output is `json_schema` — a
+    /// server that takes strict schemas. Anthropic takes tools as declared.
+    pub strict_tools: Option<bool>,
 }
 
 impl fmt::Debug for EndpointConfig {
@@ -151,6 +151,7 @@ impl fmt::Debug for EndpointConfig {
             .field("api", &self.api)
             .field("api_version", &self.api_version)
             .field("structured", &self.structured)
+            .field("strict_tools", &self.strict_tools)
             .finish()
     }
 }
@@ -461,461 +462,8 @@ impl LlmConfig {
         }
         Ok(out)
     }
-
-    /// Builds the models, reading `api_key_env` variables from the process
-    /// environment. Call [`LlmConfig::with_env`] first to apply `OPENAI_*`
-    /// and `STATEGRAPH_MODEL`.
-    ///
-    /// # Errors
-    /// See [`LlmConfigError`].
-    pub fn build_models(&self) -> Result<Models, LlmConfigError> {
-        self.build_models_with(process_env)
-    }
-
-    /// As [`LlmConfig::build_models`], reading variables through `env`.
-    ///
-    /// Every configured role gets its model (wrapped in a [`FallbackModel`]
-    /// when it has a `fallback`); the role `default`, or else the default
-    /// endpoint with the default model, serves the rest. With no endpoint
-    /// configured, every role gets the [`OfflineModel`].
-    ///
-    /// # Errors
-    /// See [`LlmConfigError`].
-    pub fn build_models_with(
-        &self,
-        env: impl Fn(&str) -> Option<String>,
-    ) -> Result<Models, LlmConfigError> {
-        if let Some(path) = &self.script {
-            let model = super::script::ScriptModel::load(path).map_err(LlmConfigError::Script)?;
-            return Ok(Models::single(Arc::new(model)));
-        }
-        if self.uses_offline_model() {
-            if let Some((role, endpoint)) = self
-                .roles
-                .iter()
-                .find_map(|(r, c)| Some((r, c.endpoint.as_ref()?)))
-            {
-                return Err(LlmConfigError::UnknownEndpoint {
-                    role: role.clone(),
-                    endpoint: endpoint.clone(),
-                    known: "none".into(),
-                });
-            }
-            return Ok(Models::single(Arc::new(OfflineModel {
-                token_delay: self.offline.token_delay.map(|d| d.0),
-                answer_tokens: self.offline.answer_tokens,
-            })));
-        }
-        let mut endpoints = BTreeMap::new();
-        for (name, settings) in self.endpoint_settings(env)? {
-            let endpoint =
-                OpenAiEndpoint::new(settings).map_err(|source| LlmConfigError::Endpoint {
-                    endpoint: name.clone(),
-                    source,
-                })?;
-            endpoints.insert(name, endpoint);
-        }
-        let mut builder = Builder {
-            config: self,
-            endpoints,
-            built: BTreeMap::new(),
-        };
-        for role in self.roles.keys() {
-            builder.role(role, &mut Vec::new())?;
-        }
-        let default = match builder.built.remove(DEFAULT_ROLE) {
-            Some(model) => model,
-            None => builder.plain(DEFAULT_ROLE, &RoleConfig::default())?,
-        };
-        Ok(builder
-            .built
-            .into_iter()
-            .fold(Models::single(default), |models, (role, model)| {
-                models.with_role(role, model)
-            }))
-    }
-}
-
-/// Builds role models once each, following fallbacks.
-struct Builder<'a> {
-    config: &'a LlmConfig,
-    endpoints: BTreeMap<String, OpenAiEndpoint>,
-    built: BTreeMap<String, Arc<dyn ChatModel>>,
-}
-
-impl Builder<'_> {
-    fn role(
-        &mut self,
-        name: &str,
-        chain: &mut Vec<String>,
-    ) -> Result<Arc<dyn ChatModel>, LlmConfigError> {
-        if let Some(model) = self.built.get(name) {
-            return Ok(Arc::clone(model));
-        }
-        if chain.iter().any(|r| r == name) {
-            chain.push(name.to_owned());
-            return Err(LlmConfigError::FallbackCycle {
-                chain: chain.join(" -> "),
-            });
-        }
-        let config = self.config;
-        let role = config.roles.get(name).cloned().unwrap_or_default();
-        let primary = self.plain(name, &role)?;
-        let model = match &role.fallback {
-            None => primary,
-            Some(fallback) => {
-                if !config.roles.contains_key(fallback) {
-                    return Err(LlmConfigError::UnknownFallback {
-                        role: name.to_owned(),
-                        fallback: fallback.clone(),
-                        known: names(config.roles.keys()),
-                    });
-                }
-                chain.push(name.to_owned());
-                let fallback = self.role(fallback, chain)?;
-                chain.pop();
-                Arc::new(FallbackModel::new(primary, fallback))
-            }
-        };
-        self.built.insert(name.to_owned(), Arc::clone(&model));
-        Ok(model)
-    }
-
-    /// The role's own model, without its fallback.
-    fn plain(&self, name: &str, role: &RoleConfig) -> Result<Arc<dyn ChatModel>, LlmConfigError> {
-        let known = || names(self.endpoints.keys());
-        let endpoint_name = match &role.endpoint {
-            Some(e) => e.as_str(),
-            None if self.endpoints.contains_key(DEFAULT_ENDPOINT) => DEFAULT_ENDPOINT,
-            None if self.endpoints.len() == 1 => self
-                .endpoints
-                .keys()
-                .next()
-                .map_or(DEFAULT_ENDPOINT, String::as_str),
-            None => {
-                return Err(LlmConfigError::NoDefaultEndpoint {
-                    role: name.to_owned(),
-                    known: known(),
-                });
-            }
-        };
-        let endpoint =
-            self.endpoints
-                .get(endpoint_name)
-                .ok_or_else(|| LlmConfigError::UnknownEndpoint {
-                    role: name.to_owned(),
-                    endpoint: endpoint_name.to_owned(),
-                    known: known(),
-                })?;
-        if let Some(field) = role
-            .extra
-            .keys()
-            .find(|k| RESERVED_FIELDS.contains(&k.as_str()))
-        {
-            return Err(LlmConfigError::ReservedExtra {
-                role: name.to_owned(),
-                field: field.clone(),
-                owned: RESERVED_FIELDS
-                    .iter()
-                    .map(|f| format!("`{f}`"))
-                    .collect::<Vec<_>>()
-                    .join(", "),
-            });
-        }
-        let model = role
-            .model
-            .as_deref()
-            .or(self.config.model.as_deref())
-            .unwrap_or(DEFAULT_MODEL);
-        let cap = role.max_tokens.or(self.config.max_tokens);
-        let mut rules = ModelRules::new(name, model, role.family);
-        rules.reasoning_effort = role.reasoning_effort.clone();
-        if let Some(budget) = role.reasoning_budget {
-            rules.reasoning_budget = budget;
-        }
-        if let Some(structured) = self
-            .config
-            .endpoints
-            .get(endpoint_name)
-            .and_then(|e| e.structured)
-        {
-            rules.structured = structured;
-        }
-        let price = self.config.prices.get(model).copied();
-        if endpoint.api() == Api::Anthropic {
-            return Ok(Arc::new(
-                AnthropicModel::new(endpoint.clone(), model)
-                    .with_price(price)
-                    .with_extra(role.extra.clone())
-                    .with_max_tokens(cap)
-                    .with_thinking(role.thinking_budget)
-                    .with_rules(rules),
-            ));
-        }
-        Ok(Arc::new(
-            endpoint
-                .model(model)
-                .with_price(price)
-                .with_extra(role.extra.clone())
-                .with_max_tokens(cap)
-                .with_rules(rules),
-        ))
-    }
 }
 
 #[cfg(test)]
 #[allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
-mod tests {
-    use std::time::Duration;
-
-    use super::*;
-
-    fn env(pairs: &'static [(&'static str, &'static str)]) -> impl Fn(&str) -> Option<String> {
-        move |k| {
-            pairs
-                .iter()
-                .find(|(n, _)| *n == k)
-                .map(|(_, v)| (*v).to_owned())
-        }
-    }
-
-    fn parse(text: &str) -> LlmConfig {
-        toml::from_str(text).unwrap()
-    }
-
-    fn build_err(text: &str) -> String {
-        parse(text)
-            .build_models_with(env(&[("KEY", "k")]))
-            .unwrap_err()
-            .to_string()
-    }
-
-    const EXAMPLE: &str = r#"
-        [endpoints.default]
-        base_url = "https://api.openai.com/v1"
-        api_key_env = "OPENAI_API_KEY"
-        [endpoints.backup]
-        base_url = "http://127.0.0.1:11434/v1/"
-        [roles.chat]
-        endpoint = "default"
-        model = "gpt-4o"
-        fallback = "backup"
-        [roles.routing]
-        model = "gpt-4o-mini"
-        [roles.backup]
-        endpoint = "backup"
-        model = "llama3.2"
-        [timeouts]
-        connect = "2s"
-        first_token = "30s"
-        total = "2m"
-        [retry]
-        attempts = 4
-        backoff = "250ms"
-    "#;
-
-    #[test]
-    fn the_documented_example_builds_roles_with_fallbacks() {
-        let config = parse(EXAMPLE).with_env_from(env(&[("OPENAI_API_KEY", "sk-env")]));
-        assert_eq!(config.timeouts().total, Duration::from_secs(120));
-        let retry = config.retry_policy().unwrap();
-        assert_eq!(
-            (retry.attempts, retry.backoff, retry.max_backoff),
-            (4, Duration::from_millis(250), Duration::from_secs(8))
-        );
-        let settings = config
-            .endpoint_settings(env(&[("OPENAI_API_KEY", "sk-env")]))
-            .unwrap();
-        assert_eq!(settings["default"].api_key.as_deref(), Some("sk-env"));
-        assert_eq!(settings["backup"].api_key, None);
-        let models = config
-            .build_models_with(env(&[("OPENAI_API_KEY", "sk-env")]))
-            .unwrap();
-        assert_eq!(
-            models.roles().collect::<Vec<_>>(),
-            ["backup", "chat", "routing"]
-        );
-        assert_eq!(models.for_role("chat").name(), "gpt-4o");
-        assert!(format!("{:?}", models.for_role("chat")).starts_with("FallbackModel"));
-        assert_eq!(models.for_role("routing").name(), "gpt-4o-mini");
-        assert_eq!(models.for_role("backup").name(), "llama3.2");
-        assert_eq!(models.for_role("summary").name(), DEFAULT_MODEL);
-        assert!(!models.any_offline() && !config.uses_offline_model());
-    }
-
-    #[test]
-    fn unknown_fields_and_bad_durations_are_rejected() {
-        let e = toml::from_str::<LlmConfig>("[endpoints.default]\nbase = \"x\"")
-            .unwrap_err()
-            .to_string();
-        assert!(e.contains("unknown field `base`"), "{e}");
-        let e = toml::from_str::<LlmConfig>("[timeouts]\ntotal = \"soon\"")
-            .unwrap_err()
-            .to_string();
-        assert!(e.contains("`soon` is not a duration"), "{e}");
-    }
-
-    #[test]
-    fn nothing_configured_means_the_offline_model() {
-        let config = LlmConfig::default().with_env_from(env(&[("STATEGRAPH_MODEL", "m")]));
-        assert!(config.uses_offline_model());
-        let models = config.build_models_with(env(&[])).unwrap();
-        assert!(models.any_offline());
-        let e = build_err("[roles.chat]\nendpoint = \"x\"");
-        assert!(e.contains("[llm.roles.chat] uses endpoint `x`"), "{e}");
-    }
-
-    #[test]
-    fn openai_variables_create_the_default_endpoint() {
-        let only_key = LlmConfig::default().with_env_from(env(&[("OPENAI_API_KEY", " sk-1\n")]));
-        let s = only_key.endpoint_settings(env(&[])).unwrap();
-        assert_eq!(s["default"].base_url, OPENAI_BASE_URL);
-        assert_eq!(s["default"].api_key.as_deref(), Some("sk-1"));
-        let only_url = LlmConfig::default()
-            .with_env_from(env(&[("OPENAI_BASE_URL", "http://127.0.0.1:8080/v1")]));
-        let s = only_url.endpoint_settings(env(&[])).unwrap();
-        assert_eq!(
-            (
-                s["default"].base_url.as_str(),
-                s["default"].api_key.as_deref()
-            ),
-            ("http://127.0.0.1:8080/v1", None)
-        );
-        let models = only_url
-            .with_env_from(env(&[("STATEGRAPH_MODEL", "qwen3")]))
-            .build_models_with(env(&[]))
-            .unwrap();
-        assert_eq!(models.for_role("chat").name(), "qwen3");
-        assert!(
-            LlmConfig::default()
-                .with_env_from(env(&[("OPENAI_API_KEY", "")]))
-                .uses_offline_model()
-        );
-    }
-
-    #[test]
-    fn the_file_wins_over_openai_variables() {
-        let vars = env(&[
-            ("OPENAI_BASE_URL", "http://elsewhere/v1"),
-            ("OPENAI_API_KEY", "sk-openai"),
-            ("GROQ", "gk"),
-        ]);
-        let config = parse(
-            "[endpoints.default]\nbase_url = \"https://groq.example/v1\"\napi_key_env = \"GROQ\"",
-        )
-        .with_env_from(&vars);
-        let s = config.endpoint_settings(&vars).unwrap();
-        assert_eq!(
-            (
-                s["default"].base_url.as_str(),
-                s["default"].api_key.as_deref()
-            ),
-            ("https://groq.example/v1", Some("gk"))
-        );
-        // A file with other endpoints gets no `default` from the environment.
-        let config =
-            parse("[endpoints.local]\nbase_url = \"http://127.0.0.1:1/v1\"").with_env_from(&vars);
-        assert_eq!(config.endpoints.keys().collect::<Vec<_>>(), ["local"]);
-        // A `default` endpoint without a key takes OPENAI_API_KEY.
-        let config =
-            parse("[endpoints.default]\nbase_url = \"http://proxy/v1\"").with_env_from(&vars);
-        assert_eq!(
-            config.endpoint_settings(&vars).unwrap()["default"]
-                .api_key
-                .as_deref(),
-            Some("sk-openai")
-        );
-    }
-
-    #[test]
-    fn role_extra_fields_are_kept_and_reserved_ones_rejected() {
-        let config = parse(
-            "[endpoints.default]\n[roles.chat.extra]\nstop = [\"</tool_call>\"]\ncache_prompt = false\ntemperature = 0",
-        );
-        let extra = &config.roles["chat"].extra;
-        assert_eq!(
-            Value::Object(extra.clone()),
-            serde_json::json!({"stop": ["</tool_call>"], "cache_prompt": false, "temperature": 0})
-        );
-        let models = config.build_models_with(env(&[])).unwrap();
-        let chat = format!("{:?}", models.for_role("chat"));
-        assert!(chat.contains("cache_prompt"), "{chat}");
-        assert!(!format!("{:?}", models.for_role("other")).contains("cache_prompt"));
-        let e = build_err("[endpoints.a]\n[roles.chat.extra]\nstream = false");
-        assert!(
-            e.starts_with("[llm.roles.chat.extra] sets `stream`, which the client writes itself"),
-            "{e}"
-        );
-    }
-
-    #[test]
-    fn profiles_and_family_settings_are_read() {
-        let config = parse(
-            "[endpoints.default]\napi = \"anthropic\"\n\
-             [endpoints.az]\napi = \"azure\"\nbase_url = \"https://x.openai.azure.com\"\napi_version = \"2025-04-01-preview\"\nstructured = \"json_object\"\n\
-             [roles.chat]\nmodel = \"claude-sonnet-4-5\"\nthinking_budget = 2048\n\
-             [roles.deep]\nendpoint = \"az\"\nmodel = \"prod\"\nfamily = \"reasoning\"\nreasoning_effort = \"low\"\nreasoning_budget = 512",
-        );
-        let vars = env(&[("ANTHROPIC_API_KEY", "sk-ant")]);
-        let s = config.endpoint_settings(&vars).unwrap();
-        assert_eq!(
-            (
-                s["default"].base_url.as_str(),
-                s["default"].api_key.as_deref(),
-                s["default"].api
-            ),
-            (ANTHROPIC_BASE_URL, Some("sk-ant"), Api::Anthropic)
-        );
-        assert_eq!(s["az"].api_version.as_deref(), Some("2025-04-01-preview"));
-        let models = config.build_models_with(&vars).unwrap();
-        assert!(format!("{:?}", models.for_role("chat")).starts_with("AnthropicModel"));
-        let deep = format!("{:?}", models.for_role("deep"));
-        for part in [
-            "family: Reasoning",
-            "family_configured: true",
-            "structured: JsonObject",
-            "reasoning_budget: 512",
-        ] {
-            assert!(deep.contains(part), "{part}: {deep}");
-        }
-        let e = build_err("[endpoints.a]\napi = \"azure\"");
-        assert!(e.contains("needs `base_url`"), "{e}");
-        let e = toml::from_str::<LlmConfig>("[roles.a]\nfamily = \"fast\"")
-            .unwrap_err()
-            .to_string();
-        assert!(e.contains("unknown variant `fast`"), "{e}");
-    }
-
-    #[test]
-    fn broken_references_are_explained() {
-        let e = build_err("[endpoints.a]\n[roles.chat]\nendpoint = \"b\"");
-        assert_eq!(
-            e,
-            "[llm.roles.chat] uses endpoint `b`, which is not configured (configured endpoints: `a`)"
-        );
-        let e = build_err("[endpoints.a]\n[roles.chat]\nfallback = \"spare\"");
-        assert!(
-            e.contains(
-                "falls back to role `spare`, which is not configured (configured roles: `chat`)"
-            ),
-            "{e}"
-        );
-        let e = build_err(
-            "[endpoints.a]\n[roles.a1]\nfallback = \"b1\"\n[roles.b1]\nfallback = \"a1\"",
-        );
-        assert!(e.contains("a1 -> b1 -> a1"), "{e}");
-        let e = build_err("[endpoints.a]\n[endpoints.b]\n[roles.chat]\nmodel = \"m\"");
-        assert!(e.contains("none is called `default`"), "{e}");
-        let e = build_err("[endpoints.a]\napi_key_env = \"NOPE\"");
-        assert_eq!(
-            e,
-            "[llm.endpoints.a] reads its API key from $NOPE, which is not set"
-        );
-        let e = build_err("[endpoints.a]\napi_key = \"x\"\napi_key_env = \"KEY\"");
-        assert!(e.contains("keep one"), "{e}");
-        let e = build_err("[endpoints.a]\nbase_url = \"nope\"");
-        assert!(e.starts_with("[llm.endpoints.a] base URL `nope`"), "{e}");
-        let e = build_err("[endpoints.a]\n[retry]\nattempts = 0");
-        assert!(e.contains("attempts must be at least 1"), "{e}");
-    }
-}
+mod tests;

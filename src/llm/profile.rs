@@ -145,6 +145,9 @@ pub struct ModelRules {
     pub family_configured: bool,
     /// How structured output is asked for.
     pub structured: Structured,
+    /// Whether tools go in strict mode (`strict: true` and the strict form
+    /// of their parameters, when they have one; see [`crate::llm::strict`]).
+    pub strict_tools: bool,
     /// The role's `reasoning_effort` (a node's own wins).
     pub reasoning_effort: Option<String>,
     /// Tokens for hidden reasoning on top of a node's `max_tokens`.
@@ -160,6 +163,7 @@ impl ModelRules {
             family: family.unwrap_or_else(|| Family::detect(model)),
             family_configured: family.is_some(),
             structured: Structured::default(),
+            strict_tools: true,
             reasoning_effort: None,
             reasoning_budget: DEFAULT_REASONING_BUDGET,
             warned: AtomicBool::new(false),
@@ -195,6 +199,7 @@ impl Clone for ModelRules {
             family: self.family,
             family_configured: self.family_configured,
             structured: self.structured,
+            strict_tools: self.strict_tools,
             reasoning_effort: self.reasoning_effort.clone(),
             reasoning_budget: self.reasoning_budget,
             warned: AtomicBool::new(self.warned.load(Ordering::Relaxed)),

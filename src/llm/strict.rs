@@ -1,6 +1,8 @@
 //! Strict structured output: the JSON Schema a node declares (portable,
 //! with its descriptions and optional fields) turned into the subset that
-//! OpenAI's strict mode accepts, and the answer mapped back.
+//! OpenAI's strict mode accepts, and the answer mapped back. Tools' parameters
+//! get the same transform in strict mode (`openai/wire.rs`), and their
+//! arguments the same mapping back (`nodes/agent.rs`).
 //!
 //! The rules, from OpenAI's structured-output guide ("Supported schemas")
 //! and the official Python SDK's own transform (`openai/lib/_pydantic.py`,

@@ -25,6 +25,10 @@
 //! - `fill_args`: arguments the model left out, filled from the state (the
 //!   active customer's id, say).
 //!
+//! Before either, a `null` the model sent for an optional parameter whose
+//! schema does not take `null` becomes an absent argument: strict tools
+//! (OpenAI) make every parameter required and the optional ones nullable.
+//!
 //! Each tool call logs its steps (executing, arguments parsed; the registry
 //! adds started, finished or failed) inside the run's span, so every line
 //! carries the request's correlation id.
@@ -49,7 +53,7 @@ use crate::graph::expr::Expr;
 use crate::graph::kinds::schema;
 use crate::graph::spec::Surface;
 use crate::graph::{PromptRef, Reported, SettingDoc};
-use crate::llm::{ChatMessage, ChatRequest, ToolDef};
+use crate::llm::{ChatMessage, ChatRequest, ToolDef, strict};
 use crate::state::{FieldId, Patch, Reducer};
 use crate::tools::{ToolError, ToolOutcome, failure_payload, parse_arguments};
 
@@ -560,6 +564,12 @@ impl Agent {
         let result = match parse_arguments(&tc.arguments) {
             Ok(mut args) => {
                 let def = offered.iter().find(|d| d.name == tc.name);
+                if let Some(def) = def {
+                    // A model answering a strict tool sends `null` for an
+                    // optional parameter; the tool (and `fill_args`) expects
+                    // it absent.
+                    strict::restore_absent(&def.parameters, &mut args);
+                }
                 let filled = self.fill.apply(cx.state, def, &mut args);
                 tracing::info!(tool = %tc.name, call_id = %tc.id, filled = ?filled, "tool arguments parsed");
                 cx.events

@@ -122,7 +122,7 @@ pub(super) async fn post(
     require_json(&headers)?;
     let bytes = body_bytes(body)?;
     let (mut body, trigger) = ui::parse(&bytes)?;
-    state.limits.check_tokens(&*state.store, &user.0).await?;
+    state.limits.check_daily(&*state.store, &user.0).await?;
     // A chat whose run waits for a person: this request answers it, or
     // sets it aside (see `paused`).
     if let Some(resp) =

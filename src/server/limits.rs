@@ -1,5 +1,6 @@
-//! Per-user limits (`[limits]`): a request rate and a daily token quota,
-//! each answered with 429, a `retry-after` in seconds and a stable code.
+//! Per-user limits (`[limits]`): a request rate, a daily token quota and a
+//! daily cost cap, each answered with 429, a `retry-after` in seconds and a
+//! stable code.
 //!
 //! - **Rate** (`requests_per_minute`, code `rate_limited`): a token bucket
 //!   per user, in this process's memory — a burst of up to the limit, then
@@ -20,8 +21,11 @@
 //!   so this instance never lets a user past a quota its own runs spent. A
 //!   run in flight counts when it ends: the run that crosses the quota
 //!   finishes, the next is refused.
+//! - **Daily cost** (`daily_cost_usd`, code `cost_limit`): the same, over
+//!   the cost recorded on the user's runs (nano-dollars, at the configured
+//!   prices of the models they called): the same read answers both.
 //!
-//! Both default to 0, which turns them off.
+//! All default to 0, which turns them off.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
@@ -64,7 +68,10 @@ impl Limits {
         Self {
             rate: (config.requests_per_minute > 0)
                 .then(|| RateLimiter::new(config.requests_per_minute)),
-            quota: (config.daily_tokens > 0).then(|| Quota::new(config.daily_tokens)),
+            quota: Quota::new(
+                (config.daily_tokens > 0).then_some(config.daily_tokens),
+                config.daily_cost_nano_usd(),
+            ),
         }
     }
 
@@ -88,37 +95,56 @@ impl Limits {
         })
     }
 
-    /// Whether `user` may start a run: their runs today used less than the
-    /// daily quota.
+    /// Whether `user` may start a run: their runs today (UTC) used less
+    /// than the daily token quota and cost less than the daily cost cap.
     ///
     /// # Errors
-    /// 429 `token_quota_exceeded` (until midnight UTC), or the store failed.
-    pub async fn check_tokens(&self, store: &dyn Store, user: &str) -> Result<(), ApiError> {
+    /// 429 `token_quota_exceeded` or `cost_limit` (until midnight UTC), or
+    /// the store failed.
+    pub async fn check_daily(&self, store: &dyn Store, user: &str) -> Result<(), ApiError> {
         let Some(quota) = &self.quota else {
             return Ok(());
         };
         let now = now_micros();
         let day = now - now % DAY_MICROS;
-        let used = match quota.cached(user, day) {
-            Some(used) => used,
+        let spent = match quota.cached(user, day) {
+            Some(spent) => spent,
             None => {
-                let used = store.usage_since(user, day).await?.total();
-                quota.remember(user, day, used);
-                used
+                let usage = store.usage_since(user, day).await?;
+                let spent = Spent {
+                    tokens: usage.total(),
+                    cost: usage.cost_nano_usd,
+                };
+                quota.remember(user, day, spent);
+                spent
             }
         };
-        if used < quota.daily {
-            return Ok(());
-        }
         let wait = (day + DAY_MICROS - now).div_ceil(1_000_000);
-        Err(ApiError::too_many(
-            "token_quota_exceeded",
-            format!(
-                "the daily token quota ({} tokens) is used up; it renews at midnight UTC",
-                quota.daily
-            ),
-            wait,
-        ))
+        if let Some(cap) = quota.tokens
+            && spent.tokens >= cap
+        {
+            return Err(ApiError::too_many(
+                "token_quota_exceeded",
+                format!(
+                    "the daily token quota ({cap} tokens) is used up; it renews at midnight UTC"
+                ),
+                wait,
+            ));
+        }
+        if let Some(cap) = quota.cost
+            && spent.cost >= cap
+        {
+            return Err(ApiError::too_many(
+                "cost_limit",
+                format!(
+                    "the daily cost limit ({}) is spent ({} today); it renews at midnight UTC",
+                    usd(cap),
+                    usd(spent.cost)
+                ),
+                wait,
+            ));
+        }
+        Ok(())
     }
 
     /// Forgets what is cached of `user`'s spending (a run of theirs ended).
@@ -131,6 +157,19 @@ impl Limits {
                 .remove(user);
         }
     }
+}
+
+/// Nano-dollars as US dollars for a person: cents from a dollar up, below
+/// that up to six decimals (a small cap is still legible).
+fn usd(nano: u64) -> String {
+    let d = nano as f64 / 1e9;
+    if d >= 1.0 {
+        return format!("US${d:.2}");
+    }
+    let text = format!("{d:.6}");
+    let text = text.trim_end_matches('0');
+    let decimals = text.split('.').nth(1).map_or(0, str::len);
+    format!("US${text}{}", "0".repeat(2usize.saturating_sub(decimals)))
 }
 
 /// Token buckets by user.
@@ -212,50 +251,73 @@ impl RateLimiter {
     }
 }
 
-/// The daily quota and what is known of each user's spending.
+/// The daily token quota and cost cap, and what is known of each user's
+/// spending.
 #[derive(Debug)]
 struct Quota {
-    daily: u64,
+    /// Tokens a day, if limited.
+    tokens: Option<u64>,
+    /// Nano-dollars a day, if limited.
+    cost: Option<u64>,
     known: Mutex<Swept<Known>>,
 }
 
-/// A user's tokens used on `day` (its first µs), read at `at`.
+/// What a user's runs of a day used.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+struct Spent {
+    tokens: u64,
+    /// Nano-dollars.
+    cost: u64,
+}
+
+/// A user's spending on `day` (its first µs), read at `at`.
 #[derive(Clone, Copy, Debug)]
 struct Known {
     day: u64,
-    used: u64,
+    spent: Spent,
     at: Instant,
 }
 
 impl Quota {
-    fn new(daily: u64) -> Self {
-        Self {
-            daily,
+    /// A quota, or none when neither limit is set.
+    fn new(tokens: Option<u64>, cost: Option<u64>) -> Option<Self> {
+        (tokens.is_some() || cost.is_some()).then(|| Self {
+            tokens,
+            cost,
             known: Mutex::new(Swept::new()),
-        }
+        })
     }
 
-    /// What is known of `user` on `day`, if it may be used: read within
-    /// [`FRESH`], or already over the quota (spending never goes down
-    /// within a day).
-    fn cached(&self, user: &str, day: u64) -> Option<u64> {
+    /// Whether `spent` reaches a limit.
+    fn exhausted(&self, spent: Spent) -> bool {
+        self.tokens.is_some_and(|cap| spent.tokens >= cap)
+            || self.cost.is_some_and(|cap| spent.cost >= cap)
+    }
+
+    /// Whether what is known may be used on `day`: read within [`FRESH`],
+    /// or already over a limit (spending never goes down within a day).
+    fn trusted(&self, k: &Known, day: u64) -> bool {
+        k.day == day && (self.exhausted(k.spent) || k.at.elapsed() < FRESH)
+    }
+
+    /// What is known of `user` on `day`, if it may be used.
+    fn cached(&self, user: &str, day: u64) -> Option<Spent> {
         let known = self.known.lock().unwrap_or_else(PoisonError::into_inner);
         known
             .map
             .get(user)
-            .filter(|k| k.day == day && (k.used >= self.daily || k.at.elapsed() < FRESH))
-            .map(|k| k.used)
+            .filter(|k| self.trusted(k, day))
+            .map(|k| k.spent)
     }
 
-    fn remember(&self, user: &str, day: u64, used: u64) {
+    fn remember(&self, user: &str, day: u64, spent: Spent) {
         let mut known = self.known.lock().unwrap_or_else(PoisonError::into_inner);
-        let daily = self.daily;
-        known.sweep(|k| k.day == day && (k.used >= daily || k.at.elapsed() < FRESH));
+        known.sweep(|k| self.trusted(k, day));
         known.map.insert(
             user.to_owned(),
             Known {
                 day,
-                used,
+                spent,
                 at: Instant::now(),
             },
         );
@@ -283,8 +345,8 @@ pub(super) async fn rate_limit(
     next.run(Request::from_parts(parts, body)).await
 }
 
-/// What a server hears of its runs: the metrics, and the token quota,
-/// which forgets a user's cached spending when one of their runs ends.
+/// What a server hears of its runs: the metrics, and the daily limits,
+/// which forget a user's cached spending when one of their runs ends.
 pub(super) struct ServerObserver {
     pub(super) metrics: Arc<Metrics>,
     pub(super) limits: Arc<Limits>,
@@ -358,15 +420,45 @@ mod tests {
 
     #[test]
     fn the_quota_cache_trusts_fresh_reads_and_exhaustion_only() {
-        let q = Quota::new(100);
-        q.remember("alice", 0, 40);
-        assert_eq!(q.cached("alice", 0), Some(40));
+        let q = Quota::new(Some(100), None).unwrap();
+        let tokens = |tokens| Spent { tokens, cost: 0 };
+        q.remember("alice", 0, tokens(40));
+        assert_eq!(q.cached("alice", 0), Some(tokens(40)));
         assert_eq!(q.cached("alice", DAY_MICROS), None, "a new day reads again");
         assert_eq!(q.cached("bob", 0), None);
         q.known.lock().unwrap().map.get_mut("alice").unwrap().at = Instant::now() - FRESH;
         assert_eq!(q.cached("alice", 0), None, "a stale read is read again");
-        q.remember("alice", 0, 100);
+        q.remember("alice", 0, tokens(100));
         q.known.lock().unwrap().map.get_mut("alice").unwrap().at = Instant::now() - FRESH;
-        assert_eq!(q.cached("alice", 0), Some(100), "spent stays spent all day");
+        assert_eq!(
+            q.cached("alice", 0),
+            Some(tokens(100)),
+            "spent stays spent all day"
+        );
+    }
+
+    #[test]
+    fn dollars_read_as_cents_or_as_small_amounts() {
+        assert_eq!(usd(5_000_000_000), "US$5.00");
+        assert_eq!(usd(12_345_000_000), "US$12.35");
+        assert_eq!(usd(500_000_000), "US$0.50");
+        assert_eq!(usd(4_000_000), "US$0.004");
+        assert_eq!(usd(4_180_000), "US$0.00418");
+        assert_eq!(usd(0), "US$0.00");
+    }
+
+    #[test]
+    fn a_cost_cap_alone_is_a_quota_and_exhaustion_by_cost_is_trusted() {
+        assert!(Quota::new(None, None).is_none(), "no limit, no reads");
+        let q = Quota::new(None, Some(5_000)).unwrap();
+        let spent = |cost| Spent {
+            tokens: 1_000_000,
+            cost,
+        };
+        assert!(!q.exhausted(spent(4_999)), "tokens are not limited");
+        assert!(q.exhausted(spent(5_000)));
+        q.remember("alice", 0, spent(5_000));
+        q.known.lock().unwrap().map.get_mut("alice").unwrap().at = Instant::now() - FRESH;
+        assert_eq!(q.cached("alice", 0), Some(spent(5_000)));
     }
 }

@@ -37,7 +37,13 @@ fn run_json(r: &RunRecord) -> Value {
         "createdAt": r.created_at / 1000,
         "finishedAt": r.finished_at.map(|t| t / 1000),
         "error": r.error,
-        "usage": {"promptTokens": r.usage.prompt_tokens, "completionTokens": r.usage.completion_tokens},
+        "usage": {
+            "promptTokens": r.usage.prompt_tokens,
+            "completionTokens": r.usage.completion_tokens,
+            // Exact (billionths of a dollar), and in dollars for reading.
+            "costNanoUsd": r.usage.cost_nano_usd,
+            "costUsd": r.usage.cost_usd(),
+        },
         "parent": r.parent,
         "requestId": r.request_id,
         "messageId": r.message_id,
@@ -282,7 +288,7 @@ pub(super) async fn fork(
         (None, Some(n)) => (ForkMode::Before, Some(n)),
         (after, None) => (ForkMode::After, after),
     };
-    state.limits.check_tokens(&*state.store, &user.0).await?;
+    state.limits.check_daily(&*state.store, &user.0).await?;
     let req = ForkRequest {
         parent: parent.clone(),
         user_id: user.0.clone(),

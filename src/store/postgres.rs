@@ -118,6 +118,11 @@ const MIGRATIONS: &[Migration] = &[
         name: "interrupts",
         sql: include_str!("migrations/postgres/0008_interrupts.sql"),
     },
+    Migration {
+        version: 9,
+        name: "run_cost",
+        sql: include_str!("migrations/postgres/0009_run_cost.sql"),
+    },
 ];
 
 /// Advisory lock key serializing migrations across instances ("stgraph").
@@ -472,7 +477,7 @@ impl ChatStore for PostgresStore {
             tx.execute(
                 &format!(
                     "INSERT INTO runs ({RUN_COLS}, lease_owner, lease_until)
-                     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21)"
+                     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21, $22)"
                 ),
                 &params,
             )
@@ -644,9 +649,10 @@ impl ChatStore for PostgresStore {
         Box::pin(async move {
             let chat = &end.message.chat_id;
             let cols = MessageColumns::new(chat, std::slice::from_ref(&end.message))?;
-            let (prompt, completion) = (
+            let (prompt, completion, cost) = (
                 sql::i64_of(end.usage.prompt_tokens, "token count")?,
                 sql::i64_of(end.usage.completion_tokens, "token count")?,
+                sql::i64_of(end.usage.cost_nano_usd, "cost")?,
             );
             let now = sql::i64_of(now_micros(), "time")?;
             let mut client = self.client().await?;
@@ -659,13 +665,14 @@ impl ChatStore for PostgresStore {
             if exists {
                 tx.execute(UPSERT_MESSAGES, &cols.params()).await?;
             }
-            let finish: [&(dyn ToSql + Sync); 6] = [
+            let finish: [&(dyn ToSql + Sync); 7] = [
                 &end.run_id,
                 &sql::status_name(end.status),
                 &end.error.as_ref().map(Json),
                 &prompt,
                 &completion,
                 &now,
+                &cost,
             ];
             let finished = tx.execute(FINISH_RUN, &finish).await?;
             if end.release {
@@ -682,7 +689,7 @@ impl ChatStore for PostgresStore {
 
 /// Records how run `$1` ended (and drops its lease).
 const FINISH_RUN: &str = "UPDATE runs SET status = $2, error = $3, prompt_tokens = $4, completion_tokens = $5, finished_at = $6,
-        lease_owner = NULL, lease_until = NULL
+        cost_nano_usd = $7, lease_owner = NULL, lease_until = NULL
     WHERE id = $1";
 
 /// Clears the chat `$1`'s active run if it still is `$2`.
@@ -696,7 +703,7 @@ impl RunStore for PostgresStore {
             let cols = RunColumns::new(&run)?;
             let sql = format!(
                 "INSERT INTO runs ({RUN_COLS})
-                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19)"
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20)"
             );
             match self.execute(&sql, &cols.params()).await {
                 Err(StoreError::Conflict(_)) => {
@@ -750,18 +757,20 @@ impl RunStore for PostgresStore {
     ) -> BoxFuture<'_, StoreResult<()>> {
         Box::pin(async move {
             let sql = FINISH_RUN;
-            let (prompt, completion) = (
+            let (prompt, completion, cost) = (
                 sql::i64_of(usage.prompt_tokens, "token count")?,
                 sql::i64_of(usage.completion_tokens, "token count")?,
+                sql::i64_of(usage.cost_nano_usd, "cost")?,
             );
             let now = sql::i64_of(now_micros(), "time")?;
-            let params: [&(dyn ToSql + Sync); 6] = [
+            let params: [&(dyn ToSql + Sync); 7] = [
                 &id,
                 &sql::status_name(status),
                 &error.as_ref().map(Json),
                 &prompt,
                 &completion,
                 &now,
+                &cost,
             ];
             match self.execute(sql, &params).await? {
                 0 => Err(StoreError::NotFound(format!("run {id}"))),
@@ -773,21 +782,24 @@ impl RunStore for PostgresStore {
         let user = user.to_owned();
         Box::pin(async move {
             let since = sql::i64_of(since, "time")?;
-            // sum(bigint) is numeric: cast back (a user's tokens fit i64).
+            // sum(bigint) is numeric: cast back (a user's tokens and
+            // nano-dollars of a day fit i64).
             let row = self
                 .query_opt(
-                    "SELECT coalesce(sum(prompt_tokens), 0)::BIGINT, coalesce(sum(completion_tokens), 0)::BIGINT
+                    "SELECT coalesce(sum(prompt_tokens), 0)::BIGINT, coalesce(sum(completion_tokens), 0)::BIGINT,
+                         coalesce(sum(cost_nano_usd), 0)::BIGINT
                      FROM runs WHERE user_id = $1 AND created_at >= $2",
                     &[&user, &since],
                 )
                 .await?;
-            let (prompt, completion): (i64, i64) = match row {
-                Some(r) => (r.try_get(0)?, r.try_get(1)?),
-                None => (0, 0),
+            let (prompt, completion, cost): (i64, i64, i64) = match row {
+                Some(r) => (r.try_get(0)?, r.try_get(1)?, r.try_get(2)?),
+                None => (0, 0, 0),
             };
             Ok(Usage {
                 prompt_tokens: u64::try_from(prompt).unwrap_or(0),
                 completion_tokens: u64::try_from(completion).unwrap_or(0),
+                cost_nano_usd: u64::try_from(cost).unwrap_or(0),
                 ..Usage::default()
             })
         })

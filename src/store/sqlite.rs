@@ -100,6 +100,11 @@ const MIGRATIONS: &[Migration] = &[
         name: "interrupts",
         sql: include_str!("migrations/sqlite/0008_interrupts.sql"),
     },
+    Migration {
+        version: 9,
+        name: "run_cost",
+        sql: include_str!("migrations/sqlite/0009_run_cost.sql"),
+    },
 ];
 
 /// Settings for [`SqliteStore::open_with`].
@@ -717,16 +722,20 @@ impl RunStore for SqliteStore {
         let user = user.to_owned();
         Box::pin(self.readers.run(move |conn| {
             let since = sql::i64_of(since, "time")?;
-            let (prompt, completion): (i64, i64) = conn
+            let (prompt, completion, cost): (i64, i64, i64) = conn
                 .prepare_cached(
-                    "SELECT coalesce(sum(prompt_tokens), 0), coalesce(sum(completion_tokens), 0)
+                    "SELECT coalesce(sum(prompt_tokens), 0), coalesce(sum(completion_tokens), 0),
+                         coalesce(sum(cost_nano_usd), 0)
                      FROM runs INDEXED BY runs_usage_by_user
                      WHERE user_id = ?1 AND created_at >= ?2",
                 )?
-                .query_row(params![user, since], |r| Ok((r.get(0)?, r.get(1)?)))?;
+                .query_row(params![user, since], |r| {
+                    Ok((r.get(0)?, r.get(1)?, r.get(2)?))
+                })?;
             Ok(Usage {
                 prompt_tokens: u64::try_from(prompt).unwrap_or(0),
                 completion_tokens: u64::try_from(completion).unwrap_or(0),
+                cost_nano_usd: u64::try_from(cost).unwrap_or(0),
                 ..Usage::default()
             })
         }))

@@ -445,9 +445,13 @@ async fn sends_the_request_body_with_tools_schema_and_stream_options() {
         body["response_format"],
         json!({"type": "json_schema", "json_schema": {"name": "place", "schema": schema, "strict": true}})
     );
+    // A tool goes in strict mode, its parameters in strict form (see
+    // tests/integration/providers/strict_tools.rs).
+    let mut strict_params = params.clone();
+    strict_params["additionalProperties"] = json!(false);
     assert_eq!(
         body["tools"],
-        json!([{"type": "function", "function": {"name": "get_weather", "description": "Weather by city", "parameters": params}}])
+        json!([{"type": "function", "function": {"name": "get_weather", "description": "Weather by city", "parameters": strict_params, "strict": true}}])
     );
     assert_eq!(
         body["messages"],

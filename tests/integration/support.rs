@@ -176,6 +176,16 @@ edges: [helper -> END]
             store: Arc<dyn Store>,
             tweak: impl FnOnce(&mut Config),
         ) -> Self {
+            Self::start_with_models(Models::single(model), store, tweak).await
+        }
+
+        /// As [`TestServer::start_with_store`] with the models of every
+        /// role (e.g. built from an `[llm]` configuration).
+        pub async fn start_with_models(
+            models: Models,
+            store: Arc<dyn Store>,
+            tweak: impl FnOnce(&mut Config),
+        ) -> Self {
             let mut config = Config::default();
             config.server.keep_alive.0 = std::time::Duration::from_secs(5);
             tweak(&mut config);
@@ -191,7 +201,7 @@ edges: [helper -> END]
                 assert!(!cat.has_errors(), "{:?}", cat.diagnostics);
                 Graphs::from_catalog(cat, reg.clone())
             };
-            let services = Services::new(Models::single(model), Arc::clone(&reg.tools));
+            let services = Services::new(models, Arc::clone(&reg.tools));
             Self::serve(AppState::new(
                 config,
                 store,

@@ -210,8 +210,13 @@ try {
     await page.locator('[data-testid="nav-runs"]').click();
     const row = page.locator(`[data-testid="run-row"][data-run="${runId}"]`);
     await row.waitFor();
+    // The run's cost (none here: the offline model has no price).
+    const listed = (await row.locator('[data-testid="run-cost"]').textContent()).trim();
+    assert(listed === '—' || /^\$\d/.test(listed), `the runs list shows no cost: ${listed}`);
     await row.locator('[data-testid="run-open"]').click();
     await visible(`[data-testid="run-screen"][data-run="${runId}"] [data-testid="run-header"]`);
+    const cost = (await page.locator('[data-testid="run-header"] [data-testid="run-cost"]').textContent()).trim();
+    assert(cost.startsWith('—') || /^\$\d/.test(cost), `the run shows no cost: ${cost}`);
     await visible('[data-testid="tl-task"]');
     const nodes = await page.locator('[data-testid="tl-task"]').evaluateAll((els) => els.map((e) => e.dataset.node));
     assert(nodes.includes('router'), `timeline has no router task: ${nodes.join(', ')}`);

@@ -28,7 +28,7 @@ use tokio::time::Instant;
 use tower::{Layer, Service, ServiceExt};
 
 use super::RetryPolicy;
-use super::wire::ErrorInfo;
+use super::error_body::ErrorInfo;
 
 /// The attempts one model call may make, over HTTP and stream retries.
 #[derive(Debug)]
@@ -121,7 +121,7 @@ impl RetryLayer {
             Some(d) => d,
             None => self.policy.backoff(self.attempts.used()),
         };
-        (super::after(Instant::now(), delay) < self.deadline).then_some(delay)
+        (super::call::after(Instant::now(), delay) < self.deadline).then_some(delay)
     }
 }
 
@@ -200,7 +200,7 @@ where
                 };
                 let error = match &failure {
                     Failure::Http { failure, .. } => failure.to_string(),
-                    Failure::Connection(e) => super::error_chain(e),
+                    Failure::Connection(e) => super::call::error_chain(e),
                 };
                 tracing::warn!(
                     model = %layer.model,

@@ -1,7 +1,7 @@
 // Run page: header, tabs (timeline, state, events, replay, fork), live updates
 // while the run is running (events polled with ?after=lastSeq every 500 ms).
 
-import { h, hrefFor, replaceHash, fmtTime, fmtMs, badge, errorBox, json, announce } from './util.js';
+import { h, hrefFor, replaceHash, fmtTime, fmtMs, fmtCost, badge, errorBox, json, announce } from './util.js';
 import { getJSON, graphDetail } from './api.js';
 import { shortId, originOf } from './runs.js';
 import * as timeline from './timeline.js';
@@ -45,6 +45,7 @@ function header(run) {
       h('dt', null, 'Graph'), h('dd', null, h('a', { href: hrefFor(['graphs', run.graph]), 'data-testid': 'run-graph' }, run.graph), h('span', { class: 'muted mono small' }, ` ${String(run.graphVersion || '').slice(0, 12)}`)),
       h('dt', null, 'Timing'), h('dd', null, `${fmtTime(run.createdAt)} → ${run.finishedAt ? fmtTime(run.finishedAt) : run.status === 'running' ? 'running' : '—'} · ${fmtMs(dur)}`),
       h('dt', null, 'Usage'), h('dd', { 'data-testid': 'run-usage' }, `${u.promptTokens ?? 0} prompt + ${u.completionTokens ?? 0} completion tokens`),
+      h('dt', null, 'Cost'), h('dd', { 'data-testid': 'run-cost' }, u.costNanoUsd || !(u.promptTokens || u.completionTokens) ? fmtCost(u.costNanoUsd) : '— (no prices configured for its models)'),
       h('dt', null, 'Progress'), h('dd', null, `${run.lastStep ?? 0} steps · ${run.lastSeq ?? 0} events`),
       h('dt', null, 'Origin'), h('dd', null, origin),
       run.chatId ? [h('dt', null, 'Chat'), h('dd', { class: 'mono small' }, run.chatId, run.messageId ? ` · message ${run.messageId}` : '')] : null,

@@ -1,6 +1,6 @@
 // Runs list: filters (graph, chat, status, time range) and cursor paging.
 
-import { h, hrefFor, fmtTime, fmtMs, badge, errorBox, rovingList } from './util.js';
+import { h, hrefFor, fmtTime, fmtMs, fmtCost, badge, errorBox, rovingList } from './util.js';
 import { getJSON } from './api.js';
 
 const STATUSES = ['running', 'finished', 'failed', 'cancelled', 'interrupted'];
@@ -69,7 +69,7 @@ export function mount(main, r) {
     form, note,
     h('table', { class: 'table', 'data-testid': 'runs-table' },
       h('caption', { class: 'sr-only' }, 'Runs, newest first. Up and down arrows move between runs.'),
-      h('thead', null, h('tr', null, ['Run', 'Graph', 'Status', 'Started', 'Duration', 'Tokens', 'Chat', 'Origin'].map((t) => h('th', { scope: 'col' }, t)))),
+      h('thead', null, h('tr', null, ['Run', 'Graph', 'Status', 'Started', 'Duration', 'Tokens', 'Cost', 'Chat', 'Origin'].map((t) => h('th', { scope: 'col' }, t)))),
       tbody),
     h('div', { class: 'row', style: 'margin-top:10px' }, more, count)));
   rovingList(tbody, 'a.run-link');
@@ -98,6 +98,7 @@ export function mount(main, r) {
       h('td', { class: 'small' }, fmtTime(run.createdAt)),
       h('td', { class: 'small' }, run.status === 'running' ? '…' : fmtMs(dur)),
       h('td', { class: 'small' }, String(tokens)),
+      h('td', { class: 'small', 'data-testid': 'run-cost' }, fmtCost(run.usage?.costNanoUsd)),
       h('td', { class: 'small' }, run.chatId ? h('a', { href: hrefFor(['playground', run.graph], { chat: run.chatId }) }, run.chatId) : '—'),
       h('td', { class: 'small' }, o ? h('a', { href: hrefFor(['runs', o.parent]) }, `fork of ${shortId(o.parent)}${o.step !== undefined ? ` @${o.step}` : ''}`) : '—'));
   }

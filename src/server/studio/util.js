@@ -68,6 +68,15 @@ export function fmtMs(ms) {
   return ms < 1000 ? `${Math.round(ms)} ms` : fmtUs(ms * 1000);
 }
 
+// A cost in US dollars from nano-dollars: cents for a dollar or more, four
+// significant digits below (a model call costs fractions of a cent).
+export function fmtCost(nano) {
+  if (!nano) return '—';
+  const usd = nano / 1e9;
+  if (usd >= 1) return `$${usd.toFixed(2)}`;
+  return `$${Number(usd.toPrecision(4)).toFixed(9).replace(/\.?0+$/, '')}`;
+}
+
 export function json(v) {
   return JSON.stringify(v, null, 2);
 }

@@ -133,7 +133,7 @@ impl<'a> MessageColumns<'a> {
 }
 
 pub(super) const RUN_COLS: &str = "id, chat_id, user_id, graph, graph_version, status, input, created_at, finished_at, error, \
-     prompt_tokens, completion_tokens, parent_run, parent_step, request_id, message_id, last_seq, last_step, parent_fork";
+     prompt_tokens, completion_tokens, parent_run, parent_step, request_id, message_id, last_seq, last_step, parent_fork, cost_nano_usd";
 
 pub(super) fn run_of(r: &Row) -> StoreResult<RunRecord> {
     let finished_at: Option<i64> = r.try_get(8)?;
@@ -158,6 +158,7 @@ pub(super) fn run_of(r: &Row) -> StoreResult<RunRecord> {
         usage: Usage {
             prompt_tokens: sql::u64_of(r.try_get(10)?, "token count")?,
             completion_tokens: sql::u64_of(r.try_get(11)?, "token count")?,
+            cost_nano_usd: sql::u64_of(r.try_get(19)?, "cost")?,
             // The run row keeps the totals; the cache and reasoning split
             // is in the run's events (each call's usage).
             ..Usage::default()
@@ -187,6 +188,7 @@ pub(super) struct RunColumns<'a> {
     error: Option<Json<&'a ErrorInfo>>,
     prompt: i64,
     completion: i64,
+    cost: i64,
     parent_run: Option<Uuid>,
     parent_step: Option<i32>,
     fork: Option<Json<&'a ForkOrigin>>,
@@ -207,6 +209,7 @@ impl<'a> RunColumns<'a> {
             error: run.error.as_ref().map(Json),
             prompt: sql::i64_of(run.usage.prompt_tokens, "token count")?,
             completion: sql::i64_of(run.usage.completion_tokens, "token count")?,
+            cost: sql::i64_of(run.usage.cost_nano_usd, "cost")?,
             parent_run: run.parent.as_ref().map(|p| p.run_id),
             parent_step: run
                 .parent
@@ -219,7 +222,7 @@ impl<'a> RunColumns<'a> {
         })
     }
 
-    pub(super) fn params(&self) -> [&(dyn ToSql + Sync); 19] {
+    pub(super) fn params(&self) -> [&(dyn ToSql + Sync); 20] {
         let r = self.run;
         [
             &r.id,
@@ -241,6 +244,7 @@ impl<'a> RunColumns<'a> {
             &self.last_seq,
             &self.last_step,
             &self.fork,
+            &self.cost,
         ]
     }
 }

@@ -84,7 +84,7 @@ impl Leases for PostgresStore {
             params.push(&until);
             let sql = format!(
                 "INSERT INTO runs ({RUN_COLS}, lease_owner, lease_until)
-                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21)"
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21, $22)"
             );
             match self.execute(&sql, &params).await {
                 Err(StoreError::Conflict(_)) => {

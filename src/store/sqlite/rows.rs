@@ -79,6 +79,7 @@ pub(super) fn finish_run(
     let n = conn
         .prepare_cached(
             "UPDATE runs SET status = ?2, error = ?3, prompt_tokens = ?4, completion_tokens = ?5, finished_at = ?6,
+                 cost_nano_usd = ?7,
                  lease_owner = NULL, lease_until = NULL,
                  last_seq = max(last_seq, coalesce((SELECT max(p.last_seq) FROM run_event_pages p WHERE p.run_id = ?1), 0))
              WHERE id = ?1",
@@ -90,6 +91,7 @@ pub(super) fn finish_run(
             sql::i64_of(usage.prompt_tokens, "token count")?,
             sql::i64_of(usage.completion_tokens, "token count")?,
             now()?,
+            sql::i64_of(usage.cost_nano_usd, "cost")?,
         ])?;
     if n == 0 {
         Err(StoreError::NotFound(format!("run {id}")))
@@ -117,7 +119,7 @@ pub(super) fn upsert_message(
 
 /// The columns of a run as stored, for `INSERT`.
 const RUN_INSERT_COLS: &str = "id, chat_id, user_id, graph, graph_version, status, input, created_at, finished_at, error, \
-     prompt_tokens, completion_tokens, parent_run, parent_step, request_id, message_id, last_seq, last_step, parent_fork";
+     prompt_tokens, completion_tokens, parent_run, parent_step, request_id, message_id, last_seq, last_step, parent_fork, cost_nano_usd";
 
 /// The columns [`run_of`] decodes, for `SELECT` and `RETURNING` on `runs`.
 ///
@@ -131,7 +133,7 @@ const RUN_INSERT_COLS: &str = "id, chat_id, user_id, graph, graph_version, statu
 pub(super) const RUN_COLS: &str = "id, chat_id, user_id, graph, graph_version, status, input, created_at, finished_at, error, \
      prompt_tokens, completion_tokens, parent_run, parent_step, request_id, message_id, \
      max(runs.last_seq, coalesce((SELECT max(p.last_seq) FROM run_event_pages p WHERE p.run_id = runs.id), 0)), \
-     last_step, parent_fork";
+     last_step, parent_fork, cost_nano_usd";
 
 pub(super) fn run_of(r: &Row<'_>) -> StoreResult<RunRecord> {
     let error: Option<String> = r.get(9)?;
@@ -158,6 +160,7 @@ pub(super) fn run_of(r: &Row<'_>) -> StoreResult<RunRecord> {
         usage: Usage {
             prompt_tokens: sql::u64_of(r.get(10)?, "token count")?,
             completion_tokens: sql::u64_of(r.get(11)?, "token count")?,
+            cost_nano_usd: sql::u64_of(r.get(19)?, "cost")?,
             // The run row keeps the totals; the cache and reasoning split
             // is in the run's events (each call's usage).
             ..Usage::default()
@@ -180,7 +183,7 @@ pub(super) fn run_of(r: &Row<'_>) -> StoreResult<RunRecord> {
 
 pub(super) fn insert_run(conn: &Connection, run: &RunRecord) -> StoreResult<()> {
     let sql_text = format!(
-        "INSERT INTO runs ({RUN_INSERT_COLS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19)"
+        "INSERT INTO runs ({RUN_INSERT_COLS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20)"
     );
     let result = conn.prepare_cached(&sql_text)?.execute(params![
         run.id.to_string(),
@@ -210,6 +213,7 @@ pub(super) fn insert_run(conn: &Connection, run: &RunRecord) -> StoreResult<()> 
             .as_ref()
             .map(|p| sql::to_json(p, "fork origin"))
             .transpose()?,
+        sql::i64_of(run.usage.cost_nano_usd, "cost")?,
     ]);
     match result {
         Err(e) if e.sqlite_error_code() == Some(ErrorCode::ConstraintViolation) => {

@@ -6,17 +6,74 @@
 //! must finish with zero rejected requests, no failed model call and no
 //! structured node taking its fallback.
 //!
-//! The graphs run without their external tools (no MCP server, search
-//! engine or SQL source is configured): what is checked is every model
-//! request they make, and a structured answer each node accepts.
+//! The graphs run with tools to call: the Data360 MCP fixture
+//! (`tests/fixtures/data360`, partition `data`) for the chat graph's data
+//! agents, and the emulator's own small web (a SearXNG-style `/search` and
+//! pages to fetch) for the research graph's `web_search` and `http_fetch`.
+//! The emulated model calls the data tools whenever they are offered (two
+//! in parallel, with real arguments over the minimal instance of their
+//! strict or declared parameters), so the tool loop's requests — tool
+//! calls, tool results, strict tool schemas — are checked too, and the
+//! research graph reads the pages it finds. No SQL source or business MCP
+//! server is configured: the analyst and the assistant answer without
+//! tools. What is checked is every model request the graphs make, a
+//! structured answer each node accepts, and that the tools really ran.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use serde_json::Value;
 
+use serde_json::json;
+
 use super::emulator::Emulator;
 use crate::support::root;
+
+/// The test venv's Python, with the MCP SDK (tests/run.sh makes it).
+fn python() -> PathBuf {
+    std::env::var_os("STATEGRAPH_TEST_PYTHON")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| {
+            PathBuf::from(std::env::var_os("HOME").unwrap_or_default())
+                .join(".cache/stategraph-tests/venv/bin/python")
+        })
+}
+
+/// The tools every profile's runs get: the Data360 fixture's data tools,
+/// and web search and fetch on the emulator's web.
+fn tools(emu: &Emulator) -> String {
+    let quoted = |p: &Path| serde_json::to_string(&p.to_string_lossy()).unwrap();
+    let python = python();
+    assert!(
+        python.exists(),
+        "the test venv's Python is missing ({}): run tests/run.sh once",
+        python.display()
+    );
+    let server = root().join("tests/fixtures/data360/server.py");
+    format!(
+        "[tools.search]\nurl = \"{}\"\n[tools.http]\nallow = [\"127.0.0.1\"]\n\
+         [tools.mcp.servers.data360]\ncommand = [{}, {}, \"--tools\", \"data\"]\npartition = \"data\"\n",
+        emu.url("web"),
+        quoted(&python),
+        quoted(&server)
+    )
+}
+
+/// What the emulated model calls whenever a request offers it: a search
+/// and a data fetch (Kenya's GDP growth in 2022), in parallel.
+fn data_calls() -> Vec<(String, Value)> {
+    vec![
+        (
+            "data360_search_indicators".into(),
+            json!({"query": "GDP growth", "limit": 5, "offset": 0}),
+        ),
+        (
+            "data360_get_data".into(),
+            json!({"database_id": "WB_WDI", "indicator_id": "WB_WDI_NY_GDP_MKTP_KD_ZG",
+                "country_code": "KEN", "start_year": 2022, "end_year": 2022, "limit": 50, "offset": 0}),
+        ),
+    ]
+}
 
 /// The `[llm]` table of a profile.
 fn profile(emu: &Emulator, name: &str) -> String {
@@ -45,7 +102,8 @@ fn profile(emu: &Emulator, name: &str) -> String {
         _ => "model = \"claude-sonnet-4-5\"\nthinking_budget = 1024",
     };
     format!(
-        "[llm.endpoints.default]\n{endpoint}\n[llm.retry]\nattempts = 1\n[llm.roles.default]\n{role}\n"
+        "[llm.endpoints.default]\n{endpoint}\n[llm.retry]\nattempts = 1\n[llm.roles.default]\n{role}\n{}",
+        tools(emu)
     )
 }
 
@@ -141,6 +199,7 @@ async fn every_shipped_graph_and_example_runs_against_every_profile() {
     let mut report = Vec::new();
     for name in PROFILES {
         let emu = Emulator::start().await;
+        emu.prefer_tools(data_calls());
         let config = dir.path().join(format!("{name}.toml"));
         std::fs::write(&config, profile(&emu, name)).unwrap();
         for (bin, dirs, graph, message) in &targets {
@@ -178,9 +237,33 @@ async fn every_shipped_graph_and_example_runs_against_every_profile() {
                 finished, calls,
                 "{name}/{graph}: every request answered\n{stderr}"
             );
+            let tools = tools_ran(&events);
+            check_tools(name, graph, &events, &tools);
             report.push(format!(
-                "{name}/{graph}: {calls} model calls, run finished: {ok}"
+                "{name}/{graph}: {calls} model calls, tools ran: {}",
+                tools.join(", ")
             ));
+        }
+        if name != "anthropic" {
+            // The fixture's pydantic-made schemas: the search's has a strict
+            // form and goes in strict mode (and was accepted above); the data
+            // fetch takes a map (`disaggregation_filters`), which strict mode
+            // cannot express, so it goes as declared.
+            let offered = |tool: &str| -> Vec<Value> {
+                emu.received()
+                    .iter()
+                    .flat_map(|r| r.body["tools"].as_array().cloned().unwrap_or_default())
+                    .filter(|t| t["function"]["name"] == tool)
+                    .map(|t| t["function"]["strict"].clone())
+                    .collect()
+            };
+            let search = offered("data360_search_indicators");
+            assert!(
+                !search.is_empty(),
+                "{name}: the data tools were never offered"
+            );
+            assert!(search.iter().all(|s| *s == true), "{name}: {search:?}");
+            assert!(offered("data360_get_data").iter().all(Value::is_null));
         }
         let rejected = emu.rejected();
         assert!(
@@ -256,5 +339,80 @@ async fn doctor_reports_every_capability_for_every_profile() {
     assert!(
         text.contains("FAIL answers and streams") && text.contains("unreachable"),
         "{text}"
+    );
+}
+
+/// The tools that ran (a result), in order, once each.
+fn tools_ran(events: &[Value]) -> Vec<String> {
+    let mut out: Vec<String> = Vec::new();
+    for e in events
+        .iter()
+        .filter(|e| e["event"]["type"] == "tool_result")
+    {
+        let tool = e["event"]["tool"].as_str().unwrap_or_default().to_owned();
+        if !out.contains(&tool) {
+            out.push(tool);
+        }
+    }
+    out
+}
+
+/// The chat graph's data agent called both data tools and they answered;
+/// the research graph searched, fetched the pages it found and read them.
+fn check_tools(profile: &str, graph: &str, events: &[Value], ran: &[String]) {
+    let failed: Vec<&Value> = events
+        .iter()
+        .filter(|e| e["event"]["type"] == "tool_error")
+        .collect();
+    let node_calls = |node: &str| {
+        events
+            .iter()
+            .filter(|e| e["event"]["type"] == "llm_finished" && e["node"] == node)
+            .count()
+    };
+    match graph {
+        "chat" => {
+            for tool in ["data360_search_indicators", "data360_get_data"] {
+                assert!(
+                    ran.iter().any(|t| t == tool),
+                    "{profile}/chat: {tool} did not run (ran: {ran:?}; failed: {failed:#?})"
+                );
+            }
+            let data = events
+                .iter()
+                .find(|e| {
+                    e["event"]["type"] == "tool_result" && e["event"]["tool"] == "data360_get_data"
+                })
+                .map(|e| e["event"]["output"].to_string())
+                .unwrap_or_default();
+            assert!(
+                data.contains("KEN") && data.contains("2022"),
+                "{profile}/chat: the data call's arguments reached the tool: {data}"
+            );
+        }
+        "research" => {
+            for tool in ["web_search", "http_fetch"] {
+                assert!(
+                    ran.iter().any(|t| t == tool),
+                    "{profile}/research: {tool} did not run (ran: {ran:?}; failed: {failed:#?})"
+                );
+            }
+            assert!(
+                node_calls("read") > 0,
+                "{profile}/research: no page was read by the model"
+            );
+        }
+        _ => {}
+    }
+    let data_failures: Vec<&&Value> = failed
+        .iter()
+        .filter(|e| {
+            let tool = e["event"]["tool"].as_str().unwrap_or_default();
+            tool.starts_with("data360_") || tool == "web_search" || tool == "http_fetch"
+        })
+        .collect();
+    assert!(
+        data_failures.is_empty(),
+        "{profile}/{graph}: tools failed {data_failures:#?}"
     );
 }

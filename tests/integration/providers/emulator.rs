@@ -20,7 +20,10 @@
 //! Routes: `/openai/v1/chat/completions`, Azure's
 //! `/azure/openai/deployments/{deployment}/chat/completions?api-version=…`
 //! (`api-key` header; deployment `reasoning-prod` serves gpt-5.1, any
-//! other the model of its name), `/anthropic/v1/messages`.
+//! other the model of its name), `/anthropic/v1/messages`; and a small web
+//! for the research graph: `/search?q=…&format=json` answers as a SearXNG
+//! instance does (`{"results": [{title, url, content}]}`), with three
+//! results on `/page/{n}`, which serve short HTML pages.
 
 use std::collections::{HashSet, VecDeque};
 use std::net::SocketAddr;
@@ -31,7 +34,7 @@ use axum::body::{Body, Bytes};
 use axum::extract::{Path, Query, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::Response;
-use axum::routing::post;
+use axum::routing::{get, post};
 use serde_json::{Value, json};
 
 use super::anthropic_rules;
@@ -69,6 +72,9 @@ pub struct Received {
 #[derive(Default)]
 struct Shared {
     script: VecDeque<Reply>,
+    /// Tools a model calls whenever they are offered (see
+    /// [`Emulator::prefer_tools`]).
+    preferred: Vec<(String, Value)>,
     received: Vec<Received>,
     cached_prefixes: HashSet<String>,
 }
@@ -100,6 +106,8 @@ impl Emulator {
                 post(azure),
             )
             .route("/anthropic/v1/messages", post(anthropic))
+            .route("/search", get(search))
+            .route("/page/{n}", get(page))
             .with_state(Arc::clone(&shared));
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
@@ -114,6 +122,7 @@ impl Emulator {
         match api {
             "openai" => format!("http://{}/openai/v1", self.addr),
             "azure" => format!("http://{}/azure", self.addr),
+            "web" => format!("http://{}", self.addr),
             _ => format!("http://{}/anthropic/v1", self.addr),
         }
     }
@@ -121,6 +130,14 @@ impl Emulator {
     /// Queues replies for the next valid requests.
     pub fn script(&self, replies: impl IntoIterator<Item = Reply>) {
         self.shared.lock().unwrap().script.extend(replies);
+    }
+
+    /// Makes the automatic answer call these tools (name, arguments over
+    /// the minimal instance of the tool's parameters) whenever a request
+    /// offers them and no tool result has come back in it yet — all that
+    /// are offered, in parallel — instead of the first offered tool.
+    pub fn prefer_tools(&self, tools: impl IntoIterator<Item = (String, Value)>) {
+        self.shared.lock().unwrap().preferred = tools.into_iter().collect();
     }
 
     /// Every request so far.
@@ -153,8 +170,94 @@ fn record(
     });
     match rejected {
         Some(_) => Reply::Auto,
-        None => s.script.pop_front().unwrap_or(Reply::Auto),
+        None => match s.script.pop_front() {
+            Some(reply) => reply,
+            None => preferred_calls(&s.preferred, api, body).unwrap_or(Reply::Auto),
+        },
     }
+}
+
+/// The calls of preferred tools a request offers (see
+/// [`Emulator::prefer_tools`]), unless its tools already answered or a
+/// tool is forced.
+fn preferred_calls(preferred: &[(String, Value)], api: &str, body: &Value) -> Option<Reply> {
+    let anthropic = api == "anthropic";
+    let forced = if anthropic {
+        body["tool_choice"]["type"] == "tool"
+    } else {
+        body["tool_choice"].is_object()
+    };
+    let answered = if anthropic {
+        body["messages"].to_string().contains("\"tool_result\"")
+    } else {
+        body["messages"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .any(|m| m["role"] == "tool")
+    };
+    if forced || answered {
+        return None;
+    }
+    let offered = body["tools"].as_array()?;
+    let calls: Vec<(String, Value)> = preferred
+        .iter()
+        .filter_map(|(name, args)| {
+            let tool = offered.iter().find(|t| {
+                let n = if anthropic {
+                    &t["name"]
+                } else {
+                    &t["function"]["name"]
+                };
+                n == name.as_str()
+            })?;
+            let params = if anthropic {
+                &tool["input_schema"]
+            } else {
+                &tool["function"]["parameters"]
+            };
+            let mut call = minimal(params, params);
+            if let (Some(call), Some(given)) = (call.as_object_mut(), args.as_object()) {
+                call.extend(given.clone());
+            }
+            Some((name.clone(), call))
+        })
+        .collect();
+    (!calls.is_empty()).then_some(Reply::Tools(calls))
+}
+
+/// `GET /search?q=…&format=json`, as SearXNG answers: three results on
+/// this server's pages.
+async fn search(
+    Query(query): Query<std::collections::HashMap<String, String>>,
+    headers: HeaderMap,
+) -> Response {
+    let q = query.get("q").cloned().unwrap_or_default();
+    let host = headers
+        .get("host")
+        .and_then(|h| h.to_str().ok())
+        .unwrap_or("127.0.0.1")
+        .to_owned();
+    let results: Vec<Value> = (1..=3)
+        .map(|n| {
+            json!({"title": format!("{q}: source {n}"), "url": format!("http://{host}/page/{n}"),
+                "content": format!("What source {n} says about {q}."), "engine": "emulated"})
+        })
+        .collect();
+    json_response(200, &json!({"query": q, "results": results}), &[])
+}
+
+/// `GET /page/{n}`: a short article.
+async fn page(Path(n): Path<u32>) -> Response {
+    Response::builder()
+        .status(200)
+        .header("content-type", "text/html; charset=utf-8")
+        .body(Body::from(format!(
+            "<html><head><title>Source {n}</title></head><body><h1>Source {n}</h1>\
+             <p>Heat pumps move heat instead of making it; source {n} measures a seasonal \
+             coefficient of performance near 3.</p></body></html>"
+        )))
+        .unwrap()
 }
 
 fn json_response(status: u16, body: &Value, headers: &[(&str, &str)]) -> Response {

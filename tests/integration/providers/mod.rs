@@ -8,8 +8,10 @@
 mod anthropic;
 mod anthropic_rules;
 mod conformance;
+mod cost;
 mod emulator;
 mod families;
 mod instance;
 mod openai_rules;
 mod strict_props;
+mod strict_tools;

@@ -15,6 +15,12 @@
 //!   object, all fields required, `additionalProperties: false`, the
 //!   supported keywords (strings `pattern`, `format`; numbers `multipleOf`,
 //!   `minimum`, `maximum`, `exclusive*`; arrays `minItems`, `maxItems`);
+//! - [FC] OpenAI's function-calling guide, "Strict mode": with
+//!   `strict: true` a function's `parameters` must follow the
+//!   structured-outputs rules above — `additionalProperties: false` on
+//!   every object, every field in `required`, optional ones as a union
+//!   with `null`; the SDK's `pydantic_function_tool` builds them with the
+//!   same `to_strict_json_schema` as response formats;
 //! - [API] the error bodies the API returns, as users quote them in public
 //!   issues (e.g. "Unsupported parameter: 'max_tokens' is not supported
 //!   with this model. Use 'max_completion_tokens' instead.", type
@@ -309,6 +315,7 @@ fn check_tool(tool: &Value, i: usize) -> Result<(), Rejection> {
             Some("invalid_value"),
         ));
     }
+    // [FC] a strict function's parameters follow the [SO] rules.
     if tool["function"]["strict"] == true {
         let params = &tool["function"]["parameters"];
         if let Some(why) = strict_violation(params) {

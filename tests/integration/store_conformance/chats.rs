@@ -326,17 +326,19 @@ pub(super) async fn runs_are_filtered_and_paged_in_the_store(store: Arc<dyn Stor
     assert_eq!(unique.len(), 60, "pages never repeat a run");
 }
 
-/// The daily token quota's query: the usage of one user's runs created
-/// since a time, recorded when they ended — other users', older runs and
-/// runs still in flight count nothing.
+/// The daily token quota's and cost cap's query: the usage (tokens and
+/// cost) of one user's runs created since a time, recorded when they ended
+/// — other users', older runs and runs still in flight count nothing.
 pub(super) async fn usage_is_summed_per_user_since_a_time(store: Arc<dyn Store>) {
-    let spend = |p, c| Usage {
+    // Each run's cost differs from its tokens, so a sum of the wrong column
+    // shows.
+    let spend = |p: u64, c: u64| Usage {
         prompt_tokens: p,
         completion_tokens: c,
         cached_tokens: 0,
         reasoning_tokens: 0,
         cache_write_tokens: 0,
-        cost_nano_usd: 0,
+        cost_nano_usd: p * 1_000 + c * 7,
     };
     assert_eq!(
         store.usage_since("alice", 0).await.unwrap(),
@@ -357,6 +359,20 @@ pub(super) async fn usage_is_summed_per_user_since_a_time(store: Arc<dyn Store>)
     ];
     for (id, status, usage) in ended {
         store.finish_run(id, status, None, usage).await.unwrap();
+        let stored = store.get_run(id).await.unwrap().unwrap().usage;
+        assert_eq!(
+            (
+                stored.prompt_tokens,
+                stored.completion_tokens,
+                stored.cost_nano_usd
+            ),
+            (
+                usage.prompt_tokens,
+                usage.completion_tokens,
+                usage.cost_nano_usd
+            ),
+            "the run record keeps its tokens and cost"
+        );
     }
     assert_eq!(
         store.usage_since("alice", 1_000).await.unwrap(),
@@ -396,6 +412,7 @@ pub(super) async fn a_turn_ends_with_its_message_its_run_and_its_chat(store: Arc
         usage: Usage {
             prompt_tokens: 3,
             completion_tokens: 5,
+            cost_nano_usd: 1_234_567,
             ..Usage::default()
         },
         message: message(chat, &format!("a-{}", r.id), 1, "because"),
@@ -438,8 +455,12 @@ pub(super) async fn a_turn_ends_with_its_message_its_run_and_its_chat(store: Arc
     assert_eq!(stored.status, RunStatus::Finished);
     assert!(stored.finished_at.is_some());
     assert_eq!(
-        (stored.usage.prompt_tokens, stored.usage.completion_tokens),
-        (3, 5)
+        (
+            stored.usage.prompt_tokens,
+            stored.usage.completion_tokens,
+            stored.usage.cost_nano_usd
+        ),
+        (3, 5, 1_234_567)
     );
 
     // A paused run stays the chat's active run.
