@@ -77,6 +77,36 @@ pub fn summary(evals: &[RunEval]) -> Summary {
 pub fn text(evals: &[RunEval], elapsed: Duration, verbose: bool) -> String {
     let mut out = String::new();
     for e in evals {
+        if !e.compared {
+            // An input from a file without a baseline: what it did now.
+            let name = e.chat.as_deref().unwrap_or_default();
+            match (&e.after, &e.error) {
+                (Some(a), _) => {
+                    let _ = writeln!(
+                        out,
+                        "RAN {name} (graph {}): {} [{}] {}{}",
+                        e.graph,
+                        a.path.join(" → "),
+                        a.routes.join(", "),
+                        a.status,
+                        a.error
+                            .as_deref()
+                            .map(|x| format!(" ({})", one_line(x, 120)))
+                            .unwrap_or_default()
+                    );
+                    let _ = writeln!(out, "  answer: {}", one_line(&a.answer, 160));
+                }
+                (None, err) => {
+                    let _ = writeln!(
+                        out,
+                        "RAN {name} (graph {}): could not run: {}",
+                        e.graph,
+                        err.as_deref().unwrap_or("?")
+                    );
+                }
+            }
+            continue;
+        }
         if !e.changes.any() && !verbose {
             continue;
         }
