@@ -236,24 +236,7 @@ pub(super) async fn select(
     records.sort_by_key(|r| (r.created_at, r.id));
     records.dedup_by_key(|r| r.id);
     records.truncate(args.limit);
-    let mut out = Vec::with_capacity(records.len());
-    for r in records {
-        let (_, events) = crate::replay::load(store, r.id).await?;
-        let batches = store
-            .checkpoints(r.id, u32::MAX)
-            .await?
-            .iter()
-            .map(|c| c.to_batch(r.id))
-            .collect();
-        out.push(StoredRun {
-            id: r.id,
-            chat: r.chat_id,
-            graph: r.graph,
-            input: r.input,
-            events,
-            batches,
-            baseline: None,
-        });
-    }
-    Ok(out)
+    testing::eval::stored_runs(store, records)
+        .await
+        .map_err(|e| anyhow::anyhow!(e))
 }

@@ -299,6 +299,44 @@ pub fn input_state(
     Ok(Value::Object(input))
 }
 
+/// Stored runs with their events and checkpoints, ready to evaluate;
+/// runs still going and forks (edits of runs, not user inputs) are left
+/// out.
+///
+/// # Errors
+/// The store failed.
+pub async fn stored_runs(
+    store: &dyn crate::store::Store,
+    records: Vec<crate::store::RunRecord>,
+) -> Result<Vec<StoredRun>, String> {
+    let mut out = Vec::with_capacity(records.len());
+    for r in records {
+        if r.status == crate::runtime::RunStatus::Running || r.parent.is_some() {
+            continue;
+        }
+        let (_, events) = crate::replay::load(store, r.id)
+            .await
+            .map_err(|e| e.to_string())?;
+        let batches = store
+            .checkpoints(r.id, u32::MAX)
+            .await
+            .map_err(|e| e.to_string())?
+            .iter()
+            .map(|c| c.to_batch(r.id))
+            .collect();
+        out.push(StoredRun {
+            id: r.id,
+            chat: r.chat_id,
+            graph: r.graph,
+            input: r.input,
+            events,
+            batches,
+            baseline: None,
+        });
+    }
+    Ok(out)
+}
+
 /// The events up to the run's first resume.
 fn first_segment(events: &[Event]) -> &[Event] {
     let end = events

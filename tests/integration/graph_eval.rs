@@ -96,6 +96,29 @@ async fn eval_reports_exactly_the_chats_whose_route_changed_and_runs_save_as_tes
         .await
         .unwrap();
     assert_eq!(missing.status(), 404);
+
+    // The studio's eval page: nothing edited yet, so nothing changed and
+    // every model call came from the recordings.
+    let resp = post_json(
+        &client,
+        &server.url("/api/eval"),
+        &serde_json::json!({"graph": "chat", "limit": 100}),
+    )
+    .await;
+    assert_eq!(resp.status(), 200);
+    let report: Value = resp.json().await.unwrap();
+    assert_eq!(report["summary"]["runs"], CHATS, "{report:#}");
+    assert_eq!(report["summary"]["changed"], 0, "{report:#}");
+    assert_eq!(report["summary"]["live_calls"], 0, "{report:#}");
+    let resp = post_json(
+        &client,
+        &server.url("/api/eval"),
+        &serde_json::json!({"limit": 1000}),
+    )
+    .await;
+    assert_eq!(resp.status(), 400);
+    let err: Value = resp.json().await.unwrap();
+    assert_eq!(err["error"]["code"], "invalid_limit", "{err}");
     server.shutdown().await;
 
     // The saved file passes as it is, against the same graphs.
