@@ -548,16 +548,38 @@ pub async fn eval_all(env: Arc<EvalEnv>, runs: Vec<StoredRun>, jobs: usize) -> V
     let mut handles = Vec::with_capacity(runs.len());
     for run in runs {
         let (env, permits) = (Arc::clone(&env), Arc::clone(&permits));
-        handles.push(tokio::spawn(async move {
-            let _permit = permits.acquire_owned().await;
-            eval_run(&env, &run).await
-        }));
+        let what = (run.id, run.chat.clone(), run.graph.clone());
+        handles.push((
+            what,
+            tokio::spawn(async move {
+                let _permit = permits.acquire_owned().await;
+                eval_run(&env, &run).await
+            }),
+        ));
     }
     let mut out = Vec::with_capacity(handles.len());
-    for h in handles {
-        if let Ok(r) = h.await {
-            out.push(r);
-        }
+    for ((run, chat, graph), h) in handles {
+        out.push(match h.await {
+            Ok(r) => r,
+            // A run whose evaluation panicked is reported, not dropped.
+            Err(e) => RunEval {
+                run,
+                chat,
+                graph,
+                input: String::new(),
+                before: Side::default(),
+                after: None,
+                error: Some(format!("its evaluation failed: {e}")),
+                changes: Changes {
+                    status: true,
+                    ..Changes::default()
+                },
+                answer_diff: None,
+                recorded_calls: 0,
+                live_calls: 0,
+                compared: true,
+            },
+        });
     }
     out
 }
