@@ -51,6 +51,15 @@ pub(super) struct EvalArgs {
     /// Exit 1 when any run took another route or now fails (for CI).
     #[arg(long)]
     pub(super) fail_on_change: bool,
+    /// Run the user inputs of this file instead of stored chats (YAML or
+    /// JSON: a list of `{name, graph, message | messages, state}`, or
+    /// `{graph, inputs: [...]}`), with the configured model.
+    #[arg(long, value_name = "FILE", conflicts_with_all = ["since", "chats", "runs"])]
+    pub(super) inputs: Option<PathBuf>,
+    /// Compare the inputs' runs with this earlier `--json` report of the
+    /// same inputs (matched by name).
+    #[arg(long, value_name = "REPORT", requires = "inputs")]
+    pub(super) baseline: Option<PathBuf>,
 }
 
 /// `stategraph eval`.
@@ -76,10 +85,16 @@ pub(super) fn eval(ctx: &Ctx, args: EvalArgs, out: &mut dyn Write) -> anyhow::Re
         tools: Arc::clone(&services.tools),
         timeout,
     });
+    let from_file = match &args.inputs {
+        Some(path) => Some(inputs(path, args.baseline.as_deref(), &args, &env)?),
+        None => None,
+    };
     let rt = runtime()?;
     let (evals, elapsed) = rt.block_on(ctx.with_mcp(async {
-        let store = ctx.store().await?;
-        let runs = select(&*store, &args, since).await?;
+        let runs = match from_file {
+            Some(runs) => runs,
+            None => select(&*ctx.store().await?, &args, since).await?,
+        };
         if runs.is_empty() {
             bail!("no stored run matches (give --graph, --since, --chat or --run; see docs/testing.md)");
         }
@@ -103,6 +118,90 @@ pub(super) fn eval(ctx: &Ctx, args: EvalArgs, out: &mut dyn Write) -> anyhow::Re
     } else {
         ExitCode::SUCCESS
     })
+}
+
+/// The inputs of a file as runs without a recording, each with its side
+/// in the baseline report when one is given.
+fn inputs(
+    path: &Path,
+    baseline: Option<&Path>,
+    args: &EvalArgs,
+    env: &EvalEnv,
+) -> anyhow::Result<Vec<StoredRun>> {
+    use serde_json::Value;
+    let text =
+        std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+    let doc: Value =
+        serde_saphyr::from_str(&text).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
+    let (default_graph, items) = match &doc {
+        Value::Array(items) => (args.graph.clone(), items.clone()),
+        Value::Object(m) => (
+            m.get("graph")
+                .and_then(Value::as_str)
+                .map(str::to_owned)
+                .or_else(|| args.graph.clone()),
+            m.get("inputs")
+                .and_then(Value::as_array)
+                .cloned()
+                .ok_or_else(|| anyhow::anyhow!("{}: `inputs` is a list", path.display()))?,
+        ),
+        _ => bail!(
+            "{}: a list of inputs, or {{graph, inputs: [...]}}",
+            path.display()
+        ),
+    };
+    let before: Vec<Value> = match baseline {
+        None => Vec::new(),
+        Some(b) => {
+            let text =
+                std::fs::read_to_string(b).with_context(|| format!("reading {}", b.display()))?;
+            let report: Value = serde_json::from_str(&text)
+                .with_context(|| format!("{} is not an eval --json report", b.display()))?;
+            report["runs"].as_array().cloned().unwrap_or_default()
+        }
+    };
+    let mut out = Vec::new();
+    for (i, item) in items.iter().enumerate() {
+        let at = format!("{} input {}", path.display(), i + 1);
+        let name = item
+            .get("name")
+            .and_then(Value::as_str)
+            .map_or_else(|| format!("input {}", i + 1), str::to_owned);
+        let graph_id = item
+            .get("graph")
+            .and_then(Value::as_str)
+            .map(str::to_owned)
+            .or_else(|| default_graph.clone())
+            .ok_or_else(|| anyhow::anyhow!("{at}: no `graph` (give it, or --graph)"))?;
+        let graph = env
+            .catalog
+            .get(&graph_id)
+            .ok_or_else(|| anyhow::anyhow!("{at}: no valid graph `{graph_id}`"))?;
+        let input = crate::testing::eval::input_state(
+            graph,
+            item.get("message").and_then(Value::as_str),
+            item.get("messages"),
+            item.get("state"),
+        )
+        .map_err(|e| anyhow::anyhow!("{at}: {e}"))?;
+        let side = before
+            .iter()
+            .find(|r| r["chat"] == name.as_str())
+            .and_then(|r| serde_json::from_value(r["after"].clone()).ok());
+        if baseline.is_some() && side.is_none() {
+            eprintln!("note: {name:?} is not in the baseline report; it is only run");
+        }
+        out.push(StoredRun {
+            id: uuid::Uuid::now_v7(),
+            chat: Some(name),
+            graph: graph_id,
+            input,
+            events: Vec::new(),
+            batches: Vec::new(),
+            baseline: side,
+        });
+    }
+    Ok(out)
 }
 
 /// The stored runs selected, oldest first, with their events and
@@ -137,23 +236,7 @@ pub(super) async fn select(
     records.sort_by_key(|r| (r.created_at, r.id));
     records.dedup_by_key(|r| r.id);
     records.truncate(args.limit);
-    let mut out = Vec::with_capacity(records.len());
-    for r in records {
-        let (_, events) = crate::replay::load(store, r.id).await?;
-        let batches = store
-            .checkpoints(r.id, u32::MAX)
-            .await?
-            .iter()
-            .map(|c| c.to_batch(r.id))
-            .collect();
-        out.push(StoredRun {
-            id: r.id,
-            chat: r.chat_id,
-            graph: r.graph,
-            input: r.input,
-            events,
-            batches,
-        });
-    }
-    Ok(out)
+    testing::eval::stored_runs(store, records)
+        .await
+        .map_err(|e| anyhow::anyhow!(e))
 }

@@ -23,6 +23,7 @@ mod auth;
 mod boot;
 mod chat;
 mod error;
+mod eval_api;
 mod graphs;
 mod health;
 mod limits;
@@ -167,6 +168,7 @@ pub fn app(state: Arc<AppState>) -> Router {
         .route("/api/runs/{id}/timeline", get(runs_api::timeline))
         .route("/api/runs/{id}/reexecute", post(runs_api::reexecute))
         .route("/api/runs/{id}/test-case", get(test_case::get))
+        .route("/api/eval", post(eval_api::post))
         .route("/api/tools", get(tools::list))
         .route("/api/tools/health", get(tools::health))
         .route("/api/graphs", get(graphs::list))

@@ -24,7 +24,7 @@ use axum::response::{IntoResponse, Redirect, Response};
 use super::error::ApiError;
 
 /// `(file name, content type, content)` of every file served.
-const FILES: [(&str, &str, &str); 18] = [
+const FILES: [(&str, &str, &str); 19] = [
     (
         "index.html",
         "text/html; charset=utf-8",
@@ -51,6 +51,7 @@ const FILES: [(&str, &str, &str); 18] = [
     ("vlist.js", JS, include_str!("studio/vlist.js")),
     ("replay.js", JS, include_str!("studio/replay.js")),
     ("fork.js", JS, include_str!("studio/fork.js")),
+    ("eval.js", JS, include_str!("studio/eval.js")),
 ];
 
 /// Browsers refuse ES modules sent with any other type.

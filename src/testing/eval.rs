@@ -19,7 +19,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use tokio::sync::mpsc;
 use uuid::Uuid;
@@ -63,10 +63,15 @@ pub struct StoredRun {
     pub events: Vec<Event>,
     /// Its checkpoints.
     pub batches: Vec<StepBatch>,
+    /// For an input from a file (no events): what it is compared with, the
+    /// same input's side in an earlier report (`--baseline`); without one
+    /// it is only run. Stored runs: `None` (their recording is).
+    pub baseline: Option<Side>,
 }
 
 /// One side of a comparison, as reported.
-#[derive(Clone, Debug, Default, Serialize)]
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+#[serde(default)]
 pub struct Side {
     /// How it ended: completed, failed, interrupted.
     pub status: String,
@@ -154,6 +159,9 @@ pub struct RunEval {
     pub recorded_calls: u32,
     /// Model calls the configured model answered.
     pub live_calls: u32,
+    /// Whether there was something to compare with (a recording, or a
+    /// baseline for an input from a file).
+    pub compared: bool,
 }
 
 impl RunEval {
@@ -168,7 +176,9 @@ impl RunEval {
 pub async fn eval_run(env: &EvalEnv, run: &StoredRun) -> RunEval {
     let first = first_segment(&run.events);
     let graph_now = env.catalog.get(&run.graph).cloned();
+    let from_file = run.events.is_empty();
     let before = match &graph_now {
+        _ if from_file => run.baseline.clone().unwrap_or_default(),
         Some(g) => side(&recorded(g, run, first)),
         None => Side::default(),
     };
@@ -184,6 +194,7 @@ pub async fn eval_run(env: &EvalEnv, run: &StoredRun) -> RunEval {
         answer_diff: None,
         recorded_calls: 0,
         live_calls: 0,
+        compared: !from_file || run.baseline.is_some(),
     };
     let Some(graph) = graph_now else {
         out.error = Some(format!("graph `{}` is no longer served", run.graph));
@@ -206,6 +217,10 @@ pub async fn eval_run(env: &EvalEnv, run: &StoredRun) -> RunEval {
     out.recorded_calls = playback.served.load(Ordering::Relaxed);
     out.live_calls = playback.live.load(Ordering::Relaxed);
     let after = side(&now);
+    if !out.compared {
+        out.after = Some(after);
+        return out;
+    }
     let b = &out.before;
     out.changes = Changes {
         route: b.routes != after.routes,
@@ -219,6 +234,107 @@ pub async fn eval_run(env: &EvalEnv, run: &StoredRun) -> RunEval {
     }
     out.after = Some(after);
     out
+}
+
+/// The input state a chat request with `message` (or the conversation
+/// `messages`) would give `graph`, with `state` fields set outright — an
+/// input of `stategraph eval --inputs FILE`.
+///
+/// # Errors
+/// The graph takes no message and none of `state` was given.
+pub fn input_state(
+    graph: &Graph,
+    message: Option<&str>,
+    messages: Option<&Value>,
+    state: Option<&Value>,
+) -> Result<Value, String> {
+    let io = &graph.chat;
+    let mut input = serde_json::Map::new();
+    let history: Option<Vec<Value>> = match (messages, message) {
+        (Some(Value::Array(list)), _) => Some(
+            list.iter()
+                .enumerate()
+                .map(|(i, m)| {
+                    let mut m = m.clone();
+                    if let Value::Object(o) = &mut m {
+                        o.entry("id")
+                            .or_insert_with(|| json!(format!("m{}", i + 1)));
+                    }
+                    m
+                })
+                .collect(),
+        ),
+        (Some(_), _) => return Err("`messages` is a list of {role, content}".into()),
+        (None, Some(text)) => Some(vec![json!({"id": "m1", "role": "user", "content": text})]),
+        (None, None) => None,
+    };
+    if let Some(h) = &history {
+        if io.history.is_none() && io.text.is_none() {
+            return Err(format!(
+                "graph `{}` takes no message (give `state` instead)",
+                graph.id
+            ));
+        }
+        if let Some(f) = &io.history {
+            input.insert(f.to_string(), Value::Array(h.clone()));
+        }
+        if let Some(f) = &io.text {
+            let last = h
+                .iter()
+                .rev()
+                .find(|m| m["role"] == "user")
+                .and_then(|m| m["content"].as_str())
+                .unwrap_or_default();
+            input.insert(f.to_string(), json!(last));
+        }
+    }
+    match state {
+        None => {}
+        Some(Value::Object(m)) => input.extend(m.iter().map(|(k, v)| (k.clone(), v.clone()))),
+        Some(_) => return Err("`state` is a mapping of fields".into()),
+    }
+    if input.is_empty() {
+        return Err("an input needs `message`, `messages` or `state`".into());
+    }
+    Ok(Value::Object(input))
+}
+
+/// Stored runs with their events and checkpoints, ready to evaluate;
+/// runs still going and forks (edits of runs, not user inputs) are left
+/// out.
+///
+/// # Errors
+/// The store failed.
+pub async fn stored_runs(
+    store: &dyn crate::store::Store,
+    records: Vec<crate::store::RunRecord>,
+) -> Result<Vec<StoredRun>, String> {
+    let mut out = Vec::with_capacity(records.len());
+    for r in records {
+        if r.status == crate::runtime::RunStatus::Running || r.parent.is_some() {
+            continue;
+        }
+        let (_, events) = crate::replay::load(store, r.id)
+            .await
+            .map_err(|e| e.to_string())?;
+        let batches = store
+            .checkpoints(r.id, u32::MAX)
+            .await
+            .map_err(|e| e.to_string())?
+            .iter()
+            .map(|c| c.to_batch(r.id))
+            .collect();
+        out.push(StoredRun {
+            id: r.id,
+            chat: r.chat_id,
+            graph: r.graph,
+            input: r.input,
+            events,
+            batches,
+            baseline: None,
+        });
+    }
+    Ok(out)
 }
 
 /// The events up to the run's first resume.
@@ -432,16 +548,38 @@ pub async fn eval_all(env: Arc<EvalEnv>, runs: Vec<StoredRun>, jobs: usize) -> V
     let mut handles = Vec::with_capacity(runs.len());
     for run in runs {
         let (env, permits) = (Arc::clone(&env), Arc::clone(&permits));
-        handles.push(tokio::spawn(async move {
-            let _permit = permits.acquire_owned().await;
-            eval_run(&env, &run).await
-        }));
+        let what = (run.id, run.chat.clone(), run.graph.clone());
+        handles.push((
+            what,
+            tokio::spawn(async move {
+                let _permit = permits.acquire_owned().await;
+                eval_run(&env, &run).await
+            }),
+        ));
     }
     let mut out = Vec::with_capacity(handles.len());
-    for h in handles {
-        if let Ok(r) = h.await {
-            out.push(r);
-        }
+    for ((run, chat, graph), h) in handles {
+        out.push(match h.await {
+            Ok(r) => r,
+            // A run whose evaluation panicked is reported, not dropped.
+            Err(e) => RunEval {
+                run,
+                chat,
+                graph,
+                input: String::new(),
+                before: Side::default(),
+                after: None,
+                error: Some(format!("its evaluation failed: {e}")),
+                changes: Changes {
+                    status: true,
+                    ..Changes::default()
+                },
+                answer_diff: None,
+                recorded_calls: 0,
+                live_calls: 0,
+                compared: true,
+            },
+        });
     }
     out
 }

@@ -77,6 +77,36 @@ pub fn summary(evals: &[RunEval]) -> Summary {
 pub fn text(evals: &[RunEval], elapsed: Duration, verbose: bool) -> String {
     let mut out = String::new();
     for e in evals {
+        if !e.compared {
+            // An input from a file without a baseline: what it did now.
+            let name = e.chat.as_deref().unwrap_or_default();
+            match (&e.after, &e.error) {
+                (Some(a), _) => {
+                    let _ = writeln!(
+                        out,
+                        "RAN {name} (graph {}): {} [{}] {}{}",
+                        e.graph,
+                        a.path.join(" → "),
+                        a.routes.join(", "),
+                        a.status,
+                        a.error
+                            .as_deref()
+                            .map(|x| format!(" ({})", one_line(x, 120)))
+                            .unwrap_or_default()
+                    );
+                    let _ = writeln!(out, "  answer: {}", one_line(&a.answer, 160));
+                }
+                (None, err) => {
+                    let _ = writeln!(
+                        out,
+                        "RAN {name} (graph {}): could not run: {}",
+                        e.graph,
+                        err.as_deref().unwrap_or("?")
+                    );
+                }
+            }
+            continue;
+        }
         if !e.changes.any() && !verbose {
             continue;
         }
@@ -213,4 +243,63 @@ pub fn json(evals: &[RunEval], elapsed: Duration) -> Value {
         "elapsed_ms": elapsed.as_millis() as u64,
         "runs": evals,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::eval::{Changes, RunEval, Side};
+    use super::*;
+
+    fn eval(chat: &str, route: bool, before: &str, after: Option<&str>) -> RunEval {
+        let side = |status: &str| Side {
+            status: status.into(),
+            tokens: 10,
+            ..Side::default()
+        };
+        RunEval {
+            run: uuid::Uuid::nil(),
+            chat: Some(chat.into()),
+            graph: "chat".into(),
+            input: "hi".into(),
+            before: side(before),
+            after: after.map(side),
+            error: None,
+            changes: Changes {
+                route,
+                status: after != Some(before),
+                ..Changes::default()
+            },
+            answer_diff: None,
+            recorded_calls: 1,
+            live_calls: 2,
+            compared: true,
+        }
+    }
+
+    #[test]
+    fn the_summary_counts_routes_failures_and_chats() {
+        let evals = [
+            eval("a", true, "completed", Some("completed")),
+            eval("a", false, "completed", Some("failed")),
+            eval("b", false, "failed", Some("failed")),
+            eval("c", false, "completed", None),
+        ];
+        let s = summary(&evals);
+        assert_eq!((s.runs, s.chats, s.route), (4, 3, 1));
+        // Now failing: a completed run that fails, and one that could not run.
+        assert_eq!(s.now_fail, 2);
+        assert_eq!(s.changed, 3);
+        assert_eq!(s.tokens, (40, 30));
+        assert_eq!((s.recorded_calls, s.live_calls), (4, 8));
+        assert_eq!(
+            headline(&s),
+            "1 of 4 chat turns took another route; 2 now fail; 3 changed in all"
+        );
+        let text = text(&evals, Duration::from_millis(5), false);
+        assert!(text.contains("CHANGED (route) chat a"), "{text}");
+        assert!(
+            !text.contains("chat b"),
+            "an unchanged turn is listed: {text}"
+        );
+    }
 }

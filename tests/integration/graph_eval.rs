@@ -96,6 +96,29 @@ async fn eval_reports_exactly_the_chats_whose_route_changed_and_runs_save_as_tes
         .await
         .unwrap();
     assert_eq!(missing.status(), 404);
+
+    // The studio's eval page: nothing edited yet, so nothing changed and
+    // every model call came from the recordings.
+    let resp = post_json(
+        &client,
+        &server.url("/api/eval"),
+        &serde_json::json!({"graph": "chat", "limit": 100}),
+    )
+    .await;
+    assert_eq!(resp.status(), 200);
+    let report: Value = resp.json().await.unwrap();
+    assert_eq!(report["summary"]["runs"], CHATS, "{report:#}");
+    assert_eq!(report["summary"]["changed"], 0, "{report:#}");
+    assert_eq!(report["summary"]["live_calls"], 0, "{report:#}");
+    let resp = post_json(
+        &client,
+        &server.url("/api/eval"),
+        &serde_json::json!({"limit": 1000}),
+    )
+    .await;
+    assert_eq!(resp.status(), 400);
+    let err: Value = resp.json().await.unwrap();
+    assert_eq!(err["error"]["code"], "invalid_limit", "{err}");
     server.shutdown().await;
 
     // The saved file passes as it is, against the same graphs.
@@ -206,4 +229,65 @@ async fn eval_reports_exactly_the_chats_whose_route_changed_and_runs_save_as_tes
         out.contains("route:  router=DIRECT  →  router=CLARIFY"),
         "{out}"
     );
+}
+
+/// `eval --inputs FILE`: inputs from a file run with the configured model;
+/// `--baseline` compares them with an earlier report, so a pull request's
+/// CI can say which inputs a prompt edit sends elsewhere.
+#[test]
+fn eval_of_a_file_of_inputs_compares_with_a_baseline_report() {
+    let dir = workdir();
+    let d = dir.path();
+    std::fs::write(
+        d.join("inputs.yaml"),
+        "graph: chat\ninputs:\n  - { name: weather, message: \"how is the weather?\" }\n  - { name: greeting, message: \"hello there\" }\n  - { name: figure, message: \"population of Kenya\", state: { forced_intent: DIRECT } }\n",
+    )
+    .unwrap();
+    let eval = |args: &[&str]| {
+        let mut all = vec![
+            "--model-script",
+            "models.yaml",
+            "eval",
+            "--inputs",
+            "inputs.yaml",
+        ];
+        all.extend_from_slice(args);
+        sg_in(d, &all)
+    };
+    let base = eval(&["--json", "base.json"]);
+    assert!(base.status.success(), "{}", shown(&base));
+    let text = eval(&[]);
+    assert!(
+        shown(&text).contains(
+            "RAN weather (graph chat): summarizer → router → direct [router=DIRECT] completed"
+        ),
+        "{}",
+        shown(&text)
+    );
+    assert!(
+        shown(&text).contains("RAN figure (graph chat): summarizer → router → direct"),
+        "a forced intent is an input's state: {}",
+        shown(&text)
+    );
+
+    let prompt = d.join("prompts/chat/router.md");
+    let mut p = std::fs::read_to_string(&prompt).unwrap();
+    p.push_str("\nASK BACK FIRST: when in doubt, ask the user what they mean.\n");
+    std::fs::write(&prompt, p).unwrap();
+    let after = eval(&["--baseline", "base.json", "--json", "-"]);
+    assert!(after.status.success(), "{}", shown(&after));
+    let report: Value = serde_json::from_slice(&after.stdout).unwrap();
+    let rerouted: Vec<&str> = report["runs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|r| r["changes"]["route"] == true)
+        .map(|r| r["chat"].as_str().unwrap())
+        .collect();
+    assert_eq!(rerouted, ["weather"], "{report:#}");
+    assert_eq!(report["summary"]["runs"], 3);
+
+    let bad = sg_in(d, &["eval", "--inputs", "nope.yaml"]);
+    assert!(!bad.status.success());
+    assert!(shown(&bad).contains("nope.yaml"), "{}", shown(&bad));
 }

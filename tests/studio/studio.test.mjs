@@ -311,6 +311,19 @@ try {
     await axe('run (replay tab)');
   });
 
+  await check('eval: the stored chats run again against the graphs now, with a summary', async () => {
+    await page.locator('[data-testid="nav-eval"]').click();
+    await visible('[data-testid="eval-screen"]');
+    await page.locator('[data-testid="eval-all"]').check();
+    await page.locator('[data-testid="eval-run-button"]').click();
+    await page.locator('[data-testid="eval-headline"], [data-testid="eval-result"] .alert-error').first().waitFor({ timeout: STREAM_T });
+    const headline = await page.locator('[data-testid="eval-result"]').textContent();
+    assert(/of \d+ chat turns took another route/.test(headline), `no eval summary: ${headline.slice(0, 300)}`);
+    assert(await page.locator('[data-testid="eval-run"]').count() > 0, 'no evaluated turn is shown');
+    await shot('eval');
+    await axe('eval');
+  });
+
   await check('a graph file fixed on disk is picked up live', async () => {
     const dir = process.env.STUDIO_GRAPHS_DIR;
     if (!dir) { console.log('     (STUDIO_GRAPHS_DIR not set: not editing graph files)'); return; }

@@ -6,6 +6,7 @@ import * as graphs from './graphs.js';
 import * as playground from './playground.js';
 import * as runs from './runs.js';
 import * as run from './run.js';
+import * as evaluation from './eval.js';
 
 const main = document.getElementById('main');
 let current = null; // {name, screen, cleanup, update}
@@ -15,6 +16,7 @@ function pick(r) {
   if (top === 'playground') return ['playground', playground];
   if (top === 'runs' && id) return ['run', run];
   if (top === 'runs') return ['runs', runs];
+  if (top === 'eval') return ['eval', evaluation];
   return ['graphs', graphs];
 }
 
@@ -31,7 +33,7 @@ function render() {
   if (current?.cleanup) current.cleanup();
   main.replaceChildren();
   main.dataset.screen = name;
-  document.title = `${{ graphs: 'Graphs', playground: 'Playground', runs: 'Runs', run: 'Run' }[name]} · stategraph studio`;
+  document.title = `${{ graphs: 'Graphs', playground: 'Playground', runs: 'Runs', run: 'Run', eval: 'Eval' }[name]} · stategraph studio`;
   const res = screen.mount(main, r) || {};
   current = { key, cleanup: res.cleanup, update: res.update };
 }
