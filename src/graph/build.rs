@@ -639,9 +639,18 @@ impl<'a, N> BuildCx<'a, N> {
     /// An unknown name (reported).
     pub fn tools(&mut self) -> Result<Vec<String>, Reported> {
         let entries = self.names("tools")?;
+        self.check_tools(&entries)
+    }
+
+    /// [`BuildCx::tools`] for names a kind read itself (an agent's
+    /// `tools` also takes `{name, args}` entries).
+    ///
+    /// # Errors
+    /// An unknown name (reported).
+    pub fn check_tools(&mut self, entries: &[Sp<String>]) -> Result<Vec<String>, Reported> {
         let mut out: Vec<String> = Vec::new();
         let mut ok = true;
-        for entry in &entries {
+        for entry in entries {
             if self.tools.knows(&entry.value) || self.external_tools.contains(&entry.value) {
                 if !out.contains(&entry.value) {
                     out.push(entry.value.clone());

@@ -11,6 +11,7 @@
 mod apps;
 mod assistant;
 mod binary;
+mod bound_args;
 mod chat_graph;
 mod conversation;
 mod crash;
