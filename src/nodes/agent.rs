@@ -226,7 +226,10 @@ impl Agent {
             Err(r) => Err(*r),
         };
         let pass_through = PassThrough::build(cx);
-        let fill = Fill::build(cx);
+        let fill = match &tools {
+            Ok(t) => fill::check_against(cx, t).and_then(|()| Fill::build(cx)),
+            Err(_) => Fill::build(cx),
+        };
         let input = cx.text_input("input");
         let conversation = Conversation::build(cx, 12);
         let roles = model::roles(cx);

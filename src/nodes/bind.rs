@@ -171,7 +171,29 @@ fn entry(
     }
     let mut bound = Vec::new();
     let mut ok = true;
+    let schema = cx.tools.schema_at_check(&name.value);
+    let properties = schema.as_deref().and_then(|s| s["properties"].as_object());
     for (arg, value) in args {
+        if let Some(props) = properties
+            && !props.contains_key(&arg.value)
+        {
+            let hint = crate::graph::diagnostic::did_you_mean(
+                &arg.value,
+                props.keys().map(String::as_str),
+            )
+            .or_else(|| {
+                let takes: Vec<&str> = props.keys().map(String::as_str).collect();
+                Some(format!("`{}` takes {}", name.value, takes.join(", ")))
+            });
+            cx.error(
+                arg.loc,
+                "unknown-argument",
+                format!("`{}` has no argument `{}` to bind", name.value, arg.value),
+                hint,
+            );
+            ok = false;
+            continue;
+        }
         check_state_reads(cx, value);
         match cx.value_expr(value, "a bound argument", &SCOPE) {
             Ok(e) => bound.push((arg.value.clone(), e)),

@@ -40,5 +40,6 @@ mod state_parity;
 mod store_conformance;
 mod studio;
 mod support;
+mod tool_check;
 mod tutorial;
 mod validation;
