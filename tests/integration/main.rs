@@ -20,6 +20,7 @@ mod data_tools;
 mod degrade;
 mod executor;
 mod failed_turns;
+mod fanout;
 mod faults;
 mod forks;
 mod graph_tests;
