@@ -66,7 +66,7 @@ pub fn compile<K: NodeKinds>(
     let state = state_decl::resolve(&spec.state, &file.id, state_env, &mut d);
     let schema = state.as_ref().map(|s| &*s.schema);
     let recursion_limit = recursion_limit(file, &mut d);
-    let chat = super::settings::chat_io(spec.chat.as_ref(), schema, &mut d);
+    let chat = super::settings::chat_io(spec.chat.as_ref(), schema, spec.state.loc, &mut d);
     let external_tools = super::settings::external_tools(&spec.external_tools, &mut d);
     let (index, duplicates) = node_index(file, env.kinds, &mut d);
 

@@ -72,3 +72,76 @@ async fn an_empty_fan_out_skips_its_target_by_default_and_fails_when_told() {
     let fine = run(", on_empty: fail", json!(["x"])).await.unwrap();
     assert_eq!(fine["answer"], "1 notes");
 }
+
+/// A graph whose `write` node calls the model with prompt `p.md`.
+fn strict_graph() -> String {
+    r#"
+state:
+  fields:
+    items:  { type: array }
+    answer: { type: string, reducer: last }
+entry: start
+nodes:
+  - id: start
+    kind: noop
+  - id: write
+    kind: llm
+    prompt: p.md
+    output: answer
+edges:
+  - start -> write
+  - write -> END
+"#
+    .to_owned()
+}
+
+async fn render(template: &str) -> Result<String, String> {
+    let prompts = Prompts::from_sources(&root().join("prompts"), [("p.md", template)]);
+    let cat = registries().from_sources(&[("strict", &strict_graph())], prompts);
+    assert!(!cat.has_errors(), "{:#?}", cat.diagnostics);
+    let g = std::sync::Arc::clone(cat.get("strict").unwrap());
+    let seen = std::sync::Arc::new(std::sync::Mutex::new(String::new()));
+    let s = std::sync::Arc::clone(&seen);
+    let model = std::sync::Arc::new(ScriptedModel::from_fn(move |req| {
+        if let Some(stategraph::llm::ChatMessage::System { content }) = req.messages.first() {
+            *s.lock().unwrap() = content.clone();
+        }
+        stategraph::llm::scripted::Turn::text("ok")
+    }));
+    // What the built-in web_search returns: `snippet`, not `content`.
+    let input = json!({"items": [{"title": "Sea", "url": "https://x", "snippet": "Salt water."}]});
+    runtime::run(g, services(model), input, RunOptions::default())
+        .await
+        .map_err(|e| e.to_string())?;
+    let out = seen.lock().unwrap().clone();
+    Ok(out)
+}
+
+#[tokio::test]
+async fn a_template_reading_what_is_not_there_fails_instead_of_rendering_empty() {
+    // The RAG bug of the issue: `content` is not there, and the answer got
+    // an empty context. Now the node fails, naming the template.
+    let e = render("Context: {% for s in items %}{{ s.content }}{% endfor %}")
+        .await
+        .unwrap_err();
+    assert!(e.contains("p.md") && e.contains("undefined"), "{e}");
+    assert_eq!(
+        render("Context: {% for s in items %}{{ s.snippet }}{% endfor %}")
+            .await
+            .unwrap(),
+        "Context: Salt water."
+    );
+    // Asking is allowed, and so is an explicit default.
+    assert_eq!(
+        render("{% for s in items %}{% if s.content %}x{% else %}none{% endif %}{% endfor %}")
+            .await
+            .unwrap(),
+        "none"
+    );
+    assert_eq!(
+        render("[{% for s in items %}{{ s.content | default('') }}{% endfor %}]")
+            .await
+            .unwrap(),
+        "[]"
+    );
+}
