@@ -33,6 +33,7 @@ mod mcp;
 mod memory;
 mod openai_client;
 mod providers;
+mod python_tools;
 mod replay;
 mod research;
 mod server;
