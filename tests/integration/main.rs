@@ -28,6 +28,7 @@ mod hitl_client;
 mod hitl_crash;
 mod hostile;
 mod interrupts;
+mod langgraph_examples;
 mod limits;
 mod mcp;
 mod memory;
