@@ -217,6 +217,7 @@ fn chat_run(run: Uuid) -> Vec<Append> {
         forked_from: None,
         frontier: None,
         stream: None,
+        user: None,
     };
     let mut batches = vec![StepBatch {
         snapshot: Some(input),

@@ -29,6 +29,21 @@ pub(super) struct Cli {
     pub command: Command,
 }
 
+/// `stategraph tools …`.
+#[derive(Subcommand)]
+pub(super) enum ToolsAction {
+    /// Start the configured MCP servers and write graphs/tools.lock.json.
+    Lock {
+        /// How long to wait for the servers.
+        #[arg(long, default_value = "30s", value_parser = parse_wait)]
+        timeout: std::time::Duration,
+    },
+}
+
+fn parse_wait(s: &str) -> Result<std::time::Duration, String> {
+    crate::units::Dur::parse(s).ok_or_else(|| format!("`{s}` is not a duration such as 30s or 2m"))
+}
+
 #[derive(Subcommand)]
 pub(super) enum Command {
     /// Serve the chat API (POST /api/chat), the run and graph APIs.
@@ -134,6 +149,12 @@ pub(super) enum Command {
     Doctor,
     /// Apply the store's schema migrations.
     Migrate,
+    /// Tools: `lock` starts the configured MCP servers and writes what
+    /// they list to graphs/tools.lock.json, which `check` reads.
+    Tools {
+        #[command(subcommand)]
+        action: ToolsAction,
+    },
     /// Delete old runs (with their events and checkpoints).
     Prune {
         /// Age, e.g. 30d, 12h.

@@ -30,6 +30,7 @@ mod serve;
 mod setup;
 mod test;
 mod test_record;
+mod tools;
 
 use std::ffi::OsString;
 use std::io::Write;
@@ -44,7 +45,7 @@ pub use graph::{GraphFormat, graph};
 pub use new::new_graph;
 pub use run::RunArgs;
 
-use args::{CheckFormatArg, Cli, Command, GraphFormatArg, SchemaArg};
+use args::{CheckFormatArg, Cli, Command, GraphFormatArg, SchemaArg, ToolsAction};
 use replay::ReplayView;
 use setup::{Ctx, field_values, runtime};
 
@@ -186,6 +187,9 @@ fn dispatch(cli: Cli, config: Config, registries: Registries) -> anyhow::Result<
             Ok(exit(ok))
         }
         Command::Migrate => runtime()?.block_on(migrate(&ctx, out)),
+        Command::Tools {
+            action: ToolsAction::Lock { timeout },
+        } => runtime()?.block_on(tools::lock(&ctx, timeout, out)),
         Command::Prune { older_than, chats } => {
             runtime()?.block_on(prune(&ctx, &older_than, chats, out))
         }

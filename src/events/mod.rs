@@ -325,6 +325,10 @@ pub enum EventKind {
         /// surfaces), so a replay can reproduce the stream exactly.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         stream: Option<Value>,
+        /// The user the run acts for (bound tool arguments read it as
+        /// `user.id`), so a re-execution acts for the same user.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        user: Option<String>,
     },
     /// The run reached END.
     RunFinished {

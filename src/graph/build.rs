@@ -639,25 +639,34 @@ impl<'a, N> BuildCx<'a, N> {
     /// An unknown name (reported).
     pub fn tools(&mut self) -> Result<Vec<String>, Reported> {
         let entries = self.names("tools")?;
+        self.check_tools(&entries)
+    }
+
+    /// [`BuildCx::tools`] for names a kind read itself (an agent's
+    /// `tools` also takes `{name, args}` entries).
+    ///
+    /// # Errors
+    /// An unknown name (reported).
+    pub fn check_tools(&mut self, entries: &[Sp<String>]) -> Result<Vec<String>, Reported> {
         let mut out: Vec<String> = Vec::new();
         let mut ok = true;
-        for entry in &entries {
-            if self.tools.knows(&entry.value) || self.external_tools.contains(&entry.value) {
+        for entry in entries {
+            if self.tools.knows_at_check(&entry.value) || self.external_tools.contains(&entry.value)
+            {
                 if !out.contains(&entry.value) {
                     out.push(entry.value.clone());
                 }
                 continue;
             }
-            let partitions = self.tools.partitions();
-            let names = self.tools.names();
-            let candidates: Vec<&str> = names
-                .iter()
-                .map(String::as_str)
-                .chain(partitions.keys().map(String::as_str))
-                .collect();
-            let hint = name_hint(&entry.value, candidates.iter().copied()).or_else(|| {
+            let names = self.tools.names_at_check();
+            let hint = super::diagnostic::did_you_mean(
+                &entry.value,
+                names.iter().map(String::as_str),
+            )
+            .or_else(|| {
                 Some(format!(
-                    "if configuration provides it (an MCP server), declare it in the graph file: `external_tools: [{}]`",
+                    "if an MCP server provides it, run `stategraph tools lock` with the server configured and commit graphs/{} (or declare it: `external_tools: [{}]`)",
+                    crate::tools::lock::LOCK_FILE,
                     entry.value
                 ))
             });

@@ -79,8 +79,23 @@ impl<N> Catalog<N> {
         reg: CatalogEnv<'_, K>,
     ) -> Self {
         let prompts = Arc::new(Prompts::load(prompts_dir));
+        // The tool lock beside the graphs tells `check` what MCP servers
+        // list (see `crate::tools::lock`).
+        let mut lock_errors = Vec::new();
+        let dirs: BTreeSet<&Path> = files.iter().filter_map(|f| f.parent()).collect();
+        for dir in dirs {
+            match crate::tools::lock::ToolLock::read_in(dir) {
+                Ok(Some(lock)) => reg.tools.add_locked(&lock),
+                Ok(None) => {}
+                Err(why) => {
+                    lock_errors.push(lock_error(&dir.join(crate::tools::lock::LOCK_FILE), &why))
+                }
+            }
+        }
         let loaded = files.iter().map(|p| (p.clone(), load_file(p))).collect();
-        Self::compile_all(loaded, prompts, reg)
+        let mut cat = Self::compile_all(loaded, prompts, reg);
+        cat.diagnostics.extend(lock_errors);
+        cat
     }
 
     /// Compiles graphs given as text (`(id, yaml)`), for tests and embedding.
@@ -235,6 +250,13 @@ fn reaches(
 /// [`load_file`] to check (and report).
 pub(crate) fn is_graph_file(p: &Path) -> bool {
     matches!(p.extension().and_then(|e| e.to_str()), Some("yaml" | "yml"))
+}
+
+/// A tool lock file that cannot be used.
+fn lock_error(path: &Path, message: &str) -> Diagnostic {
+    let mut d = Diagnostics::new(path.display().to_string());
+    d.error(super::loc::Loc::new(1, 1), "tool-lock", message, None);
+    d.into_vec().remove(0)
 }
 
 fn missing(path: &Path, message: &str) -> Diagnostic {

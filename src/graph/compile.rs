@@ -66,7 +66,7 @@ pub fn compile<K: NodeKinds>(
     let state = state_decl::resolve(&spec.state, &file.id, state_env, &mut d);
     let schema = state.as_ref().map(|s| &*s.schema);
     let recursion_limit = recursion_limit(file, &mut d);
-    let chat = super::settings::chat_io(spec.chat.as_ref(), schema, &mut d);
+    let chat = super::settings::chat_io(spec.chat.as_ref(), schema, spec.state.loc, &mut d);
     let external_tools = super::settings::external_tools(&spec.external_tools, &mut d);
     let (index, duplicates) = node_index(file, env.kinds, &mut d);
 
@@ -329,6 +329,35 @@ fn entry(file: &GraphFile, edges: &mut EdgeBuilder<'_, '_>) -> Vec<NodeIdx> {
     entry
 }
 
+/// A map target runs once per item, all in one superstep: every field it
+/// writes must combine the writes (`append`, `merge_by_id`, a registered
+/// reducer); a `last` field would fail at run time as soon as the list has
+/// two items.
+fn map_writes_combine(
+    node: &NodeSpec,
+    schema: &StateSchema,
+    writes: &[FieldId],
+    d: &mut Diagnostics,
+) {
+    for &w in writes {
+        let spec = schema.spec(w);
+        if matches!(spec.reducer, crate::state::Reducer::Last) {
+            d.error(
+                node.id.loc,
+                "map-write-last",
+                format!(
+                    "node `{}` runs once per item of a map edge, in parallel, and writes `{}`, whose reducer is `last`: two items would write it in one superstep",
+                    node.id.value, spec.name
+                ),
+                Some(format!(
+                    "give `{}` a reducer that combines the writes (`reducer: append`, or `merge_by_id` for items with an id), or write a list field",
+                    spec.name
+                )),
+            );
+        }
+    }
+}
+
 /// What building one node needs besides the environment.
 struct NodeEnv<'a> {
     schema: Option<&'a StateSchema>,
@@ -374,6 +403,11 @@ fn build_node<K: NodeKinds>(
         if !writes.contains(&w) {
             writes.push(w);
         }
+    }
+    if ne.is_map_target
+        && let Some(schema) = ne.schema
+    {
+        map_writes_combine(node, schema, &writes, cx.diagnostics());
     }
     prompts_used.append(&mut cx.prompts_used);
     let (declared, subgraph, tools, client_tools) = (

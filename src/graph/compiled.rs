@@ -43,6 +43,10 @@ pub enum Transition {
         over: Arc<Selector>,
         /// The node run per item.
         to: NodeIdx,
+        /// An empty list fails the run (`on_empty: fail`) instead of
+        /// skipping `to`: the run goes on from `to`'s edges as if it had
+        /// run with nothing to do (`on_empty: skip`, the default).
+        fail_on_empty: bool,
     },
     /// Count towards join number `.0`.
     Join(usize),

@@ -205,6 +205,21 @@ impl<'a, 'd> EdgeBuilder<'a, 'd> {
     fn add_map(&mut self, src: Option<NodeIdx>, map: &'a Sp<super::spec::MapSpec>) {
         let over = self.list(&map.value.over);
         let to = self.target(&map.value.to);
+        let fail_on_empty = match &map.value.on_empty {
+            None => false,
+            Some(v) if v.value == "skip" => false,
+            Some(v) if v.value == "fail" => true,
+            Some(v) => {
+                self.resolved = false;
+                self.d.error(
+                    v.loc,
+                    "edge-form",
+                    format!("`on_empty` is `skip` or `fail`, not `{}`", v.value),
+                    None,
+                );
+                false
+            }
+        };
         if let Some(Target::End) = to {
             self.resolved = false;
             self.d.error(
@@ -221,6 +236,7 @@ impl<'a, 'd> EdgeBuilder<'a, 'd> {
                 self.out[src as usize].push(Transition::Map {
                     over: Arc::new(over),
                     to,
+                    fail_on_empty,
                 });
             }
             self.map_targets.insert(to);

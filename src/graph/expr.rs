@@ -44,7 +44,9 @@ static ENV: LazyLock<Environment<'static>> = LazyLock::new(environment);
 fn environment() -> Environment<'static> {
     let mut env = Environment::new();
     env.set_auto_escape_callback(|_| minijinja::AutoEscape::None);
-    env.set_undefined_behavior(minijinja::UndefinedBehavior::Chainable);
+    // As in prompts: a template never renders a missing value as empty
+    // text; as a value (a whole-expression setting) it is `null`.
+    env.set_undefined_behavior(minijinja::UndefinedBehavior::SemiStrict);
     add_filters(&mut env);
     env
 }

@@ -188,7 +188,8 @@ fn edge() -> Value {
                     "additionalProperties": false,
                     "properties": {
                         "over": {"type": "string", "description": "a list field or an expression"},
-                        "to": {"type": "string"}
+                        "to": {"type": "string"},
+                        "on_empty": {"enum": ["skip", "fail"], "description": "an empty list: skip the target and go on from its edges (default), or fail the run"}
                     }
                 }
             }

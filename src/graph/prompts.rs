@@ -75,9 +75,10 @@ impl std::fmt::Debug for Prompts {
 pub(crate) fn environment() -> Environment<'static> {
     let mut env = Environment::new();
     env.set_auto_escape_callback(|_| AutoEscape::None);
-    // State fields may be empty (null, missing keys): `routing.missing_slots`
-    // on an empty field renders as nothing instead of failing the node.
-    env.set_undefined_behavior(minijinja::UndefinedBehavior::Chainable);
+    // No silent failures: printing or iterating something that is not
+    // there (`item.content` when the item has `snippet`) fails the node;
+    // `{% if x.y %}` and `x.y | default('')` ask for it explicitly.
+    env.set_undefined_behavior(minijinja::UndefinedBehavior::SemiStrict);
     super::expr::add_filters(&mut env);
     if let Ok(syntax) = minijinja::syntax::SyntaxConfig::builder()
         .trim_blocks(true)

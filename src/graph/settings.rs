@@ -17,6 +17,7 @@ const BODY_KEYS: &[&str] = &["id", "messages", "trigger", "messageId", "graph"];
 pub(super) fn chat_io(
     spec: Option<&Sp<ChatSpec>>,
     schema: Option<&StateSchema>,
+    state_loc: crate::graph::loc::Loc,
     d: &mut Diagnostics,
 ) -> ChatIo {
     let empty = ChatSpec::default();
@@ -85,6 +86,19 @@ pub(super) fn chat_io(
         Some(a) => field(d, a, "answer", &|t| t.is_string(), "a string field"),
         None => string_named("answer"),
     };
+    if history.is_none() && text.is_none() && c.history.is_none() && c.text.is_none() {
+        d.warning(
+            spec.map_or(state_loc, |s| s.loc),
+            "chat-input-unused",
+            format!(
+                "a chat request's message lands nowhere: state `{}` has no field of type messages and no string field `query`",
+                schema.name
+            ),
+            Some(
+                "declare `messages: { type: messages }` (the conversation) or `query: { type: string }`, or set `chat: { text: FIELD }`; a graph no chat request runs can ignore this".into(),
+            ),
+        );
+    }
     let request: Vec<&str> = history.iter().chain(text.iter()).map(|f| &**f).collect();
     let carry = carry(&c.carry, schema, &request, d);
     let mut inputs = Vec::new();

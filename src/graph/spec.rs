@@ -501,6 +501,9 @@ pub struct MapSpec {
     pub over: Sp<String>,
     /// The node that runs once per item.
     pub to: Sp<String>,
+    /// What an empty list does: `skip` (default) or `fail`.
+    #[serde(default)]
+    pub on_empty: Option<Sp<String>>,
 }
 
 impl<'de> Deserialize<'de> for EdgeSpec {

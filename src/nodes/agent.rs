@@ -40,6 +40,7 @@ use futures::FutureExt;
 use futures::future::BoxFuture;
 use serde_json::{Value, json};
 
+use super::bind::{self, Bindings};
 use super::bounds::{Failure, GENERATION_SETTINGS, Generation, ON_ERROR, OnError, Recovery};
 use super::convo::{self, Conversation, Turn};
 use super::extract::{self, Extract};
@@ -65,11 +66,7 @@ pub(super) fn kind() -> Kind {
     let mut settings = vec![
         PROMPT,
         INPUT,
-        SettingDoc::new(
-            "tools",
-            schema::NAMES,
-            "tools and tool partitions it may call",
-        ),
+        bind::SETTING,
         SettingDoc::new(
             "output",
             schema::FIELD,
@@ -158,6 +155,8 @@ struct Agent {
     pass_through: PassThrough,
     /// Arguments filled from the state.
     fill: Fill,
+    /// Arguments bound by the graph, never the model's.
+    bindings: Bindings,
     /// Bounds of each model call.
     generation: Generation,
     on_error: OnError,
@@ -223,7 +222,14 @@ const MAX_TOKENS: u32 = 1024;
 impl Agent {
     fn build(cx: &mut BuildCx<'_>) -> Option<Self> {
         let prompt = cx.prompt(true);
-        let tools = cx.tools();
+        let tools = bind::read(cx).and_then(|(names, bindings)| {
+            let names = cx.check_tools(&names)?;
+            Ok((names, bindings))
+        });
+        let (tools, bindings) = match tools {
+            Ok((t, b)) => (Ok(t), Some(b)),
+            Err(r) => (Err(r), None),
+        };
         let extract = match &tools {
             Ok(t) => Extract::build(cx, t),
             Err(r) => Err(*r),
@@ -233,7 +239,10 @@ impl Agent {
             Err(r) => Err(*r),
         };
         let pass_through = PassThrough::build(cx);
-        let fill = Fill::build(cx);
+        let fill = match &tools {
+            Ok(t) => fill::check_against(cx, t).and_then(|()| Fill::build(cx)),
+            Err(_) => Fill::build(cx),
+        };
         let input = cx.text_input("input");
         let conversation = Conversation::build(cx, 12);
         let roles = model::roles(cx);
@@ -257,6 +266,7 @@ impl Agent {
             input: input.ok()?,
             conversation: conversation.ok()?,
             tools: tools.ok()?,
+            bindings: bindings?,
             max_iterations: max_iterations.ok()? as u32,
             answer_by: answer_by.ok()?.map(|d| d.value),
             output: output?.1,
@@ -352,7 +362,7 @@ impl Agent {
         } else {
             Vec::new()
         };
-        let mut defs = cx.offer_tools(&allowed).await;
+        let mut defs = cx.offer_tools(&allowed, |d| self.bindings.strip(d)).await;
         if offers {
             defs.extend(self.pauses.client_defs().iter().cloned());
         }
@@ -571,6 +581,13 @@ impl Agent {
                     strict::restore_absent(&def.parameters, &mut args);
                 }
                 let filled = self.fill.apply(cx.state, def, &mut args);
+                match self.bindings.apply(cx, &tc.name, &mut args) {
+                    Ok(overridden) if !overridden.is_empty() => {
+                        tracing::warn!(tool = %tc.name, call_id = %tc.id, args = ?overridden, "the model sent bound arguments; the bound values replace them");
+                    }
+                    Ok(_) => {}
+                    Err(e) => return Ok(self.report(cx, tc, Err(e), started).await),
+                }
                 tracing::info!(tool = %tc.name, call_id = %tc.id, filled = ?filled, "tool arguments parsed");
                 cx.events
                     .emit(EventKind::ToolCallReady {

@@ -98,6 +98,10 @@ pub struct Services {
     pub playback: Option<Arc<dyn Playback>>,
     /// Answers to the interrupts a resumed run paused at, by interrupt id.
     pub answers: Option<Arc<std::collections::BTreeMap<String, Value>>>,
+    /// The user the run acts for (the API key's user of a chat request),
+    /// read by bound tool arguments as `user.id`; recorded in
+    /// `run_started` so a re-execution acts for the same user.
+    pub user: Option<Arc<str>>,
 }
 
 impl Services {
@@ -108,6 +112,15 @@ impl Services {
             tools,
             playback: None,
             answers: None,
+            user: None,
+        }
+    }
+
+    /// The same services acting for `user`.
+    pub fn for_user(&self, user: &str) -> Self {
+        Self {
+            user: Some(Arc::from(user)),
+            ..self.clone()
         }
     }
 }
@@ -266,15 +279,24 @@ impl NodeContext<'_> {
         stream_call(model.name(), watch(model.stream(request)), cx, request).await
     }
 
-    /// The definitions of the tools `allowed` to offer the model, recorded
-    /// as `tools_offered`; when re-executing, the recorded ones (the tools'
+    /// The definitions of the tools `allowed` to offer the model, each
+    /// shaped by `shape` (bound arguments removed), recorded as
+    /// `tools_offered`; when re-executing, the recorded ones (the tools'
     /// providers, an MCP server say, need not be running). Call once per
     /// task, before the first model call.
-    pub async fn offer_tools(&self, allowed: &[String]) -> Vec<ToolDef> {
+    pub async fn offer_tools(
+        &self,
+        allowed: &[String],
+        shape: impl Fn(&mut ToolDef),
+    ) -> Vec<ToolDef> {
         let recorded = self.services.playback.as_ref().and_then(|p| {
             p.tools_offered(self.events.node(), self.events.step(), self.events.task())
         });
-        let defs = recorded.unwrap_or_else(|| self.services.tools.defs(allowed));
+        let defs = recorded.unwrap_or_else(|| {
+            let mut defs = self.services.tools.defs(allowed);
+            defs.iter_mut().for_each(shape);
+            defs
+        });
         if !defs.is_empty() {
             self.events
                 .emit(EventKind::ToolsOffered {

@@ -103,6 +103,59 @@ impl Fill {
     }
 }
 
+/// Checks that each `fill_args` argument is one some tool of the node
+/// takes (`tools`: its entries), when `check` knows every offered tool's
+/// schema (registered or locked): a fill no tool takes never happens.
+///
+/// # Errors
+/// An argument no offered tool takes (reported).
+pub(super) fn check_against(cx: &mut BuildCx<'_>, tools: &[String]) -> Result<(), Reported> {
+    let Some(v) = cx.setting("fill_args") else {
+        return Ok(());
+    };
+    let SpValue::Map(entries) = &v.value else {
+        return Ok(());
+    };
+    let Some(offered) = tools
+        .iter()
+        .map(|t| cx.tools.members_at_check(t))
+        .collect::<Option<Vec<_>>>()
+    else {
+        return Ok(());
+    };
+    let mut takes: Vec<String> = Vec::new();
+    for name in offered.into_iter().flatten() {
+        let Some(schema) = cx.tools.schema_at_check(&name) else {
+            return Ok(());
+        };
+        if let Some(props) = schema["properties"].as_object() {
+            takes.extend(props.keys().cloned());
+        }
+    }
+    takes.sort();
+    takes.dedup();
+    let mut ok = true;
+    for (k, _) in entries {
+        if takes.contains(&k.value) {
+            continue;
+        }
+        let hint =
+            crate::graph::diagnostic::did_you_mean(&k.value, takes.iter().map(String::as_str))
+                .or_else(|| Some(format!("the node's tools take {}", takes.join(", "))));
+        cx.error(
+            k.loc,
+            "unknown-argument",
+            format!(
+                "`fill_args` fills `{}`, which none of the node's tools takes",
+                k.value
+            ),
+            hint,
+        );
+        ok = false;
+    }
+    if ok { Ok(()) } else { Err(Reported) }
+}
+
 /// `null` or empty text.
 fn empty(v: &Value) -> bool {
     match v {

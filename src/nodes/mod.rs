@@ -22,6 +22,7 @@
 //! | `interrupt` | asks a person a question; the run waits for the answer |
 
 mod agent;
+mod bind;
 pub mod bounds;
 mod context;
 mod convo;

@@ -74,25 +74,41 @@ impl Pauses {
     pub(super) fn build(cx: &mut BuildCx<'_>, tools: &[String]) -> Result<Self, Reported> {
         let approve = cx.names("approve")?;
         let mut ok = true;
+        // Every tool the node offers, as far as `check` knows (the lock
+        // file lists MCP servers' tools); `None` when some entry's tools
+        // are unknown until a server lists them.
+        let offered: Option<Vec<String>> = tools
+            .iter()
+            .map(|t| cx.tools.members_at_check(t))
+            .collect::<Option<Vec<_>>>()
+            .map(|m| m.into_iter().flatten().collect());
         for a in &approve {
-            let listed = tools.contains(&a.value);
-            let in_partition = cx
-                .tools
-                .partitions()
-                .iter()
-                .any(|(p, members)| tools.contains(p) && members.contains(&a.value));
-            // A partition only configuration provides (an MCP server) has
-            // members unknown until run time.
-            let external = tools.iter().any(|t| cx.external_tools.contains(t));
-            if !listed && !in_partition && !external {
+            let known = match &offered {
+                Some(names) => names.contains(&a.value) || tools.contains(&a.value),
+                // A partition whose tools are not locked yet: its members
+                // are known at run time; approving one of them is fine.
+                None => true,
+            };
+            if !known {
+                let names = offered.as_deref().unwrap_or_default();
+                let hint = crate::graph::diagnostic::did_you_mean(
+                    &a.value,
+                    names.iter().map(String::as_str),
+                )
+                .unwrap_or_else(|| {
+                    format!(
+                        "the node offers {}; approve one of them, or add the tool to `tools`",
+                        names.join(", ")
+                    )
+                });
                 cx.error(
                     a.loc,
                     "invalid-setting",
                     format!(
-                        "`{}` is in `approve` but not among the node's `tools`",
+                        "`{}` is in `approve` but the node does not offer it",
                         a.value
                     ),
-                    Some("approve tools the node may call: list them in `tools` too".into()),
+                    Some(hint),
                 );
                 ok = false;
             }

@@ -381,7 +381,7 @@ pub async fn reexecute(
     tools: Services,
     recorded: &[Event],
 ) -> Result<Reexecution, ReplayError> {
-    let (input, version, forked_from, frontier) = recorded
+    let (input, version, forked_from, frontier, user) = recorded
         .iter()
         .find_map(|e| match &e.event {
             EventKind::RunStarted {
@@ -389,18 +389,21 @@ pub async fn reexecute(
                 graph_version,
                 forked_from,
                 frontier,
+                user,
                 ..
             } => Some((
                 Arc::clone(input),
                 graph_version.clone(),
                 forked_from.clone(),
                 frontier.clone(),
+                user.clone(),
             )),
             _ => None,
         })
         .ok_or_else(|| ReplayError::State("the recording has no run_started event".into()))?;
     let mut services = tools;
     services.playback = Some(Arc::new(Recording::from_events(recorded)));
+    services.user = user.map(Arc::from);
     let (tx, mut rx) = mpsc::channel::<Arc<Event>>(1024);
     let collect = tokio::spawn(async move {
         let mut v = Vec::new();

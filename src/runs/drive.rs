@@ -73,14 +73,14 @@ pub(super) async fn drive(
             Vec::new(),
             Box::pin(runtime::run(
                 Arc::clone(&launch.graph),
-                Arc::clone(&runs.services),
+                replaying(&runs, &[], &launch.user_id),
                 input,
                 opts,
             )),
         ),
         Begin::Again { input, history } => {
             opts.logged = history.clone();
-            let services = replaying(&runs, &opts.logged);
+            let services = replaying(&runs, &opts.logged, &launch.user_id);
             let run = runtime::run(Arc::clone(&launch.graph), services, input, opts);
             (history, Box::pin(run))
         }
@@ -98,7 +98,7 @@ pub(super) async fn drive(
                 .cloned()
                 .collect();
             opts.answers = Some(answers);
-            let services = replaying(&runs, &opts.logged);
+            let services = replaying(&runs, &opts.logged, &launch.user_id);
             let run = runtime::resume(Arc::clone(&launch.graph), services, from, opts);
             fresh_message = new_message;
             (history, Box::pin(run))
@@ -109,7 +109,7 @@ pub(super) async fn drive(
                 .filter(|e| e.step > from.step)
                 .cloned()
                 .collect();
-            let services = replaying(&runs, &opts.logged);
+            let services = replaying(&runs, &opts.logged, &launch.user_id);
             let run = runtime::resume(Arc::clone(&launch.graph), services, from, opts);
             (history, Box::pin(run))
         }
@@ -172,14 +172,14 @@ pub(super) fn linger(runs: Arc<Runs>, hub: Arc<RunHub>) {
     });
 }
 
-/// The services for a recovered run: calls whose answers `logged` holds
-/// (finished model calls, tool results) are served from it, not repeated.
-fn replaying(runs: &Runs, logged: &[Event]) -> Arc<Services> {
-    if logged.is_empty() {
-        return Arc::clone(&runs.services);
+/// The services for a run acting for `user` (bound tool arguments read
+/// it); for a recovered run, calls whose answers `logged` holds (finished
+/// model calls, tool results) are served from it, not repeated.
+fn replaying(runs: &Runs, logged: &[Event], user: &str) -> Arc<Services> {
+    let mut s = runs.services.for_user(user);
+    if !logged.is_empty() {
+        s.playback = Some(Arc::new(Recording::from_events(logged)));
     }
-    let mut s = (*runs.services).clone();
-    s.playback = Some(Arc::new(Recording::from_events(logged)));
     Arc::new(s)
 }
 

@@ -80,6 +80,7 @@ pub async fn run(
             forked_from: opts.forked_from.clone(),
             frontier: None,
             stream: opts.stream.clone(),
+            user: services.user.as_deref().map(str::to_owned),
         },
     )
     .await;
@@ -168,6 +169,7 @@ pub async fn resume(
                     joins: from.joins.clone(),
                 }),
                 stream: opts.stream.clone(),
+                user: services.user.as_deref().map(str::to_owned),
             },
         )
         .await;

@@ -154,7 +154,19 @@ pub(super) fn route<'n>(
     let mut sends: Vec<Task> = Vec::new();
     let mut map_count = std::collections::HashMap::<NodeIdx, u32>::new();
     let mut outcome = Ok(());
-    'tasks: for t in ran {
+    // The nodes whose edges are followed: those that ran, then the targets
+    // of empty map edges (`on_empty: skip`), as if they ran with nothing to
+    // do — each once.
+    let mut work: Vec<NodeIdx> = ran.iter().map(|t| t.node).collect();
+    let mut skipped: Vec<NodeIdx> = Vec::new();
+    let mut i = 0;
+    'tasks: while let Some(&node) = work.get(i) {
+        i += 1;
+        let t = Task {
+            node,
+            item: None,
+            order: (node, 0),
+        };
         for tr in &graph.nodes[t.node as usize].out {
             match tr {
                 Transition::Goto(Target::Node(n)) => trigger(*n),
@@ -183,7 +195,11 @@ pub(super) fn route<'n>(
                         }
                     }
                 }
-                Transition::Map { over, to } => {
+                Transition::Map {
+                    over,
+                    to,
+                    fail_on_empty,
+                } => {
                     let items = match over.list(state) {
                         Ok(items) => items,
                         Err(e) => {
@@ -194,6 +210,23 @@ pub(super) fn route<'n>(
                             break 'tasks;
                         }
                     };
+                    if items.is_empty() {
+                        if *fail_on_empty {
+                            outcome = Err(RunError::Map {
+                                node: name(t.node).into_owned(),
+                                message: format!(
+                                    "the list for `{}` is empty (`on_empty: fail`)",
+                                    name(*to)
+                                ),
+                            });
+                            break 'tasks;
+                        }
+                        if !skipped.contains(to) {
+                            skipped.push(*to);
+                            work.push(*to);
+                        }
+                        continue;
+                    }
                     let c = map_count.entry(*to).or_default();
                     for item in items {
                         *c += 1;

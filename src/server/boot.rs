@@ -17,6 +17,7 @@ const MCP_STARTUP_WAIT: std::time::Duration = std::time::Duration::from_secs(10)
 /// tools, plus whatever an embedding application registered).
 pub async fn build_state(config: Config, registries: Registries) -> Result<Arc<AppState>, String> {
     config.tools.apply(&registries.tools)?;
+    let state_tools = Arc::clone(&registries.tools);
     // Before the graphs compile: it declares the MCP partitions they name.
     let mcp = (!config.tools.mcp.servers.is_empty())
         .then(|| McpManager::start(&config.tools.mcp, Arc::clone(&registries.tools)));
@@ -66,6 +67,14 @@ pub async fn build_state(config: Config, registries: Registries) -> Result<Arc<A
                 tracing::warn!(server = %s.name, error = ?s.last_error, "MCP server not ready yet; retrying in the background");
             }
         }
+        // The lock `check` used must still say what the servers list.
+        let ready: Vec<(String, String)> = m
+            .status()
+            .into_iter()
+            .filter(|s| s.state == ServerState::Ready)
+            .map(|s| (s.name, s.partition))
+            .collect();
+        crate::tools::lock::warn_if_stale(&state_tools, &config.paths.graphs, &ready);
     }
     Ok(AppState::with_mcp(config, store, &engine, mcp))
 }

@@ -11,6 +11,7 @@ pub mod builtin;
 mod cache;
 pub mod config;
 pub mod http;
+pub mod lock;
 pub mod mcp;
 mod registry;
 pub mod search;

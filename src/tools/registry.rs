@@ -63,6 +63,9 @@ struct Inner {
     /// Per-tool policy overrides from config, merged onto the tool's own
     /// policy at call time (the tool may register later).
     policies: BTreeMap<String, PolicyOverride>,
+    /// Tools the lock file lists (name → partition, argument schema):
+    /// known to `check`, never called (see [`crate::tools::lock`]).
+    locked: BTreeMap<String, (String, Arc<Value>)>,
 }
 
 /// All tools.
@@ -219,6 +222,74 @@ impl ToolRegistry {
                 .push(name.clone());
         }
         out
+    }
+
+    /// Adds the tools of a lock file to what `check` knows (they are not
+    /// callable: the live servers provide the tools a run calls).
+    pub fn add_locked(&self, lock: &crate::tools::lock::ToolLock) {
+        let mut g = self.write();
+        for (partition, t) in lock.tools() {
+            g.locked.insert(
+                t.name.clone(),
+                (partition.to_owned(), Arc::clone(&t.input_schema)),
+            );
+        }
+    }
+
+    /// [`ToolRegistry::knows`], locked tools and partitions included: what
+    /// a graph file may name.
+    pub fn knows_at_check(&self, entry: &str) -> bool {
+        self.knows(entry) || {
+            let g = self.read();
+            g.locked.contains_key(entry) || g.locked.values().any(|(p, _)| p == entry)
+        }
+    }
+
+    /// Tool and partition names a graph file may use (locked ones
+    /// included), for "did you mean".
+    pub fn names_at_check(&self) -> Vec<String> {
+        let mut out = self.names();
+        out.extend(self.partitions().into_keys());
+        let g = self.read();
+        out.extend(g.locked.keys().cloned());
+        out.extend(g.locked.values().map(|(p, _)| p.clone()));
+        out.sort();
+        out.dedup();
+        out
+    }
+
+    /// The argument schema of a tool, registered or locked.
+    pub fn schema_at_check(&self, name: &str) -> Option<Arc<Value>> {
+        let g = self.read();
+        g.tools
+            .get(name)
+            .map(|e| Arc::clone(&e.tool.spec().input_schema))
+            .or_else(|| g.locked.get(name).map(|(_, s)| Arc::clone(s)))
+    }
+
+    /// The tools a graph-file entry offers, as far as `check` can know:
+    /// `None` when it is a partition whose tools are unknown until a server
+    /// lists them (declared, not locked).
+    pub fn members_at_check(&self, entry: &str) -> Option<Vec<String>> {
+        let g = self.read();
+        if g.tools.contains_key(entry) || g.locked.contains_key(entry) {
+            return Some(vec![entry.to_owned()]);
+        }
+        let mut out: Vec<String> = g
+            .tools
+            .iter()
+            .filter(|(_, e)| e.tool.spec().partition == entry)
+            .map(|(n, _)| n.clone())
+            .collect();
+        out.extend(
+            g.locked
+                .iter()
+                .filter(|(_, (p, _))| p == entry)
+                .map(|(n, _)| n.clone()),
+        );
+        out.sort();
+        out.dedup();
+        (!out.is_empty()).then_some(out)
     }
 
     /// Whether a graph-file entry names a tool or a partition.

@@ -294,6 +294,7 @@ fn every_kind() -> Vec<EventKind> {
                 joins: vec![vec!["a".into()]],
             }),
             stream: Some(json!({"messageId": "m1"})),
+            user: Some("alice".into()),
         },
         EventKind::NodeStarted {
             attempt: 1,
