@@ -8,8 +8,10 @@
 //!   `finish` carries `finishReason: "error"` so the client knows the turn
 //!   did not end cleanly. The stored message is the streamed one: the
 //!   answer, then the `data-error` part.
-//! - Nothing was answered yet, or the answering node itself failed
-//!   mid-answer (`on_error: fail`): one `error` chunk naming the run as
+//! - Nothing was answered yet, the answering node itself failed
+//!   mid-answer (`on_error: fail`), or the run failed with no node to
+//!   blame (its store became unavailable mid-answer: what was shown may not
+//!   be stored): one `error` chunk naming the run as
 //!   the reference, then `finish` with reason `error`; the stored message
 //!   keeps what the run did but not the half answer
 //!   ([`crate::sse::Assembler::stored_parts`]).
@@ -30,7 +32,15 @@ impl Bridge {
         if let Some(node) = &self.failed_node {
             metadata["node"] = json!(node);
         }
-        if self.answered && !self.answer_failed {
+        // The answer is whole when no answer part is still open and the
+        // failure is a node's other than the one answering; a run that
+        // failed otherwise (its store went away mid-answer) is not known
+        // to have stored or finished what it showed.
+        let whole = self.answered
+            && self.text.is_none()
+            && self.failed_node.is_some()
+            && !self.answer_failed;
+        if whole {
             self.close_parts(out);
             self.close_step(out);
             let mut data = json!({
