@@ -43,7 +43,7 @@ description: Broken on purpose.
 entry: start
 state:
   fields:
-    text: { type: string }
+    query: { type: string }
 nodes:
   - id: start
     kind: noop
