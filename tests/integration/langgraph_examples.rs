@@ -188,3 +188,46 @@ async fn customer_support_cannot_touch_another_passengers_tickets() {
     assert!(sse.contains(r#""cancelled":"T-BOB""#), "{sse}");
     server.shutdown().await;
 }
+
+#[tokio::test]
+async fn plan_and_execute_runs_each_step_with_tools_until_the_replanner_answers() {
+    let model = ScriptedModel::from_fn(|req| {
+        let s = system(req);
+        let after_tool = matches!(req.messages.last(), Some(ChatMessage::Tool { .. }));
+        if s.starts_with("For the given objective") {
+            Turn::json(json!({"plan": ["compute 6*7", "double it"]}))
+        } else if s.starts_with("You execute one step") {
+            match (s.contains("Execute step 1: compute 6*7"), after_tool) {
+                (true, false) => Turn::tool("calculator", json!({"expression": "6*7"})),
+                (false, false) => Turn::tool("calculator", json!({"expression": "42*2"})),
+                (_, true) => Turn::text("done"),
+            }
+        } else {
+            // The replanner sees the executor's tool results in the conversation.
+            let results = req
+                .messages
+                .iter()
+                .filter(|m| matches!(m, ChatMessage::Tool { .. }))
+                .count();
+            match results {
+                1 => Turn::json(json!({"plan": ["double it"], "answer": ""})),
+                _ => Turn::json(json!({"plan": [], "answer": "84"})),
+            }
+        }
+    });
+    let input = json!({
+        "query": "What is 6 times 7, doubled?",
+        "messages": [{"id": "u1", "role": "user", "content": "What is 6 times 7, doubled?"}]
+    });
+    let (state, steps) = run("plan_execute", model, input).await;
+    assert_eq!(state["answer"], "84");
+    assert_eq!(steps, 5, "planner, executor, replan, executor, replan");
+    let tools: Vec<&Value> = state["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|m| m["role"] == "tool")
+        .collect();
+    assert_eq!(tools.len(), 2);
+    assert!(tools[1]["content"].as_str().unwrap().contains("84"));
+}
