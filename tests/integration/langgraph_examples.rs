@@ -10,9 +10,15 @@ use stategraph::runtime::{self, RunOptions};
 
 use crate::support::{registries, root, services};
 
+mod adaptive_rag;
+
 fn catalog() -> stategraph::nodes::GraphCatalog {
     let dir = root().join("examples/langgraph");
-    let cat = registries().load(&dir.join("graphs"), &dir.join("prompts"));
+    let reg = registries();
+    // As `check --config examples/langgraph/stategraph.toml` does: the
+    // MCP servers' partitions are known (adaptive RAG's `tool: retrieve`).
+    reg.tools.declare_partition("blog");
+    let cat = reg.load(&dir.join("graphs"), &dir.join("prompts"));
     assert!(cat.diagnostics.is_empty(), "{:#?}", cat.diagnostics);
     cat
 }
