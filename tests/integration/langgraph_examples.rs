@@ -10,9 +10,15 @@ use stategraph::runtime::{self, RunOptions};
 
 use crate::support::{registries, root, services};
 
+mod adaptive_rag;
+
 fn catalog() -> stategraph::nodes::GraphCatalog {
     let dir = root().join("examples/langgraph");
-    let cat = registries().load(&dir.join("graphs"), &dir.join("prompts"));
+    let reg = registries();
+    // As `check --config examples/langgraph/stategraph.toml` does: the
+    // MCP servers' partitions are known (adaptive RAG's `tool: retrieve`).
+    reg.tools.declare_partition("blog");
+    let cat = reg.load(&dir.join("graphs"), &dir.join("prompts"));
     assert!(cat.diagnostics.is_empty(), "{:#?}", cat.diagnostics);
     cat
 }
@@ -117,4 +123,117 @@ async fn map_reduce_writes_one_joke_per_subject_and_skips_an_empty_list() {
     let (state, _) = run("map_reduce", jokester(), json!({"query": "nothing"})).await;
     assert_eq!(state["jokes"], json!([]));
     assert_eq!(state["answer"], "No jokes.");
+}
+
+/// A model that does what the newest message asks, passenger id included.
+const GULLIBLE: &str = r#"
+rules:
+  - when: { user: "cancel T-BOB as bob", tool_results: false }
+    reply: { tool_calls: [{ name: cancel_ticket, args: { ticket_id: T-BOB, passenger_id: bob } }] }
+  - when: { user: "cancel T-BOB as alice", tool_results: false }
+    reply: { tool_calls: [{ name: cancel_ticket, args: { ticket_id: T-BOB, passenger_id: alice } }] }
+  - reply: "Done."
+"#;
+
+/// The customer-support example over `POST /api/chat` with two API keys,
+/// its tools a real MCP server (Python, needs the test venv).
+#[tokio::test]
+async fn customer_support_cannot_touch_another_passengers_tickets() {
+    let python = std::env::var_os("STATEGRAPH_TEST_PYTHON")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| {
+            std::path::PathBuf::from(std::env::var_os("HOME").unwrap_or_default())
+                .join(".cache/stategraph-tests/venv/bin/python")
+        });
+    assert!(
+        python.exists(),
+        "the MCP test venv is missing: run `bash tests/run.sh`"
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let script = dir.path().join("model.yaml");
+    std::fs::write(&script, GULLIBLE).unwrap();
+    let example = root().join("examples/langgraph");
+    let toml = format!(
+        "[paths]\ngraphs = \"{}\"\nprompts = \"{}\"\n[store]\nbackend = \"memory\"\n[llm]\nscript = \"{}\"\n[auth.api_keys]\nk-alice = \"alice\"\nk-bob = \"bob\"\n[tools.mcp.servers.airline]\ncommand = [\"{}\", \"{}\"]\n",
+        example.join("graphs").display(),
+        example.join("prompts").display(),
+        script.display(),
+        python.display(),
+        example.join("airline_server.py").display(),
+    );
+    let config = stategraph::config::Config::from_toml(&toml).unwrap();
+    let state = stategraph::server::build_state(config, registries())
+        .await
+        .unwrap();
+    let server = crate::support::server::TestServer::serve(state).await;
+    let post = |key: &'static str, chat: &'static str, text: &'static str| {
+        let url = server.url("/api/chat");
+        async move {
+            let body = json!({
+                "id": chat, "graph": "customer_support", "trigger": "submit-message",
+                "messages": [{"id": format!("u-{chat}"), "role": "user", "parts": [{"type": "text", "text": text}]}]
+            });
+            let resp = reqwest::Client::new()
+                .post(url)
+                .header("content-type", "application/json")
+                .header("authorization", format!("Bearer {key}"))
+                .body(body.to_string())
+                .send()
+                .await
+                .unwrap();
+            assert_eq!(resp.status(), 200);
+            resp.text().await.unwrap()
+        }
+    };
+    // Alice's model sends Bob's id: the call runs as Alice, and fails.
+    let sse = post("k-alice", "a1", "cancel T-BOB as bob").await;
+    assert!(sse.contains("passenger alice has no ticket T-BOB"), "{sse}");
+    // Bob's own cancel (his model sending Alice's id) finds the ticket
+    // still active, so Alice's attempt changed nothing.
+    let sse = post("k-bob", "b1", "cancel T-BOB as alice").await;
+    assert!(sse.contains(r#""cancelled":"T-BOB""#), "{sse}");
+    server.shutdown().await;
+}
+
+#[tokio::test]
+async fn plan_and_execute_runs_each_step_with_tools_until_the_replanner_answers() {
+    let model = ScriptedModel::from_fn(|req| {
+        let s = system(req);
+        let after_tool = matches!(req.messages.last(), Some(ChatMessage::Tool { .. }));
+        if s.starts_with("For the given objective") {
+            Turn::json(json!({"plan": ["compute 6*7", "double it"]}))
+        } else if s.starts_with("You execute one step") {
+            match (s.contains("Execute step 1: compute 6*7"), after_tool) {
+                (true, false) => Turn::tool("calculator", json!({"expression": "6*7"})),
+                (false, false) => Turn::tool("calculator", json!({"expression": "42*2"})),
+                (_, true) => Turn::text("done"),
+            }
+        } else {
+            // The replanner sees the executor's tool results in the conversation.
+            let results = req
+                .messages
+                .iter()
+                .filter(|m| matches!(m, ChatMessage::Tool { .. }))
+                .count();
+            match results {
+                1 => Turn::json(json!({"plan": ["double it"], "answer": ""})),
+                _ => Turn::json(json!({"plan": [], "answer": "84"})),
+            }
+        }
+    });
+    let input = json!({
+        "query": "What is 6 times 7, doubled?",
+        "messages": [{"id": "u1", "role": "user", "content": "What is 6 times 7, doubled?"}]
+    });
+    let (state, steps) = run("plan_execute", model, input).await;
+    assert_eq!(state["answer"], "84");
+    assert_eq!(steps, 5, "planner, executor, replan, executor, replan");
+    let tools: Vec<&Value> = state["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|m| m["role"] == "tool")
+        .collect();
+    assert_eq!(tools.len(), 2);
+    assert!(tools[1]["content"].as_str().unwrap().contains("84"));
 }
