@@ -323,6 +323,22 @@ fn covers(cx: &mut BuildCx<'_>, tool: &str, entries: &[String]) -> bool {
             );
             false
         }
+        None if let Some(partition) = cx.tools.locked_partition(tool) => {
+            // Known from the tool lock (an MCP server `check` did not start):
+            // held to the node's `tools` as a registered tool is.
+            if entries.iter().any(|e| e == tool || *e == partition) {
+                return true;
+            }
+            cx.error(
+                loc,
+                "invalid-setting",
+                format!("`tool: {tool}` is not among the tools the node lists in `tools`"),
+                Some(format!(
+                    "add `{tool}` or its partition `{partition}` to `tools`"
+                )),
+            );
+            false
+        }
         None => {
             if entries
                 .iter()

@@ -245,6 +245,16 @@ impl ToolRegistry {
         }
     }
 
+    /// The partition of a tool known only from the lock (not registered in
+    /// this process): what `check` knows of an MCP tool it did not start.
+    pub fn locked_partition(&self, name: &str) -> Option<String> {
+        let g = self.read();
+        if g.tools.contains_key(name) {
+            return None;
+        }
+        g.locked.get(name).map(|(p, _)| p.clone())
+    }
+
     /// Tool and partition names a graph file may use (locked ones
     /// included), for "did you mean".
     pub fn names_at_check(&self) -> Vec<String> {
