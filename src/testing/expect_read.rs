@@ -20,6 +20,7 @@ const EXPECT_KEYS: &[&str] = &[
     "interrupts",
     "stream",
     "aisdk_valid",
+    "judge",
 ];
 const ANSWER_KEYS: &[&str] = &[
     "equals",
@@ -86,6 +87,9 @@ pub(super) fn expect(r: &mut Reader<'_>, v: &Sp<SpValue>) -> Expect {
     }
     out.aisdk_valid =
         get(&e, "aisdk_valid").and_then(|b| Some(Sp::new(r.bool(b, "`aisdk_valid`")?, b.loc)));
+    if let Some(j) = get(&e, "judge") {
+        out.judge = r.names(j, "`judge`");
+    }
     out
 }
 
