@@ -222,7 +222,10 @@ fn def_expect() -> Value {
             "aisdk_valid": {"type": "boolean"},
             "judge": {
                 "description": "criteria a judge model checks the answer against (--judge ROLE or [testing] judge); not judged without one",
-                "$ref": "#/$defs/names"
+                "oneOf": [
+                    {"type": "string", "minLength": 1},
+                    {"type": "array", "items": {"type": "string", "minLength": 1}}
+                ]
             }
         }
     })
