@@ -93,14 +93,16 @@ pub(super) fn eval(ctx: &Ctx, args: EvalArgs, out: &mut dyn Write) -> anyhow::Re
         models: services.models.clone(),
         tools: Arc::clone(&services.tools),
         timeout,
-        judge: args
+        judge: match args
             .judge
             .clone()
             .or_else(|| ctx.config.testing.judge.clone())
-            .map(|role| testing::Judge {
-                model: Arc::clone(services.models.for_role(&role)),
-                role,
-            }),
+        {
+            Some(role) => {
+                Some(testing::Judge::of_role(&services.models, &role).map_err(anyhow::Error::msg)?)
+            }
+            None => None,
+        },
         criteria: args.criteria.clone(),
     });
     let from_file = match &args.inputs {

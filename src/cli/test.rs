@@ -99,10 +99,9 @@ pub(super) fn test(ctx: &Ctx, args: TestArgs, out: &mut dyn Write) -> anyhow::Re
         .clone()
         .or_else(|| ctx.config.testing.judge.clone())
     {
-        Some(role) => Some(testing::Judge {
-            model: Arc::clone(ctx.services()?.models.for_role(&role)),
-            role,
-        }),
+        Some(role) => Some(
+            testing::Judge::of_role(&ctx.services()?.models, &role).map_err(anyhow::Error::msg)?,
+        ),
         None => None,
     };
     let (suites, diagnostics) = load(ctx, &files, timeout, live, judge);

@@ -23,6 +23,27 @@ pub struct Judge {
     pub model: Arc<dyn ChatModel>,
 }
 
+impl Judge {
+    /// The judge of `role` among `models` (a role without its own model
+    /// is the default one).
+    ///
+    /// # Errors
+    /// The role's model is the built-in offline model: it makes up JSON
+    /// that fits the schema, so its verdicts would pass without judging.
+    pub fn of_role(models: &crate::llm::Models, role: &str) -> Result<Self, String> {
+        let model = Arc::clone(models.for_role(role));
+        if model.is_offline() {
+            return Err(format!(
+                "judge role `{role}`: its model is the offline model, which cannot judge (configure `[llm]` or a role `[llm.roles.{role}]`, or give --model-script)"
+            ));
+        }
+        Ok(Self {
+            role: role.to_owned(),
+            model,
+        })
+    }
+}
+
 /// What became of one judged expectation.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct Judged {

@@ -435,6 +435,16 @@ fn judged_expectations_are_judged_only_with_a_judge_model() {
         "{report:#}"
     );
 
+    // The offline model would make up a verdict that fits the schema: it
+    // is refused as a judge, not trusted.
+    let out = sg(&["test", fixture.to_str().unwrap(), "--judge", "judge"]);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    assert!(
+        text(&out).contains("its model is the offline model, which cannot judge"),
+        "{}",
+        text(&out)
+    );
+
     let script = root().join("tests/fixtures/testfiles/judge-script.yaml");
     let dir = tempfile::tempdir().unwrap();
     let junit = dir.path().join("junit.xml");
