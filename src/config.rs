@@ -366,6 +366,17 @@ pub struct Config {
     pub limits: LimitsConfig,
     /// Logs and traces.
     pub telemetry: TelemetryConfig,
+    /// `stategraph test` and `eval`.
+    pub testing: TestingConfig,
+}
+
+/// `[testing]`: settings of `stategraph test`.
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct TestingConfig {
+    /// The `[llm]` role whose model judges `judge:` expectations
+    /// (`--judge ROLE` wins). Unset: they are reported as not judged.
+    pub judge: Option<String>,
 }
 
 impl Config {

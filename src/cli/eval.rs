@@ -48,7 +48,8 @@ pub(super) struct EvalArgs {
     /// The longest one run may take, e.g. 2m.
     #[arg(long, default_value = "120s")]
     pub(super) timeout: String,
-    /// Exit 1 when any run took another route or now fails (for CI).
+    /// Exit 1 when any run took another route, now fails or fails a judged
+    /// criterion (for CI).
     #[arg(long)]
     pub(super) fail_on_change: bool,
     /// Run the user inputs of this file instead of stored chats (YAML or
@@ -56,6 +57,14 @@ pub(super) struct EvalArgs {
     /// `{graph, inputs: [...]}`), with the configured model.
     #[arg(long, value_name = "FILE", conflicts_with_all = ["since", "chats", "runs"])]
     pub(super) inputs: Option<PathBuf>,
+    /// Judge each run's answer now against this criterion (repeatable), e.g.
+    /// "the answer cites a source"; judged only with a judge model.
+    #[arg(long = "criterion", value_name = "TEXT")]
+    pub(super) criteria: Vec<String>,
+    /// The `[llm]` role whose model judges the criteria (default:
+    /// `[testing] judge`); without one they are reported as not judged.
+    #[arg(long, value_name = "ROLE")]
+    pub(super) judge: Option<String>,
     /// Compare the inputs' runs with this earlier `--json` report of the
     /// same inputs (matched by name).
     #[arg(long, value_name = "REPORT", requires = "inputs")]
@@ -84,6 +93,17 @@ pub(super) fn eval(ctx: &Ctx, args: EvalArgs, out: &mut dyn Write) -> anyhow::Re
         models: services.models.clone(),
         tools: Arc::clone(&services.tools),
         timeout,
+        judge: match args
+            .judge
+            .clone()
+            .or_else(|| ctx.config.testing.judge.clone())
+        {
+            Some(role) => {
+                Some(testing::Judge::of_role(&services.models, &role).map_err(anyhow::Error::msg)?)
+            }
+            None => None,
+        },
+        criteria: args.criteria.clone(),
     });
     let from_file = match &args.inputs {
         Some(path) => Some(inputs(path, args.baseline.as_deref(), &args, &env)?),
@@ -113,11 +133,13 @@ pub(super) fn eval(ctx: &Ctx, args: EvalArgs, out: &mut dyn Write) -> anyhow::Re
         std::fs::write(path, text).with_context(|| format!("writing {}", path.display()))?;
     }
     let s = testing::eval_summary(&evals);
-    Ok(if args.fail_on_change && (s.route > 0 || s.now_fail > 0) {
-        ExitCode::FAILURE
-    } else {
-        ExitCode::SUCCESS
-    })
+    Ok(
+        if args.fail_on_change && (s.route > 0 || s.now_fail > 0 || s.judged_fail > 0) {
+            ExitCode::FAILURE
+        } else {
+            ExitCode::SUCCESS
+        },
+    )
 }
 
 /// The inputs of a file as runs without a recording, each with its side

@@ -48,6 +48,11 @@ pub(super) struct TestArgs {
     /// calls fail the case, and no model is reached.
     #[arg(long)]
     pub(super) live: bool,
+    /// Judge the `judge:` expectations with the model of this `[llm]` role
+    /// (default: `[testing] judge`). Without one they are reported as not
+    /// judged.
+    #[arg(long, value_name = "ROLE")]
+    pub(super) judge: Option<String>,
     /// Write a case from this stored run instead of running tests.
     #[arg(long, value_name = "RUN_ID")]
     pub(super) from_run: Option<uuid::Uuid>,
@@ -89,7 +94,17 @@ pub(super) fn test(ctx: &Ctx, args: TestArgs, out: &mut dyn Write) -> anyhow::Re
     } else {
         None
     };
-    let (suites, diagnostics) = load(ctx, &files, timeout, live);
+    let judge = match args
+        .judge
+        .clone()
+        .or_else(|| ctx.config.testing.judge.clone())
+    {
+        Some(role) => Some(
+            testing::Judge::of_role(&ctx.services()?.models, &role).map_err(anyhow::Error::msg)?,
+        ),
+        None => None,
+    };
+    let (suites, diagnostics) = load(ctx, &files, timeout, live, judge);
     for d in &diagnostics {
         writeln!(out, "{d}")?;
     }
@@ -148,6 +163,7 @@ fn load(
     files: &[PathBuf],
     turn_timeout: Duration,
     live: Option<crate::llm::Models>,
+    judge: Option<testing::Judge>,
 ) -> (Vec<Suite>, Vec<Diagnostic>) {
     let mut groups: BTreeMap<PathBuf, Vec<&PathBuf>> = BTreeMap::new();
     for f in files {
@@ -166,6 +182,7 @@ fn load(
             tools: Arc::clone(&ctx.registries.tools),
             turn_timeout,
             live: live.clone(),
+            judge: judge.clone(),
         });
         let mut ok = Vec::new();
         for f in files {

@@ -79,6 +79,8 @@ pub(super) async fn post(
         models: state.services.models.clone(),
         tools: Arc::clone(&state.services.tools),
         timeout: Duration::from_secs(120),
+        judge: None,
+        criteria: Vec::new(),
     });
     let started = Instant::now();
     let evals = testing::eval_all(env, runs, 4).await;

@@ -28,6 +28,7 @@ use super::matching::text_diff;
 use super::observe::{Observation, observe};
 use super::spec::Status;
 use crate::events::{Event, EventKind, StepBatch};
+use crate::graph::loc::{Loc, Sp};
 use crate::llm::{ChatRequest, ChunkStream, Models, ToolDef};
 use crate::nodes::{Graph, GraphCatalog, Playback, Services};
 use crate::replay::Recording;
@@ -46,6 +47,12 @@ pub struct EvalEnv {
     pub tools: Arc<ToolRegistry>,
     /// The longest one run may take.
     pub timeout: Duration,
+    /// The judge model of `criteria` (`eval --judge ROLE`); `None`: the
+    /// criteria are reported as not judged.
+    pub judge: Option<super::judge::Judge>,
+    /// Criteria the judge checks each run's answer now against
+    /// (`--criterion`, repeatable); empty: nothing is judged.
+    pub criteria: Vec<String>,
 }
 
 /// A stored run to evaluate.
@@ -162,6 +169,10 @@ pub struct RunEval {
     /// Whether there was something to compare with (a recording, or a
     /// baseline for an input from a file).
     pub compared: bool,
+    /// The judge's verdict on the answer now, per criterion (`skipped`
+    /// without a judge model).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub judged: Vec<super::judge::Judged>,
 }
 
 impl RunEval {
@@ -195,6 +206,7 @@ pub async fn eval_run(env: &EvalEnv, run: &StoredRun) -> RunEval {
         recorded_calls: 0,
         live_calls: 0,
         compared: !from_file || run.baseline.is_some(),
+        judged: Vec::new(),
     };
     let Some(graph) = graph_now else {
         out.error = Some(format!("graph `{}` is no longer served", run.graph));
@@ -217,6 +229,16 @@ pub async fn eval_run(env: &EvalEnv, run: &StoredRun) -> RunEval {
     out.recorded_calls = playback.served.load(Ordering::Relaxed);
     out.live_calls = playback.live.load(Ordering::Relaxed);
     let after = side(&now);
+    if !env.criteria.is_empty() {
+        let criteria: Vec<Sp<String>> = env
+            .criteria
+            .iter()
+            .map(|c| Sp::new(c.clone(), Loc::default()))
+            .collect();
+        out.judged =
+            super::judge::judge_turn(env.judge.as_ref(), 0, &criteria, &out.input, &after.answer)
+                .await;
+    }
     if !out.compared {
         out.after = Some(after);
         return out;
@@ -578,6 +600,7 @@ pub async fn eval_all(env: Arc<EvalEnv>, runs: Vec<StoredRun>, jobs: usize) -> V
                 recorded_calls: 0,
                 live_calls: 0,
                 compared: true,
+                judged: Vec::new(),
             },
         });
     }

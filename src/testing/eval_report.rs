@@ -37,6 +37,12 @@ pub struct Summary {
     pub recorded_calls: u64,
     /// See `recorded_calls`.
     pub live_calls: u64,
+    /// Judged criteria the judge passed (`--criterion`).
+    pub judged_pass: usize,
+    /// Judged criteria it failed, or could not judge.
+    pub judged_fail: usize,
+    /// Criteria not judged: no judge model.
+    pub not_judged: usize,
 }
 
 /// The counts of `evals`.
@@ -68,6 +74,13 @@ pub fn summary(evals: &[RunEval]) -> Summary {
         }
         s.recorded_calls += u64::from(e.recorded_calls);
         s.live_calls += u64::from(e.live_calls);
+        for j in &e.judged {
+            match j.verdict {
+                "pass" => s.judged_pass += 1,
+                "skipped" => s.not_judged += 1,
+                _ => s.judged_fail += 1,
+            }
+        }
     }
     s
 }
@@ -95,6 +108,7 @@ pub fn text(evals: &[RunEval], elapsed: Duration, verbose: bool) -> String {
                             .unwrap_or_default()
                     );
                     let _ = writeln!(out, "  answer: {}", one_line(&a.answer, 160));
+                    judged(&mut out, e);
                 }
                 (None, err) => {
                     let _ = writeln!(
@@ -107,7 +121,8 @@ pub fn text(evals: &[RunEval], elapsed: Duration, verbose: bool) -> String {
             }
             continue;
         }
-        if !e.changes.any() && !verbose {
+        let judged_fail = e.judged.iter().any(|j| j.failed());
+        if !e.changes.any() && !judged_fail && !verbose {
             continue;
         }
         let label = match &e.chat {
@@ -163,6 +178,7 @@ pub fn text(evals: &[RunEval], elapsed: Duration, verbose: bool) -> String {
                 let _ = writeln!(out, "    {l}");
             }
         }
+        judged(&mut out, e);
         let _ = writeln!(
             out,
             "  tokens {} → {} · cost ${:.4} → ${:.4} · latency {:.0} ms → {:.0} ms · model calls {} recorded, {} live",
@@ -202,8 +218,39 @@ pub fn text(evals: &[RunEval], elapsed: Duration, verbose: bool) -> String {
         "  {:<28} {} recorded, {} live",
         "model calls", s.recorded_calls, s.live_calls
     );
+    if s.judged_pass + s.judged_fail + s.not_judged > 0 {
+        let _ = writeln!(
+            out,
+            "  {:<28} {} pass, {} fail, {} not judged{}",
+            "judged",
+            s.judged_pass,
+            s.judged_fail,
+            s.not_judged,
+            if s.not_judged > 0 {
+                " (no judge model: --judge ROLE)"
+            } else {
+                ""
+            }
+        );
+    }
     let _ = writeln!(out, "({} runs in {} ms)", s.runs, elapsed.as_millis());
     out
+}
+
+/// A run's judged criteria: each verdict with its reason.
+fn judged(out: &mut String, e: &RunEval) {
+    for j in &e.judged {
+        let mark = match j.verdict {
+            "pass" => "✓",
+            "skipped" => "-",
+            _ => "✗",
+        };
+        let _ = writeln!(
+            out,
+            "  {mark} judge {} “{}”: {}",
+            j.verdict, j.criterion, j.reason
+        );
+    }
 }
 
 /// "37 of 200 chats took another route; 5 now fail".
@@ -273,6 +320,7 @@ mod tests {
             recorded_calls: 1,
             live_calls: 2,
             compared: true,
+            judged: Vec::new(),
         }
     }
 

@@ -11,6 +11,7 @@ use tokio::sync::mpsc;
 use uuid::Uuid;
 
 use super::expect::{Failure, check};
+use super::judge::judge_turn;
 use super::observe::{Observation, observe};
 use super::script::{Miss, Script, registry};
 use super::spec::{Case, InputSpec, ResumeSpec, Start, Status, TestFile, TurnSpec};
@@ -38,6 +39,9 @@ pub struct Env {
     /// a call or its recorded request changed (`stategraph test --live`);
     /// `None`: such a call fails the case.
     pub live: Option<Models>,
+    /// The judge model of `judge:` expectations (`--judge ROLE`,
+    /// `[testing] judge`); `None`: they are reported as not judged.
+    pub judge: Option<super::judge::Judge>,
 }
 
 /// How one case went.
@@ -55,6 +59,9 @@ pub struct CaseResult {
     pub failures: Vec<Failure>,
     /// What each turn did.
     pub turns: Vec<Observation>,
+    /// The judged expectations, each with its verdict and reason (a
+    /// `fail` or `error` is in `failures` too).
+    pub judged: Vec<super::judge::Judged>,
     /// Wall time.
     pub duration: Duration,
 }
@@ -107,6 +114,7 @@ pub async fn run_case(env: &Env, file: &TestFile, case: &Case) -> CaseResult {
         loc: case.loc,
         failures: Vec::new(),
         turns: Vec::new(),
+        judged: Vec::new(),
         duration: Duration::ZERO,
     };
     let Some(graph) = env.catalog.get(&case.graph.value).cloned() else {
@@ -149,6 +157,33 @@ pub async fn run_case(env: &Env, file: &TestFile, case: &Case) -> CaseResult {
             }
         };
         result.failures.extend(check(i, &turn.expect, &obs));
+        if !turn.expect.judge.is_empty() {
+            let question = last_user_text(&chat.history);
+            let judged = judge_turn(
+                env.judge.as_ref(),
+                i,
+                &turn.expect.judge,
+                &question,
+                &obs.answer,
+            )
+            .await;
+            for j in judged.iter().filter(|j| j.failed()) {
+                let loc = Loc {
+                    line: j.line,
+                    column: j.column,
+                };
+                let message = if j.verdict == "fail" {
+                    format!(
+                        "the judge says the answer does not meet “{}”: {}",
+                        j.criterion, j.reason
+                    )
+                } else {
+                    format!("“{}” could not be judged: {}", j.criterion, j.reason)
+                };
+                result.failures.push(Failure::at("judge", i, loc, message));
+            }
+            result.judged.extend(judged);
+        }
         for miss in std::mem::take(
             &mut *notes
                 .lock()
@@ -303,6 +338,19 @@ async fn one_turn(
         chat.answer.clone_from(&obs.answer);
     }
     Ok(obs)
+}
+
+/// The newest user message's text: the question a judge is shown.
+fn last_user_text(history: &[Value]) -> String {
+    history
+        .iter()
+        .rev()
+        .find(|m| m["role"] == "user")
+        .map(|m| match &m["content"] {
+            Value::String(s) => s.clone(),
+            other => other.to_string(),
+        })
+        .unwrap_or_default()
 }
 
 /// The answers a `resume:` gives, checked as the server checks them.

@@ -20,6 +20,7 @@ const EXPECT_KEYS: &[&str] = &[
     "interrupts",
     "stream",
     "aisdk_valid",
+    "judge",
 ];
 const ANSWER_KEYS: &[&str] = &[
     "equals",
@@ -86,6 +87,35 @@ pub(super) fn expect(r: &mut Reader<'_>, v: &Sp<SpValue>) -> Expect {
     }
     out.aisdk_valid =
         get(&e, "aisdk_valid").and_then(|b| Some(Sp::new(r.bool(b, "`aisdk_valid`")?, b.loc)));
+    if let Some(j) = get(&e, "judge") {
+        out.judge = criteria(r, j);
+    }
+    out
+}
+
+/// `judge:`: criteria in words, one or a list.
+fn criteria(r: &mut Reader<'_>, v: &Sp<SpValue>) -> Vec<Sp<String>> {
+    let items = match &v.value {
+        SpValue::Seq(items) => items.as_slice(),
+        _ => std::slice::from_ref(v),
+    };
+    let mut out = Vec::new();
+    for item in items {
+        let Some(c) = r.string(item, "a `judge` criterion") else {
+            continue;
+        };
+        if c.value.trim().is_empty() {
+            r.error(
+                c.loc,
+                "invalid-value",
+                "a `judge` criterion says what the answer must do, e.g. \"the answer is polite\""
+                    .into(),
+                None,
+            );
+        } else {
+            out.push(c);
+        }
+    }
     out
 }
 

@@ -15,6 +15,7 @@
 //! | `exec` | a case's turns run as chat turns: input, `carry:`, resumes |
 //! | `observe` | what a turn did, from its events and checkpoints |
 //! | `expect` | expectations against that, with expected/actual and diffs |
+//! | `judge` | judged expectations, put to a judge model when one is configured |
 //! | [`aisdk`] | whether a stream keeps the AI SDK's rules |
 //! | `record` | a case written from a stored run (`--from-run`, the studio) |
 //! | [`eval`], `eval_report` | stored chats run again against the graphs now, and what changed |
@@ -35,6 +36,7 @@ mod exec;
 mod expect;
 mod expect_read;
 mod jsonpath;
+mod judge;
 mod matching;
 mod observe;
 mod parse;
@@ -57,6 +59,7 @@ pub use eval_report::{
 };
 pub use exec::{CaseResult, Env, run_case};
 pub use expect::Failure;
+pub use judge::{Judge, Judged};
 pub use matching::{contains, json_diff, text_diff};
 pub use observe::{Call, Observation, observe};
 pub use parse::{MAX_TEST_FILE_BYTES, load_test_file, parse_test_file};
@@ -206,6 +209,7 @@ pub async fn run_all(
                     format!("the case's task failed: {e}"),
                 )],
                 turns: Vec::new(),
+                judged: Vec::new(),
                 duration: std::time::Duration::ZERO,
             },
         });

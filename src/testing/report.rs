@@ -24,7 +24,11 @@ pub fn text(results: &[CaseResult], elapsed: Duration, verbose: bool) -> String 
                     r.name,
                     ms(r.duration)
                 );
+                for j in r.judged.iter().filter(|j| j.verdict == "pass") {
+                    let _ = writeln!(out, "  ✓ judged “{}”: {}", j.criterion, j.reason);
+                }
             }
+            not_judged(&mut out, &r.file, r);
             continue;
         }
         let _ = writeln!(
@@ -35,6 +39,7 @@ pub fn text(results: &[CaseResult], elapsed: Duration, verbose: bool) -> String 
         for f in &r.failures {
             failure(&mut out, &r.file, f);
         }
+        not_judged(&mut out, &r.file, r);
         if let Some(last) = r.turns.last() {
             let _ = writeln!(
                 out,
@@ -46,14 +51,41 @@ pub fn text(results: &[CaseResult], elapsed: Duration, verbose: bool) -> String 
         out.push('\n');
     }
     let failed = results.iter().filter(|r| !r.passed()).count();
+    let skipped = skipped(results);
+    let skipped = if skipped > 0 {
+        format!("; {skipped} judged expectation(s) not judged: no judge model (--judge ROLE)")
+    } else {
+        String::new()
+    };
     let _ = writeln!(
         out,
-        "{} passed, {failed} failed ({} cases in {:.0} ms)",
+        "{} passed, {failed} failed ({} cases in {:.0} ms){skipped}",
         results.len() - failed,
         results.len(),
         ms(elapsed)
     );
     out
+}
+
+/// How many judged expectations were not judged.
+fn skipped(results: &[CaseResult]) -> usize {
+    results
+        .iter()
+        .flat_map(|r| &r.judged)
+        .filter(|j| j.verdict == "skipped")
+        .count()
+}
+
+/// The judged expectations of a case that were not judged (no judge
+/// configured): said, never passed silently.
+fn not_judged(out: &mut String, file: &str, r: &CaseResult) {
+    for j in r.judged.iter().filter(|j| j.verdict == "skipped") {
+        let _ = writeln!(
+            out,
+            "  - not judged at {file}:{}:{}: “{}” (no judge model: --judge ROLE or [testing] judge)",
+            j.line, j.column, j.criterion
+        );
+    }
 }
 
 fn arrow(path: &[String]) -> String {
@@ -135,7 +167,7 @@ pub fn junit(results: &[CaseResult], elapsed: Duration) -> String {
                 c.loc.line,
                 c.duration.as_secs_f64()
             );
-            if c.passed() {
+            if c.passed() && c.judged.is_empty() {
                 out.push_str("/>\n");
                 continue;
             }
@@ -149,6 +181,21 @@ pub fn junit(results: &[CaseResult], elapsed: Duration) -> String {
                     f.kind,
                     xml(&f.message),
                     xml(&body)
+                );
+            }
+            if !c.judged.is_empty() {
+                // Verdicts that passed and expectations not judged are
+                // told here, after the failures as JUnit's schema orders
+                // them (a failed verdict is a `failure` too).
+                let lines: Vec<String> = c
+                    .judged
+                    .iter()
+                    .map(|j| format!("judge {}: “{}”: {}", j.verdict, j.criterion, j.reason))
+                    .collect();
+                let _ = writeln!(
+                    out,
+                    "      <system-out>{}</system-out>",
+                    xml(&lines.join("\n"))
                 );
             }
             out.push_str("    </testcase>\n");
@@ -186,6 +233,7 @@ pub fn json(results: &[CaseResult], elapsed: Duration) -> Value {
     json!({
         "passed": results.len() - failed,
         "failed": failed,
+        "not_judged": skipped(results),
         "duration_ms": ms(elapsed),
         "cases": results.iter().map(|r| json!({
             "file": &*r.file,
@@ -196,6 +244,7 @@ pub fn json(results: &[CaseResult], elapsed: Duration) -> Value {
             "passed": r.passed(),
             "duration_ms": ms(r.duration),
             "failures": r.failures,
+            "judged": r.judged,
             "turns": r.turns,
         })).collect::<Vec<_>>(),
     })

@@ -219,7 +219,14 @@ fn def_expect() -> Value {
                     "excludes": {"type": "array", "items": {"type": "object", "required": ["type"]}}
                 }
             },
-            "aisdk_valid": {"type": "boolean"}
+            "aisdk_valid": {"type": "boolean"},
+            "judge": {
+                "description": "criteria a judge model checks the answer against (--judge ROLE or [testing] judge); not judged without one",
+                "oneOf": [
+                    {"type": "string", "minLength": 1},
+                    {"type": "array", "items": {"type": "string", "minLength": 1}}
+                ]
+            }
         }
     })
 }

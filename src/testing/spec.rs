@@ -162,6 +162,9 @@ pub struct Expect {
     pub stream: Option<StreamExpect>,
     /// The stream keeps the AI SDK's rules.
     pub aisdk_valid: Option<Sp<bool>>,
+    /// Criteria a judge model checks the answer against (only when one is
+    /// configured; otherwise reported as not judged).
+    pub judge: Vec<Sp<String>>,
 }
 
 /// `nodes:`.

@@ -291,3 +291,87 @@ fn eval_of_a_file_of_inputs_compares_with_a_baseline_report() {
     assert!(!bad.status.success());
     assert!(shown(&bad).contains("nope.yaml"), "{}", shown(&bad));
 }
+
+/// `eval --criterion TEXT --judge ROLE`: each run's answer now is judged
+/// by a (scripted) judge model, its verdicts and reasons in the report
+/// with the run; without `--judge` they are reported as not judged, and
+/// `--fail-on-change` fails on a failed verdict.
+#[test]
+fn eval_judges_the_answers_only_with_a_judge_model() {
+    let dir = workdir();
+    let d = dir.path();
+    std::fs::write(
+        d.join("inputs.yaml"),
+        "graph: chat\ninputs:\n  - { name: greeting, message: \"hello there\" }\n",
+    )
+    .unwrap();
+    // The judge's rules first: they match only its structured output.
+    let models = std::fs::read_to_string(d.join("models.yaml")).unwrap();
+    let judge = r#"rules:
+  - when: { format: judge_verdict, user: "polite" }
+    reply: { json: { verdict: pass, reason: "It greets the user." } }
+  - when: { format: judge_verdict, user: "cites a source" }
+    reply: { json: { verdict: fail, reason: "No source is named." } }
+"#;
+    std::fs::write(d.join("models.yaml"), models.replacen("rules:\n", judge, 1)).unwrap();
+    let eval = |extra: &[&str]| {
+        let mut all = vec![
+            "--model-script",
+            "models.yaml",
+            "eval",
+            "--inputs",
+            "inputs.yaml",
+            "--criterion",
+            "the answer is polite",
+            "--criterion",
+            "the answer cites a source",
+        ];
+        all.extend_from_slice(extra);
+        sg_in(d, &all)
+    };
+    let verdicts = |report: &Value| -> Vec<(String, String)> {
+        report["runs"][0]["judged"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|j| {
+                (
+                    j["verdict"].as_str().unwrap().to_owned(),
+                    j["reason"].as_str().unwrap().to_owned(),
+                )
+            })
+            .collect()
+    };
+
+    let off = eval(&["--json", "-"]);
+    assert!(off.status.success(), "{}", shown(&off));
+    let report: Value = serde_json::from_slice(&off.stdout).unwrap();
+    assert_eq!(report["summary"]["not_judged"], 2, "{report:#}");
+    assert!(verdicts(&report).iter().all(|(v, _)| v == "skipped"));
+
+    let on = eval(&["--judge", "judge", "--json", "-"]);
+    assert!(on.status.success(), "{}", shown(&on));
+    let report: Value = serde_json::from_slice(&on.stdout).unwrap();
+    assert_eq!(
+        verdicts(&report),
+        [
+            ("pass".to_owned(), "It greets the user.".to_owned()),
+            ("fail".to_owned(), "No source is named.".to_owned()),
+        ]
+    );
+    assert_eq!(
+        (
+            report["summary"]["judged_pass"].as_u64(),
+            report["summary"]["judged_fail"].as_u64()
+        ),
+        (Some(1), Some(1))
+    );
+    let text = eval(&["--judge", "judge", "--fail-on-change"]);
+    assert_eq!(text.status.code(), Some(1), "{}", shown(&text));
+    let out = shown(&text);
+    assert!(
+        out.contains("✗ judge fail “the answer cites a source”: No source is named."),
+        "{out}"
+    );
+    assert!(out.contains("1 pass, 1 fail, 0 not judged"), "{out}");
+}

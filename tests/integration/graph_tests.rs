@@ -323,6 +323,7 @@ fn the_test_file_schema_describes_test_files() {
     let validator = jsonschema::validator_for(&schema).unwrap();
     let mut good = testing::find_test_files(&root().join("graphs"));
     good.push(failing_fixture());
+    good.push(judged_fixture());
     for f in &good {
         let doc = yaml_json(f);
         let errors: Vec<String> = validator.iter_errors(&doc).map(|e| e.to_string()).collect();
@@ -352,6 +353,7 @@ async fn the_stream_check_agrees_with_the_ai_sdk() {
         tools: Arc::clone(&registries().tools),
         turn_timeout: Duration::from_secs(30),
         live: None,
+        judge: None,
     });
     let file = testing::load_test_file(&root().join("graphs/tests/chat.yaml")).unwrap();
     let mut streams = Vec::new();
@@ -386,4 +388,114 @@ async fn the_stream_check_agrees_with_the_ai_sdk() {
         verdicts.push(theirs);
     }
     assert!(verdicts.iter().any(|v| *v) && verdicts.iter().any(|v| !*v));
+}
+
+fn judged_fixture() -> PathBuf {
+    root().join("tests/fixtures/testfiles/judged/tests/judged.yaml")
+}
+
+/// The verdicts of one case of the JSON report, by criterion.
+fn verdicts(report: &Value) -> Vec<(String, String, String)> {
+    report["cases"][0]["judged"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|j| {
+            let s = |k: &str| j[k].as_str().unwrap().to_owned();
+            (s("criterion"), s("verdict"), s("reason"))
+        })
+        .collect()
+}
+
+/// Judged expectations are off by default: without a judge model they
+/// are reported as not judged (never passed silently) and the case
+/// passes on what was checked; with a (scripted) judge, each criterion
+/// gets its verdict and reason, and a failing one fails the case in the
+/// text, JUnit and JSON reports.
+#[test]
+fn judged_expectations_are_judged_only_with_a_judge_model() {
+    let fixture = judged_fixture();
+    let out = sg(&["test", fixture.to_str().unwrap()]);
+    let shown = text(&out);
+    assert!(out.status.success(), "{shown}");
+    assert!(
+        shown.contains("judged/tests/judged.yaml:16:11: “the answer is polite” (no judge model"),
+        "{shown}"
+    );
+    assert!(
+        shown.contains("1 passed, 0 failed")
+            && shown.contains("2 judged expectation(s) not judged"),
+        "{shown}"
+    );
+    let out = sg(&["test", fixture.to_str().unwrap(), "--json", "-"]);
+    let report: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(report["not_judged"], 2);
+    assert!(
+        verdicts(&report).iter().all(|(_, v, _)| v == "skipped"),
+        "{report:#}"
+    );
+
+    // The offline model would make up a verdict that fits the schema: it
+    // is refused as a judge, not trusted.
+    let out = sg(&["test", fixture.to_str().unwrap(), "--judge", "judge"]);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    assert!(
+        text(&out).contains("its model is the offline model, which cannot judge"),
+        "{}",
+        text(&out)
+    );
+
+    let script = root().join("tests/fixtures/testfiles/judge-script.yaml");
+    let dir = tempfile::tempdir().unwrap();
+    let junit = dir.path().join("junit.xml");
+    let judged = |extra: &[&str]| {
+        let mut args = vec![
+            "--model-script",
+            script.to_str().unwrap(),
+            "test",
+            fixture.to_str().unwrap(),
+            "--judge",
+            "judge",
+        ];
+        args.extend_from_slice(extra);
+        sg(&args)
+    };
+    let out = judged(&["--junit", junit.to_str().unwrap()]);
+    let shown = text(&out);
+    assert_eq!(out.status.code(), Some(1), "{shown}");
+    assert!(
+        shown.contains("judged/tests/judged.yaml:17:11: the judge says the answer does not meet “the answer cites a source”: The answer names no source."),
+        "{shown}"
+    );
+    let xml = std::fs::read_to_string(&junit).unwrap();
+    assert!(
+        xml.contains("<failure type=\"judge\" message=\"the judge says the answer does not meet “the answer cites a source”: The answer names no source.\""),
+        "{xml}"
+    );
+    assert!(
+        xml.contains("judge pass: “the answer is polite”: It greets the user and offers help."),
+        "{xml}"
+    );
+    let out = judged(&["--json", "-"]);
+    let report: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(report["failed"], 1);
+    assert_eq!(report["not_judged"], 0);
+    assert_eq!(
+        verdicts(&report),
+        [
+            (
+                "the answer is polite".into(),
+                "pass".into(),
+                "It greets the user and offers help.".into()
+            ),
+            (
+                "the answer cites a source".into(),
+                "fail".into(),
+                "The answer names no source.".into()
+            ),
+        ]
+    );
+    let f = failures(&report, "small talk is judged");
+    assert_eq!(f.len(), 1, "{f:#?}");
+    find(&f, "judge", "The answer names no source.");
 }
