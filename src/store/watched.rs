@@ -31,7 +31,16 @@ pub struct Watched {
     inner: Arc<dyn Store>,
     /// Since when writes have failed, and the last failure.
     failing: Mutex<Option<(Instant, String)>>,
+    /// When a write of the server's own (not a probe) last failed.
+    last_failure: Mutex<Option<Instant>>,
 }
+
+/// How long after a failed write of its own a probe's success does not
+/// count: a probe is one tiny `UPDATE`, and on a full disk it can fit in
+/// space SQLite already holds (its WAL file) while every real write, which
+/// needs more, still fails. It speaks for an idle server, not over writes
+/// that keep failing.
+const PROBE_QUIET: std::time::Duration = std::time::Duration::from_secs(2);
 
 impl std::fmt::Debug for Watched {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -48,6 +57,7 @@ impl Watched {
         Self {
             inner,
             failing: Mutex::new(None),
+            last_failure: Mutex::new(None),
         }
     }
 
@@ -67,6 +77,30 @@ impl Watched {
     }
 
     fn note<T>(&self, result: &StoreResult<T>) {
+        if matches!(result, Err(e) if e.is_transient()) {
+            *self
+                .last_failure
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner) = Some(Instant::now());
+        }
+        self.note_outcome(result);
+    }
+
+    /// A probe's outcome: a success clears the failure only when no write
+    /// of the server's own failed within [`PROBE_QUIET`].
+    fn note_probe<T>(&self, result: &StoreResult<T>) {
+        let recent = self
+            .last_failure
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .is_some_and(|at| at.elapsed() < PROBE_QUIET);
+        if result.is_ok() && recent {
+            return;
+        }
+        self.note_outcome(result);
+    }
+
+    fn note_outcome<T>(&self, result: &StoreResult<T>) {
         let mut failing = self.failing.lock().unwrap_or_else(PoisonError::into_inner);
         match result {
             Ok(_) => *failing = None,
@@ -261,7 +295,7 @@ impl Store for Watched {
                 return Ok(());
             }
             let probe = self.inner.probe_write().await;
-            self.note(&probe);
+            self.note_probe(&probe);
             match self.failing() {
                 None => Ok(()),
                 Some(why) => Err(StoreError::Unavailable(why)),
@@ -290,8 +324,21 @@ mod tests {
             .expect("a conflict says nothing of health");
         store.note::<()>(&Err(StoreError::Unavailable("disk full".into())));
         assert!(store.failing().is_some_and(|w| w.contains("disk full")));
-        // The memory store's probe succeeds: the ping finds it back.
+        // The memory store's probe succeeds, but a write of the server's
+        // own failed just now: that failure wins (a probe can fit where
+        // real writes do not).
+        assert!(
+            store.ping().await.is_err(),
+            "a fresh failure outweighs the probe"
+        );
+        // Once the server's writes have been quiet for a while, the probe
+        // speaks: the ping finds the store back.
+        *store.last_failure.lock().unwrap() = Some(Instant::now() - PROBE_QUIET);
         store.ping().await.expect("the probe write succeeded");
         assert!(store.failing().is_none());
+        // A real write's success clears a failure at once.
+        store.note::<()>(&Err(StoreError::Unavailable("disk full".into())));
+        store.note::<()>(&Ok(()));
+        store.ping().await.expect("a write succeeded");
     }
 }

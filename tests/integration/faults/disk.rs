@@ -160,11 +160,12 @@ async fn sqlite_on_a_disk_that_fills_mid_run_fails_the_run_cleanly() {
         tokio::time::timeout(Duration::from_secs(60), rest),
         tokio::time::timeout(Duration::from_secs(30), watch)
     );
+    let log = || std::fs::read_to_string(dir.path().join("server.log")).unwrap_or_default();
     assert!(
         watched.is_ok() && saw_503,
-        "/readyz says 503 while writes fail"
+        "/readyz says 503 while writes fail; the stream: {sse}\n{}",
+        log()
     );
-    let log = || std::fs::read_to_string(dir.path().join("server.log")).unwrap_or_default();
     assert!(
         sse.ends_with("data: [DONE]\n\n"),
         "the stream ends: {sse}\n{}",
