@@ -307,25 +307,14 @@ fn covers(cx: &mut BuildCx<'_>, tool: &str, entries: &[String]) -> bool {
     if cx.external_tools.iter().any(|e| e == tool) {
         return true;
     }
-    match cx.tools.spec(tool) {
-        Some(spec) => {
-            if entries.iter().any(|e| e == tool || *e == spec.partition) {
-                return true;
-            }
-            cx.error(
-                loc,
-                "invalid-setting",
-                format!("`tool: {tool}` is not among the tools the node lists in `tools`"),
-                Some(format!(
-                    "add `{tool}` or its partition `{}` to `tools`",
-                    spec.partition
-                )),
-            );
-            false
-        }
-        None if let Some(partition) = cx.tools.locked_partition(tool) => {
-            // Known from the tool lock (an MCP server `check` did not start):
-            // held to the node's `tools` as a registered tool is.
+    // A registered tool, or one known only from the tool lock (an MCP
+    // server `check` did not start): either is held to the node's `tools`.
+    let partition = match cx.tools.spec(tool) {
+        Some(spec) => Some(spec.partition.clone()),
+        None => cx.tools.locked_partition(tool),
+    };
+    match partition {
+        Some(partition) => {
             if entries.iter().any(|e| e == tool || *e == partition) {
                 return true;
             }
