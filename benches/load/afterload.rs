@@ -74,7 +74,13 @@ pub async fn afterload(clients: u64, seconds: u64) {
             max_after_mb = max_after_mb.max(rss);
         }
         if t.as_secs().is_multiple_of(10) {
-            samples.push(format!("{}s {rss:.0}", t.as_secs()));
+            // Heap or mapped files (SQLite's -shm, the binary's pages):
+            // which one grows says where to look.
+            let (anon, file) = (server.rss_mb("RssAnon:"), server.rss_mb("RssFile:"));
+            samples.push(format!(
+                "{}s {rss:.0} (anon {anon:.0}, file {file:.0})",
+                t.as_secs()
+            ));
         }
     }
     let at_end_mb = server.rss_mb("VmRSS:");

@@ -131,6 +131,7 @@ pub(super) async fn drive(
     // The watcher's stream ends with the run's events, not after the linger.
     drop(tap);
     let (status, error) = outcome(&result, launch.run_id);
+    launch.hold.ending();
     let status = match store_failure(&pumped, &result) {
         // The store gave out: the streams end now, saying so; the end is
         // recorded once the store takes writes again.

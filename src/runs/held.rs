@@ -95,6 +95,24 @@ impl Hold {
     }
 }
 
+impl Hold {
+    /// The run's end is being written: its lease leaves the store's answer
+    /// (an ended run is not `running`) before this guard drops. Until then
+    /// it counts as being written, neither lost nor stranded — without
+    /// this, a renewal that ran between the two took each run ending under
+    /// load for one another instance had taken over.
+    pub(super) fn ending(&self) {
+        let mut runs = self
+            .held
+            .runs
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        if let Some(at) = runs.get_mut(&self.run) {
+            *at = None;
+        }
+    }
+}
+
 impl Drop for Hold {
     fn drop(&mut self) {
         self.held
@@ -134,6 +152,11 @@ mod tests {
         let hd = held.hold(d).unwrap();
         hd.leased();
         let (_, lost) = held.compare(&[a], began);
+        assert!(!lost.contains(&d), "{lost:?}");
+        // A run whose end is being written is not lost when its lease is
+        // gone from the answer.
+        hd.ending();
+        let (_, lost) = held.compare(&[a], Instant::now());
         assert!(!lost.contains(&d), "{lost:?}");
         drop(hb);
         assert!(!held.contains(b));

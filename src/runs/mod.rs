@@ -370,8 +370,12 @@ impl Runs {
                 tracing::warn!(run_id = %run, error = %e, "could not take over a run nobody executes")
             }
         }
+        // Held here but not executing yet: this process is starting it (the
+        // lease upkeep's take-over, a resume) and will see the request on
+        // its own runs within `STOP_POLL`; it stops here, not elsewhere.
+        let here = self.held.contains(run);
         if self.store.request_stop(run).await? {
-            Ok(Some((run, true)))
+            Ok(Some((run, !here)))
         } else {
             Ok(None)
         }

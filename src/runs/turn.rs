@@ -85,9 +85,13 @@ impl Runs {
     }
 
     async fn start_turn(self: &Arc<Self>, turn: ChatTurn) -> Result<TurnStarted, TurnError> {
-        if self.for_chat(&turn.chat_id).is_some_and(|h| !h.is_done()) {
-            return Err(TurnError::Busy);
-        }
+        // Whether the chat is busy is the store's to say (`begin_turn` is
+        // atomic on the chat's active run). This process's hub of the
+        // chat's last run may not be done yet although its end is stored:
+        // the run's task resumes after its last write only when the
+        // runtime polls it again, and a turn refused then would be a 409
+        // for a chat the store shows idle. A new hub replaces it (`launch`);
+        // its streams keep following it.
         let permit = self.permit()?;
         let run_id = Uuid::now_v7();
         let hold = self.hold(run_id)?;
