@@ -29,6 +29,7 @@ mod forks;
 mod graph_eval;
 mod graph_recorded;
 mod graph_tests;
+mod graph_verdicts;
 mod hitl_client;
 mod hitl_crash;
 mod hostile;
