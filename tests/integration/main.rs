@@ -10,6 +10,7 @@
 
 mod apps;
 mod assistant;
+mod assistant_ui;
 mod binary;
 mod bound_args;
 mod broken_streams;

@@ -468,14 +468,14 @@ fn browser() -> Browser {
 
 /// Where the browser test's screenshots go: `$CARGO_TARGET_DIR/studio-artifacts`
 /// (`target/studio-artifacts` without it).
-fn artifacts() -> PathBuf {
+pub(crate) fn artifacts() -> PathBuf {
     let target = std::env::var_os("CARGO_TARGET_DIR")
         .map(PathBuf::from)
         .unwrap_or_else(|| root().join("target"));
     target.join("studio-artifacts")
 }
 
-fn copy_shipped_graphs(to: &Path) {
+pub(crate) fn copy_shipped_graphs(to: &Path) {
     std::fs::create_dir_all(to).unwrap();
     for entry in std::fs::read_dir(root().join("graphs")).unwrap() {
         let path = entry.unwrap().path();
@@ -487,7 +487,7 @@ fn copy_shipped_graphs(to: &Path) {
 
 /// Starts `stategraph serve` on a free port with these graphs; returns it
 /// and the studio URL it printed (checked against its base URL).
-async fn serve_binary(dir: &Path, graphs: &Path) -> (tokio::process::Child, String) {
+pub(crate) async fn serve_binary(dir: &Path, graphs: &Path) -> (tokio::process::Child, String) {
     use tokio::io::AsyncBufReadExt;
     let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_stategraph"))
         .arg("serve")
