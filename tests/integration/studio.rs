@@ -488,8 +488,18 @@ pub(crate) fn copy_shipped_graphs(to: &Path) {
 /// Starts `stategraph serve` on a free port with these graphs; returns it
 /// and the studio URL it printed (checked against its base URL).
 pub(crate) async fn serve_binary(dir: &Path, graphs: &Path) -> (tokio::process::Child, String) {
+    serve_binary_with(dir, graphs, &[]).await
+}
+
+/// [`serve_binary`] with global options before `serve` (e.g. `--model-script`).
+pub(crate) async fn serve_binary_with(
+    dir: &Path,
+    graphs: &Path,
+    global: &[&str],
+) -> (tokio::process::Child, String) {
     use tokio::io::AsyncBufReadExt;
     let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_stategraph"))
+        .args(global)
         .arg("serve")
         .current_dir(dir)
         .env("STATEGRAPH_BIND", "127.0.0.1:0")
@@ -582,4 +592,52 @@ async fn studio_in_a_real_browser() {
             art.display()
         );
     }
+}
+
+/// The Eval page with a judge (tests/studio/judge.test.mjs): a server whose
+/// model script also answers as a judge; the page shows each turn's
+/// verdicts and reasons beside its answers, and the run page the verdicts
+/// the evaluation stored with the run.
+#[tokio::test]
+async fn studio_eval_judges_and_the_run_page_shows_the_verdicts() {
+    let b = browser();
+    let dir = crate::graph_recorded::workdir();
+    let d = dir.path();
+    let models = std::fs::read_to_string(d.join("models.yaml")).unwrap();
+    let judge = "rules:\n  - when: { format: judge_verdict, user: \"polite\" }\n    reply: { json: { verdict: pass, reason: \"It greets the user.\" } }\n  - when: { format: judge_verdict, user: \"cites a source\" }\n    reply: { json: { verdict: fail, reason: \"No source is named.\" } }\n";
+    std::fs::write(d.join("models.yaml"), models.replacen("rules:\n", judge, 1)).unwrap();
+    let script = d.join("models.yaml");
+    let (mut server, base) = serve_binary_with(
+        d,
+        &d.join("graphs"),
+        &["--model-script", script.to_str().unwrap()],
+    )
+    .await;
+    let art = artifacts().join("judge");
+    let out = tokio::process::Command::new(&b.node)
+        .arg("judge.test.mjs")
+        .current_dir(&b.test_dir)
+        .env("STUDIO_URL", &base)
+        .env("STUDIO_ARTIFACTS", &art)
+        .env("CHROMIUM_PATH", &b.chromium)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .output();
+    let out = tokio::time::timeout(Duration::from_secs(300), out)
+        .await
+        .expect("the judge browser test finished within 5 minutes")
+        .unwrap();
+    let _ = server.kill().await;
+    let report = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    println!("{report}");
+    assert!(
+        out.status.success(),
+        "the judge browser test failed:\n{report}"
+    );
+    assert!(art.join("run-verdicts.png").is_file());
 }

@@ -71,7 +71,7 @@ export function mount(main) {
   showAll.addEventListener('change', () => last && show(last));
   main.append(h('div', { 'data-testid': 'eval-screen' },
     h('h1', null, 'Eval'),
-    h('p', { class: 'muted' }, 'Runs your stored chat turns again against the graphs and prompts as served now — the recorded model outputs wherever a node still asks what it asked then, the configured model elsewhere — and shows what changed. With judge criteria, a judge model (the role's, or ', h('code', null, '[testing] judge'), ') checks each answer now; its verdicts are stored with the runs. Nothing else is stored. The same as ', h('code', null, 'stategraph eval'), '.'),
+    h('p', { class: 'muted' }, 'Runs your stored chat turns again against the graphs and prompts as served now — the recorded model outputs wherever a node still asks what it asked then, the configured model elsewhere — and shows what changed. With judge criteria, a judge model (that role’s, or ', h('code', null, '[testing] judge'), ') checks each answer now; its verdicts are stored with the runs. Nothing else is stored. The same as ', h('code', null, 'stategraph eval'), '.'),
     form, out));
 
   getJSON('/api/graphs').then((d) => {
