@@ -68,10 +68,6 @@ fn the_shipped_graphs_tests_pass() {
         shown.contains(&format!("{} passed, 0 failed", cases.len())),
         "{shown}"
     );
-    assert!(
-        shown.contains("  ✓ judged “the answer is polite”: It greets the user and offers help. (judged by role judge, model scripted:judge-script)"),
-        "{shown}"
-    );
     let xml = std::fs::read_to_string(&junit).unwrap();
     assert!(xml.starts_with("<?xml"), "{xml}");
     assert!(
@@ -469,6 +465,10 @@ fn judged_expectations_are_judged_only_with_a_judge_model() {
     assert_eq!(out.status.code(), Some(1), "{shown}");
     assert!(
         shown.contains("judged/tests/judged.yaml:17:11: the judge (role judge, model scripted:judge-script) says the answer does not meet “the answer cites a source”: The answer names no source."),
+        "{shown}"
+    );
+    assert!(
+        shown.contains("  ✓ judged “the answer is polite”: It greets the user and offers help. (judged by role judge, model scripted:judge-script)"),
         "{shown}"
     );
     let xml = std::fs::read_to_string(&junit).unwrap();
