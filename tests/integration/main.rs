@@ -52,6 +52,7 @@ mod sse_stream;
 mod state_parity;
 mod store_conformance;
 mod studio;
+mod studio_judge;
 mod support;
 mod tool_check;
 mod tutorial;
