@@ -198,3 +198,32 @@ async fn verdicts_are_stored_with_the_runs_they_judge_and_shown_on_them() {
         "oldest first, none replaced"
     );
 }
+
+/// The offline model makes up verdicts that fit the schema: it is refused
+/// as a judge, with a clear error, before anything is evaluated.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_offline_model_is_refused_as_the_eval_pages_judge() {
+    let server = TestServer::start(
+        Arc::new(stategraph::llm::offline::OfflineModel::default()),
+        |_| {},
+    )
+    .await;
+    let client = reqwest::Client::new();
+    let resp = post_json(
+        &client,
+        &server.url("/api/eval"),
+        &json!({"criteria": ["the answer is polite"], "judge": "judge"}),
+    )
+    .await;
+    assert_eq!(resp.status(), 400);
+    let err: Value = resp.json().await.unwrap();
+    assert_eq!(err["error"]["code"], "judge_unavailable", "{err}");
+    assert!(
+        err["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("offline model, which cannot judge"),
+        "{err}"
+    );
+    server.shutdown().await;
+}
