@@ -7,6 +7,8 @@
 #   - the AI SDK stream validator (npm ci in tests/tools/aisdk-validate);
 #   - MCP test servers (npm ci in tests/mcp; a Python venv under
 #     ${XDG_CACHE_HOME:-~/.cache}/stategraph-tests/venv);
+#   - for the assistant-ui browser test (tests/integration/assistant_ui.rs):
+#     npm ci in tests/assistant-ui (and the same Chromium);
 #   - for the studio's browser test (tests/integration/studio.rs): Debian's
 #     Chromium (apt-get install chromium, when /usr/bin/chromium is missing and
 #     CHROMIUM_PATH is not set) and playwright-core + axe-core (npm ci in
@@ -80,6 +82,14 @@ if [ ! -d "$studio_dir/node_modules/playwright-core" ] || [ ! -d "$studio_dir/no
   || [ "$studio_dir/package-lock.json" -nt "$studio_dir/node_modules/.package-lock.json" ]; then
   log "installing the studio browser test's packages (npm ci in tests/studio)"
   (cd "$studio_dir" && npm ci --no-audit --no-fund --loglevel=error)
+fi
+# assistant-ui on /api/chat in Chromium (tests/integration/assistant_ui.rs):
+# React, assistant-ui, the AI SDK, esbuild and playwright-core, pinned.
+aui_dir="$root/tests/assistant-ui"
+if [ ! -d "$aui_dir/node_modules/@assistant-ui/react-ai-sdk" ] \
+  || [ "$aui_dir/package-lock.json" -nt "$aui_dir/node_modules/.package-lock.json" ]; then
+  log "installing the assistant-ui browser test's packages (npm ci in tests/assistant-ui)"
+  (cd "$aui_dir" && npm ci --no-audit --no-fund --loglevel=error)
 fi
 
 # cargo-nextest

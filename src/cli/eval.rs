@@ -73,8 +73,6 @@ pub(super) struct EvalArgs {
 
 /// `stategraph eval`.
 pub(super) fn eval(ctx: &Ctx, args: EvalArgs, out: &mut dyn Write) -> anyhow::Result<ExitCode> {
-    let timeout = Dur::parse(&args.timeout)
-        .ok_or_else(|| anyhow::anyhow!("--timeout {}: write e.g. 30s or 2m", args.timeout))?;
     let since = match &args.since {
         None => None,
         Some(s) => {
@@ -86,52 +84,38 @@ pub(super) fn eval(ctx: &Ctx, args: EvalArgs, out: &mut dyn Write) -> anyhow::Re
     let jobs = args
         .jobs
         .unwrap_or_else(|| std::thread::available_parallelism().map_or(2, |n| n.get() * 2));
-    let services = ctx.services()?;
-    let graphs = ctx.graphs();
-    let env = Arc::new(EvalEnv {
-        catalog: graphs.catalog(),
-        models: services.models.clone(),
-        tools: Arc::clone(&services.tools),
-        timeout,
-        judge: match args
-            .judge
-            .clone()
-            .or_else(|| ctx.config.testing.judge.clone())
-        {
-            Some(role) => {
-                Some(testing::Judge::of_role(&services.models, &role).map_err(anyhow::Error::msg)?)
-            }
-            None => None,
-        },
-        criteria: args.criteria.clone(),
-    });
+    let env = eval_env(ctx, &args)?;
     let from_file = match &args.inputs {
         Some(path) => Some(inputs(path, args.baseline.as_deref(), &args, &env)?),
         None => None,
     };
     let rt = runtime()?;
-    let (evals, elapsed) = rt.block_on(ctx.with_mcp(async {
-        let runs = match from_file {
-            Some(runs) => runs,
-            None => select(&*ctx.store().await?, &args, since).await?,
+    let (evals, elapsed, kept) = rt.block_on(ctx.with_mcp(async {
+        let store = match from_file {
+            Some(_) => None,
+            None => Some(ctx.store().await?),
+        };
+        let runs = match (from_file, &store) {
+            (Some(runs), _) => runs,
+            (None, Some(store)) => select(&**store, &args, since).await?,
+            (None, None) => Vec::new(),
         };
         if runs.is_empty() {
             bail!("no stored run matches (give --graph, --since, --chat or --run; see docs/testing.md)");
         }
         let started = Instant::now();
+        let judge = env.judge.clone();
         let evals = testing::eval_all(env, runs, jobs).await;
-        anyhow::Ok((evals, started.elapsed()))
+        let elapsed = started.elapsed();
+        // The verdicts go with the stored runs they judge (their run page
+        // shows them); inputs from a file have no stored run.
+        let kept = match (&store, &judge) {
+            (Some(store), Some(j)) => keep_verdicts(&**store, &evals, j).await?,
+            _ => 0,
+        };
+        anyhow::Ok((evals, elapsed, kept))
     }))?;
-    let to_stdout = args.json.as_deref() == Some(Path::new("-"));
-    if to_stdout {
-        writeln!(out, "{:#}", testing::eval_json(&evals, elapsed))?;
-    } else {
-        write!(out, "{}", testing::eval_text(&evals, elapsed, args.verbose))?;
-    }
-    if let Some(path) = args.json.as_ref().filter(|_| !to_stdout) {
-        let text = format!("{:#}\n", testing::eval_json(&evals, elapsed));
-        std::fs::write(path, text).with_context(|| format!("writing {}", path.display()))?;
-    }
+    write_report(&args, &evals, elapsed, kept, out)?;
     let s = testing::eval_summary(&evals);
     Ok(
         if args.fail_on_change && (s.route > 0 || s.now_fail > 0 || s.judged_fail > 0) {
@@ -140,6 +124,80 @@ pub(super) fn eval(ctx: &Ctx, args: EvalArgs, out: &mut dyn Write) -> anyhow::Re
             ExitCode::SUCCESS
         },
     )
+}
+
+/// The graphs, models, tools and judge runs are evaluated with.
+fn eval_env(ctx: &Ctx, args: &EvalArgs) -> anyhow::Result<Arc<EvalEnv>> {
+    let timeout = Dur::parse(&args.timeout)
+        .ok_or_else(|| anyhow::anyhow!("--timeout {}: write e.g. 30s or 2m", args.timeout))?;
+    let services = ctx.services()?;
+    let judge = match args
+        .judge
+        .clone()
+        .or_else(|| ctx.config.testing.judge.clone())
+    {
+        Some(role) => {
+            Some(testing::Judge::of_role(&services.models, &role).map_err(anyhow::Error::msg)?)
+        }
+        None => None,
+    };
+    Ok(Arc::new(EvalEnv {
+        catalog: ctx.graphs().catalog(),
+        models: services.models.clone(),
+        tools: Arc::clone(&services.tools),
+        timeout,
+        judge,
+        criteria: args.criteria.clone(),
+    }))
+}
+
+/// Stores the judge's verdicts on stored runs with those runs; how many.
+async fn keep_verdicts(
+    store: &dyn Store,
+    evals: &[testing::RunEval],
+    judge: &testing::Judge,
+) -> anyhow::Result<usize> {
+    let verdicts = testing::verdict_records(evals, judge, "eval");
+    let kept = verdicts.len();
+    if kept > 0 {
+        store
+            .add_verdicts(verdicts)
+            .await
+            .context("storing the judge's verdicts with their runs")?;
+    }
+    Ok(kept)
+}
+
+/// The report: text or JSON on `out`, and the `--json` file.
+fn write_report(
+    args: &EvalArgs,
+    evals: &[testing::RunEval],
+    elapsed: std::time::Duration,
+    kept: usize,
+    out: &mut dyn Write,
+) -> anyhow::Result<()> {
+    let to_stdout = args.json.as_deref() == Some(Path::new("-"));
+    let json = || {
+        let mut report = testing::eval_json(evals, elapsed);
+        report["verdicts_stored"] = kept.into();
+        report
+    };
+    if to_stdout {
+        writeln!(out, "{:#}", json())?;
+    } else {
+        write!(out, "{}", testing::eval_text(evals, elapsed, args.verbose))?;
+        if kept > 0 {
+            writeln!(
+                out,
+                "{kept} verdict(s) stored with their runs (the studio's run page; GET /api/runs/ID/verdicts)"
+            )?;
+        }
+    }
+    if let Some(path) = args.json.as_ref().filter(|_| !to_stdout) {
+        let text = format!("{:#}\n", json());
+        std::fs::write(path, text).with_context(|| format!("writing {}", path.display()))?;
+    }
+    Ok(())
 }
 
 /// The inputs of a file as runs without a recording, each with its side

@@ -168,6 +168,7 @@ pub fn app(state: Arc<AppState>) -> Router {
         .route("/api/runs/{id}/timeline", get(runs_api::timeline))
         .route("/api/runs/{id}/reexecute", post(runs_api::reexecute))
         .route("/api/runs/{id}/test-case", get(test_case::get))
+        .route("/api/runs/{id}/verdicts", get(eval_api::verdicts))
         .route("/api/eval", post(eval_api::post))
         .route("/api/tools", get(tools::list))
         .route("/api/tools/health", get(tools::health))

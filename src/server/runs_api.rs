@@ -154,6 +154,8 @@ pub(super) async fn get(
         v["interrupts"] =
             serde_json::to_value(crate::runs::resume::pending(&events)).unwrap_or(Value::Null);
     }
+    // What a judge said of its answer (`stategraph eval --criterion`, the Eval page).
+    v["verdicts"] = super::eval_api::verdicts_json(&*state.store, run.id).await?;
     Ok(Json(v))
 }
 

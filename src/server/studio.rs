@@ -24,7 +24,7 @@ use axum::response::{IntoResponse, Redirect, Response};
 use super::error::ApiError;
 
 /// `(file name, content type, content)` of every file served.
-const FILES: [(&str, &str, &str); 19] = [
+const FILES: [(&str, &str, &str); 20] = [
     (
         "index.html",
         "text/html; charset=utf-8",
@@ -52,6 +52,7 @@ const FILES: [(&str, &str, &str); 19] = [
     ("replay.js", JS, include_str!("studio/replay.js")),
     ("fork.js", JS, include_str!("studio/fork.js")),
     ("eval.js", JS, include_str!("studio/eval.js")),
+    ("verdicts.js", JS, include_str!("studio/verdicts.js")),
 ];
 
 /// Browsers refuse ES modules sent with any other type.

@@ -28,6 +28,7 @@ use crate::events::{Event, EventKind, ToolFailure, Usage};
 use crate::graph::spec::Surface;
 
 mod failed;
+mod metadata;
 mod pause;
 
 /// What the bridge needs to know about the graph and the response.
@@ -660,14 +661,7 @@ impl Bridge {
                 }
                 out.push(Chunk::Finish {
                     finish_reason: self.finish_reason.to_owned(),
-                    message_metadata: json!({
-                        "steps": steps,
-                        "usage": {
-                            "promptTokens": usage.prompt_tokens,
-                            "completionTokens": usage.completion_tokens,
-                            "totalTokens": usage.total(),
-                        },
-                    }),
+                    message_metadata: metadata::finish(*steps, usage),
                 });
                 self.done = true;
             }

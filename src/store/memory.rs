@@ -11,6 +11,8 @@
 //! (a server kept every chat and event before, 3–5 GB after ~22k chats).
 //! [`MemoryStore::new`] keeps everything (tests).
 
+mod verdicts;
+
 use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::sync::{Mutex, MutexGuard, PoisonError};
 
@@ -35,6 +37,7 @@ struct Inner {
     checkpoints: HashMap<Uuid, BTreeMap<u32, CheckpointRecord>>,
     leases: HashMap<Uuid, Lease>,
     stops: HashSet<Uuid>,
+    verdicts: HashMap<Uuid, Vec<super::VerdictRecord>>,
     /// Finished runs, oldest first (for the bound).
     finished: VecDeque<Uuid>,
     /// Chats in the order they were created (for the bound).
@@ -74,6 +77,7 @@ impl Inner {
             self.events.remove(&old);
             self.checkpoints.remove(&old);
             self.stops.remove(&old);
+            self.verdicts.remove(&old);
         }
     }
 
@@ -728,6 +732,7 @@ impl Maintenance for MemoryStore {
             g.runs.remove(&id);
             g.leases.remove(&id);
             g.stops.remove(&id);
+            g.verdicts.remove(&id);
             report.runs += 1;
             report.events += g.events.remove(&id).map_or(0, |l| l.len() as u64);
             report.checkpoints += g.checkpoints.remove(&id).map_or(0, |c| c.len() as u64);

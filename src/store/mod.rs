@@ -11,7 +11,8 @@
 //!   crash exactly one surviving instance picks it up (no cluster protocol:
 //!   a lease is two columns of the run, renewed while the run executes);
 //! - [`Maintenance`]: pruning old runs and chats, and notifications of new
-//!   events so an instance can stream a run another instance executes.
+//!   events so an instance can stream a run another instance executes;
+//! - [`Verdicts`]: a judge model's verdicts on a run's answer.
 //!
 //! Backends: [`memory`] (tests), [`sqlite`] (the embedded default) and
 //! [`postgres`]; [`config`] picks one and [`open`]s it. A [`Store`] is
@@ -31,6 +32,7 @@ mod query;
 mod sql;
 #[cfg(feature = "sqlite")]
 pub mod sqlite;
+mod verdicts;
 mod watched;
 
 pub use checkpointer::{DEFAULT_OUTAGE_LIMIT, LogCheckpointer};
@@ -40,6 +42,7 @@ pub use postgres::PostgresStore;
 pub use query::{RunCursor, RunQuery};
 #[cfg(feature = "sqlite")]
 pub use sqlite::SqliteStore;
+pub use verdicts::{VerdictRecord, Verdicts};
 pub use watched::Watched;
 
 use futures::future::BoxFuture;
@@ -505,7 +508,7 @@ pub trait Maintenance: Send + Sync {
 pub(crate) const PRUNE_BATCH: usize = 500;
 
 /// A complete store.
-pub trait Store: ChatStore + RunStore + EventLog + Leases + Maintenance {
+pub trait Store: ChatStore + RunStore + EventLog + Leases + Maintenance + Verdicts {
     /// Backend name for logs and `/readyz`.
     fn backend(&self) -> &'static str;
     /// Checks that the backend answers.

@@ -48,6 +48,7 @@ mod listen;
 mod notify;
 mod rows;
 mod upkeep;
+mod verdicts;
 
 use std::time::Duration;
 
@@ -122,6 +123,11 @@ const MIGRATIONS: &[Migration] = &[
         version: 9,
         name: "run_cost",
         sql: include_str!("migrations/postgres/0009_run_cost.sql"),
+    },
+    Migration {
+        version: 11,
+        name: "verdicts",
+        sql: include_str!("migrations/postgres/0011_verdicts.sql"),
     },
 ];
 

@@ -19,7 +19,8 @@ use crate::runtime::{RunStatus, StepBatch};
 /// One numbered schema change, embedded in the binary.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Migration {
-    /// Version it brings the schema to (1, 2, …, without gaps).
+    /// Version it brings the schema to (1, 2, …; in order, and a number
+    /// another change reserved may be missing until it lands).
     pub(crate) version: u32,
     /// Short name, recorded with the version.
     pub(crate) name: &'static str,

@@ -31,6 +31,7 @@ mod batch;
 mod lane;
 mod rows;
 mod upkeep;
+mod verdicts;
 mod wal;
 
 use std::path::{Path, PathBuf};
@@ -104,6 +105,11 @@ const MIGRATIONS: &[Migration] = &[
         version: 9,
         name: "run_cost",
         sql: include_str!("migrations/sqlite/0009_run_cost.sql"),
+    },
+    Migration {
+        version: 11,
+        name: "verdicts",
+        sql: include_str!("migrations/sqlite/0011_verdicts.sql"),
     },
 ];
 

@@ -281,6 +281,15 @@ impl Maintenance for Watched {
     }
 }
 
+impl super::Verdicts for Watched {
+    fn add_verdicts(&self, verdicts: Vec<super::VerdictRecord>) -> BoxFuture<'_, StoreResult<()>> {
+        self.noted(self.inner.add_verdicts(verdicts))
+    }
+    fn verdicts(&self, run: Uuid) -> BoxFuture<'_, StoreResult<Vec<super::VerdictRecord>>> {
+        self.inner.verdicts(run)
+    }
+}
+
 impl Store for Watched {
     fn backend(&self) -> &'static str {
         self.inner.backend()

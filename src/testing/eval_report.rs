@@ -245,9 +245,14 @@ fn judged(out: &mut String, e: &RunEval) {
             "skipped" => "-",
             _ => "✗",
         };
+        let by = if j.judge.is_empty() {
+            String::new()
+        } else {
+            format!(" (judged by {})", j.judge)
+        };
         let _ = writeln!(
             out,
-            "  {mark} judge {} “{}”: {}",
+            "  {mark} judge {} “{}”: {}{by}",
             j.verdict, j.criterion, j.reason
         );
     }

@@ -174,8 +174,8 @@ pub async fn run_case(env: &Env, file: &TestFile, case: &Case) -> CaseResult {
                 };
                 let message = if j.verdict == "fail" {
                     format!(
-                        "the judge says the answer does not meet “{}”: {}",
-                        j.criterion, j.reason
+                        "the judge ({}) says the answer does not meet “{}”: {}",
+                        j.judge, j.criterion, j.reason
                     )
                 } else {
                     format!("“{}” could not be judged: {}", j.criterion, j.reason)

@@ -42,6 +42,11 @@ impl Judge {
             model,
         })
     }
+
+    /// `role ROLE, model MODEL`: the judge, as reports name it.
+    pub fn describe(&self) -> String {
+        format!("role {}, model {}", self.role, self.model.name())
+    }
 }
 
 /// What became of one judged expectation.
@@ -60,6 +65,10 @@ pub struct Judged {
     pub verdict: &'static str,
     /// The judge's reason, or why there is no verdict.
     pub reason: String,
+    /// The judge: its `[llm]` role and model, e.g. `role judge, model
+    /// gpt-4o-mini`; empty when nothing was judged.
+    #[serde(skip_serializing_if = "String::is_empty")]
+    pub judge: String,
 }
 
 impl Judged {
@@ -137,6 +146,7 @@ pub(super) async fn judge_turn(
             criterion: c.value.clone(),
             verdict,
             reason,
+            judge: judge.map(Judge::describe).unwrap_or_default(),
         });
     }
     out

@@ -19,6 +19,7 @@
 //! | [`aisdk`] | whether a stream keeps the AI SDK's rules |
 //! | `record` | a case written from a stored run (`--from-run`, the studio) |
 //! | [`eval`], `eval_report` | stored chats run again against the graphs now, and what changed |
+//! | `verdicts` | an evaluation's judge verdicts, as the store keeps them with their runs |
 //! | `save` | such a case added to a test file |
 //! | `report` | terminal text, JUnit XML, JSON |
 //! | `schema` | the test file's JSON Schema |
@@ -47,6 +48,7 @@ mod save;
 mod schema;
 mod script;
 pub mod spec;
+mod verdicts;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -69,6 +71,7 @@ pub use save::{SavedCase, add_case, case_from_store, default_case_file};
 pub use schema::test_file_schema;
 pub use script::Miss;
 pub use spec::TestFile;
+pub use verdicts::verdict_records;
 
 /// The directory test files live in, beside a graph directory's files.
 pub const TESTS_DIR: &str = "tests";

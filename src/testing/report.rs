@@ -16,7 +16,9 @@ pub fn text(results: &[CaseResult], elapsed: Duration, verbose: bool) -> String 
     let mut out = String::new();
     for r in results {
         if r.passed() {
-            if verbose {
+            // A passed case is listed when asked, and always when a judge
+            // passed it: its verdicts and reasons are what was asked for.
+            if verbose || r.judged.iter().any(|j| j.verdict == "pass") {
                 let _ = writeln!(
                     out,
                     "ok   {} › {} ({:.1} ms)",
@@ -24,9 +26,7 @@ pub fn text(results: &[CaseResult], elapsed: Duration, verbose: bool) -> String 
                     r.name,
                     ms(r.duration)
                 );
-                for j in r.judged.iter().filter(|j| j.verdict == "pass") {
-                    let _ = writeln!(out, "  ✓ judged “{}”: {}", j.criterion, j.reason);
-                }
+                judged_passes(&mut out, r);
             }
             not_judged(&mut out, &r.file, r);
             continue;
@@ -39,6 +39,7 @@ pub fn text(results: &[CaseResult], elapsed: Duration, verbose: bool) -> String 
         for f in &r.failures {
             failure(&mut out, &r.file, f);
         }
+        judged_passes(&mut out, r);
         not_judged(&mut out, &r.file, r);
         if let Some(last) = r.turns.last() {
             let _ = writeln!(
@@ -65,6 +66,17 @@ pub fn text(results: &[CaseResult], elapsed: Duration, verbose: bool) -> String 
         ms(elapsed)
     );
     out
+}
+
+/// The criteria a judge passed, each with its reason and the judge.
+fn judged_passes(out: &mut String, r: &CaseResult) {
+    for j in r.judged.iter().filter(|j| j.verdict == "pass") {
+        let _ = writeln!(
+            out,
+            "  ✓ judged “{}”: {} (judged by {})",
+            j.criterion, j.reason, j.judge
+        );
+    }
 }
 
 /// How many judged expectations were not judged.

@@ -464,12 +464,16 @@ fn judged_expectations_are_judged_only_with_a_judge_model() {
     let shown = text(&out);
     assert_eq!(out.status.code(), Some(1), "{shown}");
     assert!(
-        shown.contains("judged/tests/judged.yaml:17:11: the judge says the answer does not meet “the answer cites a source”: The answer names no source."),
+        shown.contains("judged/tests/judged.yaml:17:11: the judge (role judge, model scripted:judge-script) says the answer does not meet “the answer cites a source”: The answer names no source."),
+        "{shown}"
+    );
+    assert!(
+        shown.contains("  ✓ judged “the answer is polite”: It greets the user and offers help. (judged by role judge, model scripted:judge-script)"),
         "{shown}"
     );
     let xml = std::fs::read_to_string(&junit).unwrap();
     assert!(
-        xml.contains("<failure type=\"judge\" message=\"the judge says the answer does not meet “the answer cites a source”: The answer names no source.\""),
+        xml.contains("<failure type=\"judge\" message=\"the judge (role judge, model scripted:judge-script) says the answer does not meet “the answer cites a source”: The answer names no source.\""),
         "{xml}"
     );
     assert!(

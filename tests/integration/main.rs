@@ -10,6 +10,7 @@
 
 mod apps;
 mod assistant;
+mod assistant_ui;
 mod binary;
 mod bound_args;
 mod broken_streams;
@@ -29,6 +30,7 @@ mod forks;
 mod graph_eval;
 mod graph_recorded;
 mod graph_tests;
+mod graph_verdicts;
 mod hitl_client;
 mod hitl_crash;
 mod hostile;
@@ -50,6 +52,7 @@ mod sse_stream;
 mod state_parity;
 mod store_conformance;
 mod studio;
+mod studio_judge;
 mod support;
 mod tool_check;
 mod tutorial;

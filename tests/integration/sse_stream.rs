@@ -102,6 +102,18 @@ async fn a_research_run_streams_a_valid_ui_message() {
     assert!(text.contains(r#""type":"data-thinking""#) && text.contains(r#""node":"research""#));
     assert!(text.contains(r#""type":"data-followups""#));
     assert!(text.contains(r#""type":"data-usage""#));
+    // assistant-ui iterates `metadata.steps` as its steps (@assistant-ui/ai-sdk,
+    // convertMessage.ts THREAD_METADATA_KEYS): ours is `stepCount`.
+    let finish = text
+        .lines()
+        .find(|l| l.contains(r#""type":"finish""#))
+        .expect("a finish chunk");
+    let finish: Value = serde_json::from_str(finish.trim_start_matches("data: ")).unwrap();
+    assert!(
+        finish["messageMetadata"]["stepCount"].as_u64().unwrap() > 0,
+        "{finish}"
+    );
+    assert_eq!(finish["messageMetadata"].get("steps"), None, "{finish}");
     assert!(
         !text.contains(r#""type":"tool-input-start""#),
         "the research node is a thinking surface: its tools show in the panel"

@@ -3,7 +3,7 @@
 //! directory, and PostgreSQL in a fresh database per test
 //! (`stategraph_test_<random>` on 127.0.0.1:5432, dropped afterwards), so
 //! tests run in parallel and repeatedly. The checks cover chats, runs, the
-//! event log, leases, pruning, notifications, and `LogCheckpointer` riding
+//! event log, leases, pruning, notifications, judge verdicts, and `LogCheckpointer` riding
 //! out outages (with a fault-injecting wrapper, `flaky`) and a real graph
 //! run. Then backend-specific checks: migrations, refusing a newer schema,
 //! future event kinds, configuration, and on PostgreSQL several instances
@@ -45,6 +45,7 @@ mod outage;
 mod pg;
 mod proxy;
 mod upkeep;
+mod verdicts;
 
 use chats::*;
 use graph_run::*;
@@ -52,6 +53,7 @@ use leases::*;
 use log::*;
 use outage::*;
 use upkeep::*;
+use verdicts::*;
 
 const ADMIN_URL: &str = "postgres://postgres@127.0.0.1:5432/postgres";
 
@@ -188,6 +190,7 @@ conformance!(
     subscribers_hear_every_committed_append,
     the_checkpointer_rides_out_outages_and_lost_replies,
     the_checkpointer_fails_on_real_errors_and_long_outages,
+    verdicts_are_kept_per_run_and_pruned_with_it,
 );
 
 // ---------------------------------------------------------------- fixtures

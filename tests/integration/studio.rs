@@ -427,16 +427,16 @@ async fn reexecute_reports_no_divergence_then_the_first_after_an_edit() {
 }
 
 /// What the browser test needs and where it lives.
-struct Browser {
-    node: PathBuf,
-    chromium: PathBuf,
-    test_dir: PathBuf,
+pub(crate) struct Browser {
+    pub(crate) node: PathBuf,
+    pub(crate) chromium: PathBuf,
+    pub(crate) test_dir: PathBuf,
 }
 
 /// The browser, Node and the test's packages, or a failure that says how to
 /// get them (tests/run.sh installs all three): a missing browser is a
 /// failed test, not a skipped one.
-fn browser() -> Browser {
+pub(crate) fn browser() -> Browser {
     let which = |name: &str| {
         std::env::var_os("PATH").and_then(|paths| {
             std::env::split_paths(&paths)
@@ -468,14 +468,14 @@ fn browser() -> Browser {
 
 /// Where the browser test's screenshots go: `$CARGO_TARGET_DIR/studio-artifacts`
 /// (`target/studio-artifacts` without it).
-fn artifacts() -> PathBuf {
+pub(crate) fn artifacts() -> PathBuf {
     let target = std::env::var_os("CARGO_TARGET_DIR")
         .map(PathBuf::from)
         .unwrap_or_else(|| root().join("target"));
     target.join("studio-artifacts")
 }
 
-fn copy_shipped_graphs(to: &Path) {
+pub(crate) fn copy_shipped_graphs(to: &Path) {
     std::fs::create_dir_all(to).unwrap();
     for entry in std::fs::read_dir(root().join("graphs")).unwrap() {
         let path = entry.unwrap().path();
@@ -487,9 +487,19 @@ fn copy_shipped_graphs(to: &Path) {
 
 /// Starts `stategraph serve` on a free port with these graphs; returns it
 /// and the studio URL it printed (checked against its base URL).
-async fn serve_binary(dir: &Path, graphs: &Path) -> (tokio::process::Child, String) {
+pub(crate) async fn serve_binary(dir: &Path, graphs: &Path) -> (tokio::process::Child, String) {
+    serve_binary_with(dir, graphs, &[]).await
+}
+
+/// [`serve_binary`] with global options before `serve` (e.g. `--model-script`).
+pub(crate) async fn serve_binary_with(
+    dir: &Path,
+    graphs: &Path,
+    global: &[&str],
+) -> (tokio::process::Child, String) {
     use tokio::io::AsyncBufReadExt;
     let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_stategraph"))
+        .args(global)
         .arg("serve")
         .current_dir(dir)
         .env("STATEGRAPH_BIND", "127.0.0.1:0")

@@ -9,6 +9,7 @@ import * as states from './states.js';
 import * as events from './events.js';
 import * as replay from './replay.js';
 import * as fork from './fork.js';
+import { verdictsCard } from './verdicts.js';
 
 const TABS = [
   ['timeline', 'Timeline', timeline],
@@ -50,7 +51,8 @@ function header(run) {
       h('dt', null, 'Origin'), h('dd', null, origin),
       run.chatId ? [h('dt', null, 'Chat'), h('dd', { class: 'mono small' }, run.chatId, run.messageId ? ` · message ${run.messageId}` : '')] : null,
       run.requestId ? [h('dt', null, 'Request'), h('dd', { class: 'mono small' }, run.requestId)] : null),
-    run.error ? h('div', { class: 'alert alert-error', role: 'alert', 'data-testid': 'run-error' }, h('b', null, 'Error: '), errorText(run.error)) : null);
+    run.error ? h('div', { class: 'alert alert-error', role: 'alert', 'data-testid': 'run-error' }, h('b', null, 'Error: '), errorText(run.error)) : null,
+    verdictsCard(run));
 }
 
 export function mount(main, r) {

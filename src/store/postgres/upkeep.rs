@@ -34,8 +34,9 @@ WHERE id IN (
     FOR UPDATE SKIP LOCKED)
 RETURNING ";
 
-/// Up to `$2` runs over and created before `$1`, with their events and
-/// checkpoints; answers the three counts.
+/// Up to `$2` runs over and created before `$1`, with their events,
+/// checkpoints and verdicts (a data-modifying `WITH` runs to completion
+/// though nothing reads it); answers the three counts.
 const PRUNE_RUNS: &str = "
 WITH gone AS (
     DELETE FROM runs
@@ -47,6 +48,8 @@ WITH gone AS (
     DELETE FROM run_event_pages WHERE run_id IN (SELECT id FROM gone) RETURNING json_array_length(events::json) AS n
 ), checkpoints AS (
     DELETE FROM checkpoints WHERE run_id IN (SELECT id FROM gone) RETURNING 1
+), verdicts AS (
+    DELETE FROM run_verdicts WHERE run_id IN (SELECT id FROM gone)
 )
 SELECT (SELECT count(*) FROM gone), (SELECT coalesce(sum(n), 0)::bigint FROM events),
        (SELECT count(*) FROM checkpoints)";

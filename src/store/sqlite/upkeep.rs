@@ -280,6 +280,8 @@ fn prune_runs(conn: &mut Connection, before: i64) -> StoreResult<(usize, PruneRe
         report.checkpoints += tx
             .prepare_cached("DELETE FROM checkpoints WHERE run_id = ?1")?
             .execute([id])? as u64;
+        tx.prepare_cached("DELETE FROM run_verdicts WHERE run_id = ?1")?
+            .execute([id])?;
         report.runs += tx
             .prepare_cached("DELETE FROM runs WHERE id = ?1")?
             .execute([id])? as u64;

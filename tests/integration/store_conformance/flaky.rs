@@ -247,6 +247,15 @@ impl Maintenance for Flaky {
     }
 }
 
+impl store::Verdicts for Flaky {
+    fn add_verdicts(&self, verdicts: Vec<store::VerdictRecord>) -> BoxFuture<'_, StoreResult<()>> {
+        self.inner.add_verdicts(verdicts)
+    }
+    fn verdicts(&self, run: Uuid) -> BoxFuture<'_, StoreResult<Vec<store::VerdictRecord>>> {
+        self.inner.verdicts(run)
+    }
+}
+
 impl Store for Flaky {
     fn backend(&self) -> &'static str {
         self.inner.backend()

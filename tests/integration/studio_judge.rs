@@ -1,0 +1,57 @@
+//! The studio's judge verdicts in Chromium (tests/studio/judge.test.mjs):
+//! the Eval page with criteria and a judge role, and the run page's
+//! *Judged* card, against `stategraph serve` on a model script that also
+//! answers as the judge.
+
+use std::process::Stdio;
+use std::time::Duration;
+
+use crate::studio::{artifacts, browser, serve_binary_with};
+
+/// The Eval page with a judge (tests/studio/judge.test.mjs): a server whose
+/// model script also answers as a judge; the page shows each turn's
+/// verdicts and reasons beside its answers, and the run page the verdicts
+/// the evaluation stored with the run.
+#[tokio::test]
+async fn studio_eval_judges_and_the_run_page_shows_the_verdicts() {
+    let b = browser();
+    let dir = crate::graph_recorded::workdir();
+    let d = dir.path();
+    let models = std::fs::read_to_string(d.join("models.yaml")).unwrap();
+    let judge = "rules:\n  - when: { format: judge_verdict, user: \"polite\" }\n    reply: { json: { verdict: pass, reason: \"It greets the user.\" } }\n  - when: { format: judge_verdict, user: \"cites a source\" }\n    reply: { json: { verdict: fail, reason: \"No source is named.\" } }\n";
+    std::fs::write(d.join("models.yaml"), models.replacen("rules:\n", judge, 1)).unwrap();
+    let script = d.join("models.yaml");
+    let (mut server, base) = serve_binary_with(
+        d,
+        &d.join("graphs"),
+        &["--model-script", script.to_str().unwrap()],
+    )
+    .await;
+    let art = artifacts().join("judge");
+    let out = tokio::process::Command::new(&b.node)
+        .arg("judge.test.mjs")
+        .current_dir(&b.test_dir)
+        .env("STUDIO_URL", &base)
+        .env("STUDIO_ARTIFACTS", &art)
+        .env("CHROMIUM_PATH", &b.chromium)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .output();
+    let out = tokio::time::timeout(Duration::from_secs(300), out)
+        .await
+        .expect("the judge browser test finished within 5 minutes")
+        .unwrap();
+    let _ = server.kill().await;
+    let report = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    println!("{report}");
+    assert!(
+        out.status.success(),
+        "the judge browser test failed:\n{report}"
+    );
+    assert!(art.join("run-verdicts.png").is_file());
+}
