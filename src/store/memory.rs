@@ -30,6 +30,8 @@ use crate::runtime::{RunStatus, StepBatch};
 struct Inner {
     chats: HashMap<String, ChatRecord>,
     messages: HashMap<String, Vec<MessageRecord>>,
+    /// Chats' metadata (only those that have any).
+    metadata: HashMap<String, serde_json::Value>,
     runs: HashMap<Uuid, RunRecord>,
     events: HashMap<Uuid, BTreeMap<u64, Event>>,
     checkpoints: HashMap<Uuid, BTreeMap<u32, CheckpointRecord>>,
@@ -99,6 +101,7 @@ impl Inner {
             }
             self.chats.remove(&old);
             self.messages.remove(&old);
+            self.metadata.remove(&old);
         }
     }
 }
@@ -234,9 +237,42 @@ impl ChatStore for MemoryStore {
         ready(Ok(v))
     }
 
+    fn chats_metadata(
+        &self,
+        user_id: &str,
+    ) -> BoxFuture<'_, StoreResult<HashMap<String, serde_json::Value>>> {
+        let g = self.lock();
+        let out = g
+            .metadata
+            .iter()
+            .filter(|(id, _)| g.chats.get(*id).is_some_and(|c| c.user_id == user_id))
+            .map(|(id, v)| (id.clone(), v.clone()))
+            .collect();
+        ready(Ok(out))
+    }
+
+    fn set_chat_metadata(
+        &self,
+        chat_id: &str,
+        metadata: serde_json::Value,
+    ) -> BoxFuture<'_, StoreResult<bool>> {
+        let mut g = self.lock();
+        let Some(c) = g.chats.get_mut(chat_id) else {
+            return ready(Ok(false));
+        };
+        c.updated_at = now_micros().max(c.updated_at + 1);
+        if metadata.as_object().is_some_and(|m| m.is_empty()) {
+            g.metadata.remove(chat_id);
+        } else {
+            g.metadata.insert(chat_id.to_owned(), metadata);
+        }
+        ready(Ok(true))
+    }
+
     fn delete_chat(&self, id: &str) -> BoxFuture<'_, StoreResult<bool>> {
         let mut g = self.lock();
         g.messages.remove(id);
+        g.metadata.remove(id);
         ready(Ok(g.chats.remove(id).is_some()))
     }
 

@@ -1,0 +1,331 @@
+//! Our events as the LangGraph server's stream events.
+//!
+//! The shapes follow `langgraph_api` (0.16, `stream.py`, `sse.py`,
+//! `serde.py`): `metadata {run_id, attempt}` first; then one SSE event per
+//! stream mode — `values` (the whole state: after the input, then after
+//! each superstep), `updates` (`{node: what it wrote}`), `messages`
+//! (`[chunk, metadata]` for `messages-tuple`: an `AIMessageChunk` and
+//! `langgraph_node`, `langgraph_step`…), `custom`, `debug` (`task`,
+//! `task_result` and `checkpoint` payloads), `tasks` and `checkpoints`;
+//! an interrupt is `values {"__interrupt__": [{value, id}]}` (and the same
+//! under `updates`); a failure is `error {error, message}`.
+//!
+//! [`Wire`] makes every mode's frames for every event, whichever modes the
+//! client asked for (the stream filters them): frame ids (`SEQ-N`, the
+//! Nth frame made from event SEQ) are then the same for every client of a
+//! run, so `Last-Event-ID` works across modes and reconnects.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use serde_json::{Map, Value, json};
+use uuid::Uuid;
+
+use super::messages;
+use crate::events::{Event, EventKind, Interrupt};
+use crate::graph::spec::Surface;
+use crate::nodes::Graph;
+use crate::state::DynState;
+
+/// The stream modes a client asked for.
+#[derive(Clone, Debug, Default)]
+pub(super) struct Modes(Vec<String>);
+
+/// The modes LangGraph's server accepts (`StreamMode` in its OpenAPI
+/// schema); `messages` (the non-tuple form) and `events` are accepted and
+/// send nothing.
+const KNOWN: &[&str] = &[
+    "values",
+    "messages",
+    "messages-tuple",
+    "updates",
+    "events",
+    "tasks",
+    "checkpoints",
+    "debug",
+    "custom",
+];
+
+impl Modes {
+    /// `stream_mode` as a request gives it: a name, a list, or nothing
+    /// (`values`).
+    ///
+    /// # Errors
+    /// An unknown mode.
+    pub(super) fn parse(v: Option<&Value>) -> Result<Self, String> {
+        let names: Vec<String> = match v {
+            None | Some(Value::Null) => vec!["values".into()],
+            Some(Value::String(s)) => vec![s.clone()],
+            Some(Value::Array(a)) => a
+                .iter()
+                .map(|m| {
+                    m.as_str()
+                        .map(str::to_owned)
+                        .ok_or("a stream mode is a string")
+                })
+                .collect::<Result<_, _>>()?,
+            Some(_) => return Err("stream_mode is a string or a list of strings".into()),
+        };
+        if let Some(bad) = names.iter().find(|m| !KNOWN.contains(&m.as_str())) {
+            return Err(format!(
+                "unknown stream mode `{bad}` (one of {})",
+                KNOWN.join(", ")
+            ));
+        }
+        Ok(Self(names))
+    }
+
+    /// All modes (a rejoin without `stream_mode`).
+    pub(super) fn all() -> Self {
+        Self(KNOWN.iter().map(|m| (*m).to_owned()).collect())
+    }
+
+    /// Whether frames of SSE event `event` go out.
+    pub(super) fn wants(&self, event: &str) -> bool {
+        match event {
+            "metadata" | "error" => true,
+            "messages" => self.0.iter().any(|m| m == "messages-tuple"),
+            e => self.0.iter().any(|m| m == e),
+        }
+    }
+}
+
+/// One SSE event.
+#[derive(Clone, Debug, PartialEq)]
+pub(super) struct Frame {
+    /// The event it comes from (0: the stream's own `metadata`).
+    pub(super) seq: u64,
+    /// Its place among the frames of that event.
+    pub(super) n: u32,
+    /// The SSE event name.
+    pub(super) event: &'static str,
+    /// The data.
+    pub(super) data: Value,
+}
+
+/// An interrupt as LangGraph shows it: `{value, id}`, the value being what
+/// the run asks (`{type: question, question, field, schema, options}`, or
+/// an approval or client tool call).
+pub(super) fn interrupt_json(i: &Interrupt) -> Value {
+    json!({"value": serde_json::to_value(&i.ask).unwrap_or(Value::Null), "id": i.id})
+}
+
+/// Who the stream is for.
+#[derive(Clone, Debug)]
+pub(super) struct Context {
+    pub(super) run_id: Uuid,
+    pub(super) thread_id: String,
+    pub(super) graph: Arc<Graph>,
+}
+
+/// Turns a run's events, in order from its first, into frames.
+pub(super) struct Wire {
+    ctx: Context,
+    state: Option<Box<dyn DynState>>,
+    /// The step whose writes are applied but not yet sent as `values`.
+    open: Option<u32>,
+    /// The model each node's current call uses (chunk metadata).
+    models: HashMap<String, String>,
+    /// The newest `values` data (the result of `wait` and `join`).
+    pub(super) last_values: Value,
+    /// What the run waits for, when it paused.
+    pub(super) interrupts: Vec<Value>,
+    /// `{error, message}` when it failed.
+    pub(super) error: Option<Value>,
+}
+
+impl Wire {
+    /// A wire for a run.
+    pub(super) fn new(ctx: Context) -> Self {
+        Self {
+            ctx,
+            state: None,
+            open: None,
+            models: HashMap::new(),
+            last_values: json!({}),
+            interrupts: Vec::new(),
+            error: None,
+        }
+    }
+
+    /// The first frame of every stream.
+    pub(super) fn metadata(&self) -> Frame {
+        Frame {
+            seq: 0,
+            n: 0,
+            event: "metadata",
+            data: json!({"run_id": self.ctx.run_id, "attempt": 1}),
+        }
+    }
+
+    fn values_frame(&mut self) -> Option<Value> {
+        let s = self.state.as_ref()?;
+        let v = messages::values_out(&self.ctx.graph.state.schema, &s.to_json());
+        self.last_values = v.clone();
+        Some(v)
+    }
+
+    /// The `values` (and `checkpoints`, `debug`) frames of a finished step.
+    fn close_step(&mut self, out: &mut Vec<(&'static str, Value)>) {
+        let Some(step) = self.open.take() else { return };
+        let Some(values) = self.values_frame() else {
+            return;
+        };
+        let checkpoint = json!({
+            "config": {"configurable": {"thread_id": self.ctx.thread_id, "checkpoint_ns": "",
+                       "checkpoint_id": super::ids::checkpoint_id(self.ctx.run_id, step)}},
+            "metadata": {"source": if step == 0 { "input" } else { "loop" }, "step": step, "run_id": self.ctx.run_id},
+            "values": values,
+            "next": [],
+            "tasks": [],
+        });
+        out.push(("values", values));
+        out.push(("checkpoints", checkpoint.clone()));
+        out.push(("debug", self.debug("checkpoint", step, checkpoint)));
+    }
+
+    fn debug(&self, kind: &str, step: u32, payload: Value) -> Value {
+        let at = crate::tools::builtin::rfc3339(crate::events::now_micros() / 1_000_000);
+        json!({"type": kind, "timestamp": at, "step": step, "payload": payload})
+    }
+
+    fn apply(&mut self, patch: &crate::state::Patch) {
+        let Some(s) = self.state.as_mut() else { return };
+        for (field, value) in patch.iter() {
+            if let Some(id) = s.schema().field(field) {
+                let _ = s.apply(id, value);
+            }
+        }
+    }
+
+    /// The frames of one event.
+    pub(super) fn feed(&mut self, ev: &Event) -> Vec<Frame> {
+        let mut out: Vec<(&'static str, Value)> = Vec::new();
+        if self.open.is_some_and(|s| ev.step > s)
+            || matches!(ev.event, EventKind::CheckpointSaved { .. })
+            || ev.event.is_terminal()
+        {
+            self.close_step(&mut out);
+        }
+        let node = ev.node.as_deref().unwrap_or("");
+        let task_id = format!("{}:{node}:{}", ev.step, ev.task);
+        match &ev.event {
+            EventKind::RunStarted { input, .. } if self.state.is_none() => {
+                self.state = self.ctx.graph.state.from_json(input).ok();
+                self.open = Some(0);
+                self.close_step(&mut out);
+            }
+            EventKind::NodeStarted { .. } => {
+                let task = json!({"id": task_id, "name": node, "input": null, "triggers": [format!("branch:to:{node}")]});
+                out.push(("tasks", task.clone()));
+                out.push(("debug", self.debug("task", ev.step, task)));
+            }
+            EventKind::NodeFinished { patch, .. } => {
+                self.apply(patch);
+                self.open = Some(ev.step);
+                let written = serde_json::to_value(patch).unwrap_or(Value::Null);
+                let written = messages::patch_out(&self.ctx.graph.state.schema, &written);
+                let result: Vec<Value> = written
+                    .as_object()
+                    .map(|m| m.iter().map(|(k, v)| json!([k, v])).collect())
+                    .unwrap_or_default();
+                let mut update = Map::new();
+                update.insert(node.to_owned(), written);
+                out.push(("updates", Value::Object(update)));
+                let done = json!({"id": task_id, "name": node, "error": null, "result": result, "interrupts": []});
+                out.push(("tasks", done.clone()));
+                out.push(("debug", self.debug("task_result", ev.step, done)));
+            }
+            EventKind::LlmStarted { model, .. } => {
+                self.models.insert(node.to_owned(), model.clone());
+            }
+            EventKind::TextDelta { call, delta }
+                if self.ctx.graph.surface(node) != Surface::Hidden =>
+            {
+                out.push(("messages", self.chunk(ev, node, *call, delta)));
+            }
+            EventKind::Custom { name, data, .. } => {
+                out.push(("custom", json!({"name": name, "data": data})));
+            }
+            EventKind::RunInterrupted { interrupts } => {
+                self.interrupts = interrupts.iter().map(interrupt_json).collect();
+                let chunk = json!({"__interrupt__": self.interrupts});
+                out.push(("updates", chunk.clone()));
+                out.push(("values", chunk));
+            }
+            EventKind::RunResumed { .. } => self.interrupts.clear(),
+            EventKind::RunFailed { error } => {
+                let e = json!({"error": error.code, "message": error.message});
+                self.error = Some(e.clone());
+                out.push(("error", e));
+            }
+            _ => {}
+        }
+        out.into_iter()
+            .enumerate()
+            .map(|(n, (event, data))| Frame {
+                seq: ev.seq,
+                n: n as u32,
+                event,
+                data,
+            })
+            .collect()
+    }
+
+    /// A token as `[AIMessageChunk, metadata]`.
+    fn chunk(&self, ev: &Event, node: &str, call: u32, delta: &str) -> Value {
+        let id = format!(
+            "run-{}-{}-{}-{call}",
+            self.ctx.run_id.simple(),
+            ev.step,
+            node
+        );
+        let chunk = json!({
+            "content": delta,
+            "additional_kwargs": {},
+            "response_metadata": {},
+            "type": "AIMessageChunk",
+            "name": null,
+            "id": id,
+            "tool_calls": [],
+            "invalid_tool_calls": [],
+            "usage_metadata": null,
+            "tool_call_chunks": [],
+        });
+        let meta = json!({
+            "thread_id": self.ctx.thread_id,
+            "run_id": self.ctx.run_id,
+            "graph_id": self.ctx.graph.id.as_ref(),
+            "assistant_id": super::ids::assistant_id(&self.ctx.graph.id),
+            "langgraph_step": ev.step,
+            "langgraph_node": node,
+            "langgraph_triggers": [format!("branch:to:{node}")],
+            "langgraph_path": ["__pregel_pull", node],
+            "langgraph_checkpoint_ns": format!("{node}:{}", ev.task),
+            "checkpoint_ns": format!("{node}:{}", ev.task),
+            "ls_provider": "stategraph",
+            "ls_model_name": self.models.get(node).cloned().unwrap_or_default(),
+            "ls_model_type": "chat",
+        });
+        json!([chunk, meta])
+    }
+}
+
+/// A frame as SSE bytes (CRLF line ends, as `langgraph_api/sse.py` writes
+/// them), with its id when `with_id`.
+pub(super) fn encode(f: &Frame, with_id: bool, out: &mut String) {
+    out.push_str("event: ");
+    out.push_str(f.event);
+    out.push_str("\r\ndata: ");
+    out.push_str(&f.data.to_string());
+    out.push_str("\r\n");
+    if with_id {
+        out.push_str("id: ");
+        out.push_str(&super::ids::event_id(f.seq, f.n));
+        out.push_str("\r\n");
+    }
+    out.push_str("\r\n");
+}
+
+/// A heartbeat (sse-starlette's comment, every few seconds of silence).
+pub(super) const HEARTBEAT: &str = ": heartbeat\r\n\r\n";
