@@ -33,6 +33,7 @@ mod hitl_client;
 mod hitl_crash;
 mod hostile;
 mod interrupts;
+mod langgraph_api;
 mod langgraph_examples;
 mod limits;
 mod mcp;

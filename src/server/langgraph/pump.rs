@@ -26,6 +26,9 @@ use crate::runs::{Next, Progress, RunHub, Subscription};
 /// Events read from the store per query.
 const PAGE: usize = 512;
 
+/// The longest the end of a stream waits for the run to be recorded.
+const DONE_WAIT: Duration = Duration::from_secs(5);
+
 /// How often an idle stream sends a heartbeat (LangGraph: 5 s).
 const HEARTBEAT_EVERY: Duration = Duration::from_secs(5);
 
@@ -92,6 +95,13 @@ impl Source {
     pub(super) async fn pull(&mut self) -> Result<Pulled, String> {
         loop {
             if self.ended {
+                // The end goes out once the run's status (and a chat turn's
+                // message) is stored and the thread is free again, so a
+                // client that starts its next run on it is not told the
+                // thread is busy (bounded, as `server/stream.rs` bounds it).
+                if let Some((_, rx, _)) = &mut self.hub {
+                    let _ = tokio::time::timeout(DONE_WAIT, rx.wait_for(|p| p.done)).await;
+                }
                 return Ok(Pulled::End);
             }
             let Some((hub, rx, _)) = &mut self.hub else {
