@@ -144,3 +144,57 @@ async fn langgraphs_js_sdk_works_against_stategraph_serve() {
     assert_eq!(all_reexecute(&base, "key-b").await, 0, "key-b ran nothing");
     let _ = child.kill().await;
 }
+
+/// The venv tests/run.sh installs LangGraph's Python SDK in.
+fn langgraph_python() -> std::path::PathBuf {
+    let python = std::env::var_os("STATEGRAPH_TEST_LANGGRAPH_PYTHON")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| {
+            let cache = std::env::var_os("XDG_CACHE_HOME")
+                .map(std::path::PathBuf::from)
+                .unwrap_or_else(|| {
+                    std::path::PathBuf::from(std::env::var_os("HOME").unwrap_or_default())
+                        .join(".cache")
+                });
+            cache.join("stategraph-tests/langgraph-sdk-venv/bin/python")
+        });
+    assert!(
+        python.exists(),
+        "the LangGraph Python SDK venv is missing ({}): run `bash tests/run.sh` or set STATEGRAPH_TEST_LANGGRAPH_PYTHON",
+        python.display()
+    );
+    python
+}
+
+#[tokio::test]
+async fn langgraphs_python_sdk_works_against_stategraph_serve() {
+    let python = langgraph_python();
+    let dir = tempfile::tempdir().unwrap();
+    let (mut child, base) = serve_example(dir.path()).await;
+    let script = root().join("tests/tools/langgraph-sdk/sdk_test.py");
+    let output = run_client(
+        python.to_str().unwrap(),
+        &script,
+        &[&base, "key-a", "key-b"],
+    )
+    .await;
+    for case in [
+        "assistants",
+        "threads",
+        "stream every mode",
+        "state and history",
+        "second turn",
+        "interrupt and resume",
+        "rejoin with the last event id",
+        "cancel",
+        "404s",
+        "another key sees nothing",
+    ] {
+        assert!(
+            output.contains(&format!("ok   {case}")),
+            "{case}:\n{output}"
+        );
+    }
+    assert!(all_reexecute(&base, "key-a").await >= 5);
+    let _ = child.kill().await;
+}
