@@ -17,7 +17,7 @@ use serde_json::Value;
 use crate::support::{root, spawn_serving};
 
 /// `stategraph serve` of the example with two API keys, in `dir`.
-async fn serve_example(dir: &Path) -> (tokio::process::Child, String) {
+pub(crate) async fn serve_example(dir: &Path) -> (tokio::process::Child, String) {
     let example = root().join("examples/langgraph_api");
     let config = format!(
         r#"[paths]
@@ -195,6 +195,6 @@ async fn langgraphs_python_sdk_works_against_stategraph_serve() {
             "{case}:\n{output}"
         );
     }
-    assert!(all_reexecute(&base, "key-a").await >= 5);
+    assert!(all_reexecute(&base, "key-a").await >= 4);
     let _ = child.kill().await;
 }

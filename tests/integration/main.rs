@@ -35,6 +35,7 @@ mod hostile;
 mod interrupts;
 mod langgraph_api;
 mod langgraph_examples;
+mod langgraph_wire;
 mod limits;
 mod mcp;
 mod memory;

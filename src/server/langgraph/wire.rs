@@ -107,7 +107,7 @@ pub(super) struct Frame {
 /// the run asks (`{type: question, question, field, schema, options}`, or
 /// an approval or client tool call).
 pub(super) fn interrupt_json(i: &Interrupt) -> Value {
-    json!({"value": serde_json::to_value(&i.ask).unwrap_or(Value::Null), "id": i.id})
+    json!({"value": serde_json::to_value(&i.ask).unwrap_or(Value::Null), "id": i.id, "response_schema": null})
 }
 
 /// Who the stream is for.
@@ -171,9 +171,16 @@ impl Wire {
         let Some(values) = self.values_frame() else {
             return;
         };
+        let at = |step: u32| {
+            json!({"thread_id": self.ctx.thread_id, "checkpoint_ns": "",
+                   "checkpoint_id": super::ids::checkpoint_id(self.ctx.run_id, step)})
+        };
+        let parent = step.checked_sub(1).map(at);
         let checkpoint = json!({
-            "config": {"configurable": {"thread_id": self.ctx.thread_id, "checkpoint_ns": "",
-                       "checkpoint_id": super::ids::checkpoint_id(self.ctx.run_id, step)}},
+            "config": {"configurable": at(step)},
+            "parent_config": parent.as_ref().map(|p| json!({"configurable": p})),
+            "checkpoint": at(step),
+            "parent_checkpoint": parent,
             "metadata": {"source": if step == 0 { "input" } else { "loop" }, "step": step, "run_id": self.ctx.run_id},
             "values": values,
             "next": [],
@@ -216,7 +223,8 @@ impl Wire {
                 self.close_step(&mut out);
             }
             EventKind::NodeStarted { .. } => {
-                let task = json!({"id": task_id, "name": node, "input": null, "triggers": [format!("branch:to:{node}")]});
+                let task = json!({"id": task_id, "name": node, "input": null, "metadata": {},
+                                  "triggers": [format!("branch:to:{node}")]});
                 out.push(("tasks", task.clone()));
                 out.push(("debug", self.debug("task", ev.step, task)));
             }
@@ -248,12 +256,21 @@ impl Wire {
                 out.push(("custom", json!({"name": name, "data": data})));
             }
             EventKind::RunInterrupted { interrupts } => {
+                // As LangGraph 1.x streams a pause: the update alone under
+                // `updates`, the state with it under `values`.
                 self.interrupts = interrupts.iter().map(interrupt_json).collect();
-                let chunk = json!({"__interrupt__": self.interrupts});
-                out.push(("updates", chunk.clone()));
-                out.push(("values", chunk));
+                out.push(("updates", json!({"__interrupt__": self.interrupts})));
+                let mut values = self.values_frame().unwrap_or_else(|| json!({}));
+                values["__interrupt__"] = Value::Array(self.interrupts.clone());
+                out.push(("values", values));
             }
-            EventKind::RunResumed { .. } => self.interrupts.clear(),
+            EventKind::RunResumed { .. } => {
+                // A resumed run's stream starts with the state it resumes.
+                self.interrupts.clear();
+                if let Some(values) = self.values_frame() {
+                    out.push(("values", values));
+                }
+            }
             EventKind::RunFailed { error } => {
                 let e = json!({"error": error.code, "message": error.message});
                 self.error = Some(e.clone());
@@ -291,12 +308,15 @@ impl Wire {
             "invalid_tool_calls": [],
             "usage_metadata": null,
             "tool_call_chunks": [],
+            "chunk_position": null,
         });
         let meta = json!({
             "thread_id": self.ctx.thread_id,
             "run_id": self.ctx.run_id,
             "graph_id": self.ctx.graph.id.as_ref(),
             "assistant_id": super::ids::assistant_id(&self.ctx.graph.id),
+            "created_by": "system",
+            "run_attempt": 1,
             "langgraph_step": ev.step,
             "langgraph_node": node,
             "langgraph_triggers": [format!("branch:to:{node}")],
