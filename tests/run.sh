@@ -11,7 +11,8 @@
 #     Chromium (apt-get install chromium, when /usr/bin/chromium is missing and
 #     CHROMIUM_PATH is not set) and playwright-core + axe-core (npm ci in
 #     tests/studio);
-#   - LangGraph's JS SDK (npm ci in tests/tools/langgraph-sdk) and Python SDK
+#   - LangGraph's JS SDK and useStream with React, esbuild and playwright-core
+#     (npm ci in tests/tools/langgraph-sdk; Chromium as above) and Python SDK
 #     (a venv under ${XDG_CACHE_HOME:-~/.cache}/stategraph-tests/langgraph-sdk-venv,
 #     pinned by tests/tools/langgraph-sdk/requirements.txt);
 #   - cargo-nextest (installed if missing);
@@ -86,7 +87,8 @@ if [ ! -d "$studio_dir/node_modules/playwright-core" ] || [ ! -d "$studio_dir/no
 fi
 
 # LangGraph's own clients against the LangGraph API (tests/integration/
-# langgraph_api.rs): the JS SDK from tests/tools/langgraph-sdk/package-lock.json,
+# langgraph_api.rs): the JS SDK and the useStream page's packages from
+# tests/tools/langgraph-sdk/package-lock.json,
 # the Python SDK from tests/tools/langgraph-sdk/requirements.txt in a venv
 # outside the repository.
 lg_dir="$root/tests/tools/langgraph-sdk"

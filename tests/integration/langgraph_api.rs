@@ -8,7 +8,8 @@
 //! last event id, cancel, the 404s, another key's view and a chat from
 //! `/api/chat` read as a thread; here every run it made must re-execute
 //! from its recording without diverging, and show in the runs list the
-//! studio reads.
+//! studio reads. `useStream` runs in Chromium on a small React page
+//! (tests/tools/langgraph-sdk/usestream).
 
 use std::path::Path;
 
@@ -16,7 +17,8 @@ use serde_json::Value;
 
 use crate::support::{root, spawn_serving};
 
-/// `stategraph serve` of the example with two API keys, in `dir`.
+/// `stategraph serve` of the example with two API keys (CORS open, for the
+/// `useStream` page served from an origin of its own), in `dir`.
 pub(crate) async fn serve_example(dir: &Path) -> (tokio::process::Child, String) {
     let example = root().join("examples/langgraph_api");
     let config = format!(
@@ -26,6 +28,8 @@ prompts = "{prompts}"
 [store]
 backend = "sqlite"
 data_dir = "{data}"
+[server]
+cors_origins = ["*"]
 [auth]
 local_user = ""
 [auth.api_keys]
@@ -196,5 +200,39 @@ async fn langgraphs_python_sdk_works_against_stategraph_serve() {
         );
     }
     assert!(all_reexecute(&base, "key-a").await >= 4);
+    let _ = child.kill().await;
+}
+
+#[tokio::test]
+async fn use_stream_works_in_chromium() {
+    let tool = root().join("tests/tools/langgraph-sdk");
+    assert!(
+        tool.join("node_modules/playwright-core").is_dir(),
+        "the useStream test's packages are not installed: run `npm ci` in {} (tests/run.sh does)",
+        tool.display()
+    );
+    let chromium = std::env::var_os("CHROMIUM_PATH")
+        .map(std::path::PathBuf::from)
+        .or_else(|| Some(std::path::PathBuf::from("/usr/bin/chromium")).filter(|p| p.is_file()))
+        .expect("the useStream test needs Chromium: `apt-get install -y chromium` (tests/run.sh does), or set CHROMIUM_PATH");
+    let dir = tempfile::tempdir().unwrap();
+    let (mut child, base) = serve_example(dir.path()).await;
+    let output = run_client(
+        "node",
+        &tool.join("usestream.test.mjs"),
+        &[&base, "key-a", chromium.to_str().unwrap()],
+    )
+    .await;
+    for case in [
+        "useStream streams a reply",
+        "a second turn on the same thread",
+        "an interrupt and its answer",
+        "stop a slow run",
+    ] {
+        assert!(
+            output.contains(&format!("ok   {case}")),
+            "{case}:\n{output}"
+        );
+    }
     let _ = child.kill().await;
 }
