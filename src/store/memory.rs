@@ -783,6 +783,7 @@ impl Maintenance for MemoryStore {
                 .collect();
             for id in stale {
                 g.chats.remove(&id);
+                g.metadata.remove(&id);
                 report.chats += 1;
                 report.messages += g.messages.remove(&id).map_or(0, |m| m.len() as u64);
             }

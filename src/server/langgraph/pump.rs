@@ -79,7 +79,7 @@ impl Source {
         }
     }
 
-    async fn from_store(&mut self, limit: usize) -> Result<Vec<Arc<Event>>, String> {
+    async fn read_store(&mut self, limit: usize) -> Result<Vec<Arc<Event>>, String> {
         self.state
             .store
             .events(self.run_id, self.cursor, limit)
@@ -105,7 +105,7 @@ impl Source {
                 return Ok(Pulled::End);
             }
             let Some((hub, rx, _)) = &mut self.hub else {
-                let evs = self.from_store(PAGE).await?;
+                let evs = self.read_store(PAGE).await?;
                 return Ok(self.took(evs));
             };
             let progress = *rx.borrow_and_update();
@@ -115,7 +115,7 @@ impl Source {
                     let limit = usize::try_from(upto.saturating_sub(self.cursor))
                         .unwrap_or(PAGE)
                         .clamp(1, PAGE);
-                    let evs = self.from_store(limit).await?;
+                    let evs = self.read_store(limit).await?;
                     if evs.is_empty() {
                         tokio::time::sleep(Duration::from_millis(20)).await;
                         continue;

@@ -283,10 +283,10 @@ async fn input_state(
     }
     // The newest user text, for graphs that read it from a field of its own.
     if let (Some(text_field), Some(h)) = (&graph.chat.text, &history)
-        && !body
+        && body
             .input
             .as_ref()
-            .is_some_and(|i| i.get(&**text_field).is_some())
+            .is_none_or(|i| i.get(&**text_field).is_none())
         && let Some(last) = values[h.as_str()]
             .as_array()
             .and_then(|l| l.iter().rev().find(|m| m["role"] == "user"))

@@ -349,3 +349,236 @@ pub(super) fn encode(f: &Frame, with_id: bool, out: &mut String) {
 
 /// A heartbeat (sse-starlette's comment, every few seconds of silence).
 pub(super) const HEARTBEAT: &str = ": heartbeat\r\n\r\n";
+
+#[cfg(test)]
+mod tests {
+    use std::path::Path;
+
+    use super::*;
+    use crate::events::{Ask, ErrorInfo};
+    use crate::graph::prompts::Prompts;
+    use crate::state::Patch;
+
+    const GRAPH: &str = r#"
+entry: route
+state:
+  fields:
+    messages: { type: messages }
+    answer: { type: string }
+    intent: { type: string }
+nodes:
+  - id: route
+    kind: set
+    surface: hidden
+    set: { intent: "x" }
+  - id: reply
+    kind: llm
+    prompt: p.md
+    messages: messages
+    output: answer
+edges:
+  - route -> reply
+  - reply -> END
+"#;
+
+    fn wire() -> Wire {
+        let reg = crate::Registries::default();
+        let cat = reg.from_sources(
+            &[("g", GRAPH)],
+            Prompts::from_sources(Path::new("p"), [("p.md", "Answer.")]),
+        );
+        let graph = Arc::clone(
+            cat.get("g")
+                .unwrap_or_else(|| panic!("{:?}", cat.diagnostics)),
+        );
+        Wire::new(Context {
+            run_id: Uuid::nil(),
+            thread_id: "t".into(),
+            graph,
+        })
+    }
+
+    fn ev(seq: u64, step: u32, node: Option<&str>, event: EventKind) -> Event {
+        Event {
+            run_id: Uuid::nil(),
+            seq,
+            at: 0,
+            step,
+            node: node.map(Into::into),
+            task: 0,
+            event,
+        }
+    }
+
+    fn names(frames: &[Frame]) -> Vec<&str> {
+        frames.iter().map(|f| f.event).collect()
+    }
+
+    #[test]
+    fn events_become_langgraphs_stream_events() {
+        let mut w = wire();
+        let input = json!({"messages": [{"id": "h", "role": "user", "content": "hi"}]});
+        let started = EventKind::RunStarted {
+            graph: "g".into(),
+            graph_version: "v".into(),
+            input: Arc::new(input),
+            format: 1,
+            forked_from: None,
+            frontier: None,
+            stream: None,
+            user: None,
+        };
+        let f = w.feed(&ev(1, 0, None, started));
+        assert_eq!(
+            names(&f),
+            ["values", "checkpoints", "debug"],
+            "the input's values"
+        );
+        assert_eq!(f[0].data["messages"][0]["type"], "human");
+        assert_eq!(
+            (f[2].seq, f[2].n),
+            (1, 2),
+            "ids: the event and the frame's place"
+        );
+        let f = w.feed(&ev(
+            2,
+            1,
+            Some("route"),
+            EventKind::NodeStarted {
+                attempt: 1,
+                item: None,
+            },
+        ));
+        assert_eq!(names(&f), ["tasks", "debug"]);
+        let f = w.feed(&ev(
+            3,
+            1,
+            Some("route"),
+            EventKind::NodeFinished {
+                patch: Patch::new().set("intent", "x"),
+                duration_us: 1,
+            },
+        ));
+        assert_eq!(names(&f), ["updates", "tasks", "debug"]);
+        assert_eq!(f[0].data, json!({"route": {"intent": "x"}}));
+        let hidden = w.feed(&ev(
+            4,
+            1,
+            Some("route"),
+            EventKind::TextDelta {
+                call: 0,
+                delta: "{".into(),
+            },
+        ));
+        assert!(hidden.is_empty(), "a hidden node's tokens are not streamed");
+        // The next step's first event closes step 1: its values first.
+        let f = w.feed(&ev(
+            5,
+            2,
+            Some("reply"),
+            EventKind::TextDelta {
+                call: 0,
+                delta: "Hel".into(),
+            },
+        ));
+        assert_eq!(names(&f), ["values", "checkpoints", "debug", "messages"]);
+        assert_eq!(f[0].data["intent"], "x");
+        assert_eq!(f[3].data[0]["content"], "Hel");
+        assert_eq!(f[3].data[1]["langgraph_node"], "reply");
+        assert_eq!(f[3].data[1]["langgraph_step"], 2);
+        let reply = json!([{"id": "reply-1", "role": "assistant", "content": "Hello"}]);
+        w.feed(&ev(
+            6,
+            2,
+            Some("reply"),
+            EventKind::NodeFinished {
+                patch: Patch::new().set("messages", reply),
+                duration_us: 1,
+            },
+        ));
+        let question = Interrupt {
+            id: "q1".into(),
+            node: "reply".into(),
+            step: 2,
+            task: 0,
+            expires_at: None,
+            ask: Ask::Question {
+                question: "Sure?".into(),
+                field: "answer".into(),
+                schema: json!({"type": "string"}),
+                options: vec![],
+            },
+        };
+        let f = w.feed(&ev(
+            7,
+            2,
+            None,
+            EventKind::RunInterrupted {
+                interrupts: vec![question],
+            },
+        ));
+        assert_eq!(
+            names(&f),
+            ["values", "checkpoints", "debug", "updates", "values"]
+        );
+        let paused = &f[4].data;
+        assert_eq!(
+            paused["messages"][1]["type"], "ai",
+            "the state, with the pause"
+        );
+        assert_eq!(paused["__interrupt__"][0]["id"], "q1");
+        assert_eq!(paused["__interrupt__"][0]["value"]["question"], "Sure?");
+        assert_eq!(w.interrupts.len(), 1);
+        let f = w.feed(&ev(
+            8,
+            2,
+            None,
+            EventKind::RunResumed {
+                answers: Default::default(),
+            },
+        ));
+        assert_eq!(
+            names(&f),
+            ["values"],
+            "a resumed stream starts with the state"
+        );
+        assert!(w.interrupts.is_empty());
+        let f = w.feed(&ev(
+            9,
+            3,
+            None,
+            EventKind::RunFailed {
+                error: ErrorInfo {
+                    code: "boom".into(),
+                    message: "it broke".into(),
+                },
+            },
+        ));
+        assert_eq!(f.last().map(|f| f.event), Some("error"));
+        assert_eq!(
+            w.error,
+            Some(json!({"error": "boom", "message": "it broke"}))
+        );
+    }
+
+    #[test]
+    fn frames_are_crlf_sse_and_modes_filter_them() {
+        let mut out = String::new();
+        let f = Frame {
+            seq: 3,
+            n: 1,
+            event: "values",
+            data: json!({"a": 1}),
+        };
+        encode(&f, true, &mut out);
+        assert_eq!(out, "event: values\r\ndata: {\"a\":1}\r\nid: 3-1\r\n\r\n");
+        let modes = Modes::parse(Some(&json!(["messages-tuple", "updates"]))).unwrap();
+        assert!(modes.wants("messages") && modes.wants("updates") && modes.wants("metadata"));
+        assert!(!modes.wants("values"));
+        assert!(Modes::parse(Some(&json!("nope"))).is_err());
+        assert!(
+            Modes::parse(None).unwrap().wants("values"),
+            "values by default"
+        );
+    }
+}
