@@ -236,3 +236,96 @@ async fn use_stream_works_in_chromium() {
     }
     let _ = child.kill().await;
 }
+
+/// The shipped chat graph (graphs/chat.yaml, on the offline model), whose
+/// answer goes to its `answer` field rather than into `messages`: through
+/// the LangGraph API the answer is the conversation's AI message — in the
+/// final values, in the thread state, in the next run's history — with the
+/// id of the chat's stored assistant message.
+#[tokio::test]
+async fn the_shipped_chat_graph_answers_in_messages() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = format!(
+        "[paths]\ngraphs = \"{}\"\nprompts = \"{}\"\n[store]\nbackend = \"sqlite\"\ndata_dir = \"{}\"\n[auth]\nlocal_user = \"\"\n[auth.api_keys]\n\"key-a\" = \"alice\"\n",
+        root().join("graphs").display(),
+        root().join("prompts").display(),
+        dir.path().join("data").display()
+    );
+    let file = dir.path().join("stategraph.toml");
+    std::fs::write(&file, config).unwrap();
+    let mut cmd = tokio::process::Command::new(env!("CARGO_BIN_EXE_stategraph"));
+    cmd.arg("--config").arg(&file).arg("serve");
+    let (mut child, base) = spawn_serving(cmd).await;
+    let http = reqwest::Client::new();
+    let post = |path: &str, body: Value| {
+        http.post(format!("{base}{path}"))
+            .header("x-api-key", "key-a")
+            .json(&body)
+            .send()
+    };
+    let t: Value = post("/threads", serde_json::json!({}))
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let tid = t["thread_id"].as_str().unwrap();
+    let turn = |text: &str| serde_json::json!({"assistant_id": "chat", "input": {"messages": [{"type": "human", "content": text}]}});
+    let first: Value = post(
+        &format!("/threads/{tid}/runs/wait"),
+        turn("hello, who are you?"),
+    )
+    .await
+    .unwrap()
+    .json()
+    .await
+    .unwrap();
+    let types = |v: &Value| -> Vec<String> {
+        v["messages"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|m| m["type"].as_str().unwrap().to_owned())
+            .collect()
+    };
+    assert_eq!(types(&first), ["human", "ai"], "{first}");
+    assert_eq!(first["messages"][1]["content"], first["answer"]);
+    let second: Value = post(
+        &format!("/threads/{tid}/runs/wait"),
+        turn("and the GDP of France?"),
+    )
+    .await
+    .unwrap()
+    .json()
+    .await
+    .unwrap();
+    assert_eq!(types(&second), ["human", "ai", "human", "ai"], "{second}");
+    assert_ne!(
+        second["messages"][1]["content"],
+        second["messages"][3]["content"]
+    );
+    let chat: Value = http
+        .get(format!("{base}/api/chat/{tid}"))
+        .header("x-api-key", "key-a")
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let ids = |v: &Value, key: &str| -> Vec<String> {
+        v["messages"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|m| m[key].as_str().unwrap().to_owned())
+            .collect()
+    };
+    assert_eq!(
+        ids(&chat, "id"),
+        ids(&second, "id"),
+        "the thread's messages are the chat's"
+    );
+    assert!(all_reexecute(&base, "key-a").await >= 2);
+    let _ = child.kill().await;
+}

@@ -7,6 +7,7 @@
 
 use serde_json::{Map, Value, json};
 
+use crate::nodes::Graph;
 use crate::state::StateSchema;
 
 /// Our role for a LangChain message `type` (or an OpenAI-style `role`, which
@@ -157,6 +158,35 @@ pub(super) fn values_out(schema: &StateSchema, state: &Value) -> Value {
         }
     }
     Value::Object(out)
+}
+
+/// The turn's answer as the conversation's last message, for graphs whose
+/// answer goes to a field of its own (`chat.answer`, e.g. the shipped chat
+/// graph's `answer`) rather than into the messages: `/api/chat` stores it
+/// as the chat's assistant message (`message_id`); a LangGraph client sees
+/// it in `messages`, after the user message it answers, and the next run
+/// has it in its history. Nothing changes when a node already answered in
+/// the messages (the last one is not the user's).
+pub(super) fn with_answer(graph: &Graph, values: &mut Value, message_id: &str) {
+    let schema = &graph.state.schema;
+    let (Some(answer), Some(history)) = (
+        graph.chat.answer.as_deref(),
+        schema
+            .messages_field()
+            .map(|f| schema.spec(f).name.to_string()),
+    ) else {
+        return;
+    };
+    let text = match values.get(answer) {
+        Some(Value::String(t)) if !t.is_empty() => t.clone(),
+        _ => return,
+    };
+    let Some(list) = values.get_mut(&history).and_then(Value::as_array_mut) else {
+        return;
+    };
+    if list.last().is_some_and(|m| m["role"] == "user") {
+        list.push(json!({"id": message_id, "role": "assistant", "content": text}));
+    }
 }
 
 /// A patch (field → written value) as the API shows it: `messages` items

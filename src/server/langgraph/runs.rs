@@ -61,6 +61,7 @@ fn wire_for(b: &Begun, thread: &str) -> Wire {
         run_id: b.run_id,
         thread_id: thread.to_owned(),
         graph: Arc::clone(&b.graph),
+        message_id: b.hub.bridge.message_id.clone(),
     })
 }
 
@@ -304,6 +305,7 @@ fn graph_ctx(state: &AppState, run: &RunRecord, tid: &str) -> Result<Wire, ApiEr
         run_id: run.id,
         thread_id: tid.to_owned(),
         graph,
+        message_id: super::state::answer_id(run),
     }))
 }
 

@@ -255,6 +255,11 @@ async fn input_state(
         },
         None => Map::new(),
     };
+    // The previous turn's answer is in the history now (`with_answer`);
+    // this turn writes its own.
+    if let Some(answer) = graph.chat.answer.as_deref() {
+        values.remove(answer);
+    }
     let history = schema
         .messages_field()
         .map(|f| schema.spec(f).name.to_string());

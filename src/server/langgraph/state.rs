@@ -47,12 +47,23 @@ pub(super) async fn values_at(state: &AppState, run: &RunRecord, step: u32) -> V
         return run.input.clone();
     };
     match crate::replay::state_at(&*state.store, &graph, run.id, step).await {
-        Ok(s) => s.to_json(),
+        Ok(s) => {
+            let mut values = s.to_json();
+            messages::with_answer(&graph, &mut values, &answer_id(run));
+            values
+        }
         Err(e) => {
             tracing::debug!(run = %run.id, error = %e, "no state to show; showing the run's input");
             run.input.clone()
         }
     }
+}
+
+/// The id of a run's answer message: its chat message's.
+pub(super) fn answer_id(run: &RunRecord) -> String {
+    run.message_id
+        .clone()
+        .unwrap_or_else(|| format!("msg_{}", run.id.simple()))
 }
 
 /// What a paused run waits for (none when it does not wait).
@@ -303,10 +314,18 @@ async fn checkpoints_of(
     let batches: Vec<_> = cps.iter().map(|c| c.to_batch(run.id)).collect();
     let interrupts = waiting(state, run).await?;
     for cp in cps {
-        let values = graph
-            .as_ref()
-            .and_then(|g| crate::runtime::rebuild_state(&batches, &g.state, cp.step).ok())
-            .map_or_else(|| run.input.clone(), |s| s.to_json());
+        let values = match graph.as_ref().and_then(|g| {
+            crate::runtime::rebuild_state(&batches, &g.state, cp.step)
+                .ok()
+                .map(|s| (g, s))
+        }) {
+            Some((g, s)) => {
+                let mut v = s.to_json();
+                messages::with_answer(g, &mut v, &answer_id(run));
+                v
+            }
+            None => run.input.clone(),
+        };
         let last = cp.step == run.last_step;
         let mut next: Vec<String> = if last && !interrupts.is_empty() {
             interrupts.iter().map(|i| i.node.clone()).collect()

@@ -116,6 +116,8 @@ pub(super) struct Context {
     pub(super) run_id: Uuid,
     pub(super) thread_id: String,
     pub(super) graph: Arc<Graph>,
+    /// The id of the run's answer message (`messages::with_answer`).
+    pub(super) message_id: String,
 }
 
 /// Turns a run's events, in order from its first, into frames.
@@ -160,7 +162,9 @@ impl Wire {
 
     fn values_frame(&mut self) -> Option<Value> {
         let s = self.state.as_ref()?;
-        let v = messages::values_out(&self.ctx.graph.state.schema, &s.to_json());
+        let mut ours = s.to_json();
+        messages::with_answer(&self.ctx.graph, &mut ours, &self.ctx.message_id);
+        let v = messages::values_out(&self.ctx.graph.state.schema, &ours);
         self.last_values = v.clone();
         Some(v)
     }
