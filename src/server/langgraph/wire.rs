@@ -399,6 +399,7 @@ edges:
             run_id: Uuid::nil(),
             thread_id: "t".into(),
             graph,
+            message_id: "m".into(),
         })
     }
 
