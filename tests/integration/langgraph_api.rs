@@ -133,6 +133,7 @@ async fn langgraphs_js_sdk_works_against_stategraph_serve() {
         "cancel",
         "404s",
         "another key sees nothing",
+        "a wrong key is 401 with LangGraph's detail",
         "a chat from /api/chat reads as a thread",
     ] {
         assert!(

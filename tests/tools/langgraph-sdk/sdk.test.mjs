@@ -247,6 +247,14 @@ await check("another key sees nothing", async () => {
   assert.equal((await a.threads.get(thread.thread_id)).messages, undefined);
 });
 
+await check("a wrong key is 401 with LangGraph's detail", async () => {
+  const wrong = new Client({ apiUrl: url, apiKey: "not-a-key" });
+  await assert.rejects(wrong.threads.search(), (e) => e.status === 401);
+  const r = await fetch(`${url}/threads/search`, { method: "POST", headers: { "x-api-key": "not-a-key" } });
+  assert.equal(r.status, 401);
+  assert.equal(typeof (await r.json()).detail, "string");
+});
+
 await check("a chat from /api/chat reads as a thread", async () => {
   const chatId = `chat-${Date.now()}`;
   const resp = await fetch(`${url}/api/chat`, {
