@@ -81,6 +81,8 @@ pub(super) fn routes() -> Router<Arc<AppState>> {
         .route("/runs/stream", post(runs::stream_stateless))
         .route("/runs/wait", post(runs::wait_stateless))
         .route("/runs", post(runs::create_stateless))
+        .route("/runs/{rid}", get(runs::get_stateless))
+        .route("/runs/{rid}/stream", get(runs::join_stream_stateless))
         .layer(middleware::from_fn(detail_errors))
 }
 

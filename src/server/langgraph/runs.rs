@@ -2,7 +2,8 @@
 //! (in the background), `GET /threads/{id}/runs`, `GET
 //! /threads/{id}/runs/{rid}`, `…/join`, `GET …/stream` (rejoin, with
 //! `Last-Event-ID`), `POST …/cancel`; stateless `POST /runs/stream`,
-//! `/runs/wait` and `/runs` (each on a new thread of its own, which stays).
+//! `/runs/wait` and `/runs` (each on a new thread of its own, which stays),
+//! `GET /runs/{rid}` and `GET /runs/{rid}/stream`.
 //!
 //! A run's status is LangGraph's: `running`, `success` (finished, or
 //! paused at an interrupt: the thread is then `interrupted`), `error`,
@@ -446,4 +447,41 @@ impl RunBody {
     fn set_create(&mut self) {
         self.if_not_exists = Some("create".into());
     }
+}
+
+/// The thread of the caller's run `rid` (a stateless run's own thread).
+async fn thread_of(state: &AppState, user: &User, rid: &str) -> Result<String, ApiError> {
+    let missing = || ApiError::not_found(format!("Run {rid} not found"));
+    let id = Uuid::parse_str(rid).map_err(|_| missing())?;
+    state
+        .store
+        .get_run(id)
+        .await?
+        .filter(|r| r.user_id == user.0)
+        .and_then(|r| r.chat_id)
+        .ok_or_else(missing)
+}
+
+/// `GET /runs/{rid}`: a run by id alone (where a stateless run's
+/// `Content-Location` points).
+pub(super) async fn get_stateless(
+    State(state): State<Arc<AppState>>,
+    user: User,
+    Path(rid): Path<String>,
+) -> Result<Json<Value>, ApiError> {
+    let tid = thread_of(&state, &user, &rid).await?;
+    get(State(state), user, Path((tid, rid))).await
+}
+
+/// `GET /runs/{rid}/stream`: rejoins a run by id alone (where the SDKs
+/// reconnect a stateless run's stream).
+pub(super) async fn join_stream_stateless(
+    State(state): State<Arc<AppState>>,
+    user: User,
+    Path(rid): Path<String>,
+    uri: axum::http::Uri,
+    headers: HeaderMap,
+) -> Result<Response, ApiError> {
+    let tid = thread_of(&state, &user, &rid).await?;
+    join_stream(State(state), user, Path((tid, rid)), uri, headers).await
 }

@@ -146,6 +146,11 @@ await check("wait", async () => {
   assert.equal(values.messages.length, 6);
   const stateless = await a.runs.wait(null, "agent", { input: human("no thread") });
   assert.match(stateless.messages.at(-1).content, /no thread/);
+  // A stateless run rejoined by its id alone (its Location: /runs/{id}/stream).
+  const bg = await a.runs.create(null, "agent", { input: human("stateless, rejoined") });
+  const parts = await collect(a.runs.joinStream(null, bg.run_id, { lastEventId: "-1", streamMode: "values" }));
+  assert.equal(parts[0].event, "metadata");
+  assert.match(lastValues(parts).messages.at(-1).content, /stateless, rejoined/);
 });
 
 await check("interrupt and resume", async () => {
