@@ -13,6 +13,10 @@
 #     Chromium (apt-get install chromium, when /usr/bin/chromium is missing and
 #     CHROMIUM_PATH is not set) and playwright-core + axe-core (npm ci in
 #     tests/studio);
+#   - LangGraph's JS SDK and useStream with React, esbuild and playwright-core
+#     (npm ci in tests/tools/langgraph-sdk; Chromium as above) and Python SDK
+#     (a venv under ${XDG_CACHE_HOME:-~/.cache}/stategraph-tests/langgraph-sdk-venv,
+#     pinned by tests/tools/langgraph-sdk/requirements.txt);
 #   - cargo-nextest (installed if missing);
 #   - for tests/otel_phoenix.rs, Arize Phoenix (a real OpenTelemetry trace
 #     consumer) from PyPI, pinned by tests/tools/phoenix/requirements.txt, in
@@ -91,6 +95,26 @@ if [ ! -d "$aui_dir/node_modules/@assistant-ui/react-ai-sdk" ] \
   log "installing the assistant-ui browser test's packages (npm ci in tests/assistant-ui)"
   (cd "$aui_dir" && npm ci --no-audit --no-fund --loglevel=error)
 fi
+
+# LangGraph's own clients against the LangGraph API (tests/integration/
+# langgraph_api.rs): the JS SDK and the useStream page's packages from
+# tests/tools/langgraph-sdk/package-lock.json,
+# the Python SDK from tests/tools/langgraph-sdk/requirements.txt in a venv
+# outside the repository.
+lg_dir="$root/tests/tools/langgraph-sdk"
+if [ ! -d "$lg_dir/node_modules/@langchain/langgraph-sdk" ] \
+  || [ "$lg_dir/package-lock.json" -nt "$lg_dir/node_modules/.package-lock.json" ]; then
+  log "installing the LangGraph JS SDK (npm ci in tests/tools/langgraph-sdk)"
+  (cd "$lg_dir" && npm ci --no-audit --no-fund --loglevel=error)
+fi
+lg_venv="${XDG_CACHE_HOME:-$HOME/.cache}/stategraph-tests/langgraph-sdk-venv"
+if [ ! -x "$lg_venv/bin/python" ] || ! cmp -s "$lg_dir/requirements.txt" "$lg_venv/requirements.txt"; then
+  log "installing the LangGraph Python SDK (venv in $lg_venv)"
+  python3 -m venv "$lg_venv"
+  "$lg_venv/bin/pip" install --quiet --disable-pip-version-check -r "$lg_dir/requirements.txt"
+  cp "$lg_dir/requirements.txt" "$lg_venv/requirements.txt"
+fi
+export STATEGRAPH_TEST_LANGGRAPH_PYTHON="$lg_venv/bin/python"
 
 # cargo-nextest
 if ! cargo nextest --version >/dev/null 2>&1; then

@@ -1,4 +1,5 @@
-//! Who is calling: a bearer API key mapped to a user in the config, or —
+//! Who is calling: a bearer API key (or the same key as `x-api-key`, as
+//! LangGraph's SDKs send it) mapped to a user in the config, or —
 //! without a key, directly from a loopback address, and only while no API
 //! keys are configured (unless `local_with_keys`) — the configured local
 //! user. A request that came through a proxy (it carries a forwarding
@@ -41,13 +42,20 @@ impl FromRequestParts<Arc<AppState>> for User {
         state: &Arc<AppState>,
     ) -> Result<Self, ApiError> {
         let auth = &state.config.auth;
-        if let Some(raw) = parts.headers.get(axum::http::header::AUTHORIZATION) {
+        // `x-api-key` is how LangGraph's SDKs send a key (`Client({apiKey})`).
+        let bearer = parts.headers.get(axum::http::header::AUTHORIZATION);
+        let raw = bearer.or_else(|| parts.headers.get("x-api-key"));
+        if let Some(raw) = raw {
             let value = raw.to_str().unwrap_or("");
-            let key = value
-                .strip_prefix("Bearer ")
-                .or_else(|| value.strip_prefix("bearer "))
-                .unwrap_or("")
-                .trim();
+            let key = if bearer.is_some() {
+                value
+                    .strip_prefix("Bearer ")
+                    .or_else(|| value.strip_prefix("bearer "))
+                    .unwrap_or("")
+            } else {
+                value
+            }
+            .trim();
             return match auth.api_keys.get(key) {
                 Some(user) if !key.is_empty() => Ok(User(user.clone())),
                 _ => Err(ApiError::new(

@@ -11,8 +11,10 @@
 //! - `GET /api/tools`, `GET /api/tools/health`
 //! - `GET /healthz`, `GET /readyz`, `GET /metrics`
 //! - the studio: `GET /studio`, `GET /studio/{file}`, `GET /` (a redirect)
+//! - the LangGraph Agent Server API: `/assistants/…`, `/threads/…`,
+//!   `/runs/…`, `/info` (see `server/langgraph/`)
 //!
-//! Every `/api/` route counts against the caller's request rate
+//! Every `/api/` route (and every LangGraph API route) counts against the caller's request rate
 //! (`[limits]`, see `server/limits.rs`).
 //!
 //! Every request gets a correlation id (`x-request-id`, accepted or made
@@ -26,6 +28,7 @@ mod error;
 mod eval_api;
 mod graphs;
 mod health;
+mod langgraph;
 mod limits;
 mod listen;
 mod metrics;
@@ -175,6 +178,8 @@ pub fn app(state: Arc<AppState>) -> Router {
         .route("/api/graphs", get(graphs::list))
         .route("/api/graphs/reload", post(graphs::reload))
         .route("/api/graphs/{name}", get(graphs::get))
+        // The LangGraph Agent Server API (server/langgraph/).
+        .merge(langgraph::routes())
         // Only the routes above count against a user's request rate.
         .route_layer(middleware::from_fn_with_state(
             Arc::clone(&state),
@@ -226,10 +231,17 @@ fn cors(origins: &[String]) -> Option<CorsLayer> {
     Some(
         CorsLayer::new()
             .allow_origin(allow)
-            .allow_methods([Method::GET, Method::POST, Method::DELETE, Method::OPTIONS])
+            .allow_methods([
+                Method::GET,
+                Method::POST,
+                Method::PATCH,
+                Method::DELETE,
+                Method::OPTIONS,
+            ])
             .allow_headers([
                 header::CONTENT_TYPE,
                 header::AUTHORIZATION,
+                "x-api-key".parse().unwrap_or(header::ACCEPT),
                 "x-request-id".parse().unwrap_or(header::ACCEPT),
                 "last-event-id".parse().unwrap_or(header::ACCEPT),
             ])

@@ -32,6 +32,8 @@ use crate::runtime::{RunStatus, StepBatch};
 struct Inner {
     chats: HashMap<String, ChatRecord>,
     messages: HashMap<String, Vec<MessageRecord>>,
+    /// Chats' metadata (only those that have any).
+    metadata: HashMap<String, serde_json::Value>,
     runs: HashMap<Uuid, RunRecord>,
     events: HashMap<Uuid, BTreeMap<u64, Event>>,
     checkpoints: HashMap<Uuid, BTreeMap<u32, CheckpointRecord>>,
@@ -103,6 +105,7 @@ impl Inner {
             }
             self.chats.remove(&old);
             self.messages.remove(&old);
+            self.metadata.remove(&old);
         }
     }
 }
@@ -238,9 +241,42 @@ impl ChatStore for MemoryStore {
         ready(Ok(v))
     }
 
+    fn chats_metadata(
+        &self,
+        user_id: &str,
+    ) -> BoxFuture<'_, StoreResult<HashMap<String, serde_json::Value>>> {
+        let g = self.lock();
+        let out = g
+            .metadata
+            .iter()
+            .filter(|(id, _)| g.chats.get(*id).is_some_and(|c| c.user_id == user_id))
+            .map(|(id, v)| (id.clone(), v.clone()))
+            .collect();
+        ready(Ok(out))
+    }
+
+    fn set_chat_metadata(
+        &self,
+        chat_id: &str,
+        metadata: serde_json::Value,
+    ) -> BoxFuture<'_, StoreResult<bool>> {
+        let mut g = self.lock();
+        let Some(c) = g.chats.get_mut(chat_id) else {
+            return ready(Ok(false));
+        };
+        c.updated_at = now_micros().max(c.updated_at + 1);
+        if metadata.as_object().is_some_and(|m| m.is_empty()) {
+            g.metadata.remove(chat_id);
+        } else {
+            g.metadata.insert(chat_id.to_owned(), metadata);
+        }
+        ready(Ok(true))
+    }
+
     fn delete_chat(&self, id: &str) -> BoxFuture<'_, StoreResult<bool>> {
         let mut g = self.lock();
         g.messages.remove(id);
+        g.metadata.remove(id);
         ready(Ok(g.chats.remove(id).is_some()))
     }
 
@@ -752,6 +788,7 @@ impl Maintenance for MemoryStore {
                 .collect();
             for id in stale {
                 g.chats.remove(&id);
+                g.metadata.remove(&id);
                 report.chats += 1;
                 report.messages += g.messages.remove(&id).map_or(0, |m| m.len() as u64);
             }

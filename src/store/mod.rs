@@ -301,6 +301,30 @@ pub trait ChatStore: Send + Sync {
     /// [`StoreError::NotFound`] when the run does not exist (the message and
     /// the chat are still written); a backend error writes nothing.
     fn end_turn(&self, end: TurnEnd) -> BoxFuture<'_, StoreResult<()>>;
+    /// The metadata (a JSON object) of each of `user_id`'s chats that has
+    /// any, by chat id: the LangGraph API's thread metadata. A backend
+    /// that keeps none (a test double) has none.
+    fn chats_metadata(
+        &self,
+        user_id: &str,
+    ) -> BoxFuture<'_, StoreResult<std::collections::HashMap<String, Value>>> {
+        let _ = user_id;
+        Box::pin(async { Ok(std::collections::HashMap::new()) })
+    }
+    /// Replaces a chat's metadata (a JSON object); false when there is no
+    /// such chat.
+    fn set_chat_metadata(
+        &self,
+        chat_id: &str,
+        metadata: Value,
+    ) -> BoxFuture<'_, StoreResult<bool>> {
+        let _ = (chat_id, metadata);
+        Box::pin(async {
+            Err(StoreError::Backend(
+                "this store keeps no chat metadata".into(),
+            ))
+        })
+    }
 }
 
 /// Runs.

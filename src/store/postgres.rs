@@ -125,6 +125,11 @@ const MIGRATIONS: &[Migration] = &[
         sql: include_str!("migrations/postgres/0009_run_cost.sql"),
     },
     Migration {
+        version: 10,
+        name: "chat_metadata",
+        sql: include_str!("migrations/postgres/0010_chat_metadata.sql"),
+    },
+    Migration {
         version: 11,
         name: "verdicts",
         sql: include_str!("migrations/postgres/0011_verdicts.sql"),
@@ -572,6 +577,46 @@ impl ChatStore for PostgresStore {
         Box::pin(async move {
             let sql = "WITH gone AS (DELETE FROM messages WHERE chat_id = $1) DELETE FROM chats WHERE id = $1";
             Ok(self.execute(sql, &[&id]).await? > 0)
+        })
+    }
+
+    fn chats_metadata(
+        &self,
+        user_id: &str,
+    ) -> BoxFuture<'_, StoreResult<std::collections::HashMap<String, serde_json::Value>>> {
+        let user = user_id.to_owned();
+        Box::pin(async move {
+            let rows = self
+                .query(
+                    "SELECT id, metadata FROM chats WHERE user_id = $1 AND metadata <> '{}'::jsonb",
+                    &[&user],
+                )
+                .await?;
+            let mut out = std::collections::HashMap::new();
+            for r in &rows {
+                let id: String = r.try_get(0)?;
+                let Json(v): Json<serde_json::Value> = r.try_get(1)?;
+                out.insert(id, v);
+            }
+            Ok(out)
+        })
+    }
+
+    fn set_chat_metadata(
+        &self,
+        chat_id: &str,
+        metadata: serde_json::Value,
+    ) -> BoxFuture<'_, StoreResult<bool>> {
+        let chat = chat_id.to_owned();
+        Box::pin(async move {
+            let sql = "UPDATE chats SET metadata = $2, updated_at = GREATEST($3, updated_at + 1) WHERE id = $1";
+            let n = self
+                .execute(
+                    sql,
+                    &[&chat, &Json(&metadata), &sql::i64_of(now_micros(), "time")?],
+                )
+                .await?;
+            Ok(n > 0)
         })
     }
 

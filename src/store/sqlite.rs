@@ -107,6 +107,11 @@ const MIGRATIONS: &[Migration] = &[
         sql: include_str!("migrations/sqlite/0009_run_cost.sql"),
     },
     Migration {
+        version: 10,
+        name: "chat_metadata",
+        sql: include_str!("migrations/sqlite/0010_chat_metadata.sql"),
+    },
+    Migration {
         version: 11,
         name: "verdicts",
         sql: include_str!("migrations/sqlite/0011_verdicts.sql"),
@@ -577,6 +582,42 @@ impl ChatStore for SqliteStore {
                 .prepare_cached("DELETE FROM chats WHERE id = ?1")?
                 .execute([&id])?;
             Ok(deleted > 0)
+        }))
+    }
+
+    fn chats_metadata(
+        &self,
+        user_id: &str,
+    ) -> BoxFuture<'_, StoreResult<std::collections::HashMap<String, serde_json::Value>>> {
+        let user = user_id.to_owned();
+        Box::pin(self.readers.run(move |conn| {
+            let mut stmt = conn.prepare_cached(
+                "SELECT id, metadata FROM chats WHERE user_id = ?1 AND metadata <> '{}'",
+            )?;
+            let mut rows = stmt.query([&user])?;
+            let mut out = std::collections::HashMap::new();
+            while let Some(r) = rows.next()? {
+                let text: String = r.get(1)?;
+                let v = serde_json::from_str(&text)
+                    .map_err(|e| StoreError::Backend(format!("chat metadata: {e}")))?;
+                out.insert(r.get(0)?, v);
+            }
+            Ok(out)
+        }))
+    }
+
+    fn set_chat_metadata(
+        &self,
+        chat_id: &str,
+        metadata: serde_json::Value,
+    ) -> BoxFuture<'_, StoreResult<bool>> {
+        let chat = chat_id.to_owned();
+        let text = metadata.to_string();
+        Box::pin(self.writer.write(move |conn| {
+            let n = conn
+                .prepare_cached("UPDATE chats SET metadata = ?2, updated_at = max(?3, updated_at + 1) WHERE id = ?1")?
+                .execute(params![chat, text, now()?])?;
+            Ok(n > 0)
         }))
     }
 

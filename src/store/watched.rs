@@ -167,6 +167,19 @@ impl ChatStore for Watched {
     fn end_turn(&self, end: TurnEnd) -> BoxFuture<'_, StoreResult<()>> {
         self.noted(self.inner.end_turn(end))
     }
+    fn chats_metadata(
+        &self,
+        user_id: &str,
+    ) -> BoxFuture<'_, StoreResult<std::collections::HashMap<String, serde_json::Value>>> {
+        self.inner.chats_metadata(user_id)
+    }
+    fn set_chat_metadata(
+        &self,
+        chat_id: &str,
+        metadata: serde_json::Value,
+    ) -> BoxFuture<'_, StoreResult<bool>> {
+        self.noted(self.inner.set_chat_metadata(chat_id, metadata))
+    }
 }
 
 impl RunStore for Watched {

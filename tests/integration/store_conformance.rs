@@ -159,6 +159,7 @@ macro_rules! conformance {
 
 conformance!(
     chats_are_ensured_listed_and_deleted,
+    chat_metadata_is_stored_per_user_and_goes_with_its_chat,
     active_run_is_set_and_cleared,
     messages_append_regenerate_edit_and_upsert,
     a_turn_ends_with_its_message_its_run_and_its_chat,

@@ -519,3 +519,69 @@ pub(super) async fn a_turn_ends_with_its_message_its_run_and_its_chat(store: Arc
     assert!(matches!(err, StoreError::NotFound(_)), "{err}");
     assert_eq!(store.messages("c1").await.unwrap().len(), 5);
 }
+
+/// A chat's metadata (schema version 10: the LangGraph API's thread
+/// metadata) is stored as given, read per user, replaced, and goes with
+/// its chat.
+pub(super) async fn chat_metadata_is_stored_per_user_and_goes_with_its_chat(store: Arc<dyn Store>) {
+    store.ensure_chat(chat("m1", "alice", 10)).await.unwrap();
+    store.ensure_chat(chat("m2", "alice", 20)).await.unwrap();
+    store.ensure_chat(chat("m3", "bob", 30)).await.unwrap();
+    assert!(
+        store.chats_metadata("alice").await.unwrap().is_empty(),
+        "none yet"
+    );
+    let tagged = serde_json::json!({"tags": ["eval", "smoke"], "owner": "a", "n": 1.5, "deep": {"x": [null, true]}});
+    assert!(store.set_chat_metadata("m1", tagged.clone()).await.unwrap());
+    assert!(
+        store
+            .set_chat_metadata("m3", serde_json::json!({"tags": ["b"]}))
+            .await
+            .unwrap()
+    );
+    assert!(
+        !store
+            .set_chat_metadata("nope", tagged.clone())
+            .await
+            .unwrap(),
+        "no such chat"
+    );
+    let alice = store.chats_metadata("alice").await.unwrap();
+    assert_eq!(alice.len(), 1, "only chats with metadata: {alice:?}");
+    assert_eq!(alice["m1"], tagged);
+    assert_eq!(
+        store.chats_metadata("bob").await.unwrap()["m3"]["tags"][0],
+        "b"
+    );
+    assert!(
+        store.get_chat("m1").await.unwrap().unwrap().updated_at > 10,
+        "a metadata change updates the chat"
+    );
+    store
+        .set_chat_metadata("m1", serde_json::json!({"owner": "z"}))
+        .await
+        .unwrap();
+    assert_eq!(
+        store.chats_metadata("alice").await.unwrap()["m1"],
+        serde_json::json!({"owner": "z"}),
+        "replaced, not merged"
+    );
+    store
+        .set_chat_metadata("m1", serde_json::json!({}))
+        .await
+        .unwrap();
+    assert!(
+        store.chats_metadata("alice").await.unwrap().is_empty(),
+        "emptied"
+    );
+    store
+        .set_chat_metadata("m2", serde_json::json!({"k": "v"}))
+        .await
+        .unwrap();
+    store.delete_chat("m2").await.unwrap();
+    store.ensure_chat(chat("m2", "alice", 40)).await.unwrap();
+    assert!(
+        store.chats_metadata("alice").await.unwrap().is_empty(),
+        "deleted with its chat"
+    );
+}

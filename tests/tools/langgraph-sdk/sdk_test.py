@@ -1,0 +1,171 @@
+"""LangGraph's own Python SDK (langgraph-sdk, pinned by requirements.txt)
+against `stategraph serve` serving examples/langgraph_api
+(tests/integration/langgraph_api.rs starts it).
+
+    python sdk_test.py URL KEY_A KEY_B
+
+Prints `ok   CASE` or `FAIL CASE: why` per case; exits 1 on any failure.
+"""
+
+import asyncio
+import sys
+import traceback
+
+import httpx
+from langgraph_sdk import get_client
+
+URL, KEY_A, KEY_B = sys.argv[1:4]
+# uuid5(NAMESPACE_GRAPH, "agent"), as langgraph_api/graph.py names a graph's assistant.
+AGENT = "fe096781-5601-53d2-b2f6-0d3403f7e9ca"
+failed = 0
+
+
+def human(text):
+    return {"messages": [{"type": "human", "content": text}]}
+
+
+def last_values(parts):
+    return [p.data for p in parts if p.event == "values"][-1]
+
+
+async def check(name, fn):
+    global failed
+    try:
+        await fn()
+        print(f"ok   {name}", flush=True)
+    except Exception:  # noqa: BLE001 - every failure is reported
+        failed += 1
+        print(f"FAIL {name}: {traceback.format_exc()}", flush=True)
+
+
+async def status(code, coro):
+    try:
+        await coro
+    except httpx.HTTPStatusError as e:
+        assert e.response.status_code == code, f"expected {code}, got {e.response.status_code}"
+        return
+    raise AssertionError(f"expected {code}")
+
+
+async def collect(it):
+    return [p async for p in it]
+
+
+async def main():
+    a = get_client(url=URL, api_key=KEY_A)
+    b = get_client(url=URL, api_key=KEY_B)
+    state = {}
+
+    async def assistants():
+        found = await a.assistants.search(graph_id="agent")
+        assert [x["assistant_id"] for x in found] == [AGENT], found
+        assert (await a.assistants.get("agent"))["assistant_id"] == AGENT
+        graph = await a.assistants.get_graph(AGENT)
+        ids = [n["id"] for n in graph["nodes"]]
+        assert ids[0] == "__start__" and ids[-1] == "__end__", ids
+        schemas = await a.assistants.get_schemas(AGENT)
+        assert schemas["state_schema"]["properties"]["messages"]["type"] == "array"
+
+    async def threads():
+        t = await a.threads.create(metadata={"tags": ["sdk-py"]})
+        state["thread"] = t["thread_id"]
+        assert t["status"] == "idle"
+        found = await a.threads.search(metadata={"tags": ["sdk-py"]})
+        assert [x["thread_id"] for x in found] == [t["thread_id"]], found
+        await a.threads.update(t["thread_id"], metadata={"topic": "py"})
+        assert (await a.threads.get(t["thread_id"]))["metadata"] == {"tags": ["sdk-py"], "topic": "py"}
+
+    async def stream_modes():
+        tid = state["thread"]
+        parts = await collect(
+            a.runs.stream(tid, "agent", input=human("hello from python"),
+                          stream_mode=["values", "updates", "messages-tuple", "custom", "debug"])
+        )
+        assert parts[0].event == "metadata", parts[0]
+        state["run"] = parts[0].data["run_id"]
+        events = {p.event for p in parts}
+        assert {"values", "updates", "messages", "debug"} <= events, events
+        tokens = [p.data for p in parts if p.event == "messages"]
+        chunk, meta = tokens[0]
+        assert chunk["type"] == "AIMessageChunk" and meta["langgraph_node"] == "reply"
+        final = last_values(parts)
+        assert final["messages"][-1]["content"] == "".join(t[0]["content"] for t in tokens)
+
+    async def state_history():
+        tid = state["thread"]
+        s = await a.threads.get_state(tid)
+        assert [m["type"] for m in s["values"]["messages"]] == ["human", "ai"]
+        history = await a.threads.get_history(tid, limit=5)
+        assert history[0]["checkpoint"]["checkpoint_id"] == s["checkpoint"]["checkpoint_id"]
+        assert history[0]["parent_checkpoint"]["checkpoint_id"] == history[1]["checkpoint"]["checkpoint_id"]
+
+    async def second_turn():
+        tid = state["thread"]
+        values = await a.runs.wait(tid, "agent", input=human("second python turn"))
+        assert [m["type"] for m in values["messages"]] == ["human", "ai", "human", "ai"]
+        runs = await a.runs.list(tid)
+        assert len(runs) == 2 and all(r["status"] == "success" for r in runs), runs
+
+    async def interrupt_resume():
+        t = await a.threads.create()
+        parts = await collect(a.runs.stream(t["thread_id"], "agent", input=human("approve this please")))
+        [paused] = [p.data for p in parts if p.event == "values" and "__interrupt__" in p.data]
+        assert paused["__interrupt__"][0]["value"]["type"] == "question"
+        assert (await a.threads.get(t["thread_id"]))["status"] == "interrupted"
+        values = await a.runs.wait(t["thread_id"], "agent", command={"resume": "python says yes"})
+        assert "python says yes" in values["messages"][-1]["content"]
+
+    async def rejoin():
+        t = await a.threads.create()
+        seen = []
+        stream = a.runs.stream(t["thread_id"], "agent", input=human("slow from python"),
+                               stream_mode=["values", "messages-tuple"], stream_resumable=True)
+        async for p in stream:
+            seen.append(p)
+            if sum(1 for s in seen if s.event == "messages") == 8:
+                break
+        await stream.aclose()
+        run_id = seen[0].data["run_id"]
+        rest = await collect(a.runs.join_stream(t["thread_id"], run_id, last_event_id=seen[-1].id,
+                                                stream_mode=["values", "messages-tuple"]))
+        tokens = "".join(p.data[0]["content"] for p in seen + rest if p.event == "messages")
+        final = last_values(rest)
+        replies = "".join(m["content"] for m in final["messages"] if m["type"] == "ai")
+        assert tokens == replies, "the two streams together are every token"
+
+    async def cancel():
+        t = await a.threads.create()
+        run = await a.runs.create(t["thread_id"], "agent", input=human("slow, to cancel"))
+        await asyncio.sleep(0.3)
+        await a.runs.cancel(t["thread_id"], run["run_id"])
+        await a.runs.join(t["thread_id"], run["run_id"])
+        assert (await a.runs.get(t["thread_id"], run["run_id"]))["status"] == "interrupted"
+
+    async def not_found():
+        await status(404, a.threads.get("00000000-0000-4000-8000-000000000000"))
+        await status(404, a.assistants.get("no-such-graph"))
+        await status(404, a.runs.get(state["thread"], "00000000-0000-4000-8000-000000000000"))
+
+    async def isolation():
+        await status(404, b.threads.get(state["thread"]))
+        await status(404, b.threads.get_state(state["thread"]))
+        await status(404, b.runs.get(state["thread"], state["run"]))
+        assert await b.threads.search(metadata={"tags": ["sdk-py"]}) == []
+
+    for name, fn in [
+        ("assistants", assistants),
+        ("threads", threads),
+        ("stream every mode", stream_modes),
+        ("state and history", state_history),
+        ("second turn", second_turn),
+        ("interrupt and resume", interrupt_resume),
+        ("rejoin with the last event id", rejoin),
+        ("cancel", cancel),
+        ("404s", not_found),
+        ("another key sees nothing", isolation),
+    ]:
+        await check(name, fn)
+
+
+asyncio.run(main())
+sys.exit(1 if failed else 0)
