@@ -33,6 +33,11 @@ pub(super) struct EvalArgs {
     /// These runs (repeatable).
     #[arg(long = "run", value_name = "RUN_ID")]
     pub(super) runs: Vec<uuid::Uuid>,
+    /// Only the runs of chats tagged so (repeatable: any of the tags): the
+    /// chat's metadata `tags`, set through the LangGraph API's thread
+    /// metadata (docs/testing.md).
+    #[arg(long = "tag", value_name = "TAG")]
+    pub(super) tags: Vec<String>,
     /// At most this many runs, the newest first.
     #[arg(long, default_value_t = 200)]
     pub(super) limit: usize,
@@ -55,7 +60,7 @@ pub(super) struct EvalArgs {
     /// Run the user inputs of this file instead of stored chats (YAML or
     /// JSON: a list of `{name, graph, message | messages, state}`, or
     /// `{graph, inputs: [...]}`), with the configured model.
-    #[arg(long, value_name = "FILE", conflicts_with_all = ["since", "chats", "runs"])]
+    #[arg(long, value_name = "FILE", conflicts_with_all = ["since", "chats", "runs", "tags"])]
     pub(super) inputs: Option<PathBuf>,
     /// Judge each run's answer now against this criterion (repeatable), e.g.
     /// "the answer cites a source"; judged only with a judge model.
@@ -101,7 +106,7 @@ pub(super) fn eval(ctx: &Ctx, args: EvalArgs, out: &mut dyn Write) -> anyhow::Re
             (None, None) => Vec::new(),
         };
         if runs.is_empty() {
-            bail!("no stored run matches (give --graph, --since, --chat or --run; see docs/testing.md)");
+            bail!("no stored run matches (give --graph, --since, --chat, --tag or --run; see docs/testing.md)");
         }
         let started = Instant::now();
         let judge = env.judge.clone();
@@ -299,11 +304,18 @@ pub(super) async fn select(
             None => bail!("no stored run {id}"),
         }
     }
+    // Tags are on chats: look among more runs, keep the tagged ones, then
+    // the newest `limit` of those.
+    let look_at = if args.tags.is_empty() {
+        args.limit
+    } else {
+        TAGGED_AMONG.max(args.limit)
+    };
     let query = |chat: Option<String>| RunQuery {
         chat,
         graph: args.graph.clone(),
         since,
-        ..RunQuery::newest(args.limit)
+        ..RunQuery::newest(look_at)
     };
     if !args.chats.is_empty() {
         for c in &args.chats {
@@ -312,6 +324,9 @@ pub(super) async fn select(
     } else if args.runs.is_empty() {
         records.extend(store.list_runs(&query(None)).await?);
     }
+    if !args.tags.is_empty() {
+        records = tagged(store, records, &args.tags).await?;
+    }
     records.retain(|r| r.status != RunStatus::Running && r.parent.is_none());
     records.sort_by_key(|r| (r.created_at, r.id));
     records.dedup_by_key(|r| r.id);
@@ -319,4 +334,34 @@ pub(super) async fn select(
     testing::eval::stored_runs(store, records)
         .await
         .map_err(|e| anyhow::anyhow!(e))
+}
+
+/// How many of the newest runs `--tag` looks among.
+const TAGGED_AMONG: usize = 10_000;
+
+/// The runs whose chat is tagged with any of `tags` (its metadata's `tags`
+/// list), each chat's metadata read once per user.
+async fn tagged(
+    store: &dyn Store,
+    records: Vec<RunRecord>,
+    tags: &[String],
+) -> anyhow::Result<Vec<RunRecord>> {
+    let mut users: Vec<&str> = records.iter().map(|r| r.user_id.as_str()).collect();
+    users.sort_unstable();
+    users.dedup();
+    let mut chats = std::collections::HashSet::new();
+    for user in users {
+        for (chat, metadata) in store.chats_metadata(user).await? {
+            let has = metadata["tags"]
+                .as_array()
+                .is_some_and(|l| l.iter().any(|t| tags.iter().any(|w| t == w.as_str())));
+            if has {
+                chats.insert(chat);
+            }
+        }
+    }
+    Ok(records
+        .into_iter()
+        .filter(|r| r.chat_id.as_ref().is_some_and(|c| chats.contains(c)))
+        .collect())
 }

@@ -7,8 +7,9 @@
 use std::collections::BTreeSet;
 use std::sync::Arc;
 
-use serde_json::Value;
+use serde_json::{Value, json};
 use stategraph::llm::script::ScriptModel;
+use stategraph::store::ChatStore;
 use stategraph::store::sqlite::SqliteStore;
 
 use crate::graph_recorded::{sg_in, shown, workdir};
@@ -154,6 +155,36 @@ async fn eval_reports_exactly_the_chats_whose_route_changed_and_runs_save_as_tes
     assert_eq!(report["summary"]["runs"], CHATS, "{report:#}");
     assert_eq!(report["summary"]["changed"], 0, "{report:#}");
     assert_eq!(report["summary"]["live_calls"], 0, "{report:#}");
+
+    // Selected by tag: the chats whose metadata's `tags` has one of them
+    // (as the LangGraph API's thread metadata sets it).
+    for (chat, tags) in [
+        ("chat-03", json!(["vip"])),
+        ("chat-07", json!(["vip", "beta"])),
+        ("chat-08", json!(["beta"])),
+    ] {
+        let store = SqliteStore::open(d.join("data/stategraph.db"))
+            .await
+            .unwrap();
+        let set = store.set_chat_metadata(chat, json!({ "tags": tags }));
+        assert!(set.await.unwrap());
+    }
+    let vip = eval(&["--tag", "vip"]).await.unwrap();
+    assert!(vip.status.success(), "{}", shown(&vip));
+    let report: Value = serde_json::from_slice(&vip.stdout).unwrap();
+    let chats: BTreeSet<&str> = report["runs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|r| r["chat"].as_str())
+        .collect();
+    assert_eq!(chats, BTreeSet::from(["chat-03", "chat-07"]), "{report:#}");
+    let none = eval(&["--tag", "nobody"]).await.unwrap();
+    assert!(
+        !none.status.success(),
+        "no run is tagged so: {}",
+        shown(&none)
+    );
 
     // The router's prompt now asks to ask back about the weather.
     let prompt = d.join("prompts/chat/router.md");
