@@ -20,8 +20,9 @@ use super::expr::{Expr, Scope, ValueExpr};
 use super::loc::{Loc, Sp};
 use super::prompts::Prompts;
 use super::spec::{NodeSpec, SpMap};
+use super::typecheck::{TypeScope, check_template};
 use super::value::{SpEntry, SpValue};
-use crate::state::{DynState, FieldId, FieldSpec, StateSchema};
+use crate::state::{DynState, FieldId, FieldSpec, StateSchema, TypeSpec};
 use crate::tools::ToolRegistry;
 use crate::units::Dur;
 
@@ -499,6 +500,7 @@ impl<'a, N> BuildCx<'a, N> {
         let scope = Scope {
             schema: self.schema,
             extra: &extra,
+            typed: &[],
         };
         Expr::compile(source, what, scope, self.diags).ok_or(Reported)
     }
@@ -514,11 +516,29 @@ impl<'a, N> BuildCx<'a, N> {
         what: &str,
         extra: &[&str],
     ) -> Result<ValueExpr, Reported> {
+        self.value_expr_typed(value, what, extra, &[])
+    }
+
+    /// [`BuildCx::value_expr`] where some of `extra`'s names have a
+    /// declared type (`result` of a tool with an output schema): their
+    /// attribute reads are checked against it.
+    ///
+    /// # Errors
+    /// A bad expression or template, or an attribute its type does not
+    /// have (reported).
+    pub fn value_expr_typed(
+        &mut self,
+        value: &Sp<SpValue>,
+        what: &str,
+        extra: &[&str],
+        typed: &[(&str, TypeSpec)],
+    ) -> Result<ValueExpr, Reported> {
         let extra = self.scope_names(extra);
         let extra: Vec<&str> = extra.iter().map(String::as_str).collect();
         let scope = Scope {
             schema: self.schema,
             extra: &extra,
+            typed,
         };
         ValueExpr::compile_tree(value, what, scope, self.diags).ok_or(Reported)
     }
@@ -598,6 +618,9 @@ impl<'a, N> BuildCx<'a, N> {
                 }
             }
         }
+        if ok {
+            ok = self.prompt_attributes(&name.value, &file.source, &file.display);
+        }
         if !ok {
             return Err(Reported);
         }
@@ -614,6 +637,27 @@ impl<'a, N> BuildCx<'a, N> {
             vars,
             uses_item,
         }))
+    }
+
+    /// Reports the attribute reads of a prompt its declared types say are
+    /// not there, each at its line and column in the prompt file.
+    fn prompt_attributes(&mut self, prompt: &str, source: &str, display: &str) -> bool {
+        let scope = TypeScope {
+            schema: self.schema,
+            typed: &[],
+        };
+        let problems = check_template(source, scope);
+        let ok = problems.is_empty();
+        for p in problems {
+            self.diags.error_in(
+                display,
+                Loc::new(p.line, p.column),
+                "unknown-attribute",
+                format!("prompt `{prompt}`: {}", p.message),
+                p.hint,
+            );
+        }
+        ok
     }
 
     fn prompt_var_error(&mut self, prompt: &str, var: &str, message: &str, hint: Option<String>) {
@@ -651,6 +695,21 @@ impl<'a, N> BuildCx<'a, N> {
         let mut out: Vec<String> = Vec::new();
         let mut ok = true;
         for entry in entries {
+            if let Some(servers) = self.tools.lock_conflict(&entry.value) {
+                self.error(
+                    entry.loc,
+                    "ambiguous-tool",
+                    format!(
+                        "`{}` is listed by MCP servers {} in {}: which one a run calls depends on which starts first",
+                        entry.value,
+                        servers.iter().map(|s| format!("`{s}`")).collect::<Vec<_>>().join(" and "),
+                        crate::tools::lock::LOCK_FILE
+                    ),
+                    Some("give one MCP server a `prefix` in stategraph.toml, run `stategraph tools lock` again and name the prefixed tool".into()),
+                );
+                ok = false;
+                continue;
+            }
             if self.tools.knows_at_check(&entry.value) || self.external_tools.contains(&entry.value)
             {
                 if !out.contains(&entry.value) {

@@ -351,6 +351,7 @@ impl<'a, 'd> EdgeBuilder<'a, 'd> {
         let scope = Scope {
             schema: Some(schema),
             extra: &[],
+            typed: &[],
         };
         Expr::compile(over, "map `over`", scope, self.d).map(Selector::Expr)
     }
@@ -390,6 +391,7 @@ impl<'a, 'd> EdgeBuilder<'a, 'd> {
                 let scope = Scope {
                     schema: Some(schema),
                     extra: &[],
+                    typed: &[],
                 };
                 Expr::compile(expr, "route `expr`", scope, self.d)
                     .map(|e| (Selector::Expr(e), expr.value.as_str().into()))

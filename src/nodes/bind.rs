@@ -25,12 +25,13 @@
 use serde_json::Value;
 
 use super::{BuildCx, NodeContext};
-use crate::graph::diagnostic::name_hint;
 use crate::graph::expr::{ValueExpr, from_json};
 use crate::graph::loc::Sp;
+use crate::graph::typecheck::state_type;
 use crate::graph::value::SpValue;
 use crate::graph::{Reported, SettingDoc};
 use crate::llm::ToolDef;
+use crate::state::{TypeKind, TypeSpec};
 use crate::tools::ToolError;
 
 /// The `tools` setting of an agent: names, or `{name, args}` mappings.
@@ -185,17 +186,24 @@ fn entry(
                 let takes: Vec<&str> = props.keys().map(String::as_str).collect();
                 Some(format!("`{}` takes {}", name.value, takes.join(", ")))
             });
+            let from = cx
+                .tools
+                .origin_at_check(&name.value)
+                .map(|o| format!(" (from {o})"))
+                .unwrap_or_default();
             cx.error(
                 arg.loc,
                 "unknown-argument",
-                format!("`{}` has no argument `{}` to bind", name.value, arg.value),
+                format!(
+                    "`{}`{from} has no argument `{}` to bind",
+                    name.value, arg.value
+                ),
                 hint,
             );
             ok = false;
             continue;
         }
-        check_state_reads(cx, value);
-        match cx.value_expr(value, "a bound argument", &SCOPE) {
+        match cx.value_expr_typed(value, "a bound argument", &SCOPE, &scope_types(cx)) {
             Ok(e) => bound.push((arg.value.clone(), e)),
             Err(Reported) => ok = false,
         }
@@ -207,32 +215,22 @@ fn entry(
     Ok((name, Some(Bound { tool, args: bound })))
 }
 
-/// `state.NAME` in a bound value must name a field (the scope checks
-/// `state` itself, not what is read from it).
-fn check_state_reads(cx: &mut BuildCx<'_>, value: &Sp<SpValue>) {
-    let (SpValue::Str(text), Some(schema)) = (&value.value, cx.schema) else {
-        return;
-    };
-    let mut rest = text.as_str();
-    while let Some(at) = rest.find("state.") {
-        let before = rest[..at].chars().next_back();
-        rest = &rest[at + "state.".len()..];
-        if before.is_some_and(|c| c.is_alphanumeric() || c == '_' || c == '.') {
-            continue;
-        }
-        let field: String = rest
-            .chars()
-            .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
-            .collect();
-        if schema.field(&field).is_none() {
-            let message = format!(
-                "a bound argument reads `state.{field}`, but state `{}` has no such field",
-                schema.name
-            );
-            let hint = name_hint(&field, schema.names());
-            cx.error(value.loc, "unknown-field", message, hint);
-        }
+/// The declared types of the names a bound value reads: `state` (the
+/// state's fields: `state.pasenger` is a diagnostic with "did you mean")
+/// and `user` (`{id}`).
+fn scope_types(cx: &BuildCx<'_>) -> Vec<(&'static str, TypeSpec)> {
+    let mut out = vec![(
+        "user",
+        TypeSpec::of(TypeKind::Object {
+            properties: vec![("id".into(), TypeSpec::string())],
+            required: vec!["id".into()],
+            additional: false,
+        }),
+    )];
+    if let Some(schema) = cx.schema {
+        out.push(("state", state_type(schema)));
     }
+    out
 }
 
 impl Bindings {

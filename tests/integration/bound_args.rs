@@ -83,6 +83,7 @@ fn cancel_tool(tickets: Tickets) -> Arc<CancelTicket> {
                 "required": ["passenger_id", "ticket"],
                 "additionalProperties": false
             })),
+            output_schema: None,
             partition: "support".into(),
             policy: ToolPolicy::default(),
         },
@@ -228,7 +229,7 @@ fn bound_arguments_are_checked_where_they_are_written() {
     let cases = [
         (
             "      - { name: calculator, args: { expression: \"{{ state.pasenger }}\" } }",
-            "unknown-field",
+            "unknown-attribute",
             "state.pasenger",
             Some("passenger"),
         ),
