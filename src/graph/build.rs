@@ -50,6 +50,9 @@ pub struct BuildCx<'a, N> {
     /// Tools and partitions the graph file says configuration provides
     /// (`external_tools:`): accepted in `tools` though no registry knows them.
     pub external_tools: &'a [String],
+    /// The graph file's `config:` values (bound tool arguments read them
+    /// as `config.NAME`), if it has any.
+    pub config: Option<&'a Value>,
     diags: &'a mut Diagnostics,
     pub(crate) writes: Vec<FieldId>,
     pub(crate) prompts_used: BTreeSet<String>,
@@ -81,6 +84,7 @@ impl<'a, N> BuildCx<'a, N> {
             graphs,
             is_map_target,
             external_tools,
+            config: None,
             diags,
             writes: Vec::new(),
             prompts_used: BTreeSet::new(),

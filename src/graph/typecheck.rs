@@ -83,6 +83,31 @@ pub(crate) fn state_type(schema: &StateSchema) -> TypeSpec {
     })
 }
 
+/// The type of a constant value, closed: `config.NAME` may read only the
+/// names the graph's `config:` has (an object with none has no attributes
+/// at all).
+pub(crate) fn value_type(v: &serde_json::Value) -> TypeSpec {
+    use serde_json::Value;
+    match v {
+        Value::Null => TypeSpec::any(),
+        Value::Bool(_) => TypeSpec::boolean(),
+        Value::Number(n) if n.is_i64() || n.is_u64() => TypeSpec::integer(),
+        Value::Number(_) => TypeSpec::number(),
+        Value::String(_) => TypeSpec::string(),
+        Value::Array(items) => {
+            TypeSpec::array(items.first().map_or_else(TypeSpec::any, value_type))
+        }
+        Value::Object(map) => TypeSpec::of(TypeKind::Object {
+            properties: map
+                .iter()
+                .map(|(k, v)| (k.clone(), value_type(v)))
+                .collect(),
+            required: map.keys().cloned().collect(),
+            additional: false,
+        }),
+    }
+}
+
 /// A known type, or nothing known.
 type Ty = Option<TypeSpec>;
 
@@ -400,12 +425,12 @@ impl<'s> Walker<'s> {
                 if let Some((_, t)) = properties.iter().find(|(n, _)| n == name) {
                     return Some(t.clone());
                 }
-                if properties.is_empty() || (*additional && self.guarded) {
+                if *additional && (properties.is_empty() || self.guarded) {
                     return None;
                 }
                 let names: Vec<&str> = properties.iter().map(|(n, _)| n.as_str()).collect();
                 let hint = did_you_mean(name, names.iter().copied()).or_else(|| {
-                    Some(format!(
+                    (!names.is_empty()).then(|| format!(
                         "{shown} has {}",
                         names
                             .iter()

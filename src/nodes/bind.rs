@@ -15,7 +15,11 @@
 //! calls the tool with the signed-in user's. Values follow the value rule
 //! (literal, `{{ expression }}`, template) and read `state` (the whole
 //! state: `state.passenger_id`; bare field names work too), `user` (`user.id`,
-//! the API key's user of the chat request) and `tool` (the tool's name).
+//! the API key's user of the chat request), `config` (the graph file's
+//! `config:` values: `config.tenant`) and `tool` (the tool's name). None of
+//! them comes from the request's body, so the client cannot set one.
+//! `check` types them all: `state.pasenger`, `user.name` or a `config`
+//! name the graph does not declare is a diagnostic.
 //! A value that comes out empty fails the call (`validation_error`): a
 //! bound argument never falls back to the model's.
 //!
@@ -27,7 +31,7 @@ use serde_json::Value;
 use super::{BuildCx, NodeContext};
 use crate::graph::expr::{ValueExpr, from_json};
 use crate::graph::loc::Sp;
-use crate::graph::typecheck::state_type;
+use crate::graph::typecheck::{state_type, value_type};
 use crate::graph::value::SpValue;
 use crate::graph::{Reported, SettingDoc};
 use crate::llm::ToolDef;
@@ -42,7 +46,7 @@ pub(super) const SETTING: SettingDoc = SettingDoc::new(
 );
 
 /// Names a bound value may read besides state fields.
-const SCOPE: [&str; 3] = ["state", "user", "tool"];
+const SCOPE: [&str; 4] = ["state", "user", "config", "tool"];
 
 /// One tool's bound arguments.
 #[derive(Debug)]
@@ -55,6 +59,8 @@ struct Bound {
 #[derive(Debug, Default)]
 pub(super) struct Bindings {
     tools: Vec<Bound>,
+    /// The graph's `config:` values (`config.NAME`).
+    config: Value,
 }
 
 /// Reads `tools`: the names as written (for the usual checks) and the
@@ -71,7 +77,13 @@ pub(super) fn read(cx: &mut BuildCx<'_>) -> Result<(Vec<Sp<String>>, Bindings), 
         _ => vec![v],
     };
     let mut names = Vec::new();
-    let mut bindings = Bindings::default();
+    let mut bindings = Bindings {
+        config: cx
+            .config
+            .cloned()
+            .unwrap_or_else(|| Value::Object(Default::default())),
+        ..Bindings::default()
+    };
     let mut ok = true;
     for item in items {
         match &item.value {
@@ -216,17 +228,24 @@ fn entry(
 }
 
 /// The declared types of the names a bound value reads: `state` (the
-/// state's fields: `state.pasenger` is a diagnostic with "did you mean")
-/// and `user` (`{id}`).
+/// state's fields: `state.pasenger` is a diagnostic with "did you mean"),
+/// `user` (`{id}`) and `config` (the graph's `config:` names).
 fn scope_types(cx: &BuildCx<'_>) -> Vec<(&'static str, TypeSpec)> {
-    let mut out = vec![(
-        "user",
-        TypeSpec::of(TypeKind::Object {
-            properties: vec![("id".into(), TypeSpec::string())],
-            required: vec!["id".into()],
-            additional: false,
-        }),
-    )];
+    let config = cx
+        .config
+        .cloned()
+        .unwrap_or_else(|| Value::Object(Default::default()));
+    let mut out = vec![
+        (
+            "user",
+            TypeSpec::of(TypeKind::Object {
+                properties: vec![("id".into(), TypeSpec::string())],
+                required: vec!["id".into()],
+                additional: false,
+            }),
+        ),
+        ("config", value_type(&config)),
+    ];
     if let Some(schema) = cx.schema {
         out.push(("state", state_type(schema)));
     }
@@ -286,6 +305,7 @@ impl Bindings {
         let extra = [
             ("state", from_json(&cx.state.to_json())),
             ("user", user),
+            ("config", from_json(&self.config)),
             ("tool", minijinja::Value::from(tool)),
         ];
         let mut overridden = Vec::new();
