@@ -120,6 +120,9 @@ struct Walker<'s> {
     /// Inside `is defined` / `default(…)`: an open object's missing
     /// attribute is asked for on purpose.
     guarded: bool,
+    /// Attribute reads (as written) an enclosing `if` tests: inside its
+    /// body they are guarded too (`{% if x.y %}{{ x.y }}{% endif %}`).
+    guards: Vec<String>,
 }
 
 impl<'s> Walker<'s> {
@@ -130,6 +133,7 @@ impl<'s> Walker<'s> {
             locals: vec![HashMap::new()],
             problems: Vec::new(),
             guarded: false,
+            guards: Vec::new(),
         }
     }
 
@@ -191,8 +195,9 @@ impl<'s> Walker<'s> {
             ast::Stmt::EmitRaw(_) => {}
             ast::Stmt::ForLoop(f) => self.for_loop(f),
             ast::Stmt::IfCond(c) => {
-                self.expr(&c.expr);
+                let n = self.condition(&c.expr);
                 self.body(&c.true_body);
+                self.guards.truncate(self.guards.len() - n);
                 self.body(&c.false_body);
             }
             ast::Stmt::WithBlock(w) => {
@@ -283,12 +288,15 @@ impl<'s> Walker<'s> {
                 None
             }
             ast::Expr::IfExpr(i) => {
-                self.expr(&i.test_expr);
+                let n = self.condition(&i.test_expr);
                 let t = self.expr(&i.true_expr);
-                if let Some(f) = &i.false_expr {
-                    self.expr(f);
+                self.guards.truncate(self.guards.len() - n);
+                let f = i.false_expr.as_ref().map(|f| self.expr(f));
+                // The type is known when both branches agree.
+                match f {
+                    Some(f) if f != t => None,
+                    _ => t,
                 }
-                t
             }
             ast::Expr::Filter(f) => self.filter(f),
             ast::Expr::Test(t) => {
@@ -351,6 +359,23 @@ impl<'s> Walker<'s> {
         }
     }
 
+    /// Walks an `if` condition: it may ask for what an open object may
+    /// not have (`{% if x.y %}`, `x.y is defined`), and the reads it tests
+    /// are guarded in the body. Returns how many guards it added.
+    fn condition(&mut self, e: &ast::Expr<'_>) -> usize {
+        let was = self.guarded;
+        self.guarded = true;
+        self.expr(e);
+        self.guarded = was;
+        let mut paths = Vec::new();
+        attr_paths(e, &mut paths);
+        let n = paths.len();
+        for p in paths {
+            self.guards.push(self.text(p).to_owned());
+        }
+        n
+    }
+
     /// A filter: its input and arguments walked; the attribute names
     /// `map(attribute=…)`, `selectattr`, `rejectattr`, `sort(attribute=…)`
     /// and `groupby` read checked against the items; the type of what a
@@ -406,7 +431,12 @@ impl<'s> Walker<'s> {
         span: machinery::Span,
     ) -> Ty {
         let shown = self.text(base.span()).to_owned();
-        self.attribute_named(ty, &format!("`{shown}`"), name, span)
+        let tested = self.guards.iter().any(|g| g == self.text(span));
+        let was = self.guarded;
+        self.guarded = was || tested;
+        let t = self.attribute_named(ty, &format!("`{shown}`"), name, span);
+        self.guarded = was;
+        t
     }
 
     fn attribute_named(
@@ -467,6 +497,38 @@ impl<'s> Walker<'s> {
             hint: problem.1,
         });
         None
+    }
+}
+
+/// Where the attribute reads of a condition are written.
+fn attr_paths(e: &ast::Expr<'_>, out: &mut Vec<machinery::Span>) {
+    match e {
+        ast::Expr::GetAttr(g) => {
+            out.push(e.span());
+            attr_paths(&g.expr, out);
+        }
+        ast::Expr::GetItem(g) => {
+            out.push(e.span());
+            attr_paths(&g.expr, out);
+        }
+        ast::Expr::Test(t) => attr_paths(&t.expr, out),
+        ast::Expr::Filter(f) => {
+            if let Some(x) = &f.expr {
+                attr_paths(x, out);
+            }
+        }
+        ast::Expr::UnaryOp(u) => attr_paths(&u.expr, out),
+        ast::Expr::BinOp(b) => {
+            attr_paths(&b.left, out);
+            attr_paths(&b.right, out);
+        }
+        ast::Expr::Compare(c) => {
+            attr_paths(&c.expr, out);
+            for op in &c.ops {
+                attr_paths(&op.expr, out);
+            }
+        }
+        _ => {}
     }
 }
 
@@ -592,6 +654,8 @@ mod tests {
             "{% for m in messages %}{{ m.role }} {{ m.content }}{% for c in m.tool_calls %}{{ c.name }}{% endfor %}{% endfor %}",
             "{{ anything.whatever.deeper }} {{ grade.score }} {{ loop_free }}",
             "{% if grade.extra is defined %}{{ grade.extra | default('') }}{% endif %}",
+            "{% if grade.extra %}{{ grade.extra }}{% else %}none{% endif %}",
+            "{{ grade.note if grade.note is defined else '' }}",
             "{% set first = docs | first %}{{ first.title }}",
             "{% for k, v in grade | items %}{{ k }}{{ v }}{% endfor %}",
         ];
@@ -623,12 +687,19 @@ mod tests {
                 "{{ (docs | first).body | default('') }}",
                 "no attribute `body`",
             ),
+            (
+                "{% if grade.extra %}{% endif %}{{ grade.extra }}",
+                "`grade` has no attribute `extra`",
+            ),
         ];
         for (src, want) in cases {
             let found = problems(src);
             assert_eq!(found.len(), 1, "{src}: {found:?}");
             assert!(found[0].2.contains(want), "{src}: {found:?}");
         }
+        // A test guards an open object's read, never a closed one's.
+        let found = problems("{% if docs[0].body %}{{ docs[0].body }}{% endif %}");
+        assert_eq!(found.len(), 2, "{found:?}");
     }
 
     #[test]
