@@ -55,6 +55,9 @@ pub struct BuildCx<'a, N> {
     /// The graph file's `config:` values (bound tool arguments read them
     /// as `config.NAME`), if it has any.
     pub config: Option<&'a Value>,
+    /// On a map target, the type of one `item`, when the map's `over`
+    /// says (its attribute reads are checked against it).
+    pub item_type: Option<TypeSpec>,
     diags: &'a mut Diagnostics,
     pub(crate) writes: Vec<FieldId>,
     pub(crate) prompts_used: BTreeSet<String>,
@@ -87,6 +90,7 @@ impl<'a, N> BuildCx<'a, N> {
             is_map_target,
             external_tools,
             config: None,
+            item_type: None,
             diags,
             writes: Vec::new(),
             prompts_used: BTreeSet::new(),
@@ -503,10 +507,17 @@ impl<'a, N> BuildCx<'a, N> {
     ) -> Result<Expr, Reported> {
         let extra = self.scope_names(extra);
         let extra: Vec<&str> = extra.iter().map(String::as_str).collect();
+        let typed: Vec<(&str, TypeSpec)> = self
+            .item_type
+            .clone()
+            .filter(|_| self.is_map_target)
+            .map(|t| ("item", t))
+            .into_iter()
+            .collect();
         let scope = Scope {
             schema: self.schema,
             extra: &extra,
-            typed: &[],
+            typed: &typed,
         };
         Expr::compile(source, what, scope, self.diags).ok_or(Reported)
     }
@@ -541,10 +552,14 @@ impl<'a, N> BuildCx<'a, N> {
     ) -> Result<ValueExpr, Reported> {
         let extra = self.scope_names(extra);
         let extra: Vec<&str> = extra.iter().map(String::as_str).collect();
+        let mut typed = typed.to_vec();
+        if let Some(t) = self.item_type.clone().filter(|_| self.is_map_target) {
+            typed.push(("item", t));
+        }
         let scope = Scope {
             schema: self.schema,
             extra: &extra,
-            typed,
+            typed: &typed,
         };
         ValueExpr::compile_tree(value, what, scope, self.diags).ok_or(Reported)
     }

@@ -89,6 +89,7 @@ pub fn compile<K: NodeKinds>(
         join_locs,
         routes,
         map_targets,
+        map_items,
         resolved,
         ..
     } = edges;
@@ -101,6 +102,7 @@ pub fn compile<K: NodeKinds>(
                 is_map_target: map_targets.contains(&(i as NodeIdx)),
                 external_tools: &external_tools,
                 config: config.as_ref(),
+                item: map_items.get(&(i as NodeIdx)).cloned().flatten(),
                 out: &out[i],
             };
             build_node(&spec.nodes[i].value, env, cx, &mut prompts_used, &mut d)
@@ -366,6 +368,7 @@ struct NodeEnv<'a> {
     is_map_target: bool,
     external_tools: &'a [String],
     config: Option<&'a serde_json::Value>,
+    item: Option<crate::state::TypeSpec>,
     out: &'a [super::compiled::Transition],
 }
 
@@ -390,6 +393,7 @@ fn build_node<K: NodeKinds>(
         d,
     );
     cx.config = ne.config;
+    cx.item_type = ne.item;
     let mut writes: Vec<FieldId> = node
         .writes
         .iter()

@@ -70,6 +70,13 @@ pub(crate) fn check_expression(source: &str, scope: TypeScope<'_>) -> Vec<AttrPr
     w.problems
 }
 
+/// The type of an expression's value, when the declared types say (a map
+/// `over` expression: its items are the map target's `item`).
+pub(crate) fn expression_type(source: &str, scope: TypeScope<'_>) -> Option<TypeSpec> {
+    let expr = machinery::parse_expr(source).ok()?;
+    Walker::new(source, scope).expr(&expr)
+}
+
 /// The type of the state as one object (`state.x` in bound arguments).
 pub(crate) fn state_type(schema: &StateSchema) -> TypeSpec {
     TypeSpec::of(TypeKind::Object {

@@ -104,9 +104,16 @@ impl<N> BuildCx<'_, N> {
     /// Reports the attribute reads of a prompt its declared types say are
     /// not there, each at its line and column in the prompt file.
     fn prompt_attributes(&mut self, prompt: &str, source: &str, display: &str) -> bool {
+        let typed: Vec<(&str, crate::state::TypeSpec)> = self
+            .item_type
+            .clone()
+            .filter(|_| self.is_map_target)
+            .map(|t| ("item", t))
+            .into_iter()
+            .collect();
         let scope = TypeScope {
             schema: self.schema,
-            typed: &[],
+            typed: &typed,
         };
         let problems = check_template(source, scope);
         let ok = problems.is_empty();
