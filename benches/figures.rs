@@ -191,6 +191,7 @@ fn expression_row() {
     let scope = Scope {
         schema: Some(schema),
         extra: &[],
+        typed: &[],
     };
     let expr = Expr::compile(&source, "route", scope, &mut Diagnostics::new("bench")).unwrap();
     let state = g

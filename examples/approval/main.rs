@@ -74,6 +74,7 @@ impl Records {
                 "required": ["id"],
                 "additionalProperties": false
             })),
+            output_schema: None,
             partition: "records".into(),
             // The default policy caches nothing: a deletion reaches the table.
             policy: ToolPolicy::default(),

@@ -21,9 +21,12 @@ use super::loc::{Loc, Sp};
 use super::prompts::Prompts;
 use super::spec::{NodeSpec, SpMap};
 use super::value::{SpEntry, SpValue};
-use crate::state::{DynState, FieldId, FieldSpec, StateSchema};
+use crate::state::{FieldId, FieldSpec, StateSchema, TypeSpec};
 use crate::tools::ToolRegistry;
 use crate::units::Dur;
+
+mod prompt;
+pub use prompt::PromptRef;
 
 /// A setting was wrong and its diagnostic has been reported: the node
 /// does not build, and the caller has nothing more to say.
@@ -49,6 +52,12 @@ pub struct BuildCx<'a, N> {
     /// Tools and partitions the graph file says configuration provides
     /// (`external_tools:`): accepted in `tools` though no registry knows them.
     pub external_tools: &'a [String],
+    /// The graph file's `config:` values (bound tool arguments read them
+    /// as `config.NAME`), if it has any.
+    pub config: Option<&'a Value>,
+    /// On a map target, the type of one `item`, when the map's `over`
+    /// says (its attribute reads are checked against it).
+    pub item_type: Option<TypeSpec>,
     diags: &'a mut Diagnostics,
     pub(crate) writes: Vec<FieldId>,
     pub(crate) prompts_used: BTreeSet<String>,
@@ -80,6 +89,8 @@ impl<'a, N> BuildCx<'a, N> {
             graphs,
             is_map_target,
             external_tools,
+            config: None,
+            item_type: None,
             diags,
             writes: Vec::new(),
             prompts_used: BTreeSet::new(),
@@ -496,9 +507,17 @@ impl<'a, N> BuildCx<'a, N> {
     ) -> Result<Expr, Reported> {
         let extra = self.scope_names(extra);
         let extra: Vec<&str> = extra.iter().map(String::as_str).collect();
+        let typed: Vec<(&str, TypeSpec)> = self
+            .item_type
+            .clone()
+            .filter(|_| self.is_map_target)
+            .map(|t| ("item", t))
+            .into_iter()
+            .collect();
         let scope = Scope {
             schema: self.schema,
             extra: &extra,
+            typed: &typed,
         };
         Expr::compile(source, what, scope, self.diags).ok_or(Reported)
     }
@@ -514,11 +533,33 @@ impl<'a, N> BuildCx<'a, N> {
         what: &str,
         extra: &[&str],
     ) -> Result<ValueExpr, Reported> {
+        self.value_expr_typed(value, what, extra, &[])
+    }
+
+    /// [`BuildCx::value_expr`] where some of `extra`'s names have a
+    /// declared type (`result` of a tool with an output schema): their
+    /// attribute reads are checked against it.
+    ///
+    /// # Errors
+    /// A bad expression or template, or an attribute its type does not
+    /// have (reported).
+    pub fn value_expr_typed(
+        &mut self,
+        value: &Sp<SpValue>,
+        what: &str,
+        extra: &[&str],
+        typed: &[(&str, TypeSpec)],
+    ) -> Result<ValueExpr, Reported> {
         let extra = self.scope_names(extra);
         let extra: Vec<&str> = extra.iter().map(String::as_str).collect();
+        let mut typed = typed.to_vec();
+        if let Some(t) = self.item_type.clone().filter(|_| self.is_map_target) {
+            typed.push(("item", t));
+        }
         let scope = Scope {
             schema: self.schema,
             extra: &extra,
+            typed: &typed,
         };
         ValueExpr::compile_tree(value, what, scope, self.diags).ok_or(Reported)
     }
@@ -532,104 +573,6 @@ impl<'a, N> BuildCx<'a, N> {
     }
 
     // ---- prompts and tools ----
-
-    /// The node's prompt (`prompt`), checked: it exists, parses, and uses
-    /// only state fields (and `item` on map targets).
-    ///
-    /// # Errors
-    /// Missing when `required`, unknown, or using unknown variables (reported).
-    pub fn prompt(&mut self, required: bool) -> Result<Option<PromptRef>, Reported> {
-        let Some(name) = self.string("prompt")? else {
-            if required {
-                let (kind, id) = (self.node.kind.value.clone(), self.id().to_owned());
-                self.error(
-                    self.kind_loc(),
-                    "missing-setting",
-                    format!("node `{id}` of kind `{kind}` needs a `prompt`"),
-                    None,
-                );
-                return Err(Reported);
-            }
-            return Ok(None);
-        };
-        let Some(file) = self.prompts.get(&name.value) else {
-            let dir = self.prompts.dir().display().to_string();
-            let hint = super::diagnostic::did_you_mean(&name.value, self.prompts.names())
-                .unwrap_or_else(|| format!("create {dir}/{}", name.value));
-            self.error(
-                name.loc,
-                "missing-prompt",
-                format!("prompt `{}` does not exist in {dir}", name.value),
-                Some(hint),
-            );
-            return Err(Reported);
-        };
-        self.prompts_used.insert(name.value.clone());
-        if let Some(d) = &file.error {
-            self.diags.extend(vec![d.clone()]);
-            return Err(Reported);
-        }
-        let mut ok = true;
-        let mut vars = Vec::new();
-        let mut uses_item = false;
-        for var in &file.variables {
-            if var == "item" {
-                if !self.is_map_target {
-                    self.prompt_var_error(&name.value, var, &format!(
-                        "prompt `{}` uses `item`, but node `{}` is not the target of a map edge",
-                        name.value, self.node.id.value
-                    ), None);
-                    ok = false;
-                }
-                uses_item = true;
-                continue;
-            }
-            let Some(schema) = self.schema else { continue };
-            match schema.field(var) {
-                Some(id) => vars.push((Arc::<str>::from(var.as_str()), id)),
-                None => {
-                    let message = format!(
-                        "prompt `{}` uses `{var}`, but state `{}` has no such field",
-                        name.value, schema.name
-                    );
-                    let hint = name_hint(var, schema.names().chain(["item"]));
-                    self.prompt_var_error(&name.value, var, &message, hint);
-                    ok = false;
-                }
-            }
-        }
-        if !ok {
-            return Err(Reported);
-        }
-        // Fields minijinja's analysis misses (the base of a slice).
-        for n in super::expr::with_scanned(Default::default(), &file.source, self.schema) {
-            if !vars.iter().any(|(v, _)| **v == *n)
-                && let Some(id) = self.schema.and_then(|s| s.field(&n))
-            {
-                vars.push((Arc::<str>::from(n.as_str()), id));
-            }
-        }
-        Ok(Some(PromptRef {
-            name: name.value.as_str().into(),
-            vars,
-            uses_item,
-        }))
-    }
-
-    fn prompt_var_error(&mut self, prompt: &str, var: &str, message: &str, hint: Option<String>) {
-        let (line, col) = self.prompts.locate_variable(prompt, var);
-        let display = self
-            .prompts
-            .get(prompt)
-            .map_or_else(|| prompt.to_owned(), |f| f.display.to_string());
-        self.diags.error_in(
-            &display,
-            Loc::new(line, col),
-            "prompt-variable",
-            message.to_owned(),
-            hint,
-        );
-    }
 
     /// The tool and partition names of setting `tools`, each checked to be
     /// known to the registry or declared external (a partition's tools are
@@ -651,6 +594,21 @@ impl<'a, N> BuildCx<'a, N> {
         let mut out: Vec<String> = Vec::new();
         let mut ok = true;
         for entry in entries {
+            if let Some(servers) = self.tools.lock_conflict(&entry.value) {
+                self.error(
+                    entry.loc,
+                    "ambiguous-tool",
+                    format!(
+                        "`{}` is listed by MCP servers {} in {}: which one a run calls depends on which starts first",
+                        entry.value,
+                        servers.iter().map(|s| format!("`{s}`")).collect::<Vec<_>>().join(" and "),
+                        crate::tools::lock::LOCK_FILE
+                    ),
+                    Some("give one MCP server a `prefix` in stategraph.toml, run `stategraph tools lock` again and name the prefixed tool".into()),
+                );
+                ok = false;
+                continue;
+            }
             if self.tools.knows_at_check(&entry.value) || self.external_tools.contains(&entry.value)
             {
                 if !out.contains(&entry.value) {
@@ -722,41 +680,5 @@ impl<'a, N> BuildCx<'a, N> {
     /// graph's, its tools are this graph's tools).
     pub fn runs_subgraph(&mut self, graph: Arc<CompiledGraph<N>>) {
         self.subgraph = Some(graph);
-    }
-}
-
-/// A resolved prompt: the template and the state fields it reads.
-#[derive(Debug, Clone)]
-pub struct PromptRef {
-    name: Arc<str>,
-    vars: Vec<(Arc<str>, FieldId)>,
-    uses_item: bool,
-}
-
-impl PromptRef {
-    /// The template name.
-    pub fn name(&self) -> &str {
-        &self.name
-    }
-
-    /// Renders the template with the fields it uses (and `item`).
-    ///
-    /// # Errors
-    /// The template fails at render time.
-    pub fn render(
-        &self,
-        prompts: &Prompts,
-        state: &dyn DynState,
-        item: Option<&Value>,
-    ) -> Result<String, minijinja::Error> {
-        let mut ctx: BTreeMap<&str, minijinja::Value> = self
-            .vars
-            .iter()
-            .map(|(n, f)| (&**n, state.template_value(*f)))
-            .collect();
-        if self.uses_item {
-            ctx.insert("item", item.map(super::expr::from_json).unwrap_or_default());
-        }
-        prompts.render(&self.name, minijinja::Value::from(ctx))
     }
 }

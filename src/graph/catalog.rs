@@ -85,7 +85,13 @@ impl<N> Catalog<N> {
         let dirs: BTreeSet<&Path> = files.iter().filter_map(|f| f.parent()).collect();
         for dir in dirs {
             match crate::tools::lock::ToolLock::read_in(dir) {
-                Ok(Some(lock)) => reg.tools.add_locked(&lock),
+                Ok(Some(lock)) => {
+                    reg.tools.add_locked(&lock);
+                    let path = dir.join(crate::tools::lock::LOCK_FILE);
+                    for why in lock.ambiguities() {
+                        lock_errors.push(lock_warning(&path, &why));
+                    }
+                }
                 Ok(None) => {}
                 Err(why) => {
                     lock_errors.push(lock_error(&dir.join(crate::tools::lock::LOCK_FILE), &why))
@@ -256,6 +262,12 @@ pub(crate) fn is_graph_file(p: &Path) -> bool {
 fn lock_error(path: &Path, message: &str) -> Diagnostic {
     let mut d = Diagnostics::new(path.display().to_string());
     d.error(super::loc::Loc::new(1, 1), "tool-lock", message, None);
+    d.into_vec().remove(0)
+}
+
+fn lock_warning(path: &Path, message: &str) -> Diagnostic {
+    let mut d = Diagnostics::new(path.display().to_string());
+    d.warning(super::loc::Loc::new(1, 1), "tool-lock", message, None);
     d.into_vec().remove(0)
 }
 

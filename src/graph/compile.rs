@@ -68,6 +68,7 @@ pub fn compile<K: NodeKinds>(
     let recursion_limit = recursion_limit(file, &mut d);
     let chat = super::settings::chat_io(spec.chat.as_ref(), schema, spec.state.loc, &mut d);
     let external_tools = super::settings::external_tools(&spec.external_tools, &mut d);
+    let config = super::settings::graph_config(spec.config.as_ref(), &mut d);
     let (index, duplicates) = node_index(file, env.kinds, &mut d);
 
     let mut edges = EdgeBuilder::new(spec.nodes.len(), &index, schema, &mut d);
@@ -88,6 +89,7 @@ pub fn compile<K: NodeKinds>(
         join_locs,
         routes,
         map_targets,
+        map_items,
         resolved,
         ..
     } = edges;
@@ -99,6 +101,8 @@ pub fn compile<K: NodeKinds>(
                 schema,
                 is_map_target: map_targets.contains(&(i as NodeIdx)),
                 external_tools: &external_tools,
+                config: config.as_ref(),
+                item: map_items.get(&(i as NodeIdx)).cloned().flatten(),
                 out: &out[i],
             };
             build_node(&spec.nodes[i].value, env, cx, &mut prompts_used, &mut d)
@@ -363,6 +367,8 @@ struct NodeEnv<'a> {
     schema: Option<&'a StateSchema>,
     is_map_target: bool,
     external_tools: &'a [String],
+    config: Option<&'a serde_json::Value>,
+    item: Option<crate::state::TypeSpec>,
     out: &'a [super::compiled::Transition],
 }
 
@@ -386,6 +392,8 @@ fn build_node<K: NodeKinds>(
         ne.external_tools,
         d,
     );
+    cx.config = ne.config;
+    cx.item_type = ne.item;
     let mut writes: Vec<FieldId> = node
         .writes
         .iter()

@@ -27,6 +27,10 @@ pub(super) struct EdgeBuilder<'a, 'd> {
     pub(super) join_locs: Vec<Loc>,
     pub(super) routes: Vec<(NodeIdx, Route, &'a Sp<RouteSpec>)>,
     pub(super) map_targets: HashSet<NodeIdx>,
+    /// The type of one `item` of each map target, where every map edge to
+    /// it fans out over items of one known type (`check` types the
+    /// target's `item.x` reads with it).
+    pub(super) map_items: std::collections::HashMap<NodeIdx, Option<crate::state::TypeSpec>>,
     /// No name failed to resolve (structural rules can run).
     pub(super) resolved: bool,
     /// Plain edges added, as (source, target slot).
@@ -57,6 +61,7 @@ impl<'a, 'd> EdgeBuilder<'a, 'd> {
             join_locs: Vec::new(),
             routes: Vec::new(),
             map_targets: HashSet::new(),
+            map_items: std::collections::HashMap::new(),
             resolved: true,
             plain: HashSet::new(),
             repeated: HashMap::new(),
@@ -240,6 +245,15 @@ impl<'a, 'd> EdgeBuilder<'a, 'd> {
                 });
             }
             self.map_targets.insert(to);
+            let item = self.item_type(&map.value.over);
+            self.map_items
+                .entry(to)
+                .and_modify(|known| {
+                    if *known != item {
+                        *known = None;
+                    }
+                })
+                .or_insert(item);
             self.edge(
                 src,
                 Target::Node(to),
@@ -321,6 +335,23 @@ impl<'a, 'd> EdgeBuilder<'a, 'd> {
         self.join_locs.push(loc);
     }
 
+    /// The type of one item of a map's `over` (a list field, or an
+    /// expression over the state), when the declared types say.
+    fn item_type(&self, over: &Sp<String>) -> Option<crate::state::TypeSpec> {
+        let schema = self.schema?;
+        let list = match schema.field(&over.value) {
+            Some(f) => schema.spec(f).ty.clone(),
+            None => super::typecheck::expression_type(
+                &over.value,
+                super::typecheck::TypeScope {
+                    schema: Some(schema),
+                    typed: &[],
+                },
+            )?,
+        };
+        list.item_type()
+    }
+
     /// A map edge's `over`: a list field by name, or an expression.
     fn list(&mut self, over: &Sp<String>) -> Option<Selector> {
         let schema = self.schema?;
@@ -351,6 +382,7 @@ impl<'a, 'd> EdgeBuilder<'a, 'd> {
         let scope = Scope {
             schema: Some(schema),
             extra: &[],
+            typed: &[],
         };
         Expr::compile(over, "map `over`", scope, self.d).map(Selector::Expr)
     }
@@ -390,6 +422,7 @@ impl<'a, 'd> EdgeBuilder<'a, 'd> {
                 let scope = Scope {
                     schema: Some(schema),
                     extra: &[],
+                    typed: &[],
                 };
                 Expr::compile(expr, "route `expr`", scope, self.d)
                     .map(|e| (Selector::Expr(e), expr.value.as_str().into()))

@@ -35,8 +35,9 @@ use serde_json::Value;
 use super::diagnostic::{Diagnostics, name_hint};
 use super::loc::{Loc, Sp};
 use super::prompts::BUILTIN_GLOBALS;
+use super::typecheck::{AttrProblem, TypeScope, check_expression, check_template};
 use super::value::SpValue;
-use crate::state::{DynState, FieldId, StateSchema};
+use crate::state::{DynState, FieldId, StateSchema, TypeSpec};
 
 /// The environment every expression and value template is compiled in.
 static ENV: LazyLock<Environment<'static>> = LazyLock::new(environment);
@@ -95,6 +96,40 @@ pub struct Scope<'a> {
     pub schema: Option<&'a StateSchema>,
     /// Other names the setting provides (`item`, `result`, …).
     pub extra: &'a [&'a str],
+    /// Declared types of some of `extra`'s names (`result` of a tool with
+    /// an output schema, `state`, `user`): attribute reads of them are
+    /// checked, as those of state fields are.
+    pub typed: &'a [(&'a str, TypeSpec)],
+}
+
+impl Scope<'_> {
+    fn types(&self) -> TypeScope<'_> {
+        TypeScope {
+            schema: self.schema,
+            typed: self.typed,
+        }
+    }
+}
+
+/// Reports the attribute reads of `source` (a setting's expression or
+/// template, written at `loc`) that its declared types say are not there.
+fn report_attributes(
+    problems: Vec<AttrProblem>,
+    what: &str,
+    source: &str,
+    loc: Loc,
+    d: &mut Diagnostics,
+) -> bool {
+    let ok = problems.is_empty();
+    for p in problems {
+        d.error(
+            loc,
+            "unknown-attribute",
+            format!("{what}: `{source}`: {}", p.message),
+            p.hint,
+        );
+    }
+    ok
 }
 
 impl Expr {
@@ -149,6 +184,10 @@ impl Expr {
                     );
                 }
             }
+        }
+        if ok {
+            let problems = check_expression(&source.value, scope.types());
+            ok = report_attributes(problems, what, &source.value, source.loc, d);
         }
         ok.then(|| Self {
             source: source.value.as_str().into(),
@@ -352,6 +391,10 @@ impl ValueExpr {
                     );
                 }
             }
+        }
+        if ok {
+            let problems = check_template(text, scope.types());
+            ok = report_attributes(problems, what, text, loc, d);
         }
         ok.then(|| ValueExpr::Template {
             source: text.as_str().into(),
@@ -753,6 +796,7 @@ mod tests {
         let scope = Scope {
             schema: Some(&schema),
             extra,
+            typed: &[],
         };
         Expr::compile(
             &Sp::new(src.to_owned(), Loc::new(3, 9)),
@@ -815,6 +859,7 @@ mod tests {
         let scope = Scope {
             schema: Some(&schema),
             extra: &["item"],
+            typed: &[],
         };
         let mut s = DeclaredState::new(Arc::clone(&schema));
         s.apply(

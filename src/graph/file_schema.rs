@@ -53,6 +53,7 @@ pub fn graph_file_schema<K: NodeKinds>(kinds: &K) -> Value {
                     "inputs": {"type": "object", "additionalProperties": {"type": "string"}}
                 }
             },
+            "config": {"type": "object", "description": "values bound tool arguments read as `config.NAME` (constants; never from a request)"},
             "external_tools": {"type": "array", "items": {"type": "string"}},
             "optional_tools": {"type": "array", "items": {"type": "string"}},
             "nodes": {"type": "array", "items": {"$ref": "#/$defs/node"}},

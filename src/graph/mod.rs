@@ -30,6 +30,7 @@ mod settings;
 pub(crate) mod source;
 pub mod spec;
 mod state_decl;
+pub(crate) mod typecheck;
 pub mod value;
 
 pub use build::{BuildCx, PromptRef, Reported};

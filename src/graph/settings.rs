@@ -184,6 +184,37 @@ fn carry(
     out
 }
 
+/// Checks `config:` (a mapping of names to literal values); returns it as
+/// a JSON object, or `None` when the graph has none.
+pub(super) fn graph_config(
+    config: Option<&Sp<super::value::SpValue>>,
+    d: &mut Diagnostics,
+) -> Option<serde_json::Value> {
+    let config = config?;
+    let super::value::SpValue::Map(entries) = &config.value else {
+        d.error(
+            config.loc,
+            "invalid-setting",
+            format!("`config` maps names to values, not {}", config.value.kind()),
+            Some("write `config: { tenant: acme }`".into()),
+        );
+        return None;
+    };
+    for (k, v) in entries {
+        if let super::value::SpValue::Str(s) = &v.value
+            && (s.contains("{{") || s.contains("{%"))
+        {
+            d.error(
+                v.loc,
+                "invalid-setting",
+                format!("`config.{}` is a template; config values are written as they are", k.value),
+                Some("config holds constants; read the state in a bound argument as `{{ state.FIELD }}`".into()),
+            );
+        }
+    }
+    Some(config.value.to_json())
+}
+
 /// Checks `external_tools:`; returns the names.
 pub(super) fn external_tools(entries: &[Sp<String>], d: &mut Diagnostics) -> Vec<String> {
     let mut out: Vec<String> = Vec::new();

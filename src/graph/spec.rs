@@ -41,6 +41,10 @@ pub struct GraphSpec {
     /// server), so the graph validates before, or without, them.
     #[serde(default)]
     pub external_tools: Vec<Sp<String>>,
+    /// Values the graph's bound tool arguments read as `config.NAME`
+    /// (a tenant, a region): set by the file, never by a request.
+    #[serde(default)]
+    pub config: Option<Sp<SpValue>>,
     /// Tools or partitions the graph works without (charts, say): while
     /// they are missing `/api/tools/health` says `degraded`, not down.
     #[serde(default)]

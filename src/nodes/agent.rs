@@ -724,15 +724,29 @@ impl Node for Agent {
 
     fn recover<'a>(
         &'a self,
-        _cx: NodeContext<'a>,
+        cx: NodeContext<'a>,
         failure: Failure<'a>,
     ) -> BoxFuture<'a, Option<Recovery>> {
         Box::pin(async move {
-            Recovery::refusal(&self.output, &failure).or_else(|| {
+            let mut r = Recovery::refusal(&self.output, &failure).or_else(|| {
                 Recovery::decide(self.on_error, &failure, || {
                     Recovery::partial_text(&failure).or_else(|| self.no_data_recovery(&failure))
                 })
-            })
+            })?;
+            // A kept answer is the node's reply in its conversation too:
+            // the refusal, the part the user read, or the no-data packet.
+            let kept = if r.refused.is_some() {
+                Some(super::bounds::REFUSAL)
+            } else if r.truncated.is_some() {
+                Some(failure.streamed)
+            } else {
+                // The no-data fallback (not a skip, which writes nothing).
+                r.patch.get(&self.output).and_then(Value::as_str)
+            };
+            if let Some(text) = kept.map(str::to_owned) {
+                self.conversation.keep(&cx, &mut r.patch, &text);
+            }
+            Some(r)
         })
     }
 }

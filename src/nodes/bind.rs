@@ -15,7 +15,11 @@
 //! calls the tool with the signed-in user's. Values follow the value rule
 //! (literal, `{{ expression }}`, template) and read `state` (the whole
 //! state: `state.passenger_id`; bare field names work too), `user` (`user.id`,
-//! the API key's user of the chat request) and `tool` (the tool's name).
+//! the API key's user of the chat request), `config` (the graph file's
+//! `config:` values: `config.tenant`) and `tool` (the tool's name). None of
+//! them comes from the request's body, so the client cannot set one.
+//! `check` types them all: `state.pasenger`, `user.name` or a `config`
+//! name the graph does not declare is a diagnostic.
 //! A value that comes out empty fails the call (`validation_error`): a
 //! bound argument never falls back to the model's.
 //!
@@ -25,12 +29,13 @@
 use serde_json::Value;
 
 use super::{BuildCx, NodeContext};
-use crate::graph::diagnostic::name_hint;
 use crate::graph::expr::{ValueExpr, from_json};
 use crate::graph::loc::Sp;
+use crate::graph::typecheck::{state_type, value_type};
 use crate::graph::value::SpValue;
 use crate::graph::{Reported, SettingDoc};
 use crate::llm::ToolDef;
+use crate::state::{TypeKind, TypeSpec};
 use crate::tools::ToolError;
 
 /// The `tools` setting of an agent: names, or `{name, args}` mappings.
@@ -41,7 +46,7 @@ pub(super) const SETTING: SettingDoc = SettingDoc::new(
 );
 
 /// Names a bound value may read besides state fields.
-const SCOPE: [&str; 3] = ["state", "user", "tool"];
+const SCOPE: [&str; 4] = ["state", "user", "config", "tool"];
 
 /// One tool's bound arguments.
 #[derive(Debug)]
@@ -54,6 +59,8 @@ struct Bound {
 #[derive(Debug, Default)]
 pub(super) struct Bindings {
     tools: Vec<Bound>,
+    /// The graph's `config:` values (`config.NAME`).
+    config: Value,
 }
 
 /// Reads `tools`: the names as written (for the usual checks) and the
@@ -70,7 +77,13 @@ pub(super) fn read(cx: &mut BuildCx<'_>) -> Result<(Vec<Sp<String>>, Bindings), 
         _ => vec![v],
     };
     let mut names = Vec::new();
-    let mut bindings = Bindings::default();
+    let mut bindings = Bindings {
+        config: cx
+            .config
+            .cloned()
+            .unwrap_or_else(|| Value::Object(Default::default())),
+        ..Bindings::default()
+    };
     let mut ok = true;
     for item in items {
         match &item.value {
@@ -185,17 +198,24 @@ fn entry(
                 let takes: Vec<&str> = props.keys().map(String::as_str).collect();
                 Some(format!("`{}` takes {}", name.value, takes.join(", ")))
             });
+            let from = cx
+                .tools
+                .origin_at_check(&name.value)
+                .map(|o| format!(" (from {o})"))
+                .unwrap_or_default();
             cx.error(
                 arg.loc,
                 "unknown-argument",
-                format!("`{}` has no argument `{}` to bind", name.value, arg.value),
+                format!(
+                    "`{}`{from} has no argument `{}` to bind",
+                    name.value, arg.value
+                ),
                 hint,
             );
             ok = false;
             continue;
         }
-        check_state_reads(cx, value);
-        match cx.value_expr(value, "a bound argument", &SCOPE) {
+        match cx.value_expr_typed(value, "a bound argument", &SCOPE, &scope_types(cx)) {
             Ok(e) => bound.push((arg.value.clone(), e)),
             Err(Reported) => ok = false,
         }
@@ -207,32 +227,29 @@ fn entry(
     Ok((name, Some(Bound { tool, args: bound })))
 }
 
-/// `state.NAME` in a bound value must name a field (the scope checks
-/// `state` itself, not what is read from it).
-fn check_state_reads(cx: &mut BuildCx<'_>, value: &Sp<SpValue>) {
-    let (SpValue::Str(text), Some(schema)) = (&value.value, cx.schema) else {
-        return;
-    };
-    let mut rest = text.as_str();
-    while let Some(at) = rest.find("state.") {
-        let before = rest[..at].chars().next_back();
-        rest = &rest[at + "state.".len()..];
-        if before.is_some_and(|c| c.is_alphanumeric() || c == '_' || c == '.') {
-            continue;
-        }
-        let field: String = rest
-            .chars()
-            .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
-            .collect();
-        if schema.field(&field).is_none() {
-            let message = format!(
-                "a bound argument reads `state.{field}`, but state `{}` has no such field",
-                schema.name
-            );
-            let hint = name_hint(&field, schema.names());
-            cx.error(value.loc, "unknown-field", message, hint);
-        }
+/// The declared types of the names a bound value reads: `state` (the
+/// state's fields: `state.pasenger` is a diagnostic with "did you mean"),
+/// `user` (`{id}`) and `config` (the graph's `config:` names).
+fn scope_types(cx: &BuildCx<'_>) -> Vec<(&'static str, TypeSpec)> {
+    let config = cx
+        .config
+        .cloned()
+        .unwrap_or_else(|| Value::Object(Default::default()));
+    let mut out = vec![
+        (
+            "user",
+            TypeSpec::of(TypeKind::Object {
+                properties: vec![("id".into(), TypeSpec::string())],
+                required: vec!["id".into()],
+                additional: false,
+            }),
+        ),
+        ("config", value_type(&config)),
+    ];
+    if let Some(schema) = cx.schema {
+        out.push(("state", state_type(schema)));
     }
+    out
 }
 
 impl Bindings {
@@ -288,6 +305,7 @@ impl Bindings {
         let extra = [
             ("state", from_json(&cx.state.to_json())),
             ("user", user),
+            ("config", from_json(&self.config)),
             ("tool", minijinja::Value::from(tool)),
         ];
         let mut overridden = Vec::new();

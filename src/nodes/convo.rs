@@ -257,6 +257,19 @@ impl Conversation {
         all[start..].iter().map(|m| to_chat(m)).collect()
     }
 
+    /// Appends the answer a failed node keeps (the part of it the user
+    /// read, a refusal, a fallback) to `patch` as the node's reply, as a
+    /// normal reply is: the next turn's prompt sees what the user saw.
+    pub(super) fn keep(&self, cx: &NodeContext<'_>, patch: &mut Patch, text: &str) {
+        if text.trim().is_empty() {
+            return;
+        }
+        if let Some(mut turn) = self.turn(cx) {
+            turn.reply(text, None);
+            turn.write(patch);
+        }
+    }
+
     /// A recorder of the messages this task appends, if it appends any.
     pub(super) fn turn(&self, cx: &NodeContext<'_>) -> Option<Turn> {
         let (field, name) = self.append.as_ref()?;

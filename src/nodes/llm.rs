@@ -198,14 +198,33 @@ impl Node for LlmNode {
         failure: Failure<'a>,
     ) -> BoxFuture<'a, Option<Recovery>> {
         Box::pin(async move {
+            let mut r = self.recovery(&cx, &failure)?;
+            // A kept answer is the node's reply in its conversation too.
+            let kept = if r.refused.is_some() {
+                Some(super::bounds::REFUSAL)
+            } else {
+                r.truncated.map(|_| failure.streamed)
+            };
+            if let Some(text) = kept {
+                self.conversation.keep(&cx, &mut r.patch, text);
+            }
+            Some(r)
+        })
+    }
+}
+
+impl LlmNode {
+    /// How the failed node ends, if it does not fail the run.
+    fn recovery(&self, cx: &NodeContext<'_>, failure: &Failure<'_>) -> Option<Recovery> {
+        {
             if let Output::Text(field) = &self.output
-                && let Some(r) = Recovery::refusal(field, &failure)
+                && let Some(r) = Recovery::refusal(field, failure)
             {
                 return Some(r);
             }
-            Recovery::decide(self.on_error, &failure, || match &self.output {
-                Output::Text(_) => Recovery::partial_text(&failure),
-                Output::Structured(s) => match s.fallback_writes(&cx)? {
+            Recovery::decide(self.on_error, failure, || match &self.output {
+                Output::Text(_) => Recovery::partial_text(failure),
+                Output::Structured(s) => match s.fallback_writes(cx)? {
                     Ok(patch) => Some(Recovery {
                         patch,
                         note: format!(
@@ -221,7 +240,7 @@ impl Node for LlmNode {
                     }
                 },
             })
-        })
+        }
     }
 }
 

@@ -102,8 +102,14 @@ impl Structured {
                         .field(field, "a field", |f| !f.ty.is_messages())
                         .ok_or(Reported)?;
                     cx.writes(id);
-                    let e =
-                        cx.value_expr(value, &format!("`outputs.{}`", field.value), &["result"])?;
+                    // `result` is the answer, of the declared schema.
+                    let typed = [("result", answer.clone())];
+                    let e = cx.value_expr_typed(
+                        value,
+                        &format!("`outputs.{}`", field.value),
+                        &["result"],
+                        &typed,
+                    )?;
                     exprs.push((Arc::<str>::from(field.value.as_str()), e));
                 }
                 (answer, Mapping::Exprs(exprs), sent)

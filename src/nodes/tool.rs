@@ -41,7 +41,7 @@ use crate::graph::expr::{ValueExpr, from_json};
 use crate::graph::kinds::schema;
 use crate::graph::spec::Surface;
 use crate::graph::{Reported, SettingDoc};
-use crate::state::Patch;
+use crate::state::{Patch, TypeSpec};
 use crate::tools::{ToolError, failure_payload};
 
 /// The kind.
@@ -120,7 +120,7 @@ impl ToolNode {
             Err(_) => None,
         };
         let args = args(cx);
-        let outputs = outputs(cx);
+        let outputs = outputs(cx, tool.as_ref().ok().map(|t| t.value.as_str()));
         let tool = tool.ok()?;
         let mut entries = listed.ok()?;
         if entries.is_empty() {
@@ -369,19 +369,36 @@ fn args(cx: &mut BuildCx<'_>) -> Result<Vec<(String, ValueExpr)>, Reported> {
     if ok { Ok(out) } else { Err(Reported) }
 }
 
-/// `outputs`: field → value over `result` and `args`.
-fn outputs(cx: &mut BuildCx<'_>) -> Result<Vec<(Arc<str>, ValueExpr)>, Reported> {
+/// `outputs`: field → value over `result` and `args`. Where the tool
+/// declares its output shape, `result`'s attribute reads are checked
+/// against it (`result.results[0].content` of `web_search` is an error:
+/// its results have `snippet`); `args` against its argument schema.
+fn outputs(
+    cx: &mut BuildCx<'_>,
+    tool: Option<&str>,
+) -> Result<Vec<(Arc<str>, ValueExpr)>, Reported> {
     let Some(entries) = cx.mapping("outputs")? else {
         return Ok(Vec::new());
     };
+    let mut typed = Vec::new();
+    if let Some(tool) = tool {
+        let declared = |s: Option<Arc<Value>>| s.and_then(|s| TypeSpec::from_json_schema(&s).ok());
+        if let Some(t) = declared(cx.tools.output_schema_at_check(tool)) {
+            typed.push(("result", t));
+        }
+        if let Some(t) = declared(cx.tools.schema_at_check(tool)) {
+            typed.push(("args", t));
+        }
+    }
     let mut out = Vec::new();
     let mut ok = true;
     for (name, value) in entries {
         let field = cx.field(name, "a field", |_| true);
-        let expr = cx.value_expr(
+        let expr = cx.value_expr_typed(
             value,
             &format!("`outputs.{}`", name.value),
             &["result", "args"],
+            &typed,
         );
         match (field, expr) {
             (Some(f), Ok(e)) => {

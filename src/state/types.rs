@@ -180,6 +180,16 @@ impl TypeSpec {
         matches!(self.kind, TypeKind::Array { .. } | TypeKind::Messages)
     }
 
+    /// The type of one item of a list (of one message for chat
+    /// messages); `None` for what is not a list.
+    pub fn item_type(&self) -> Option<TypeSpec> {
+        match &self.kind {
+            TypeKind::Array { items, .. } => Some((**items).clone()),
+            TypeKind::Messages => Some(message_type()),
+            _ => None,
+        }
+    }
+
     /// Whether values are chat messages.
     pub fn is_messages(&self) -> bool {
         matches!(self.kind, TypeKind::Messages)

@@ -292,6 +292,7 @@ pub(super) fn registry(
                 (None, Some(sc)) => Arc::new(sc.value.clone()),
                 (None, None) => Arc::new(json!({"type": "object"})),
             },
+            output_schema: known.as_ref().and_then(|k| k.output_schema.clone()),
             partition,
             policy: real.policy(&name),
         };

@@ -31,6 +31,15 @@ impl Calculator {
                     "required": ["expression"],
                     "additionalProperties": false
                 })),
+                output_schema: Some(Arc::new(json!({
+                    "type": "object",
+                    "properties": {
+                        "expression": {"type": "string", "description": "The expression as given."},
+                        "result": {"type": "number", "description": "Its value (whole numbers as integers)."}
+                    },
+                    "required": ["expression", "result"],
+                    "additionalProperties": false
+                }))),
                 partition: "basic".into(),
                 policy: ToolPolicy::default(),
             },
@@ -74,6 +83,15 @@ impl CurrentTime {
                 input_schema: Arc::new(
                     json!({"type": "object", "properties": {}, "additionalProperties": false}),
                 ),
+                output_schema: Some(Arc::new(json!({
+                    "type": "object",
+                    "properties": {
+                        "utc": {"type": "string", "description": "RFC 3339, `2026-11-27T20:30:00Z`."},
+                        "unix": {"type": "integer", "description": "Seconds since 1970-01-01 UTC."}
+                    },
+                    "required": ["utc", "unix"],
+                    "additionalProperties": false
+                }))),
                 partition: "basic".into(),
                 policy: ToolPolicy::default(),
             },

@@ -204,6 +204,7 @@ impl HttpFetch {
                     "required": ["url"],
                     "additionalProperties": false
                 })),
+                output_schema: Some(Arc::new(output_schema())),
                 partition: PARTITION.into(),
                 policy: ToolPolicy {
                     timeout: timeout + Duration::from_secs(5),
@@ -285,6 +286,22 @@ impl HttpFetch {
             "too many redirects (more than {MAX_REDIRECTS})"
         )))
     }
+}
+
+/// What `http_fetch` returns: `{url, status, title, text, truncated}`.
+pub fn output_schema() -> Value {
+    json!({
+        "type": "object",
+        "properties": {
+            "url": {"type": "string", "description": "The URL read."},
+            "status": {"type": "integer", "description": "The HTTP status."},
+            "title": {"type": ["string", "null"], "description": "The page's title (null when it has none)."},
+            "text": {"type": "string", "description": "The page's readable text."},
+            "truncated": {"type": "boolean", "description": "Whether the text was cut to the size limit."}
+        },
+        "required": ["url", "status", "title", "text", "truncated"],
+        "additionalProperties": false
+    })
 }
 
 impl Tool for HttpFetch {

@@ -59,6 +59,11 @@ pub struct LockedTool {
     pub description: String,
     /// JSON Schema of its arguments.
     pub input_schema: Arc<Value>,
+    /// JSON Schema of its result (the MCP `outputSchema`: the tool returns
+    /// `structuredContent` of this shape), when it declares one: `check`
+    /// types the templates that read the result with it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub output_schema: Option<Arc<Value>>,
 }
 
 impl ToolLock {
@@ -110,6 +115,42 @@ impl ToolLock {
             .flat_map(|s| s.tools.iter().map(move |t| (s.partition.as_str(), t)))
     }
 
+    /// What makes the lock ambiguous about where a tool comes from:
+    /// servers sharing a partition (configuration forbids it, so the lock
+    /// is stale or was edited) and tool names more than one server lists
+    /// (at run time only the server that starts first registers such a
+    /// name). Each names the servers.
+    pub fn ambiguities(&self) -> Vec<String> {
+        let mut out = Vec::new();
+        let mut by_partition: BTreeMap<&str, Vec<&str>> = BTreeMap::new();
+        let mut by_tool: BTreeMap<&str, Vec<&str>> = BTreeMap::new();
+        for (name, s) in &self.servers {
+            by_partition.entry(&s.partition).or_default().push(name);
+            for t in &s.tools {
+                by_tool.entry(&t.name).or_default().push(name);
+            }
+        }
+        let list = |v: &[&str]| {
+            v.iter()
+                .map(|s| format!("`{s}`"))
+                .collect::<Vec<_>>()
+                .join(" and ")
+        };
+        for (p, servers) in by_partition.iter().filter(|(_, v)| v.len() > 1) {
+            out.push(format!(
+                "servers {} share partition `{p}`; each server needs its own partition (run `stategraph tools lock` again)",
+                list(servers)
+            ));
+        }
+        for (t, servers) in by_tool.iter().filter(|(_, v)| v.len() > 1) {
+            out.push(format!(
+                "tool `{t}` is listed by servers {}; only the first to start would register it — give one server a `prefix`",
+                list(servers)
+            ));
+        }
+        out
+    }
+
     /// How a server's live tool list differs from the lock: tools missing,
     /// tools added, tools whose schema changed. Empty when they agree.
     pub fn differences(&self, server: &str, live: &[LockedTool]) -> Vec<String> {
@@ -128,6 +169,12 @@ impl ToolLock {
                 Some(l) if l.input_schema != t.input_schema => {
                     out.push(format!(
                         "`{}` takes different arguments than locked",
+                        t.name
+                    ));
+                }
+                Some(l) if l.output_schema != t.output_schema => {
+                    out.push(format!(
+                        "`{}` returns a different shape than locked",
                         t.name
                     ));
                 }
@@ -156,26 +203,36 @@ pub fn live(registry: &super::ToolRegistry, partition: &str) -> Vec<LockedTool> 
             name: s.name,
             description: s.description,
             input_schema: s.input_schema,
+            output_schema: s.output_schema,
         })
         .collect()
 }
 
 /// Warns (log) about every way the live tool lists of `servers` (name,
-/// partition) differ from the lock in `dir`, if there is one.
-pub fn warn_if_stale(registry: &super::ToolRegistry, dir: &Path, servers: &[(String, String)]) {
+/// partition) differ from the lock in `dir`, if there is one (`serve`
+/// calls it once the servers are up); returns the warnings, as
+/// `(server, difference)`.
+pub fn warn_if_stale(
+    registry: &super::ToolRegistry,
+    dir: &Path,
+    servers: &[(String, String)],
+) -> Vec<(String, String)> {
     let lock = match ToolLock::read_in(dir) {
         Ok(Some(lock)) => lock,
-        Ok(None) => return,
+        Ok(None) => return Vec::new(),
         Err(why) => {
             tracing::warn!(file = %dir.join(LOCK_FILE).display(), %why, "the tool lock file cannot be used");
-            return;
+            return vec![(String::new(), why)];
         }
     };
+    let mut out = Vec::new();
     for (name, partition) in servers {
         for diff in lock.differences(name, &live(registry, partition)) {
             tracing::warn!(server = %name, difference = %diff, "MCP server's live tools differ from {LOCK_FILE}; run `stategraph tools lock` and commit it");
+            out.push((name.clone(), diff));
         }
     }
+    out
 }
 
 #[cfg(test)]
@@ -188,7 +245,111 @@ mod tests {
             name: name.into(),
             description: String::new(),
             input_schema: Arc::new(schema),
+            output_schema: None,
         }
+    }
+
+    /// A tool as an MCP server registers it (only its spec matters here).
+    struct Listed(crate::tools::ToolSpec);
+
+    impl crate::tools::Tool for Listed {
+        fn spec(&self) -> &crate::tools::ToolSpec {
+            &self.0
+        }
+        fn call(
+            &self,
+            _: Value,
+        ) -> futures::future::BoxFuture<'_, Result<Value, crate::tools::ToolError>> {
+            Box::pin(async { Ok(Value::Null) })
+        }
+    }
+
+    #[test]
+    fn serve_warns_when_a_live_list_differs_from_the_lock() {
+        let registry = crate::tools::ToolRegistry::new();
+        let spec = |name: &str, output: Option<Value>| crate::tools::ToolSpec {
+            name: name.into(),
+            description: String::new(),
+            input_schema: Arc::new(json!({"type": "object"})),
+            output_schema: output.map(Arc::new),
+            partition: "kb".into(),
+            policy: crate::tools::ToolPolicy::default(),
+        };
+        let live_tools: Vec<Arc<dyn crate::tools::Tool>> = vec![
+            Arc::new(Listed(spec("search", Some(json!({"type": "object"}))))),
+            Arc::new(Listed(spec("open_ticket", None))),
+        ];
+        registry.set_partition("kb", live_tools).unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let servers = [("docs".to_owned(), "kb".to_owned())];
+        assert!(
+            warn_if_stale(&registry, dir.path(), &servers).is_empty(),
+            "no lock, nothing to compare"
+        );
+        // The lock as `stategraph tools lock` writes it from the live list: no warning.
+        let fresh = ToolLock::new(BTreeMap::from([(
+            "docs".to_owned(),
+            LockedServer {
+                partition: "kb".into(),
+                tools: live(&registry, "kb"),
+            },
+        )]));
+        std::fs::write(dir.path().join(LOCK_FILE), fresh.to_text()).unwrap();
+        assert_eq!(warn_if_stale(&registry, dir.path(), &servers), []);
+        // A lock from before the server changed: each difference is warned.
+        let mut stale = fresh.clone();
+        let docs = stale.servers.get_mut("docs").unwrap();
+        docs.tools.retain(|t| t.name != "open_ticket");
+        docs.tools[0].output_schema = None;
+        docs.tools
+            .push(tool("close_ticket", json!({"type": "object"})));
+        std::fs::write(dir.path().join(LOCK_FILE), stale.to_text()).unwrap();
+        let warned: Vec<String> = warn_if_stale(&registry, dir.path(), &servers)
+            .into_iter()
+            .map(|(server, diff)| format!("{server}: {diff}"))
+            .collect();
+        assert_eq!(
+            warned,
+            [
+                "docs: `search` returns a different shape than locked",
+                "docs: `close_ticket` is locked but the server no longer lists it",
+                "docs: `open_ticket` is listed by the server but not locked",
+            ]
+        );
+    }
+
+    #[test]
+    fn ambiguous_locks_name_the_servers() {
+        let server = |partition: &str, tools: &[&str]| LockedServer {
+            partition: partition.into(),
+            tools: tools
+                .iter()
+                .map(|t| tool(t, json!({"type": "object"})))
+                .collect(),
+        };
+        let lock = ToolLock::new(BTreeMap::from([
+            ("docs".to_owned(), server("kb", &["search"])),
+            ("tickets".to_owned(), server("kb", &["search", "open"])),
+            ("time".to_owned(), server("time", &["now"])),
+        ]));
+        assert_eq!(
+            lock.ambiguities(),
+            [
+                "servers `docs` and `tickets` share partition `kb`; each server needs its own partition (run `stategraph tools lock` again)",
+                "tool `search` is listed by servers `docs` and `tickets`; only the first to start would register it — give one server a `prefix`",
+            ]
+        );
+        let registry = crate::tools::ToolRegistry::new();
+        registry.add_locked(&lock);
+        assert_eq!(
+            registry.lock_conflict("search"),
+            Some(vec!["docs".to_owned(), "tickets".to_owned()])
+        );
+        assert_eq!(registry.lock_conflict("open"), None);
+        assert_eq!(
+            registry.origin_at_check("now").as_deref(),
+            Some("MCP server `time`, per tools.lock.json")
+        );
     }
 
     #[test]

@@ -104,10 +104,27 @@ pub struct ToolSpec {
     pub description: String,
     /// JSON schema of its arguments.
     pub input_schema: Arc<Value>,
+    /// JSON schema of what it returns, when it declares one (built-in
+    /// tools do; an MCP server's `outputSchema`, whose calls return that
+    /// `structuredContent`). `check` types the templates that read a
+    /// result with it: `result.results[0].content` of `web_search` is an
+    /// error, its results have `snippet`.
+    pub output_schema: Option<Arc<Value>>,
     /// The partition it belongs to (`basic`, `data`, `viz`, …).
     pub partition: String,
     /// How calls are treated (config may override per tool).
     pub policy: ToolPolicy,
+}
+
+/// The output schema of a built-in tool that registers only once
+/// configured (`web_search` with `[tools.search]`, `http_fetch` with
+/// `[tools.http]`): `check` knows their shapes without the configuration.
+pub(crate) fn configurable_output_schema(name: &str) -> Option<Value> {
+    match name {
+        "web_search" => Some(search::output_schema()),
+        "http_fetch" => Some(http::output_schema()),
+        _ => None,
+    }
 }
 
 /// Why a tool call failed.

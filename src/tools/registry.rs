@@ -22,6 +22,8 @@ use super::cache::{ToolCache, key};
 use super::{PolicyOverride, Tool, ToolError, ToolPolicy, ToolSpec, builtin};
 use crate::llm::ToolDef;
 
+mod at_check;
+
 /// Errors registering a tool.
 #[derive(Debug, thiserror::Error)]
 pub enum RegistryError {
@@ -63,9 +65,11 @@ struct Inner {
     /// Per-tool policy overrides from config, merged onto the tool's own
     /// policy at call time (the tool may register later).
     policies: BTreeMap<String, PolicyOverride>,
-    /// Tools the lock file lists (name → partition, argument schema):
-    /// known to `check`, never called (see [`crate::tools::lock`]).
-    locked: BTreeMap<String, (String, Arc<Value>)>,
+    /// Tools the lock file lists, by name: known to `check`, never
+    /// called (see [`crate::tools::lock`] and `at_check`).
+    locked: BTreeMap<String, at_check::Locked>,
+    /// Tool names more than one locked server lists, with the servers.
+    lock_conflicts: BTreeMap<String, Vec<String>>,
 }
 
 /// All tools.
@@ -222,84 +226,6 @@ impl ToolRegistry {
                 .push(name.clone());
         }
         out
-    }
-
-    /// Adds the tools of a lock file to what `check` knows (they are not
-    /// callable: the live servers provide the tools a run calls).
-    pub fn add_locked(&self, lock: &crate::tools::lock::ToolLock) {
-        let mut g = self.write();
-        for (partition, t) in lock.tools() {
-            g.locked.insert(
-                t.name.clone(),
-                (partition.to_owned(), Arc::clone(&t.input_schema)),
-            );
-        }
-    }
-
-    /// [`ToolRegistry::knows`], locked tools and partitions included: what
-    /// a graph file may name.
-    pub fn knows_at_check(&self, entry: &str) -> bool {
-        self.knows(entry) || {
-            let g = self.read();
-            g.locked.contains_key(entry) || g.locked.values().any(|(p, _)| p == entry)
-        }
-    }
-
-    /// The partition of a tool known only from the lock (not registered in
-    /// this process): what `check` knows of an MCP tool it did not start.
-    pub fn locked_partition(&self, name: &str) -> Option<String> {
-        let g = self.read();
-        if g.tools.contains_key(name) {
-            return None;
-        }
-        g.locked.get(name).map(|(p, _)| p.clone())
-    }
-
-    /// Tool and partition names a graph file may use (locked ones
-    /// included), for "did you mean".
-    pub fn names_at_check(&self) -> Vec<String> {
-        let mut out = self.names();
-        out.extend(self.partitions().into_keys());
-        let g = self.read();
-        out.extend(g.locked.keys().cloned());
-        out.extend(g.locked.values().map(|(p, _)| p.clone()));
-        out.sort();
-        out.dedup();
-        out
-    }
-
-    /// The argument schema of a tool, registered or locked.
-    pub fn schema_at_check(&self, name: &str) -> Option<Arc<Value>> {
-        let g = self.read();
-        g.tools
-            .get(name)
-            .map(|e| Arc::clone(&e.tool.spec().input_schema))
-            .or_else(|| g.locked.get(name).map(|(_, s)| Arc::clone(s)))
-    }
-
-    /// The tools a graph-file entry offers, as far as `check` can know:
-    /// `None` when it is a partition whose tools are unknown until a server
-    /// lists them (declared, not locked).
-    pub fn members_at_check(&self, entry: &str) -> Option<Vec<String>> {
-        let g = self.read();
-        if g.tools.contains_key(entry) || g.locked.contains_key(entry) {
-            return Some(vec![entry.to_owned()]);
-        }
-        let mut out: Vec<String> = g
-            .tools
-            .iter()
-            .filter(|(_, e)| e.tool.spec().partition == entry)
-            .map(|(n, _)| n.clone())
-            .collect();
-        out.extend(
-            g.locked
-                .iter()
-                .filter(|(_, (p, _))| p == entry)
-                .map(|(n, _)| n.clone()),
-        );
-        out.sort();
-        out.dedup();
-        (!out.is_empty()).then_some(out)
     }
 
     /// Whether a graph-file entry names a tool or a partition.
@@ -573,6 +499,7 @@ mod tests {
                 name: name.into(),
                 description: "counts".into(),
                 input_schema: Arc::new(json!({"type": "object"})),
+                output_schema: None,
                 partition: "test".into(),
                 policy,
             },
@@ -708,6 +635,7 @@ mod tests {
                     name: n.into(),
                     description: String::new(),
                     input_schema: Arc::new(json!({})),
+                    output_schema: None,
                     partition: "data".into(),
                     policy: ToolPolicy::default(),
                 },

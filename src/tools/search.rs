@@ -118,6 +118,7 @@ impl WebSearch {
                     "required": ["query"],
                     "additionalProperties": false
                 })),
+                output_schema: Some(Arc::new(output_schema())),
                 partition: PARTITION.into(),
                 policy: ToolPolicy {
                     timeout: timeout + Duration::from_secs(5),
@@ -169,6 +170,32 @@ impl WebSearch {
         let results: Vec<Value> = items.iter().filter_map(result).take(limit).collect();
         Ok(json!({ "query": query, "results": results }))
     }
+}
+
+/// What `web_search` returns: `{query, results: [{title, url, snippet}]}`
+/// (a result's text is `snippet`, not `content`).
+pub fn output_schema() -> Value {
+    json!({
+        "type": "object",
+        "properties": {
+            "query": {"type": "string", "description": "The query as searched."},
+            "results": {
+                "type": "array",
+                "items": {
+                    "type": "object",
+                    "properties": {
+                        "title": {"type": "string", "description": "The page's title (its URL when it has none)."},
+                        "url": {"type": "string", "description": "The page's address."},
+                        "snippet": {"type": "string", "description": "The search engine's excerpt of the page, whitespace collapsed, at most 500 characters (and `…` when cut)."}
+                    },
+                    "required": ["title", "url", "snippet"],
+                    "additionalProperties": false
+                }
+            }
+        },
+        "required": ["query", "results"],
+        "additionalProperties": false
+    })
 }
 
 /// `{title, url, snippet}` of one SearXNG result; `None` without a URL.

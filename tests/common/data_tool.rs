@@ -23,6 +23,7 @@ impl IndicatorValue {
                     "type": "object",
                     "properties": {"country": {"type": "string"}, "indicator": {"type": "string"}}
                 })),
+                output_schema: None,
                 partition: "data".into(),
                 policy: stategraph::tools::ToolPolicy::default(),
             },

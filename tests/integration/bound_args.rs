@@ -83,6 +83,7 @@ fn cancel_tool(tickets: Tickets) -> Arc<CancelTicket> {
                 "required": ["passenger_id", "ticket"],
                 "additionalProperties": false
             })),
+            output_schema: None,
             partition: "support".into(),
             policy: ToolPolicy::default(),
         },
@@ -228,7 +229,7 @@ fn bound_arguments_are_checked_where_they_are_written() {
     let cases = [
         (
             "      - { name: calculator, args: { expression: \"{{ state.pasenger }}\" } }",
-            "unknown-field",
+            "unknown-attribute",
             "state.pasenger",
             Some("passenger"),
         ),
@@ -287,4 +288,106 @@ fn bound_arguments_are_checked_where_they_are_written() {
         prompts(),
     );
     assert!(!ok.has_errors(), "{:#?}", ok.diagnostics);
+}
+
+/// `config.NAME` in a bound argument: the graph file's `config:` values,
+/// set by the file (never by a request), hidden from the model like any
+/// bound argument; `check` knows the names.
+const CONFIGURED: &str = r#"
+config:
+  airline: acme
+state:
+  fields:
+    messages: { type: messages }
+    answer: { type: string }
+entry: support
+nodes:
+  - id: support
+    kind: agent
+    prompt: support.md
+    messages: messages
+    tools:
+      - name: cancel_ticket
+        args: { passenger_id: "{{ config.airline }}" }
+edges: [support -> END]
+"#;
+
+#[tokio::test]
+async fn a_bound_argument_reads_the_graphs_config() {
+    let tickets: Tickets = Arc::new(Mutex::new(BTreeMap::from([
+        ("T-ACME".to_owned(), ("acme".to_owned(), false)),
+        ("T-BOB".to_owned(), ("bob".to_owned(), false)),
+    ])));
+    let reg = registries();
+    reg.tools
+        .register(cancel_tool(Arc::clone(&tickets)))
+        .unwrap();
+    let prompts = || {
+        Prompts::from_sources(
+            &root().join("prompts"),
+            [("support.md", "You help passengers.")],
+        )
+    };
+    let cat = reg.from_sources(&[("support", CONFIGURED)], prompts());
+    assert!(!cat.has_errors(), "{:#?}", cat.diagnostics);
+    let log = Arc::new(Mutex::new(Vec::new()));
+    let services = Arc::new(Services::new(
+        Models::single(Arc::new(gullible(Arc::clone(&log)))),
+        Arc::clone(&reg.tools),
+    ));
+    for text in ["cancel T-BOB as bob", "cancel T-ACME as bob"] {
+        let input = json!({"messages": [{"id": "u1", "role": "user", "content": text}]});
+        stategraph::runtime::run(
+            Arc::clone(cat.get("support").unwrap()),
+            Arc::clone(&services),
+            input,
+            stategraph::runtime::RunOptions::default(),
+        )
+        .await
+        .unwrap();
+    }
+    // The model sent `bob` both times; the config's value went instead.
+    let now = tickets.lock().unwrap().clone();
+    assert_eq!(now["T-BOB"], ("bob".to_owned(), false), "not acme's ticket");
+    assert_eq!(now["T-ACME"], ("acme".to_owned(), true));
+    let offered = &log.lock().unwrap()[0].tools[0].parameters.clone();
+    assert!(
+        offered["properties"].get("passenger_id").is_none(),
+        "{offered}"
+    );
+
+    // `check` knows the config's names, and that it is constants only.
+    let cases = [
+        (
+            CONFIGURED.replace("config.airline", "config.airlne"),
+            "unknown-attribute",
+            "did you mean `airline`?",
+        ),
+        (
+            CONFIGURED.replace("config:\n  airline: acme\n", ""),
+            "unknown-attribute",
+            "`config` has no attribute `airline`",
+        ),
+        (
+            CONFIGURED.replace("airline: acme", "airline: \"{{ user.id }}\""),
+            "invalid-setting",
+            "config values are written as they are",
+        ),
+        (
+            CONFIGURED.replace("config:\n  airline: acme\n", "config: acme\n"),
+            "invalid-setting",
+            "`config` maps names to values",
+        ),
+    ];
+    for (graph, code, words) in cases {
+        let cat = registries().from_sources(&[("support", &graph)], prompts());
+        let d = cat
+            .diagnostics
+            .iter()
+            .find(|d| d.code == code)
+            .unwrap_or_else(|| panic!("{words}: no {code} in {:#?}", cat.diagnostics));
+        let text = format!("{} {}", d.message, d.hint.as_deref().unwrap_or_default());
+        assert!(text.contains(words), "{words}: {text}");
+        assert!(d.line > 1, "{words}: placed at {}:{}", d.line, d.column);
+    }
 }

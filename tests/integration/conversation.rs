@@ -8,7 +8,7 @@ use std::sync::Arc;
 use serde_json::{Value, json};
 use stategraph::graph::prompts::Prompts;
 use stategraph::llm::scripted::{ScriptedModel, Turn};
-use stategraph::llm::{ChatMessage, ChatRequest};
+use stategraph::llm::{ChatMessage, ChatRequest, LlmChunk, LlmError};
 use stategraph::runtime::{self, RunOptions};
 
 use crate::support::server::TestServer;
@@ -383,4 +383,60 @@ fn messages_settings_are_checked() {
         prompts(),
     );
     assert!(!ok.has_errors(), "{:#?}", ok.diagnostics);
+}
+
+/// An answer a failed node keeps — the part of it the user read before the
+/// model broke, or the refusal written when the provider declines — is the
+/// node's reply in its conversation, as a normal reply is: the next turn's
+/// prompt sees what the user saw.
+#[tokio::test]
+async fn a_kept_answer_is_appended_to_the_conversation_like_a_reply() {
+    const KEPT: &str = r#"
+state:
+  fields:
+    messages: { type: messages }
+    answer: { type: string }
+entry: answer
+nodes:
+  - { id: answer, kind: llm, prompt: p.md, surface: answer, messages: messages }
+edges: [answer -> END]
+"#;
+    let cases = [
+        (
+            Turn::Chunks(
+                vec![LlmChunk::Text("The sea covers ".into())],
+                Some(LlmError::Scripted("the stream broke".into())),
+            ),
+            "The sea covers ",
+        ),
+        (
+            Turn::Fail(LlmError::ContentPolicy("flagged".into())),
+            "I can't help with that request",
+        ),
+    ];
+    for (turn, kept) in cases {
+        let model = ScriptedModel::new([turn]).shared();
+        let prompts = Prompts::from_sources(&root().join("prompts"), [("p.md", "Answer.")]);
+        let cat = registries().from_sources(&[("kept", KEPT)], prompts);
+        assert!(!cat.has_errors(), "{:#?}", cat.diagnostics);
+        let input =
+            json!({"messages": [{"id": "u1", "role": "user", "content": "How big is the sea?"}]});
+        let out = runtime::run(
+            Arc::clone(cat.get("kept").unwrap()),
+            services(model as _),
+            input,
+            RunOptions::default(),
+        )
+        .await
+        .unwrap();
+        let state = out.state.to_json();
+        let msgs = state["messages"].as_array().unwrap();
+        assert_eq!(msgs.len(), 2, "{kept}: {state}");
+        assert_eq!(msgs[1]["role"], "assistant", "{kept}: {state}");
+        assert_eq!(msgs[1]["name"], "answer", "{kept}: {state}");
+        assert!(
+            msgs[1]["content"].as_str().unwrap().starts_with(kept),
+            "{kept}: {state}"
+        );
+    }
 }

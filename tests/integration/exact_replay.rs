@@ -234,6 +234,7 @@ async fn a_retried_tool_call_reexecutes_without_divergence() {
             input_schema: Arc::new(
                 json!({"type": "object", "properties": {"what": {"type": "string"}}}),
             ),
+            output_schema: None,
             partition: "test".into(),
             policy: ToolPolicy::default(),
         },

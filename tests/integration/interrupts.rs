@@ -133,6 +133,7 @@ pub(crate) async fn fixture_with(
                     "properties": {"id": {"type": "integer"}},
                     "required": ["id"]
                 })),
+                output_schema: None,
                 partition: "records".into(),
                 policy: ToolPolicy::default(),
             },

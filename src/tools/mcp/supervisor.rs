@@ -434,6 +434,10 @@ fn publish(
             name,
             description,
             input_schema: Arc::new(schema),
+            output_schema: t
+                .output_schema
+                .as_ref()
+                .map(|s| Arc::new(Value::Object((**s).clone()))),
             partition: cfg.partition.clone(),
             policy: cfg.policy_for(&t.name),
         };

@@ -23,6 +23,7 @@ fn spec(name: &str, description: &str, schema: Value, sources: &SqlSources) -> T
         name: name.into(),
         description: description.into(),
         input_schema: Arc::new(schema),
+        output_schema: None,
         partition: PARTITION.into(),
         // Waiting for a connection comes on top of the statement's own limit.
         policy: ToolPolicy {
