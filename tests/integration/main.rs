@@ -37,6 +37,7 @@ mod langgraph_examples;
 mod limits;
 mod mcp;
 mod memory;
+mod offline_routing;
 mod openai_client;
 mod providers;
 mod python_tools;
