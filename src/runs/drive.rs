@@ -9,13 +9,13 @@ use std::time::{Duration, Instant};
 use serde_json::Value;
 use tokio::sync::{OwnedSemaphorePermit, mpsc, watch};
 
+use super::LogCheckpointer;
 use super::{Begin, Launch, RunHub, Runs};
 use crate::config::StreamDurability;
 use crate::events::{ErrorInfo, Event, EventKind, Usage};
 use crate::replay::Recording;
 use crate::runtime::{self, RunError, RunOptions, RunOutcome, RunStatus, Services};
 use crate::sse::{Assembler, Bridge};
-use crate::store::LogCheckpointer;
 
 type RunFuture = Pin<Box<dyn Future<Output = Result<RunOutcome, RunError>> + Send>>;
 

@@ -29,9 +29,9 @@ use std::time::{Duration, Instant};
 use futures::future::BoxFuture;
 use tokio::sync::watch;
 
-use super::{Store, StoreError, StoreResult};
 use crate::events::Event;
 use crate::runtime::{CheckpointError, Checkpointer, StepBatch};
+use crate::store::{Store, StoreError, StoreResult};
 
 /// How long [`LogCheckpointer`] retries by default before giving up.
 pub const DEFAULT_OUTAGE_LIMIT: Duration = Duration::from_secs(30);
