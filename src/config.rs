@@ -2,7 +2,7 @@
 //!
 //! Every setting has a default, so `stategraph serve` runs with no file at
 //! all (SQLite under `./data`, the offline model, the graphs and prompts in
-//! the working directory or the copies embedded in the binary). See the
+//! the working directory or the copies built into the binary). See the
 //! README for the full file; environment variables override the file:
 //! `STATEGRAPH_BIND`, `STATEGRAPH_DEFAULT_GRAPH`, `STATEGRAPH_GRAPHS`, `STATEGRAPH_PROMPTS`,
 //! `STATEGRAPH_DATA_DIR`, `STATEGRAPH_API_KEYS` (`key=user,key2=user2`),
@@ -171,6 +171,11 @@ pub struct PathsConfig {
     pub prompts: PathBuf,
     /// Data directory (the SQLite database).
     pub data: PathBuf,
+    /// Graphs and prompts served when `graphs` does not exist: a binary's
+    /// own copies (the `stategraph` binary sets its shipped ones), never
+    /// read from the file.
+    #[serde(skip)]
+    pub built_in: Option<&'static crate::graph::Bundle>,
 }
 
 impl Default for PathsConfig {
@@ -179,6 +184,7 @@ impl Default for PathsConfig {
             graphs: "graphs".into(),
             prompts: "prompts".into(),
             data: "data".into(),
+            built_in: None,
         }
     }
 }

@@ -38,9 +38,10 @@ impl Ctx {
 
     /// The graphs: the graph directory, or the built-in ones without it.
     pub(super) fn graphs(&self) -> Graphs {
-        Graphs::load(
+        Graphs::load_or(
             &self.config.paths.graphs,
             &self.config.paths.prompts,
+            self.config.paths.built_in,
             self.registries.clone(),
         )
     }
