@@ -336,7 +336,7 @@ mod tests {
             Chunk::Data {
                 name: "thinking".into(),
                 id: Some("t1".into()),
-                data: json!({"text": "Intent: RESEARCH"}),
+                data: json!({"text": "Intent: billing"}),
                 transient: false,
             },
             Chunk::ReasoningStart { id: "r".into() },
