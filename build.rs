@@ -1,5 +1,6 @@
-//! Embeds the shipped graph files and prompts (`graphs/`, `prompts/`) into
-//! the library, so `stategraph serve` works from any directory. The list is
+//! Lists the shipped graph files and prompts (`graphs/`, `prompts/`) for the
+//! `stategraph` binary to embed (`src/bin/stategraph.rs`; the library embeds
+//! none), so `stategraph serve` works from any directory. The list is
 //! generated from the directories, so no source file names them.
 
 use std::fmt::Write;

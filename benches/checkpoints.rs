@@ -29,8 +29,9 @@ use std::fmt::Write as _;
 use std::sync::Arc;
 
 use serde_json::json;
+use stategraph::runs::LogCheckpointer;
 use stategraph::runtime::{Checkpointer, MemoryCheckpointer, RunOptions, StepBatch};
-use stategraph::store::{LogCheckpointer, PostgresStore, SqliteStore, Store};
+use stategraph::store::{PostgresStore, SqliteStore, Store};
 use support::pg::TempDb;
 use support::*;
 use uuid::Uuid;

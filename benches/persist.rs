@@ -49,11 +49,12 @@ use futures::future::BoxFuture;
 use serde_json::{Value, json};
 use stategraph::events::now_micros;
 use stategraph::nodes::Graph as CompiledGraph;
+use stategraph::runs::LogCheckpointer;
 use stategraph::runtime::{
     CheckpointError, Checkpointer, RunOptions, RunStatus, Services, StepBatch,
 };
 use stategraph::sse::BridgeConfig;
-use stategraph::store::{LogCheckpointer, PostgresStore, RunRecord, SqliteStore, Store};
+use stategraph::store::{PostgresStore, RunRecord, SqliteStore, Store};
 use support::pg::{self, TempDb, WireCount};
 use support::*;
 use uuid::Uuid;

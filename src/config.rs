@@ -2,9 +2,9 @@
 //!
 //! Every setting has a default, so `stategraph serve` runs with no file at
 //! all (SQLite under `./data`, the offline model, the graphs and prompts in
-//! the working directory or the copies embedded in the binary). See the
+//! the working directory or the copies built into the binary). See the
 //! README for the full file; environment variables override the file:
-//! `STATEGRAPH_BIND`, `STATEGRAPH_GRAPHS`, `STATEGRAPH_PROMPTS`,
+//! `STATEGRAPH_BIND`, `STATEGRAPH_DEFAULT_GRAPH`, `STATEGRAPH_GRAPHS`, `STATEGRAPH_PROMPTS`,
 //! `STATEGRAPH_DATA_DIR`, `STATEGRAPH_API_KEYS` (`key=user,key2=user2`),
 //! `STATEGRAPH_CORS_ORIGINS` (comma-separated), `OTEL_EXPORTER_OTLP_ENDPOINT`,
 //! `STATEGRAPH_LOG_FORMAT`, plus `OPENAI_*` / `STATEGRAPH_MODEL` for the
@@ -130,6 +130,8 @@ pub struct ServerConfig {
     /// opening or dropping away) an idle server keeps handing free memory
     /// back to the OS, every 2 s (`stategraph::memory`); 0 = never.
     pub memory_release: Dur,
+    /// The graph `POST /api/chat` runs when the request names none.
+    pub default_graph: String,
 }
 
 impl Default for ServerConfig {
@@ -154,6 +156,7 @@ impl Default for ServerConfig {
             header_timeout: Dur(Duration::from_secs(10)),
             max_header_bytes: Bytes(16 * 1024),
             memory_release: Dur(Duration::from_secs(60)),
+            default_graph: "chat".into(),
         }
     }
 }
@@ -168,6 +171,11 @@ pub struct PathsConfig {
     pub prompts: PathBuf,
     /// Data directory (the SQLite database).
     pub data: PathBuf,
+    /// Graphs and prompts served when `graphs` does not exist: a binary's
+    /// own copies (the `stategraph` binary sets its shipped ones), never
+    /// read from the file.
+    #[serde(skip)]
+    pub built_in: Option<&'static crate::graph::Bundle>,
 }
 
 impl Default for PathsConfig {
@@ -176,6 +184,7 @@ impl Default for PathsConfig {
             graphs: "graphs".into(),
             prompts: "prompts".into(),
             data: "data".into(),
+            built_in: None,
         }
     }
 }
@@ -428,6 +437,9 @@ impl Config {
                 var: "STATEGRAPH_BIND",
                 message: format!("{e}"),
             })?;
+        }
+        if let Some(v) = env("STATEGRAPH_DEFAULT_GRAPH") {
+            self.server.default_graph = v;
         }
         if let Some(v) = env("STATEGRAPH_GRAPHS") {
             self.paths.graphs = v.into();

@@ -28,7 +28,7 @@
 //! | [`store`] | chats, runs, the event log, checkpoints: memory, SQLite, PostgreSQL |
 //! | [`replay`] | re-stream, re-execute from the recording, state at a step, fork points |
 //! | [`config`] | the server's configuration file and environment |
-//! | [`runs`] | the run lifecycle: chat turns, forks, pauses for a person and their resumes, recovery, live streams |
+//! | [`runs`] | the run lifecycle: chat turns, forks, pauses for a person and their resumes, recovery, live streams, checkpoints into the store through outages |
 //! | [`testing`] | graph tests: test files, scripted replies and stubs, expectations, reports |
 //! | `telemetry`, `otlp` | logs and traces (with the `server` feature) |
 //! | `server` | the HTTP API and the studio (with the `server` feature) |

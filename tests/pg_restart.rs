@@ -35,10 +35,11 @@ use stategraph::events::{Event, EventKind, Usage};
 use stategraph::llm::scripted::{ScriptedModel, Turn};
 use stategraph::llm::{ChatMessage, Models};
 use stategraph::nodes::Registries;
+use stategraph::runs::LogCheckpointer;
 use stategraph::runtime::{
     self, CheckpointError, Checkpointer, RunOptions, RunStatus, Services, StepBatch,
 };
-use stategraph::store::{LogCheckpointer, PostgresStore, RunRecord, Store};
+use stategraph::store::{PostgresStore, RunRecord, Store};
 use uuid::Uuid;
 
 const ADMIN_URL: &str = "postgres://postgres@127.0.0.1:5432/postgres";

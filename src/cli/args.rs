@@ -121,7 +121,7 @@ pub(super) enum Command {
         #[arg(long)]
         before: Option<String>,
         /// `FIELD=VALUE` edits (repeatable): JSON, or else a string, e.g.
-        /// `--set intent=EXPLAIN`, `--set count=3`.
+        /// `--set intent=billing`, `--set count=3`.
         #[arg(long = "set")]
         set: Vec<String>,
         /// Attach the fork's answer to the parent's chat as an alternative

@@ -51,6 +51,7 @@ use setup::{Ctx, field_values, runtime};
 
 use crate::config::{Config, PathsConfig};
 use crate::events::ForkMode;
+use crate::graph::Bundle;
 use crate::nodes::Registries;
 use crate::units::Dur;
 
@@ -72,6 +73,7 @@ pub struct App {
     registries: Registries,
     graphs: Option<PathBuf>,
     prompts: Option<PathBuf>,
+    built_in: Option<&'static Bundle>,
 }
 
 impl App {
@@ -81,7 +83,15 @@ impl App {
             registries,
             graphs: None,
             prompts: None,
+            built_in: None,
         }
+    }
+
+    /// Graphs and prompts served when the graph directory does not exist
+    /// (the `stategraph` binary's shipped copies).
+    pub fn built_in(mut self, bundle: &'static Bundle) -> Self {
+        self.built_in = Some(bundle);
+        self
     }
 
     /// The graph directory when neither `--graphs`, `STATEGRAPH_GRAPHS` nor
@@ -146,6 +156,7 @@ impl App {
         if let Some(s) = &cli.model_script {
             config.llm.script = Some(s.clone());
         }
+        config.paths.built_in = self.built_in;
         Ok(config)
     }
 

@@ -38,9 +38,10 @@ impl Ctx {
 
     /// The graphs: the graph directory, or the built-in ones without it.
     pub(super) fn graphs(&self) -> Graphs {
-        Graphs::load(
+        Graphs::load_or(
             &self.config.paths.graphs,
             &self.config.paths.prompts,
+            self.config.paths.built_in,
             self.registries.clone(),
         )
     }
@@ -142,7 +143,7 @@ pub(super) fn field_values(args: &[String]) -> anyhow::Result<Vec<(String, Value
             let (field, value) = s
                 .split_once('=')
                 .ok_or_else(|| anyhow!("--set {s}: expected FIELD=VALUE"))?;
-            // JSON, or else the text itself (`--set intent=EXPLAIN`).
+            // JSON, or else the text itself (`--set intent=billing`).
             let value =
                 serde_json::from_str(value).unwrap_or_else(|_| Value::String(value.to_owned()));
             Ok((field.to_owned(), value))

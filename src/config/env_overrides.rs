@@ -30,6 +30,12 @@ const ROWS: &[Row] = &[
         applied: |c| c.server.bind.port() == 7000,
     },
     Row {
+        var: "STATEGRAPH_DEFAULT_GRAPH",
+        file: "[server]\ndefault_graph = \"file-graph\"",
+        value: "env-graph",
+        applied: |c| c.server.default_graph == "env-graph",
+    },
+    Row {
         var: "STATEGRAPH_GRAPHS",
         file: "[paths]\ngraphs = \"file-graphs\"",
         value: "env-graphs",

@@ -9,6 +9,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, PoisonError, RwLock};
 use std::time::SystemTime;
 
+use crate::graph::Bundle;
 use crate::graph::diagnostic::Diagnostic;
 use crate::nodes::{Graph, GraphCatalog as Catalog, Registries};
 
@@ -19,7 +20,7 @@ pub struct Graphs {
     graphs_dir: PathBuf,
     prompts_dir: PathBuf,
     registries: Registries,
-    /// Serving the copies built into the binary (no graph directory).
+    /// Serving the built-in copies a binary carries (no graph directory).
     pub embedded: bool,
     fingerprint: RwLock<u64>,
 }
@@ -36,13 +37,24 @@ pub struct ReloadReport {
 }
 
 impl Graphs {
-    /// Loads the graph directory, or the embedded graphs if it does not exist.
+    /// Loads the graph directory.
     pub fn load(graphs_dir: &Path, prompts_dir: &Path, registries: Registries) -> Self {
-        let embedded = !graphs_dir.is_dir();
-        let catalog = if embedded {
-            registries.embedded()
-        } else {
-            registries.load(graphs_dir, prompts_dir)
+        Self::load_or(graphs_dir, prompts_dir, None, registries)
+    }
+
+    /// Loads the graph directory, or `built_in` (a binary's own copies)
+    /// when there is one and the directory does not exist.
+    pub fn load_or(
+        graphs_dir: &Path,
+        prompts_dir: &Path,
+        built_in: Option<&Bundle>,
+        registries: Registries,
+    ) -> Self {
+        let built_in = built_in.filter(|_| !graphs_dir.is_dir());
+        let embedded = built_in.is_some();
+        let catalog = match built_in {
+            Some(bundle) => registries.bundled(bundle),
+            None => registries.load(graphs_dir, prompts_dir),
         };
         Self {
             current: RwLock::new(Arc::new(catalog)),

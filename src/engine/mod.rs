@@ -27,7 +27,7 @@ use serde_json::Value;
 
 pub use graphs::{Graphs, ReloadReport};
 
-use crate::graph::Diagnostic;
+use crate::graph::{Bundle, Diagnostic};
 use crate::llm::{ChatModel, Models};
 use crate::nodes::{Graph, Kind, Registries, Services};
 use crate::runtime::{self, RunError, RunOptions, RunOutcome};
@@ -117,6 +117,7 @@ pub struct EngineBuilder {
     tools: Vec<Arc<dyn Tool>>,
     graphs_dir: Option<PathBuf>,
     prompts_dir: Option<PathBuf>,
+    built_in: Option<&'static Bundle>,
     models: Option<Models>,
     allow_errors: bool,
 }
@@ -165,8 +166,8 @@ impl EngineBuilder {
         self
     }
 
-    /// The graph directory (default `graphs`; the graphs built into the
-    /// binary when it does not exist).
+    /// The graph directory (default `graphs`; the [`EngineBuilder::built_in`]
+    /// graphs when it does not exist).
     pub fn graphs_dir(mut self, dir: impl AsRef<Path>) -> Self {
         self.graphs_dir = Some(dir.as_ref().to_owned());
         self
@@ -175,6 +176,14 @@ impl EngineBuilder {
     /// The prompt directory (default `prompts`).
     pub fn prompts_dir(mut self, dir: impl AsRef<Path>) -> Self {
         self.prompts_dir = Some(dir.as_ref().to_owned());
+        self
+    }
+
+    /// Graphs and prompts served when the graph directory does not exist
+    /// (a binary's own copies; `None`, the default, serves the directory
+    /// only).
+    pub fn built_in(mut self, bundle: Option<&'static Bundle>) -> Self {
+        self.built_in = bundle;
         self
     }
 
@@ -208,7 +217,12 @@ impl EngineBuilder {
         }
         let graphs_dir = self.graphs_dir.unwrap_or_else(|| "graphs".into());
         let prompts_dir = self.prompts_dir.unwrap_or_else(|| "prompts".into());
-        let graphs = Graphs::load(&graphs_dir, &prompts_dir, self.registries.clone());
+        let graphs = Graphs::load_or(
+            &graphs_dir,
+            &prompts_dir,
+            self.built_in,
+            self.registries.clone(),
+        );
         let cat = graphs.catalog();
         if !self.allow_errors && cat.has_errors() {
             return Err(EngineError::Invalid(cat.diagnostics.clone()));

@@ -12,12 +12,12 @@
 //! describes the file format as JSON Schema.
 
 mod build;
+mod bundle;
 pub(crate) mod catalog;
 mod compile;
 mod compiled;
 pub mod diagnostic;
 mod edges;
-pub(crate) mod embedded;
 pub mod expr;
 pub mod file_schema;
 pub mod kinds;
@@ -34,6 +34,7 @@ pub(crate) mod typecheck;
 pub mod value;
 
 pub use build::{BuildCx, PromptRef, Reported};
+pub use bundle::Bundle;
 pub use catalog::{Catalog, CatalogEnv};
 pub use compile::{CompileEnv, Compiled, DEFAULT_RECURSION_LIMIT, compile};
 pub use compiled::{

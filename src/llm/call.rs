@@ -91,8 +91,7 @@ pub async fn stream_call(
         .await;
     let mut out = LlmOutput::default();
     let mut usage = Usage::default();
-    // Tool calls by stream index: fragments after the first carry only the index.
-    let mut calls: Vec<(u32, ToolCallRecord)> = Vec::new();
+    let mut calls = ToolCalls::default();
     while let Some(chunk) = stream.next().await {
         match chunk {
             Ok(LlmChunk::Text(delta)) => {
@@ -107,68 +106,12 @@ pub async fn stream_call(
                     .await;
             }
             Ok(LlmChunk::ToolCallStart { index, id, name }) => {
-                let id = if id.is_empty() {
-                    format!("call_{call}_{index}")
-                } else {
-                    id
-                };
-                cx.events
-                    .emit(EventKind::ToolCallStarted {
-                        call_id: id.clone(),
-                        tool: name.clone(),
-                    })
-                    .await;
-                calls.push((
-                    index,
-                    ToolCallRecord {
-                        id,
-                        name,
-                        arguments: String::new(),
-                    },
-                ));
+                calls.start(&cx, index, id, name).await;
             }
-            Ok(LlmChunk::ToolCallArgs { index, delta }) => {
-                let pos = match calls.iter().position(|(i, _)| *i == index) {
-                    Some(pos) => pos,
-                    None => {
-                        // Arguments without a start: some servers omit it.
-                        let id = format!("call_{call}_{index}");
-                        cx.events
-                            .emit(EventKind::ToolCallStarted {
-                                call_id: id.clone(),
-                                tool: String::new(),
-                            })
-                            .await;
-                        calls.push((
-                            index,
-                            ToolCallRecord {
-                                id,
-                                name: String::new(),
-                                arguments: String::new(),
-                            },
-                        ));
-                        calls.len() - 1
-                    }
-                };
-                let record = &mut calls[pos].1;
-                record.arguments.push_str(&delta);
-                let call_id = record.id.clone();
-                cx.events
-                    .emit(EventKind::ToolCallDelta { call_id, delta })
-                    .await;
-            }
+            Ok(LlmChunk::ToolCallArgs { index, delta }) => calls.args(&cx, index, delta).await,
             Ok(LlmChunk::Usage(u)) => usage = u,
             Ok(LlmChunk::Finish(reason)) => out.finish_reason = reason,
-            Err(e) => {
-                cx.events
-                    .emit(EventKind::LlmFailed {
-                        call,
-                        error: e.to_string(),
-                        usage,
-                    })
-                    .await;
-                return Err(e);
-            }
+            Err(e) => return Err(failed(&cx, e, usage).await),
         }
     }
     // A stream that ends without saying why the model stopped was cut off
@@ -176,17 +119,9 @@ pub async fn stream_call(
     // carried is half an answer, and half an answer is not data. The call
     // fails like any broken stream, so the node retries or degrades.
     if out.finish_reason.is_empty() {
-        let e = LlmError::Stream(UNFINISHED.into());
-        cx.events
-            .emit(EventKind::LlmFailed {
-                call,
-                error: e.to_string(),
-                usage,
-            })
-            .await;
-        return Err(e);
+        return Err(failed(&cx, LlmError::Stream(UNFINISHED.into()), usage).await);
     }
-    out.tool_calls = calls.into_iter().map(|(_, c)| c).collect();
+    out.tool_calls = calls.0.into_iter().map(|(_, c)| c).collect();
     let ev = cx
         .events
         .emit(EventKind::LlmFinished {
@@ -197,4 +132,64 @@ pub async fn stream_call(
         })
         .await;
     Ok(LlmReply(ev))
+}
+
+/// Emits `llm_failed` for `e`, and returns it.
+async fn failed(cx: &ModelCall<'_>, e: LlmError, usage: Usage) -> LlmError {
+    cx.events
+        .emit(EventKind::LlmFailed {
+            call: cx.call,
+            error: e.to_string(),
+            usage,
+        })
+        .await;
+    e
+}
+
+/// Tool calls by stream index: fragments after the first carry only the
+/// index.
+#[derive(Default)]
+struct ToolCalls(Vec<(u32, ToolCallRecord)>);
+
+impl ToolCalls {
+    /// A call starts (an id the model left empty is made up from the index).
+    async fn start(&mut self, cx: &ModelCall<'_>, index: u32, id: String, name: String) {
+        let id = if id.is_empty() {
+            format!("call_{}_{index}", cx.call)
+        } else {
+            id
+        };
+        cx.events
+            .emit(EventKind::ToolCallStarted {
+                call_id: id.clone(),
+                tool: name.clone(),
+            })
+            .await;
+        self.0.push((
+            index,
+            ToolCallRecord {
+                id,
+                name,
+                arguments: String::new(),
+            },
+        ));
+    }
+
+    /// A fragment of a call's arguments.
+    async fn args(&mut self, cx: &ModelCall<'_>, index: u32, delta: String) {
+        let pos = match self.0.iter().position(|(i, _)| *i == index) {
+            Some(pos) => pos,
+            None => {
+                // Arguments without a start: some servers omit it.
+                self.start(cx, index, String::new(), String::new()).await;
+                self.0.len() - 1
+            }
+        };
+        let record = &mut self.0[pos].1;
+        record.arguments.push_str(&delta);
+        let call_id = record.id.clone();
+        cx.events
+            .emit(EventKind::ToolCallDelta { call_id, delta })
+            .await;
+    }
 }

@@ -12,6 +12,7 @@ pub mod anthropic;
 mod call;
 pub mod config;
 pub mod fallback;
+mod keywords;
 pub mod offline;
 pub mod openai;
 pub mod profile;
@@ -34,6 +35,7 @@ use crate::events::{ToolCallRecord, Usage};
 pub use call::{LlmReply, ModelCall, call_model, stream_call};
 pub use config::{LlmConfig, LlmConfigError};
 pub use fallback::FallbackModel;
+pub use keywords::ValueKeywords;
 pub use openai::{
     EndpointError, EndpointSettings, OpenAiEndpoint, OpenAiModel, RetryPolicy, Timeouts,
 };
@@ -105,6 +107,10 @@ pub struct JsonSchemaFormat {
     /// the schema, see [`strict`]).
     #[serde(skip)]
     pub strict: Arc<strict::StrictSchema>,
+    /// Keywords choosing its enum values from text, for the offline model
+    /// (from the graph file; never sent to a provider).
+    #[serde(skip)]
+    pub keywords: ValueKeywords,
 }
 
 impl JsonSchemaFormat {
@@ -114,7 +120,15 @@ impl JsonSchemaFormat {
             name: name.into(),
             strict: Arc::new(strict::StrictSchema::of(&schema)),
             schema: Arc::new(schema),
+            keywords: ValueKeywords::default(),
         }
+    }
+
+    /// The format with keywords for its enum values (see [`ValueKeywords`]).
+    #[must_use]
+    pub fn with_keywords(mut self, keywords: ValueKeywords) -> Self {
+        self.keywords = keywords;
+        self
     }
 
     /// An answer as the declared schema has it: the `null`s a strict

@@ -4,14 +4,17 @@
 //! It lets the whole pipeline run on a fresh machine. Every answer says what
 //! it is, its name is `stategraph-offline`, and the server announces it in
 //! the startup log and in each response's metadata. Structured-output calls
-//! get JSON that satisfies the requested schema (intents are picked by
-//! keywords in the user's text), so routing, follow-ups and summaries work.
+//! get JSON that satisfies the requested schema, so routing, follow-ups and
+//! summaries work. An enum value (a router's intent) is picked by the
+//! keywords the graph file gives it (a router's `keywords`, carried by the
+//! request's format), or by its name in the user's text: the model knows
+//! no app's values.
 
 use futures::StreamExt;
 use serde_json::{Map, Value, json};
 
 use super::scripted::tokens;
-use super::{ChatMessage, ChatModel, ChatRequest, ChunkStream, LlmChunk};
+use super::{ChatMessage, ChatModel, ChatRequest, ChunkStream, LlmChunk, ValueKeywords};
 use crate::events::Usage;
 
 /// The offline model.
@@ -48,7 +51,7 @@ impl OfflineModel {
     fn answer(&self, req: &ChatRequest) -> Vec<LlmChunk> {
         let user = Self::last_user(req);
         if let Some(format) = &req.response_format {
-            let v = fill(&format.schema, user, &format.name);
+            let v = fill(&format.schema, user, &format.name, &format.keywords);
             return tokens(&v.to_string())
                 .into_iter()
                 .map(LlmChunk::Text)
@@ -156,9 +159,9 @@ fn required(schema: &Value) -> Vec<&str> {
 }
 
 /// Builds a value satisfying `schema`, choosing enum values by keyword.
-fn fill(schema: &Value, user: &str, name: &str) -> Value {
+fn fill(schema: &Value, user: &str, name: &str, keywords: &ValueKeywords) -> Value {
     if let Some(options) = schema["enum"].as_array() {
-        return pick(options, user);
+        return pick(options, user, keywords);
     }
     // `type: [T, "null"]` answers as T.
     let ty = match &schema["type"] {
@@ -173,7 +176,7 @@ fn fill(schema: &Value, user: &str, name: &str) -> Value {
             let mut out = Map::new();
             if let Some(props) = schema["properties"].as_object() {
                 for (k, s) in props {
-                    out.insert(k.clone(), fill(s, user, k));
+                    out.insert(k.clone(), fill(s, user, k, keywords));
                 }
             }
             Value::Object(out)
@@ -197,7 +200,7 @@ fn fill(schema: &Value, user: &str, name: &str) -> Value {
                         Some("string") | None => {
                             json!(format!("(offline) follow-up {} on: {topic}", i + 1))
                         }
-                        _ => fill(items, user, name),
+                        _ => fill(items, user, name, keywords),
                     })
                     .collect(),
             )
@@ -218,31 +221,21 @@ fn fill(schema: &Value, user: &str, name: &str) -> Value {
     }
 }
 
-fn pick(options: &[Value], user: &str) -> Value {
-    let text = user.to_lowercase();
-    let keyword = |o: &str| match o {
-        "RESEARCH" => ["research", "compare", "find", "latest", "sources"]
-            .iter()
-            .any(|k| text.contains(k)),
-        "EXPLAIN" => ["explain", "why", "how does", "what is"]
-            .iter()
-            .any(|k| text.contains(k)),
-        "CLARIFY" => text.trim().ends_with("??") || text.split_whitespace().count() <= 1,
-        "SUGGEST" => ["suggest", "ideas", "recommend"]
-            .iter()
-            .any(|k| text.contains(k)),
-        "OUT_OF_SCOPE" => ["recipe", "football", "joke", "poem"]
-            .iter()
-            .any(|k| text.contains(k)),
-        "DIRECT" => ["hello", "hi", "thanks", "thank you"]
-            .iter()
-            .any(|k| text.trim() == *k),
-        other => text.contains(&other.to_lowercase()),
+/// An enum value for the user's text: the first whose keywords (from the
+/// graph file, see [`ValueKeywords`]) match the trimmed text; for a value
+/// without keywords, the first whose name the text contains; else the first
+/// value. The model knows no value names of its own.
+fn pick(options: &[Value], user: &str, keywords: &ValueKeywords) -> Value {
+    let text = user.trim();
+    let lower = text.to_lowercase();
+    let chosen = |o: &str| {
+        keywords
+            .matches(o, text)
+            .unwrap_or_else(|| lower.contains(&o.to_lowercase()))
     };
     options
         .iter()
-        .find(|o| o.as_str().is_some_and(keyword))
-        .or_else(|| options.iter().find(|o| o.as_str() == Some("QUICK_ANSWER")))
+        .find(|o| o.as_str().is_some_and(chosen))
         .or(options.first())
         .cloned()
         .unwrap_or(Value::Null)
@@ -286,18 +279,12 @@ mod tests {
     use super::*;
     use crate::llm::JsonSchemaFormat;
 
-    #[tokio::test]
-    async fn structured_answers_satisfy_the_schema_and_pick_by_keyword() {
+    async fn ask(text: &str, format: JsonSchemaFormat) -> Value {
         let req = ChatRequest {
             messages: vec![ChatMessage::User {
-                content: "Please research the latest EV sales".into(),
+                content: text.into(),
             }],
-            response_format: Some(JsonSchemaFormat::new(
-                "route",
-                json!({"type": "object", "properties": {
-                    "intent": {"type": "string", "enum": ["QUICK_ANSWER", "RESEARCH"]},
-                    "missing_slots": {"type": "array", "items": {"type": "string"}}}}),
-            )),
+            response_format: Some(format),
             ..Default::default()
         };
         let chunks: Vec<_> = OfflineModel::default().stream(&req).collect().await;
@@ -308,8 +295,45 @@ mod tests {
                 _ => None,
             })
             .collect();
-        let v: Value = serde_json::from_str(&text).unwrap();
-        assert_eq!(v["intent"], "RESEARCH");
+        serde_json::from_str(&text).unwrap()
+    }
+
+    fn route_format() -> JsonSchemaFormat {
+        JsonSchemaFormat::new(
+            "route",
+            json!({"type": "object", "properties": {
+                "intent": {"type": "string", "enum": ["alpha", "beta", "gamma"]},
+                "missing_slots": {"type": "array", "items": {"type": "string"}}}}),
+        )
+    }
+
+    #[tokio::test]
+    async fn structured_answers_satisfy_the_schema_and_pick_by_the_formats_keywords() {
+        let re = |p: &str| {
+            regex::RegexBuilder::new(p)
+                .case_insensitive(true)
+                .build()
+                .unwrap()
+        };
+        let keywords = ValueKeywords::new(vec![
+            ("beta".into(), re("moon|night")),
+            ("gamma".into(), re("^hi$")),
+        ]);
+        let format = route_format().with_keywords(keywords);
+        let v = ask("The MOON tonight", format.clone()).await;
+        assert_eq!(v["intent"], "beta");
         assert!(v["missing_slots"].is_array());
+        assert_eq!(ask("  hi ", format.clone()).await["intent"], "gamma");
+        // `gamma` has keywords, so its name alone does not choose it.
+        assert_eq!(ask("gamma rays", format.clone()).await["intent"], "alpha");
+    }
+
+    #[tokio::test]
+    async fn without_keywords_a_named_value_or_the_first_is_picked() {
+        assert_eq!(ask("go gamma", route_format()).await["intent"], "gamma");
+        assert_eq!(
+            ask("The moon tonight", route_format()).await["intent"],
+            "alpha"
+        );
     }
 }

@@ -9,7 +9,7 @@
 //!
 //! ```yaml
 //! - text: "France's GDP was …"          # or a bare string
-//! - json: { intent: QUICK_ANSWER }       # structured output (the JSON text is streamed)
+//! - json: { intent: billing }            # structured output (the JSON text is streamed)
 //! - reasoning: "The user wants a figure"  # alone, or with text / tool_calls
 //!   text: "…"
 //! - tool_calls: [{ name: get_data, args: { country: FRA } }]

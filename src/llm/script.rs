@@ -9,7 +9,7 @@
 //! ```yaml
 //! rules:
 //!   - when: { system: "You classify", user: "population" }   # system prompt, newest user message
-//!     reply: { json: { intent: RESEARCH } }
+//!     reply: { json: { intent: billing } }
 //!   - when: { tools: true, tool_results: false }              # an agent's first call
 //!     reply: { tool_calls: [{ name: get_data, args: { country: FRA } }] }
 //!   - when: { contains: "Paris" }                             # any message
@@ -305,7 +305,7 @@ mod tests {
             r#"
 rules:
   - when: { system: "classify", user: "population" }
-    reply: { json: { intent: RESEARCH } }
+    reply: { json: { intent: billing } }
   - when: { format: route }
     reply: { json: { intent: DIRECT } }
   - when: { contains: "Paris" }
@@ -315,7 +315,7 @@ rules:
         .unwrap();
         assert_eq!(
             text(&m, &req("You classify", "population of Kenya")).unwrap(),
-            r#"{"intent":"RESEARCH"}"#
+            r#"{"intent":"billing"}"#
         );
         let mut r = req("You classify", "hello");
         r.response_format = Some(JsonSchemaFormat::new("route", serde_json::json!({})));

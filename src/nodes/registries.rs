@@ -6,7 +6,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 use super::{GraphCatalog, Kinds};
-use crate::graph::{Catalog, CatalogEnv, embedded};
+use crate::graph::{Bundle, Catalog, CatalogEnv};
 use crate::state::{Reducers, StateTypes};
 use crate::tools::ToolRegistry;
 
@@ -66,27 +66,9 @@ impl Registries {
         Catalog::from_sources(graphs, prompts, self.env())
     }
 
-    /// The graphs and prompts built into the binary.
-    pub fn embedded(&self) -> GraphCatalog {
-        embedded::catalog(self.env())
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn the_embedded_copies_compile_and_match_the_files() {
-        let reg = Registries::default();
-        let cat = reg.embedded();
-        assert!(!cat.has_errors(), "{:?}", cat.diagnostics);
-        let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-        let files = reg.load(&root.join("graphs"), &root.join("prompts"));
-        assert!(!files.graphs.is_empty());
-        for (id, g) in &files.graphs {
-            assert_eq!(cat.get(id).map(|e| &e.version), Some(&g.version), "{id}");
-        }
-        assert_eq!(cat.graphs.len(), files.graphs.len());
+    /// Compiles graphs and prompts carried in memory (a binary's built-in
+    /// copies).
+    pub fn bundled(&self, bundle: &Bundle) -> GraphCatalog {
+        bundle.catalog(self.env())
     }
 }

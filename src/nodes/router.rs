@@ -2,13 +2,15 @@
 //!
 //! Order: an override token in the user's text (case-insensitive, no model
 //! call) → a forced intent from the input → a model call in JSON-schema mode
-//! returning `{intent, reasoning, missing_slots, detected_language}`. The
-//! decision and its reasoning are emitted as thinking, and written to the
-//! `details` field when one is configured.
+//! returning the intent and the fields the graph file declares (`fields`;
+//! by default a `reasoning`). The decision and its reasoning are emitted as
+//! thinking, and written to the `details` field when one is configured.
+//! `keywords` (a regular expression per intent) are how the built-in
+//! offline model chooses; a real model reads the prompt.
 //!
 //! A usable answer is never thrown away: the model's JSON (code-fenced or
-//! padded with prose too) is read field by field ([`normalise`]) — an
-//! intent in another case or with spaces, a string where a list is
+//! padded with prose too) is read field by field ([`answer::normalise`]) —
+//! an intent in another case or with spaces, a string where a list is
 //! expected, a missing or null language (→ `default_language`), padded
 //! reasoning. Only an answer with no recognisable intent, or a model
 //! failure, gives the configured fallback.
@@ -18,6 +20,8 @@
 //! of `strip_lines` are removed from them before classifying, so the model
 //! classifies what was said, not the app's own chrome.
 
+mod answer;
+
 use std::sync::Arc;
 
 use futures::FutureExt;
@@ -26,7 +30,6 @@ use serde_json::{Value, json};
 
 use super::bounds::{Failure, GENERATION_SETTINGS, Generation, ON_ERROR, OnError, Recovery};
 use super::model::{self, HISTORY_SETTINGS, INPUT, PROMPT, ROLE_SETTINGS};
-use super::structured::extract_json;
 use super::{BuildCx, Kind, Node, NodeContext, NodeError, Roles};
 use crate::graph::diagnostic::name_hint;
 use crate::graph::kinds::schema;
@@ -48,6 +51,16 @@ pub(super) fn kind() -> Kind {
         ),
         SettingDoc::new("intents", schema::NAMES, "the intents it may return"),
         SettingDoc::new(
+            "fields",
+            schema::MAP,
+            "what the model answers besides the intent: field → JSON Schema (default: `reasoning`, and `detected_language` with `language`)",
+        ),
+        SettingDoc::new(
+            "keywords",
+            r#"{"type":"object","additionalProperties":{"type":"string"}}"#,
+            "per intent, a regular expression over the user's text by which the offline model picks it (case-insensitive)",
+        ),
+        SettingDoc::new(
             "overrides",
             schema::NAME_MAP,
             "tokens in the input text and the intent each forces, without a model call",
@@ -65,7 +78,7 @@ pub(super) fn kind() -> Kind {
         SettingDoc::new(
             "details",
             schema::FIELD,
-            "object field receiving reasoning, missing slots and language",
+            "object field receiving the answer's `fields` and the decision's source",
         ),
         SettingDoc::new(
             "language",
@@ -113,6 +126,8 @@ struct Router {
     language: Option<Arc<str>>,
     default_language: String,
     strip_lines: Vec<String>,
+    /// The answer's fields besides the intent (from `fields`).
+    fields: answer::Fields,
     format: JsonSchemaFormat,
     generation: Generation,
     on_error: OnError,
@@ -151,28 +166,13 @@ impl Router {
             Ok(i) => (i, true),
             Err((i, _)) => (i, false),
         };
-        let mut check_intent = |cx: &mut BuildCx<'_>, sp: &Sp<String>, what: &str| {
-            if !intents.is_empty() && !intents.contains(&sp.value) {
-                cx.error(
-                    sp.loc,
-                    "unknown-intent",
-                    format!("{what} `{}` is not one of the router's intents", sp.value),
-                    name_hint(&sp.value, intents.iter().map(String::as_str)),
-                );
+        let (overrides, fallback) = match decisions(cx, &intents) {
+            Ok(d) => d,
+            Err(Reported) => {
                 ok = false;
+                (Vec::new(), String::new())
             }
         };
-        let mut overrides = Vec::new();
-        if let Ok(Some(map)) = cx.name_map("overrides") {
-            for (token, intent) in &map.entries {
-                check_intent(cx, intent, "override intent");
-                overrides.push((token.value.to_lowercase(), intent.value.clone()));
-            }
-        }
-        let fallback = cx.require_string("fallback");
-        if let Ok(f) = &fallback {
-            check_intent(cx, f, "fallback");
-        }
         let prompt = cx.prompt(true);
         let input = cx.text_input("input").ok()?.or_else(|| {
             cx.field(
@@ -197,31 +197,19 @@ impl Router {
         let strip_lines = cx
             .names("strip_lines")
             .map(|l| l.into_iter().map(|s| s.value).collect::<Vec<_>>());
+        let writes_language = matches!(language, Ok(Some(_)));
+        let fields = answer::fields(cx, writes_language);
+        let keywords = answer::keywords(cx, &intents);
         if let Some((field, name)) = &output {
-            // An enum output field must accept every intent the router writes.
-            let allowed = cx.schema.and_then(|s| s.spec(*field).ty.finite_values());
-            if let Some(allowed) = allowed {
-                for intent in intents.iter().filter(|i| !allowed.contains(i)) {
-                    let loc = cx.setting("intents").map_or(cx.kind_loc(), |v| v.loc);
-                    cx.error(
-                        loc,
-                        "unknown-intent",
-                        format!(
-                            "intent `{intent}` is not a value of field `{name}` (one of {})",
-                            allowed.join(", ")
-                        ),
-                        None,
-                    );
-                    ok = false;
-                }
-            }
-            cx.declare_values(*field, intents.clone());
+            ok &= output_takes(cx, *field, name, &intents);
         }
         if !ok {
             return None;
         }
+        let fields = fields.ok()?;
         Some(Self {
-            format: schema_for(&intents),
+            format: answer::format(&intents, &fields, keywords.ok()?),
+            fields,
             prompt: prompt.ok()??,
             roles: roles.ok()?,
             input: input?,
@@ -229,7 +217,7 @@ impl Router {
             forced: forced.ok()?,
             intents,
             overrides,
-            fallback: fallback.ok()?.value,
+            fallback,
             output: output?.1,
             generation: generation.ok()?,
             on_error: on_error.ok()?,
@@ -239,6 +227,67 @@ impl Router {
             strip_lines: strip_lines.ok()?,
         })
     }
+}
+
+/// `overrides` (lower-cased token, intent) and `fallback`, each intent
+/// checked against `intents` (unless those could not be read).
+fn decisions(
+    cx: &mut BuildCx<'_>,
+    intents: &[String],
+) -> Result<(Vec<(String, String)>, String), Reported> {
+    let mut ok = true;
+    let mut check = |cx: &mut BuildCx<'_>, sp: &Sp<String>, what: &str| {
+        if !intents.is_empty() && !intents.contains(&sp.value) {
+            cx.error(
+                sp.loc,
+                "unknown-intent",
+                format!("{what} `{}` is not one of the router's intents", sp.value),
+                name_hint(&sp.value, intents.iter().map(String::as_str)),
+            );
+            ok = false;
+        }
+    };
+    let mut overrides = Vec::new();
+    if let Ok(Some(map)) = cx.name_map("overrides") {
+        for (token, intent) in &map.entries {
+            check(cx, intent, "override intent");
+            overrides.push((token.value.to_lowercase(), intent.value.clone()));
+        }
+    }
+    let fallback = cx.require_string("fallback");
+    if let Ok(f) = &fallback {
+        check(cx, f, "fallback");
+    }
+    let fallback = fallback?.value;
+    if ok {
+        Ok((overrides, fallback))
+    } else {
+        Err(Reported)
+    }
+}
+
+/// Whether the output field takes every intent (an enum field must list
+/// them all); declares the intents as the values it may hold.
+fn output_takes(cx: &mut BuildCx<'_>, field: FieldId, name: &str, intents: &[String]) -> bool {
+    let mut ok = true;
+    let allowed = cx.schema.and_then(|s| s.spec(field).ty.finite_values());
+    if let Some(allowed) = allowed {
+        for intent in intents.iter().filter(|i| !allowed.contains(i)) {
+            let loc = cx.setting("intents").map_or(cx.kind_loc(), |v| v.loc);
+            cx.error(
+                loc,
+                "unknown-intent",
+                format!(
+                    "intent `{intent}` is not a value of field `{name}` (one of {})",
+                    allowed.join(", ")
+                ),
+                None,
+            );
+            ok = false;
+        }
+    }
+    cx.declare_values(field, intents.to_vec());
+    ok
 }
 
 /// `intents`: at least one, each once. On a problem (reported), the
@@ -271,24 +320,6 @@ fn intents(cx: &mut BuildCx<'_>) -> Result<Vec<String>, (Vec<String>, Reported)>
         out.push(intent.value.clone());
     }
     if ok { Ok(out) } else { Err((out, Reported)) }
-}
-
-/// The structured-output schema of a classification.
-fn schema_for(intents: &[String]) -> JsonSchemaFormat {
-    JsonSchemaFormat::new(
-        "intent_classification",
-        json!({
-            "type": "object",
-            "properties": {
-                "intent": {"type": "string", "enum": intents},
-                "reasoning": {"type": "string", "maxLength": 400},
-                "missing_slots": {"type": "array", "items": {"type": "string", "maxLength": 60}},
-                "detected_language": {"type": "string", "maxLength": 12}
-            },
-            "required": ["intent", "reasoning", "missing_slots", "detected_language"],
-            "additionalProperties": false
-        }),
-    )
 }
 
 impl Node for Router {
@@ -362,7 +393,7 @@ impl Router {
         details["intent"] = json!(intent);
         details["source"] = json!(source.as_str());
         let mut patch = Patch::new().set(Arc::clone(&self.output), intent);
-        if let (Some(field), Some(lang)) = (&self.language, details["detected_language"].as_str())
+        if let (Some(field), Some(lang)) = (&self.language, details[answer::LANGUAGE].as_str())
             && !lang.is_empty()
         {
             patch.insert(Arc::clone(field), lang.to_owned());
@@ -426,7 +457,12 @@ impl Router {
                 )));
             }
         };
-        match normalise(&reply.output().text, &self.intents, &self.default_language) {
+        match answer::normalise(
+            &reply.output().text,
+            &self.intents,
+            &self.fields,
+            &self.default_language,
+        ) {
             Ok((intent, details)) => Ok((intent, Source::Model, details)),
             Err(why) => Ok(fallback(format!("{why}; using the fallback intent"))),
         }
@@ -464,137 +500,9 @@ fn strip(m: ChatMessage, prefixes: &[String]) -> Option<ChatMessage> {
     })
 }
 
-/// Reads a classification field by field from the model's text: the
-/// intent (any case, spaces or hyphens for underscores, or a bare intent
-/// instead of an object), reasoning (trimmed, whitespace collapsed),
-/// missing slots (a list, or one string split at commas), the language
-/// (`detected_language` or `language`; missing, null or blank →
-/// `default_language`).
-///
-/// # Errors
-/// Why no intent could be read (the caller takes the fallback).
-fn normalise(
-    text: &str,
-    intents: &[String],
-    default_language: &str,
-) -> Result<(String, Value), String> {
-    let raw = extract_json(text);
-    let value: Value = match serde_json::from_str(raw) {
-        Ok(v) => v,
-        // A bare intent name, quoted or not.
-        Err(_) if !raw.trim().is_empty() => Value::String(raw.trim().trim_matches('"').to_owned()),
-        Err(e) => return Err(format!("the model's answer was not valid JSON ({e})")),
-    };
-    let (said, fields) = match &value {
-        Value::Object(o) => (o.get("intent").cloned().unwrap_or(Value::Null), Some(o)),
-        Value::String(_) => (value.clone(), None),
-        other => return Err(format!("the model answered {other} instead of an object")),
-    };
-    let Some(said) = said.as_str().map(str::trim).filter(|s| !s.is_empty()) else {
-        return Err("the model's answer has no intent".into());
-    };
-    let key = |s: &str| s.to_uppercase().replace([' ', '-'], "_");
-    let Some(intent) = intents.iter().find(|i| key(i) == key(said)) else {
-        return Err(format!("the model chose unknown intent `{said}`"));
-    };
-    let get = |k: &str| fields.and_then(|o| o.get(k)).unwrap_or(&Value::Null);
-    let reasoning = match get("reasoning") {
-        Value::Null => String::new(),
-        Value::String(s) => s.split_whitespace().collect::<Vec<_>>().join(" "),
-        other => other.to_string(),
-    };
-    let slot = |v: &Value| match v {
-        Value::String(s) => Some(s.trim().to_owned()),
-        Value::Null => None,
-        other => Some(other.to_string()),
-    };
-    let missing_slots: Vec<String> = match get("missing_slots") {
-        Value::Array(items) => items.iter().filter_map(slot).collect::<Vec<_>>(),
-        Value::String(s) => s.split([',', ';']).map(|p| p.trim().to_owned()).collect(),
-        other => slot(other).into_iter().collect(),
-    }
-    .into_iter()
-    .filter(|s| !s.is_empty())
-    .collect();
-    let language = [get("detected_language"), get("language")]
-        .into_iter()
-        .find_map(|v| v.as_str().map(str::trim).filter(|s| !s.is_empty()))
-        .map_or_else(|| default_language.to_owned(), language_as_given);
-    Ok((
-        intent.clone(),
-        json!({
-            "reasoning": reasoning,
-            "missing_slots": missing_slots,
-            "detected_language": language,
-        }),
-    ))
-}
-
-/// A language as the model gave it: a bare code (`FR`) in lower case, as
-/// codes are written; a name (`French`, `Français`) exactly as given — it
-/// reaches the state and the prompts that say "answer in {{ language }}".
-fn language_as_given(language: &str) -> String {
-    if (2..=3).contains(&language.len()) && language.chars().all(|c| c.is_ascii_alphabetic()) {
-        language.to_ascii_lowercase()
-    } else {
-        language.to_owned()
-    }
-}
-
 #[cfg(test)]
 mod tests {
-    use serde_json::json;
-
     use super::*;
-
-    fn intents() -> Vec<String> {
-        ["QUICK_ANSWER", "RESEARCH", "CLARIFY"]
-            .map(String::from)
-            .to_vec()
-    }
-
-    fn read(text: &str) -> Result<(String, Value), String> {
-        normalise(text, &intents(), "en")
-    }
-
-    #[test]
-    fn odd_fields_are_normalised_not_thrown_away() {
-        let (intent, d) = read(
-            r#"{"intent": "clarify", "reasoning": "  needs\n a  country ", "missing_slots": "country, year", "detected_language": null}"#,
-        )
-        .unwrap();
-        assert_eq!(intent, "CLARIFY");
-        assert_eq!(
-            d,
-            json!({"reasoning": "needs a country", "missing_slots": ["country", "year"], "detected_language": "en"})
-        );
-        let (intent, d) =
-            read("```json\n{\"intent\": \"Quick Answer\", \"language\": \"FR\"}\n```").unwrap();
-        assert_eq!(intent, "QUICK_ANSWER");
-        assert_eq!(d["detected_language"], "fr");
-        // A name is kept as written (issue 31: "French" became `french`).
-        let (_, d) = read(r#"{"intent": "RESEARCH", "detected_language": " French "}"#).unwrap();
-        assert_eq!(d["detected_language"], "French");
-        assert_eq!(d["missing_slots"], json!([]));
-        assert_eq!(d["reasoning"], "");
-        let (intent, d) =
-            read(r#"{"intent": "RESEARCH", "missing_slots": [1, null, " x "]}"#).unwrap();
-        assert_eq!(intent, "RESEARCH");
-        assert_eq!(d["missing_slots"], json!(["1", "x"]));
-        assert_eq!(read("\"research\"").unwrap().0, "RESEARCH");
-    }
-
-    #[test]
-    fn no_usable_intent_is_an_error() {
-        assert!(
-            read(r#"{"intent": "DANCE"}"#)
-                .unwrap_err()
-                .contains("DANCE")
-        );
-        assert!(read(r#"{"reasoning": "x"}"#).is_err());
-        assert!(read("").is_err());
-        assert!(read("[1, 2]").is_err());
-    }
 
     #[test]
     fn status_lines_are_stripped_from_assistant_messages_only() {

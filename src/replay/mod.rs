@@ -110,6 +110,26 @@ fn ms(us: u64) -> String {
 
 /// A readable timeline: steps, nodes, durations, tokens, tool calls, errors.
 pub fn timeline(run: &RunRecord, events: &[Event]) -> String {
+    let mut out = header(run);
+    let t0 = events.first().map_or(0, |e| e.at);
+    let mut tokens = 0usize;
+    for ev in events {
+        if matches!(
+            ev.event,
+            EventKind::TextDelta { .. } | EventKind::ReasoningDelta { .. }
+        ) {
+            tokens += 1;
+        } else if let Some(l) = line(ev) {
+            let at = ms(ev.at.saturating_sub(t0));
+            let _ = writeln!(out, "{at:>10}  {l}");
+        }
+    }
+    let _ = writeln!(out, "{} events, {tokens} streamed tokens", events.len());
+    out
+}
+
+/// The timeline's first lines: the run, its chat, where it was forked.
+fn header(run: &RunRecord) -> String {
     let mut out = String::new();
     let _ = writeln!(
         out,
@@ -141,128 +161,126 @@ pub fn timeline(run: &RunRecord, events: &[Event]) -> String {
             p.run_id, p.step
         );
     }
-    let t0 = events.first().map_or(0, |e| e.at);
-    let mut tokens = 0usize;
-    for ev in events {
-        let at = ms(ev.at.saturating_sub(t0));
-        let node = ev.node.as_deref().unwrap_or("");
-        let line = match &ev.event {
-            EventKind::NodeStarted { attempt, item } => {
-                let item = item
-                    .as_ref()
-                    .map(|i| format!(" item {i}"))
-                    .unwrap_or_default();
-                let attempt = if *attempt > 1 {
-                    format!(" (attempt {attempt})")
-                } else {
-                    String::new()
-                };
-                Some(format!(
-                    "step {:>2}  {node} started{attempt}{item}",
-                    ev.step
-                ))
-            }
-            EventKind::NodeFinished { patch, duration_us } => {
-                let fields: Vec<&str> = patch.iter().map(|(f, _)| f).collect();
-                Some(format!(
-                    "step {:>2}  {node} finished in {}  wrote [{}]",
-                    ev.step,
-                    ms(*duration_us),
-                    fields.join(", ")
-                ))
-            }
-            EventKind::NodeRetrying {
-                attempt,
-                error,
-                delay_ms,
-            } => Some(format!(
-                "step {:>2}  {node} attempt {attempt} failed: {error}; retry in {delay_ms} ms",
-                ev.step
-            )),
-            EventKind::NodeFailed { error, attempts } => Some(format!(
-                "step {:>2}  {node} FAILED after {attempts} attempt(s): {error}",
-                ev.step
-            )),
-            EventKind::LlmStarted {
-                call, role, model, ..
-            } => Some(format!(
-                "          {node} model call {call}: {model} (role {role})"
-            )),
-            EventKind::TextDelta { .. } | EventKind::ReasoningDelta { .. } => {
-                tokens += 1;
-                None
-            }
-            EventKind::LlmFinished {
-                usage,
-                duration_us,
-                output,
-                ..
-            } => Some(format!(
-                "          {node} model done in {}: {} prompt + {} completion tokens, {} tool call(s), {}",
-                ms(*duration_us),
-                usage.prompt_tokens,
-                usage.completion_tokens,
-                output.tool_calls.len(),
-                output.finish_reason
-            )),
-            EventKind::LlmFailed { error, .. } => {
-                Some(format!("          {node} model call FAILED: {error}"))
-            }
-            EventKind::ToolCallReady { tool, args, .. } => {
-                Some(format!("          {node} tool {tool}({args})"))
-            }
-            EventKind::ToolResult {
-                tool,
-                duration_us,
-                cached,
-                ..
-            } => Some(format!(
-                "          {node} tool {tool} ok in {}{}",
-                ms(*duration_us),
-                if *cached { " (cached)" } else { "" }
-            )),
-            EventKind::ToolError { tool, error, .. } => Some(format!(
-                "          {node} tool {tool} error [{}]: {}",
-                error.kind, error.message
-            )),
-            EventKind::Thinking { text } => Some(format!("          {node}: {text}")),
-            EventKind::RunFinished { steps, usage } => Some(format!(
-                "finished after {steps} steps, {} tokens ({} in, {} out)",
-                usage.total(),
-                usage.prompt_tokens,
-                usage.completion_tokens
-            )),
-            EventKind::RunFailed { error } => {
-                Some(format!("FAILED [{}]: {}", error.code, error.message))
-            }
-            EventKind::RunCancelled { reason } => Some(format!("cancelled: {reason}")),
-            EventKind::RunInterrupted { interrupts } => Some(format!(
-                "paused, waiting for {}",
-                interrupts
-                    .iter()
-                    .map(crate::events::Interrupt::summary)
-                    .collect::<Vec<_>>()
-                    .join("; ")
-            )),
-            EventKind::RunResumed { answers } => Some(format!(
-                "resumed with {}",
-                serde_json::to_string(answers).unwrap_or_default()
-            )),
-            EventKind::ToolDenied { tool, reason, .. } => Some(format!(
-                "          {node} tool {tool} DENIED by the user{}",
-                reason
-                    .as_deref()
-                    .map(|r| format!(": {r}"))
-                    .unwrap_or_default()
-            )),
-            _ => None,
-        };
-        if let Some(l) = line {
-            let _ = writeln!(out, "{at:>10}  {l}");
-        }
-    }
-    let _ = writeln!(out, "{} events, {tokens} streamed tokens", events.len());
     out
+}
+
+/// A node's event as a timeline line (`None`: not shown).
+fn line(ev: &Event) -> Option<String> {
+    let node = ev.node.as_deref().unwrap_or("");
+    match &ev.event {
+        EventKind::NodeStarted { attempt, item } => {
+            let item = item
+                .as_ref()
+                .map(|i| format!(" item {i}"))
+                .unwrap_or_default();
+            let attempt = if *attempt > 1 {
+                format!(" (attempt {attempt})")
+            } else {
+                String::new()
+            };
+            Some(format!(
+                "step {:>2}  {node} started{attempt}{item}",
+                ev.step
+            ))
+        }
+        EventKind::NodeFinished { patch, duration_us } => {
+            let fields: Vec<&str> = patch.iter().map(|(f, _)| f).collect();
+            Some(format!(
+                "step {:>2}  {node} finished in {}  wrote [{}]",
+                ev.step,
+                ms(*duration_us),
+                fields.join(", ")
+            ))
+        }
+        EventKind::NodeRetrying {
+            attempt,
+            error,
+            delay_ms,
+        } => Some(format!(
+            "step {:>2}  {node} attempt {attempt} failed: {error}; retry in {delay_ms} ms",
+            ev.step
+        )),
+        EventKind::NodeFailed { error, attempts } => Some(format!(
+            "step {:>2}  {node} FAILED after {attempts} attempt(s): {error}",
+            ev.step
+        )),
+        EventKind::LlmStarted {
+            call, role, model, ..
+        } => Some(format!(
+            "          {node} model call {call}: {model} (role {role})"
+        )),
+        EventKind::LlmFinished {
+            usage,
+            duration_us,
+            output,
+            ..
+        } => Some(format!(
+            "          {node} model done in {}: {} prompt + {} completion tokens, {} tool call(s), {}",
+            ms(*duration_us),
+            usage.prompt_tokens,
+            usage.completion_tokens,
+            output.tool_calls.len(),
+            output.finish_reason
+        )),
+        EventKind::LlmFailed { error, .. } => {
+            Some(format!("          {node} model call FAILED: {error}"))
+        }
+        EventKind::ToolCallReady { tool, args, .. } => {
+            Some(format!("          {node} tool {tool}({args})"))
+        }
+        EventKind::ToolResult {
+            tool,
+            duration_us,
+            cached,
+            ..
+        } => Some(format!(
+            "          {node} tool {tool} ok in {}{}",
+            ms(*duration_us),
+            if *cached { " (cached)" } else { "" }
+        )),
+        EventKind::ToolError { tool, error, .. } => Some(format!(
+            "          {node} tool {tool} error [{}]: {}",
+            error.kind, error.message
+        )),
+        EventKind::Thinking { text } => Some(format!("          {node}: {text}")),
+        EventKind::ToolDenied { tool, reason, .. } => Some(format!(
+            "          {node} tool {tool} DENIED by the user{}",
+            reason
+                .as_deref()
+                .map(|r| format!(": {r}"))
+                .unwrap_or_default()
+        )),
+        _ => run_line(&ev.event),
+    }
+}
+
+/// A run-level event as a timeline line.
+fn run_line(event: &EventKind) -> Option<String> {
+    match event {
+        EventKind::RunFinished { steps, usage } => Some(format!(
+            "finished after {steps} steps, {} tokens ({} in, {} out)",
+            usage.total(),
+            usage.prompt_tokens,
+            usage.completion_tokens
+        )),
+        EventKind::RunFailed { error } => {
+            Some(format!("FAILED [{}]: {}", error.code, error.message))
+        }
+        EventKind::RunCancelled { reason } => Some(format!("cancelled: {reason}")),
+        EventKind::RunInterrupted { interrupts } => Some(format!(
+            "paused, waiting for {}",
+            interrupts
+                .iter()
+                .map(crate::events::Interrupt::summary)
+                .collect::<Vec<_>>()
+                .join("; ")
+        )),
+        EventKind::RunResumed { answers } => Some(format!(
+            "resumed with {}",
+            serde_json::to_string(answers).unwrap_or_default()
+        )),
+        _ => None,
+    }
 }
 
 /// An event reduced to what must be the same when a run is re-executed:

@@ -9,13 +9,13 @@ use std::time::{Duration, Instant};
 use serde_json::Value;
 use tokio::sync::{OwnedSemaphorePermit, mpsc, watch};
 
+use super::LogCheckpointer;
 use super::{Begin, Launch, RunHub, Runs};
 use crate::config::StreamDurability;
 use crate::events::{ErrorInfo, Event, EventKind, Usage};
 use crate::replay::Recording;
 use crate::runtime::{self, RunError, RunOptions, RunOutcome, RunStatus, Services};
 use crate::sse::{Assembler, Bridge};
-use crate::store::LogCheckpointer;
 
 type RunFuture = Pin<Box<dyn Future<Output = Result<RunOutcome, RunError>> + Send>>;
 
@@ -39,21 +39,8 @@ pub(super) async fn drive(
     permit: OwnedSemaphorePermit,
 ) {
     let (tx, rx) = mpsc::channel::<Arc<Event>>(256);
-    let writer = LogCheckpointer::new(Arc::clone(&runs.store))
-        .with_outage_limit(runs.config.store_outage_limit);
-    let (checkpointer, durable) = match runs.config.stream_durability {
-        StreamDurability::Step => (writer, None),
-        StreamDurability::Visible => {
-            let (stored, seen) = watch::channel(0);
-            let durable = Durable {
-                writer: writer.clone(),
-                stored,
-                flush: runs.config.stream_flush,
-            };
-            (writer.after_events(seen), Some(durable))
-        }
-    };
-    let mut opts = RunOptions {
+    let (checkpointer, durable) = checkpointing(&runs);
+    let opts = RunOptions {
         run_id: launch.run_id,
         events: Some(tx),
         cancel: hub.cancel.clone(),
@@ -64,56 +51,7 @@ pub(super) async fn drive(
         ..Default::default()
     };
     let graph_id = launch.graph.id.to_string();
-    let begin = std::mem::replace(&mut launch.begin, Begin::Fresh(Value::Null));
-    // A continuation into a new message: the history counts (tokens) but
-    // is not part of the message.
-    let mut fresh_message = false;
-    let (history, run): (Vec<Event>, RunFuture) = match begin {
-        Begin::Fresh(input) => (
-            Vec::new(),
-            Box::pin(runtime::run(
-                Arc::clone(&launch.graph),
-                replaying(&runs, &[], &launch.user_id),
-                input,
-                opts,
-            )),
-        ),
-        Begin::Again { input, history } => {
-            opts.logged = history.clone();
-            let services = replaying(&runs, &opts.logged, &launch.user_id);
-            let run = runtime::run(Arc::clone(&launch.graph), services, input, opts);
-            (history, Box::pin(run))
-        }
-        Begin::Continued {
-            from,
-            history,
-            answers,
-            new_message,
-        } => {
-            // What the paused step did is served from the log; the pause
-            // itself and other run-level events are not repeated.
-            opts.logged = history
-                .iter()
-                .filter(|e| e.step > from.step && e.node.is_some())
-                .cloned()
-                .collect();
-            opts.answers = Some(answers);
-            let services = replaying(&runs, &opts.logged, &launch.user_id);
-            let run = runtime::resume(Arc::clone(&launch.graph), services, from, opts);
-            fresh_message = new_message;
-            (history, Box::pin(run))
-        }
-        Begin::Resumed { from, history } => {
-            opts.logged = history
-                .iter()
-                .filter(|e| e.step > from.step)
-                .cloned()
-                .collect();
-            let services = replaying(&runs, &opts.logged, &launch.user_id);
-            let run = runtime::resume(Arc::clone(&launch.graph), services, from, opts);
-            (history, Box::pin(run))
-        }
-    };
+    let (history, run, fresh_message) = start(&runs, &mut launch, opts);
     let tap = launch.tap.take();
     let shown = Shown {
         history: &history,
@@ -153,6 +91,83 @@ pub(super) async fn drive(
     hub.finish();
     drop((result, history, launch));
     linger(runs, hub);
+}
+
+/// How the run's steps are stored: the checkpointer, and with `visible`
+/// stream durability what the pump needs to store events before anyone
+/// sees them.
+fn checkpointing(runs: &Runs) -> (LogCheckpointer, Option<Durable>) {
+    let writer = LogCheckpointer::new(Arc::clone(&runs.store))
+        .with_outage_limit(runs.config.store_outage_limit);
+    match runs.config.stream_durability {
+        StreamDurability::Step => (writer, None),
+        StreamDurability::Visible => {
+            let (stored, seen) = watch::channel(0);
+            let durable = Durable {
+                writer: writer.clone(),
+                stored,
+                flush: runs.config.stream_flush,
+            };
+            (writer.after_events(seen), Some(durable))
+        }
+    }
+}
+
+/// Starts the executor as `launch` begins (fresh, again, continued after a
+/// pause or resumed after a crash): the events logged before this
+/// execution, the run, and whether it continues into a new message.
+fn start(runs: &Runs, launch: &mut Launch, mut opts: RunOptions) -> (Vec<Event>, RunFuture, bool) {
+    let begin = std::mem::replace(&mut launch.begin, Begin::Fresh(Value::Null));
+    // A continuation into a new message: the history counts (tokens) but
+    // is not part of the message.
+    let mut fresh_message = false;
+    let (history, run): (Vec<Event>, RunFuture) = match begin {
+        Begin::Fresh(input) => (
+            Vec::new(),
+            Box::pin(runtime::run(
+                Arc::clone(&launch.graph),
+                replaying(runs, &[], &launch.user_id),
+                input,
+                opts,
+            )),
+        ),
+        Begin::Again { input, history } => {
+            opts.logged = history.clone();
+            let services = replaying(runs, &opts.logged, &launch.user_id);
+            let run = runtime::run(Arc::clone(&launch.graph), services, input, opts);
+            (history, Box::pin(run))
+        }
+        Begin::Continued {
+            from,
+            history,
+            answers,
+            new_message,
+        } => {
+            // What the paused step did is served from the log; the pause
+            // itself and other run-level events are not repeated.
+            opts.logged = history
+                .iter()
+                .filter(|e| e.step > from.step && e.node.is_some())
+                .cloned()
+                .collect();
+            opts.answers = Some(answers);
+            let services = replaying(runs, &opts.logged, &launch.user_id);
+            let run = runtime::resume(Arc::clone(&launch.graph), services, from, opts);
+            fresh_message = new_message;
+            (history, Box::pin(run))
+        }
+        Begin::Resumed { from, history } => {
+            opts.logged = history
+                .iter()
+                .filter(|e| e.step > from.step)
+                .cloned()
+                .collect();
+            let services = replaying(runs, &opts.logged, &launch.user_id);
+            let run = runtime::resume(Arc::clone(&launch.graph), services, from, opts);
+            (history, Box::pin(run))
+        }
+    };
+    (history, run, fresh_message)
 }
 
 /// Keeps a finished run's hub for resumes (which read the store) for

@@ -15,6 +15,7 @@
 //! - [`follow`]: streaming a run another instance executes;
 //! - `drive`: executing one run and recording how it ended.
 
+mod checkpointer;
 mod drive;
 mod end;
 mod finished;
@@ -39,6 +40,7 @@ use tokio_util::task::TaskTracker;
 use tracing::Instrument;
 use uuid::Uuid;
 
+pub use checkpointer::{DEFAULT_OUTAGE_LIMIT, LogCheckpointer};
 pub use fork::{ForkError, ForkRequest, ForkStarted};
 pub use hub::{Next, Progress, RunHub, Subscription};
 pub use resume::{ResumeError, ResumeRequest};

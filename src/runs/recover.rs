@@ -227,46 +227,10 @@ impl Runs {
         let permit = self.permit()?;
         let (_, history) = replay::load(&*self.store, run.id).await?;
         let checkpoints = self.store.checkpoints(run.id, u32::MAX).await?;
-        // An attached fork answers no place in the chat: its answer becomes
-        // an alternative of the message it names.
-        let alternative = match (&run.chat_id, run.parent.as_ref()) {
-            (
-                Some(c),
-                Some(ForkOrigin {
-                    alternative_of: Some(of),
-                    ..
-                }),
-            ) => Some(Alternative {
-                chat_id: c.clone(),
-                of: of.clone(),
-                id: run
-                    .message_id
-                    .clone()
-                    .unwrap_or_else(|| format!("msg_{}", run.id.simple())),
-            }),
-            _ => None,
-        };
-        let chat = match &run.chat_id {
-            Some(_) if alternative.is_some() => None,
-            Some(c) => {
-                let message_id = run
-                    .message_id
-                    .clone()
-                    .unwrap_or_else(|| format!("msg_{}", run.id.simple()));
-                let position = self
-                    .store
-                    .messages(c)
-                    .await?
-                    .iter()
-                    .filter(|m| m.id != message_id)
-                    .count() as i64;
-                Some(ChatLink {
-                    chat_id: c.clone(),
-                    message_id,
-                    position,
-                })
-            }
-            None => None,
+        let alternative = alternative(&run);
+        let chat = match alternative {
+            Some(_) => None,
+            None => self.chat_link(&run).await?,
         };
         let request_id = run.request_id.clone().unwrap_or_default();
         let metadata = super::stream_metadata(
@@ -276,38 +240,7 @@ impl Runs {
             run.chat_id.as_deref().unwrap_or(""),
             &graph,
         );
-        let begin = match checkpoints.last() {
-            // It died before its first checkpoint: nothing of it is stored
-            // but its input, so it starts over.
-            // What it logged (with visible durability) is replayed silently.
-            None => {
-                tracing::info!(run_id = %run.id, logged = history.len(), "restarting an orphaned run that never checkpointed");
-                Begin::Again {
-                    input: run.input.clone(),
-                    history,
-                }
-            }
-            Some(last) => {
-                let batches: Vec<_> = checkpoints.iter().map(|c| c.to_batch(run.id)).collect();
-                let state = rebuild_state(&batches, &graph.state, last.step)?;
-                let last_seq = history.last().map_or(0, |e| e.seq);
-                // What the interrupted step logged (with visible durability:
-                // everything a client saw) is replayed silently; its finished
-                // model and tool calls are served from the log, not repeated.
-                let logged = history.iter().filter(|e| e.step > last.step).count();
-                tracing::info!(run_id = %run.id, step = last.step, last_seq, logged, "resuming an orphaned run from its last checkpoint");
-                Begin::Resumed {
-                    from: Resume {
-                        state,
-                        step: last.step,
-                        next: last.next.clone(),
-                        joins: last.joins.clone(),
-                        last_seq,
-                    },
-                    history,
-                }
-            }
-        };
+        let begin = begin(&run, &graph, &checkpoints, history)?;
         let launch = Launch {
             run_id: run.id,
             user_id: run.user_id.clone(),
@@ -324,4 +257,95 @@ impl Runs {
         };
         Ok(Some(self.launch(launch, permit)?))
     }
+}
+
+impl Runs {
+    /// Where a recovered run's answer goes in its chat (none without one):
+    /// its message, after every other message the chat holds.
+    async fn chat_link(&self, run: &RunRecord) -> Result<Option<ChatLink>, RecoverError> {
+        let Some(c) = &run.chat_id else {
+            return Ok(None);
+        };
+        let message_id = message_id(run);
+        let position = self
+            .store
+            .messages(c)
+            .await?
+            .iter()
+            .filter(|m| m.id != message_id)
+            .count() as i64;
+        Ok(Some(ChatLink {
+            chat_id: c.clone(),
+            message_id,
+            position,
+        }))
+    }
+}
+
+/// The message a run answers in: its own, or one named after it.
+fn message_id(run: &RunRecord) -> String {
+    run.message_id
+        .clone()
+        .unwrap_or_else(|| format!("msg_{}", run.id.simple()))
+}
+
+/// An attached fork answers no place in the chat: its answer becomes an
+/// alternative of the message it names.
+fn alternative(run: &RunRecord) -> Option<Alternative> {
+    match (&run.chat_id, run.parent.as_ref()) {
+        (
+            Some(c),
+            Some(ForkOrigin {
+                alternative_of: Some(of),
+                ..
+            }),
+        ) => Some(Alternative {
+            chat_id: c.clone(),
+            of: of.clone(),
+            id: message_id(run),
+        }),
+        _ => None,
+    }
+}
+
+/// How an orphaned run begins again: from its last checkpoint, or from its
+/// input when it died before the first.
+fn begin(
+    run: &RunRecord,
+    graph: &crate::nodes::Graph,
+    checkpoints: &[crate::store::CheckpointRecord],
+    history: Vec<crate::events::Event>,
+) -> Result<Begin, RecoverError> {
+    Ok(match checkpoints.last() {
+        // It died before its first checkpoint: nothing of it is stored
+        // but its input, so it starts over.
+        // What it logged (with visible durability) is replayed silently.
+        None => {
+            tracing::info!(run_id = %run.id, logged = history.len(), "restarting an orphaned run that never checkpointed");
+            Begin::Again {
+                input: run.input.clone(),
+                history,
+            }
+        }
+        Some(last) => {
+            let batches: Vec<_> = checkpoints.iter().map(|c| c.to_batch(run.id)).collect();
+            let state = rebuild_state(&batches, &graph.state, last.step)?;
+            let last_seq = history.last().map_or(0, |e| e.seq);
+            // What the interrupted step logged (with visible durability:
+            // everything a client saw) is replayed silently; its finished
+            // model and tool calls are served from the log, not repeated.
+            let logged = history.iter().filter(|e| e.step > last.step).count();
+            tracing::info!(run_id = %run.id, step = last.step, last_seq, logged, "resuming an orphaned run from its last checkpoint");
+            Begin::Resumed {
+                from: Resume {
+                    state,
+                    step: last.step,
+                    next: last.next.clone(),
+                    joins: last.joins.clone(),
+                    last_seq,
+                },
+                history,
+            }
+        }
+    })
 }

@@ -125,6 +125,33 @@ impl Scratch {
             triggered_list: Vec::new(),
         }
     }
+
+    /// Marks `n` to run next step (once however often it is triggered).
+    fn trigger(&mut self, n: NodeIdx) {
+        let mark = &mut self.triggered[n as usize];
+        if !*mark {
+            *mark = true;
+            self.triggered_list.push(n);
+        }
+    }
+
+    /// The triggered nodes as tasks, in node order, into `next` (cleared
+    /// first; left empty unless `keep`). The marks are cleared either way:
+    /// the scratch is reused.
+    fn drain_into(&mut self, next: &mut Vec<Task>, keep: bool) {
+        self.triggered_list.sort_unstable();
+        next.clear();
+        for n in self.triggered_list.drain(..) {
+            self.triggered[n as usize] = false;
+            if keep {
+                next.push(Task {
+                    node: n,
+                    item: None,
+                    order: (n, 0),
+                });
+            }
+        }
+    }
 }
 
 /// Evaluates the transitions of the tasks that `ran` into the next step's
@@ -140,17 +167,6 @@ pub(super) fn route<'n>(
     scratch: &mut Scratch,
     next: &mut Vec<Task>,
 ) -> Result<(), RunError> {
-    let Scratch {
-        triggered,
-        triggered_list,
-    } = scratch;
-    let mut trigger = |n: NodeIdx| {
-        let mark = &mut triggered[n as usize];
-        if !*mark {
-            *mark = true;
-            triggered_list.push(n);
-        }
-    };
     let mut sends: Vec<Task> = Vec::new();
     let mut map_count = std::collections::HashMap::<NodeIdx, u32>::new();
     let mut outcome = Ok(());
@@ -162,113 +178,116 @@ pub(super) fn route<'n>(
     let mut i = 0;
     'tasks: while let Some(&node) = work.get(i) {
         i += 1;
-        let t = Task {
-            node,
-            item: None,
-            order: (node, 0),
-        };
-        for tr in &graph.nodes[t.node as usize].out {
-            match tr {
-                Transition::Goto(Target::Node(n)) => trigger(*n),
-                Transition::Goto(Target::End) => {}
-                Transition::Route(r) => {
-                    let key = match r.on.key(state) {
-                        Ok(k) => k,
-                        Err(e) => {
-                            outcome = Err(RunError::Map {
-                                node: name(t.node).into_owned(),
-                                message: e.to_string(),
-                            });
-                            break 'tasks;
-                        }
-                    };
-                    match r.target(key.as_deref()) {
-                        Some(Target::Node(n)) => trigger(n),
-                        Some(Target::End) => {}
-                        None => {
-                            outcome = Err(RunError::NoRoute {
-                                node: name(t.node).into_owned(),
-                                field: r.field_name.to_string(),
-                                value: key.map_or("null".into(), |k| format!("`{k}`")),
-                            });
-                            break 'tasks;
-                        }
+        for tr in &graph.nodes[node as usize].out {
+            match follow(graph, state, &name, node, tr, joins) {
+                Ok(Followed::Nothing) => {}
+                Ok(Followed::Trigger(n)) => scratch.trigger(n),
+                Ok(Followed::Skip(to)) => {
+                    if !skipped.contains(&to) {
+                        skipped.push(to);
+                        work.push(to);
                     }
                 }
-                Transition::Map {
-                    over,
-                    to,
-                    fail_on_empty,
-                } => {
-                    let items = match over.list(state) {
-                        Ok(items) => items,
-                        Err(e) => {
-                            outcome = Err(RunError::Map {
-                                node: name(t.node).into_owned(),
-                                message: e.to_string(),
-                            });
-                            break 'tasks;
-                        }
-                    };
-                    if items.is_empty() {
-                        if *fail_on_empty {
-                            outcome = Err(RunError::Map {
-                                node: name(t.node).into_owned(),
-                                message: format!(
-                                    "the list for `{}` is empty (`on_empty: fail`)",
-                                    name(*to)
-                                ),
-                            });
-                            break 'tasks;
-                        }
-                        if !skipped.contains(to) {
-                            skipped.push(*to);
-                            work.push(*to);
-                        }
-                        continue;
-                    }
-                    let c = map_count.entry(*to).or_default();
+                Ok(Followed::Send(to, items)) => {
+                    let c = map_count.entry(to).or_default();
                     for item in items {
                         *c += 1;
                         sends.push(Task {
-                            node: *to,
+                            node: to,
                             item: Some(item),
-                            order: (*to, *c),
+                            order: (to, *c),
                         });
                     }
                 }
-                Transition::Join(j) => {
-                    let join = &graph.joins[*j];
-                    if let Some(pos) = join.sources.iter().position(|s| *s == t.node) {
-                        joins[*j][pos] = true;
-                    }
-                    if joins[*j].iter().all(|&a| a) {
-                        joins[*j].iter_mut().for_each(|a| *a = false);
-                        trigger(join.target);
-                    }
+                Err(e) => {
+                    outcome = Err(e);
+                    break 'tasks;
                 }
             }
         }
     }
-    triggered_list.sort_unstable();
-    next.clear();
-    for n in triggered_list.drain(..) {
-        // The marks are cleared even on failure: the scratch is reused.
-        triggered[n as usize] = false;
-        if outcome.is_ok() {
-            next.push(Task {
-                node: n,
-                item: None,
-                order: (n, 0),
-            });
-        }
-    }
+    scratch.drain_into(next, outcome.is_ok());
     outcome?;
     if !sends.is_empty() {
         next.extend(sends);
         next.sort_by_key(|t| t.order);
     }
     Ok(())
+}
+
+/// What following one transition gives.
+enum Followed {
+    /// Nothing runs because of it (END, or a join still waiting).
+    Nothing,
+    /// The node runs next step.
+    Trigger(NodeIdx),
+    /// An empty map edge with `on_empty: skip`: its target's edges are
+    /// followed as if it ran.
+    Skip(NodeIdx),
+    /// A map edge: one task of the node per item.
+    Send(NodeIdx, Vec<Value>),
+}
+
+/// Follows transition `tr` of `node` (a join records the arrival).
+fn follow<'n>(
+    graph: &Graph,
+    state: &dyn DynState,
+    name: &impl Fn(NodeIdx) -> Cow<'n, str>,
+    node: NodeIdx,
+    tr: &Transition,
+    joins: &mut [Vec<bool>],
+) -> Result<Followed, RunError> {
+    let map_error = |message: String| RunError::Map {
+        node: name(node).into_owned(),
+        message,
+    };
+    Ok(match tr {
+        Transition::Goto(Target::Node(n)) => Followed::Trigger(*n),
+        Transition::Goto(Target::End) => Followed::Nothing,
+        Transition::Route(r) => {
+            let key = r.on.key(state).map_err(|e| map_error(e.to_string()))?;
+            match r.target(key.as_deref()) {
+                Some(Target::Node(n)) => Followed::Trigger(n),
+                Some(Target::End) => Followed::Nothing,
+                None => {
+                    return Err(RunError::NoRoute {
+                        node: name(node).into_owned(),
+                        field: r.field_name.to_string(),
+                        value: key.map_or("null".into(), |k| format!("`{k}`")),
+                    });
+                }
+            }
+        }
+        Transition::Map {
+            over,
+            to,
+            fail_on_empty,
+        } => {
+            let items = over.list(state).map_err(|e| map_error(e.to_string()))?;
+            match (items.is_empty(), *fail_on_empty) {
+                (true, true) => {
+                    return Err(map_error(format!(
+                        "the list for `{}` is empty (`on_empty: fail`)",
+                        name(*to)
+                    )));
+                }
+                (true, false) => Followed::Skip(*to),
+                (false, _) => Followed::Send(*to, items),
+            }
+        }
+        Transition::Join(j) => {
+            let join = &graph.joins[*j];
+            if let Some(pos) = join.sources.iter().position(|s| *s == node) {
+                joins[*j][pos] = true;
+            }
+            if joins[*j].iter().all(|&a| a) {
+                joins[*j].iter_mut().for_each(|a| *a = false);
+                Followed::Trigger(join.target)
+            } else {
+                Followed::Nothing
+            }
+        }
+    })
 }
 
 /// Tasks as a checkpoint stores them.

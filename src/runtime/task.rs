@@ -24,6 +24,27 @@ pub(super) struct TaskEnv<'a> {
     pub subgraphs: &'a dyn SubgraphRunner,
 }
 
+impl<'a> TaskEnv<'a> {
+    /// What the node's `run` (or `recover`) gets on `attempt`.
+    fn context(
+        &self,
+        events: &'a NodeEvents,
+        item: Option<&'a Value>,
+        attempt: u32,
+    ) -> NodeContext<'a> {
+        NodeContext {
+            state: self.state,
+            item,
+            events,
+            services: self.services,
+            prompts: self.prompts,
+            attempt,
+            cancel: self.cancel,
+            subgraphs: self.subgraphs,
+        }
+    }
+}
+
 /// Runs a task until it succeeds, fails for good or runs out of attempts.
 /// Returns the `node_finished` event, whose patch the step applies.
 pub(super) async fn run_task(
@@ -33,17 +54,8 @@ pub(super) async fn run_task(
     item: Option<&Value>,
     first_of_node: bool,
 ) -> Result<Arc<Event>, NodeError> {
-    if let Some(status) = &node.status
-        && first_of_node
-    {
-        let extra: Vec<(&str, minijinja::Value)> = item
-            .map(|i| vec![("item", crate::graph::expr::from_json(i))])
-            .unwrap_or_default();
-        match status.eval(env.state, &extra) {
-            Ok(serde_json::Value::String(text)) if !text.is_empty() => events.stage(text).await,
-            Ok(_) => {}
-            Err(e) => tracing::warn!(node = %events.node(), error = %e, "status failed to render"),
-        }
+    if first_of_node {
+        show_status(node, env.state, &events, item).await;
     }
     let mut attempt = 1;
     loop {
@@ -55,16 +67,7 @@ pub(super) async fn run_task(
             .await;
         let started = Instant::now();
         events.take_streamed();
-        let cx = NodeContext {
-            state: env.state,
-            item,
-            events: &events,
-            services: env.services,
-            prompts: env.prompts,
-            attempt,
-            cancel: env.cancel,
-            subgraphs: env.subgraphs,
-        };
+        let cx = env.context(&events, item, attempt);
         let result = match node.timeout {
             Some(limit) => match tokio::time::timeout(limit, node.imp.run(cx)).await {
                 Ok(r) => r,
@@ -103,36 +106,61 @@ pub(super) async fn run_task(
             // Waiting for a person is not a failure: no retry, no recovery.
             Err(e @ NodeError::Interrupted(_)) => return Err(e),
             Err(e) => {
-                let streamed = events.take_streamed();
-                let failure = Failure {
-                    node: events.node(),
-                    error: &e,
-                    streamed: &streamed,
-                    shown: node.surface == Surface::Answer,
-                };
-                let cx = NodeContext {
-                    state: env.state,
-                    item,
-                    events: &events,
-                    services: env.services,
-                    prompts: env.prompts,
-                    attempt,
-                    cancel: env.cancel,
-                    subgraphs: env.subgraphs,
-                };
-                if let Some(recovery) = node.imp.recover(cx, failure).await {
-                    return Ok(recovered(&events, recovery, started).await);
-                }
-                let _ = events
-                    .emit(EventKind::NodeFailed {
-                        attempts: attempt,
-                        error: e.to_string(),
-                    })
-                    .await;
-                return Err(e);
+                let cx = env.context(&events, item, attempt);
+                return failed_for_good(node, cx, e, started).await;
             }
         }
     }
+}
+
+/// The node's `status` line, shown once per node and step (a render error
+/// is logged, never fatal).
+async fn show_status(
+    node: &CompiledNode<Arc<dyn Node>>,
+    state: &dyn DynState,
+    events: &NodeEvents,
+    item: Option<&Value>,
+) {
+    let Some(status) = &node.status else {
+        return;
+    };
+    let extra: Vec<(&str, minijinja::Value)> = item
+        .map(|i| vec![("item", crate::graph::expr::from_json(i))])
+        .unwrap_or_default();
+    match status.eval(state, &extra) {
+        Ok(serde_json::Value::String(text)) if !text.is_empty() => events.stage(text).await,
+        Ok(_) => {}
+        Err(e) => tracing::warn!(node = %events.node(), error = %e, "status failed to render"),
+    }
+}
+
+/// The last attempt failed: the node's recovery (`on_error`) decides, or
+/// `node_failed` is emitted and the error returned.
+async fn failed_for_good(
+    node: &CompiledNode<Arc<dyn Node>>,
+    cx: NodeContext<'_>,
+    e: NodeError,
+    started: Instant,
+) -> Result<Arc<Event>, NodeError> {
+    let events = cx.events;
+    let attempts = cx.attempt;
+    let streamed = events.take_streamed();
+    let failure = Failure {
+        node: events.node(),
+        error: &e,
+        streamed: &streamed,
+        shown: node.surface == Surface::Answer,
+    };
+    if let Some(recovery) = node.imp.recover(cx, failure).await {
+        return Ok(recovered(events, recovery, started).await);
+    }
+    let _ = events
+        .emit(EventKind::NodeFailed {
+            attempts,
+            error: e.to_string(),
+        })
+        .await;
+    Err(e)
 }
 
 /// A failed node that recovered: its note, a `truncated` data part when an

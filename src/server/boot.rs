@@ -34,11 +34,13 @@ pub async fn build_state(config: Config, registries: Registries) -> Result<Arc<A
     let store: Arc<dyn Store> = open_store(&config).await?;
     tracing::info!(backend = store.backend(), "store ready");
     let (graphs_dir, prompts_dir) = (config.paths.graphs.clone(), config.paths.prompts.clone());
+    let built_in = config.paths.built_in;
     let engine = tokio::task::spawn_blocking(move || {
         Engine::builder()
             .registries(registries)
             .graphs_dir(graphs_dir)
             .prompts_dir(prompts_dir)
+            .built_in(built_in)
             .models(models)
             .allow_errors()
             .build()

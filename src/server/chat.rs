@@ -137,7 +137,10 @@ pub(super) async fn post(
         check_regenerates(stored.as_deref(), target)?;
     }
     restore_failed_turns(&mut body, stored.as_deref());
-    let graph_id = body.graph.clone().unwrap_or_else(|| "chat".to_owned());
+    let graph_id = body
+        .graph
+        .clone()
+        .unwrap_or_else(|| state.config.server.default_graph.clone());
     let graph = state.graphs.get(&graph_id).ok_or_else(|| {
         ApiError::bad_request("unknown_graph", state.graphs.why_missing(&graph_id))
     })?;

@@ -160,6 +160,57 @@ impl Assembler {
                 self.append(id, delta)
             }
             Chunk::TextEnd { id } | Chunk::ReasoningEnd { id } => self.end_part(id),
+            c @ (Chunk::ToolInputStart { .. }
+            | Chunk::ToolInputDelta { .. }
+            | Chunk::ToolInputAvailable { .. }
+            | Chunk::ToolInputError { .. }
+            | Chunk::ToolApprovalRequest { .. }) => self.tool_input(c),
+            c @ (Chunk::ToolOutputAvailable { .. }
+            | Chunk::ToolOutputDenied { .. }
+            | Chunk::ToolOutputError { .. }) => self.tool_output(c),
+            Chunk::SourceUrl {
+                source_id,
+                url,
+                title,
+            } => {
+                let mut p = json!({"type": "source-url", "sourceId": source_id, "url": url});
+                if let Some(t) = title {
+                    p["title"] = json!(t);
+                }
+                self.parts.push(p);
+            }
+            Chunk::Data {
+                name,
+                id,
+                data,
+                transient,
+            } => {
+                if !*transient {
+                    self.data(name, id.as_deref(), data);
+                }
+            }
+            Chunk::Error { error_text } => {
+                self.failed = true;
+                self.metadata.insert("error".into(), json!(error_text));
+            }
+            Chunk::Abort { reason } => {
+                self.metadata.insert("aborted".into(), json!(reason));
+            }
+            Chunk::Finish {
+                finish_reason,
+                message_metadata,
+            } => {
+                self.metadata
+                    .insert("finishReason".into(), json!(finish_reason));
+                self.merge_metadata(message_metadata);
+            }
+        }
+    }
+
+    /// A tool call's input side: its part appears (streaming, then with
+    /// its input), fails on bad input, or waits for an approval.
+    fn tool_input(&mut self, chunk: &Chunk) {
+        match chunk {
             Chunk::ToolInputStart {
                 tool_call_id,
                 tool_name,
@@ -170,7 +221,6 @@ impl Assembler {
                 *dynamic,
                 "input-streaming",
             )),
-            Chunk::ToolInputDelta { .. } => {}
             Chunk::ToolInputAvailable {
                 tool_call_id,
                 tool_name,
@@ -187,6 +237,23 @@ impl Assembler {
                     self.parts.push(p);
                 }
             },
+            Chunk::ToolInputError {
+                tool_call_id,
+                tool_name,
+                input,
+                error_text,
+                ..
+            } => match self.tool(tool_call_id) {
+                Some(p) => {
+                    p["state"] = json!("output-error");
+                    p["input"] = input.clone();
+                    p["errorText"] = json!(error_text);
+                }
+                None => self.parts.push(json!({
+                    "type": "dynamic-tool", "toolName": tool_name, "toolCallId": tool_call_id,
+                    "state": "output-error", "input": input, "errorText": error_text,
+                })),
+            },
             Chunk::ToolApprovalRequest {
                 approval_id,
                 tool_call_id,
@@ -196,6 +263,14 @@ impl Assembler {
                     p["approval"] = json!({ "id": approval_id });
                 }
             }
+            // Input deltas build nothing the stored part keeps.
+            _ => {}
+        }
+    }
+
+    /// A tool call's outcome: its output, a denied approval, or an error.
+    fn tool_output(&mut self, chunk: &Chunk) {
+        match chunk {
             Chunk::ToolOutputDenied { tool_call_id } => {
                 if let Some(p) = self.tool(tool_call_id) {
                     p["state"] = json!("output-denied");
@@ -221,23 +296,6 @@ impl Assembler {
                     }
                 }
             }
-            Chunk::ToolInputError {
-                tool_call_id,
-                tool_name,
-                input,
-                error_text,
-                ..
-            } => match self.tool(tool_call_id) {
-                Some(p) => {
-                    p["state"] = json!("output-error");
-                    p["input"] = input.clone();
-                    p["errorText"] = json!(error_text);
-                }
-                None => self.parts.push(json!({
-                    "type": "dynamic-tool", "toolName": tool_name, "toolCallId": tool_call_id,
-                    "state": "output-error", "input": input, "errorText": error_text,
-                })),
-            },
             Chunk::ToolOutputError {
                 tool_call_id,
                 error_text,
@@ -248,57 +306,27 @@ impl Assembler {
                     p["errorText"] = json!(error_text);
                 }
             }
-            Chunk::SourceUrl {
-                source_id,
-                url,
-                title,
-            } => {
-                let mut p = json!({"type": "source-url", "sourceId": source_id, "url": url});
-                if let Some(t) = title {
-                    p["title"] = json!(t);
+            _ => {}
+        }
+    }
+
+    /// A `data-NAME` part; one with an id replaces the earlier part of the
+    /// same name and id (as `useChat` does).
+    fn data(&mut self, name: &str, id: Option<&str>, data: &Value) {
+        let ty = format!("data-{name}");
+        let existing = id.and_then(|id| {
+            self.parts
+                .iter_mut()
+                .find(|p| p["type"] == ty && p["id"] == id)
+        });
+        match existing {
+            Some(p) => p["data"] = data.clone(),
+            None => {
+                let mut p = json!({"type": ty, "data": data});
+                if let Some(id) = id {
+                    p["id"] = json!(id);
                 }
                 self.parts.push(p);
-            }
-            Chunk::Data {
-                name,
-                id,
-                data,
-                transient,
-            } => {
-                if *transient {
-                    return;
-                }
-                let ty = format!("data-{name}");
-                let existing = id.as_ref().and_then(|id| {
-                    self.parts
-                        .iter_mut()
-                        .find(|p| p["type"] == ty && p["id"] == *id)
-                });
-                match existing {
-                    Some(p) => p["data"] = data.clone(),
-                    None => {
-                        let mut p = json!({"type": ty, "data": data});
-                        if let Some(id) = id {
-                            p["id"] = json!(id);
-                        }
-                        self.parts.push(p);
-                    }
-                }
-            }
-            Chunk::Error { error_text } => {
-                self.failed = true;
-                self.metadata.insert("error".into(), json!(error_text));
-            }
-            Chunk::Abort { reason } => {
-                self.metadata.insert("aborted".into(), json!(reason));
-            }
-            Chunk::Finish {
-                finish_reason,
-                message_metadata,
-            } => {
-                self.metadata
-                    .insert("finishReason".into(), json!(finish_reason));
-                self.merge_metadata(message_metadata);
             }
         }
     }
@@ -336,7 +364,7 @@ mod tests {
             Chunk::Data {
                 name: "thinking".into(),
                 id: Some("t1".into()),
-                data: json!({"text": "Intent: RESEARCH"}),
+                data: json!({"text": "Intent: billing"}),
                 transient: false,
             },
             Chunk::ReasoningStart { id: "r".into() },

@@ -26,7 +26,7 @@ use super::{
     StoreResult, TurnEnd, TurnOutcome, TurnStart,
 };
 use crate::events::{ErrorInfo, Event, Usage, now_micros};
-use crate::runtime::{RunStatus, StepBatch};
+use crate::events::{RunStatus, StepBatch};
 
 #[derive(Default)]
 struct Inner {

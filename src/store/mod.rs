@@ -16,11 +16,11 @@
 //!
 //! Backends: [`memory`] (tests), [`sqlite`] (the embedded default) and
 //! [`postgres`]; [`config`] picks one and [`open`]s it. A [`Store`] is
-//! anything implementing all of them. [`LogCheckpointer`] connects a store
-//! to the executor and rides out database outages; [`Watched`] notes
-//! whether a store takes writes (readiness).
+//! anything implementing all of them. `runs::LogCheckpointer` connects a
+//! store to the executor and rides out database outages (it lives with the
+//! run lifecycle: the store imports nothing from the runtime); [`Watched`]
+//! notes whether a store takes writes (readiness).
 
-mod checkpointer;
 pub mod config;
 pub mod memory;
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
@@ -35,7 +35,6 @@ pub mod sqlite;
 mod verdicts;
 mod watched;
 
-pub use checkpointer::{DEFAULT_OUTAGE_LIMIT, LogCheckpointer};
 pub use config::{StoreConfig, open};
 #[cfg(feature = "postgres")]
 pub use postgres::PostgresStore;
@@ -52,7 +51,7 @@ use tokio::sync::broadcast;
 use uuid::Uuid;
 
 use crate::events::{ErrorInfo, Event, ForkOrigin, Usage};
-use crate::runtime::{RunStatus, StepBatch};
+use crate::events::{RunStatus, StepBatch};
 
 /// What a call to `migrate` did.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -171,9 +170,9 @@ pub struct CheckpointRecord {
     /// The step.
     pub step: u32,
     /// Patches applied in the step.
-    pub writes: Vec<crate::runtime::TaskWrite>,
+    pub writes: Vec<crate::events::TaskWrite>,
     /// Tasks of the next step.
-    pub next: Vec<crate::runtime::PendingTask>,
+    pub next: Vec<crate::events::PendingTask>,
     /// Join progress.
     pub joins: Vec<Vec<String>>,
     /// Full state, every few steps.
@@ -192,7 +191,7 @@ impl CheckpointRecord {
         }
     }
 
-    /// Back to a batch (without events), for [`crate::runtime::rebuild_state`].
+    /// Back to a batch (without events), for the runtime's `rebuild_state`.
     pub fn to_batch(&self, run_id: Uuid) -> StepBatch {
         StepBatch {
             run_id,

@@ -39,8 +39,8 @@ use uuid::Uuid;
 
 use super::sql::{self, EncodedCheckpoint};
 use super::{StoreError, StoreResult};
+use crate::events::StepBatch;
 use crate::events::{Event, EventKind};
-use crate::runtime::StepBatch;
 
 /// One event in a page: the envelope without the run id (the row has it).
 #[derive(Serialize)]
@@ -130,7 +130,7 @@ impl EncodedPage {
             next: Vec::new(),
             joins: Vec::new(),
             snapshot: None,
-            status: crate::runtime::RunStatus::Running,
+            status: crate::events::RunStatus::Running,
         };
         let mut page = Self::new(std::slice::from_ref(&batch))?;
         page.steps.clear();
@@ -258,7 +258,7 @@ pub(crate) fn read_page(
 #[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
-    use crate::runtime::RunStatus;
+    use crate::events::RunStatus;
     use serde_json::json;
 
     fn event(run: Uuid, seq: u64, node: Option<&str>, task: u32) -> Event {

@@ -69,7 +69,7 @@ use super::{
     RunQuery, RunRecord, RunStore, Store, StoreError, StoreResult, TurnEnd, TurnOutcome, TurnStart,
 };
 use crate::events::{ErrorInfo, Event, Usage, now_micros};
-use crate::runtime::{PendingTask, RunStatus, StepBatch, TaskWrite};
+use crate::events::{PendingTask, RunStatus, StepBatch, TaskWrite};
 
 use super::pages::{self, EVENTS_AFTER, EncodedPage};
 use rows::{

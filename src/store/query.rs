@@ -10,7 +10,7 @@
 use uuid::Uuid;
 
 use super::RunRecord;
-use crate::runtime::RunStatus;
+use crate::events::RunStatus;
 
 /// Where a page of runs continues: strictly older than this run.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

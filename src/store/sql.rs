@@ -14,7 +14,7 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 
 use super::{StoreError, StoreResult};
-use crate::runtime::{RunStatus, StepBatch};
+use crate::events::{RunStatus, StepBatch};
 
 /// One numbered schema change, embedded in the binary.
 #[derive(Clone, Copy, Debug)]

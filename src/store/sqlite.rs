@@ -51,7 +51,7 @@ use super::{
     RunQuery, RunRecord, RunStore, Store, StoreError, StoreResult, TurnEnd, TurnOutcome, TurnStart,
 };
 use crate::events::{ErrorInfo, Event, Usage, now_micros};
-use crate::runtime::{RunStatus, StepBatch};
+use crate::events::{RunStatus, StepBatch};
 
 use lane::Lane;
 use rows::{

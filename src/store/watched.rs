@@ -24,7 +24,7 @@ use super::{
     TurnEnd, TurnOutcome, TurnStart,
 };
 use crate::events::{ErrorInfo, Event, Usage};
-use crate::runtime::{RunStatus, StepBatch};
+use crate::events::{RunStatus, StepBatch};
 
 /// A store whose writes are watched (see the module docs).
 pub struct Watched {

@@ -730,9 +730,10 @@ async fn assistant_shows_tagged_results_verbatim_fills_the_active_customer_and_l
 
 #[tokio::test]
 async fn the_assistant_graph_is_served_without_its_mcp_server() {
-    // The embedded copy, on a registry with nothing configured: the graph
+    // The shipped file, on a registry with nothing configured: the graph
     // declares `business` external, so it validates; its agent has no tools.
-    let cat = crate::support::registries().embedded();
+    let root = crate::support::root();
+    let cat = crate::support::registries().load(&root.join("graphs"), &root.join("prompts"));
     let graph = cat
         .get("assistant")
         .unwrap_or_else(|| panic!("{:#?}", cat.diagnostics));

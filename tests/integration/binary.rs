@@ -213,6 +213,23 @@ fn check_graph_and_run_commands() {
     assert_eq!(events.last().unwrap()["event"]["type"], "run_finished");
 }
 
+/// The binary carries the shipped graphs (the library embeds none): in a
+/// directory with no `graphs/`, it runs the built-in chat graph, offline.
+#[test]
+fn the_binary_runs_its_built_in_graphs_from_an_empty_directory() {
+    let dir = tempfile::tempdir().unwrap();
+    let graph = sg(dir.path(), &["graph", "chat"]);
+    assert!(stdout(&graph).starts_with("flowchart TD"), "{graph:?}");
+    let run = sg(
+        dir.path(),
+        &["run", "chat", "thank you", "--json", "--no-store"],
+    );
+    assert!(run.status.success(), "{run:?}");
+    // The chat graph's own keywords route thanks to `direct`.
+    let text = stdout(&run);
+    assert!(text.contains("\"intent\":\"DIRECT\""), "{text}");
+}
+
 /// Runs the binary in `dir` with its own data directory and no model.
 fn sg(dir: &std::path::Path, args: &[&str]) -> std::process::Output {
     std::process::Command::new(bin())

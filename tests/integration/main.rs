@@ -41,6 +41,7 @@ mod langgraph_wire;
 mod limits;
 mod mcp;
 mod memory;
+mod offline_routing;
 mod openai_client;
 mod providers;
 mod python_tools;

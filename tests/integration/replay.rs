@@ -12,9 +12,10 @@ use stategraph::llm::scripted::ScriptedModel;
 use stategraph::llm::scripted::Turn;
 use stategraph::llm::{ChatMessage, ChatRequest, Models};
 use stategraph::replay;
+use stategraph::runs::LogCheckpointer;
 use stategraph::runtime::{self, RunOptions, Services};
 use stategraph::store::memory::MemoryStore;
-use stategraph::store::{LogCheckpointer, RunStore, Store};
+use stategraph::store::{RunStore, Store};
 use uuid::Uuid;
 
 use crate::support::server::TestServer;

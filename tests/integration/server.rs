@@ -952,3 +952,44 @@ async fn shutdown_lets_runs_in_flight_finish() {
         "the answer was stored before the server stopped"
     );
 }
+
+/// The graph a request without `graph` runs is configuration
+/// (`[server] default_graph`), not a name the engine knows.
+#[tokio::test]
+async fn a_request_naming_no_graph_runs_the_configured_default() {
+    let offline = Arc::new(stategraph::llm::offline::OfflineModel::default());
+    let client = reqwest::Client::new();
+    let body = chat_body("default-1", "hello there");
+    let server = TestServer::start(offline.clone(), |c| {
+        c.server.default_graph = "tools".into();
+    })
+    .await;
+    let url = format!("http://{}/api/chat", server.addr);
+    let resp = post_json(&client, &url, &body).await;
+    assert_eq!(resp.status().as_u16(), 200);
+    let _ = resp.text().await.unwrap();
+    let runs = server
+        .state
+        .store
+        .list_runs(&stategraph::store::RunQuery::newest(10))
+        .await
+        .unwrap();
+    assert_eq!(runs.len(), 1);
+    assert_eq!(runs[0].graph, "tools");
+    let server = TestServer::start(offline, |c| {
+        c.server.default_graph = "nonexistent".into();
+    })
+    .await;
+    let url = format!("http://{}/api/chat", server.addr);
+    let resp = post_json(&client, &url, &body).await;
+    assert_eq!(resp.status().as_u16(), 400);
+    let e: Value = resp.json().await.unwrap();
+    assert_eq!(e["error"]["code"], "unknown_graph", "{e}");
+    assert!(
+        e["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("nonexistent"),
+        "{e}"
+    );
+}

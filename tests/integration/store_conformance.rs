@@ -23,6 +23,7 @@ use serde_json::{Value, json};
 use stategraph::events::{
     ErrorInfo, Event, EventKind, ForkOrigin, LlmOutput, ToolCallRecord, ToolFailure, Usage,
 };
+use stategraph::runs::LogCheckpointer;
 use stategraph::runtime::{
     self, CheckpointError, Checkpointer, MemoryCheckpointer, PendingTask, RunOptions, RunStatus,
     StepBatch, TaskWrite, rebuild_state,
@@ -30,8 +31,8 @@ use stategraph::runtime::{
 use stategraph::state::{Patch, StateType};
 use stategraph::store::memory::MemoryStore;
 use stategraph::store::{
-    self, ChatRecord, CheckpointRecord, EventLog, LogCheckpointer, MessageRecord, PostgresStore,
-    RunCursor, RunQuery, RunRecord, SqliteStore, Store, StoreConfig, StoreError,
+    self, ChatRecord, CheckpointRecord, EventLog, MessageRecord, PostgresStore, RunCursor,
+    RunQuery, RunRecord, SqliteStore, Store, StoreConfig, StoreError,
 };
 use uuid::Uuid;
 

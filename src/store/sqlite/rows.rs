@@ -4,8 +4,8 @@
 use rusqlite::{Connection, ErrorCode, OptionalExtension, Row, params};
 use uuid::Uuid;
 
+use crate::events::RunStatus;
 use crate::events::{ErrorInfo, ForkOrigin, Usage, now_micros};
-use crate::runtime::RunStatus;
 use crate::store::pages::EncodedPage;
 use crate::store::sql;
 use crate::store::{ChatRecord, MessageRecord, RunRecord, StoreError, StoreResult};

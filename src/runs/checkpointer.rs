@@ -29,9 +29,9 @@ use std::time::{Duration, Instant};
 use futures::future::BoxFuture;
 use tokio::sync::watch;
 
-use super::{Store, StoreError, StoreResult};
 use crate::events::Event;
 use crate::runtime::{CheckpointError, Checkpointer, StepBatch};
+use crate::store::{Store, StoreError, StoreResult};
 
 /// How long [`LogCheckpointer`] retries by default before giving up.
 pub const DEFAULT_OUTAGE_LIMIT: Duration = Duration::from_secs(30);
@@ -113,7 +113,7 @@ impl LogCheckpointer {
     }
 
     /// Appends consecutive `batches` of one run in one
-    /// [`EventLog::append_steps`](super::EventLog::append_steps), retrying as
+    /// [`EventLog::append_steps`](crate::store::EventLog::append_steps), retrying as
     /// [`LogCheckpointer::save_batch`] does.
     ///
     /// # Errors
@@ -130,7 +130,7 @@ impl LogCheckpointer {
     }
 
     /// Appends events of `run` without a checkpoint
-    /// ([`EventLog::append_events`](super::EventLog::append_events)),
+    /// ([`EventLog::append_events`](crate::store::EventLog::append_events)),
     /// retrying as [`LogCheckpointer::save_batch`] does.
     ///
     /// # Errors
