@@ -134,6 +134,11 @@ const MIGRATIONS: &[Migration] = &[
         name: "verdicts",
         sql: include_str!("migrations/postgres/0011_verdicts.sql"),
     },
+    Migration {
+        version: 12,
+        name: "runs_by_status",
+        sql: include_str!("migrations/postgres/0012_runs_by_status.sql"),
+    },
 ];
 
 /// Advisory lock key serializing migrations across instances ("stgraph").

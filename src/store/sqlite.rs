@@ -116,6 +116,11 @@ const MIGRATIONS: &[Migration] = &[
         name: "verdicts",
         sql: include_str!("migrations/sqlite/0011_verdicts.sql"),
     },
+    Migration {
+        version: 12,
+        name: "runs_by_status",
+        sql: include_str!("migrations/sqlite/0012_runs_by_status.sql"),
+    },
 ];
 
 /// Settings for [`SqliteStore::open_with`].
