@@ -212,10 +212,7 @@ async fn use_stream_works_in_chromium() {
         "the useStream test's packages are not installed: run `npm ci` in {} (tests/run.sh does)",
         tool.display()
     );
-    let chromium = std::env::var_os("CHROMIUM_PATH")
-        .map(std::path::PathBuf::from)
-        .or_else(|| Some(std::path::PathBuf::from("/usr/bin/chromium")).filter(|p| p.is_file()))
-        .expect("the useStream test needs Chromium: `apt-get install -y chromium` (tests/run.sh does), or set CHROMIUM_PATH");
+    let chromium = crate::studio::chromium();
     let dir = tempfile::tempdir().unwrap();
     let (mut child, base) = serve_example(dir.path()).await;
     let output = run_client(

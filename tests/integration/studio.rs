@@ -437,21 +437,6 @@ pub(crate) struct Browser {
 /// get them (tests/run.sh installs all three): a missing browser is a
 /// failed test, not a skipped one.
 pub(crate) fn browser() -> Browser {
-    let which = |name: &str| {
-        std::env::var_os("PATH").and_then(|paths| {
-            std::env::split_paths(&paths)
-                .map(|p| p.join(name))
-                .find(|p| p.is_file())
-        })
-    };
-    let node = which("node").expect("the studio test needs Node.js (`node` on PATH)");
-    let chromium = std::env::var_os("CHROMIUM_PATH")
-        .map(PathBuf::from)
-        .or_else(|| Some(PathBuf::from("/usr/bin/chromium")).filter(|p| p.is_file()))
-        .expect(
-            "the studio test needs Chromium: `apt-get install -y chromium` (tests/run.sh does), \
-             or set CHROMIUM_PATH",
-        );
     let test_dir = root().join("tests/studio");
     assert!(
         test_dir.join("node_modules/playwright-core").is_dir()
@@ -459,10 +444,67 @@ pub(crate) fn browser() -> Browser {
         "the studio test's packages are not installed: run `npm ci` in {} (tests/run.sh does)",
         test_dir.display()
     );
+    browser_in(test_dir)
+}
+
+/// Node and Chromium for a browser test whose script and packages are in
+/// `test_dir` (the caller checks its packages).
+pub(crate) fn browser_in(test_dir: PathBuf) -> Browser {
+    let node = std::env::var_os("PATH")
+        .and_then(|paths| {
+            std::env::split_paths(&paths)
+                .map(|p| p.join("node"))
+                .find(|p| p.is_file())
+        })
+        .expect("a browser test needs Node.js (`node` on PATH)");
     Browser {
         node,
-        chromium,
+        chromium: chromium(),
         test_dir,
+    }
+}
+
+/// `CHROMIUM_PATH`, or Debian's Chromium.
+pub(crate) fn chromium() -> PathBuf {
+    std::env::var_os("CHROMIUM_PATH")
+        .map(PathBuf::from)
+        .or_else(|| Some(PathBuf::from("/usr/bin/chromium")).filter(|p| p.is_file()))
+        .expect(
+            "a browser test needs Chromium: `apt-get install -y chromium` (tests/run.sh does), \
+             or set CHROMIUM_PATH",
+        )
+}
+
+impl Browser {
+    /// Runs `node SCRIPT` in the test's directory with `env` (and
+    /// `CHROMIUM_PATH`), for at most `limit`: whether it succeeded, and its
+    /// stdout and stderr (printed too).
+    pub(crate) async fn run(
+        &self,
+        script: &str,
+        env: &[(&str, &std::ffi::OsStr)],
+        limit: Duration,
+    ) -> (bool, String) {
+        let out = tokio::process::Command::new(&self.node)
+            .arg(script)
+            .current_dir(&self.test_dir)
+            .envs(env.iter().copied())
+            .env("CHROMIUM_PATH", &self.chromium)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .kill_on_drop(true)
+            .output();
+        let out = tokio::time::timeout(limit, out)
+            .await
+            .unwrap_or_else(|_| panic!("{script} finished within {limit:?}"))
+            .unwrap();
+        let report = format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        println!("{report}");
+        (out.status.success(), report)
     }
 }
 
@@ -551,32 +593,20 @@ async fn studio_in_a_real_browser() {
     let art = artifacts();
     let _ = std::fs::remove_dir_all(&art);
     let started = Instant::now();
-    let out = tokio::process::Command::new(&b.node)
-        .arg("studio.test.mjs")
-        .current_dir(&b.test_dir)
-        .env("STUDIO_URL", &base)
-        .env("STUDIO_ARTIFACTS", &art)
-        .env("STUDIO_GRAPHS_DIR", &graphs)
-        .env("CHROMIUM_PATH", &b.chromium)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .kill_on_drop(true)
-        .output();
-    let out = tokio::time::timeout(Duration::from_secs(600), out)
-        .await
-        .expect("the browser test finished within 10 minutes")
-        .unwrap();
+    let (ok, report) = b
+        .run(
+            "studio.test.mjs",
+            &[
+                ("STUDIO_URL", base.as_ref()),
+                ("STUDIO_ARTIFACTS", art.as_os_str()),
+                ("STUDIO_GRAPHS_DIR", graphs.as_os_str()),
+            ],
+            Duration::from_secs(600),
+        )
+        .await;
     let _ = server.kill().await;
-    let report = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    println!("{report}\nbrowser test took {:?}", started.elapsed());
-    assert!(
-        out.status.success(),
-        "the studio browser test failed:\n{report}"
-    );
+    println!("browser test took {:?}", started.elapsed());
+    assert!(ok, "the studio browser test failed:\n{report}");
     for screen in [
         "graphs",
         "graph-broken",

@@ -3,7 +3,6 @@
 //! *Judged* card, against `stategraph serve` on a model script that also
 //! answers as the judge.
 
-use std::process::Stdio;
 use std::time::Duration;
 
 use crate::studio::{artifacts, browser, serve_binary_with};
@@ -28,30 +27,17 @@ async fn studio_eval_judges_and_the_run_page_shows_the_verdicts() {
     )
     .await;
     let art = artifacts().join("judge");
-    let out = tokio::process::Command::new(&b.node)
-        .arg("judge.test.mjs")
-        .current_dir(&b.test_dir)
-        .env("STUDIO_URL", &base)
-        .env("STUDIO_ARTIFACTS", &art)
-        .env("CHROMIUM_PATH", &b.chromium)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .kill_on_drop(true)
-        .output();
-    let out = tokio::time::timeout(Duration::from_secs(300), out)
-        .await
-        .expect("the judge browser test finished within 5 minutes")
-        .unwrap();
+    let (ok, report) = b
+        .run(
+            "judge.test.mjs",
+            &[
+                ("STUDIO_URL", base.as_ref()),
+                ("STUDIO_ARTIFACTS", art.as_os_str()),
+            ],
+            Duration::from_secs(300),
+        )
+        .await;
     let _ = server.kill().await;
-    let report = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    println!("{report}");
-    assert!(
-        out.status.success(),
-        "the judge browser test failed:\n{report}"
-    );
+    assert!(ok, "the judge browser test failed:\n{report}");
     assert!(art.join("run-verdicts.png").is_file());
 }
