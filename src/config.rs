@@ -2,8 +2,8 @@
 //!
 //! Every setting has a default, so `stategraph serve` runs with no file at
 //! all (SQLite under `./data`, the offline model, the graphs and prompts in
-//! the working directory or the copies built into the binary). See the
-//! README for the full file; environment variables override the file:
+//! the working directory or the copies built into the binary). See
+//! docs/configuration.md for the full file; environment variables override the file:
 //! `STATEGRAPH_BIND`, `STATEGRAPH_DEFAULT_GRAPH`, `STATEGRAPH_GRAPHS`, `STATEGRAPH_PROMPTS`,
 //! `STATEGRAPH_DATA_DIR`, `STATEGRAPH_API_KEYS` (`key=user,key2=user2`),
 //! `STATEGRAPH_CORS_ORIGINS` (comma-separated), `OTEL_EXPORTER_OTLP_ENDPOINT`,
@@ -543,15 +543,15 @@ mod tests {
     }
 
     #[test]
-    fn the_readme_example_is_a_valid_config() {
-        let readme = include_str!("../README.md");
-        let start = readme
+    fn the_documented_example_is_a_valid_config() {
+        let doc = include_str!("../docs/configuration.md");
+        let start = doc
             .find("```toml\n[server]")
-            .expect("the README's config example")
+            .expect("docs/configuration.md's example")
             + 8;
-        let end = start + readme[start..].find("```").expect("its end");
+        let end = start + doc[start..].find("```").expect("its end");
         let c =
-            Config::from_toml(&readme[start..end]).unwrap_or_else(|e| panic!("README config: {e}"));
+            Config::from_toml(&doc[start..end]).unwrap_or_else(|e| panic!("docs/configuration.md: {e}"));
         assert_eq!(c.tools.mcp.servers.len(), 2);
         assert!(c.tools.sql.is_some() && c.tools.http.is_some() && c.tools.search.is_some());
     }

@@ -1,6 +1,6 @@
-//! Every environment variable the README documents overrides its key in
+//! Every environment variable docs/configuration.md documents overrides its key in
 //! the config file (issue 31): one row per variable, the file setting one
-//! value and the environment another. The list is read from the README, so
+//! value and the environment another. The list is read from that page, so
 //! a variable documented without a row here fails the test.
 
 use super::*;
@@ -113,7 +113,7 @@ const ROWS: &[Row] = &[
         applied: |c| c.llm.model.as_deref() == Some("env-model"),
     },
     // The provider's variables fill in the default endpoint where the file
-    // leaves it out (README: other tools read them too).
+    // leaves it out (docs/configuration.md: other tools read them too).
     Row {
         var: "OPENAI_BASE_URL",
         file: "[llm.endpoints.default]\napi_key = \"sk-file\"",
@@ -128,14 +128,14 @@ const ROWS: &[Row] = &[
     },
 ];
 
-/// The variables the README's `Environment:` paragraph lists.
+/// The variables the `Environment:` paragraph of docs/configuration.md lists.
 fn documented() -> Vec<String> {
-    let readme = include_str!("../../README.md");
-    let start = readme
+    let doc = include_str!("../../docs/configuration.md");
+    let start = doc
         .find("Environment: `")
-        .expect("the README's list of variables");
-    let end = start + readme[start..].find(".\n").expect("its end");
-    readme[start..end]
+        .expect("docs/configuration.md's list of variables");
+    let end = start + doc[start..].find(".\n").expect("its end");
+    doc[start..end]
         .split('`')
         .skip(1)
         .step_by(2)

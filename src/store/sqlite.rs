@@ -375,7 +375,7 @@ fn connect(path: &Path, o: &SqliteOptions, reader: bool) -> StoreResult<Connecti
 /// but would lock every other process out of the file — the CLI's `run`, a
 /// second `serve`, a `sqlite3` backup — which this store supports. So the
 /// check is made here, where it can still be a clear error; the running case
-/// is documented (README, "Several instances, crashes and outages").
+/// is documented (docs/server.md, "Several instances, crashes and outages").
 fn writable(path: &Path) -> StoreResult<()> {
     for suffix in ["", "-wal", "-shm"] {
         let mut file = path.as_os_str().to_owned();
