@@ -550,8 +550,8 @@ mod tests {
             .expect("docs/configuration.md's example")
             + 8;
         let end = start + doc[start..].find("```").expect("its end");
-        let c =
-            Config::from_toml(&doc[start..end]).unwrap_or_else(|e| panic!("docs/configuration.md: {e}"));
+        let c = Config::from_toml(&doc[start..end])
+            .unwrap_or_else(|e| panic!("docs/configuration.md: {e}"));
         assert_eq!(c.tools.mcp.servers.len(), 2);
         assert!(c.tools.sql.is_some() && c.tools.http.is_some() && c.tools.search.is_some());
     }

@@ -76,12 +76,13 @@ pub fn compile<K: NodeKinds>(
     for edge in &spec.edges {
         edges.add(edge);
     }
-    let names: Vec<&str> = spec
-        .nodes
-        .iter()
-        .map(|n| n.value.id.value.as_str())
-        .collect();
-    edges.warn_repeats(&names);
+    edges.warn_repeats(
+        &spec
+            .nodes
+            .iter()
+            .map(|n| n.value.id.value.as_str())
+            .collect::<Vec<_>>(),
+    );
     let EdgeBuilder {
         topo,
         out,
@@ -109,8 +110,8 @@ pub fn compile<K: NodeKinds>(
         })
         .collect();
     if let Some(schema) = schema {
+        let nodes = (&compiled[..], &spec.nodes[..]);
         for (src, route, spec_route) in &routes {
-            let nodes = (&compiled[..], &spec.nodes[..]);
             check_route_values(*src, route, spec_route, schema, nodes, &mut d);
         }
     }
@@ -132,18 +133,11 @@ pub fn compile<K: NodeKinds>(
         return Err(failed(d, file));
     }
     let version = version_hash(file, env, &prompts_used, &nodes);
-    let node_surfaces = nodes.iter().map(|n| (n.id.to_string(), n.surface));
-    let node_kinds = nodes.iter().map(|n| (n.id.to_string(), n.kind.to_string()));
-    let (node_surfaces, node_kinds) = (
-        Arc::new(node_surfaces.collect()),
-        Arc::new(node_kinds.collect()),
-    );
     let graph = CompiledGraph {
         id: file.id.as_str().into(),
         version,
         description: spec.description.clone(),
         state,
-        nodes,
         entry,
         joins,
         recursion_limit,
@@ -153,8 +147,19 @@ pub fn compile<K: NodeKinds>(
         chat,
         external_tools,
         optional_tools,
-        node_surfaces,
-        node_kinds,
+        node_surfaces: Arc::new(
+            nodes
+                .iter()
+                .map(|n| (n.id.to_string(), n.surface))
+                .collect(),
+        ),
+        node_kinds: Arc::new(
+            nodes
+                .iter()
+                .map(|n| (n.id.to_string(), n.kind.to_string()))
+                .collect(),
+        ),
+        nodes,
     };
     Ok((graph, d.into_vec()))
 }

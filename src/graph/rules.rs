@@ -156,50 +156,11 @@ fn targets(t: &Transition, joins: &[Join]) -> Vec<usize> {
 /// Bitsets over the sources keep this linear enough for 1,000-way joins.
 fn joins(s: &Shape<'_>, d: &mut Diagnostics) {
     for (j, join) in s.joins.iter().enumerate() {
-        let skip = join.target as usize;
         let k = join.sources.len();
-        let words = k.div_ceil(64);
-        let pos: std::collections::HashMap<usize, usize> = join
-            .sources
-            .iter()
-            .enumerate()
-            .map(|(i, &n)| (n as usize, i))
-            .collect();
-        let mut cache: std::collections::HashMap<usize, Bits> = std::collections::HashMap::new();
-        // Sources reachable from `from` (inclusive) without passing the join.
-        let mut reach = |from: usize| -> Bits {
-            if let Some(b) = cache.get(&from) {
-                return b.clone();
-            }
-            let mut bits = vec![0u64; words];
-            let mut seen = vec![false; s.ids.len() + 1];
-            let mut stack = vec![from];
-            if from != skip {
-                seen[from] = true;
-            } else {
-                stack.clear();
-            }
-            while let Some(x) = stack.pop() {
-                if let Some(&p) = pos.get(&x) {
-                    set_bit(&mut bits, p);
-                }
-                for e in s
-                    .topo
-                    .edges_directed(NodeIndex::new(x), Direction::Outgoing)
-                {
-                    let t = e.target().index();
-                    if t != skip && !seen[t] {
-                        seen[t] = true;
-                        stack.push(t);
-                    }
-                }
-            }
-            cache.insert(from, bits.clone());
-            bits
-        };
-        let mut co: Vec<Bits> = vec![vec![0u64; words]; k];
+        let mut reach = Reach::new(s, join);
+        let mut co: Vec<Bits> = vec![vec![0u64; reach.words]; k];
         for (a, &src) in join.sources.iter().enumerate() {
-            let r = reach(src as usize);
+            let r = reach.from(src as usize);
             for b in 0..k {
                 if b != a && bit(&r, b) {
                     set_bit(&mut co[a], b);
@@ -207,45 +168,7 @@ fn joins(s: &Shape<'_>, d: &mut Diagnostics) {
                 }
             }
         }
-        let mut forks: Vec<Vec<Vec<usize>>> = s
-            .out
-            .iter()
-            .enumerate()
-            .filter(|(f, ts)| *f != skip && ts.len() >= 2)
-            .map(|(_, ts)| ts.iter().map(|t| targets(t, s.joins)).collect())
-            .collect();
-        if s.entry.len() >= 2 {
-            forks.push(s.entry.iter().map(|&e| vec![e as usize]).collect());
-        }
-        for groups in forks {
-            let sets: Vec<Bits> = groups
-                .iter()
-                .map(|xs| {
-                    let mut b = vec![0u64; words];
-                    for &x in xs {
-                        or_into(&mut b, &reach(x));
-                    }
-                    b
-                })
-                .collect();
-            // others[i] = union of every other group's sources.
-            let m = sets.len();
-            let mut suffix = vec![vec![0u64; words]; m + 1];
-            for i in (0..m).rev() {
-                let mut u = suffix[i + 1].clone();
-                or_into(&mut u, &sets[i]);
-                suffix[i] = u;
-            }
-            let mut prefix = vec![0u64; words];
-            for i in 0..m {
-                let mut others = prefix.clone();
-                or_into(&mut others, &suffix[i + 1]);
-                for a in (0..k).filter(|&a| bit(&sets[i], a)) {
-                    or_into(&mut co[a], &others);
-                }
-                or_into(&mut prefix, &sets[i]);
-            }
-        }
+        forks_run_together(s, &mut reach, &mut co);
         'pairs: for (a, co_a) in co.iter().enumerate().take(k) {
             for b in a + 1..k {
                 if !bit(co_a, b) {
@@ -255,7 +178,7 @@ fn joins(s: &Shape<'_>, d: &mut Diagnostics) {
                         "join-never-fires",
                         format!(
                             "join into `{}` waits for `{}` and `{}`, which can never both run (they are alternatives)",
-                            s.ids[skip], s.ids[na], s.ids[nb]
+                            s.ids[join.target as usize], s.ids[na], s.ids[nb]
                         ),
                         Some("join only branches that run in parallel (a fan-out or several entry nodes)".into()),
                     );
@@ -263,6 +186,116 @@ fn joins(s: &Shape<'_>, d: &mut Diagnostics) {
                 }
             }
         }
+    }
+}
+
+/// Marks in `co` the pairs of a join's sources that a fork runs together:
+/// each source reached from one group of a fork (one transition of a node
+/// with several, or one entry node) runs with every source reached from
+/// the fork's other groups.
+fn forks_run_together(s: &Shape<'_>, reach: &mut Reach<'_, '_>, co: &mut [Bits]) {
+    let (skip, words, k) = (reach.skip, reach.words, co.len());
+    let mut forks: Vec<Vec<Vec<usize>>> = s
+        .out
+        .iter()
+        .enumerate()
+        .filter(|(f, ts)| *f != skip && ts.len() >= 2)
+        .map(|(_, ts)| ts.iter().map(|t| targets(t, s.joins)).collect())
+        .collect();
+    if s.entry.len() >= 2 {
+        forks.push(s.entry.iter().map(|&e| vec![e as usize]).collect());
+    }
+    for groups in forks {
+        let sets: Vec<Bits> = groups
+            .iter()
+            .map(|xs| {
+                let mut b = vec![0u64; words];
+                for &x in xs {
+                    or_into(&mut b, &reach.from(x));
+                }
+                b
+            })
+            .collect();
+        // others[i] = union of every other group's sources.
+        let m = sets.len();
+        let mut suffix = vec![vec![0u64; words]; m + 1];
+        for i in (0..m).rev() {
+            let mut u = suffix[i + 1].clone();
+            or_into(&mut u, &sets[i]);
+            suffix[i] = u;
+        }
+        let mut prefix = vec![0u64; words];
+        for i in 0..m {
+            let mut others = prefix.clone();
+            or_into(&mut others, &suffix[i + 1]);
+            for a in (0..k).filter(|&a| bit(&sets[i], a)) {
+                or_into(&mut co[a], &others);
+            }
+            or_into(&mut prefix, &sets[i]);
+        }
+    }
+}
+
+/// Which of a join's sources each node reaches without passing the join,
+/// as bitsets over the sources (cached per node).
+struct Reach<'a, 's> {
+    s: &'a Shape<'s>,
+    /// The join's target, never passed.
+    skip: usize,
+    /// Words per bitset.
+    words: usize,
+    /// Node → its position among the sources.
+    pos: std::collections::HashMap<usize, usize>,
+    cache: std::collections::HashMap<usize, Bits>,
+}
+
+impl<'a, 's> Reach<'a, 's> {
+    fn new(s: &'a Shape<'s>, join: &Join) -> Self {
+        Self {
+            s,
+            skip: join.target as usize,
+            words: join.sources.len().div_ceil(64),
+            pos: join
+                .sources
+                .iter()
+                .enumerate()
+                .map(|(i, &n)| (n as usize, i))
+                .collect(),
+            cache: std::collections::HashMap::new(),
+        }
+    }
+
+    /// Sources reachable from `from` (inclusive) without passing the join.
+    fn from(&mut self, from: usize) -> Bits {
+        if let Some(b) = self.cache.get(&from) {
+            return b.clone();
+        }
+        let mut bits = vec![0u64; self.words];
+        let mut seen = vec![false; self.s.ids.len() + 1];
+        let mut stack = vec![from];
+        if from != self.skip {
+            seen[from] = true;
+        } else {
+            stack.clear();
+        }
+        while let Some(x) = stack.pop() {
+            if let Some(&p) = self.pos.get(&x) {
+                set_bit(&mut bits, p);
+            }
+            for e in self
+                .s
+                .topo
+                .edges_directed(NodeIndex::new(x), Direction::Outgoing)
+            {
+                let t = e.target().index();
+                if t != self.skip && !seen[t] {
+                    seen[t] = true;
+                    stack.push(t);
+                }
+            }
+        }
+        self.cache.insert(from, bits.clone());
+        bits
     }
 }
 

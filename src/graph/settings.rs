@@ -25,41 +25,6 @@ pub(super) fn chat_io(
     let Some(schema) = schema else {
         return ChatIo::default();
     };
-    let field = |d: &mut Diagnostics,
-                 sp: &Sp<String>,
-                 what: &str,
-                 ok: &dyn Fn(&crate::state::TypeSpec) -> bool,
-                 needs: &str|
-     -> Option<Arc<str>> {
-        match schema.field(&sp.value) {
-            Some(f) if ok(&schema.spec(f).ty) => Some(sp.value.as_str().into()),
-            Some(f) => {
-                d.error(
-                    sp.loc,
-                    "field-type",
-                    format!(
-                        "`chat.{what}` is `{}`, which is {}; it needs {needs}",
-                        sp.value,
-                        schema.spec(f).ty.describe()
-                    ),
-                    None,
-                );
-                None
-            }
-            None => {
-                d.error(
-                    sp.loc,
-                    "unknown-field",
-                    format!(
-                        "`chat.{what}` names `{}`, but state `{}` has no such field",
-                        sp.value, schema.name
-                    ),
-                    name_hint(&sp.value, schema.names()),
-                );
-                None
-            }
-        }
-    };
     let string_named = |name: &str| {
         schema
             .field(name)
@@ -67,7 +32,8 @@ pub(super) fn chat_io(
             .map(|_| Arc::<str>::from(name))
     };
     let history = match &c.history {
-        Some(h) => field(
+        Some(h) => chat_field(
+            schema,
             d,
             h,
             "history",
@@ -78,12 +44,15 @@ pub(super) fn chat_io(
             .messages_field()
             .map(|f| Arc::clone(&schema.spec(f).name)),
     };
+    let string = |d: &mut Diagnostics, sp: &Sp<String>, what: &str| {
+        chat_field(schema, d, sp, what, &|t| t.is_string(), "a string field")
+    };
     let text = match &c.text {
-        Some(t) => field(d, t, "text", &|t| t.is_string(), "a string field"),
+        Some(t) => string(d, t, "text"),
         None => string_named("query"),
     };
     let answer = match &c.answer {
-        Some(a) => field(d, a, "answer", &|t| t.is_string(), "a string field"),
+        Some(a) => string(d, a, "answer"),
         None => string_named("answer"),
     };
     if history.is_none() && text.is_none() && c.history.is_none() && c.text.is_none() {
@@ -101,6 +70,58 @@ pub(super) fn chat_io(
     }
     let request: Vec<&str> = history.iter().chain(text.iter()).map(|f| &**f).collect();
     let carry = carry(&c.carry, schema, &request, d);
+    let inputs = inputs(c, schema, d);
+    ChatIo {
+        history,
+        text,
+        answer,
+        carry,
+        inputs,
+    }
+}
+
+/// The state field a `chat.{what}` setting names, if it exists and its
+/// type is `ok`; otherwise the error says what it `needs`.
+fn chat_field(
+    schema: &StateSchema,
+    d: &mut Diagnostics,
+    sp: &Sp<String>,
+    what: &str,
+    ok: &dyn Fn(&crate::state::TypeSpec) -> bool,
+    needs: &str,
+) -> Option<Arc<str>> {
+    match schema.field(&sp.value) {
+        Some(f) if ok(&schema.spec(f).ty) => Some(sp.value.as_str().into()),
+        Some(f) => {
+            d.error(
+                sp.loc,
+                "field-type",
+                format!(
+                    "`chat.{what}` is `{}`, which is {}; it needs {needs}",
+                    sp.value,
+                    schema.spec(f).ty.describe()
+                ),
+                None,
+            );
+            None
+        }
+        None => {
+            d.error(
+                sp.loc,
+                "unknown-field",
+                format!(
+                    "`chat.{what}` names `{}`, but state `{}` has no such field",
+                    sp.value, schema.name
+                ),
+                name_hint(&sp.value, schema.names()),
+            );
+            None
+        }
+    }
+}
+
+/// Checks `chat.inputs`: body keys of the request, each into a field.
+fn inputs(c: &ChatSpec, schema: &StateSchema, d: &mut Diagnostics) -> Vec<(String, Arc<str>)> {
     let mut inputs = Vec::new();
     for (key, target) in c
         .inputs
@@ -120,23 +141,12 @@ pub(super) fn chat_io(
             );
             continue;
         }
-        if let Some(f) = field(
-            d,
-            target,
-            &format!("inputs.{}", key.value),
-            &|_| true,
-            "a field",
-        ) {
+        let what = format!("inputs.{}", key.value);
+        if let Some(f) = chat_field(schema, d, target, &what, &|_| true, "a field") {
             inputs.push((key.value.clone(), f));
         }
     }
-    ChatIo {
-        history,
-        text,
-        answer,
-        carry,
-        inputs,
-    }
+    inputs
 }
 
 /// Checks `chat.carry`; `request` are the fields every request sets.

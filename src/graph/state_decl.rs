@@ -3,7 +3,7 @@
 //! everything else — types, defaults and reducers — with their places.
 
 use super::diagnostic::{Diagnostics, name_hint};
-use super::loc::{Loc, Sp};
+use super::loc::Sp;
 use super::spec::{StateSpec, TypeDecl};
 use crate::state::{
     FieldSpec, Reducer, Reducers, StateSchema, StateType, StateTypes, TypeKind, TypeSpec,
@@ -236,86 +236,14 @@ fn reducer(
 /// carry `reducer`, `default` and `key`).
 fn type_spec(decl: &Sp<TypeDecl>, top: bool, d: &mut Diagnostics) -> Option<TypeSpec> {
     let t = &decl.value;
-    if !top {
-        for (present, key) in [
-            (t.reducer.is_some(), "reducer"),
-            (t.default.is_some(), "default"),
-            (t.key.is_some(), "key"),
-        ] {
-            if present {
-                d.error(
-                    decl.loc,
-                    "bad-type",
-                    format!("`{key}` belongs on a state field, not on a nested type"),
-                    None,
-                );
-                return None;
-            }
-        }
+    if !top && field_keys_on_nested_type(decl, d) {
+        return None;
     }
     let (name, mut nullable) = type_name(decl, d)?;
     if let Some(n) = t.nullable {
         nullable |= n;
     }
-    let mut ok = true;
-    let mut misplaced = |present: bool, key: &str, needs: &str, loc: Loc, d: &mut Diagnostics| {
-        if present {
-            d.error(
-                loc,
-                "bad-type",
-                format!("`{key}` applies to {needs}, not to `{name}`"),
-                None,
-            );
-            ok = false;
-        }
-    };
-    let loc = decl.loc;
-    misplaced(
-        t.values.is_some() && name != "string",
-        "enum",
-        "`type: string`",
-        loc,
-        d,
-    );
-    misplaced(
-        t.items.is_some() && name != "array",
-        "items",
-        "`type: array`",
-        loc,
-        d,
-    );
-    misplaced(
-        t.max_items.is_some() && name != "array",
-        "maxItems",
-        "`type: array`",
-        loc,
-        d,
-    );
-    misplaced(
-        t.max_length.is_some() && name != "string",
-        "maxLength",
-        "`type: string`",
-        loc,
-        d,
-    );
-    let numeric = matches!(name, "integer" | "number");
-    misplaced(
-        (t.minimum.is_some() || t.maximum.is_some()) && !numeric,
-        "minimum/maximum",
-        "`type: integer` or `number`",
-        loc,
-        d,
-    );
-    let object = name == "object";
-    misplaced(
-        (t.properties.is_some() || !t.required.is_empty() || t.additional_properties.is_some())
-            && !object,
-        "properties/required",
-        "`type: object`",
-        loc,
-        d,
-    );
-    if !ok {
+    if !keys_fit_type(decl, name, d) {
         return None;
     }
     let kind = match name {
@@ -323,28 +251,7 @@ fn type_spec(decl: &Sp<TypeDecl>, top: bool, d: &mut Diagnostics) -> Option<Type
             values: enum_values(t, d)?,
             max_length: t.max_length.as_ref().map(|m| m.value),
         },
-        "integer" | "number" => {
-            let (minimum, maximum) = (
-                t.minimum.as_ref().map(|m| m.value),
-                t.maximum.as_ref().map(|m| m.value),
-            );
-            if let (Some(lo), Some(hi)) = (minimum, maximum)
-                && lo > hi
-            {
-                d.error(
-                    decl.loc,
-                    "bad-type",
-                    format!("`minimum` ({lo}) is greater than `maximum` ({hi})"),
-                    None,
-                );
-                return None;
-            }
-            if name == "integer" {
-                TypeKind::Integer { minimum, maximum }
-            } else {
-                TypeKind::Number { minimum, maximum }
-            }
-        }
+        "integer" | "number" => numeric_kind(decl, name == "integer", d)?,
         "boolean" => TypeKind::Boolean,
         "array" => TypeKind::Array {
             items: Box::new(match &t.items {
@@ -358,6 +265,107 @@ fn type_spec(decl: &Sp<TypeDecl>, top: bool, d: &mut Diagnostics) -> Option<Type
         _ => TypeKind::Any,
     };
     Some(TypeSpec { kind, nullable })
+}
+
+/// Reports (and says whether) a nested type carries a key that only a
+/// state field may: `reducer`, `default` or `key`.
+fn field_keys_on_nested_type(decl: &Sp<TypeDecl>, d: &mut Diagnostics) -> bool {
+    let t = &decl.value;
+    for (present, key) in [
+        (t.reducer.is_some(), "reducer"),
+        (t.default.is_some(), "default"),
+        (t.key.is_some(), "key"),
+    ] {
+        if present {
+            d.error(
+                decl.loc,
+                "bad-type",
+                format!("`{key}` belongs on a state field, not on a nested type"),
+                None,
+            );
+            return true;
+        }
+    }
+    false
+}
+
+/// Whether every constraint the declaration sets applies to its type
+/// `name`; each one that does not is reported.
+fn keys_fit_type(decl: &Sp<TypeDecl>, name: &str, d: &mut Diagnostics) -> bool {
+    let t = &decl.value;
+    let numeric = matches!(name, "integer" | "number");
+    let object = name == "object";
+    let checks = [
+        (
+            t.values.is_some() && name != "string",
+            "enum",
+            "`type: string`",
+        ),
+        (
+            t.items.is_some() && name != "array",
+            "items",
+            "`type: array`",
+        ),
+        (
+            t.max_items.is_some() && name != "array",
+            "maxItems",
+            "`type: array`",
+        ),
+        (
+            t.max_length.is_some() && name != "string",
+            "maxLength",
+            "`type: string`",
+        ),
+        (
+            (t.minimum.is_some() || t.maximum.is_some()) && !numeric,
+            "minimum/maximum",
+            "`type: integer` or `number`",
+        ),
+        (
+            (t.properties.is_some() || !t.required.is_empty() || t.additional_properties.is_some())
+                && !object,
+            "properties/required",
+            "`type: object`",
+        ),
+    ];
+    let mut ok = true;
+    for (misplaced, key, needs) in checks {
+        if misplaced {
+            d.error(
+                decl.loc,
+                "bad-type",
+                format!("`{key}` applies to {needs}, not to `{name}`"),
+                None,
+            );
+            ok = false;
+        }
+    }
+    ok
+}
+
+/// An `integer` or `number` with its bounds, which must be in order.
+fn numeric_kind(decl: &Sp<TypeDecl>, integer: bool, d: &mut Diagnostics) -> Option<TypeKind> {
+    let t = &decl.value;
+    let (minimum, maximum) = (
+        t.minimum.as_ref().map(|m| m.value),
+        t.maximum.as_ref().map(|m| m.value),
+    );
+    if let (Some(lo), Some(hi)) = (minimum, maximum)
+        && lo > hi
+    {
+        d.error(
+            decl.loc,
+            "bad-type",
+            format!("`minimum` ({lo}) is greater than `maximum` ({hi})"),
+            None,
+        );
+        return None;
+    }
+    Some(if integer {
+        TypeKind::Integer { minimum, maximum }
+    } else {
+        TypeKind::Number { minimum, maximum }
+    })
 }
 
 /// The type's name and whether `"null"` was listed with it.

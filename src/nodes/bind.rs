@@ -182,6 +182,18 @@ fn entry(
         );
         return Err(Reported);
     }
+    let bound = bound_args(cx, &name, args)?;
+    let tool = name.value.clone();
+    Ok((name, Some(Bound { tool, args: bound })))
+}
+
+/// A tool entry's `args`: each an argument the tool takes, bound to a
+/// value expression; every problem is reported before the error.
+fn bound_args(
+    cx: &mut BuildCx<'_>,
+    name: &Sp<String>,
+    args: &[crate::graph::value::SpEntry],
+) -> Result<Vec<(String, ValueExpr)>, Reported> {
     let mut bound = Vec::new();
     let mut ok = true;
     let schema = cx.tools.schema_at_check(&name.value);
@@ -223,8 +235,7 @@ fn entry(
     if !ok {
         return Err(Reported);
     }
-    let tool = name.value.clone();
-    Ok((name, Some(Bound { tool, args: bound })))
+    Ok(bound)
 }
 
 /// The declared types of the names a bound value reads: `state` (the

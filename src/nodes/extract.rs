@@ -249,6 +249,8 @@ fn complete(v: &Value) -> bool {
     }
 }
 
+/// One `extract` rule `{from, to, at, value}`, checked against the node's
+/// tools and the state.
 fn rule(cx: &mut BuildCx<'_>, item: &Sp<SpValue>, tools: &[String]) -> Result<Rule, Reported> {
     let SpValue::Map(entries) = &item.value else {
         cx.error(
@@ -288,39 +290,7 @@ fn rule(cx: &mut BuildCx<'_>, item: &Sp<SpValue>, tools: &[String]) -> Result<Ru
         );
         return Err(Reported);
     };
-    let from: Vec<Sp<String>> = match &from.value {
-        SpValue::Seq(items) => items
-            .iter()
-            .filter_map(|i| i.value.as_name().map(|n| Sp::new(n, i.loc)))
-            .collect(),
-        other => other
-            .as_name()
-            .map(|n| vec![Sp::new(n, from.loc)])
-            .unwrap_or_default(),
-    };
-    if from.is_empty() {
-        cx.error(
-            item.loc,
-            "invalid-setting",
-            "`extract.from` names no tool",
-            None,
-        );
-        return Err(Reported);
-    }
-    for tool in &from {
-        if !covered(cx, &tool.value, tools) {
-            cx.error(
-                tool.loc,
-                "extract-never-matches",
-                format!(
-                    "`extract` reads results of `{}`, but the node cannot call it",
-                    tool.value
-                ),
-                Some("list the tool (or its partition) in the node's `tools`".into()),
-            );
-            return Err(Reported);
-        }
-    }
+    let from = from_tools(cx, item, from, tools)?;
     let Some(to_name) = to.value.as_name() else {
         cx.error(
             to.loc,
@@ -356,6 +326,50 @@ fn rule(cx: &mut BuildCx<'_>, item: &Sp<SpValue>, tools: &[String]) -> Result<Ru
         at,
         value: value?,
     })
+}
+
+/// `extract.from`: a tool name or a list of them, each one the node can
+/// call.
+fn from_tools(
+    cx: &mut BuildCx<'_>,
+    item: &Sp<SpValue>,
+    from: &Sp<SpValue>,
+    tools: &[String],
+) -> Result<Vec<Sp<String>>, Reported> {
+    let from: Vec<Sp<String>> = match &from.value {
+        SpValue::Seq(items) => items
+            .iter()
+            .filter_map(|i| i.value.as_name().map(|n| Sp::new(n, i.loc)))
+            .collect(),
+        other => other
+            .as_name()
+            .map(|n| vec![Sp::new(n, from.loc)])
+            .unwrap_or_default(),
+    };
+    if from.is_empty() {
+        cx.error(
+            item.loc,
+            "invalid-setting",
+            "`extract.from` names no tool",
+            None,
+        );
+        return Err(Reported);
+    }
+    for tool in &from {
+        if !covered(cx, &tool.value, tools) {
+            cx.error(
+                tool.loc,
+                "extract-never-matches",
+                format!(
+                    "`extract` reads results of `{}`, but the node cannot call it",
+                    tool.value
+                ),
+                Some("list the tool (or its partition) in the node's `tools`".into()),
+            );
+            return Err(Reported);
+        }
+    }
+    Ok(from)
 }
 
 /// Reads `at`: a pointer or a list of them, each checked.

@@ -187,99 +187,137 @@ pub async fn fork_point(
         (None, Some(node)) => step_of(&cps, node)?,
         (None, None) => return Err(EditError::StepRequired.into()),
     };
-    let cp = |k: u32| {
-        cps.iter().find(|c| c.step == k).ok_or(EditError::NoCheckpoint {
-            run,
-            step: k,
-            hint: if k == 0 {
-                "; a fork starts after the step it was forked at: fork its parent for earlier steps"
-            } else {
-                ""
-            },
-        })
-    };
-    let set: serde_json::Map<String, Value> = edit.set.iter().cloned().collect();
-    let origin = |mode, nodes| ForkOrigin {
-        run_id: run,
+    let at = Locate {
+        store,
+        graph,
+        run,
+        edit,
+        cps,
         step,
-        mode: Some(mode),
-        nodes,
-        set: set.clone(),
-        alternative_of: None,
     };
     match edit.mode {
-        ForkMode::Before => {
-            let node = edit.node.clone().ok_or(EditError::NodeRequired)?;
-            let before = step.checked_sub(1).ok_or_else(|| not_run(&node, 0, &[]))?;
-            let prior = cp(before)?;
-            if !prior.next.iter().any(|t| t.node == node) {
-                return Err(not_run(&node, step, &prior.next).into());
-            }
-            let state = state_at(store, graph, run, before).await?;
-            let state = replaced(graph, &*state, &edit.set)?;
-            Ok(ForkPoint {
-                resume: Resume {
-                    state,
-                    step: before,
-                    next: prior.next.clone(),
-                    joins: prior.joins.clone(),
-                    last_seq: 0,
+        ForkMode::Before => at.before().await,
+        ForkMode::After if step == 0 => at.after_input().await,
+        ForkMode::After => at.after().await,
+    }
+}
+
+/// A fork being located: the run's checkpoints and the step it forks at.
+struct Locate<'a> {
+    store: &'a dyn Store,
+    graph: &'a Graph,
+    run: Uuid,
+    edit: &'a Edit,
+    cps: Vec<CheckpointRecord>,
+    step: u32,
+}
+
+impl Locate<'_> {
+    /// The checkpoint of step `k`.
+    fn cp(&self, k: u32) -> Result<&CheckpointRecord, EditError> {
+        self.cps
+            .iter()
+            .find(|c| c.step == k)
+            .ok_or(EditError::NoCheckpoint {
+                run: self.run,
+                step: k,
+                hint: if k == 0 {
+                    "; a fork starts after the step it was forked at: fork its parent for earlier steps"
+                } else {
+                    ""
                 },
-                origin: origin(ForkMode::Before, vec![node]),
             })
+    }
+
+    /// The new run's record of where it came from.
+    fn origin(&self, mode: ForkMode, nodes: Vec<String>) -> ForkOrigin {
+        ForkOrigin {
+            run_id: self.run,
+            step: self.step,
+            mode: Some(mode),
+            nodes,
+            set: self.edit.set.iter().cloned().collect(),
+            alternative_of: None,
         }
-        ForkMode::After if step == 0 => {
-            // After the input: no node ran; the edit replaces input fields
-            // and the entry runs.
-            if let Some(node) = &edit.node {
-                return Err(not_run(node, 0, &[]).into());
+    }
+
+    /// Before a node: it runs again on the state it saw, edited.
+    async fn before(&self) -> Result<ForkPoint, ReplayError> {
+        let (graph, edit, step) = (self.graph, self.edit, self.step);
+        let node = edit.node.clone().ok_or(EditError::NodeRequired)?;
+        let before = step.checked_sub(1).ok_or_else(|| not_run(&node, 0, &[]))?;
+        let prior = self.cp(before)?;
+        if !prior.next.iter().any(|t| t.node == node) {
+            return Err(not_run(&node, step, &prior.next).into());
+        }
+        let state = state_at(self.store, graph, self.run, before).await?;
+        let state = replaced(graph, &*state, &edit.set)?;
+        Ok(ForkPoint {
+            resume: Resume {
+                state,
+                step: before,
+                next: prior.next.clone(),
+                joins: prior.joins.clone(),
+                last_seq: 0,
+            },
+            origin: self.origin(ForkMode::Before, vec![node]),
+        })
+    }
+
+    /// After the input: no node ran; the edit replaces input fields and
+    /// the entry runs.
+    async fn after_input(&self) -> Result<ForkPoint, ReplayError> {
+        if let Some(node) = &self.edit.node {
+            return Err(not_run(node, 0, &[]).into());
+        }
+        let input = self.cp(0)?;
+        let state = state_at(self.store, self.graph, self.run, 0).await?;
+        let state = replaced(self.graph, &*state, &self.edit.set)?;
+        Ok(ForkPoint {
+            resume: Resume {
+                state,
+                step: 0,
+                next: input.next.clone(),
+                joins: input.joins.clone(),
+                last_seq: 0,
+            },
+            origin: self.origin(ForkMode::After, Vec::new()),
+        })
+    }
+
+    /// After a node: the edit as if it had written it, then routed again.
+    async fn after(&self) -> Result<ForkPoint, ReplayError> {
+        let (graph, edit, step) = (self.graph, self.edit, self.step);
+        let prior = self.cp(step - 1)?;
+        self.cp(step)?;
+        let mut ran: Vec<String> = Vec::new();
+        for t in &prior.next {
+            if !ran.contains(&t.node) {
+                ran.push(t.node.clone());
             }
-            let input = cp(0)?;
-            let state = state_at(store, graph, run, 0).await?;
-            let state = replaced(graph, &*state, &edit.set)?;
-            Ok(ForkPoint {
-                resume: Resume {
-                    state,
-                    step: 0,
-                    next: input.next.clone(),
-                    joins: input.joins.clone(),
-                    last_seq: 0,
-                },
-                origin: origin(ForkMode::After, Vec::new()),
-            })
         }
-        ForkMode::After => {
-            let prior = cp(step - 1)?;
-            cp(step)?;
-            let mut ran: Vec<String> = Vec::new();
-            for t in &prior.next {
-                if !ran.contains(&t.node) {
-                    ran.push(t.node.clone());
-                }
+        let nodes = match &edit.node {
+            Some(n) if ran.contains(n) => vec![n.clone()],
+            Some(n) => return Err(not_run(n, step, &prior.next).into()),
+            None if ran.len() > 1 => {
+                return Err(EditError::AmbiguousNode { step, nodes: ran }.into());
             }
-            let nodes = match &edit.node {
-                Some(n) if ran.contains(n) => vec![n.clone()],
-                Some(n) => return Err(not_run(n, step, &prior.next).into()),
-                None if ran.len() > 1 => {
-                    return Err(EditError::AmbiguousNode { step, nodes: ran }.into());
-                }
-                None => ran,
-            };
-            let mut state = state_at(store, graph, run, step).await?;
-            written(graph, &mut *state, &edit.set)?;
-            let next = runtime::next_after(graph, &*state, &prior.next, &prior.joins)
-                .map_err(|e| route_error(e, graph))?;
-            Ok(ForkPoint {
-                resume: Resume {
-                    state,
-                    step,
-                    next: next.next,
-                    joins: next.joins,
-                    last_seq: 0,
-                },
-                origin: origin(ForkMode::After, nodes),
-            })
-        }
+            None => ran,
+        };
+        let mut state = state_at(self.store, graph, self.run, step).await?;
+        written(graph, &mut *state, &edit.set)?;
+        let next = runtime::next_after(graph, &*state, &prior.next, &prior.joins)
+            .map_err(|e| route_error(e, graph))?;
+        Ok(ForkPoint {
+            resume: Resume {
+                state,
+                step,
+                next: next.next,
+                joins: next.joins,
+                last_seq: 0,
+            },
+            origin: self.origin(ForkMode::After, nodes),
+        })
     }
 }
 

@@ -136,96 +136,10 @@ pub fn task_timeline(events: &[Event]) -> TaskTimeline {
         };
         let tasks = steps.entry(e.step).or_default();
         let i = *index.entry((e.step, node, e.task)).or_insert_with(|| {
-            tasks.push(TaskSpan {
-                node: node.to_owned(),
-                task: e.task,
-                started_at: e.at,
-                duration_us: None,
-                status: TaskStatus::Running,
-                attempts: 0,
-                retries: Vec::new(),
-                llm: Vec::new(),
-                tools: Vec::new(),
-                error: None,
-            });
+            tasks.push(TaskSpan::new(node, e.task, e.at));
             tasks.len() - 1
         });
-        let t = &mut tasks[i];
-        match &e.event {
-            EventKind::NodeStarted { attempt, .. } => t.attempts = t.attempts.max(*attempt),
-            EventKind::NodeFinished { .. } => {
-                t.status = TaskStatus::Finished;
-                t.duration_us = Some(e.at.saturating_sub(t.started_at));
-            }
-            EventKind::NodeFailed { error, attempts } => {
-                t.status = TaskStatus::Failed;
-                t.attempts = t.attempts.max(*attempts);
-                t.error = Some(error.clone());
-                t.duration_us = Some(e.at.saturating_sub(t.started_at));
-            }
-            EventKind::NodeRetrying {
-                attempt,
-                error,
-                delay_ms,
-            } => t.retries.push(Retry {
-                attempt: *attempt,
-                error: error.clone(),
-                delay_ms: *delay_ms,
-            }),
-            EventKind::LlmStarted {
-                call, role, model, ..
-            } => t.llm.push(LlmCall {
-                call: *call,
-                role: role.to_string(),
-                model: model.clone(),
-                duration_us: None,
-                prompt_tokens: 0,
-                completion_tokens: 0,
-                error: None,
-            }),
-            EventKind::LlmFinished {
-                call,
-                usage,
-                duration_us,
-                ..
-            } => {
-                if let Some(c) = t.llm.iter_mut().rev().find(|c| c.call == *call) {
-                    c.duration_us = Some(*duration_us);
-                    c.prompt_tokens = usage.prompt_tokens;
-                    c.completion_tokens = usage.completion_tokens;
-                }
-            }
-            EventKind::LlmFailed { call, error, usage } => {
-                if let Some(c) = t.llm.iter_mut().rev().find(|c| c.call == *call) {
-                    c.error = Some(error.clone());
-                    c.prompt_tokens = usage.prompt_tokens;
-                    c.completion_tokens = usage.completion_tokens;
-                }
-            }
-            EventKind::ToolCallReady { call_id, tool, .. } => {
-                tool_call(t, call_id, tool);
-            }
-            EventKind::ToolResult {
-                call_id,
-                tool,
-                cached,
-                duration_us,
-                ..
-            } => {
-                let c = tool_call(t, call_id, tool);
-                c.duration_us = Some(*duration_us);
-                c.cached = *cached;
-            }
-            EventKind::ToolError {
-                call_id,
-                tool,
-                error,
-            } => {
-                tool_call(t, call_id, tool).error =
-                    Some(format!("{}: {}", error.kind, error.message));
-            }
-            _ => {}
-        }
+        apply(&mut tasks[i], e);
     }
     let steps = steps
         .into_iter()
@@ -244,6 +158,110 @@ pub fn task_timeline(events: &[Event]) -> TaskTimeline {
         steps,
         first_seq: events.first().map_or(0, |e| e.seq),
         last_seq: events.last().map_or(0, |e| e.seq),
+    }
+}
+
+impl TaskSpan {
+    /// A task seen for the first time, at `at`.
+    fn new(node: &str, task: u32, at: u64) -> Self {
+        Self {
+            node: node.to_owned(),
+            task,
+            started_at: at,
+            duration_us: None,
+            status: TaskStatus::Running,
+            attempts: 0,
+            retries: Vec::new(),
+            llm: Vec::new(),
+            tools: Vec::new(),
+            error: None,
+        }
+    }
+}
+
+/// What one of the task's events says of it: its attempts, end and retries
+/// here, its model and tool calls in [`apply_call`].
+fn apply(t: &mut TaskSpan, e: &Event) {
+    match &e.event {
+        EventKind::NodeStarted { attempt, .. } => t.attempts = t.attempts.max(*attempt),
+        EventKind::NodeFinished { .. } => {
+            t.status = TaskStatus::Finished;
+            t.duration_us = Some(e.at.saturating_sub(t.started_at));
+        }
+        EventKind::NodeFailed { error, attempts } => {
+            t.status = TaskStatus::Failed;
+            t.attempts = t.attempts.max(*attempts);
+            t.error = Some(error.clone());
+            t.duration_us = Some(e.at.saturating_sub(t.started_at));
+        }
+        EventKind::NodeRetrying {
+            attempt,
+            error,
+            delay_ms,
+        } => t.retries.push(Retry {
+            attempt: *attempt,
+            error: error.clone(),
+            delay_ms: *delay_ms,
+        }),
+        other => apply_call(t, other),
+    }
+}
+
+/// A model or tool call event of the task.
+fn apply_call(t: &mut TaskSpan, event: &EventKind) {
+    match event {
+        EventKind::LlmStarted {
+            call, role, model, ..
+        } => t.llm.push(LlmCall {
+            call: *call,
+            role: role.to_string(),
+            model: model.clone(),
+            duration_us: None,
+            prompt_tokens: 0,
+            completion_tokens: 0,
+            error: None,
+        }),
+        EventKind::LlmFinished {
+            call,
+            usage,
+            duration_us,
+            ..
+        } => {
+            if let Some(c) = t.llm.iter_mut().rev().find(|c| c.call == *call) {
+                c.duration_us = Some(*duration_us);
+                c.prompt_tokens = usage.prompt_tokens;
+                c.completion_tokens = usage.completion_tokens;
+            }
+        }
+        EventKind::LlmFailed { call, error, usage } => {
+            if let Some(c) = t.llm.iter_mut().rev().find(|c| c.call == *call) {
+                c.error = Some(error.clone());
+                c.prompt_tokens = usage.prompt_tokens;
+                c.completion_tokens = usage.completion_tokens;
+            }
+        }
+        EventKind::ToolCallReady { call_id, tool, .. } => {
+            tool_call(t, call_id, tool);
+        }
+        EventKind::ToolResult {
+            call_id,
+            tool,
+            cached,
+            duration_us,
+            ..
+        } => {
+            let c = tool_call(t, call_id, tool);
+            c.duration_us = Some(*duration_us);
+            c.cached = *cached;
+        }
+        EventKind::ToolError {
+            call_id,
+            tool,
+            error,
+        } => {
+            tool_call(t, call_id, tool).error = Some(format!("{}: {}", error.kind, error.message));
+        }
+        _ => {}
     }
 }
 
@@ -287,45 +305,35 @@ mod tests {
         }
     }
 
-    #[test]
-    fn tasks_carry_attempts_calls_tokens_and_errors() {
-        let events = vec![
-            ev(
+    /// Task `a` of step 1 retried, its model call failing, then failed;
+    /// task `b`'s tool call timed out; then the run was cancelled.
+    fn a_failing_task_and_a_cut_one() -> Vec<Event> {
+        let a = |seq, event| ev(seq, 1, Some("a"), 0, event);
+        vec![
+            a(
                 1,
-                1,
-                Some("a"),
-                0,
                 EventKind::NodeStarted {
                     attempt: 1,
                     item: None,
                 },
             ),
-            ev(
+            a(
                 2,
-                1,
-                Some("a"),
-                0,
                 EventKind::NodeRetrying {
                     attempt: 1,
                     error: "flaky".into(),
                     delay_ms: 5,
                 },
             ),
-            ev(
+            a(
                 3,
-                1,
-                Some("a"),
-                0,
                 EventKind::NodeStarted {
                     attempt: 2,
                     item: None,
                 },
             ),
-            ev(
+            a(
                 4,
-                1,
-                Some("a"),
-                0,
                 EventKind::LlmStarted {
                     call: 0,
                     role: Arc::from("chat"),
@@ -333,11 +341,8 @@ mod tests {
                     request: String::new(),
                 },
             ),
-            ev(
+            a(
                 5,
-                1,
-                Some("a"),
-                0,
                 EventKind::LlmFailed {
                     call: 0,
                     error: "boom".into(),
@@ -362,11 +367,8 @@ mod tests {
                     },
                 },
             ),
-            ev(
+            a(
                 7,
-                1,
-                Some("a"),
-                0,
                 EventKind::NodeFailed {
                     attempts: 2,
                     error: "gave up".into(),
@@ -381,7 +383,12 @@ mod tests {
                     reason: "stop".into(),
                 },
             ),
-        ];
+        ]
+    }
+
+    #[test]
+    fn tasks_carry_attempts_calls_tokens_and_errors() {
+        let events = a_failing_task_and_a_cut_one();
         let tl = task_timeline(&events);
         assert_eq!((tl.first_seq, tl.last_seq), (1, 8));
         assert_eq!(tl.steps.len(), 1);

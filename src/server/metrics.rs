@@ -222,6 +222,14 @@ impl Metrics {
     /// The exposition text.
     pub fn render(&self) -> String {
         let mut out = String::new();
+        self.render_counters(&mut out);
+        self.render_gauges(&mut out);
+        self.render_histograms(&mut out);
+        out
+    }
+
+    /// Requests, runs, tokens, tool calls and cost.
+    fn render_counters(&self, out: &mut String) {
         let counters: [(&str, &str, &Family<AtomicU64>); 4] = [
             (
                 "stategraph_http_requests_total",
@@ -264,6 +272,10 @@ impl Metrics {
             let dollars = v.load(Ordering::Relaxed) as f64 / 1e9;
             let _ = writeln!(out, "{name}{} {dollars}", label_text(&labels));
         }
+    }
+
+    /// Open streams and runs, and memory handed back.
+    fn render_gauges(&self, out: &mut String) {
         for (name, help, v) in [
             (
                 "stategraph_active_streams",
@@ -289,6 +301,10 @@ impl Metrics {
              # TYPE {name} counter\n{name} {}",
             crate::memory::requests()
         );
+    }
+
+    /// The latency histograms.
+    fn render_histograms(&self, out: &mut String) {
         let histograms: [(&str, &str, &Family<Histogram>); 5] = [
             (
                 "stategraph_first_visible_seconds",
@@ -317,32 +333,37 @@ impl Metrics {
             ),
         ];
         for (name, help, fam) in histograms {
-            let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} histogram");
-            for (labels, h) in fam.snapshot() {
-                for (b, limit) in h.buckets.iter().zip(h.limits) {
-                    let mut l = labels.clone();
-                    l.push(("le", format!("{limit}")));
-                    let _ = writeln!(
-                        out,
-                        "{name}_bucket{} {}",
-                        label_text(&l),
-                        b.load(Ordering::Relaxed)
-                    );
-                }
-                let mut l = labels.clone();
-                l.push(("le", "+Inf".into()));
-                let count = h.count.load(Ordering::Relaxed);
-                let _ = writeln!(out, "{name}_bucket{} {count}", label_text(&l));
-                let _ = writeln!(
-                    out,
-                    "{name}_sum{} {}",
-                    label_text(&labels),
-                    h.sum_micros.load(Ordering::Relaxed) as f64 / 1e6
-                );
-                let _ = writeln!(out, "{name}_count{} {count}", label_text(&labels));
-            }
+            histogram(out, name, help, fam);
         }
-        out
+    }
+}
+
+/// One histogram family in the exposition format: each label set's
+/// buckets, sum and count.
+fn histogram(out: &mut String, name: &str, help: &str, fam: &Family<Histogram>) {
+    let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} histogram");
+    for (labels, h) in fam.snapshot() {
+        for (b, limit) in h.buckets.iter().zip(h.limits) {
+            let mut l = labels.clone();
+            l.push(("le", format!("{limit}")));
+            let _ = writeln!(
+                out,
+                "{name}_bucket{} {}",
+                label_text(&l),
+                b.load(Ordering::Relaxed)
+            );
+        }
+        let mut l = labels.clone();
+        l.push(("le", "+Inf".into()));
+        let count = h.count.load(Ordering::Relaxed);
+        let _ = writeln!(out, "{name}_bucket{} {count}", label_text(&l));
+        let _ = writeln!(
+            out,
+            "{name}_sum{} {}",
+            label_text(&labels),
+            h.sum_micros.load(Ordering::Relaxed) as f64 / 1e6
+        );
+        let _ = writeln!(out, "{name}_count{} {count}", label_text(&labels));
     }
 }
 

@@ -13,6 +13,7 @@ use serde_json::{Value, json};
 
 use super::AppState;
 use super::auth::User;
+use crate::nodes::GraphCatalog;
 use crate::tools::ToolRegistry;
 use crate::tools::mcp::Missing;
 
@@ -61,33 +62,8 @@ pub(super) async fn health(
     _user: User,
 ) -> (StatusCode, Json<Value>) {
     let tools = &state.services.tools;
-    let cat = state.graphs.catalog();
-    let mut by_name: BTreeMap<String, Vec<String>> = BTreeMap::new();
-    let mut external: BTreeMap<String, Vec<String>> = BTreeMap::new();
-    // Graphs that need a name (do not list it in `optional_tools`).
-    let mut required: BTreeMap<String, Vec<String>> = BTreeMap::new();
-    for g in cat.graphs.values() {
-        let optional = |name: &str| g.optional_tools.iter().any(|o| o == name);
-        for (node, name) in g.tool_refs() {
-            if !optional(&name) {
-                let users = required.entry(name.clone()).or_default();
-                if !users.contains(&g.id.to_string()) {
-                    users.push(g.id.to_string());
-                }
-            }
-            by_name
-                .entry(name)
-                .or_default()
-                .push(format!("{}.{node}", g.id));
-        }
-        for name in &g.external_tools {
-            external
-                .entry(name.clone())
-                .or_default()
-                .push(g.id.to_string());
-        }
-    }
-    let names: Vec<String> = by_name.keys().cloned().collect();
+    let refs = Refs::of(&state.graphs.catalog());
+    let names: Vec<String> = refs.by_name.keys().cloned().collect();
     let (missing, servers_down, servers) = match &state.mcp {
         Some(m) => {
             let h = m.health(&names);
@@ -95,52 +71,24 @@ pub(super) async fn health(
         }
         None => (registry_missing(tools, &names), Vec::new(), Vec::new()),
     };
-    let referenced: Vec<Value> = by_name
+    let referenced: Vec<Value> = refs
+        .by_name
         .iter()
         .map(|(name, users)| {
             json!({
                 "name": name,
                 "usedBy": users,
                 "provides": tools.expand(std::slice::from_ref(name)),
-                "optional": !required.contains_key(name),
+                "optional": !refs.required.contains_key(name),
             })
         })
         .collect();
     let mut down = false;
     let missing: Vec<Value> = missing
         .into_iter()
-        .map(|m| {
-            let users = by_name.get(&m.name).cloned().unwrap_or_default();
-            let optional = !required.contains_key(&m.name);
-            let configured = m.server.is_some();
-            down |= !optional && configured;
-            let reason = match (external.get(&m.name), &m.server) {
-                // Declared by the graph file, expected from a server that is
-                // not configured here.
-                (Some(graphs), None) => format!(
-                    "declared in `external_tools` of {} and provided by no configured server: add an MCP server with partition = \"{}\" (or tools of that name)",
-                    graphs.join(", "),
-                    m.name
-                ),
-                _ => m.reason,
-            };
-            json!({"name": m.name, "kind": m.kind, "server": m.server, "reason": reason,
-                "usedBy": users, "optional": optional, "configured": configured,
-                "requiredBy": required.get(&m.name).cloned().unwrap_or_default()})
-        })
+        .map(|m| refs.missing(m, &mut down))
         .collect();
-    // Each tool's schema against what dispatch accepts.
-    let dispatch: Vec<Value> = tools
-        .dispatch_problems()
-        .into_iter()
-        .map(|(tool, problem)| {
-            let needed = tools.spec(&tool).is_some_and(|s| {
-                required.contains_key(&tool) || required.contains_key(&s.partition)
-            });
-            down |= needed && tools.spec(&tool).is_some();
-            json!({"tool": tool, "problem": problem, "requiredByAGraph": needed})
-        })
-        .collect();
+    let dispatch = refs.dispatch(tools, &mut down);
     let ok = missing.is_empty() && dispatch.is_empty();
     let (status, word) = match (ok, down) {
         (true, _) => (StatusCode::OK, "healthy"),
@@ -159,6 +107,86 @@ pub(super) async fn health(
             "servers": servers,
         })),
     )
+}
+
+/// The tool names the served graphs reference.
+struct Refs {
+    /// Name → the `graph.node`s that use it.
+    by_name: BTreeMap<String, Vec<String>>,
+    /// Name → the graphs that declare it in `external_tools`.
+    external: BTreeMap<String, Vec<String>>,
+    /// Name → the graphs that need it (do not list it in `optional_tools`).
+    required: BTreeMap<String, Vec<String>>,
+}
+
+impl Refs {
+    fn of(cat: &GraphCatalog) -> Self {
+        let mut refs = Self {
+            by_name: BTreeMap::new(),
+            external: BTreeMap::new(),
+            required: BTreeMap::new(),
+        };
+        for g in cat.graphs.values() {
+            let optional = |name: &str| g.optional_tools.iter().any(|o| o == name);
+            for (node, name) in g.tool_refs() {
+                if !optional(&name) {
+                    let users = refs.required.entry(name.clone()).or_default();
+                    if !users.contains(&g.id.to_string()) {
+                        users.push(g.id.to_string());
+                    }
+                }
+                refs.by_name
+                    .entry(name)
+                    .or_default()
+                    .push(format!("{}.{node}", g.id));
+            }
+            for name in &g.external_tools {
+                refs.external
+                    .entry(name.clone())
+                    .or_default()
+                    .push(g.id.to_string());
+            }
+        }
+        refs
+    }
+
+    /// A missing name as reported, and whether it takes the server `down`
+    /// (required by a graph and expected from a configured server).
+    fn missing(&self, m: Missing, down: &mut bool) -> Value {
+        let users = self.by_name.get(&m.name).cloned().unwrap_or_default();
+        let optional = !self.required.contains_key(&m.name);
+        let configured = m.server.is_some();
+        *down |= !optional && configured;
+        let reason = match (self.external.get(&m.name), &m.server) {
+            // Declared by the graph file, expected from a server that is
+            // not configured here.
+            (Some(graphs), None) => format!(
+                "declared in `external_tools` of {} and provided by no configured server: add an MCP server with partition = \"{}\" (or tools of that name)",
+                graphs.join(", "),
+                m.name
+            ),
+            _ => m.reason,
+        };
+        json!({"name": m.name, "kind": m.kind, "server": m.server, "reason": reason,
+            "usedBy": users, "optional": optional, "configured": configured,
+            "requiredBy": self.required.get(&m.name).cloned().unwrap_or_default()})
+    }
+
+    /// Each tool's schema against what dispatch accepts; a problem of a
+    /// tool a graph requires takes the server `down`.
+    fn dispatch(&self, tools: &ToolRegistry, down: &mut bool) -> Vec<Value> {
+        tools
+            .dispatch_problems()
+            .into_iter()
+            .map(|(tool, problem)| {
+                let needed = tools.spec(&tool).is_some_and(|s| {
+                    self.required.contains_key(&tool) || self.required.contains_key(&s.partition)
+                });
+                *down |= needed && tools.spec(&tool).is_some();
+                json!({"tool": tool, "problem": problem, "requiredByAGraph": needed})
+            })
+            .collect()
+    }
 }
 
 /// Without MCP servers: the names the registry cannot expand.

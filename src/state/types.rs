@@ -339,26 +339,13 @@ impl TypeSpec {
                 {
                     return Err(fail(path, format!("a list of at most {max} items")));
                 }
-                for (i, item) in list.iter().enumerate() {
-                    let len = path.len();
-                    path.push_str(&format!("/{i}"));
-                    items.check_at(item, path)?;
-                    path.truncate(len);
-                }
-                Ok(())
+                check_items(items, list, path)
             }
             TypeKind::Messages => {
                 let Value::Array(list) = value else {
                     return Err(fail(path, self.describe()));
                 };
-                let item = message_type();
-                for (i, m) in list.iter().enumerate() {
-                    let len = path.len();
-                    path.push_str(&format!("/{i}"));
-                    item.check_at(m, path)?;
-                    path.truncate(len);
-                }
-                Ok(())
+                check_items(&message_type(), list, path)
             }
             TypeKind::Object {
                 properties,
@@ -368,33 +355,7 @@ impl TypeSpec {
                 let Value::Object(map) = value else {
                     return Err(fail(path, self.describe()));
                 };
-                for name in required {
-                    if !map.contains_key(name) {
-                        return Err(Mismatch {
-                            path: format!("{path}/{name}"),
-                            expected: "a value (required)".into(),
-                            got: "nothing".into(),
-                        });
-                    }
-                }
-                for (key, v) in map {
-                    let len = path.len();
-                    path.push('/');
-                    path.push_str(key);
-                    match properties.iter().find(|(k, _)| k == key) {
-                        Some((_, ty)) => ty.check_at(v, path)?,
-                        None if *additional => {}
-                        None => {
-                            return Err(Mismatch {
-                                path: path.clone(),
-                                expected: "no such property".into(),
-                                got: describe_value(v),
-                            });
-                        }
-                    }
-                    path.truncate(len);
-                }
-                Ok(())
+                check_object(map, properties, required, *additional, path)
             }
         }
     }
@@ -564,6 +525,55 @@ fn from_schema(schema: &Value, at: &str) -> Result<TypeSpec, String> {
         other => return Err(format!("{at}/type: unknown type `{other}`")),
     };
     Ok(TypeSpec { kind, nullable })
+}
+
+/// Each item of a list against `item`, at `path/i`.
+fn check_items(item: &TypeSpec, list: &[Value], path: &mut String) -> Result<(), Mismatch> {
+    for (i, v) in list.iter().enumerate() {
+        let len = path.len();
+        path.push_str(&format!("/{i}"));
+        item.check_at(v, path)?;
+        path.truncate(len);
+    }
+    Ok(())
+}
+
+/// An object's required properties, then each property against its type
+/// (one not declared only when `additional`).
+fn check_object(
+    map: &Map<String, Value>,
+    properties: &[(String, TypeSpec)],
+    required: &[String],
+    additional: bool,
+    path: &mut String,
+) -> Result<(), Mismatch> {
+    for name in required {
+        if !map.contains_key(name) {
+            return Err(Mismatch {
+                path: format!("{path}/{name}"),
+                expected: "a value (required)".into(),
+                got: "nothing".into(),
+            });
+        }
+    }
+    for (key, v) in map {
+        let len = path.len();
+        path.push('/');
+        path.push_str(key);
+        match properties.iter().find(|(k, _)| k == key) {
+            Some((_, ty)) => ty.check_at(v, path)?,
+            None if additional => {}
+            None => {
+                return Err(Mismatch {
+                    path: path.clone(),
+                    expected: "no such property".into(),
+                    got: describe_value(v),
+                });
+            }
+        }
+        path.truncate(len);
+    }
+    Ok(())
 }
 
 fn check_bounds(n: f64, minimum: Option<f64>, maximum: Option<f64>) -> Result<(), String> {

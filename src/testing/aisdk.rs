@@ -7,6 +7,8 @@
 //! integration test runs the AI SDK's own parser over the same streams and
 //! requires the same verdicts.
 
+use std::collections::{HashMap, HashSet};
+
 use serde_json::Value;
 
 /// What the check found.
@@ -180,48 +182,81 @@ fn schema(c: &Value) -> Result<(), String> {
 
 /// The order rules (`rules.mjs` `checkChunks`).
 fn order(chunks: &[Value], r: &mut StreamReport) {
-    use std::collections::{HashMap, HashSet};
-    let (mut text, mut reasoning) = (HashSet::<String>::new(), HashSet::<String>::new());
-    let mut tools: HashMap<String, &'static str> = HashMap::new();
-    let (mut step, mut finished, mut aborted, mut failed, mut starts) =
-        (false, false, false, false, 0);
-    let mut unclosed: Vec<String> = Vec::new();
+    let mut o = Order::default();
     for (i, c) in chunks.iter().enumerate() {
+        o.chunk(i, c, r);
+    }
+    o.end(r);
+}
+
+/// What the order rules track while they walk the chunks.
+#[derive(Default)]
+struct Order {
+    /// Open text parts.
+    text: HashSet<String>,
+    /// Open reasoning parts.
+    reasoning: HashSet<String>,
+    /// Tool calls by id: `streaming`, `input`, `approval` or `output`.
+    tools: HashMap<String, &'static str>,
+    step: bool,
+    finished: bool,
+    aborted: bool,
+    failed: bool,
+    starts: u32,
+    /// What was left open, an error or (after `error`/`abort`) a warning.
+    unclosed: Vec<String>,
+}
+
+impl Order {
+    /// Chunk `i`.
+    fn chunk(&mut self, i: usize, c: &Value, r: &mut StreamReport) {
         let t = c["type"].as_str().unwrap_or("");
         let at = format!("chunk {i} ({t})");
         let id = c["id"].as_str().unwrap_or("").to_owned();
         let call = c["toolCallId"].as_str().unwrap_or("").to_owned();
-        if finished {
+        if self.finished {
             r.errors.push(format!("{at} comes after `finish`"));
         }
-        let parts = if t.starts_with("text") {
-            &mut text
-        } else {
-            &mut reasoning
-        };
         match t {
             "start" => {
-                starts += 1;
-                if starts > 1 {
+                self.starts += 1;
+                if self.starts > 1 {
                     r.warnings.push(format!("{at}: a second `start`"));
                 }
             }
             "start-step" => {
-                if step {
+                if self.step {
                     r.errors
                         .push(format!("{at}: the previous step is not finished"));
                 }
-                step = true;
+                self.step = true;
             }
             "finish-step" => {
-                if !step {
+                if !self.step {
                     r.errors.push(format!("{at}: no step is open"));
                 }
-                for id in text.drain().chain(reasoning.drain()) {
-                    unclosed.push(format!("{at}: part `{id}` is still open"));
+                for id in self.text.drain().chain(self.reasoning.drain()) {
+                    self.unclosed
+                        .push(format!("{at}: part `{id}` is still open"));
                 }
-                step = false;
+                self.step = false;
             }
+            "finish" => self.finished = true,
+            "abort" => self.aborted = true,
+            "error" => self.failed = true,
+            t if t.starts_with("tool-") => self.tool(t, &at, call, r),
+            t => self.part(t, &at, id, r),
+        }
+    }
+
+    /// A text or reasoning chunk.
+    fn part(&mut self, t: &str, at: &str, id: String, r: &mut StreamReport) {
+        let parts = if t.starts_with("text") {
+            &mut self.text
+        } else {
+            &mut self.reasoning
+        };
+        match t {
             "text-start" | "reasoning-start" if !parts.insert(id.clone()) => {
                 r.warnings.push(format!("{at}: `{id}` started twice"));
             }
@@ -231,6 +266,14 @@ fn order(chunks: &[Value], r: &mut StreamReport) {
             "text-end" | "reasoning-end" if !parts.remove(&id) => {
                 r.errors.push(format!("{at}: `{id}` is not open"));
             }
+            _ => {}
+        }
+    }
+
+    /// A tool chunk of call `call`.
+    fn tool(&mut self, t: &str, at: &str, call: String, r: &mut StreamReport) {
+        let tools = &mut self.tools;
+        match t {
             "tool-input-start" if tools.insert(call.clone(), "streaming").is_some() => {
                 r.warnings.push(format!("{at}: tool call `{call}` reused"));
             }
@@ -259,42 +302,44 @@ fn order(chunks: &[Value], r: &mut StreamReport) {
                 }
                 tools.insert(call, "output");
             }
-            "finish" => finished = true,
-            "abort" => aborted = true,
-            "error" => failed = true,
             _ => {}
         }
     }
-    if starts == 0 {
-        r.warnings
-            .push("no `start` chunk: useChat keeps its own message id".into());
-    }
-    if !finished && !aborted {
-        r.errors.push("neither `finish` nor `abort`".into());
-    }
-    if step {
-        unclosed.push("the last step is not finished".into());
-    }
-    unclosed.extend(
-        text.iter()
-            .chain(&reasoning)
-            .map(|id| format!("part `{id}` never ends")),
-    );
-    unclosed.extend(
-        tools
-            .iter()
-            .filter(|(_, s)| **s == "streaming")
-            .map(|(id, _)| format!("tool call `{id}` never gets its input")),
-    );
-    // After `error` or `abort` the SDK itself leaves parts open.
-    if failed || aborted {
-        r.warnings.extend(
-            unclosed
-                .into_iter()
-                .map(|m| format!("{m} (after error/abort)")),
+
+    /// After the last chunk: how the stream ended and what it left open.
+    fn end(mut self, r: &mut StreamReport) {
+        if self.starts == 0 {
+            r.warnings
+                .push("no `start` chunk: useChat keeps its own message id".into());
+        }
+        if !self.finished && !self.aborted {
+            r.errors.push("neither `finish` nor `abort`".into());
+        }
+        if self.step {
+            self.unclosed.push("the last step is not finished".into());
+        }
+        self.unclosed.extend(
+            self.text
+                .iter()
+                .chain(&self.reasoning)
+                .map(|id| format!("part `{id}` never ends")),
         );
-    } else {
-        r.errors.extend(unclosed);
+        self.unclosed.extend(
+            self.tools
+                .iter()
+                .filter(|(_, s)| **s == "streaming")
+                .map(|(id, _)| format!("tool call `{id}` never gets its input")),
+        );
+        // After `error` or `abort` the SDK itself leaves parts open.
+        if self.failed || self.aborted {
+            r.warnings.extend(
+                self.unclosed
+                    .into_iter()
+                    .map(|m| format!("{m} (after error/abort)")),
+            );
+        } else {
+            r.errors.extend(self.unclosed);
+        }
     }
 }
 

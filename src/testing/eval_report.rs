@@ -90,111 +90,131 @@ pub fn summary(evals: &[RunEval]) -> Summary {
 pub fn text(evals: &[RunEval], elapsed: Duration, verbose: bool) -> String {
     let mut out = String::new();
     for e in evals {
-        if !e.compared {
-            // An input from a file without a baseline: what it did now.
-            let name = e.chat.as_deref().unwrap_or_default();
-            match (&e.after, &e.error) {
-                (Some(a), _) => {
-                    let _ = writeln!(
-                        out,
-                        "RAN {name} (graph {}): {} [{}] {}{}",
-                        e.graph,
-                        a.path.join(" → "),
-                        a.routes.join(", "),
-                        a.status,
-                        a.error
-                            .as_deref()
-                            .map(|x| format!(" ({})", one_line(x, 120)))
-                            .unwrap_or_default()
-                    );
-                    let _ = writeln!(out, "  answer: {}", one_line(&a.answer, 160));
-                    judged(&mut out, e);
-                }
-                (None, err) => {
-                    let _ = writeln!(
-                        out,
-                        "RAN {name} (graph {}): could not run: {}",
-                        e.graph,
-                        err.as_deref().unwrap_or("?")
-                    );
-                }
-            }
-            continue;
-        }
-        let judged_fail = e.judged.iter().any(|j| j.failed());
-        if !e.changes.any() && !judged_fail && !verbose {
-            continue;
-        }
-        let label = match &e.chat {
-            Some(c) => format!("chat {c} · run {}", e.run),
-            None => format!("run {}", e.run),
-        };
-        let what = if e.changes.any() {
-            format!("CHANGED ({})", e.changes.names().join(", "))
+        if e.compared {
+            compared_run(&mut out, e, verbose);
         } else {
-            "same".to_owned()
-        };
-        let _ = writeln!(out, "{what} {label} (graph {})", e.graph);
-        if !e.input.is_empty() {
-            let _ = writeln!(out, "  user: {}", one_line(&e.input, 100));
+            uncompared_run(&mut out, e);
         }
-        if let Some(err) = &e.error {
-            let _ = writeln!(out, "  could not run: {err}");
-            continue;
-        }
-        let Some(a) = &e.after else { continue };
-        let b = &e.before;
-        if e.changes.route {
+    }
+    summary_text(&mut out, &summary(evals), elapsed);
+    out
+}
+
+/// An input from a file without a baseline: what it did now.
+fn uncompared_run(out: &mut String, e: &RunEval) {
+    let name = e.chat.as_deref().unwrap_or_default();
+    match (&e.after, &e.error) {
+        (Some(a), _) => {
             let _ = writeln!(
                 out,
-                "  route:  {}  →  {}",
-                b.routes.join(", "),
-                a.routes.join(", ")
-            );
-        }
-        if e.changes.nodes {
-            let _ = writeln!(out, "  before: {}", b.path.join(" → "));
-            let _ = writeln!(out, "  now:    {}", a.path.join(" → "));
-        }
-        if e.changes.status {
-            let _ = writeln!(
-                out,
-                "  status: {} → {}{}",
-                b.status,
+                "RAN {name} (graph {}): {} [{}] {}{}",
+                e.graph,
+                a.path.join(" → "),
+                a.routes.join(", "),
                 a.status,
                 a.error
                     .as_deref()
-                    .map(|e| format!(" ({})", one_line(e, 120)))
+                    .map(|x| format!(" ({})", one_line(x, 120)))
                     .unwrap_or_default()
             );
+            let _ = writeln!(out, "  answer: {}", one_line(&a.answer, 160));
+            judged(out, e);
         }
-        if e.changes.tool_calls {
-            let _ = writeln!(out, "  tool calls before: {}", calls(b));
-            let _ = writeln!(out, "  tool calls now:    {}", calls(a));
+        (None, err) => {
+            let _ = writeln!(
+                out,
+                "RAN {name} (graph {}): could not run: {}",
+                e.graph,
+                err.as_deref().unwrap_or("?")
+            );
         }
-        if let Some(d) = &e.answer_diff {
-            let _ = writeln!(out, "  answer (- before, + now):");
-            for l in d.lines().take(40) {
-                let _ = writeln!(out, "    {l}");
-            }
-        }
-        judged(&mut out, e);
+    }
+}
+
+/// A stored run compared with its run now: what changed (everything with
+/// `verbose`), the judged criteria, and the costs side by side.
+fn compared_run(out: &mut String, e: &RunEval, verbose: bool) {
+    let judged_fail = e.judged.iter().any(|j| j.failed());
+    if !e.changes.any() && !judged_fail && !verbose {
+        return;
+    }
+    let label = match &e.chat {
+        Some(c) => format!("chat {c} · run {}", e.run),
+        None => format!("run {}", e.run),
+    };
+    let what = if e.changes.any() {
+        format!("CHANGED ({})", e.changes.names().join(", "))
+    } else {
+        "same".to_owned()
+    };
+    let _ = writeln!(out, "{what} {label} (graph {})", e.graph);
+    if !e.input.is_empty() {
+        let _ = writeln!(out, "  user: {}", one_line(&e.input, 100));
+    }
+    if let Some(err) = &e.error {
+        let _ = writeln!(out, "  could not run: {err}");
+        return;
+    }
+    let Some(a) = &e.after else { return };
+    changes(out, e, &e.before, a);
+    judged(out, e);
+    let b = &e.before;
+    let _ = writeln!(
+        out,
+        "  tokens {} → {} · cost ${:.4} → ${:.4} · latency {:.0} ms → {:.0} ms · model calls {} recorded, {} live",
+        b.tokens,
+        a.tokens,
+        b.cost_usd,
+        a.cost_usd,
+        b.latency_ms,
+        a.latency_ms,
+        e.recorded_calls,
+        e.live_calls
+    );
+}
+
+/// Each change of a compared run, before and now.
+fn changes(out: &mut String, e: &RunEval, b: &Side, a: &Side) {
+    if e.changes.route {
         let _ = writeln!(
             out,
-            "  tokens {} → {} · cost ${:.4} → ${:.4} · latency {:.0} ms → {:.0} ms · model calls {} recorded, {} live",
-            b.tokens,
-            a.tokens,
-            b.cost_usd,
-            a.cost_usd,
-            b.latency_ms,
-            a.latency_ms,
-            e.recorded_calls,
-            e.live_calls
+            "  route:  {}  →  {}",
+            b.routes.join(", "),
+            a.routes.join(", ")
         );
     }
-    let s = summary(evals);
+    if e.changes.nodes {
+        let _ = writeln!(out, "  before: {}", b.path.join(" → "));
+        let _ = writeln!(out, "  now:    {}", a.path.join(" → "));
+    }
+    if e.changes.status {
+        let _ = writeln!(
+            out,
+            "  status: {} → {}{}",
+            b.status,
+            a.status,
+            a.error
+                .as_deref()
+                .map(|e| format!(" ({})", one_line(e, 120)))
+                .unwrap_or_default()
+        );
+    }
+    if e.changes.tool_calls {
+        let _ = writeln!(out, "  tool calls before: {}", calls(b));
+        let _ = writeln!(out, "  tool calls now:    {}", calls(a));
+    }
+    if let Some(d) = &e.answer_diff {
+        let _ = writeln!(out, "  answer (- before, + now):");
+        for l in d.lines().take(40) {
+            let _ = writeln!(out, "    {l}");
+        }
+    }
+}
+
+/// The summary table that ends the report.
+fn summary_text(out: &mut String, s: &Summary, elapsed: Duration) {
     let _ = writeln!(out);
-    let _ = writeln!(out, "{}", headline(&s));
+    let _ = writeln!(out, "{}", headline(s));
     let _ = writeln!(out, "  {:<28} {:>6}", "runs (chat turns)", s.runs);
     let _ = writeln!(out, "  {:<28} {:>6}", "chats", s.chats);
     for (k, v) in [
@@ -234,7 +254,6 @@ pub fn text(evals: &[RunEval], elapsed: Duration, verbose: bool) -> String {
         );
     }
     let _ = writeln!(out, "({} runs in {} ms)", s.runs, elapsed.as_millis());
-    out
 }
 
 /// A run's judged criteria: each verdict with its reason.

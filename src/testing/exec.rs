@@ -159,36 +159,14 @@ pub async fn run_case(env: &Env, file: &TestFile, case: &Case) -> CaseResult {
         result.failures.extend(check(i, &turn.expect, &obs));
         if !turn.expect.judge.is_empty() {
             let question = last_user_text(&chat.history);
-            let judged = judge_turn(
-                env.judge.as_ref(),
-                i,
-                &turn.expect.judge,
-                &question,
-                &obs.answer,
-            )
-            .await;
-            for j in judged.iter().filter(|j| j.failed()) {
-                let loc = Loc {
-                    line: j.line,
-                    column: j.column,
-                };
-                let message = if j.verdict == "fail" {
-                    format!(
-                        "the judge ({}) says the answer does not meet “{}”: {}",
-                        j.judge, j.criterion, j.reason
-                    )
-                } else {
-                    format!("“{}” could not be judged: {}", j.criterion, j.reason)
-                };
-                result.failures.push(Failure::at("judge", i, loc, message));
-            }
-            result.judged.extend(judged);
+            judge(env, i, turn, &question, &obs.answer, &mut result).await;
         }
-        for miss in std::mem::take(
+        let misses = std::mem::take(
             &mut *notes
                 .lock()
                 .unwrap_or_else(std::sync::PoisonError::into_inner),
-        ) {
+        );
+        for miss in misses {
             result
                 .failures
                 .push(Failure::at("script", i, turn.loc, miss.message));
@@ -215,6 +193,34 @@ pub async fn run_case(env: &Env, file: &TestFile, case: &Case) -> CaseResult {
     }
     result.duration = started.elapsed();
     result
+}
+
+/// The turn's judged criteria, each failed one a failure of the case.
+async fn judge(
+    env: &Env,
+    i: usize,
+    turn: &TurnSpec,
+    question: &str,
+    answer: &str,
+    result: &mut CaseResult,
+) {
+    let judged = judge_turn(env.judge.as_ref(), i, &turn.expect.judge, question, answer).await;
+    for j in judged.iter().filter(|j| j.failed()) {
+        let loc = Loc {
+            line: j.line,
+            column: j.column,
+        };
+        let message = if j.verdict == "fail" {
+            format!(
+                "the judge ({}) says the answer does not meet “{}”: {}",
+                j.judge, j.criterion, j.reason
+            )
+        } else {
+            format!("“{}” could not be judged: {}", j.criterion, j.reason)
+        };
+        result.failures.push(Failure::at("judge", i, loc, message));
+    }
+    result.judged.extend(judged);
 }
 
 /// One turn: its input (or answers), the run, what it did.
@@ -258,22 +264,7 @@ async fn one_turn(
                     .to_owned()
             })?;
             let answers = answers_for(graph, &paused, &answers.value)?;
-            let batches = paused.checkpoints.batches(paused.run_id);
-            let last = batches.last().ok_or("the paused run has no checkpoint")?;
-            let from = Resume {
-                state: runtime::rebuild_state(&batches, &graph.state, last.step)
-                    .map_err(|e| e.to_string())?,
-                step: last.step,
-                next: last.next.clone(),
-                joins: last.joins.clone(),
-                last_seq: paused.events.last().map_or(0, |e| e.seq),
-            };
-            let logged: Vec<Event> = paused
-                .events
-                .iter()
-                .filter(|e| e.step > from.step && e.node.is_some())
-                .cloned()
-                .collect();
+            let (from, logged) = resume_point(graph, &paused)?;
             services.playback = Some(Arc::new(Chain {
                 recorded: Recording::from_events(&logged),
                 script: script.clone(),
@@ -292,37 +283,11 @@ async fn one_turn(
             )
         }
     };
-    let collect = async {
-        let mut out = Vec::new();
-        while let Some(ev) = rx.recv().await {
-            out.push(ev);
-        }
-        out
-    };
-    let (outcome, fresh) =
-        match tokio::time::timeout(env.turn_timeout, async { tokio::join!(run, collect) }).await {
-            Ok(r) => r,
-            Err(_) => {
-                return Err(format!(
-                    "turn {} did not finish within {:?}",
-                    index + 1,
-                    env.turn_timeout
-                ));
-            }
-        };
+    let (outcome, fresh) = wait(run, &mut rx, env.turn_timeout, index).await?;
     let run_id = fresh.first().map_or(Uuid::nil(), |e| e.run_id);
     history.extend(fresh.iter().map(|e| (**e).clone()));
     let sse = crate::sse::render(bridge, &history, after_seq);
-    let (end, interrupts) = match &outcome {
-        Ok(_) => ((Status::Completed, None), Vec::new()),
-        Err(RunError::Interrupted(list)) => (
-            (Status::Interrupted, None),
-            list.iter()
-                .filter_map(|i| serde_json::to_value(i).ok())
-                .collect(),
-        ),
-        Err(e) => ((Status::Failed, Some(e.to_string())), Vec::new()),
-    };
+    let (end, interrupts) = ending(&outcome);
     let batches = checkpoints.batches(run_id);
     let own: Vec<&Event> = history.iter().filter(|e| e.seq > after_seq).collect();
     let obs = observe(graph, &own, &batches, sse, end, interrupts);
@@ -338,6 +303,63 @@ async fn one_turn(
         chat.answer.clone_from(&obs.answer);
     }
     Ok(obs)
+}
+
+/// Where a paused run continues: the state after its last checkpoint, and
+/// the events it logged past that step (played back, not repeated).
+fn resume_point(graph: &Graph, paused: &Paused) -> Result<(Resume, Vec<Event>), String> {
+    let batches = paused.checkpoints.batches(paused.run_id);
+    let last = batches.last().ok_or("the paused run has no checkpoint")?;
+    let from = Resume {
+        state: runtime::rebuild_state(&batches, &graph.state, last.step)
+            .map_err(|e| e.to_string())?,
+        step: last.step,
+        next: last.next.clone(),
+        joins: last.joins.clone(),
+        last_seq: paused.events.last().map_or(0, |e| e.seq),
+    };
+    let logged: Vec<Event> = paused
+        .events
+        .iter()
+        .filter(|e| e.step > from.step && e.node.is_some())
+        .cloned()
+        .collect();
+    Ok((from, logged))
+}
+
+/// Runs the turn's `run` to its end, collecting its events, within the
+/// turn's time limit.
+async fn wait<T>(
+    run: impl std::future::Future<Output = T>,
+    rx: &mut mpsc::Receiver<Arc<Event>>,
+    limit: Duration,
+    index: usize,
+) -> Result<(T, Vec<Arc<Event>>), String> {
+    let collect = async {
+        let mut out = Vec::new();
+        while let Some(ev) = rx.recv().await {
+            out.push(ev);
+        }
+        out
+    };
+    tokio::time::timeout(limit, async { tokio::join!(run, collect) })
+        .await
+        .map_err(|_| format!("turn {} did not finish within {limit:?}", index + 1))
+}
+
+/// How a run ended: its status (with the error) and the interrupts it
+/// paused at.
+fn ending<T>(outcome: &Result<T, RunError>) -> ((Status, Option<String>), Vec<Value>) {
+    match outcome {
+        Ok(_) => ((Status::Completed, None), Vec::new()),
+        Err(RunError::Interrupted(list)) => (
+            (Status::Interrupted, None),
+            list.iter()
+                .filter_map(|i| serde_json::to_value(i).ok())
+                .collect(),
+        ),
+        Err(e) => ((Status::Failed, Some(e.to_string())), Vec::new()),
+    }
 }
 
 /// The newest user message's text: the question a judge is shown.

@@ -233,87 +233,17 @@ impl<'a> WireRequest<'a> {
             .iter()
             .map(|t| WireTool::offered(t, rules.strict_tools))
             .collect();
-        let (mut response_format, mut tool_choice) = (None, None);
-        if let Some(f) = &request.response_format {
-            let (schema, strict) = sendable_schema(f);
-            match rules.structured {
-                Structured::JsonSchema => {
-                    response_format = Some(ResponseFormat::JsonSchema {
-                        json_schema: JsonSchema {
-                            name: &f.name,
-                            schema,
-                            strict,
-                        },
-                    });
-                }
-                Structured::JsonObject => {
-                    response_format = Some(ResponseFormat::JsonObject);
-                    messages.insert(0, WireMessage::Instructions {
-                        content: format!(
-                            "Answer with one JSON object matching this JSON Schema, and nothing else:\n{}",
-                            f.schema
-                        ),
-                    });
-                }
-                Structured::Tool => {
-                    tools.push(WireTool {
-                        r#type: "function",
-                        function: WireFunction {
-                            name: &f.name,
-                            description: "Give the answer (the arguments are the answer).",
-                            parameters: Cow::Borrowed(schema),
-                            strict: Some(strict),
-                        },
-                    });
-                    tool_choice = Some(serde_json::json!(
-                        {"type": "function", "function": {"name": f.name}}
-                    ));
-                }
-            }
-        }
-        let mut changes = Vec::new();
+        let (response_format, tool_choice) =
+            request.response_format.as_ref().map_or((None, None), |f| {
+                structured_output(f, rules.structured, &mut messages, &mut tools)
+            });
         let reasoning = rules.family == Family::Reasoning;
         let effort = request
             .reasoning_effort
             .as_deref()
             .or(rules.reasoning_effort.as_deref());
-        let (max_tokens, max_completion_tokens) = if reasoning {
-            let with_budget = request
-                .max_tokens
-                .map(|m| m.saturating_add(rules.reasoning_budget));
-            if request.max_tokens.is_some() {
-                changes.push(format!(
-                    "`max_tokens` sent as `max_completion_tokens` (+{} for reasoning)",
-                    rules.reasoning_budget
-                ));
-            }
-            (None, with_budget)
-        } else {
-            (request.max_tokens, None)
-        };
-        let mut dropped: Vec<&str> = Vec::new();
-        if reasoning {
-            if request.temperature.is_some() {
-                dropped.push("temperature");
-            }
-            if !request.stop.is_empty() {
-                dropped.push("stop");
-            }
-            for k in extra.into_iter().flat_map(|e| e.keys()) {
-                if REASONING_REFUSES.contains(&k.as_str()) && !dropped.contains(&k.as_str()) {
-                    dropped.push(k);
-                }
-            }
-        } else if effort.is_some() {
-            dropped.push("reasoning_effort");
-        }
-        if !dropped.is_empty() {
-            changes.push(format!(
-                "left out what a {} model refuses: {}",
-                rules.family.as_str(),
-                dropped.join(", ")
-            ));
-        }
+        let (max_tokens, max_completion_tokens, changes) =
+            family_rules(request, extra, rules, effort.is_some());
         let request_wins = Extra {
             fields: extra,
             temperature: request.temperature.is_some(),
@@ -344,6 +274,101 @@ impl<'a> WireRequest<'a> {
         };
         (body, changes)
     }
+}
+
+/// How a response format goes on the wire under the model's `structured`
+/// mode: a `response_format`, an instruction plus `json_object`, or a tool
+/// the model must call (with its `tool_choice`).
+fn structured_output<'a>(
+    f: &'a JsonSchemaFormat,
+    structured: Structured,
+    messages: &mut Vec<WireMessage<'a>>,
+    tools: &mut Vec<WireTool<'a>>,
+) -> (Option<ResponseFormat<'a>>, Option<Value>) {
+    let (schema, strict) = sendable_schema(f);
+    match structured {
+        Structured::JsonSchema => {
+            let json_schema = JsonSchema {
+                name: &f.name,
+                schema,
+                strict,
+            };
+            (Some(ResponseFormat::JsonSchema { json_schema }), None)
+        }
+        Structured::JsonObject => {
+            messages.insert(0, WireMessage::Instructions {
+                content: format!(
+                    "Answer with one JSON object matching this JSON Schema, and nothing else:\n{}",
+                    f.schema
+                ),
+            });
+            (Some(ResponseFormat::JsonObject), None)
+        }
+        Structured::Tool => {
+            tools.push(WireTool {
+                r#type: "function",
+                function: WireFunction {
+                    name: &f.name,
+                    description: "Give the answer (the arguments are the answer).",
+                    parameters: Cow::Borrowed(schema),
+                    strict: Some(strict),
+                },
+            });
+            let choice = serde_json::json!({"type": "function", "function": {"name": f.name}});
+            (None, Some(choice))
+        }
+    }
+}
+
+/// What the model family's rules make of the request's limits: its
+/// `max_tokens` and `max_completion_tokens`, and what was changed or left
+/// out (`effort`: a reasoning effort was asked for).
+fn family_rules(
+    request: &ChatRequest,
+    extra: Option<&Map<String, Value>>,
+    rules: &ModelRules,
+    effort: bool,
+) -> (Option<u32>, Option<u32>, Vec<String>) {
+    let reasoning = rules.family == Family::Reasoning;
+    let mut changes = Vec::new();
+    let (max_tokens, max_completion_tokens) = if reasoning {
+        let with_budget = request
+            .max_tokens
+            .map(|m| m.saturating_add(rules.reasoning_budget));
+        if request.max_tokens.is_some() {
+            changes.push(format!(
+                "`max_tokens` sent as `max_completion_tokens` (+{} for reasoning)",
+                rules.reasoning_budget
+            ));
+        }
+        (None, with_budget)
+    } else {
+        (request.max_tokens, None)
+    };
+    let mut dropped: Vec<&str> = Vec::new();
+    if reasoning {
+        if request.temperature.is_some() {
+            dropped.push("temperature");
+        }
+        if !request.stop.is_empty() {
+            dropped.push("stop");
+        }
+        for k in extra.into_iter().flat_map(|e| e.keys()) {
+            if REASONING_REFUSES.contains(&k.as_str()) && !dropped.contains(&k.as_str()) {
+                dropped.push(k);
+            }
+        }
+    } else if effort {
+        dropped.push("reasoning_effort");
+    }
+    if !dropped.is_empty() {
+        changes.push(format!(
+            "left out what a {} model refuses: {}",
+            rules.family.as_str(),
+            dropped.join(", ")
+        ));
+    }
+    (max_tokens, max_completion_tokens, changes)
 }
 
 impl<'a> From<&'a ChatMessage> for WireMessage<'a> {

@@ -13,11 +13,13 @@
 //! failure up to `max_backoff`.
 
 use std::collections::{BTreeSet, VecDeque};
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::{Arc, Mutex, PoisonError, RwLock};
 use std::time::{Duration, Instant};
 
 use rmcp::model::{ClientRequest, PingRequest};
-use rmcp::service::QuitReason;
+use rmcp::service::{QuitReason, RunningServiceCancellationToken};
 use rmcp::{ClientCacheConfig, Peer, RoleClient, ServiceError};
 use serde_json::Value;
 use tokio::sync::Notify;
@@ -305,8 +307,26 @@ async fn session(shared: &Arc<Shared>, registry: &ToolRegistry, stop: &Cancellat
         s.server_info = info;
     });
     tracing::info!(server = %shared.name, partition = %cfg.partition, tools = shared.status().tools, "MCP server ready");
-    let ready = Instant::now();
+    watch(shared, registry, stop, &peer, cancel, closed, listed).await
+}
 
+/// A ready connection, watched until it is lost or shutdown is asked for:
+/// health checks, refreshes of the tool list, and the end of the client's
+/// service loop (`closed`).
+async fn watch<F>(
+    shared: &Arc<Shared>,
+    registry: &ToolRegistry,
+    stop: &CancellationToken,
+    peer: &Peer<RoleClient>,
+    cancel: RunningServiceCancellationToken,
+    mut closed: Pin<&mut F>,
+    mut listed: Option<String>,
+) -> End
+where
+    F: Future<Output = Result<QuitReason, tokio::task::JoinError>>,
+{
+    let cfg = &shared.cfg;
+    let ready = Instant::now();
     let far = || tokio::time::Instant::now() + Duration::from_secs(86_400 * 365);
     let mut next_refresh = tokio::time::Instant::now() + cfg.refresh;
     let mut next_ping = cfg

@@ -190,42 +190,7 @@ pub(super) fn query(
             group.push(c);
         }
     }
-    let mut columns = Vec::new();
-    let mut select = Vec::new();
-    if group.is_empty() && args.measures.is_empty() {
-        for c in src.dimensions.iter().chain(&src.measures) {
-            columns.push(c.clone());
-            select.push(ident(c));
-        }
-    } else {
-        for c in &group {
-            columns.push(c.clone());
-            select.push(ident(c));
-        }
-        for m in &args.measures {
-            // Sums and averages need a measure; min, max and count work on any column.
-            let kind = if matches!(m.agg, Agg::Sum | Agg::Avg) {
-                "measure"
-            } else {
-                "column"
-            };
-            let c = src.column(&m.column, kind)?;
-            let alias = format!("{}_{c}", m.agg.name());
-            if columns.contains(&alias) {
-                return Err(ToolError::Validation {
-                    message: format!("measure `{alias}` is asked for twice"),
-                    details: json!({ "measure": alias }),
-                });
-            }
-            select.push(format!(
-                "{}({}) AS {}",
-                m.agg.name(),
-                ident(&c),
-                ident(&alias)
-            ));
-            columns.push(alias);
-        }
-    }
+    let (columns, select) = selected(src, args, &group)?;
     let grouping = if group.is_empty() {
         String::new()
     } else {
@@ -238,6 +203,77 @@ pub(super) fn query(
                 .join(", ")
         )
     };
+    let order = ordering(src, args, &group, &columns)?;
+    let limit = args
+        .limit
+        .map_or(row_limit, |l| (l as usize).clamp(1, row_limit));
+    let sql = format!(
+        "SELECT to_jsonb(r) FROM (SELECT {} FROM {} AS s{filter}{grouping}) AS r{order} LIMIT {}",
+        select.join(", "),
+        src.from,
+        limit + 1
+    );
+    Ok(QueryPlan {
+        columns,
+        statement: Statement { sql, params },
+        limit,
+    })
+}
+
+/// The output columns and their select expressions: every column without
+/// groups or measures, else the groups then each measure's aggregate.
+fn selected(
+    src: &Source,
+    args: &QueryArgs,
+    group: &[String],
+) -> Result<(Vec<String>, Vec<String>), ToolError> {
+    let mut columns = Vec::new();
+    let mut select = Vec::new();
+    if group.is_empty() && args.measures.is_empty() {
+        for c in src.dimensions.iter().chain(&src.measures) {
+            columns.push(c.clone());
+            select.push(ident(c));
+        }
+        return Ok((columns, select));
+    }
+    for c in group {
+        columns.push(c.clone());
+        select.push(ident(c));
+    }
+    for m in &args.measures {
+        // Sums and averages need a measure; min, max and count work on any column.
+        let kind = if matches!(m.agg, Agg::Sum | Agg::Avg) {
+            "measure"
+        } else {
+            "column"
+        };
+        let c = src.column(&m.column, kind)?;
+        let alias = format!("{}_{c}", m.agg.name());
+        if columns.contains(&alias) {
+            return Err(ToolError::Validation {
+                message: format!("measure `{alias}` is asked for twice"),
+                details: json!({ "measure": alias }),
+            });
+        }
+        select.push(format!(
+            "{}({}) AS {}",
+            m.agg.name(),
+            ident(&c),
+            ident(&alias)
+        ));
+        columns.push(alias);
+    }
+    Ok((columns, select))
+}
+
+/// The `ORDER BY` clause: the asked order over output columns, or by the
+/// dimensions shown (a stable default).
+fn ordering(
+    src: &Source,
+    args: &QueryArgs,
+    group: &[String],
+    columns: &[String],
+) -> Result<String, ToolError> {
     let mut order = Vec::new();
     for o in &args.order_by {
         if !columns.contains(&o.column) {
@@ -258,30 +294,16 @@ pub(super) fn query(
     if order.is_empty() {
         // A stable default: by the dimensions shown.
         let dims = if group.is_empty() && args.measures.is_empty() {
-            &src.dimensions
+            &src.dimensions[..]
         } else {
-            &group
+            group
         };
         order = dims.iter().map(|d| format!("r.{} ASC", ident(d))).collect();
     }
-    let order = if order.is_empty() {
+    Ok(if order.is_empty() {
         String::new()
     } else {
         format!(" ORDER BY {}", order.join(", "))
-    };
-    let limit = args
-        .limit
-        .map_or(row_limit, |l| (l as usize).clamp(1, row_limit));
-    let sql = format!(
-        "SELECT to_jsonb(r) FROM (SELECT {} FROM {} AS s{filter}{grouping}) AS r{order} LIMIT {}",
-        select.join(", "),
-        src.from,
-        limit + 1
-    );
-    Ok(QueryPlan {
-        columns,
-        statement: Statement { sql, params },
-        limit,
     })
 }
 
