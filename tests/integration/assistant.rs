@@ -23,10 +23,10 @@ use stategraph::llm::scripted::{ScriptedModel, Turn};
 use stategraph::llm::{ChatMessage, ChatRequest, Models};
 use stategraph::runtime::Services;
 use stategraph::server::AppState;
-use stategraph::store::SqliteStore;
 use stategraph::tools::mcp::{McpConfig, McpManager};
 use uuid::Uuid;
 
+use crate::support::db::SqliteDb;
 use crate::support::server::TestServer;
 use crate::support::{aisdk_validate, post_json, root};
 
@@ -228,22 +228,6 @@ fn customer(id: &str, name: &str) -> Value {
 #[tokio::test]
 async fn assistant_remembers_the_customer_across_turns_caches_lookups_and_passes_tables_through() {
     tokio::time::timeout(TEST_LIMIT, async {
-        let reg = crate::support::registries();
-        let mcp = McpManager::start(&business_config(), Arc::clone(&reg.tools));
-        // The shipped files, compiled against a registry in which the MCP
-        // partition is declared (the server may still be starting).
-        let graphs = Graphs::load(&root().join("graphs"), &root().join("prompts"), reg.clone());
-        assert!(
-            graphs.get("assistant").is_some(),
-            "{:#?}",
-            graphs.catalog().diagnostics
-        );
-        assert!(
-            mcp.wait_ready(Duration::from_secs(60)).await,
-            "the business MCP server did not start: {:?}",
-            mcp.status()
-        );
-
         let model = ScriptedModel::new([
             // chat "acme", turn 1: find the customer.
             Turn::tool("find_customer", json!({"name": "Acme"})),
@@ -262,258 +246,316 @@ async fn assistant_remembers_the_customer_across_turns_caches_lookups_and_passes
             Turn::text("Regenerated."),
         ])
         .shared();
-        let dir = tempfile::tempdir().unwrap();
-        let store = Arc::new(
-            SqliteStore::open(dir.path().join("stategraph.db"))
-                .await
-                .unwrap(),
-        );
-        let services = Services::new(Models::single(model.clone()), Arc::clone(&reg.tools));
-        let state = AppState::with_mcp(
-            Config::default(),
-            store,
-            &Engine::from_parts(reg.clone(), graphs, services),
-            Some(mcp),
-        );
-        let server = TestServer::serve(state).await;
-        let client = reqwest::Client::new();
-
+        let s = Session::start(business_config(), model).await;
         // Turn 1: the model finds Acme; the customer becomes the active entity.
         let mut history = vec![msg("u1", "user", "find customer Acme")];
-        let t1 = chat(
-            &client,
-            &server,
-            "acme",
-            "assistant",
-            &history,
-            "submit-message",
-        )
-        .await;
-        assert!(
-            !system(&model.requests()[0]).contains("C-1001"),
-            "no customer is known before the first lookup"
-        );
-        let found = t1
-            .tool_output("find_customer")
-            .expect("find_customer streamed");
-        assert_eq!(
-            (found["id"].as_str(), found["name"].as_str()),
-            (Some("C-1001"), Some("Acme Corporation"))
-        );
-        assert_eq!(
-            found["other_matches"][0]["id"], "C-1004",
-            "the MCP server's own answer"
-        );
-        let s1 = final_state(&server, t1.run_id).await;
-        assert_eq!(s1["entities"], customer("C-1001", "Acme Corporation"));
-        assert!(
-            t1.chunks
-                .iter()
-                .any(|c| c["type"] == "data-entities" && c["data"][0]["id"] == "C-1001"),
-            "the UI hears of the active entity: {}",
-            t1.sse
-        );
-        let (ok, report) = aisdk_validate(&t1.sse);
-        assert!(ok, "{report}");
-        let r1 = tool_results(&server, t1.run_id).await;
-        assert_eq!(
-            (r1.len(), r1[0].2),
-            (1, false),
-            "the first lookup is not cached"
-        );
-
+        let (t1, r1) = acme_is_found_and_made_active(&s, &history).await;
         // Turn 2: "their" resolves through the carried entity.
         history.push(msg(&t1.message_id, "assistant", &t1.text()));
         history.push(msg("u2", "user", "show their invoices"));
-        let t2 = chat(
-            &client,
-            &server,
-            "acme",
-            "assistant",
-            &history,
-            "submit-message",
-        )
-        .await;
-        let requests = model.requests();
-        let prompt = system(&requests[2]);
-        assert!(
-            prompt.contains("- customer: Acme Corporation (id C-1001)"),
-            "the second turn's prompt names the active customer:\n{prompt}"
-        );
-        let run2 = server
-            .state
-            .store
-            .get_run(t2.run_id)
-            .await
-            .unwrap()
-            .unwrap();
-        assert_eq!(
-            run2.input["entities"],
-            customer("C-1001", "Acme Corporation"),
-            "carried into the stored input"
-        );
-        assert_eq!(run2.input["query"], "show their invoices");
-        let listed = t2
-            .tool_output("list_invoices")
-            .expect("list_invoices streamed");
-        assert_eq!(listed["customer_id"], "C-1001");
-        let ids: Vec<&str> = listed["invoices"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .filter_map(|i| i["id"].as_str())
-            .collect();
-        assert_eq!(ids, ["INV-2024-0107", "INV-2024-0311", "INV-2024-0518"]);
-        // Pass-through: the table is the answer, verbatim, and the model is
-        // not asked to restate it.
-        let table = t2
-            .tool_output("invoice_table")
-            .and_then(Value::as_str)
-            .expect("the table")
-            .to_owned();
-        assert!(
-            table.contains("| INV-2024-0311 | 2024-03-20 | 2024-04-19 | 8,420.50 EUR | overdue |"),
-            "{table}"
-        );
-        assert_eq!(t2.text(), table, "the streamed answer is the table");
-        assert_eq!(
-            model.requests().len(),
-            4,
-            "no model call after a pass-through result"
-        );
-        let r2 = tool_results(&server, t2.run_id).await;
-        let flags: Vec<(&str, bool, bool)> =
-            r2.iter().map(|(t, _, c, d)| (t.as_str(), *c, *d)).collect();
-        assert_eq!(
-            flags,
-            [
-                ("list_invoices", false, false),
-                ("invoice_table", false, true)
-            ]
-        );
-        let s2 = final_state(&server, t2.run_id).await;
-        assert_eq!(s2["answer"], table);
-        assert_eq!(
-            s2["entities"],
-            customer("C-1001", "Acme Corporation"),
-            "kept through a turn that names no customer"
-        );
-        let (ok, report) = aisdk_validate(&t2.sse);
-        assert!(ok, "{report}");
-        recorded(&server, t2.run_id).await;
-        let stored = server.state.store.messages("acme").await.unwrap();
-        assert!(
-            stored
-                .last()
-                .unwrap()
-                .parts
-                .to_string()
-                .contains("INV-2024-0518"),
-            "the stored answer holds the table"
-        );
-
+        let t2 = their_invoices_pass_through_as_a_table(&s, &history).await;
         // Turn 3: the repeated lookup is served from the cache; the server
         // is not called again.
         history.push(msg(&t2.message_id, "assistant", &t2.text()));
         history.push(msg("u3", "user", "is that Acme Corporation?"));
-        let t3 = chat(
-            &client,
-            &server,
-            "acme",
-            "assistant",
-            &history,
-            "submit-message",
-        )
-        .await;
-        assert!(
-            system(&model.requests()[4]).contains("(id C-1001)"),
-            "still active two turns later"
-        );
-        let r3 = tool_results(&server, t3.run_id).await;
-        assert_eq!(
-            (r3[0].0.as_str(), r3[0].2),
-            ("find_customer", true),
-            "served from the cache: {r3:?}"
-        );
-        assert_eq!(r3[0].1, r1[0].1, "the cached result is the first one");
-        assert_eq!(
-            t3.tool_chunk("find_customer", "tool-output-available")
-                .map(|c| c["providerMetadata"].clone()),
-            Some(json!({"stategraph": {"cached": true}})),
-            "the stream says the result came from the cache: {}",
-            t3.sse
-        );
-        assert!(
-            t1.tool_chunk("find_customer", "tool-output-available")
-                .is_some_and(|c| c.get("providerMetadata").is_none()),
-            "a fresh result carries no cache metadata"
-        );
-        let (ok, report) = aisdk_validate(&t3.sse);
-        assert!(ok, "{report}");
-        let mcp = server.state.mcp.as_ref().unwrap();
-        let counts = mcp
-            .call_tool("business", "call_counts", json!({}))
-            .await
-            .unwrap();
-        assert_eq!(
-            counts,
-            json!({"find_customer": 1, "list_invoices": 1, "invoice_table": 1})
-        );
-
-        // Another chat: Globex, then Initech; regenerating the Initech turn
-        // continues from the Globex turn, not from the answer it replaces.
-        let mut other = vec![msg("g1", "user", "find Globex")];
-        let g1 = chat(
-            &client,
-            &server,
-            "regen",
-            "assistant",
-            &other,
-            "submit-message",
-        )
-        .await;
-        other.push(msg(&g1.message_id, "assistant", &g1.text()));
-        other.push(msg("g2", "user", "and Initech?"));
-        let g2 = chat(
-            &client,
-            &server,
-            "regen",
-            "assistant",
-            &other,
-            "submit-message",
-        )
-        .await;
-        assert!(system(&model.requests()[8]).contains("(id C-1002)"));
-        assert_eq!(
-            final_state(&server, g2.run_id).await["entities"],
-            customer("C-1003", "Initech")
-        );
-        let g2b = chat(
-            &client,
-            &server,
-            "regen",
-            "assistant",
-            &other,
-            "regenerate-message",
-        )
-        .await;
-        let prompt = system(&model.requests()[10]).to_owned();
-        assert!(
-            prompt.contains("Globex Industries (id C-1002)") && !prompt.contains("C-1003"),
-            "the regenerated turn starts from the turn before it:\n{prompt}"
-        );
-        assert_eq!(
-            final_state(&server, g2b.run_id).await["entities"],
-            customer("C-1002", "Globex Industries")
-        );
-        assert_eq!(model.remaining(), 0);
+        the_repeated_lookup_comes_from_the_cache(&s, &history, &t1, &r1).await;
+        a_regenerated_turn_starts_from_the_turn_before(&s).await;
+        assert_eq!(s.model.remaining(), 0);
         // Every turn re-executes from its recording alone: no MCP server,
         // no model (cache hits and pass-through included).
-        assert!(crate::support::assert_all_reexecute(&server.state).await >= 5);
-        server.shutdown().await;
+        assert!(crate::support::assert_all_reexecute(&s.server.state).await >= 5);
+        s.server.shutdown().await;
     })
     .await
     .expect("the test took longer than its time limit");
+}
+
+/// The assistant graph served with the business MCP server (`mcp`) and
+/// `model`, storing in SQLite.
+struct Session {
+    server: TestServer,
+    model: Arc<ScriptedModel>,
+    client: reqwest::Client,
+    _db: SqliteDb,
+}
+
+impl Session {
+    async fn start(mcp: McpConfig, model: Arc<ScriptedModel>) -> Self {
+        let reg = crate::support::registries();
+        let mcp = McpManager::start(&mcp, Arc::clone(&reg.tools));
+        // The shipped files, compiled against a registry in which the MCP
+        // partition is declared (the server may still be starting).
+        let graphs = Graphs::load(&root().join("graphs"), &root().join("prompts"), reg.clone());
+        assert!(
+            graphs.get("assistant").is_some(),
+            "{:#?}",
+            graphs.catalog().diagnostics
+        );
+        assert!(
+            mcp.wait_ready(Duration::from_secs(60)).await,
+            "the business MCP server did not start: {:?}",
+            mcp.status()
+        );
+        let db = SqliteDb::new();
+        let services = Services::new(Models::single(model.clone()), Arc::clone(&reg.tools));
+        let state = AppState::with_mcp(
+            Config::default(),
+            db.open().await,
+            &Engine::from_parts(reg.clone(), graphs, services),
+            Some(mcp),
+        );
+        Self {
+            server: TestServer::serve(state).await,
+            model,
+            client: reqwest::Client::new(),
+            _db: db,
+        }
+    }
+}
+
+/// Turn 1 of chat "acme": the customer found, streamed and made active.
+async fn acme_is_found_and_made_active(
+    s: &Session,
+    history: &[Value],
+) -> (Streamed, Vec<(String, Value, bool, bool)>) {
+    let t1 = chat(
+        &s.client,
+        &s.server,
+        "acme",
+        "assistant",
+        history,
+        "submit-message",
+    )
+    .await;
+    assert!(
+        !system(&s.model.requests()[0]).contains("C-1001"),
+        "no customer is known before the first lookup"
+    );
+    let found = t1
+        .tool_output("find_customer")
+        .expect("find_customer streamed");
+    assert_eq!(
+        (found["id"].as_str(), found["name"].as_str()),
+        (Some("C-1001"), Some("Acme Corporation"))
+    );
+    assert_eq!(
+        found["other_matches"][0]["id"], "C-1004",
+        "the MCP server's own answer"
+    );
+    let s1 = final_state(&s.server, t1.run_id).await;
+    assert_eq!(s1["entities"], customer("C-1001", "Acme Corporation"));
+    assert!(
+        t1.chunks
+            .iter()
+            .any(|c| c["type"] == "data-entities" && c["data"][0]["id"] == "C-1001"),
+        "the UI hears of the active entity: {}",
+        t1.sse
+    );
+    let (ok, report) = aisdk_validate(&t1.sse);
+    assert!(ok, "{report}");
+    let r1 = tool_results(&s.server, t1.run_id).await;
+    assert_eq!(
+        (r1.len(), r1[0].2),
+        (1, false),
+        "the first lookup is not cached"
+    );
+
+    (t1, r1)
+}
+
+/// Turn 2: "their" invoices of the active customer, and the table passed
+/// through as the answer.
+async fn their_invoices_pass_through_as_a_table(s: &Session, history: &[Value]) -> Streamed {
+    let t2 = chat(
+        &s.client,
+        &s.server,
+        "acme",
+        "assistant",
+        history,
+        "submit-message",
+    )
+    .await;
+    let requests = s.model.requests();
+    let prompt = system(&requests[2]);
+    assert!(
+        prompt.contains("- customer: Acme Corporation (id C-1001)"),
+        "the second turn's prompt names the active customer:\n{prompt}"
+    );
+    let run2 = s
+        .server
+        .state
+        .store
+        .get_run(t2.run_id)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        run2.input["entities"],
+        customer("C-1001", "Acme Corporation"),
+        "carried into the stored input"
+    );
+    assert_eq!(run2.input["query"], "show their invoices");
+    let listed = t2
+        .tool_output("list_invoices")
+        .expect("list_invoices streamed");
+    assert_eq!(listed["customer_id"], "C-1001");
+    let ids: Vec<&str> = listed["invoices"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|i| i["id"].as_str())
+        .collect();
+    assert_eq!(ids, ["INV-2024-0107", "INV-2024-0311", "INV-2024-0518"]);
+    // Pass-through: the table is the answer, verbatim, and the model is
+    // not asked to restate it.
+    let table = t2
+        .tool_output("invoice_table")
+        .and_then(Value::as_str)
+        .expect("the table")
+        .to_owned();
+    assert!(
+        table.contains("| INV-2024-0311 | 2024-03-20 | 2024-04-19 | 8,420.50 EUR | overdue |"),
+        "{table}"
+    );
+    assert_eq!(t2.text(), table, "the streamed answer is the table");
+    assert_eq!(
+        s.model.requests().len(),
+        4,
+        "no model call after a pass-through result"
+    );
+    let r2 = tool_results(&s.server, t2.run_id).await;
+    let flags: Vec<(&str, bool, bool)> =
+        r2.iter().map(|(t, _, c, d)| (t.as_str(), *c, *d)).collect();
+    assert_eq!(
+        flags,
+        [
+            ("list_invoices", false, false),
+            ("invoice_table", false, true)
+        ]
+    );
+    let s2 = final_state(&s.server, t2.run_id).await;
+    assert_eq!(s2["answer"], table);
+    assert_eq!(
+        s2["entities"],
+        customer("C-1001", "Acme Corporation"),
+        "kept through a turn that names no customer"
+    );
+    let (ok, report) = aisdk_validate(&t2.sse);
+    assert!(ok, "{report}");
+    recorded(&s.server, t2.run_id).await;
+    let stored = s.server.state.store.messages("acme").await.unwrap();
+    assert!(
+        stored
+            .last()
+            .unwrap()
+            .parts
+            .to_string()
+            .contains("INV-2024-0518"),
+        "the stored answer holds the table"
+    );
+
+    t2
+}
+
+/// Turn 3: the same lookup again, served from the cache.
+async fn the_repeated_lookup_comes_from_the_cache(
+    s: &Session,
+    history: &[Value],
+    t1: &Streamed,
+    r1: &[(String, Value, bool, bool)],
+) {
+    let t3 = chat(
+        &s.client,
+        &s.server,
+        "acme",
+        "assistant",
+        history,
+        "submit-message",
+    )
+    .await;
+    assert!(
+        system(&s.model.requests()[4]).contains("(id C-1001)"),
+        "still active two turns later"
+    );
+    let r3 = tool_results(&s.server, t3.run_id).await;
+    assert_eq!(
+        (r3[0].0.as_str(), r3[0].2),
+        ("find_customer", true),
+        "served from the cache: {r3:?}"
+    );
+    assert_eq!(r3[0].1, r1[0].1, "the cached result is the first one");
+    assert_eq!(
+        t3.tool_chunk("find_customer", "tool-output-available")
+            .map(|c| c["providerMetadata"].clone()),
+        Some(json!({"stategraph": {"cached": true}})),
+        "the stream says the result came from the cache: {}",
+        t3.sse
+    );
+    assert!(
+        t1.tool_chunk("find_customer", "tool-output-available")
+            .is_some_and(|c| c.get("providerMetadata").is_none()),
+        "a fresh result carries no cache metadata"
+    );
+    let (ok, report) = aisdk_validate(&t3.sse);
+    assert!(ok, "{report}");
+    let mcp = s.server.state.mcp.as_ref().unwrap();
+    let counts = mcp
+        .call_tool("business", "call_counts", json!({}))
+        .await
+        .unwrap();
+    assert_eq!(
+        counts,
+        json!({"find_customer": 1, "list_invoices": 1, "invoice_table": 1})
+    );
+}
+
+/// Another chat: Globex, then Initech; regenerating the Initech turn
+/// continues from the Globex turn, not from the answer it replaces.
+async fn a_regenerated_turn_starts_from_the_turn_before(s: &Session) {
+    let mut other = vec![msg("g1", "user", "find Globex")];
+    let g1 = chat(
+        &s.client,
+        &s.server,
+        "regen",
+        "assistant",
+        &other,
+        "submit-message",
+    )
+    .await;
+    other.push(msg(&g1.message_id, "assistant", &g1.text()));
+    other.push(msg("g2", "user", "and Initech?"));
+    let g2 = chat(
+        &s.client,
+        &s.server,
+        "regen",
+        "assistant",
+        &other,
+        "submit-message",
+    )
+    .await;
+    assert!(system(&s.model.requests()[8]).contains("(id C-1002)"));
+    assert_eq!(
+        final_state(&s.server, g2.run_id).await["entities"],
+        customer("C-1003", "Initech")
+    );
+    let g2b = chat(
+        &s.client,
+        &s.server,
+        "regen",
+        "assistant",
+        &other,
+        "regenerate-message",
+    )
+    .await;
+    let prompt = system(&s.model.requests()[10]).to_owned();
+    assert!(
+        prompt.contains("Globex Industries (id C-1002)") && !prompt.contains("C-1003"),
+        "the regenerated turn starts from the turn before it:\n{prompt}"
+    );
+    assert_eq!(
+        final_state(&s.server, g2b.run_id).await["entities"],
+        customer("C-1002", "Globex Industries")
+    );
 }
 
 /// The text of the last user message of a request, and the content of the
@@ -577,17 +619,11 @@ async fn assistant_shows_tagged_results_verbatim_fills_the_active_customer_and_l
     )
     .expect("no other subscriber in this test's process");
     tokio::time::timeout(TEST_LIMIT, async {
-        let reg = crate::support::registries();
         let mut config = business_config();
         config.servers.get_mut("business").unwrap().tools.insert(
             "search_customer_list".into(),
             toml::from_str("cache_ttl = \"5m\"").unwrap(),
         );
-        let mcp = McpManager::start(&config, Arc::clone(&reg.tools));
-        let graphs = Graphs::load(&root().join("graphs"), &root().join("prompts"), reg.clone());
-        assert!(graphs.get("assistant").is_some(), "{:#?}", graphs.catalog().diagnostics);
-        assert!(mcp.wait_ready(Duration::from_secs(60)).await, "{:?}", mcp.status());
-
         // Decides only from what the request carries: the user's words, the
         // prompt (the active customer) and this turn's tool results.
         let calls = Arc::new(AtomicUsize::new(0));
@@ -621,17 +657,8 @@ async fn assistant_shows_tagged_results_verbatim_fills_the_active_customer_and_l
             }
         })
         .shared();
-        let dir = tempfile::tempdir().unwrap();
-        let store = Arc::new(SqliteStore::open(dir.path().join("s.db")).await.unwrap());
-        let services = Services::new(Models::single(model.clone()), Arc::clone(&reg.tools));
-        let state = AppState::with_mcp(
-            Config::default(),
-            store,
-            &Engine::from_parts(reg.clone(), graphs, services),
-            Some(mcp),
-        );
-        let server = TestServer::serve(state).await;
-        let client = reqwest::Client::new();
+        let s = Session::start(config, model).await;
+        let (server, client) = (&s.server, &s.client);
         let mut history = Vec::new();
         let turn = |history: &mut Vec<Value>, id: &str, text: &str| {
             history.push(msg(id, "user", text));
@@ -641,8 +668,8 @@ async fn assistant_shows_tagged_results_verbatim_fills_the_active_customer_and_l
         // 1. A list under `result`: its latest item is the active customer
         // (`customer_name`), and the address-confirmation flag is raised.
         let h = turn(&mut history, "u1", "search customers named Acme");
-        let t1 = chat(&client, &server, "inv", "assistant", &h, "submit-message").await;
-        let s1 = final_state(&server, t1.run_id).await;
+        let t1 = chat(client, server, "inv", "assistant", &h, "submit-message").await;
+        let s1 = final_state(server, t1.run_id).await;
         assert_eq!(
             s1["entities"],
             json!([{"kind": "customer", "id": "C-1004", "name": "Acme Logistics GmbH", "source": "search_customer_list"}])
@@ -661,13 +688,13 @@ async fn assistant_shows_tagged_results_verbatim_fills_the_active_customer_and_l
         history.push(msg(&t1.message_id, "assistant", &t1.text()));
         let h = turn(&mut history, "u2", "show their invoices");
         let before = calls.load(Ordering::SeqCst);
-        let t2 = chat(&client, &server, "inv", "assistant", &h, "submit-message").await;
+        let t2 = chat(client, server, "inv", "assistant", &h, "submit-message").await;
         let input = t2.tool_chunk("search_invoice_list", "tool-input-available").expect("called");
         assert_eq!(input["input"], json!({"customer_id": "C-1004"}), "filled from the active customer");
         let answer = t2.text();
         assert!(answer.starts_with("<table>[") && answer.contains("INV-2024-0620"), "{answer}");
         assert_eq!(calls.load(Ordering::SeqCst), before + 1, "no model call after a display-ready result");
-        let s2 = final_state(&server, t2.run_id).await;
+        let s2 = final_state(server, t2.run_id).await;
         assert_eq!((s2["answer"].as_str(), s2["awaiting_address_confirmation"].as_bool()), (Some(answer.as_str()), Some(false)));
         let (ok, report) = aisdk_validate(&t2.sse);
         assert!(ok, "{report}");
@@ -676,13 +703,13 @@ async fn assistant_shows_tagged_results_verbatim_fills_the_active_customer_and_l
         // [DISPLAY_VERBATIM]: shown as it is, the marker nowhere on the stream.
         history.push(msg(&t2.message_id, "assistant", &answer));
         let h = turn(&mut history, "u3", "remind them about the open invoice");
-        let t3 = chat(&client, &server, "inv", "assistant", &h, "submit-message").await;
+        let t3 = chat(client, server, "inv", "assistant", &h, "submit-message").await;
         assert_eq!(
             t3.text(),
             "Reminder for INV-2024-0620 (3,100.00 EUR) sent to finance@acme-logistics.example."
         );
         assert!(!t3.sse.contains("DISPLAY_VERBATIM"), "{}", t3.sse);
-        let r3 = tool_results(&server, t3.run_id).await;
+        let r3 = tool_results(server, t3.run_id).await;
         assert_eq!(r3.iter().map(|r| r.3).collect::<Vec<_>>(), [true], "one success, shown");
         // Every step of both calls is logged with this request's id.
         let lines = logs.of_request(&t3.request_id);
@@ -700,7 +727,7 @@ async fn assistant_shows_tagged_results_verbatim_fills_the_active_customer_and_l
         // 4. The same search again: from the cache, and the stream says so.
         history.push(msg(&t3.message_id, "assistant", &t3.text()));
         let h = turn(&mut history, "u4", "search customers named Acme again");
-        let t4 = chat(&client, &server, "inv", "assistant", &h, "submit-message").await;
+        let t4 = chat(client, server, "inv", "assistant", &h, "submit-message").await;
         assert_eq!(
             t4.tool_chunk("search_customer_list", "tool-output-available").map(|c| c["providerMetadata"].clone()),
             Some(json!({"stategraph": {"cached": true}})),
@@ -713,16 +740,16 @@ async fn assistant_shows_tagged_results_verbatim_fills_the_active_customer_and_l
         // 5. A single record under `result` (`name`): Globex becomes active.
         history.push(msg(&t4.message_id, "assistant", &t4.text()));
         let h = turn(&mut history, "u5", "find Globex by name");
-        let t5 = chat(&client, &server, "inv", "assistant", &h, "submit-message").await;
+        let t5 = chat(client, server, "inv", "assistant", &h, "submit-message").await;
         assert_eq!(
-            final_state(&server, t5.run_id).await["entities"],
+            final_state(server, t5.run_id).await["entities"],
             json!([{"kind": "customer", "id": "C-1002", "name": "Globex Industries", "source": "find_customer_by_name"}])
         );
         let counts = server.state.mcp.as_ref().unwrap().call_tool("business", "call_counts", json!({})).await.unwrap();
         assert_eq!(counts["search_customer_list"], 1, "{counts}");
         // Every turn re-executes from its recording alone.
         assert!(crate::support::assert_all_reexecute(&server.state).await >= 5);
-        server.shutdown().await;
+        s.server.shutdown().await;
     })
     .await
     .expect("the test took longer than its time limit");

@@ -12,6 +12,7 @@ use futures::StreamExt;
 use serde_json::{Value, json};
 use tokio::io::{AsyncBufReadExt, BufReader};
 
+use crate::support::db::PgDb;
 use crate::support::{aisdk_validate, chat_body, report_json, root};
 
 pub(crate) struct Server {
@@ -387,43 +388,14 @@ async fn killed_during_a_tool_call_the_run_completes_after_restart() {
     crash_and_restart(KillAt::InTool).await;
 }
 
-/// A fresh PostgreSQL database: its URL and name.
-pub(crate) async fn create_db() -> (String, String) {
-    let name = format!("stategraph_test_{}", uuid::Uuid::now_v7().simple());
-    let (client, conn) = tokio_postgres::connect(
-        "host=127.0.0.1 port=5432 user=postgres dbname=postgres",
-        tokio_postgres::NoTls,
-    )
-    .await
-    .unwrap();
-    tokio::spawn(conn);
-    client
-        .batch_execute(&format!("CREATE DATABASE {name}"))
-        .await
-        .unwrap();
-    (format!("postgres://postgres@127.0.0.1:5432/{name}"), name)
-}
-
-pub(crate) async fn drop_db(name: &str) {
-    let (client, conn) = tokio_postgres::connect(
-        "host=127.0.0.1 port=5432 user=postgres dbname=postgres",
-        tokio_postgres::NoTls,
-    )
-    .await
-    .unwrap();
-    tokio::spawn(conn);
-    let _ = client
-        .batch_execute(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
-        .await;
-}
-
 #[tokio::test]
 async fn two_servers_on_one_database_a_killed_b_resumes_the_run_and_the_stream() {
     let dir = tempfile::tempdir().unwrap();
     let g = graphs(dir.path());
     let query = "please research the tides";
     let expect = reference_answer(dir.path(), &g, "chat", query).await;
-    let (url, name) = create_db().await;
+    let db = PgDb::create().await;
+    let url = db.url();
     let store = format!("[store]\nbackend = \"postgres\"\ndatabase_url = \"{url}\"\n");
     let mut a = start(dir.path(), &config(&store), &g).await;
     let b = start(dir.path(), &config(&store), &g).await;
@@ -464,14 +436,15 @@ async fn two_servers_on_one_database_a_killed_b_resumes_the_run_and_the_stream()
     let text = text_of_parts(&report_json(&raw)["message"]["parts"]);
     assert_eq!(text, expect, "the client's text is the answer, once");
     drop(b);
-    drop_db(&name).await;
+    db.drop_db().await;
 }
 
 #[tokio::test]
 async fn two_servers_on_one_database_a_stop_asked_of_b_stops_the_run_on_a() {
     let dir = tempfile::tempdir().unwrap();
     let g = graphs(dir.path());
-    let (url, name) = create_db().await;
+    let db = PgDb::create().await;
+    let url = db.url();
     let store = format!("[store]\nbackend = \"postgres\"\ndatabase_url = \"{url}\"\n");
     // An answer of 6 s, so the stop (polled by A every 250 ms) lands
     // mid-answer even on a loaded machine.
@@ -546,7 +519,7 @@ async fn two_servers_on_one_database_a_stop_asked_of_b_stops_the_run_on_a() {
         .unwrap();
     assert_eq!(again.status(), 409, "nothing left to stop");
     drop((a, b));
-    drop_db(&name).await;
+    db.drop_db().await;
 }
 
 /// The last `id:` of an SSE capture.

@@ -6,7 +6,6 @@
 
 use std::future::Future;
 use std::net::SocketAddr;
-use std::panic::AssertUnwindSafe;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -17,7 +16,6 @@ use axum::extract::Query;
 use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
-use futures::FutureExt;
 use serde_json::{Value, json};
 use stategraph::config::{Bytes, Dur};
 use stategraph::events::EventKind;
@@ -31,6 +29,7 @@ use stategraph::tools::{ToolError, ToolOutcome, ToolRegistry};
 use tokio::sync::mpsc;
 use tokio_postgres::NoTls;
 
+use crate::support::db::PgDb;
 use crate::support::root;
 
 // ---------------------------------------------------------------- fixtures
@@ -429,14 +428,6 @@ async fn web_search_returns_limited_results_and_structured_failures() {
 
 // ------------------------------------------------------------------- SQL
 
-async fn admin() -> tokio_postgres::Client {
-    let (client, conn) = tokio_postgres::connect("postgres://postgres@127.0.0.1:5432/postgres", NoTls)
-        .await
-        .expect("PostgreSQL on 127.0.0.1:5432 (start it with pg_ctlcluster --skip-systemctl-redirect $(ls /etc/postgresql) main start)");
-    tokio::spawn(conn);
-    client
-}
-
 /// A database seeded with demo.sql, dropped afterwards.
 struct DemoDb {
     url: String,
@@ -446,34 +437,14 @@ struct DemoDb {
 impl DemoDb {
     /// Runs `f` with a fresh demo database, dropping it even if `f` fails.
     async fn with<Fut: Future<Output = ()>>(f: impl FnOnce(DemoDb) -> Fut) {
-        let name = format!("stategraph_test_{}", uuid::Uuid::new_v4().simple());
-        admin()
-            .await
-            .batch_execute(&format!("CREATE DATABASE {name}"))
-            .await
-            .unwrap();
-        let url = format!("postgres://postgres@127.0.0.1:5432/{name}");
-        let result = AssertUnwindSafe(async {
+        PgDb::with(|url| async move {
             let (client, conn) = tokio_postgres::connect(&url, NoTls).await.unwrap();
             tokio::spawn(conn);
             let seed = std::fs::read_to_string(root().join("tests/fixtures/sql/demo.sql")).unwrap();
             client.batch_execute(&seed).await.unwrap();
-            f(DemoDb {
-                url: url.clone(),
-                client,
-            })
-            .await;
+            f(DemoDb { url, client }).await;
         })
-        .catch_unwind()
         .await;
-        admin()
-            .await
-            .batch_execute(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
-            .await
-            .unwrap();
-        if let Err(panic) = result {
-            std::panic::resume_unwind(panic);
-        }
     }
 
     async fn count(&self, table: &str) -> i64 {

@@ -17,10 +17,10 @@ use stategraph::events::{EventKind, Usage};
 use stategraph::llm::scripted::{ScriptedModel, Turn};
 use stategraph::llm::{ChatMessage, ChatRequest, LlmChunk, LlmError};
 use stategraph::runtime::RunStatus;
-use stategraph::store::{PostgresStore, SqliteStore, Store};
+use stategraph::store::Store;
 
-use crate::server::JsonBody;
-use crate::store_conformance::PgDb;
+use crate::support::JsonBody;
+use crate::support::db::{PgDb, SqliteDb};
 use crate::support::server::TestServer;
 use crate::support::{chat_body, post_json};
 
@@ -253,16 +253,11 @@ async fn a_failed_turn_stores_no_half_answer_and_keeps_its_usage(store: Arc<dyn 
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_failed_turn_on_sqlite() {
-    let dir = tempfile::tempdir().unwrap();
-    let store = SqliteStore::open(dir.path().join("s.db")).await.unwrap();
-    a_failed_turn_stores_no_half_answer_and_keeps_its_usage(Arc::new(store)).await;
+    let db = SqliteDb::new();
+    a_failed_turn_stores_no_half_answer_and_keeps_its_usage(db.open().await).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_failed_turn_on_postgres() {
-    PgDb::with(|url| async move {
-        let store = PostgresStore::connect(&url, 4).await.unwrap();
-        a_failed_turn_stores_no_half_answer_and_keeps_its_usage(Arc::new(store)).await;
-    })
-    .await;
+    PgDb::with_store(4, a_failed_turn_stores_no_half_answer_and_keeps_its_usage).await;
 }

@@ -131,31 +131,3 @@ where
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
-
-/// The chat graph's calls answered as `crate::server::model` does, with a
-/// long answer streamed a word every `delay`: a run that is mid-answer for
-/// a few seconds.
-pub fn long_model(delay: Duration) -> Arc<stategraph::llm::scripted::ScriptedModel> {
-    use stategraph::llm::ChatMessage;
-    use stategraph::llm::scripted::{ScriptedModel, Turn};
-    let answer: String = (0..60).map(|i| format!("word{i} ")).collect();
-    let m = ScriptedModel::from_fn(move |req: &ChatRequest| {
-        let format = req.response_format.as_ref().map(|f| f.name.as_str());
-        match format {
-            Some("intent_classification") => Turn::json(serde_json::json!({
-                "intent": "RESEARCH", "reasoning": "needs data", "missing_slots": [],
-                "detected_language": "en"})),
-            Some("followups") => Turn::json(serde_json::json!({"questions": ["Why?", "How?"]})),
-            _ if !req.tools.is_empty()
-                && !req
-                    .messages
-                    .iter()
-                    .any(|m| matches!(m, ChatMessage::Tool { .. })) =>
-            {
-                Turn::tool("calculator", serde_json::json!({"expression": "6*7"}))
-            }
-            _ => Turn::text(answer.clone()),
-        }
-    });
-    Arc::new(m.with_token_delay(delay))
-}

@@ -5,6 +5,8 @@
 //! exactly the chats whose route changed.
 
 use std::collections::BTreeSet;
+use std::path::Path;
+use std::process::Output;
 use std::sync::Arc;
 
 use serde_json::{Value, json};
@@ -31,6 +33,44 @@ fn message(i: usize) -> String {
 async fn eval_reports_exactly_the_chats_whose_route_changed_and_runs_save_as_tests() {
     let dir = workdir();
     let d = dir.path().to_owned();
+    let server = fifty_chats(&d).await;
+    let client = reqwest::Client::new();
+    // "Save as test": the run of chat-00 as a test file.
+    let yaml = saved_as_test(&client, &server).await;
+    // The studio's eval page: nothing edited yet, so nothing changed and
+    // every model call came from the recordings.
+    studio_eval_finds_nothing_changed(&client, &server).await;
+    server.shutdown().await;
+    // The saved file passes as it is, against the same graphs.
+    std::fs::create_dir_all(d.join("graphs/tests")).unwrap();
+    std::fs::write(d.join("graphs/tests/saved.yaml"), &yaml).unwrap();
+    let dd = d.clone();
+    let pass =
+        tokio::task::spawn_blocking(move || sg_in(&dd, &["test", "graphs/tests/saved.yaml"]))
+            .await
+            .unwrap();
+    assert!(pass.status.success(), "{}\n{yaml}", shown(&pass));
+
+    // Nothing edited: eval finds nothing changed, every call recorded.
+    let same = eval(&d, &[]).await;
+    assert!(same.status.success(), "{}", shown(&same));
+    let report: Value = serde_json::from_slice(&same.stdout).unwrap();
+    assert_eq!(report["summary"]["runs"], CHATS, "{report:#}");
+    assert_eq!(report["summary"]["changed"], 0, "{report:#}");
+    assert_eq!(report["summary"]["live_calls"], 0, "{report:#}");
+
+    // Selected by tag: the chats whose metadata's `tags` has one of them
+    // (as the LangGraph API's thread metadata sets it).
+    tags_select_chats(&d).await;
+    // The router's prompt now asks to ask back about the weather.
+    let want = a_router_edit_reroutes_the_weather_chats(&d).await;
+    // The terminal report says the same.
+    terminal_report_says_the_same(&d, &want).await;
+}
+
+/// A server on the work directory's graphs, prompts and SQLite store,
+/// after `CHATS` chats through `POST /api/chat` with the model script.
+async fn fifty_chats(d: &Path) -> TestServer {
     std::fs::create_dir_all(d.join("data")).unwrap();
     let store = Arc::new(
         SqliteStore::open(d.join("data/stategraph.db"))
@@ -57,7 +97,12 @@ async fn eval_reports_exactly_the_chats_whose_route_changed_and_runs_save_as_tes
         assert!(body.contains("\"type\":\"finish\""), "{body}");
     }
 
-    // "Save as test": the run of chat-00 as a test file.
+    server
+}
+
+/// `GET /api/runs/{id}/test-case` of chat-00's run: the YAML, and the
+/// refusals of a bad name and an unknown run.
+async fn saved_as_test(client: &reqwest::Client, server: &TestServer) -> String {
     let runs: Value = client
         .get(server.url("/api/runs?chat=chat-00"))
         .send()
@@ -98,10 +143,13 @@ async fn eval_reports_exactly_the_chats_whose_route_changed_and_runs_save_as_tes
         .unwrap();
     assert_eq!(missing.status(), 404);
 
-    // The studio's eval page: nothing edited yet, so nothing changed and
-    // every model call came from the recordings.
+    yaml
+}
+
+/// `POST /api/eval` before any edit, and a limit it refuses.
+async fn studio_eval_finds_nothing_changed(client: &reqwest::Client, server: &TestServer) {
     let resp = post_json(
-        &client,
+        client,
         &server.url("/api/eval"),
         &serde_json::json!({"graph": "chat", "limit": 100}),
     )
@@ -112,7 +160,7 @@ async fn eval_reports_exactly_the_chats_whose_route_changed_and_runs_save_as_tes
     assert_eq!(report["summary"]["changed"], 0, "{report:#}");
     assert_eq!(report["summary"]["live_calls"], 0, "{report:#}");
     let resp = post_json(
-        &client,
+        client,
         &server.url("/api/eval"),
         &serde_json::json!({"limit": 1000}),
     )
@@ -120,44 +168,30 @@ async fn eval_reports_exactly_the_chats_whose_route_changed_and_runs_save_as_tes
     assert_eq!(resp.status(), 400);
     let err: Value = resp.json().await.unwrap();
     assert_eq!(err["error"]["code"], "invalid_limit", "{err}");
-    server.shutdown().await;
+}
 
-    // The saved file passes as it is, against the same graphs.
-    std::fs::create_dir_all(d.join("graphs/tests")).unwrap();
-    std::fs::write(d.join("graphs/tests/saved.yaml"), &yaml).unwrap();
-    let dd = d.clone();
-    let pass =
-        tokio::task::spawn_blocking(move || sg_in(&dd, &["test", "graphs/tests/saved.yaml"]))
-            .await
-            .unwrap();
-    assert!(pass.status.success(), "{}\n{yaml}", shown(&pass));
+/// `stategraph eval --graph chat --json -` with `extra` arguments, in `d`.
+async fn eval(d: &Path, extra: &'static [&'static str]) -> Output {
+    let dd = d.to_owned();
+    tokio::task::spawn_blocking(move || {
+        let mut args = vec![
+            "--model-script",
+            "models.yaml",
+            "eval",
+            "--graph",
+            "chat",
+            "--json",
+            "-",
+        ];
+        args.extend_from_slice(extra);
+        sg_in(&dd, &args)
+    })
+    .await
+    .unwrap()
+}
 
-    // Nothing edited: eval finds nothing changed, every call recorded.
-    let eval = |extra: &'static [&'static str]| {
-        let dd = d.clone();
-        tokio::task::spawn_blocking(move || {
-            let mut args = vec![
-                "--model-script",
-                "models.yaml",
-                "eval",
-                "--graph",
-                "chat",
-                "--json",
-                "-",
-            ];
-            args.extend_from_slice(extra);
-            sg_in(&dd, &args)
-        })
-    };
-    let same = eval(&[]).await.unwrap();
-    assert!(same.status.success(), "{}", shown(&same));
-    let report: Value = serde_json::from_slice(&same.stdout).unwrap();
-    assert_eq!(report["summary"]["runs"], CHATS, "{report:#}");
-    assert_eq!(report["summary"]["changed"], 0, "{report:#}");
-    assert_eq!(report["summary"]["live_calls"], 0, "{report:#}");
-
-    // Selected by tag: the chats whose metadata's `tags` has one of them
-    // (as the LangGraph API's thread metadata sets it).
+/// `eval --tag`: only the chats tagged so; none is an error.
+async fn tags_select_chats(d: &Path) {
     for (chat, tags) in [
         ("chat-03", json!(["vip"])),
         ("chat-07", json!(["vip", "beta"])),
@@ -169,7 +203,7 @@ async fn eval_reports_exactly_the_chats_whose_route_changed_and_runs_save_as_tes
         let set = store.set_chat_metadata(chat, json!({ "tags": tags }));
         assert!(set.await.unwrap());
     }
-    let vip = eval(&["--tag", "vip"]).await.unwrap();
+    let vip = eval(d, &["--tag", "vip"]).await;
     assert!(vip.status.success(), "{}", shown(&vip));
     let report: Value = serde_json::from_slice(&vip.stdout).unwrap();
     let chats: BTreeSet<&str> = report["runs"]
@@ -179,20 +213,23 @@ async fn eval_reports_exactly_the_chats_whose_route_changed_and_runs_save_as_tes
         .filter_map(|r| r["chat"].as_str())
         .collect();
     assert_eq!(chats, BTreeSet::from(["chat-03", "chat-07"]), "{report:#}");
-    let none = eval(&["--tag", "nobody"]).await.unwrap();
+    let none = eval(d, &["--tag", "nobody"]).await;
     assert!(
         !none.status.success(),
         "no run is tagged so: {}",
         shown(&none)
     );
+}
 
-    // The router's prompt now asks to ask back about the weather.
+/// After the router edit, `eval --fail-on-change` reports exactly the
+/// weather chats as rerouted (exit 1); returns them.
+async fn a_router_edit_reroutes_the_weather_chats(d: &Path) -> BTreeSet<String> {
     let prompt = d.join("prompts/chat/router.md");
     let mut text = std::fs::read_to_string(&prompt).unwrap();
     text.push_str("\nASK BACK FIRST: when in doubt, ask the user what they mean.\n");
     std::fs::write(&prompt, text).unwrap();
 
-    let after = eval(&["--fail-on-change"]).await.unwrap();
+    let after = eval(d, &["--fail-on-change"]).await;
     assert_eq!(after.status.code(), Some(1), "{}", shown(&after));
     let report: Value = serde_json::from_slice(&after.stdout).unwrap();
     let s = &report["summary"];
@@ -237,8 +274,12 @@ async fn eval_reports_exactly_the_chats_whose_route_changed_and_runs_save_as_tes
         (Some(1), Some(1))
     );
 
-    // The terminal report says the same.
-    let dd = d.clone();
+    want
+}
+
+/// The terminal report of the same eval.
+async fn terminal_report_says_the_same(d: &Path, want: &BTreeSet<String>) {
+    let dd = d.to_owned();
     let terminal = tokio::task::spawn_blocking(move || {
         sg_in(
             &dd,

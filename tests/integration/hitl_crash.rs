@@ -9,7 +9,8 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 
-use crate::crash::{Server, config, create_db, drop_db, start};
+use crate::crash::{Server, config, start};
+use crate::support::db::PgDb;
 use crate::support::{aisdk_validate, chat_body, post_json};
 
 /// An agent that needs approval for the built-in `current_time` (which the
@@ -56,7 +57,8 @@ async fn a_waiting_run_survives_a_kill_and_two_servers_continue_it_exactly_once(
     let graphs = dir.path().join("graphs");
     std::fs::create_dir_all(&graphs).unwrap();
     std::fs::write(graphs.join("clock.yaml"), CLOCK).unwrap();
-    let (url, name) = create_db().await;
+    let db = PgDb::create().await;
+    let url = db.url();
     let store = format!("[store]\nbackend = \"postgres\"\ndatabase_url = \"{url}\"\n");
     let cfg = config(&store);
     let result = tokio::spawn({
@@ -66,10 +68,10 @@ async fn a_waiting_run_survives_a_kill_and_two_servers_continue_it_exactly_once(
     .await;
     if let Err(e) = result {
         dump_logs(dir.path());
-        drop_db(&name).await;
+        db.drop_db().await;
         std::panic::resume_unwind(e.into_panic());
     }
-    drop_db(&name).await;
+    db.drop_db().await;
 }
 
 async fn scenario(dir: &Path, graphs: &Path, cfg: &str) {

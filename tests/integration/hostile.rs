@@ -10,11 +10,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::{Value, json};
-use stategraph::store::{RunQuery, SqliteStore, Store};
+use stategraph::store::{RunQuery, Store};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-use crate::server::{JsonBody, model};
-use crate::store_conformance::PgDb;
+use crate::support::JsonBody;
+use crate::support::db::{PgDb, SqliteDb};
+use crate::support::model::chat_model;
 use crate::support::server::TestServer;
 use crate::support::{chat_body, post_json};
 
@@ -23,9 +24,12 @@ use crate::support::{chat_body, post_json};
 /// ones, not even a cancelled run.
 async fn parallel_posts_store_exactly_one_turn(store: Arc<dyn Store>) {
     // Slow enough that every request arrives while the first still answers.
-    let server =
-        TestServer::start_with_store(model(false, Some(Duration::from_millis(40))), store, |_| {})
-            .await;
+    let server = TestServer::start_with_store(
+        chat_model(false, Some(Duration::from_millis(40))),
+        store,
+        |_| {},
+    )
+    .await;
     let client = reqwest::Client::new();
     let url = server.url("/api/chat");
     let posts = (0..20).map(|i| {
@@ -79,20 +83,13 @@ async fn parallel_posts_store_exactly_one_turn(store: Arc<dyn Store>) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn parallel_posts_to_one_chat_store_one_turn_on_sqlite() {
-    let dir = tempfile::tempdir().unwrap();
-    let store = SqliteStore::open(dir.path().join("s.db")).await.unwrap();
-    parallel_posts_store_exactly_one_turn(Arc::new(store)).await;
+    let db = SqliteDb::new();
+    parallel_posts_store_exactly_one_turn(db.open().await).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn parallel_posts_to_one_chat_store_one_turn_on_postgres() {
-    PgDb::with(|url| async move {
-        let store = stategraph::store::PostgresStore::connect(&url, 8)
-            .await
-            .unwrap();
-        parallel_posts_store_exactly_one_turn(Arc::new(store)).await;
-    })
-    .await;
+    PgDb::with_store(8, parallel_posts_store_exactly_one_turn).await;
 }
 
 /// A NUL in a message's text is refused before anything is stored (issue
@@ -107,7 +104,7 @@ async fn a_nul_in_the_first_message_is_refused_on_postgres() {
             .await
             .unwrap();
         let server =
-            TestServer::start_with_store(model(false, None), Arc::new(store), |_| {}).await;
+            TestServer::start_with_store(chat_model(false, None), Arc::new(store), |_| {}).await;
         let client = reqwest::Client::new();
         let resp = post_json(
             &client,
@@ -126,7 +123,7 @@ async fn a_nul_in_the_first_message_is_refused_on_postgres() {
 
 #[tokio::test]
 async fn resuming_a_chat_that_does_not_exist_is_204() {
-    let server = TestServer::start(model(false, None), |c| {
+    let server = TestServer::start(chat_model(false, None), |c| {
         c.auth.api_keys.insert("key-bob".into(), "bob".into());
         c.auth.local_with_keys = true;
     })
@@ -175,7 +172,7 @@ async fn read_until_closed(stream: &mut tokio::net::TcpStream, limit: Duration) 
 
 #[tokio::test]
 async fn a_client_trickling_its_headers_is_cut_off() {
-    let server = TestServer::start(model(false, None), |c| {
+    let server = TestServer::start(chat_model(false, None), |c| {
         c.server.header_timeout.0 = Duration::from_millis(500);
     })
     .await;
@@ -196,7 +193,7 @@ async fn a_client_trickling_its_headers_is_cut_off() {
 
 #[tokio::test]
 async fn oversized_heads_are_431() {
-    let server = TestServer::start(model(false, None), |_| {}).await;
+    let server = TestServer::start(chat_model(false, None), |_| {}).await;
     let client = reqwest::Client::new();
     // Over the limit: the documented JSON.
     let resp = client
@@ -226,7 +223,7 @@ async fn oversized_heads_are_431() {
 
 #[tokio::test]
 async fn the_local_user_is_never_a_proxied_request_nor_on_with_api_keys() {
-    let open = TestServer::start(model(false, None), |_| {}).await;
+    let open = TestServer::start(chat_model(false, None), |_| {}).await;
     let client = reqwest::Client::new();
     let direct = client.get(open.url("/api/chats")).send().await.unwrap();
     assert_eq!(direct.status(), 200, "direct loopback is the local user");
@@ -242,7 +239,7 @@ async fn the_local_user_is_never_a_proxied_request_nor_on_with_api_keys() {
     }
     open.shutdown().await;
 
-    let keyed = TestServer::start(model(false, None), |c| {
+    let keyed = TestServer::start(chat_model(false, None), |c| {
         c.auth.api_keys.insert("k".into(), "alice".into());
     })
     .await;
@@ -257,7 +254,7 @@ async fn the_local_user_is_never_a_proxied_request_nor_on_with_api_keys() {
     assert_eq!(with_key.status(), 200);
     keyed.shutdown().await;
 
-    let both = TestServer::start(model(false, None), |c| {
+    let both = TestServer::start(chat_model(false, None), |c| {
         c.auth.api_keys.insert("k".into(), "alice".into());
         c.auth.local_with_keys = true;
     })
@@ -269,7 +266,7 @@ async fn the_local_user_is_never_a_proxied_request_nor_on_with_api_keys() {
 
 #[tokio::test]
 async fn one_users_runs_never_hide_anothers() {
-    let server = TestServer::start(model(false, None), |c| {
+    let server = TestServer::start(chat_model(false, None), |c| {
         c.auth.api_keys.insert("key-alice".into(), "alice".into());
         c.auth.api_keys.insert("key-bob".into(), "bob".into());
     })
@@ -360,7 +357,10 @@ async fn every_request_of_the_bad_request_corpus_gets_its_json_error() {
         .unwrap(),
     )
     .unwrap();
-    let server = TestServer::start(model(false, None), |c| c.server.body_limit.0 = 64 * 1024).await;
+    let server = TestServer::start(chat_model(false, None), |c| {
+        c.server.body_limit.0 = 64 * 1024
+    })
+    .await;
     let client = reqwest::Client::new();
     let ok = post_json(&client, &server.url("/api/chat"), &chat_body("good", "hi")).await;
     assert_eq!(ok.status(), 200);
@@ -455,7 +455,7 @@ async fn median_chat(client: &reqwest::Client, server: &TestServer, tag: &str) -
 /// a few).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sequential_chats_on_a_kept_alive_connection_do_not_stall() {
-    let server = TestServer::start(model(false, None), |_| {}).await;
+    let server = TestServer::start(chat_model(false, None), |_| {}).await;
     let kept = reqwest::Client::builder()
         .pool_max_idle_per_host(1)
         .build()

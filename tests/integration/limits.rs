@@ -12,11 +12,11 @@ use serde_json::{Value, json};
 use stategraph::events::Usage;
 use stategraph::llm::LlmChunk;
 use stategraph::llm::scripted::{ScriptedModel, Turn};
-use stategraph::store::{PostgresStore, SqliteStore, Store};
+use stategraph::store::{PostgresStore, Store};
 
-use crate::server::JsonBody;
-use crate::store_conformance::PgDb;
+use crate::support::JsonBody;
 use crate::support::chat_body;
+use crate::support::db::{PgDb, SqliteDb};
 use crate::support::server::TestServer;
 
 /// What every model call reports.
@@ -164,11 +164,8 @@ async fn the_daily_quota_counts_stored_usage(store: Arc<dyn Store>, other: Arc<d
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_daily_quota_holds_across_servers_on_sqlite() {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("s.db");
-    let a = SqliteStore::open(&path).await.unwrap();
-    let b = SqliteStore::open(&path).await.unwrap();
-    the_daily_quota_counts_stored_usage(Arc::new(a), Arc::new(b)).await;
+    let db = SqliteDb::new();
+    the_daily_quota_counts_stored_usage(db.open().await, db.open().await).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -5,7 +5,7 @@
 use serde_json::json;
 use stategraph::llm::scripted::{ScriptedModel, Turn};
 
-use crate::server::JsonBody;
+use crate::support::JsonBody;
 use crate::support::server::TestServer;
 use crate::support::{chat_body, post_json};
 

@@ -6,56 +6,11 @@ use std::time::Duration;
 
 use futures::StreamExt;
 use serde_json::{Value, json};
-use stategraph::llm::scripted::{ScriptedModel, Turn};
-use stategraph::llm::{ChatMessage, ChatRequest, LlmError};
 
+use crate::support::JsonBody;
+use crate::support::model::chat_model;
 use crate::support::server::TestServer;
 use crate::support::{aisdk_validate, chat_body, post_json, report_json, validate_args};
-
-/// A model that answers every node of the chat graph plausibly.
-pub(crate) fn model(fail_narrator: bool, delay: Option<Duration>) -> Arc<ScriptedModel> {
-    let m = ScriptedModel::from_fn(move |req: &ChatRequest| {
-        let system = match req.messages.first() {
-            Some(ChatMessage::System { content }) => content.clone(),
-            _ => String::new(),
-        };
-        if req
-            .response_format
-            .as_ref()
-            .is_some_and(|f| f.name == "intent_classification")
-        {
-            return Turn::json(
-                json!({"intent": "RESEARCH", "reasoning": "needs data", "missing_slots": [], "detected_language": "en"}),
-            );
-        }
-        if req
-            .response_format
-            .as_ref()
-            .is_some_and(|f| f.name == "followups")
-        {
-            return Turn::json(json!({"questions": ["Why?", "How?"]}));
-        }
-        if !req.tools.is_empty()
-            && !req
-                .messages
-                .iter()
-                .any(|m| matches!(m, ChatMessage::Tool { .. }))
-        {
-            return Turn::tool("calculator", json!({"expression": "6*7"}));
-        }
-        if system.contains("You write the answer") && fail_narrator {
-            return Turn::Fail(LlmError::Http {
-                status: 400,
-                message: "secret upstream detail".into(),
-            });
-        }
-        Turn::text("The answer is 42 and that is final.")
-    });
-    Arc::new(match delay {
-        Some(d) => m.with_token_delay(d),
-        None => m,
-    })
-}
 
 async fn validate_post(server: &TestServer, body: &Value) -> (bool, String) {
     let dir = tempfile::tempdir().unwrap();
@@ -81,7 +36,7 @@ fn text_of(report: &Value) -> String {
 
 #[tokio::test]
 async fn every_intent_streams_a_valid_ui_message() {
-    let server = TestServer::start(model(false, None), |_| {}).await;
+    let server = TestServer::start(chat_model(false, None), |_| {}).await;
     for intent in [
         "QUICK_ANSWER",
         "RESEARCH",
@@ -122,7 +77,7 @@ async fn every_intent_streams_a_valid_ui_message() {
 
 #[tokio::test]
 async fn an_answer_node_with_tools_streams_tool_parts() {
-    let server = TestServer::start(model(false, None), |_| {}).await;
+    let server = TestServer::start(chat_model(false, None), |_| {}).await;
     let mut body = chat_body("tools-1", "compute 6*7");
     body["graph"] = json!("tools");
     let (ok, report) = validate_post(&server, &body).await;
@@ -154,7 +109,7 @@ async fn an_answer_node_with_tools_streams_tool_parts() {
 
 #[tokio::test]
 async fn an_error_mid_run_is_one_error_chunk_with_a_reference_and_no_internals() {
-    let server = TestServer::start(model(true, None), |_| {}).await;
+    let server = TestServer::start(chat_model(true, None), |_| {}).await;
     let body = chat_body("err-1", "fail please");
     let (ok, raw) = validate_post(&server, &body).await;
     assert!(ok, "{raw}");
@@ -191,7 +146,7 @@ async fn an_error_mid_run_is_one_error_chunk_with_a_reference_and_no_internals()
 
 #[tokio::test]
 async fn the_response_has_the_stream_headers_and_the_correlation_id() {
-    let server = TestServer::start(model(false, None), |_| {}).await;
+    let server = TestServer::start(chat_model(false, None), |_| {}).await;
     let client = reqwest::Client::new();
     let resp = client
         .post(server.url("/api/chat"))
@@ -219,7 +174,8 @@ async fn the_response_has_the_stream_headers_and_the_correlation_id() {
 
 #[tokio::test]
 async fn resume_is_204_when_idle_and_a_full_replay_while_active() {
-    let server = TestServer::start(model(false, Some(Duration::from_millis(15))), |_| {}).await;
+    let server =
+        TestServer::start(chat_model(false, Some(Duration::from_millis(15))), |_| {}).await;
     let client = reqwest::Client::new();
     // Nothing to resume for a chat that does not exist (yet): 204, as
     // `useChat({ resume: true })` expects on mount.
@@ -267,7 +223,7 @@ async fn resume_is_204_when_idle_and_a_full_replay_while_active() {
     assert_eq!(strip(&from_store.text().await.unwrap()), strip(&live));
     server.shutdown().await;
 
-    let server = TestServer::start(model(false, None), |c| {
+    let server = TestServer::start(chat_model(false, None), |c| {
         c.server.linger.0 = Duration::from_millis(10)
     })
     .await;
@@ -295,7 +251,8 @@ async fn resume_is_204_when_idle_and_a_full_replay_while_active() {
 
 #[tokio::test]
 async fn a_client_that_disconnects_mid_stream_resumes_with_every_part_exactly_once() {
-    let server = TestServer::start(model(false, Some(Duration::from_millis(10))), |_| {}).await;
+    let server =
+        TestServer::start(chat_model(false, Some(Duration::from_millis(10))), |_| {}).await;
     let client = reqwest::Client::new();
     let resp = post_json(
         &client,
@@ -366,7 +323,8 @@ async fn a_client_that_disconnects_mid_stream_resumes_with_every_part_exactly_on
 
 #[tokio::test]
 async fn stop_cancels_the_active_run_and_its_stream_ends_cleanly() {
-    let server = TestServer::start(model(false, Some(Duration::from_millis(40))), |_| {}).await;
+    let server =
+        TestServer::start(chat_model(false, Some(Duration::from_millis(40))), |_| {}).await;
     let client = reqwest::Client::new();
     let url = server.url("/api/chat");
     let stream = tokio::spawn({
@@ -406,7 +364,7 @@ async fn stop_cancels_the_active_run_and_its_stream_ends_cleanly() {
 
 #[tokio::test]
 async fn idle_streams_get_keep_alive_comments() {
-    let server = TestServer::start(model(false, Some(Duration::from_millis(120))), |c| {
+    let server = TestServer::start(chat_model(false, Some(Duration::from_millis(120))), |c| {
         c.server.keep_alive.0 = Duration::from_millis(50)
     })
     .await;
@@ -424,7 +382,7 @@ async fn idle_streams_get_keep_alive_comments() {
 
 #[tokio::test]
 async fn chats_and_messages_are_stored_and_regenerate_replaces_the_answer() {
-    let server = TestServer::start(model(false, None), |_| {}).await;
+    let server = TestServer::start(chat_model(false, None), |_| {}).await;
     let client = reqwest::Client::new();
     let body = chat_body("store-1", "first question");
     let first = post_json(&client, &server.url("/api/chat"), &body)
@@ -507,7 +465,7 @@ async fn chats_and_messages_are_stored_and_regenerate_replaces_the_answer() {
 
 #[tokio::test]
 async fn users_never_see_each_others_chats() {
-    let server = TestServer::start(model(false, None), |c| {
+    let server = TestServer::start(chat_model(false, None), |c| {
         c.auth.api_keys.insert("key-alice".into(), "alice".into());
         c.auth.api_keys.insert("key-bob".into(), "bob".into());
     })
@@ -585,7 +543,10 @@ async fn users_never_see_each_others_chats() {
 
 #[tokio::test]
 async fn bad_input_gets_a_json_error_and_stores_nothing() {
-    let server = TestServer::start(model(false, None), |c| c.server.body_limit.0 = 64 * 1024).await;
+    let server = TestServer::start(chat_model(false, None), |c| {
+        c.server.body_limit.0 = 64 * 1024
+    })
+    .await;
     let client = reqwest::Client::new();
     let url = server.url("/api/chat");
     let ok = chat_body("bad-1", "hi");
@@ -686,7 +647,7 @@ async fn bad_input_gets_a_json_error_and_stores_nothing() {
 
 #[tokio::test]
 async fn graphs_health_and_metrics_endpoints() {
-    let server = TestServer::start(model(false, None), |_| {}).await;
+    let server = TestServer::start(chat_model(false, None), |_| {}).await;
     let client = reqwest::Client::new();
     let graphs = client
         .get(server.url("/api/graphs"))
@@ -774,17 +735,6 @@ async fn graphs_health_and_metrics_endpoints() {
     server.shutdown().await;
 }
 
-pub(crate) trait JsonBody {
-    async fn json_value(self) -> Value;
-}
-
-impl JsonBody for reqwest::Response {
-    async fn json_value(self) -> Value {
-        let text = self.text().await.unwrap();
-        serde_json::from_str(&text).unwrap_or_else(|e| panic!("not JSON ({e}): {text}"))
-    }
-}
-
 /// Copies the shipped graphs and prompts into a temp dir the test can edit.
 fn editable_graphs() -> tempfile::TempDir {
     let dir = tempfile::tempdir().unwrap();
@@ -813,7 +763,7 @@ fn editable_graphs() -> tempfile::TempDir {
 async fn graph_files_reload_on_change_and_a_broken_file_keeps_the_previous_version() {
     let dir = editable_graphs();
     let (g, p) = (dir.path().join("graphs"), dir.path().join("prompts"));
-    let server = TestServer::start(model(false, None), move |c| {
+    let server = TestServer::start(chat_model(false, None), move |c| {
         c.paths.graphs = g;
         c.paths.prompts = p;
         c.server.reload_interval.0 = Duration::from_millis(100);
@@ -921,7 +871,8 @@ async fn graph_files_reload_on_change_and_a_broken_file_keeps_the_previous_versi
 
 #[tokio::test]
 async fn shutdown_lets_runs_in_flight_finish() {
-    let server = TestServer::start(model(false, Some(Duration::from_millis(20))), |_| {}).await;
+    let server =
+        TestServer::start(chat_model(false, Some(Duration::from_millis(20))), |_| {}).await;
     let client = reqwest::Client::new();
     let url = server.url("/api/chat");
     let stream = tokio::spawn({

@@ -14,7 +14,7 @@ use stategraph::llm::scripted::{ScriptedModel, Turn};
 use stategraph::runtime::RunStatus;
 use stategraph::store::{SqliteStore, Store};
 
-use crate::server::JsonBody;
+use crate::support::JsonBody;
 use crate::support::server::TestServer;
 use crate::support::{aisdk_validate, chat_body, post_json, report_json};
 

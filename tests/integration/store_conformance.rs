@@ -12,12 +12,10 @@
 //! alone because it would disturb every other test using the server.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-use std::future::Future;
-use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 
 use crate::support::ChatState;
-use futures::FutureExt;
+use crate::support::db::{Backend, PgDb, with_store};
 use futures::future::BoxFuture;
 use serde_json::{Value, json};
 use stategraph::events::{
@@ -29,7 +27,6 @@ use stategraph::runtime::{
     StepBatch, TaskWrite, rebuild_state,
 };
 use stategraph::state::{Patch, StateType};
-use stategraph::store::memory::MemoryStore;
 use stategraph::store::{
     self, ChatRecord, CheckpointRecord, EventLog, MessageRecord, PostgresStore, RunCursor,
     RunQuery, RunRecord, SqliteStore, Store, StoreConfig, StoreError,
@@ -55,90 +52,6 @@ use log::*;
 use outage::*;
 use upkeep::*;
 use verdicts::*;
-
-const ADMIN_URL: &str = "postgres://postgres@127.0.0.1:5432/postgres";
-
-/// A PostgreSQL database of one test's own.
-pub(crate) struct PgDb {
-    name: String,
-}
-
-async fn admin() -> tokio_postgres::Client {
-    let (client, conn) = tokio_postgres::connect(ADMIN_URL, tokio_postgres::NoTls).await.unwrap_or_else(|e| {
-        panic!("PostgreSQL must run on 127.0.0.1:5432 (pg_ctlcluster --skip-systemctl-redirect $(ls /etc/postgresql) main start): {e}")
-    });
-    tokio::spawn(async move {
-        let _ = conn.await;
-    });
-    client
-}
-
-impl PgDb {
-    pub(crate) async fn create() -> Self {
-        let name = format!("stategraph_test_{}", Uuid::new_v4().simple());
-        admin()
-            .await
-            .batch_execute(&format!("CREATE DATABASE {name}"))
-            .await
-            .unwrap();
-        Self { name }
-    }
-
-    pub(crate) fn url(&self) -> String {
-        format!("postgres://postgres@127.0.0.1:5432/{}", self.name)
-    }
-
-    pub(crate) async fn drop_db(self) {
-        admin()
-            .await
-            .batch_execute(&format!(
-                "DROP DATABASE IF EXISTS {} WITH (FORCE)",
-                self.name
-            ))
-            .await
-            .unwrap();
-    }
-
-    /// Runs `f` with the database, dropping it afterwards even if `f` fails.
-    pub(crate) async fn with<Fut: Future<Output = ()>>(f: impl FnOnce(String) -> Fut) {
-        let db = Self::create().await;
-        let result = AssertUnwindSafe(f(db.url())).catch_unwind().await;
-        db.drop_db().await;
-        if let Err(panic) = result {
-            std::panic::resume_unwind(panic);
-        }
-    }
-}
-
-#[derive(Clone, Copy, Debug)]
-enum Backend {
-    Memory,
-    Sqlite,
-    Postgres,
-}
-
-async fn with_store<Fut: Future<Output = ()>>(
-    backend: Backend,
-    check: impl FnOnce(Arc<dyn Store>) -> Fut,
-) {
-    match backend {
-        Backend::Memory => check(Arc::new(MemoryStore::new())).await,
-        Backend::Sqlite => {
-            let dir = tempfile::tempdir().unwrap();
-            let store = SqliteStore::open(dir.path().join("data").join("stategraph.db"))
-                .await
-                .unwrap();
-            check(Arc::new(store)).await;
-        }
-        Backend::Postgres => {
-            PgDb::with(|url| async move {
-                let store = PostgresStore::connect(&url, 4).await.unwrap();
-                check(Arc::new(store)).await;
-            })
-            .await
-        }
-    }
-}
 
 /// One test per check and backend: `store_conformance::<backend>::<check>`.
 macro_rules! conformance {

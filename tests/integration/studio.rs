@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
-use crate::server::model;
+use crate::support::model::chat_model as model;
 use crate::support::server::TestServer;
 use crate::support::{chat_body, post_json, root};
 

@@ -41,6 +41,9 @@ stategraph::state! {
     }
 }
 
+pub mod db;
+pub mod model;
+
 #[path = "../common/data_tool.rs"]
 mod data_tool;
 pub use data_tool::IndicatorValue;
@@ -342,4 +345,17 @@ pub async fn assert_all_reexecute(state: &stategraph::server::AppState) -> usize
         assert_reexecutes(state, r.id).await;
     }
     finished.len()
+}
+
+/// A response's body as JSON, panicking with the body when it is not.
+pub(crate) trait JsonBody {
+    /// The body, parsed.
+    async fn json_value(self) -> serde_json::Value;
+}
+
+impl JsonBody for reqwest::Response {
+    async fn json_value(self) -> serde_json::Value {
+        let text = self.text().await.unwrap();
+        serde_json::from_str(&text).unwrap_or_else(|e| panic!("not JSON ({e}): {text}"))
+    }
 }

@@ -15,11 +15,11 @@ use std::sync::Arc;
 
 use serde_json::{Value, json};
 use stategraph::runtime::RunStatus;
-use stategraph::store::{PostgresStore, RunQuery, SqliteStore, Store};
+use stategraph::store::{RunQuery, Store};
 
 use super::Gated;
-use crate::server::model;
-use crate::store_conformance::PgDb;
+use crate::support::db::{PgDb, SqliteDb};
+use crate::support::model::chat_model;
 use crate::support::post_json;
 use crate::support::server::TestServer;
 
@@ -48,7 +48,7 @@ async fn race(
 }
 
 async fn exactly_one_run_per_turn(store: Arc<dyn Store>) {
-    let gated = Gated::new(model(false, None));
+    let gated = Gated::new(chat_model(false, None));
     let server = TestServer::start_with_store(gated.clone(), Arc::clone(&store), |_| {}).await;
     let client = reqwest::Client::new();
     let url = server.url("/api/chat");
@@ -118,16 +118,11 @@ async fn exactly_one_run_per_turn(store: Arc<dyn Store>) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn concurrent_posts_to_one_chat_leave_one_run_record_on_sqlite() {
-    let dir = tempfile::tempdir().unwrap();
-    let store = SqliteStore::open(dir.path().join("s.db")).await.unwrap();
-    exactly_one_run_per_turn(Arc::new(store)).await;
+    let db = SqliteDb::new();
+    exactly_one_run_per_turn(db.open().await).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn concurrent_posts_to_one_chat_leave_one_run_record_on_postgres() {
-    PgDb::with(|url| async move {
-        let store = PostgresStore::connect(&url, 8).await.unwrap();
-        exactly_one_run_per_turn(Arc::new(store)).await;
-    })
-    .await;
+    PgDb::with_store(8, exactly_one_run_per_turn).await;
 }

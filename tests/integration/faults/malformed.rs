@@ -13,7 +13,7 @@ use std::time::Duration;
 use serde_json::Value;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-use crate::server::model;
+use crate::support::model::chat_model;
 use crate::support::server::TestServer;
 
 /// A case: name, request bytes, the status and error code expected.
@@ -181,7 +181,7 @@ async fn read_response(s: &mut tokio::net::TcpStream) -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_malformed_request_gets_a_json_error() {
-    let server = TestServer::start(model(false, None), |c| {
+    let server = TestServer::start(chat_model(false, None), |c| {
         c.server.max_header_bytes.0 = 64 * 1024;
     })
     .await;

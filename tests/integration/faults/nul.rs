@@ -9,8 +9,8 @@ use std::sync::Arc;
 use serde_json::{Value, json};
 use stategraph::store::{PostgresStore, RunQuery};
 
-use crate::server::model;
-use crate::store_conformance::PgDb;
+use crate::support::db::PgDb;
+use crate::support::model::chat_model;
 use crate::support::server::TestServer;
 use crate::support::{chat_body, post_json};
 
@@ -79,7 +79,7 @@ async fn nul_anywhere_in_a_request_is_a_json_400_and_stores_nothing_on_postgres(
     PgDb::with(|url| async move {
         let store = PostgresStore::connect(&url, 4).await.unwrap();
         let server =
-            TestServer::start_with_store(model(false, None), Arc::new(store), |_| {}).await;
+            TestServer::start_with_store(chat_model(false, None), Arc::new(store), |_| {}).await;
         let client = reqwest::Client::new();
         let ok = post_json(&client, &server.url("/api/chat"), &chat_body("good", "hi")).await;
         assert_eq!(ok.status(), 200);

@@ -22,7 +22,8 @@ use stategraph::events::EventKind;
 use stategraph::runtime::RunStatus;
 use stategraph::store::{PostgresStore, RunQuery, Store};
 
-use super::{Gated, eventually, frames, long_model, streamed_text};
+use super::{Gated, eventually, frames, streamed_text};
+use crate::support::model::long_model;
 use crate::support::server::TestServer;
 use crate::support::{chat_body, post_json};
 

@@ -20,15 +20,14 @@ use serde_json::json;
 use stategraph::events::now_micros;
 use stategraph::runtime::RunStatus;
 use stategraph::store::{
-    ChatRecord, MessageRecord, PostgresStore, RunQuery, RunRecord, SqliteStore, Store, TurnOutcome,
-    TurnStart,
+    ChatRecord, MessageRecord, RunQuery, RunRecord, Store, TurnOutcome, TurnStart,
 };
 use tokio::io::AsyncWriteExt;
 use uuid::Uuid;
 
 use super::eventually;
-use crate::server::model;
-use crate::store_conformance::PgDb;
+use crate::support::db::{PgDb, SqliteDb};
+use crate::support::model::chat_model;
 use crate::support::server::TestServer;
 use crate::support::{chat_body, post_json};
 
@@ -55,7 +54,7 @@ async fn post_and_reset(addr: std::net::SocketAddr, chat: &str) {
 
 async fn resetting_clients_wedge_nothing(store: Arc<dyn Store>) {
     let server = TestServer::start_with_store(
-        model(false, Some(Duration::from_millis(5))),
+        chat_model(false, Some(Duration::from_millis(5))),
         Arc::clone(&store),
         |c| {
             c.server.lease.0 = Duration::from_secs(3);
@@ -111,18 +110,13 @@ async fn resetting_clients_wedge_nothing(store: Arc<dyn Store>) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn clients_that_reset_at_once_leave_no_run_running_on_sqlite() {
-    let dir = tempfile::tempdir().unwrap();
-    let store = SqliteStore::open(dir.path().join("s.db")).await.unwrap();
-    resetting_clients_wedge_nothing(Arc::new(store)).await;
+    let db = SqliteDb::new();
+    resetting_clients_wedge_nothing(db.open().await).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn clients_that_reset_at_once_leave_no_run_running_on_postgres() {
-    PgDb::with(|url| async move {
-        let store = PostgresStore::connect(&url, 8).await.unwrap();
-        resetting_clients_wedge_nothing(Arc::new(store)).await;
-    })
-    .await;
+    PgDb::with_store(8, resetting_clients_wedge_nothing).await;
 }
 
 /// Stores a chat turn leased to `owner` as `begin_turn` does, without
@@ -193,12 +187,15 @@ async fn status_of(server: &TestServer, run: Uuid) -> RunStatus {
 async fn stranded_runs_are_taken_over_stopped_and_resumed(store: Arc<dyn Store>) {
     // No orphan claims (recover_interval 0): only the lease upkeep's
     // comparison with what this process holds finds these runs.
-    let server =
-        TestServer::start_with_store(model(false, Some(Duration::from_millis(30))), store, |c| {
+    let server = TestServer::start_with_store(
+        chat_model(false, Some(Duration::from_millis(30))),
+        store,
+        |c| {
             c.server.lease.0 = Duration::from_millis(900);
             c.server.recover_interval.0 = Duration::ZERO;
-        })
-        .await;
+        },
+    )
+    .await;
     let client = reqwest::Client::new();
 
     // A stop finds it before the upkeep does (or just after): either way
@@ -271,16 +268,11 @@ async fn stranded_runs_are_taken_over_stopped_and_resumed(store: Arc<dyn Store>)
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn stranded_runs_are_taken_over_stopped_and_resumed_on_sqlite() {
-    let dir = tempfile::tempdir().unwrap();
-    let store = SqliteStore::open(dir.path().join("s.db")).await.unwrap();
-    stranded_runs_are_taken_over_stopped_and_resumed(Arc::new(store)).await;
+    let db = SqliteDb::new();
+    stranded_runs_are_taken_over_stopped_and_resumed(db.open().await).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn stranded_runs_are_taken_over_stopped_and_resumed_on_postgres() {
-    PgDb::with(|url| async move {
-        let store = PostgresStore::connect(&url, 8).await.unwrap();
-        stranded_runs_are_taken_over_stopped_and_resumed(Arc::new(store)).await;
-    })
-    .await;
+    PgDb::with_store(8, stranded_runs_are_taken_over_stopped_and_resumed).await;
 }

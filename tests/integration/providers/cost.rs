@@ -14,13 +14,13 @@ use serde_json::{Value, json};
 use stategraph::config::Config;
 use stategraph::events::{Usage, now_micros};
 use stategraph::runtime::RunStatus;
-use stategraph::store::{PostgresStore, RunRecord, SqliteStore, Store};
+use stategraph::store::{RunRecord, Store};
 use uuid::Uuid;
 
 use super::emulator::Emulator;
-use crate::server::JsonBody;
-use crate::store_conformance::PgDb;
+use crate::support::JsonBody;
 use crate::support::chat_body;
+use crate::support::db::{PgDb, SqliteDb};
 use crate::support::server::TestServer;
 
 /// US dollars per million input and output tokens: a token costs 2,000 and
@@ -231,16 +231,11 @@ async fn the_cost_is_recorded_and_capped_per_day(store: Arc<dyn Store>) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_daily_cost_cap_holds_on_sqlite() {
-    let dir = tempfile::tempdir().unwrap();
-    let store = SqliteStore::open(&dir.path().join("s.db")).await.unwrap();
-    the_cost_is_recorded_and_capped_per_day(Arc::new(store)).await;
+    let db = SqliteDb::new();
+    the_cost_is_recorded_and_capped_per_day(db.open().await).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_daily_cost_cap_holds_on_postgres() {
-    PgDb::with(|url| async move {
-        let store = PostgresStore::connect(&url, 4).await.unwrap();
-        the_cost_is_recorded_and_capped_per_day(Arc::new(store)).await;
-    })
-    .await;
+    PgDb::with_store(4, the_cost_is_recorded_and_capped_per_day).await;
 }

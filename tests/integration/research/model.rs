@@ -87,26 +87,21 @@ impl Default for Behaviour {
     }
 }
 
+/// The research graph's nodes, by a marker of their system prompts.
+const MARKERS: &[(&str, &str)] = &[
+    ("You plan web research", "plan"),
+    ("You read one web page for research", "read"),
+    ("You review web research in progress", "reflect"),
+    (
+        "You answer the user's question from the numbered sources",
+        "synthesize",
+    ),
+    ("You suggest follow-up questions", "related"),
+];
+
 /// Which node a request comes from, told by its system prompt.
 pub(crate) fn node_of(req: &ChatRequest) -> &'static str {
-    let system = match req.messages.first() {
-        Some(ChatMessage::System { content }) => content.as_str(),
-        _ => "",
-    };
-    const MARKERS: &[(&str, &str)] = &[
-        ("You plan web research", "plan"),
-        ("You read one web page for research", "read"),
-        ("You review web research in progress", "reflect"),
-        (
-            "You answer the user's question from the numbered sources",
-            "synthesize",
-        ),
-        ("You suggest follow-up questions", "related"),
-    ];
-    MARKERS
-        .iter()
-        .find(|(m, _)| system.contains(m))
-        .map_or("unknown", |(_, n)| n)
+    crate::support::model::node_of(MARKERS, req)
 }
 
 /// The model and the log of its calls.
