@@ -76,13 +76,8 @@ pub fn compile<K: NodeKinds>(
     for edge in &spec.edges {
         edges.add(edge);
     }
-    edges.warn_repeats(
-        &spec
-            .nodes
-            .iter()
-            .map(|n| n.value.id.value.as_str())
-            .collect::<Vec<_>>(),
-    );
+    let ids: Vec<&str> = spec.nodes.iter().map(|n| &*n.value.id.value).collect();
+    edges.warn_repeats(&ids);
     let EdgeBuilder {
         topo,
         out,
@@ -147,21 +142,19 @@ pub fn compile<K: NodeKinds>(
         chat,
         external_tools,
         optional_tools,
-        node_surfaces: Arc::new(
-            nodes
-                .iter()
-                .map(|n| (n.id.to_string(), n.surface))
-                .collect(),
-        ),
-        node_kinds: Arc::new(
-            nodes
-                .iter()
-                .map(|n| (n.id.to_string(), n.kind.to_string()))
-                .collect(),
-        ),
+        node_surfaces: per_node(&nodes, |n| n.surface),
+        node_kinds: per_node(&nodes, |n| n.kind.to_string()),
         nodes,
     };
     Ok((graph, d.into_vec()))
+}
+
+/// A value of each node, by node id (the graph's surfaces and kinds).
+fn per_node<N, T>(
+    nodes: &[CompiledNode<N>],
+    f: impl Fn(&CompiledNode<N>) -> T,
+) -> Arc<HashMap<String, T>> {
+    Arc::new(nodes.iter().map(|n| (n.id.to_string(), f(n))).collect())
 }
 
 /// The structural rules (reachability, END reachable, joins, cycles) on

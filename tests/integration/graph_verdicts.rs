@@ -125,34 +125,9 @@ async fn verdicts_are_stored_with_the_runs_they_judge_and_shown_on_them() {
     let (_, whole) = get(&client, &server.url(&format!("/api/runs/{run}"))).await;
     assert_eq!(said(&whole["verdicts"]), want_studio, "the run shows them");
 
-    // Criteria without a judge model: reported as not judged, nothing stored.
-    let resp = post_json(
-        &client,
-        &server.url("/api/eval"),
-        &json!({"graph": "chat", "criteria": ["the answer is short"]}),
-    )
-    .await;
-    let report: Value = resp.json().await.unwrap();
-    assert_eq!(report["summary"]["not_judged"], 3, "{report:#}");
-    assert_eq!(report["verdicts_stored"], 0);
-    for (body, code) in [
-        (
-            json!({"criteria": ["  "], "judge": "judge"}),
-            "invalid_criteria",
-        ),
-        (
-            json!({"criteria": vec!["x"; 11], "judge": "judge"}),
-            "invalid_criteria",
-        ),
-    ] {
-        let resp = post_json(&client, &server.url("/api/eval"), &body).await;
-        assert_eq!(resp.status(), 400, "{body}");
-        let err: Value = resp.json().await.unwrap();
-        assert_eq!(err["error"]["code"], code, "{err}");
-    }
-    let other = uuid::Uuid::now_v7();
-    let (status, _) = get(&client, &server.url(&format!("/api/runs/{other}/verdicts"))).await;
-    assert_eq!(status, 404);
+    // Criteria without a judge model: reported as not judged, nothing
+    // stored; bad criteria and unknown runs refused.
+    unjudged_and_refused_criteria(&client, &server).await;
     server.shutdown().await;
 
     // `stategraph eval` judges again; its verdicts join the studio's.
@@ -197,6 +172,39 @@ async fn verdicts_are_stored_with_the_runs_they_judge_and_shown_on_them() {
         [("studio", "pass"), ("studio", "fail"), ("eval", "pass")],
         "oldest first, none replaced"
     );
+}
+
+/// Criteria without a judge model are reported as not judged and store
+/// nothing; blank or too many criteria are 400 `invalid_criteria`; an
+/// unknown run's verdicts are 404.
+async fn unjudged_and_refused_criteria(client: &reqwest::Client, server: &TestServer) {
+    let resp = post_json(
+        client,
+        &server.url("/api/eval"),
+        &json!({"graph": "chat", "criteria": ["the answer is short"]}),
+    )
+    .await;
+    let report: Value = resp.json().await.unwrap();
+    assert_eq!(report["summary"]["not_judged"], 3, "{report:#}");
+    assert_eq!(report["verdicts_stored"], 0);
+    for (body, code) in [
+        (
+            json!({"criteria": ["  "], "judge": "judge"}),
+            "invalid_criteria",
+        ),
+        (
+            json!({"criteria": vec!["x"; 11], "judge": "judge"}),
+            "invalid_criteria",
+        ),
+    ] {
+        let resp = post_json(client, &server.url("/api/eval"), &body).await;
+        assert_eq!(resp.status(), 400, "{body}");
+        let err: Value = resp.json().await.unwrap();
+        assert_eq!(err["error"]["code"], code, "{err}");
+    }
+    let other = uuid::Uuid::now_v7();
+    let (status, _) = get(client, &server.url(&format!("/api/runs/{other}/verdicts"))).await;
+    assert_eq!(status, 404);
 }
 
 /// The offline model makes up verdicts that fit the schema: it is refused

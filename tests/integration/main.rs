@@ -1,4 +1,23 @@
-//! Integration tests: one binary, one module per area.
+//! Integration tests: one binary, one module per capability, and the
+//! fixtures they share in `support` (database, server, scripted models).
+//! docs/testing.md ("The repository's own tests") has the map:
+//!
+//! - graph files: validation, rejected_graphs, state_parity, executor,
+//!   fanout, conversation, bound_args, tool_check, offline_routing,
+//!   tutorial, langgraph_examples, python_tools
+//! - models and tools: openai_client, providers, degrade, mcp, data_tools
+//! - the AI SDK stream: sse_stream, sse_ids, broken_streams, shown_stays,
+//!   card_shapes, assistant_ui
+//! - the server and its API: server, hostile, limits, failed_turns, memory,
+//!   binary, langgraph_api, langgraph_wire
+//! - the store and surviving failures: store_conformance, crash, faults
+//! - human in the loop: interrupts, hitl_client, hitl_crash
+//! - replay and forks: replay, exact_replay, forks
+//! - graph tests and eval: graph_tests, graph_recorded, graph_eval,
+//!   graph_verdicts
+//! - the studio: studio, studio_judge
+//! - the shipped apps end to end: chat_graph, data360, research, assistant,
+//!   apps
 
 #![allow(
     missing_docs,

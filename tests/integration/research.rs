@@ -654,36 +654,7 @@ async fn a_failed_extraction_falls_back_to_chunks_of_the_page_with_neutral_ratin
     let state = &out.state;
 
     for name in ["garbled", "misshapen"] {
-        let url = u(name);
-        // Asked three times (2 retries), each retry carrying the invalid
-        // answer and what was wrong with it.
-        let asked: Vec<Call> = calls_to(&calls, "read")
-            .into_iter()
-            .filter(|c| c.prompt.contains(&format!(" — {url}\n")))
-            .collect();
-        assert_eq!(
-            asked.iter().map(|c| c.messages).collect::<Vec<_>>(),
-            [1, 3, 5],
-            "{name}"
-        );
-        // Neutral ratings, score 0.5.
-        let source = state["sources"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|s| s["url"] == url)
-            .unwrap_or_else(|| panic!("{name} is a source: {}", state["sources"]))
-            .clone();
-        for k in ["authority", "freshness", "relevance", "quality"] {
-            assert_eq!(source[k], json!(0.5), "{name} {k}");
-        }
-        let ranked = state["ranked"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|s| s["url"] == url)
-            .unwrap();
-        assert_eq!(ranked["score"], json!(0.5));
+        retried_then_rated_neutrally(&out, &calls, &u(name), name);
     }
     // The facts are the page text cut into passages of at most 400
     // characters, the first four, in order.
@@ -755,6 +726,40 @@ async fn a_failed_extraction_falls_back_to_chunks_of_the_page_with_neutral_ratin
     assert_eq!(out.text(), answer);
     assert!(crate::support::assert_all_reexecute(&server.state).await >= 1);
     server.shutdown().await;
+}
+
+/// A page whose reading answer was invalid: asked three times, then rated
+/// neutrally by the fallback.
+fn retried_then_rated_neutrally(out: &Outcome, calls: &Calls, url: &str, name: &str) {
+    // Asked three times (2 retries), each retry carrying the invalid
+    // answer and what was wrong with it.
+    let asked: Vec<Call> = calls_to(calls, "read")
+        .into_iter()
+        .filter(|c| c.prompt.contains(&format!(" — {url}\n")))
+        .collect();
+    assert_eq!(
+        asked.iter().map(|c| c.messages).collect::<Vec<_>>(),
+        [1, 3, 5],
+        "{name}"
+    );
+    // Neutral ratings, score 0.5.
+    let source = out.state["sources"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["url"] == url)
+        .unwrap_or_else(|| panic!("{name} is a source: {}", out.state["sources"]))
+        .clone();
+    for k in ["authority", "freshness", "relevance", "quality"] {
+        assert_eq!(source[k], json!(0.5), "{name} {k}");
+    }
+    let ranked = out.state["ranked"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["url"] == url)
+        .unwrap();
+    assert_eq!(ranked["score"], json!(0.5));
 }
 
 /// A model that always judges coverage low: the run stops after three

@@ -263,9 +263,6 @@ pub(super) async fn state_rebuilt_from_stored_checkpoints_matches_memory(store: 
 }
 
 fn every_kind() -> Vec<EventKind> {
-    let patch = Patch::new()
-        .set("zeta", 1)
-        .set("alpha", json!({"nested": [1, 2.5, null, true]}));
     vec![
         EventKind::RunStarted {
             graph: "chat".into(),
@@ -349,6 +346,19 @@ fn every_kind() -> Vec<EventKind> {
                 details: json!({"choices": ["a", "b"]}),
             },
         },
+    ]
+    .into_iter()
+    .chain(call_ends_and_run_ends())
+    .collect()
+}
+
+/// The second half of [`every_kind`]: model calls ending, thinking, custom
+/// data, node and run ends, checkpoints and a kind from a newer build.
+fn call_ends_and_run_ends() -> Vec<EventKind> {
+    let patch = Patch::new()
+        .set("zeta", 1)
+        .set("alpha", json!({"nested": [1, 2.5, null, true]}));
+    vec![
         EventKind::LlmFinished {
             call: 0,
             output: LlmOutput {
