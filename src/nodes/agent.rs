@@ -45,7 +45,7 @@ use super::bounds::{Failure, GENERATION_SETTINGS, Generation, ON_ERROR, OnError,
 use super::convo::{self, Conversation, Turn};
 use super::extract::{self, Extract};
 use super::fill::{self, Fill};
-use super::model::{self, INPUT, PROMPT, ROLE_SETTINGS};
+use super::model::{self, INPUT, PROMPT, QUIET, ROLE_SETTINGS};
 use super::passthrough::{self, PassThrough};
 use super::pauses::{self, Gate, Pauses};
 use super::{BuildCx, Kind, Node, NodeContext, NodeError, Roles};
@@ -123,6 +123,7 @@ pub(super) fn kind() -> Kind {
     ];
     settings.extend(pauses::SETTINGS);
     settings.extend(ROLE_SETTINGS);
+    settings.push(QUIET);
     settings.extend(convo::SETTINGS);
     settings.extend(GENERATION_SETTINGS);
     settings.push(ON_ERROR);
@@ -435,6 +436,7 @@ impl Agent {
             ..Outcome::default()
         };
         let mut reminded = false;
+        let mut ran_once = std::collections::HashSet::new();
         let started = std::time::Instant::now();
         for call in 0..self.max_iterations {
             let last = self.is_last(cx, call, started).await;
@@ -455,11 +457,21 @@ impl Agent {
                 }
                 break;
             }
-            let results = futures::future::join_all(
-                out.tool_calls
-                    .iter()
-                    .map(|tc| self.execute(cx, tc, allowed, &request.tools)),
-            )
+            // A `once` tool's calls after its first are not run.
+            let repeats: Vec<bool> = out
+                .tool_calls
+                .iter()
+                .map(|tc| self.bindings.once(&tc.name) && !ran_once.insert(tc.name.clone()))
+                .collect();
+            let offered = &request.tools;
+            let results = futures::future::join_all(out.tool_calls.iter().zip(repeats).map(
+                |(tc, repeat)| async move {
+                    if repeat {
+                        return Ok(self.not_run(cx, tc).await);
+                    }
+                    self.execute(cx, tc, allowed, offered).await
+                },
+            ))
             .await;
             // Calls that wait for a person pause the run once the others
             // are done (their results are logged, and served on resume).
@@ -623,6 +635,28 @@ impl Agent {
             }
         };
         Ok(self.report(cx, tc, result, started).await)
+    }
+
+    /// A repeated call of a `once` tool: shown with its input, not run,
+    /// and answered with an error the model can read.
+    async fn not_run(
+        &self,
+        cx: &NodeContext<'_>,
+        tc: &ToolCallRecord,
+    ) -> (String, Value, Option<String>) {
+        tracing::info!(tool = %tc.name, call_id = %tc.id, "a `once` tool called again; not run");
+        if let Ok(args) = parse_arguments(&tc.arguments) {
+            cx.events
+                .emit(EventKind::ToolCallReady {
+                    call_id: tc.id.clone(),
+                    tool: tc.name.clone(),
+                    args,
+                })
+                .await;
+        }
+        let started = Instant::now();
+        self.report(cx, tc, Err(bind::repeated(&tc.name)), started)
+            .await
     }
 
     /// Streams a call's result or failure; returns the content for the
