@@ -457,22 +457,9 @@ impl Agent {
                 }
                 break;
             }
-            // A `once` tool's calls after its first are not run.
-            let repeats: Vec<bool> = out
-                .tool_calls
-                .iter()
-                .map(|tc| self.bindings.once(&tc.name) && !ran_once.insert(tc.name.clone()))
-                .collect();
-            let offered = &request.tools;
-            let results = futures::future::join_all(out.tool_calls.iter().zip(repeats).map(
-                |(tc, repeat)| async move {
-                    if repeat {
-                        return Ok(self.not_run(cx, tc).await);
-                    }
-                    self.execute(cx, tc, allowed, offered).await
-                },
-            ))
-            .await;
+            let results = self
+                .run_calls(cx, &out.tool_calls, allowed, &request.tools, &mut ran_once)
+                .await;
             // Calls that wait for a person pause the run once the others
             // are done (their results are logged, and served on resume).
             let waiting: Vec<_> = results
@@ -523,6 +510,38 @@ impl Agent {
             }
         }
         Ok(done)
+    }
+
+    /// Runs a reply's tool calls concurrently. A `once` tool's calls after
+    /// its first (`ran_once` holds the tools that ran) are not run; they
+    /// are answered after the others, so the events come in the same order
+    /// live and re-executed.
+    async fn run_calls(
+        &self,
+        cx: &NodeContext<'_>,
+        calls: &[ToolCallRecord],
+        allowed: &[String],
+        offered: &[ToolDef],
+        ran_once: &mut std::collections::HashSet<String>,
+    ) -> Vec<Result<(String, Value, Option<String>), Interrupt>> {
+        let repeats: Vec<bool> = calls
+            .iter()
+            .map(|tc| self.bindings.once(&tc.name) && !ran_once.insert(tc.name.clone()))
+            .collect();
+        let mut results = futures::future::join_all(
+            calls
+                .iter()
+                .zip(&repeats)
+                .filter(|(_, repeat)| !**repeat)
+                .map(|(tc, _)| self.execute(cx, tc, allowed, offered)),
+        )
+        .await;
+        for (i, tc) in calls.iter().enumerate() {
+            if repeats[i] {
+                results.insert(i, Ok(self.not_run(cx, tc).await));
+            }
+        }
+        results
     }
 
     /// When `require_tool` is offered but was not called, the answer goes

@@ -120,6 +120,10 @@ async fn the_contract_cases_against_the_data360_server() {
     a_quick_answer_that_only_searched_has_no_data(&server, &log).await;
     the_card_leads_with_the_country_named_first(&server, &log).await;
     a_research_stream_broken_mid_answer(&server, &log).await;
+    // Every turn re-executes from its recording without divergence: the
+    // quiet [PROCEED], the choice card not run twice, the dropped `limit`.
+    let runs = crate::support::assert_all_reexecute(&server.state).await;
+    assert!(runs >= 9, "{runs} runs re-executed");
     server.shutdown().await;
 }
 
