@@ -17,7 +17,8 @@ pub struct ModelCall<'a> {
     pub role: &'a Arc<str>,
     /// Call number within the task, from 0.
     pub call: u32,
-    /// Replies that are never streamed as text ([`super::quiet`]).
+    /// Replies that are never streamed as text (`quiet_replies`: see
+    /// `llm::quiet`).
     pub quiet: &'a [String],
 }
 
