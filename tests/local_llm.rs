@@ -183,6 +183,7 @@ async fn call_as_node(
         events: &events,
         role: &role,
         call: 0,
+        quiet: &[],
     };
     let reply = call_model(model, cx, request).await;
     drop(events);

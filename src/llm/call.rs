@@ -17,6 +17,9 @@ pub struct ModelCall<'a> {
     pub role: &'a Arc<str>,
     /// Call number within the task, from 0.
     pub call: u32,
+    /// Replies that are never streamed as text (`quiet_replies`: see
+    /// `llm::quiet`).
+    pub quiet: &'a [String],
 }
 
 /// A finished model call: its `llm_finished` event, which owns the output
@@ -92,12 +95,15 @@ pub async fn stream_call(
     let mut out = LlmOutput::default();
     let mut usage = Usage::default();
     let mut calls = ToolCalls::default();
+    let mut held = super::quiet::Held::new(cx.quiet);
     while let Some(chunk) = stream.next().await {
         match chunk {
             Ok(LlmChunk::Text(delta)) => {
                 out.text.push_str(&delta);
-                cx.events.note_text(&delta);
-                cx.events.emit(EventKind::TextDelta { call, delta }).await;
+                if let Some(delta) = held.pass(&out.text, delta) {
+                    cx.events.note_text(&delta);
+                    cx.events.emit(EventKind::TextDelta { call, delta }).await;
+                }
             }
             Ok(LlmChunk::Reasoning(delta)) => {
                 out.reasoning.push_str(&delta);
@@ -120,6 +126,10 @@ pub async fn stream_call(
     // fails like any broken stream, so the node retries or degrades.
     if out.finish_reason.is_empty() {
         return Err(failed(&cx, LlmError::Stream(UNFINISHED.into()), usage).await);
+    }
+    if let Some(delta) = held.finish(&out.text) {
+        cx.events.note_text(&delta);
+        cx.events.emit(EventKind::TextDelta { call, delta }).await;
     }
     out.tool_calls = calls.0.into_iter().map(|(_, c)| c).collect();
     let ev = cx

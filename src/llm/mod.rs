@@ -16,6 +16,7 @@ mod keywords;
 pub mod offline;
 pub mod openai;
 pub mod profile;
+mod quiet;
 pub mod reply;
 pub mod script;
 pub mod scripted;

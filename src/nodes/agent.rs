@@ -29,6 +29,9 @@
 //! schema does not take `null` becomes an absent argument: strict tools
 //! (OpenAI) make every parameter required and the optional ones nullable.
 //!
+//! A tool call's run — its checks, bound and omitted arguments, gates,
+//! `once`, result and failure — is in `calls`.
+//!
 //! Each tool call logs its steps (executing, arguments parsed; the registry
 //! adds started, finished or failed) inside the run's span, so every line
 //! carries the request's correlation id.
@@ -38,25 +41,25 @@ use std::time::Instant;
 
 use futures::FutureExt;
 use futures::future::BoxFuture;
-use serde_json::{Value, json};
+use serde_json::Value;
 
 use super::bind::{self, Bindings};
 use super::bounds::{Failure, GENERATION_SETTINGS, Generation, ON_ERROR, OnError, Recovery};
 use super::convo::{self, Conversation, Turn};
 use super::extract::{self, Extract};
 use super::fill::{self, Fill};
-use super::model::{self, INPUT, PROMPT, ROLE_SETTINGS};
+use super::model::{self, INPUT, PROMPT, QUIET, ROLE_SETTINGS};
 use super::passthrough::{self, PassThrough};
-use super::pauses::{self, Gate, Pauses};
+use super::pauses::{self, Pauses};
 use super::{BuildCx, Kind, Node, NodeContext, NodeError, Roles};
-use crate::events::{EventKind, Interrupt, ToolCallRecord};
+
+mod calls;
 use crate::graph::expr::Expr;
 use crate::graph::kinds::schema;
 use crate::graph::spec::Surface;
 use crate::graph::{PromptRef, Reported, SettingDoc};
-use crate::llm::{ChatMessage, ChatRequest, ToolDef, strict};
+use crate::llm::{ChatMessage, ChatRequest, ToolDef};
 use crate::state::{FieldId, Patch, Reducer};
-use crate::tools::{ToolError, ToolOutcome, failure_payload, parse_arguments};
 
 /// Default cap on model calls.
 const DEFAULT_MAX_ITERATIONS: i64 = 5;
@@ -123,6 +126,7 @@ pub(super) fn kind() -> Kind {
     ];
     settings.extend(pauses::SETTINGS);
     settings.extend(ROLE_SETTINGS);
+    settings.push(QUIET);
     settings.extend(convo::SETTINGS);
     settings.extend(GENERATION_SETTINGS);
     settings.push(ON_ERROR);
@@ -435,6 +439,7 @@ impl Agent {
             ..Outcome::default()
         };
         let mut reminded = false;
+        let mut ran_once = std::collections::HashSet::new();
         let started = std::time::Instant::now();
         for call in 0..self.max_iterations {
             let last = self.is_last(cx, call, started).await;
@@ -455,12 +460,9 @@ impl Agent {
                 }
                 break;
             }
-            let results = futures::future::join_all(
-                out.tool_calls
-                    .iter()
-                    .map(|tc| self.execute(cx, tc, allowed, &request.tools)),
-            )
-            .await;
+            let results = self
+                .run_calls(cx, &out.tool_calls, allowed, &request.tools, &mut ran_once)
+                .await;
             // Calls that wait for a person pause the run once the others
             // are done (their results are logged, and served on resume).
             let waiting: Vec<_> = results
@@ -558,145 +560,6 @@ impl Agent {
         }
         last
     }
-
-    /// Runs one tool call; returns the content for the model, a trace
-    /// record and, for a pass-through result, the text shown to the user —
-    /// or the interrupt the call waits at.
-    async fn execute(
-        &self,
-        cx: &NodeContext<'_>,
-        tc: &ToolCallRecord,
-        allowed: &[String],
-        offered: &[ToolDef],
-    ) -> Result<(String, Value, Option<String>), Interrupt> {
-        let started = Instant::now();
-        tracing::info!(tool = %tc.name, call_id = %tc.id, "executing tool");
-        let result = match parse_arguments(&tc.arguments) {
-            Ok(mut args) => {
-                let def = offered.iter().find(|d| d.name == tc.name);
-                if let Some(def) = def {
-                    // A model answering a strict tool sends `null` for an
-                    // optional parameter; the tool (and `fill_args`) expects
-                    // it absent.
-                    strict::restore_absent(&def.parameters, &mut args);
-                }
-                let filled = self.fill.apply(cx.state, def, &mut args);
-                match self.bindings.apply(cx, &tc.name, &mut args) {
-                    Ok(overridden) if !overridden.is_empty() => {
-                        tracing::warn!(tool = %tc.name, call_id = %tc.id, args = ?overridden, "the model sent bound arguments; the bound values replace them");
-                    }
-                    Ok(_) => {}
-                    Err(e) => return Ok(self.report(cx, tc, Err(e), started).await),
-                }
-                tracing::info!(tool = %tc.name, call_id = %tc.id, filled = ?filled, "tool arguments parsed");
-                cx.events
-                    .emit(EventKind::ToolCallReady {
-                        call_id: tc.id.clone(),
-                        tool: tc.name.clone(),
-                        args: args.clone(),
-                    })
-                    .await;
-                match self.pauses.gate(cx, tc, &args, offered) {
-                    Gate::Run => cx
-                        .tool(&tc.id, &tc.name, args.clone(), allowed)
-                        .await
-                        .map(|out| (args, out)),
-                    Gate::Wait(interrupt) => {
-                        tracing::info!(tool = %tc.name, call_id = %tc.id, interrupt = %interrupt.id, "tool call waits for a person");
-                        return Err(interrupt);
-                    }
-                    Gate::Denied(reason) => return Ok(denied(cx, tc, args, reason).await),
-                    Gate::Client(Ok(output)) => Ok((
-                        args,
-                        ToolOutcome {
-                            output,
-                            cached: false,
-                            display: false,
-                        },
-                    )),
-                    Gate::Client(Err(message)) => Err(ToolError::Execution(message)),
-                }
-            }
-            Err(e) => {
-                tracing::warn!(tool = %tc.name, call_id = %tc.id, error = %e, "tool arguments are not valid JSON");
-                Err(e)
-            }
-        };
-        Ok(self.report(cx, tc, result, started).await)
-    }
-
-    /// Streams a call's result or failure; returns the content for the
-    /// model, the trace record and, for a pass-through result, the text
-    /// shown to the user.
-    async fn report(
-        &self,
-        cx: &NodeContext<'_>,
-        tc: &ToolCallRecord,
-        result: Result<(Value, ToolOutcome), ToolError>,
-        started: Instant,
-    ) -> (String, Value, Option<String>) {
-        match result {
-            Ok((args, outcome)) => {
-                // The content decides too; the text shown (marker removed)
-                // is the result recorded.
-                let shown = self.pass_through.shown(&outcome.output);
-                let output = shown.clone().map_or(outcome.output, Value::String);
-                let content = output.to_string();
-                let display = (outcome.display || shown.is_some()).then(|| match &output {
-                    Value::String(s) => s.clone(),
-                    other => serde_json::to_string_pretty(other).unwrap_or_default(),
-                });
-                cx.events
-                    .emit(EventKind::ToolResult {
-                        call_id: tc.id.clone(),
-                        tool: tc.name.clone(),
-                        output: output.clone(),
-                        cached: outcome.cached,
-                        display: display.is_some(),
-                        duration_us: started.elapsed().as_micros() as u64,
-                    })
-                    .await;
-                let record = json!({ "node": &**cx.events.node(), "tool": tc.name, "args": args, "output": output });
-                (content, record, display)
-            }
-            Err(e) => {
-                let failure = e.to_failure();
-                let payload = failure_payload(&failure);
-                cx.events
-                    .emit(EventKind::ToolError {
-                        call_id: tc.id.clone(),
-                        tool: tc.name.clone(),
-                        error: failure,
-                    })
-                    .await;
-                (
-                    payload.to_string(),
-                    json!({ "node": &**cx.events.node(), "tool": tc.name, "error": payload }),
-                    None,
-                )
-            }
-        }
-    }
-}
-
-/// A call a person denied: said on the stream, told to the model, traced.
-async fn denied(
-    cx: &NodeContext<'_>,
-    tc: &ToolCallRecord,
-    args: Value,
-    reason: Option<String>,
-) -> (String, Value, Option<String>) {
-    tracing::info!(tool = %tc.name, call_id = %tc.id, "tool call denied by the user");
-    let content = pauses::denied_content(reason.as_deref());
-    cx.events
-        .emit(EventKind::ToolDenied {
-            call_id: tc.id.clone(),
-            tool: tc.name.clone(),
-            reason,
-        })
-        .await;
-    let record = json!({ "node": &**cx.events.node(), "tool": tc.name, "args": args, "denied": true, "error": content["error"] });
-    (content.to_string(), record, None)
 }
 
 impl Agent {

@@ -23,6 +23,15 @@
 //! A value that comes out empty fails the call (`validation_error`): a
 //! bound argument never falls back to the model's.
 //!
+//! Two more keys shape how the model uses a tool, for every tool alike:
+//! - `omit: [ARG, …]`: arguments the model is not offered and whose
+//!   values, if it sends them anyway, are dropped before the call (the
+//!   tool's own default applies) — a `limit` that would truncate a
+//!   series, say.
+//! - `once: true`: the tool runs at most once per node run; a repeated
+//!   call (in the same reply or a later one) is not run and its result
+//!   tells the model so — one set of choices shown to the user, not two.
+//!
 //! This is the agent's side only, so it works for every tool alike:
 //! built-in, MCP, HTTP and Rust.
 
@@ -38,21 +47,26 @@ use crate::llm::ToolDef;
 use crate::state::{TypeKind, TypeSpec};
 use crate::tools::ToolError;
 
-/// The `tools` setting of an agent: names, or `{name, args}` mappings.
+/// The `tools` setting of an agent: names, or `{name, args, omit, once}`
+/// mappings.
 pub(super) const SETTING: SettingDoc = SettingDoc::new(
     "tools",
-    r#"{"oneOf":[{"type":"string"},{"type":"array","items":{"oneOf":[{"type":"string"},{"type":"object","required":["name"],"properties":{"name":{"type":"string"},"args":{"type":"object"}},"additionalProperties":false}]}}]}"#,
-    "tools and tool partitions it may call; `{name, args}` binds arguments the model cannot see or change",
+    r#"{"oneOf":[{"type":"string"},{"type":"array","items":{"oneOf":[{"type":"string"},{"type":"object","required":["name"],"properties":{"name":{"type":"string"},"args":{"type":"object"},"omit":{"type":"array","items":{"type":"string"}},"once":{"type":"boolean"}},"additionalProperties":false}]}}]}"#,
+    "tools and tool partitions it may call; `{name, args}` binds arguments the model cannot see or change, `omit` drops arguments, `once` runs a tool at most once per node run",
 );
 
 /// Names a bound value may read besides state fields.
 const SCOPE: [&str; 4] = ["state", "user", "config", "tool"];
 
-/// One tool's bound arguments.
+/// One tool's bound arguments, omitted arguments and call limit.
 #[derive(Debug)]
 struct Bound {
     tool: String,
     args: Vec<(String, ValueExpr)>,
+    /// Arguments never offered and dropped from the model's calls.
+    omit: Vec<String>,
+    /// Runs at most once per node run.
+    once: bool,
 }
 
 /// The compiled bindings of a node.
@@ -118,23 +132,38 @@ pub(super) fn read(cx: &mut BuildCx<'_>) -> Result<(Vec<Sp<String>>, Bindings), 
     }
 }
 
-/// One `{name, args}` entry.
-fn entry(
+/// The keys of one `{name, args, omit, once}` entry, as written.
+#[derive(Default)]
+struct Keys<'a> {
+    name: Option<Sp<String>>,
+    args: Option<&'a [crate::graph::value::SpEntry]>,
+    omit: Vec<Sp<String>>,
+    once: bool,
+}
+
+/// Reads the keys of one entry.
+fn keys<'a>(
     cx: &mut BuildCx<'_>,
-    item: &Sp<SpValue>,
-    entries: &[crate::graph::value::SpEntry],
-) -> Result<(Sp<String>, Option<Bound>), Reported> {
-    let mut name = None;
-    let mut args = None;
+    entries: &'a [crate::graph::value::SpEntry],
+) -> Result<Keys<'a>, Reported> {
+    let mut out = Keys::default();
     for (k, v) in entries {
         match (k.value.as_str(), &v.value) {
-            ("name", SpValue::Str(n)) => name = Some(Sp::new(n.clone(), v.loc)),
-            ("args", SpValue::Map(a)) => args = Some(a),
-            (key @ ("name" | "args"), other) => {
-                let expected = if key == "name" {
-                    "a tool name"
-                } else {
-                    "a mapping: argument → value"
+            ("name", SpValue::Str(n)) => out.name = Some(Sp::new(n.clone(), v.loc)),
+            ("args", SpValue::Map(a)) => out.args = Some(a),
+            ("once", SpValue::Bool(b)) => out.once = *b,
+            ("omit", SpValue::Seq(items)) if items.iter().all(|i| i.value.as_name().is_some()) => {
+                out.omit = items
+                    .iter()
+                    .filter_map(|i| i.value.as_name().map(|n| Sp::new(n, i.loc)))
+                    .collect();
+            }
+            (key @ ("name" | "args" | "once" | "omit"), other) => {
+                let expected = match key {
+                    "name" => "a tool name",
+                    "args" => "a mapping: argument → value",
+                    "once" => "`true` or `false`",
+                    _ => "a list of argument names",
                 };
                 cx.error(
                     v.loc,
@@ -152,13 +181,25 @@ fn entry(
                     k.loc,
                     "invalid-setting",
                     format!("a tool entry has no key `{key}`"),
-                    Some("write `{name: TOOL, args: {ARG: VALUE}}`".into()),
+                    Some(
+                        "write `{name: TOOL, args: {ARG: VALUE}, omit: [ARG], once: true}`".into(),
+                    ),
                 );
                 return Err(Reported);
             }
         }
     }
-    let Some(name) = name else {
+    Ok(out)
+}
+
+/// One `{name, args, omit, once}` entry.
+fn entry(
+    cx: &mut BuildCx<'_>,
+    item: &Sp<SpValue>,
+    entries: &[crate::graph::value::SpEntry],
+) -> Result<(Sp<String>, Option<Bound>), Reported> {
+    let keys = keys(cx, entries)?;
+    let Some(name) = keys.name else {
         cx.error(
             item.loc,
             "missing-setting",
@@ -167,62 +208,40 @@ fn entry(
         );
         return Err(Reported);
     };
-    let Some(args) = args else {
+    if keys.args.is_none() && keys.omit.is_empty() && !keys.once {
         return Ok((name, None));
-    };
+    }
     if cx.tools.partitions().contains_key(&name.value) && cx.tools.tool(&name.value).is_none() {
         cx.error(
             name.loc,
             "invalid-setting",
             format!(
-                "`{}` is a partition; arguments are bound per tool",
+                "`{}` is a partition; arguments are bound, omitted and limited per tool",
                 name.value
             ),
-            Some("list the tool by name with its `args`, and the partition beside it".into()),
+            Some("list the tool by name with its settings, and the partition beside it".into()),
         );
         return Err(Reported);
     }
-    let bound = bound_args(cx, &name, args)?;
-    let tool = name.value.clone();
-    Ok((name, Some(Bound { tool, args: bound })))
-}
-
-/// A tool entry's `args`: each an argument the tool takes, bound to a
-/// value expression; every problem is reported before the error.
-fn bound_args(
-    cx: &mut BuildCx<'_>,
-    name: &Sp<String>,
-    args: &[crate::graph::value::SpEntry],
-) -> Result<Vec<(String, ValueExpr)>, Reported> {
-    let mut bound = Vec::new();
     let mut ok = true;
-    let schema = cx.tools.schema_at_check(&name.value);
-    let properties = schema.as_deref().and_then(|s| s["properties"].as_object());
-    for (arg, value) in args {
-        if let Some(props) = properties
-            && !props.contains_key(&arg.value)
-        {
-            let hint = crate::graph::diagnostic::did_you_mean(
-                &arg.value,
-                props.keys().map(String::as_str),
-            )
-            .or_else(|| {
-                let takes: Vec<&str> = props.keys().map(String::as_str).collect();
-                Some(format!("`{}` takes {}", name.value, takes.join(", ")))
-            });
-            let from = cx
-                .tools
-                .origin_at_check(&name.value)
-                .map(|o| format!(" (from {o})"))
-                .unwrap_or_default();
+    for arg in keys
+        .args
+        .into_iter()
+        .flatten()
+        .map(|(a, _)| a)
+        .chain(&keys.omit)
+    {
+        ok &= known_argument(cx, &name, arg);
+    }
+    let omit: Vec<String> = keys.omit.iter().map(|o| o.value.clone()).collect();
+    let mut bound = Vec::new();
+    for (arg, value) in keys.args.into_iter().flatten() {
+        if omit.contains(&arg.value) {
             cx.error(
                 arg.loc,
-                "unknown-argument",
-                format!(
-                    "`{}`{from} has no argument `{}` to bind",
-                    name.value, arg.value
-                ),
-                hint,
+                "invalid-setting",
+                format!("`{}` is both bound and omitted", arg.value),
+                Some("bind it (`args`) or drop it (`omit`), not both".into()),
             );
             ok = false;
             continue;
@@ -235,7 +254,43 @@ fn bound_args(
     if !ok {
         return Err(Reported);
     }
-    Ok(bound)
+    let tool = name.value.clone();
+    let bound = Bound {
+        tool,
+        args: bound,
+        omit,
+        once: keys.once,
+    };
+    Ok((name, Some(bound)))
+}
+
+/// Whether `tool` takes `arg` (when its schema is known at check);
+/// reports it with "did you mean" when not.
+fn known_argument(cx: &mut BuildCx<'_>, tool: &Sp<String>, arg: &Sp<String>) -> bool {
+    let schema = cx.tools.schema_at_check(&tool.value);
+    let Some(props) = schema.as_deref().and_then(|s| s["properties"].as_object()) else {
+        return true;
+    };
+    if props.contains_key(&arg.value) {
+        return true;
+    }
+    let hint = crate::graph::diagnostic::did_you_mean(&arg.value, props.keys().map(String::as_str))
+        .or_else(|| {
+            let takes: Vec<&str> = props.keys().map(String::as_str).collect();
+            Some(format!("`{}` takes {}", tool.value, takes.join(", ")))
+        });
+    let from = cx
+        .tools
+        .origin_at_check(&tool.value)
+        .map(|o| format!(" (from {o})"))
+        .unwrap_or_default();
+    cx.error(
+        arg.loc,
+        "unknown-argument",
+        format!("`{}`{from} has no argument `{}`", tool.value, arg.value),
+        hint,
+    );
+    false
 }
 
 /// The declared types of the names a bound value reads: `state` (the
@@ -264,35 +319,47 @@ fn scope_types(cx: &BuildCx<'_>) -> Vec<(&'static str, TypeSpec)> {
 }
 
 impl Bindings {
-    /// The arguments bound for `tool`.
-    fn of(&self, tool: &str) -> impl Iterator<Item = &(String, ValueExpr)> {
-        self.tools
-            .iter()
-            .filter(move |b| b.tool == tool)
-            .flat_map(|b| b.args.iter())
+    /// The entries for `tool`.
+    fn entries<'a>(&'a self, tool: &'a str) -> impl Iterator<Item = &'a Bound> {
+        self.tools.iter().filter(move |b| b.tool == tool)
     }
 
-    /// Removes the bound arguments from a tool's schema (properties and
-    /// `required`), so the model is never offered them.
+    /// The arguments bound for `tool`.
+    fn of<'a>(&'a self, tool: &'a str) -> impl Iterator<Item = &'a (String, ValueExpr)> {
+        self.entries(tool).flat_map(|b| b.args.iter())
+    }
+
+    /// Whether `tool` runs at most once per node run (`once: true`).
+    pub(super) fn once(&self, tool: &str) -> bool {
+        self.entries(tool).any(|b| b.once)
+    }
+
+    /// Removes the bound and omitted arguments from a tool's schema
+    /// (properties and `required`), so the model is never offered them.
     pub(super) fn strip(&self, def: &mut ToolDef) {
-        let bound: Vec<&str> = self.of(&def.name).map(|(a, _)| a.as_str()).collect();
-        if bound.is_empty() {
+        let hidden: Vec<&str> = self
+            .entries(&def.name)
+            .flat_map(|b| b.args.iter().map(|(a, _)| a).chain(&b.omit))
+            .map(String::as_str)
+            .collect();
+        if hidden.is_empty() {
             return;
         }
         let mut schema = (*def.parameters).clone();
         if let Some(props) = schema.get_mut("properties").and_then(Value::as_object_mut) {
-            for a in &bound {
+            for a in &hidden {
                 props.remove(*a);
             }
         }
         if let Some(req) = schema.get_mut("required").and_then(Value::as_array_mut) {
-            req.retain(|r| !r.as_str().is_some_and(|r| bound.contains(&r)));
+            req.retain(|r| !r.as_str().is_some_and(|r| hidden.contains(&r)));
         }
         def.parameters = std::sync::Arc::new(schema);
     }
 
-    /// Sets the bound arguments of a call of `tool`, replacing whatever
-    /// the model sent; returns the names it replaced a model's value of.
+    /// Drops the omitted arguments of a call of `tool` and sets its bound
+    /// ones, replacing whatever the model sent; returns the names it
+    /// replaced a model's value of.
     ///
     /// # Errors
     /// A bound value came out empty or failed: the call must not run.
@@ -302,6 +369,13 @@ impl Bindings {
         tool: &str,
         args: &mut Value,
     ) -> Result<Vec<String>, ToolError> {
+        if let Some(map) = args.as_object_mut() {
+            for arg in self.entries(tool).flat_map(|b| &b.omit) {
+                if let Some(sent) = map.remove(arg) {
+                    tracing::info!(tool, arg = %arg, value = %sent, "dropped an omitted argument the model sent");
+                }
+            }
+        }
         let mut bound = self.of(tool).peekable();
         if bound.peek().is_none() {
             return Ok(Vec::new());
@@ -335,6 +409,16 @@ impl Bindings {
             }
         }
         Ok(overridden)
+    }
+}
+
+/// The result of a repeated call of a `once` tool, which did not run.
+pub(super) fn repeated(tool: &str) -> ToolError {
+    ToolError::Validation {
+        message: format!(
+            "`{tool}` runs once per turn and has already been called; this call was not run (the first call's result stands)"
+        ),
+        details: Value::Null,
     }
 }
 

@@ -133,6 +133,9 @@ pub struct Roles {
     pub role: Arc<str>,
     /// The role that answers when `role` fails before streaming anything.
     pub fallback: Option<Arc<str>>,
+    /// Replies that signal the graph rather than answer the user
+    /// (`quiet_replies`): never streamed as text.
+    pub quiet: Arc<[String]>,
 }
 
 /// What a running node sees.
@@ -220,10 +223,13 @@ impl NodeContext<'_> {
     ) -> Result<LlmReply, LlmError> {
         let role = &roles.role;
         let Some(fallback) = roles.fallback.as_ref().filter(|f| *f != role) else {
-            return self.llm_as(role, call, request, None).await;
+            return self.llm_as(role, call, request, None, &roles.quiet).await;
         };
         let answered = Arc::new(AtomicBool::new(false));
-        match self.llm_as(role, call, request, Some(&answered)).await {
+        match self
+            .llm_as(role, call, request, Some(&answered), &roles.quiet)
+            .await
+        {
             Err(error) if !answered.load(Ordering::Relaxed) => {
                 tracing::warn!(node = %self.events.node(), %role, %fallback, %error, "model failed before answering; calling the fallback role");
                 self.events
@@ -231,7 +237,8 @@ impl NodeContext<'_> {
                         "The `{role}` model failed before answering; the fallback model (`{fallback}`) answers instead."
                     ))
                     .await;
-                self.llm_as(fallback, call, request, None).await
+                self.llm_as(fallback, call, request, None, &roles.quiet)
+                    .await
             }
             other => other,
         }
@@ -245,6 +252,7 @@ impl NodeContext<'_> {
         call: u32,
         request: &ChatRequest,
         answered: Option<&Arc<AtomicBool>>,
+        quiet: &[String],
     ) -> Result<LlmReply, LlmError> {
         let watch = |stream: ChunkStream| match answered {
             None => stream,
@@ -263,6 +271,7 @@ impl NodeContext<'_> {
             events: self.events,
             role,
             call,
+            quiet,
         };
         if let Some(rec) = &self.services.playback
             && let Some((model, stream)) = rec.llm_for(

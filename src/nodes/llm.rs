@@ -16,7 +16,7 @@ use futures::future::BoxFuture;
 
 use super::bounds::{Failure, GENERATION_SETTINGS, Generation, ON_ERROR, OnError, Recovery};
 use super::convo::{self, Conversation};
-use super::model::{self, INPUT, PROMPT, ROLE_SETTINGS};
+use super::model::{self, INPUT, PROMPT, QUIET, ROLE_SETTINGS};
 use super::structured::{self, Structured};
 use super::{BuildCx, Kind, Node, NodeContext, NodeError, Roles};
 use crate::events::EventKind;
@@ -39,6 +39,7 @@ pub(super) fn kind() -> Kind {
         ),
     ];
     settings.extend(ROLE_SETTINGS);
+    settings.push(QUIET);
     settings.extend(convo::SETTINGS);
     settings.push(convo::REPLY_AS);
     settings.extend(structured::SETTINGS);

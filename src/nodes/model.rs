@@ -23,6 +23,13 @@ pub(super) const ROLE_SETTINGS: [SettingDoc; 2] = [
     ),
 ];
 
+/// `quiet_replies` (`llm` and `agent`).
+pub(super) const QUIET: SettingDoc = SettingDoc::new(
+    "quiet_replies",
+    schema::NAMES,
+    "replies that signal the graph, not the user (`[PROCEED]`): held back while the text could still become one, never streamed when it is one; written to the output for a route to read",
+);
+
 /// `prompt`.
 pub(super) const PROMPT: SettingDoc = SettingDoc::new(
     "prompt",
@@ -70,9 +77,11 @@ pub(super) fn roles(cx: &mut BuildCx<'_>) -> Result<Roles, Reported> {
         );
         return Err(Reported);
     }
+    let quiet = cx.names("quiet_replies")?;
     Ok(Roles {
         role,
         fallback: fallback.map(|f| Arc::from(f.value.as_str())),
+        quiet: quiet.into_iter().map(|q| q.value).collect(),
     })
 }
 

@@ -49,6 +49,24 @@ pub struct Recording {
     answers: HashMap<String, serde_json::Value>,
 }
 
+/// Adds the text a call produced but did not stream (a quiet reply, held
+/// back from the user: see `quiet_replies`) to its recorded chunks, so a
+/// re-execution is served the model's whole reply.
+fn unstreamed_text(chunks: &mut Chunks, text: &str) {
+    let streamed: String = chunks
+        .iter()
+        .filter_map(|c| match c {
+            Ok(LlmChunk::Text(t)) => Some(t.as_str()),
+            _ => None,
+        })
+        .collect();
+    if let Some(rest) = text.strip_prefix(streamed.as_str())
+        && !rest.is_empty()
+    {
+        chunks.push(Ok(LlmChunk::Text(rest.to_owned())));
+    }
+}
+
 impl Recording {
     /// Everything the events of a run recorded.
     pub fn from_events<'a>(events: impl IntoIterator<Item = &'a Event>) -> Self {
@@ -113,6 +131,7 @@ impl Recording {
                 }
                 EventKind::LlmFinished { output, usage, .. } => {
                     if let Some((key, model, mut chunks, _)) = open.remove(&task) {
+                        unstreamed_text(&mut chunks, &output.text);
                         chunks.push(Ok(LlmChunk::Finish(output.finish_reason.clone())));
                         chunks.push(Ok(LlmChunk::Usage(*usage)));
                         rec.llm

@@ -17,156 +17,32 @@
 //! Every node's token usage is kept in one `data-usage` part; follow-up
 //! questions and other custom data become `data-<name>` parts, cited sources
 //! `source-url` parts.
+//!
+//! This file holds the state machine and the answer's text; the rest is
+//! split by what it puts on the wire: `config` (what the bridge knows of
+//! the graph), `thinking` (the thinking panel), `tools` (tool parts),
+//! `usage` (`data-usage`), `pause` (interrupts and resumes), `failed`
+//! (a failed run) and `metadata` (`finish.messageMetadata`).
 
-use std::collections::{BTreeMap, HashMap};
-use std::sync::Arc;
+use std::collections::{BTreeMap, HashMap, HashSet};
 
-use serde_json::{Value, json};
+use serde_json::Value;
 
 use super::chunk::Chunk;
-use crate::events::{Event, EventKind, ToolFailure, Usage};
+use crate::events::{Event, EventKind, Usage};
 use crate::graph::spec::Surface;
 
+mod config;
 mod failed;
 mod metadata;
 mod pause;
+mod thinking;
+mod tools;
+mod usage;
 
-/// What the bridge needs to know about the graph and the response.
-#[derive(Clone, Debug)]
-pub struct BridgeConfig {
-    /// The assistant message id (fresh per response).
-    pub message_id: String,
-    /// `start.messageMetadata`: run id, request id, graph, model facts.
-    pub metadata: Value,
-    /// Surface by node id (shared with the graph and its other runs).
-    pub surfaces: Arc<HashMap<String, Surface>>,
-    /// Kind by node id (shown in thinking parts).
-    pub kinds: Arc<HashMap<String, String>>,
-    /// Minimum event time between text-only updates of a thinking part.
-    pub thinking_interval_us: u64,
-    /// The field holding the answer (`chat.answer`). When the run streamed
-    /// no answer text (the answer was computed, not generated), its final
-    /// value is sent as one text part before `finish`, so the user sees it.
-    pub answer: Option<String>,
-    /// Client-side tools (the front end runs them): their parts are
-    /// `tool-<name>`, not `dynamic-tool`, so `onToolCall` / `addToolOutput`
-    /// address them by name.
-    pub client_tools: Vec<String>,
-}
-
-impl BridgeConfig {
-    /// Surfaces and kinds taken from a compiled graph.
-    pub fn for_graph(graph: &crate::nodes::Graph, message_id: String, metadata: Value) -> Self {
-        Self {
-            message_id,
-            metadata,
-            surfaces: Arc::clone(&graph.node_surfaces),
-            kinds: Arc::clone(&graph.node_kinds),
-            thinking_interval_us: 250_000,
-            answer: graph.chat.answer.as_deref().map(str::to_owned),
-            client_tools: graph
-                .nodes
-                .iter()
-                .flat_map(|n| n.client_tools.iter().cloned())
-                .collect(),
-        }
-    }
-
-    /// The settings as recorded in `run_started.stream`.
-    pub fn to_json(&self) -> Value {
-        let mut v = json!({
-            "messageId": self.message_id,
-            "metadata": self.metadata,
-            "surfaces": self.surfaces,
-            "kinds": self.kinds,
-            "thinkingIntervalUs": self.thinking_interval_us,
-        });
-        // Absent in runs recorded before answers were sent, which then
-        // replay as they streamed.
-        if let Some(a) = &self.answer {
-            v["answer"] = json!(a);
-        }
-        if !self.client_tools.is_empty() {
-            v["clientTools"] = json!(self.client_tools);
-        }
-        v
-    }
-
-    /// Settings recorded with [`BridgeConfig::to_json`].
-    pub fn from_json(v: &Value) -> Option<Self> {
-        Some(Self {
-            message_id: v["messageId"].as_str()?.to_owned(),
-            metadata: v["metadata"].clone(),
-            surfaces: serde_json::from_value(v["surfaces"].clone()).ok()?,
-            kinds: serde_json::from_value(v["kinds"].clone()).ok()?,
-            thinking_interval_us: v["thinkingIntervalUs"].as_u64().unwrap_or(250_000),
-            answer: v["answer"].as_str().map(str::to_owned),
-            client_tools: serde_json::from_value(v["clientTools"].clone()).unwrap_or_default(),
-        })
-    }
-
-    /// A node's surface; nested subgraph nodes (`parent/child`) take their
-    /// parent's.
-    fn surface(&self, node: &str) -> Surface {
-        let top = node.split('/').next().unwrap_or(node);
-        self.surfaces.get(top).copied().unwrap_or(Surface::Hidden)
-    }
-
-    /// Whether a tool's parts are `dynamic-tool` (it runs on the server).
-    fn dynamic(&self, tool: &str) -> bool {
-        !self.client_tools.iter().any(|t| t == tool)
-    }
-
-    fn kind(&self, node: &str) -> &str {
-        let top = node.split('/').next().unwrap_or(node);
-        self.kinds.get(top).map_or("node", String::as_str)
-    }
-}
-
-/// A thinking-panel part being built.
-#[derive(Debug)]
-struct Thinking {
-    id: String,
-    node: String,
-    kind: String,
-    status: &'static str,
-    text: String,
-    notes: Vec<String>,
-    tools: Vec<Value>,
-    started_at: u64,
-    finished_at: Option<u64>,
-    last_emit: u64,
-    dirty: bool,
-}
-
-impl Thinking {
-    fn payload(&self) -> Value {
-        let mut v = json!({
-            "node": self.node,
-            "kind": self.kind,
-            "status": self.status,
-            "text": self.text,
-            "notes": self.notes,
-            "toolCalls": self.tools,
-            "startedAt": self.started_at / 1000,
-        });
-        if let Some(end) = self.finished_at {
-            v["durationMs"] = json!(end.saturating_sub(self.started_at) / 1000);
-        }
-        v
-    }
-
-    fn tool(&mut self, call_id: &str) -> Option<&mut Value> {
-        self.tools.iter_mut().find(|t| t["toolCallId"] == call_id)
-    }
-}
-
-/// Which UI surface a tool call was shown on.
-#[derive(Debug, Clone)]
-enum ToolOwner {
-    Answer,
-    Thinking(String),
-}
+pub use config::BridgeConfig;
+use thinking::{Thinking, emit};
+use tools::ToolOwner;
 
 /// One event with what the bridge derives from it.
 struct At<'a> {
@@ -192,13 +68,16 @@ pub struct Bridge {
     thinking: HashMap<String, Thinking>,
     tools: HashMap<String, ToolOwner>,
     /// Answer tool calls whose `tool-input-available` was sent.
-    inputs: std::collections::HashSet<String>,
+    inputs: HashSet<String>,
     /// Per node: the model that answered its newest call, and its tokens.
     usage: BTreeMap<String, (String, Usage)>,
     finish_reason: &'static str,
     done: bool,
     /// Whether answer text was sent (streamed or passed through).
     answered: bool,
+    /// The tasks (node, step, task) whose model refused under its content
+    /// policy: their answer is the refusal, sent as they finish.
+    refused: HashSet<String>,
     /// The answer field's newest value (see [`BridgeConfig::answer`]).
     answer: Option<String>,
     /// The node that failed last, named when the run fails.
@@ -221,11 +100,12 @@ impl Bridge {
             reasoning: None,
             thinking: HashMap::new(),
             tools: HashMap::new(),
-            inputs: std::collections::HashSet::new(),
+            inputs: HashSet::new(),
             usage: BTreeMap::new(),
             finish_reason: "stop",
             done: false,
             answered: false,
+            refused: HashSet::new(),
             answer: None,
             failed_node: None,
             answer_failed: false,
@@ -321,14 +201,18 @@ impl Bridge {
                 Surface::Hidden => {}
             },
             EventKind::NodeFinished { patch, .. } => {
-                let answer = self.cfg.answer.as_deref().and_then(|f| patch.get(f));
-                if let Some(Value::String(text)) = answer {
-                    self.answer = Some(text.clone());
+                let answer = match self.cfg.answer.as_deref().and_then(|f| patch.get(f)) {
+                    Some(Value::String(text)) => Some(text.clone()),
+                    _ => None,
+                };
+                if answer.is_some() {
+                    self.answer.clone_from(&answer);
                 }
                 match surface {
                     Surface::Answer => {
                         self.close_parts(out);
                         self.close_step(out);
+                        self.answer_refused(ev, &key(), answer, out);
                     }
                     Surface::Thinking => {
                         if let Some(t) = self.thinking.get_mut(&key()) {
@@ -375,6 +259,28 @@ impl Bridge {
             }
             _ => {}
         }
+    }
+
+    /// An answering node that refused (its provider's content policy)
+    /// finished with the refusal as its answer: sent now, where its
+    /// answer would have streamed and before what later nodes send (the
+    /// follow-ups) — not at the end of the run.
+    fn answer_refused(
+        &mut self,
+        ev: &Event,
+        key: &str,
+        answer: Option<String>,
+        out: &mut Vec<Chunk>,
+    ) {
+        let Some(text) = answer.filter(|t| !t.is_empty()) else {
+            return;
+        };
+        if !self.refused.remove(key) {
+            return;
+        }
+        text_part(format!("text-{}", ev.seq), text, out);
+        self.answered = true;
+        self.answer = None;
     }
 
     /// A model call's stream: steps, text and reasoning, usage.
@@ -483,132 +389,6 @@ impl Bridge {
         }
     }
 
-    /// A tool call's input and failure.
-    fn on_tool_call(&mut self, at: &At<'_>, out: &mut Vec<Chunk>) {
-        let (ev, surface) = (at.ev, at.surface);
-        let key = || at.key();
-        match &ev.event {
-            EventKind::ToolCallStarted { call_id, tool } => {
-                self.tool_started(surface, &key(), call_id, tool, out)
-            }
-            EventKind::ToolCallDelta { call_id, delta } => {
-                if let Some(ToolOwner::Answer) = self.tools.get(call_id) {
-                    out.push(Chunk::ToolInputDelta {
-                        tool_call_id: call_id.clone(),
-                        input_text_delta: delta.clone(),
-                    });
-                }
-            }
-            EventKind::ToolCallReady {
-                call_id,
-                tool,
-                args,
-            } => {
-                if !self.tools.contains_key(call_id) {
-                    self.tool_started(surface, &key(), call_id, tool, out);
-                }
-                match self.tools.get(call_id).cloned() {
-                    Some(ToolOwner::Answer) => {
-                        self.inputs.insert(call_id.clone());
-                        out.push(Chunk::ToolInputAvailable {
-                            tool_call_id: call_id.clone(),
-                            tool_name: tool.clone(),
-                            input: args.clone(),
-                            dynamic: self.cfg.dynamic(tool),
-                        });
-                    }
-                    Some(ToolOwner::Thinking(k)) => {
-                        self.update_tool(&k, call_id, ev.at, out, |v| {
-                            v["state"] = json!("input-available");
-                            v["input"] = args.clone();
-                        })
-                    }
-                    None => {}
-                }
-            }
-            EventKind::ToolError {
-                call_id,
-                tool,
-                error,
-            } => {
-                if !self.tools.contains_key(call_id) {
-                    self.tool_started(surface, &key(), call_id, tool, out);
-                }
-                match self.tools.get(call_id).cloned() {
-                    // Failed before its input was complete (cut off, not
-                    // JSON): the AI SDK wants an input error then.
-                    Some(ToolOwner::Answer) if !self.inputs.contains(call_id) => {
-                        out.push(Chunk::ToolInputError {
-                            tool_call_id: call_id.clone(),
-                            tool_name: tool.clone(),
-                            input: Value::Null,
-                            error_text: tool_error_text(error),
-                            dynamic: self.cfg.dynamic(tool),
-                        });
-                    }
-                    Some(ToolOwner::Answer) => out.push(Chunk::ToolOutputError {
-                        tool_call_id: call_id.clone(),
-                        error_text: tool_error_text(error),
-                        dynamic: self.cfg.dynamic(tool),
-                    }),
-                    Some(ToolOwner::Thinking(k)) => {
-                        self.update_tool(&k, call_id, ev.at, out, |v| {
-                            v["state"] = json!("output-error");
-                            v["errorText"] = json!(tool_error_text(error));
-                        })
-                    }
-                    None => {}
-                }
-            }
-            _ => {}
-        }
-    }
-
-    /// A tool's result; a pass-through result is also answer text.
-    fn on_tool_result(&mut self, at: &At<'_>, out: &mut Vec<Chunk>) {
-        let ev = at.ev;
-        let EventKind::ToolResult {
-            call_id,
-            tool,
-            output,
-            display,
-            cached,
-            ..
-        } = &ev.event
-        else {
-            return;
-        };
-        // A cache hit says so: on the answer's tool part as provider
-        // metadata, in the thinking panel's tool entry as `cached`.
-        match self.tools.get(call_id).cloned() {
-            Some(ToolOwner::Answer) => out.push(Chunk::ToolOutputAvailable {
-                tool_call_id: call_id.clone(),
-                output: output.clone(),
-                dynamic: self.cfg.dynamic(tool),
-                provider_metadata: cached.then(|| json!({"stategraph": {"cached": true}})),
-            }),
-            Some(ToolOwner::Thinking(k)) => self.update_tool(&k, call_id, ev.at, out, |v| {
-                v["state"] = json!("output-available");
-                v["output"] = output.clone();
-                if *cached {
-                    v["cached"] = json!(true);
-                }
-            }),
-            None => {}
-        }
-        if *display {
-            // Pass-through: the result is part of the answer, verbatim,
-            // whichever surface the node streams to.
-            self.close_parts(out);
-            let text = match output {
-                Value::String(s) => s.clone(),
-                other => serde_json::to_string_pretty(other).unwrap_or_default(),
-            };
-            text_part(format!("text-{}", ev.seq), text, out);
-            self.answered = true;
-        }
-    }
-
     /// Custom data and cited sources: they reach the UI whatever the
     /// node's surface.
     fn on_data(&mut self, at: &At<'_>, out: &mut Vec<Chunk>) {
@@ -624,6 +404,7 @@ impl Bridge {
                     self.finish_reason = "length";
                 } else if name == crate::events::REFUSAL {
                     self.finish_reason = "content-filter";
+                    self.refused.insert(at.key());
                 }
                 out.push(Chunk::Data {
                     name: data_name(name),
@@ -656,7 +437,11 @@ impl Bridge {
                 self.flush(out);
                 self.close_parts(out);
                 self.close_step(out);
-                if let Some(text) = self.answer.take().filter(|_| !self.answered) {
+                if let Some(text) = self
+                    .answer
+                    .take()
+                    .filter(|t| !self.answered && !t.is_empty())
+                {
                     text_part(format!("text-{}", ev.seq), text, out);
                 }
                 out.push(Chunk::Finish {
@@ -679,121 +464,6 @@ impl Bridge {
         }
     }
 
-    fn thinking_part(&mut self, key: &str, node: &str, ev: &Event) -> &mut Thinking {
-        let kind = self.cfg.kind(node).to_owned();
-        self.thinking
-            .entry(key.to_owned())
-            .or_insert_with(|| Thinking {
-                id: format!(
-                    "thinking-{}-{}-{}",
-                    node.replace('/', "-"),
-                    ev.step,
-                    ev.task
-                ),
-                node: node.to_owned(),
-                kind,
-                status: "running",
-                text: String::new(),
-                notes: Vec::new(),
-                tools: Vec::new(),
-                started_at: ev.at,
-                finished_at: None,
-                last_emit: 0,
-                dirty: false,
-            })
-    }
-
-    fn tool_started(
-        &mut self,
-        surface: Surface,
-        key: &str,
-        call_id: &str,
-        tool: &str,
-        out: &mut Vec<Chunk>,
-    ) {
-        match surface {
-            Surface::Answer => {
-                self.tools.insert(call_id.to_owned(), ToolOwner::Answer);
-                out.push(Chunk::ToolInputStart {
-                    tool_call_id: call_id.to_owned(),
-                    tool_name: tool.to_owned(),
-                    dynamic: self.cfg.dynamic(tool),
-                });
-            }
-            Surface::Thinking => {
-                if let Some(t) = self.thinking.get_mut(key) {
-                    t.tools.push(json!({"toolCallId": call_id, "toolName": tool, "state": "input-streaming", "input": null}));
-                    t.dirty = true;
-                    self.tools
-                        .insert(call_id.to_owned(), ToolOwner::Thinking(key.to_owned()));
-                }
-            }
-            Surface::Hidden => {}
-        }
-    }
-
-    fn update_tool(
-        &mut self,
-        key: &str,
-        call_id: &str,
-        at: u64,
-        out: &mut Vec<Chunk>,
-        f: impl FnOnce(&mut Value),
-    ) {
-        if let Some(t) = self.thinking.get_mut(key) {
-            if let Some(v) = t.tool(call_id) {
-                f(v);
-            }
-            out.push(emit(t, at));
-        }
-    }
-
-    /// `data-usage`: per node the model id, its cost and its prompt, completion,
-    /// cached-prompt and reasoning tokens; and the totals.
-    fn usage_chunk(&self) -> Chunk {
-        let counts = |u: &Usage| {
-            json!({"promptTokens": u.prompt_tokens, "completionTokens": u.completion_tokens,
-                "cachedTokens": u.cached_tokens, "reasoningTokens": u.reasoning_tokens,
-                "cacheWriteTokens": u.cache_write_tokens, "cost": dollars(u)})
-        };
-        let nodes: serde_json::Map<String, Value> = self
-            .usage
-            .iter()
-            .map(|(n, (model, u))| {
-                let mut v = counts(u);
-                v["model"] = json!(model);
-                (n.clone(), v)
-            })
-            .collect();
-        let mut total = Usage::default();
-        let mut models: Vec<&str> = Vec::new();
-        for (model, u) in self.usage.values() {
-            total += *u;
-            if !models.contains(&model.as_str()) {
-                models.push(model);
-            }
-        }
-        let mut total = counts(&total);
-        total["models"] = json!(models);
-        Chunk::Data {
-            name: "usage".into(),
-            id: Some("usage".into()),
-            data: json!({"nodes": nodes, "total": total}),
-            transient: false,
-        }
-    }
-
-    /// Sends thinking parts with unsent text, in a stable order.
-    fn flush(&mut self, out: &mut Vec<Chunk>) {
-        let mut dirty: Vec<&mut Thinking> =
-            self.thinking.values_mut().filter(|t| t.dirty).collect();
-        dirty.sort_by(|a, b| a.id.cmp(&b.id));
-        for t in dirty {
-            let at = t.last_emit;
-            out.push(emit(t, at));
-        }
-    }
-
     fn close_parts(&mut self, out: &mut Vec<Chunk>) {
         if let Some(id) = self.reasoning.take() {
             out.push(Chunk::ReasoningEnd { id });
@@ -810,17 +480,6 @@ impl Bridge {
     }
 }
 
-fn emit(t: &mut Thinking, at: u64) -> Chunk {
-    t.last_emit = at;
-    t.dirty = false;
-    Chunk::Data {
-        name: "thinking".into(),
-        id: Some(t.id.clone()),
-        data: t.payload(),
-        transient: false,
-    }
-}
-
 /// A whole text part.
 pub(super) fn text_part(id: String, text: String, out: &mut Vec<Chunk>) {
     out.push(Chunk::TextStart { id: id.clone() });
@@ -829,10 +488,6 @@ pub(super) fn text_part(id: String, text: String, out: &mut Vec<Chunk>) {
         delta: text,
     });
     out.push(Chunk::TextEnd { id });
-}
-
-fn tool_error_text(e: &ToolFailure) -> String {
-    format!("{}: {}", e.kind, e.message)
 }
 
 /// A custom event name as a data part name: ASCII letters (case kept, so
@@ -849,15 +504,4 @@ fn data_name(name: &str) -> String {
         })
         .collect();
     if s.is_empty() { "custom".into() } else { s }
-}
-
-/// A cost in US dollars as JSON: a whole number written as an integer, as
-/// JavaScript writes it back (the stored message and the client's agree).
-fn dollars(u: &Usage) -> Value {
-    let d = u.cost_usd();
-    if d.fract() == 0.0 && d < 9e15 {
-        json!(d as u64)
-    } else {
-        json!(d)
-    }
 }

@@ -135,12 +135,25 @@ async fn a_comparison_leads_with_the_country_named_first() {
 #[tokio::test]
 async fn a_shape_it_cannot_read_gives_no_card_and_the_turn_goes_on() {
     let cases = [
-        // Values that are not numbers: the difference cannot be computed.
+        // Values that are no list: the template fails outright.
+        (
+            "data360_compare_countries",
+            json!({"snapshot": {"year": "2021", "values": 5}}),
+        ),
+        // Values that are not numbers: nothing to show or compute with.
         (
             "data360_compare_countries",
             json!({"snapshot": {"year": "2021", "values": [
                 {"country_code": "IND", "country_name": "India", "value": "n/a"},
                 {"country_code": "CHN", "country_name": "China", "value": "n/a"}]}}),
+        ),
+        (
+            "data360_rank_countries",
+            json!({"ranking": [{"country_code": "IND", "country_name": "India", "value": "n/a"}]}),
+        ),
+        (
+            "data360_summarize_data",
+            json!({"summaries": [{"country_name": "India", "last_value": "n/a"}]}),
         ),
         // Neither `summaries`, `summary` nor a summary's fields.
         ("data360_summarize_data", json!({"results": [1, 2]})),

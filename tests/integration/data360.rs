@@ -24,7 +24,7 @@ use crate::support::server::TestServer;
 use crate::support::{aisdk_validate, chat_body, post_json, root};
 
 /// Which node a request comes from, told by its prompt.
-fn node_of(req: &ChatRequest) -> &'static str {
+pub(crate) fn node_of(req: &ChatRequest) -> &'static str {
     let system = match req.messages.first() {
         Some(ChatMessage::System { content }) => content.as_str(),
         _ => "",
@@ -42,6 +42,7 @@ fn node_of(req: &ChatRequest) -> &'static str {
         ),
         ("You write the answer the user will read", "narrator"),
         ("You suggest follow-up questions", "followup"),
+        ("You maintain a running summary", "summarizer"),
         ("missing something essential", "clarifier"),
         ("outside what Data360", "suggester"),
         ("Data360's chat assistant", "direct"),
@@ -53,7 +54,7 @@ fn node_of(req: &ChatRequest) -> &'static str {
 }
 
 /// The newest user message of a request.
-fn question(req: &ChatRequest) -> String {
+pub(crate) fn question(req: &ChatRequest) -> String {
     req.messages
         .iter()
         .rev()
@@ -65,7 +66,7 @@ fn question(req: &ChatRequest) -> String {
 }
 
 /// The tool results a request carries so far.
-fn tool_messages(req: &ChatRequest) -> Vec<&str> {
+pub(crate) fn tool_messages(req: &ChatRequest) -> Vec<&str> {
     req.messages
         .iter()
         .filter_map(|m| match m {
@@ -179,14 +180,24 @@ fn narrator(req: &ChatRequest) -> Turn {
 }
 
 /// The requests the model received, with the node each came from.
-type Log = Arc<Mutex<Vec<(&'static str, ChatRequest)>>>;
+pub(crate) type Log = Arc<Mutex<Vec<(&'static str, ChatRequest)>>>;
 
 fn model() -> (Arc<ScriptedModel>, Log) {
+    model_with(|_, _| None)
+}
+
+/// The well-behaved model, except where `over` answers for a node.
+pub(crate) fn model_with(
+    over: impl Fn(&'static str, &ChatRequest) -> Option<Turn> + Send + Sync + 'static,
+) -> (Arc<ScriptedModel>, Log) {
     let log: Log = Arc::new(Mutex::new(Vec::new()));
     let seen = Arc::clone(&log);
     let m = ScriptedModel::from_fn(move |req| {
         let node = node_of(req);
         seen.lock().unwrap().push((node, req.clone()));
+        if let Some(turn) = over(node, req) {
+            return turn;
+        }
         match node {
             "router" => route(&question(req)),
             "quick_answer" => quick_answer(req),
@@ -220,6 +231,12 @@ fn python() -> PathBuf {
 /// The fixture configured twice, as its README says: the data tools in
 /// `data`, the chart tools in `viz`; `mode` is `DATA360_MODE`.
 fn mcp_config(mode: &str) -> McpConfig {
+    mcp_config_with(&format!("DATA360_MODE = \"{mode}\""), false)
+}
+
+/// As [`mcp_config`], with `env` (TOML inline-table entries) for the data
+/// server and, with `choices`, the choice-card server in `choices`.
+pub(crate) fn mcp_config_with(env: &str, choices: bool) -> McpConfig {
     let py = serde_json::to_string(&python().to_string_lossy()).unwrap();
     let script = serde_json::to_string(
         &root()
@@ -227,22 +244,36 @@ fn mcp_config(mode: &str) -> McpConfig {
             .to_string_lossy(),
     )
     .unwrap();
-    let text = format!(
-        "[servers.data360]\ncommand = [{py}, {script}, \"--tools\", \"data\"]\npartition = \"data\"\nenv = {{ DATA360_MODE = \"{mode}\" }}\n\n\
+    let mut text = format!(
+        "[servers.data360]\ncommand = [{py}, {script}, \"--tools\", \"data\"]\npartition = \"data\"\nenv = {{ {env} }}\n\n\
          [servers.data360_viz]\ncommand = [{py}, {script}, \"--tools\", \"viz\"]\npartition = \"viz\"\n"
     );
+    if choices {
+        text.push_str(&format!(
+            "\n[servers.data360_choices]\ncommand = [{py}, {script}, \"--tools\", \"choices\"]\npartition = \"choices\"\nenv = {{ {env} }}\n"
+        ));
+    }
     toml::from_str(&text).unwrap()
 }
 
 /// A server with the shipped chat graph, the scripted model and, unless
 /// `mode` is `None`, the fixture's MCP servers.
 async fn start(mode: Option<&str>) -> (TestServer, Log) {
+    start_with(mode.map(mcp_config), model()).await
+}
+
+/// A server with the shipped chat graph, `model` and the MCP servers of
+/// `mcp`, if any.
+pub(crate) async fn start_with(
+    mcp: Option<McpConfig>,
+    (model, log): (Arc<ScriptedModel>, Log),
+) -> (TestServer, Log) {
     assert!(
         python().exists(),
         "the test venv is missing — run `bash tests/run.sh`"
     );
     let registries = Registries::default();
-    let mcp = mode.map(|m| McpManager::start(&mcp_config(m), Arc::clone(&registries.tools)));
+    let mcp = mcp.map(|c| McpManager::start(&c, Arc::clone(&registries.tools)));
     let chat = std::fs::read_to_string(root().join("graphs/chat.yaml")).unwrap();
     let cat = registries.from_sources(&[("chat", &chat)], Prompts::load(&root().join("prompts")));
     assert!(!cat.has_errors(), "{:#?}", cat.diagnostics);
@@ -253,7 +284,6 @@ async fn start(mode: Option<&str>) -> (TestServer, Log) {
             m.status()
         );
     }
-    let (model, log) = model();
     let services = Services::new(Models::single(model), Arc::clone(&registries.tools));
     let mut config = stategraph::config::Config::default();
     config.server.keep_alive.0 = Duration::from_secs(5);
@@ -272,15 +302,15 @@ async fn start(mode: Option<&str>) -> (TestServer, Log) {
 
 /// One turn: the raw SSE (checked by the AI SDK's parser), its chunks, the
 /// stored assistant message's parts, and the model requests it made.
-struct Turned {
-    sse: String,
-    chunks: Vec<Value>,
-    parts: Vec<Value>,
-    calls: Vec<(&'static str, ChatRequest)>,
+pub(crate) struct Turned {
+    pub(crate) sse: String,
+    pub(crate) chunks: Vec<Value>,
+    pub(crate) parts: Vec<Value>,
+    pub(crate) calls: Vec<(&'static str, ChatRequest)>,
 }
 
 impl Turned {
-    fn calls_to(&self, node: &str) -> Vec<&ChatRequest> {
+    pub(crate) fn calls_to(&self, node: &str) -> Vec<&ChatRequest> {
         self.calls
             .iter()
             .filter(|(n, _)| *n == node)
@@ -288,14 +318,14 @@ impl Turned {
             .collect()
     }
 
-    fn system_of(&self, node: &str) -> String {
+    pub(crate) fn system_of(&self, node: &str) -> String {
         match self.calls_to(node).first().and_then(|r| r.messages.first()) {
             Some(ChatMessage::System { content }) => content.clone(),
             _ => panic!("no request from {node}"),
         }
     }
 
-    fn text(&self) -> String {
+    pub(crate) fn text(&self) -> String {
         self.parts
             .iter()
             .filter(|p| p["type"] == "text")
@@ -303,15 +333,21 @@ impl Turned {
             .collect()
     }
 
-    fn part(&self, ty: &str) -> Option<&Value> {
+    pub(crate) fn part(&self, ty: &str) -> Option<&Value> {
         self.parts.iter().find(|p| p["type"] == ty)
     }
 }
 
-async fn turn(server: &TestServer, log: &Log, chat: &str, text: &str) -> Turned {
+pub(crate) async fn turn(server: &TestServer, log: &Log, chat: &str, text: &str) -> Turned {
+    turn_body(server, log, chat, &chat_body(chat, text)).await
+}
+
+/// One turn with a whole request body (a longer conversation).
+pub(crate) async fn turn_body(server: &TestServer, log: &Log, chat: &str, body: &Value) -> Turned {
+    let text = body["messages"].to_string();
     log.lock().unwrap().clear();
     let http = reqwest::Client::new();
-    let resp = post_json(&http, &server.url("/api/chat"), &chat_body(chat, text)).await;
+    let resp = post_json(&http, &server.url("/api/chat"), body).await;
     assert_eq!(resp.status(), 200);
     let sse = resp.text().await.unwrap();
     let (ok, report) = aisdk_validate(&sse);
@@ -343,7 +379,7 @@ async fn turn(server: &TestServer, log: &Log, chat: &str, text: &str) -> Turned 
     }
 }
 
-fn path_of(t: &Turned) -> Vec<&'static str> {
+pub(crate) fn path_of(t: &Turned) -> Vec<&'static str> {
     let mut nodes: Vec<&'static str> = Vec::new();
     for (n, _) in &t.calls {
         if nodes.last() != Some(n) {

@@ -38,6 +38,7 @@ mod chat_graph;
 mod conversation;
 mod crash;
 mod data360;
+mod data360_contract;
 mod data_tools;
 mod degrade;
 mod exact_replay;
