@@ -14,7 +14,8 @@
 //! - then `finish-step` and `finish` (`tool-calls` when a tool waits).
 //!
 //! `run_resumed` sends `start` with the same message id again (and opens a
-//! step), and a denied call `tool-output-denied`.
+//! step, which the next model call continues in: see `Bridge::resume_step`),
+//! and a denied call `tool-output-denied`.
 
 use serde_json::json;
 
@@ -110,6 +111,7 @@ impl Bridge {
         });
         out.push(Chunk::StartStep);
         self.step_open = true;
+        self.resume_step = true;
     }
 
     /// A call the person denied.
