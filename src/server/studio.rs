@@ -29,7 +29,7 @@ use axum::response::{IntoResponse, Redirect, Response};
 use super::error::ApiError;
 
 /// `(file name, content type, content)` of every file served.
-const FILES: [(&str, &str, &str); 23] = [
+const FILES: [(&str, &str, &str); 24] = [
     (
         "index.html",
         "text/html; charset=utf-8",
@@ -61,6 +61,7 @@ const FILES: [(&str, &str, &str); 23] = [
     ("path.js", JS, include_str!("studio/path.js")),
     ("hitl.js", JS, include_str!("studio/hitl.js")),
     ("thread.js", JS, include_str!("studio/thread.js")),
+    ("breakpoints.js", JS, include_str!("studio/breakpoints.js")),
 ];
 
 /// Browsers refuse ES modules sent with any other type.

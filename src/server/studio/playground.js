@@ -2,9 +2,10 @@
 // rendering the UI message stream; stop, regenerate, resume after reload.
 
 import { h, json, hrefFor, replaceHash, randomId, announce, errorBox, fmtMs, rovingList, fmtTime } from './util.js';
-import { getJSON, request, errorOf, readUIStream } from './api.js';
+import { getJSON, request, errorOf, readUIStream, graphDetail } from './api.js';
 import { assistantMessage, applyChunk, closeMessage, toUIMessage } from './uistream.js';
 import { interruptCard, optionText } from './hitl.js';
+import * as breakpoints from './breakpoints.js';
 
 const LAST_GRAPH = 'stategraph.studio.graph';
 const chatKey = (g) => `stategraph.studio.chat.${g}`;
@@ -62,6 +63,8 @@ function renderWaits(m, ctx) {
       out.push(interruptCard({ id: p.toolCallId, type: 'client_tool', tool: toolName(p), args: p.input }, (v) => ctx.onToolOutput(m, p, v)));
     } else if (p.type === 'data-interrupt' && p.data?.type === 'question') {
       out.push(interruptCard(p.data, (v) => ctx.send(typeof v === 'string' ? v : optionText(v))));
+    } else if (p.type === 'data-interrupt' && p.data?.type === 'breakpoint') {
+      out.push(breakpoints.pausedCard(p.data, ctx.breakpointHooks(m)));
     }
   }
   return out;
@@ -180,7 +183,7 @@ export function mount(main, r) {
       h('div', { class: 'field' }, h('label', { for: 'pg-graph' }, 'Graph'), graphSel),
       h('div', { class: 'row', style: 'margin:10px 0' },
         h('button', { type: 'button', class: 'btn', 'data-testid': 'new-chat', onclick: () => { location.hash = hrefFor(['playground', graph], { chat: randomId('chat_') }); } }, 'New chat')),
-      h('h2', { class: 'list-title' }, 'Recent chats'), chatsEl),
+      h('h2', { class: 'list-title' }, 'Recent chats'), chatsEl, bpSlot),
     h('section', { class: 'chat', 'aria-labelledby': 'pg-title' },
       h('div', { class: 'row' }, h('h1', { id: 'pg-title' }, `Playground · ${graph}`), h('span', { class: 'spacer' }),
         h('span', { class: 'muted small' }, 'chat ', chatIdEl), h('a', { href: hrefFor(['runs'], { chat: chatId }), class: 'btn btn-small' }, 'Runs of this chat'),
@@ -188,7 +191,38 @@ export function mount(main, r) {
       list, errorSlot, form)));
   rovingList(chatsEl, '[role="option"]', { onActivate: (el) => el.click() });
 
-  const ctx = { send, busy: () => streaming, onApproval, onToolOutput, waiting };
+  const ctx = { send, busy: () => streaming, onApproval, onToolOutput, waiting, breakpointHooks };
+  let bpPicker = null; // the breakpoint picker, once the graph's nodes are known
+  const bpSlot = h('div', { style: 'margin-top:12px' });
+
+  /** What a paused-at-a-breakpoint card needs: the chat, the graph's fields, the breakpoints, and what follows the action. */
+  function breakpointHooks(m) {
+    return {
+      chatId, detail: bpPicker?.detail, breakpoints: () => bpPicker?.get(),
+      done: (action) => {
+        m.metadata = { ...m.metadata, interrupted: false };
+        if (action === 'abort') { touch(m); return; }
+        follow();
+      },
+    };
+  }
+
+  /** Streams the chat's active run (after a resume through the runs API). */
+  async function follow() {
+    try {
+      const res = await request(`/api/chat/${encodeURIComponent(chatId)}/stream`);
+      if (res.status !== 200 || !alive) return;
+      streaming = true;
+      setButtons();
+      await consume(res, { resume: true });
+    } catch (e) {
+      errorSlot.replaceChildren(errorBox(e, 'Could not follow the run: '));
+    } finally {
+      streaming = false;
+      setButtons();
+      linkRuns();
+    }
+  }
 
   /** Whether `m` is the newest message, finished, and paused for the user. */
   function waiting(m) {
@@ -223,6 +257,16 @@ export function mount(main, r) {
     stopBtn.disabled = !streaming;
     regenBtn.disabled = streaming || !messages.some((m) => m.role === 'user');
     for (const b of list.querySelectorAll('[data-testid="followup"]')) b.disabled = streaming;
+  }
+
+  async function loadBreakpoints() {
+    try {
+      const detail = await graphDetail(graph);
+      if (!alive) return;
+      bpPicker = { ...breakpoints.picker(detail), detail };
+      bpSlot.replaceChildren(bpPicker.el);
+      if (messages.length) redrawAll();
+    } catch { /* no picker */ }
   }
 
   async function loadGraphs() {
@@ -300,7 +344,8 @@ export function mount(main, r) {
     errorSlot.replaceChildren();
     setButtons();
     try {
-      const res = await request('/api/chat', { method: 'POST', json: { ...body, graph } });
+      const bp = bpPicker?.get();
+      const res = await request('/api/chat', { method: 'POST', json: { ...body, graph, ...(bp ? { breakpoints: bp } : {}) } });
       if (!res.ok) throw await errorOf(res);
       const m = await consume(res, { into });
       if (m) announce(m._status === 'error' ? 'The answer ended with an error' : 'Answer complete');
@@ -371,6 +416,7 @@ export function mount(main, r) {
   async function load() {
     loadGraphs();
     loadChats();
+    loadBreakpoints();
     try {
       const res = await request(`/api/chat/${encodeURIComponent(chatId)}`);
       if (res.ok) {
