@@ -55,6 +55,7 @@ mod sse_stream;
 mod state_parity;
 mod store_conformance;
 mod studio;
+mod studio_debug;
 mod studio_judge;
 mod support;
 mod tool_check;

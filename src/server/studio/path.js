@@ -50,7 +50,11 @@ function statusWord(v) {
 /** Lights up `drawn` (from renderGraph) with `visits`; returns nothing. */
 export function lightPath(drawn, visits, runStatus) {
   const svg = drawn.svg;
-  for (const el of svg.querySelectorAll('.path-mark')) el.remove();
+  // The marks sit in a layer of their own, outside the nodes, so that a
+  // node's accessible name still holds all of its visible text.
+  let marks = svg.querySelector('.path-marks');
+  if (!marks) { marks = s('g', { class: 'path-marks', 'aria-hidden': 'true' }); svg.append(marks); }
+  marks.replaceChildren();
   const byNode = new Map();
   for (const v of visits) (byNode.get(v.node) || byNode.set(v.node, []).get(v.node)).push(v);
   for (const el of svg.querySelectorAll('[data-testid="graph-node"]')) {
@@ -69,8 +73,8 @@ export function lightPath(drawn, visits, runStatus) {
     const fan = Math.max(...vs.map((v) => v.tasks));
     const retries = vs.reduce((a, v) => a + v.retries, 0);
     el.setAttribute('aria-label', `${base}, ${statusWord({ status: worst })} as step ${vs.map((v) => v.order).join(', ')} of the path${fan > 1 ? `, ${fan} parallel tasks` : ''}${retries ? `, ${retries} retries` : ''}`);
-    const body = el.querySelector('.node-body');
-    const box = body?.getBBox ? body.getBBox() : { x: -60, y: -24, width: 120, height: 48 };
+    const n = drawn.layout.nodes.get(id);
+    const box = { x: n.x - n.w / 2, y: n.y - n.h / 2, width: n.w };
     const tags = [vs.map((v) => v.order).join(',')];
     if (fan > 1) tags.push(`×${fan}`);
     if (retries) tags.push(`↻${retries}`);
@@ -78,7 +82,7 @@ export function lightPath(drawn, visits, runStatus) {
     if (worst === 'interrupted') tags.push('⏸');
     const text = tags.join(' ');
     const w = Math.max(22, text.length * 7 + 10);
-    el.append(s('g', { class: `path-mark path-mark-${worst}`, transform: `translate(${box.x + box.width - w / 2 + 6},${box.y - 4})`, 'aria-hidden': 'true', 'data-testid': 'path-mark' },
+    marks.append(s('g', { class: `path-mark path-mark-${worst}`, transform: `translate(${box.x + box.width - w / 2 + 6},${box.y - 4})`, 'data-testid': 'path-mark', 'data-node': id },
       s('rect', { x: -w / 2, y: -9, width: w, height: 18, rx: 9 }),
       s('text', { 'text-anchor': 'middle', y: 4 }, text)));
   }

@@ -177,6 +177,8 @@ export function mount(main, r) {
   input.addEventListener('keydown', (ev) => {
     if (ev.key === 'Enter' && !ev.shiftKey && !ev.isComposing) { ev.preventDefault(); form.requestSubmit(); }
   });
+  let bpPicker = null; // the breakpoint picker, once the graph's nodes are known
+  const bpSlot = h('div', { style: 'margin-top:12px' });
   const chatIdEl = h('code', { 'data-testid': 'chat-id' }, chatId);
   main.append(h('div', { class: 'split', 'data-testid': 'playground-screen' },
     h('div', null,
@@ -192,8 +194,6 @@ export function mount(main, r) {
   rovingList(chatsEl, '[role="option"]', { onActivate: (el) => el.click() });
 
   const ctx = { send, busy: () => streaming, onApproval, onToolOutput, waiting, breakpointHooks };
-  let bpPicker = null; // the breakpoint picker, once the graph's nodes are known
-  const bpSlot = h('div', { style: 'margin-top:12px' });
 
   /** What a paused-at-a-breakpoint card needs: the chat, the graph's fields, the breakpoints, and what follows the action. */
   function breakpointHooks(m) {
