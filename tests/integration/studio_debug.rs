@@ -107,7 +107,8 @@ async fn studio_debugging_views_in_a_real_browser() {
     let config = config.to_str().unwrap().to_owned();
     let (mut server, base) = serve_binary_with(dir.path(), &graphs, &["--config", &config]).await;
 
-    let art = artifacts().join("debug");
+    // Beside the studio test's directory, which that test empties.
+    let art = artifacts().with_file_name("studio-debug-artifacts");
     let _ = std::fs::remove_dir_all(&art);
     let started = Instant::now();
     let (ok, report) = b
