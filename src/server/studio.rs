@@ -87,8 +87,7 @@ fn gzipped() -> &'static [Option<Vec<u8>>; FILES.len()] {
     static GZ: OnceLock<[Option<Vec<u8>>; FILES.len()]> = OnceLock::new();
     GZ.get_or_init(|| {
         FILES.map(|(_, _, body)| {
-            let mut enc =
-                flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::best());
+            let mut enc = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::best());
             enc.write_all(body.as_bytes()).ok()?;
             enc.finish().ok().filter(|gz| gz.len() < body.len())
         })
