@@ -9,6 +9,7 @@ use futures::stream::FuturesUnordered;
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
+use super::breaks::{Breaks, Decision, edited};
 use super::routing::{Scratch, Task, join_progress, joins_of, pending, route, tasks_of};
 use super::task::{TaskEnv, run_task};
 use super::{
@@ -44,6 +45,7 @@ fn sink_for(opts: &RunOptions, last_seq: u64, keep: bool) -> EventSink {
     let last = opts.logged.last().map_or(0, |e| e.seq).max(last_seq);
     EventSink::new(opts.run_id, opts.events.clone(), last, keep)
         .with_logged(opts.logged.iter().cloned())
+        .with_usage(opts.spent_before)
 }
 
 /// Runs `graph` on `input` until END, failure or cancellation.
@@ -84,6 +86,7 @@ pub async fn run(
         },
     )
     .await;
+    record_breakpoints(&sink, &opts, 0).await;
     let tasks = graph
         .entry
         .iter()
@@ -105,6 +108,7 @@ pub async fn run(
         opts.snapshot_every,
     );
     exec.durability = opts.durability;
+    exec.breaks = Breaks::new(opts.breakpoints.clone(), false, false);
     exec.checkpoint(Vec::new(), true)
         .await
         .map_err(RunError::Checkpoint)?;
@@ -151,6 +155,7 @@ pub async fn resume(
         }
         None => services,
     };
+    record_breakpoints(&sink, &opts, from.step + 1).await;
     let starts_fork = opts.forked_from.is_some() && from.last_seq == 0;
     if starts_fork {
         sink.emit(
@@ -186,6 +191,7 @@ pub async fn resume(
         opts.snapshot_every,
     );
     exec.durability = opts.durability;
+    exec.breaks = Breaks::new(opts.breakpoints.clone(), opts.answers.is_some(), false);
     exec.step = from.step;
     exec.joins = joins_of(&graph, &from.joins);
     if starts_fork {
@@ -266,7 +272,22 @@ async fn exec_result(exec: &mut Exec<'_>) -> Result<(), RunError> {
     while !exec.tasks.is_empty() {
         exec.step().await?;
     }
-    Ok(())
+    exec.at_end().await
+}
+
+/// Records the run's breakpoints when they are new with this execution.
+async fn record_breakpoints(sink: &EventSink, opts: &RunOptions, step: u32) {
+    if let (true, Some(b)) = (opts.record_breakpoints, &opts.breakpoints) {
+        sink.emit(
+            step,
+            None,
+            0,
+            EventKind::BreakpointsSet {
+                breakpoints: b.clone(),
+            },
+        )
+        .await;
+    }
 }
 
 struct Exec<'a> {
@@ -305,6 +326,11 @@ struct Exec<'a> {
     scratch: Scratch,
     /// The previous step's task list, kept for its allocation.
     spare: Vec<Task>,
+    /// Breakpoints (`breaks`).
+    breaks: Breaks,
+    /// The state was edited at a breakpoint: the next stored batch carries
+    /// a snapshot (an edit replaces fields, which no write can express).
+    edited: bool,
 }
 
 impl<'a> Exec<'a> {
@@ -356,7 +382,47 @@ impl<'a> Exec<'a> {
             deferred: None,
             scratch: Scratch::new(graph),
             spare: Vec::new(),
+            breaks: Breaks::new(None, false, !prefix.is_empty()),
+            edited: false,
         }
+    }
+
+    /// The breakpoint check before the step numbered `self.step` (already
+    /// counted): it runs, runs on an edited state, or the run pauses here
+    /// (stored like any pause: the state before the step, its tasks next).
+    fn at_breakpoint(&mut self) -> Result<(), RunError> {
+        let next: Vec<NodeIdx> = self.tasks.iter().map(|t| t.node).collect();
+        match self
+            .breaks
+            .before_step(self.graph, self.services, self.step, &next)
+        {
+            Decision::Go => Ok(()),
+            Decision::Edit(set) => {
+                self.state = edited(self.graph, &*self.state, &set).map_err(RunError::State)?;
+                self.edited = true;
+                Ok(())
+            }
+            Decision::Pause(at) => Err(RunError::Interrupted(vec![at])),
+        }
+    }
+
+    /// At the end of the run: a breakpoint after its last step pauses it
+    /// with nothing left to run (that step is stored first, then the pause
+    /// as an empty step after it).
+    async fn at_end(&mut self) -> Result<(), RunError> {
+        self.step += 1;
+        let outcome = self.at_breakpoint();
+        self.step -= 1;
+        if let Err(pause) = outcome {
+            if let Some(writes) = self.last_writes.take() {
+                self.checkpoint(writes, false)
+                    .await
+                    .map_err(RunError::Checkpoint)?;
+            }
+            self.step += 1;
+            return Err(pause);
+        }
+        Ok(())
     }
 
     async fn step(&mut self) -> Result<(), RunError> {
@@ -375,6 +441,7 @@ impl<'a> Exec<'a> {
                 path: self.looping_path(),
             });
         }
+        self.at_breakpoint()?;
         let finished = self.run_tasks().await?;
         let any_writes = finished.iter().any(
             |ev| matches!(&ev.event, EventKind::NodeFinished { patch, .. } if !patch.is_empty()),
@@ -505,6 +572,7 @@ impl<'a> Exec<'a> {
     /// (replacing `self.tasks`).
     fn route(&mut self) -> Result<(), RunError> {
         std::mem::swap(&mut self.tasks, &mut self.spare);
+        self.breaks.ran(self.spare.iter().map(|t| t.node));
         let names = &self.names;
         let result = route(
             self.graph,
@@ -566,10 +634,11 @@ impl<'a> Exec<'a> {
         let Some(cp) = self.checkpointer.clone() else {
             return Ok(());
         };
+        let forced = initial || std::mem::take(&mut self.edited);
         let snapshot = self.snapshot_for(
             &writes,
             initial || self.step.is_multiple_of(self.snapshot_every),
-            initial,
+            forced,
         );
         let batch = StepBatch {
             run_id: self.sink.run_id(),
@@ -725,7 +794,8 @@ impl<'a> Exec<'a> {
         // must carry the whole state.
         let (writes, snapshot) = match self.last_writes.take() {
             Some(writes) => {
-                let snapshot = self.snapshot_for(&writes, true, false);
+                let forced = std::mem::take(&mut self.edited);
+                let snapshot = self.snapshot_for(&writes, true, forced);
                 (writes, snapshot)
             }
             None => (Vec::new(), Some(self.state.to_json())),
