@@ -354,3 +354,92 @@ async fn a_run_paused_at_a_breakpoint_survives_a_killed_server() {
     let answer = end["state"]["answer"].as_str().unwrap_or("");
     assert!(answer.contains("capital of Peru"), "{answer}");
 }
+
+/// `stategraph` with the shipped graphs and a SQLite store in `dir`.
+fn cli(dir: &std::path::Path) -> std::process::Command {
+    let root = crate::support::root();
+    let cfg = dir.join("stategraph.toml");
+    std::fs::write(
+        &cfg,
+        format!(
+            "[store]\nbackend = \"sqlite\"\ndata_dir = \"{}\"\n",
+            dir.join("data").display()
+        ),
+    )
+    .unwrap();
+    let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_stategraph"));
+    cmd.arg("--config")
+        .arg(&cfg)
+        .arg("--graphs")
+        .arg(root.join("graphs"))
+        .arg("--prompts")
+        .arg(root.join("prompts"))
+        .env_remove("OPENAI_API_KEY")
+        .env_remove("OPENAI_BASE_URL")
+        .env_remove("DATABASE_URL")
+        .env_remove("STATEGRAPH_CONFIG");
+    cmd
+}
+
+#[test]
+fn the_cli_breaks_before_a_node_and_resumes_with_an_edit() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = cli(dir.path())
+        .args(["run", "chat", "what does the poverty headcount measure?"])
+        .args([
+            "--set",
+            "forced_intent=\"EXPLAIN\"",
+            "--break-before",
+            "narrator",
+        ])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    let err = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(
+        text.contains("run paused at breakpoint-4: a breakpoint before narrator"),
+        "{text}\n{err}"
+    );
+    assert!(
+        !text.contains("You asked"),
+        "the narrator did not run: {text}"
+    );
+    let run = err
+        .split_whitespace()
+        .skip_while(|w| *w != "run")
+        .nth(1)
+        .expect("the run id on stderr")
+        .to_owned();
+
+    let bad = cli(dir.path())
+        .args(["run", "chat", "hi", "--break-after", "narator"])
+        .output()
+        .unwrap();
+    assert!(!bad.status.success());
+    assert!(String::from_utf8_lossy(&bad.stderr).contains("has no node `narator`"));
+    let refused = cli(dir.path())
+        .args(["resume", &run, "--set", "no_such_field=1"])
+        .output()
+        .unwrap();
+    assert!(!refused.status.success());
+    assert!(String::from_utf8_lossy(&refused.stderr).contains("has no field `no_such_field`"));
+
+    let done = cli(dir.path())
+        .args(["resume", &run, "--set", "query=how tall is Mount Everest?"])
+        .output()
+        .unwrap();
+    let timeline = String::from_utf8_lossy(&done.stdout);
+    assert!(
+        done.status.success(),
+        "{timeline}\n{}",
+        String::from_utf8_lossy(&done.stderr)
+    );
+    assert!(timeline.contains("finished after"), "{timeline}");
+    // What the client received: the narrator's answer to the edited query.
+    let sse = cli(dir.path())
+        .args(["replay", &run, "--sse"])
+        .output()
+        .unwrap();
+    let answer = text_of(&String::from_utf8_lossy(&sse.stdout));
+    assert!(answer.contains("how tall is Mount Everest?"), "{answer}");
+}
