@@ -162,52 +162,8 @@ pub(super) async fn resume_run(
         write!(out, "{}", replay::timeline(&record, &events))?;
         return Ok(false);
     }
-    let mut answers = std::collections::BTreeMap::new();
     let waiting = runs.waiting_at(&record).await?;
-    let breakpoint = waiting
-        .iter()
-        .find(|i| matches!(i.ask, crate::events::Ask::Breakpoint { .. }));
-    if let Some(b) = breakpoint
-        && value.is_none()
-        && answer.is_empty()
-    {
-        let set: serde_json::Map<String, serde_json::Value> = at_break.set.into_iter().collect();
-        let action = if at_break.step { "step" } else { "continue" };
-        answers.insert(
-            b.id.clone(),
-            serde_json::json!({"action": action, "set": set}),
-        );
-    } else if at_break.step || !at_break.set.is_empty() {
-        return Err(anyhow!(
-            "run {run} is not paused at a breakpoint: --set and --step apply there"
-        ));
-    }
-    for a in &answer {
-        let (id, json) = a
-            .split_once('=')
-            .ok_or_else(|| anyhow!("`--answer {a}`: write ID=JSON"))?;
-        let v = serde_json::from_str(json)
-            .map_err(|e| anyhow!("`--answer {a}`: the answer is not JSON: {e}"))?;
-        answers.insert(id.to_owned(), v);
-    }
-    if let Some(v) = value {
-        let v: serde_json::Value =
-            serde_json::from_str(&v).map_err(|e| anyhow!("`--value`: not JSON: {e}"))?;
-        match waiting.as_slice() {
-            [one] => {
-                answers.insert(one.id.clone(), v);
-            }
-            [] => {}
-            many => {
-                let ids: Vec<String> = many.iter().map(|i| i.summary()).collect();
-                return Err(anyhow!(
-                    "the run waits at {} interrupts; answer each with --answer ID=JSON:\n  {}",
-                    many.len(),
-                    ids.join("\n  ")
-                ));
-            }
-        }
-    }
+    let answers = answers_from(&waiting, (value, answer), &at_break)?;
     let upkeep = runs.spawn_upkeep();
     let started = runs
         .resume(crate::runs::ResumeRequest {
@@ -234,4 +190,60 @@ pub(super) async fn resume_run(
     let (record, events) = replay::load(&*store, run).await?;
     write!(out, "{}", replay::timeline(&record, &events))?;
     Ok(record.status == RunStatus::Finished)
+}
+
+/// The answers `stategraph resume` gives: at a breakpoint its action and
+/// edit, else `--value` (the one interrupt) and `--answer ID=JSON`.
+fn answers_from(
+    waiting: &[crate::events::Interrupt],
+    (value, answer): (Option<String>, Vec<String>),
+    at_break: &AtBreakpoint,
+) -> anyhow::Result<std::collections::BTreeMap<String, serde_json::Value>> {
+    let mut answers = std::collections::BTreeMap::new();
+    let breakpoint = waiting
+        .iter()
+        .find(|i| matches!(i.ask, crate::events::Ask::Breakpoint { .. }));
+    if let Some(b) = breakpoint
+        && value.is_none()
+        && answer.is_empty()
+    {
+        let set: serde_json::Map<String, serde_json::Value> =
+            at_break.set.iter().cloned().collect();
+        let action = if at_break.step { "step" } else { "continue" };
+        answers.insert(
+            b.id.clone(),
+            serde_json::json!({"action": action, "set": set}),
+        );
+    } else if at_break.step || !at_break.set.is_empty() {
+        return Err(anyhow!(
+            "the run is not paused at a breakpoint: --set and --step apply there"
+        ));
+    }
+    for a in &answer {
+        let (id, json) = a
+            .split_once('=')
+            .ok_or_else(|| anyhow!("`--answer {a}`: write ID=JSON"))?;
+        let v = serde_json::from_str(json)
+            .map_err(|e| anyhow!("`--answer {a}`: the answer is not JSON: {e}"))?;
+        answers.insert(id.to_owned(), v);
+    }
+    if let Some(v) = value {
+        let v: serde_json::Value =
+            serde_json::from_str(&v).map_err(|e| anyhow!("`--value`: not JSON: {e}"))?;
+        match waiting {
+            [one] => {
+                answers.insert(one.id.clone(), v);
+            }
+            [] => {}
+            many => {
+                let ids: Vec<String> = many.iter().map(|i| i.summary()).collect();
+                return Err(anyhow!(
+                    "the run waits at {} interrupts; answer each with --answer ID=JSON:\n  {}",
+                    many.len(),
+                    ids.join("\n  ")
+                ));
+            }
+        }
+    }
+    Ok(answers)
 }

@@ -9,7 +9,9 @@ use futures::stream::FuturesUnordered;
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
-use super::breaks::{Breaks, Decision, edited};
+mod pauses;
+
+use super::breaks::Breaks;
 use super::routing::{Scratch, Task, join_progress, joins_of, pending, route, tasks_of};
 use super::task::{TaskEnv, run_task};
 use super::{
@@ -20,6 +22,7 @@ use crate::events::{EVENT_FORMAT, Event, EventKind, EventSink, Frontier, NodeEve
 use crate::graph::NodeIdx;
 use crate::nodes::{Graph, NodeContext, NodeError, SubgraphRunner};
 use crate::state::{DynState, TaskPatch, apply_step};
+use pauses::record_breakpoints;
 
 /// How many recent steps the recursion-limit error looks at.
 const TRAIL: usize = 64;
@@ -275,21 +278,6 @@ async fn exec_result(exec: &mut Exec<'_>) -> Result<(), RunError> {
     exec.at_end().await
 }
 
-/// Records the run's breakpoints when they are new with this execution.
-async fn record_breakpoints(sink: &EventSink, opts: &RunOptions, step: u32) {
-    if let (true, Some(b)) = (opts.record_breakpoints, &opts.breakpoints) {
-        sink.emit(
-            step,
-            None,
-            0,
-            EventKind::BreakpointsSet {
-                breakpoints: b.clone(),
-            },
-        )
-        .await;
-    }
-}
-
 struct Exec<'a> {
     graph: &'a Graph,
     services: &'a Services,
@@ -385,44 +373,6 @@ impl<'a> Exec<'a> {
             breaks: Breaks::new(None, false, !prefix.is_empty()),
             edited: false,
         }
-    }
-
-    /// The breakpoint check before the step numbered `self.step` (already
-    /// counted): it runs, runs on an edited state, or the run pauses here
-    /// (stored like any pause: the state before the step, its tasks next).
-    fn at_breakpoint(&mut self) -> Result<(), RunError> {
-        let next: Vec<NodeIdx> = self.tasks.iter().map(|t| t.node).collect();
-        match self
-            .breaks
-            .before_step(self.graph, self.services, self.step, &next)
-        {
-            Decision::Go => Ok(()),
-            Decision::Edit(set) => {
-                self.state = edited(self.graph, &*self.state, &set).map_err(RunError::State)?;
-                self.edited = true;
-                Ok(())
-            }
-            Decision::Pause(at) => Err(RunError::Interrupted(vec![at])),
-        }
-    }
-
-    /// At the end of the run: a breakpoint after its last step pauses it
-    /// with nothing left to run (that step is stored first, then the pause
-    /// as an empty step after it).
-    async fn at_end(&mut self) -> Result<(), RunError> {
-        self.step += 1;
-        let outcome = self.at_breakpoint();
-        self.step -= 1;
-        if let Err(pause) = outcome {
-            if let Some(writes) = self.last_writes.take() {
-                self.checkpoint(writes, false)
-                    .await
-                    .map_err(RunError::Checkpoint)?;
-            }
-            self.step += 1;
-            return Err(pause);
-        }
-        Ok(())
     }
 
     async fn step(&mut self) -> Result<(), RunError> {

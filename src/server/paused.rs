@@ -351,6 +351,23 @@ async fn abort(
     Ok(Json(json!({ "runId": run_id, "status": "cancelled" })).into_response())
 }
 
+/// A resume's new breakpoints, checked against the run's graph.
+fn new_breakpoints(
+    state: &AppState,
+    run: &RunRecord,
+    v: &Value,
+) -> Result<crate::events::Breakpoints, ApiError> {
+    let graph = state.graphs.get(&run.graph).ok_or_else(|| {
+        ApiError::new(
+            StatusCode::CONFLICT,
+            "unknown_graph",
+            format!("graph `{}` is not served here", run.graph),
+        )
+    })?;
+    crate::runs::breaks::parse(&graph, v)
+        .map_err(|e| ApiError::bad_request(e.code(), e.to_string()))
+}
+
 async fn owned_run(
     state: &AppState,
     user: &User,
@@ -387,19 +404,7 @@ pub(super) async fn resume(
         .await
         .map_err(ApiError::internal)?;
     let breakpoints = match &body.breakpoints {
-        Some(v) => {
-            let graph = state.graphs.get(&run.graph).ok_or_else(|| {
-                ApiError::new(
-                    StatusCode::CONFLICT,
-                    "unknown_graph",
-                    format!("graph `{}` is not served here", run.graph),
-                )
-            })?;
-            Some(
-                crate::runs::breaks::parse(&graph, v)
-                    .map_err(|e| ApiError::bad_request(e.code(), e.to_string()))?,
-            )
-        }
+        Some(v) => Some(new_breakpoints(&state, &run, v)?),
         None => None,
     };
     let at_break = breakpoint_answers(&mut body, &waiting)?;
