@@ -690,6 +690,7 @@ async fn another_users_answer_is_refused() {
         .state
         .runs
         .resume(stategraph::runs::ResumeRequest {
+            breakpoints: None,
             run_id,
             user_id: "mallory".into(),
             request_id: String::new(),

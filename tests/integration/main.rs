@@ -13,6 +13,7 @@ mod assistant;
 mod assistant_ui;
 mod binary;
 mod bound_args;
+mod breakpoints;
 mod broken_streams;
 mod card_shapes;
 mod chat_graph;

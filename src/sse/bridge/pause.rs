@@ -49,6 +49,14 @@ impl Bridge {
                         });
                     }
                 }
+                // A breakpoint is the developer's, not the conversation's:
+                // no text, the interrupt as data (what matched, what is next).
+                Ask::Breakpoint { .. } => out.push(Chunk::Data {
+                    name: "interrupt".into(),
+                    id: Some(it.id.clone()),
+                    data: json!(it),
+                    transient: false,
+                }),
                 Ask::Question { question, .. } => {
                     text_part(format!("text-{}-{i}", ev.seq), question.clone(), out);
                     out.push(Chunk::Data {
