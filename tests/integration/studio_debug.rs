@@ -1,8 +1,8 @@
 //! The studio's debugging views in Chromium (tests/studio/debug.test.mjs)
 //! against the real binary: the path a run took on its graph, finished and
 //! live; answering a paused run from the studio (a tool approval, a
-//! question's option button, a client tool's output); a chat as a thread
-//! with a fork.
+//! question's option button, a client tool's output); a breakpoint before
+//! the narrator, a state edit and continue; a chat as a thread with a fork.
 
 use std::time::{Duration, Instant};
 
@@ -130,6 +130,7 @@ async fn studio_debugging_views_in_a_real_browser() {
         "run-waiting",
         "playground-question",
         "playground-client-tool",
+        "playground-breakpoint",
         "chat-thread",
     ] {
         assert!(

@@ -2,7 +2,8 @@
 // server: the path a run took on its graph (finished, and live), answering a
 // paused run from the studio (a tool approval from the run page and the
 // playground, a question by its option button, a client tool's output),
-// and a chat as a thread with a fork.
+// a breakpoint before the narrator with a state edit and continue, and a
+// chat as a thread with a fork.
 //
 //   STUDIO_URL=http://127.0.0.1:PORT STUDIO_ARTIFACTS=/tmp/studio node debug.test.mjs
 //
@@ -196,6 +197,40 @@ await t.run('studio debug test', async () => {
     const events = (await api(`/api/runs/${run.id}/events?limit=10000`)).events;
     const resumed = events.find((e) => e.event.type === 'run_resumed');
     assert(resumed && JSON.stringify(resumed.event).includes('"picked":2'), `the output did not reach the run: ${JSON.stringify(resumed)}`);
+  });
+
+  await t.check('a breakpoint before the narrator: the state edited, continue, the answer reflects the edit', async () => {
+    const chat = `dbg-bp-${stamp}`;
+    await page.goto(`${BASE}/studio#/playground/chat?chat=${chat}`, { waitUntil: 'domcontentloaded' });
+    await visible('[data-testid="breakpoints"]');
+    await page.locator('[data-testid="breakpoints"] summary').click();
+    await page.locator('[data-testid="bp-before"][data-node="narrator"]').check();
+    await page.locator('[data-testid="chat-input"]').fill('explain tides');
+    await page.keyboard.press('Enter');
+    const card = page.locator('[data-testid="bp-paused"][data-node="narrator"]');
+    await card.waitFor({ timeout: STREAM_T });
+    assert(await card.getAttribute('data-when') === 'before', 'the pause is not before the narrator');
+    await page.waitForFunction(() => /"query"/.test(document.querySelector('[data-testid="bp-state"]')?.textContent || ''));
+    assert(/explain tides/.test(await card.locator('[data-testid="bp-state"]').textContent()), 'the paused state does not hold the question');
+    const run = await newestRun(chat);
+    assert(run.status === 'interrupted', `the run is ${run.status}`);
+    await card.locator('[data-testid="bp-field-select"]').selectOption('query');
+    await card.locator('[data-testid="bp-add-field"]').click();
+    const editor = card.locator('[data-testid="bp-editor"][data-field="query"]');
+    await editor.fill('42');
+    await card.locator('[data-testid="bp-check"][data-valid="false"]').waitFor();
+    assert(await card.locator('[data-testid="bp-continue"]').isDisabled(), 'continue is enabled with a number for a text field');
+    await editor.fill('"explain volcanoes"');
+    await card.locator('[data-testid="bp-check"][data-valid="true"]').waitFor();
+    await t.shot('playground-breakpoint');
+    await t.axe('playground (paused at a breakpoint)');
+    await card.locator('[data-testid="bp-continue"]').click();
+    await page.waitForFunction(() => [...document.querySelectorAll('[data-testid="message-assistant"] [data-testid="answer-text"]')].some((e) => /explain volcanoes/.test(e.textContent)), null, { timeout: STREAM_T });
+    for (let i = 0; i < 100 && (await api(`/api/runs/${run.id}`)).status === 'running'; i++) await new Promise((r) => setTimeout(r, 100));
+    const done = await api(`/api/runs/${run.id}`);
+    assert(done.status === 'finished', `the run is ${done.status}`);
+    const state = await api(`/api/runs/${run.id}/state`);
+    assert(/explain volcanoes/.test(state.state.answer), `the answer does not reflect the edit: ${state.state.answer}`);
   });
 
   await t.check("a chat as a thread: turns, runs, a fork and an alternative, the state after a turn", async () => {
