@@ -233,6 +233,32 @@ await t.run('studio debug test', async () => {
     assert(/explain volcanoes/.test(state.state.answer), `the answer does not reflect the edit: ${state.state.answer}`);
   });
 
+  await t.check('a breakpoint on the run page: the paused state, Step pauses again, Continue finishes the run', async () => {
+    const chat = `dbg-bp-run-${stamp}`;
+    const res = await fetch(`${BASE}/api/chat`, {
+      method: 'POST', headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ id: chat, graph: 'chat', trigger: 'submit-message', breakpoints: { after: ['router'] },
+        messages: [{ id: 'u1', role: 'user', parts: [{ type: 'text', text: 'explain tides' }] }] }),
+    });
+    assert(res.ok, `POST /api/chat: ${res.status}`);
+    await res.text();
+    const run = await newestRun(chat);
+    assert(run.status === 'interrupted', `the run is ${run.status}`);
+    await page.goto(`${BASE}/studio#/runs/${run.id}`, { waitUntil: 'domcontentloaded' });
+    const card = page.locator('[data-testid="bp-paused"][data-when="after"][data-node="router"]');
+    await card.waitFor();
+    await page.waitForFunction(() => /"intent": "EXPLAIN"/.test(document.querySelector('[data-testid="bp-state"]')?.textContent || ''));
+    await t.axe('run (paused at a breakpoint)');
+    await card.locator('[data-testid="bp-step"]').click();
+    const again = page.locator('[data-testid="bp-paused"][data-when="step"]');
+    await again.waitFor({ timeout: STREAM_T });
+    const events = (await api(`/api/runs/${run.id}/events?limit=10000`)).events;
+    assert(events.filter((e) => e.event.type === 'run_interrupted').length === 2, 'the step did not pause again');
+    await again.locator('[data-testid="bp-continue"]').click();
+    await page.locator('[data-testid="run-status"][data-status="finished"]').waitFor({ timeout: STREAM_T });
+    assert(await page.locator('[data-testid="bp-paused"]').count() === 0, 'a finished run still shows a pause');
+  });
+
   await t.check("a chat as a thread: turns, runs, a fork and an alternative, the state after a turn", async () => {
     const attached = await api(`/api/runs/${firstRun}/fork`, { method: 'POST', body: JSON.stringify({ at: 2, set: { intent: 'DIRECT' }, attach: true }) });
     const detached = await api(`/api/runs/${firstRun}/fork`, { method: 'POST', body: JSON.stringify({ at: 2, set: { intent: 'EXPLAIN' } }) });

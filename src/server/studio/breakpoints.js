@@ -37,10 +37,13 @@ export function picker(detail) {
 
 /**
  * The card of a run paused at breakpoint `it`: the paused state, field
- * editors, and Continue / Step / Abort. `done(action)` runs after the
- * server accepted the action (the caller follows the stream).
+ * editors, and Continue / Step / Abort. The run is `runId`, or the paused
+ * run of chat `chatId`. `breakpoints()`, when given, replaces the run's
+ * breakpoints on continuing (without it the run keeps its own).
+ * `done(action)` runs after the server accepted the action (the caller
+ * follows the run).
  */
-export function pausedCard(it, { chatId, detail, breakpoints, done }) {
+export function pausedCard(it, { chatId, runId: knownRun, detail, breakpoints, done }) {
   const stateBox = h('pre', { class: 'json', tabindex: '0', 'data-testid': 'bp-state' }, 'Loading the state…');
   const fields = (detail?.state?.fields || []).filter((f) => fieldSchema(f).type !== 'messages');
   const edits = new Map(); // field → {input, check}
@@ -52,7 +55,7 @@ export function pausedCard(it, { chatId, detail, breakpoints, done }) {
     onclick: () => act(action),
   }, { continue: 'Continue', step: 'Step', abort: 'Abort' }[action]));
   let state = {};
-  let runId = null;
+  let runId = knownRun || null;
 
   function validate() {
     let ok = true;
@@ -85,8 +88,7 @@ export function pausedCard(it, { chatId, detail, breakpoints, done }) {
       const set = {};
       for (const [name, e] of edits) set[name] = JSON.parse(e.input.value);
       if (Object.keys(set).length) body.set = set;
-      const bp = breakpoints();
-      body.breakpoints = bp || { before: [], after: [] };
+      if (breakpoints) body.breakpoints = breakpoints() || { before: [], after: [] };
     }
     for (const b of buttons) b.disabled = true;
     status.replaceChildren(h('p', { class: 'muted small' }, 'Sending…'));
@@ -104,8 +106,10 @@ export function pausedCard(it, { chatId, detail, breakpoints, done }) {
 
   (async () => {
     try {
-      const runs = await getJSON(`/api/runs?chat=${encodeURIComponent(chatId)}&status=interrupted&limit=1`);
-      runId = runs.runs[0]?.id;
+      if (!runId) {
+        const runs = await getJSON(`/api/runs?chat=${encodeURIComponent(chatId)}&status=interrupted&limit=1`);
+        runId = runs.runs[0]?.id;
+      }
       if (!runId) throw new Error('no paused run in this chat');
       const d = await getJSON(`/api/runs/${encodeURIComponent(runId)}/state`);
       state = d.state || {};

@@ -11,6 +11,7 @@ import * as replay from './replay.js';
 import * as fork from './fork.js';
 import { verdictsCard } from './verdicts.js';
 import { interruptCard } from './hitl.js';
+import { pausedCard } from './breakpoints.js';
 import * as path from './path.js';
 
 const TABS = [
@@ -116,17 +117,29 @@ export function mount(main, r) {
     const waiting = ctx.run.status === 'interrupted' ? ctx.run.interrupts || ctx.run.waiting || [] : [];
     if (waitSlot.dataset.shown === JSON.stringify(waiting.map((i) => i.id))) return;
     waitSlot.dataset.shown = JSON.stringify(waiting.map((i) => i.id));
-    waitSlot.replaceChildren(...waiting.map((it) => interruptCard(it, (value) => answer(it, value))));
+    waitSlot.replaceChildren(...waiting.map(waitCard));
   }
-  /** Answers one interrupt through POST /api/runs/{id}/resume, then follows the run live. */
-  async function answer(it, value) {
-    const res = await request(`/api/runs/${encodeURIComponent(id)}/resume`, { method: 'POST', json: { answers: { [it.id]: value } } });
-    if (!res.ok) throw await errorOf(res);
+  /** The card of one interrupt: a breakpoint's (state, edits, continue/step/abort), or a person's answer. */
+  function waitCard(it) {
+    if (it.type !== 'breakpoint') return interruptCard(it, (value) => answer(it, value));
+    const slot = h('div', null, h('p', { class: 'muted' }, 'Loading the paused state…'));
+    const card = (detail) => slot.replaceChildren(pausedCard(it, { runId: id, detail, done: followResumed }));
+    ctx.graph().then(card, () => card(null));
+    return slot;
+  }
+  /** The run was sent on: follow it live until it pauses again or ends. */
+  function followResumed() {
     ctx.run = { ...ctx.run, status: 'running' };
     drawHead();
     ctx.emit('run', ctx.run);
     clearTimeout(timer);
     timer = setTimeout(live, 50);
+  }
+  /** Answers one interrupt through POST /api/runs/{id}/resume, then follows the run live. */
+  async function answer(it, value) {
+    const res = await request(`/api/runs/${encodeURIComponent(id)}/resume`, { method: 'POST', json: { answers: { [it.id]: value } } });
+    if (!res.ok) throw await errorOf(res);
+    followResumed();
   }
   const tablist = h('div', { class: 'tabs', role: 'tablist', 'aria-label': 'Run views' });
   const panels = new Map();
