@@ -87,6 +87,13 @@ pub(super) enum Command {
         /// Do not store the run.
         #[arg(long)]
         no_store: bool,
+        /// Pause before a step that runs this node (repeatable); continue
+        /// with `stategraph resume RUN`.
+        #[arg(long = "break-before", value_name = "NODE")]
+        break_before: Vec<String>,
+        /// Pause after a step that ran this node (repeatable).
+        #[arg(long = "break-after", value_name = "NODE")]
+        break_after: Vec<String>,
     },
     /// Show a stored run: its timeline, the SSE bytes its client received,
     /// its events, or re-execute it from the recording.
@@ -142,6 +149,23 @@ pub(super) enum Command {
         /// at several.
         #[arg(long)]
         answer: Vec<String>,
+        /// At a breakpoint: `FIELD=VALUE` edits of the paused state
+        /// (repeatable; JSON, or else a string), checked as a fork's.
+        #[arg(long = "set", conflicts_with_all = ["value", "answer"])]
+        set: Vec<String>,
+        /// At a breakpoint: run one step, then pause again.
+        #[arg(long, conflicts_with_all = ["value", "answer"])]
+        step: bool,
+        /// End the paused run (`cancelled`) instead of continuing it.
+        #[arg(long, conflicts_with_all = ["value", "answer", "set", "step"])]
+        abort: bool,
+        /// Replace the run's breakpoints: pause before this node
+        /// (repeatable; with neither flag the run keeps its breakpoints).
+        #[arg(long = "break-before", value_name = "NODE")]
+        break_before: Vec<String>,
+        /// Replace the run's breakpoints: pause after this node.
+        #[arg(long = "break-after", value_name = "NODE")]
+        break_after: Vec<String>,
     },
     /// Send one tiny request per configured model role and report whether
     /// it answers, streams, calls tools and returns structured output, and

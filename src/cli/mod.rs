@@ -243,6 +243,8 @@ fn runs_command(
             set,
             json,
             no_store,
+            break_before,
+            break_after,
         } => {
             let args = RunArgs {
                 graph,
@@ -250,6 +252,10 @@ fn runs_command(
                 set: field_values(&set)?,
                 json,
                 store: !no_store,
+                breakpoints: crate::events::Breakpoints {
+                    before: break_before,
+                    after: break_after,
+                },
             };
             runtime()?.block_on(ctx.with_mcp(run::run(ctx, args, out)))?
         }
@@ -289,8 +295,30 @@ fn runs_command(
             };
             runtime()?.block_on(ctx.with_mcp(replay::fork_run(ctx, fork, out)))?
         }
-        Command::Resume { run, value, answer } => {
-            runtime()?.block_on(ctx.with_mcp(replay::resume_run(ctx, run, value, &answer, out)))?
+        Command::Resume {
+            run,
+            value,
+            answer,
+            set,
+            step,
+            abort,
+            break_before,
+            break_after,
+        } => {
+            let at_break = replay::AtBreakpoint {
+                set: field_values(&set)?,
+                step,
+                abort,
+                breakpoints: (!break_before.is_empty() || !break_after.is_empty()).then_some(
+                    crate::events::Breakpoints {
+                        before: break_before,
+                        after: break_after,
+                    },
+                ),
+            };
+            let answers = (value, answer);
+            runtime()?
+                .block_on(ctx.with_mcp(replay::resume_run(ctx, run, answers, at_break, out)))?
         }
         _ => unreachable!("only the commands over runs come here"),
     };

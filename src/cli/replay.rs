@@ -120,14 +120,28 @@ pub(super) async fn fork_run(ctx: &Ctx, fork: Fork, out: &mut dyn Write) -> anyh
     Ok(record.status == RunStatus::Finished)
 }
 
-/// `stategraph resume RUN --value JSON | --answer ID=JSON…`: continues a
-/// paused run with the answer(s) and prints its timeline; true when it
-/// finished.
+/// What `stategraph resume` does at a breakpoint (docs/breakpoints.md).
+#[derive(Debug, Default)]
+pub(super) struct AtBreakpoint {
+    /// Edits of the paused state.
+    pub(super) set: Vec<(String, serde_json::Value)>,
+    /// One step, then pause again.
+    pub(super) step: bool,
+    /// End the run instead.
+    pub(super) abort: bool,
+    /// The run's breakpoints from now on (`None`: as they were).
+    pub(super) breakpoints: Option<crate::events::Breakpoints>,
+}
+
+/// `stategraph resume RUN --value JSON | --answer ID=JSON… | [--set F=V]
+/// [--step] | --abort`: continues a paused run with the answer(s) (at a
+/// breakpoint: the edit and the action) and prints its timeline; true when
+/// it finished.
 pub(super) async fn resume_run(
     ctx: &Ctx,
     run: uuid::Uuid,
-    value: Option<String>,
-    answer: &[String],
+    (value, answer): (Option<String>, Vec<String>),
+    at_break: AtBreakpoint,
     out: &mut dyn Write,
 ) -> anyhow::Result<bool> {
     let store = ctx.store().await?;
@@ -136,37 +150,24 @@ pub(super) async fn resume_run(
         .await?
         .ok_or_else(|| anyhow!("no run {run}"))?;
     let runs = ctx.runs(std::sync::Arc::clone(&store), ctx.services()?, ctx.graphs());
-    let mut answers = std::collections::BTreeMap::new();
-    for a in answer {
-        let (id, json) = a
-            .split_once('=')
-            .ok_or_else(|| anyhow!("`--answer {a}`: write ID=JSON"))?;
-        let v = serde_json::from_str(json)
-            .map_err(|e| anyhow!("`--answer {a}`: the answer is not JSON: {e}"))?;
-        answers.insert(id.to_owned(), v);
-    }
-    if let Some(v) = value {
-        let v: serde_json::Value =
-            serde_json::from_str(&v).map_err(|e| anyhow!("`--value`: not JSON: {e}"))?;
-        let waiting = runs.waiting_at(&record).await?;
-        match waiting.as_slice() {
-            [one] => {
-                answers.insert(one.id.clone(), v);
-            }
-            [] => {}
-            many => {
-                let ids: Vec<String> = many.iter().map(|i| i.summary()).collect();
-                return Err(anyhow!(
-                    "the run waits at {} interrupts; answer each with --answer ID=JSON:\n  {}",
-                    many.len(),
-                    ids.join("\n  ")
-                ));
-            }
+    if at_break.abort {
+        let aborted = runs.set_aside(&record, "aborted while paused").await?;
+        if !aborted {
+            return Err(anyhow!(
+                "run {run} is not paused (it is {})",
+                record.status.as_str()
+            ));
         }
+        let (record, events) = replay::load(&*store, run).await?;
+        write!(out, "{}", replay::timeline(&record, &events))?;
+        return Ok(false);
     }
+    let waiting = runs.waiting_at(&record).await?;
+    let answers = answers_from(&waiting, (value, answer), &at_break)?;
     let upkeep = runs.spawn_upkeep();
     let started = runs
         .resume(crate::runs::ResumeRequest {
+            breakpoints: at_break.breakpoints,
             run_id: run,
             user_id: record.user_id.clone(),
             request_id: String::new(),
@@ -189,4 +190,60 @@ pub(super) async fn resume_run(
     let (record, events) = replay::load(&*store, run).await?;
     write!(out, "{}", replay::timeline(&record, &events))?;
     Ok(record.status == RunStatus::Finished)
+}
+
+/// The answers `stategraph resume` gives: at a breakpoint its action and
+/// edit, else `--value` (the one interrupt) and `--answer ID=JSON`.
+fn answers_from(
+    waiting: &[crate::events::Interrupt],
+    (value, answer): (Option<String>, Vec<String>),
+    at_break: &AtBreakpoint,
+) -> anyhow::Result<std::collections::BTreeMap<String, serde_json::Value>> {
+    let mut answers = std::collections::BTreeMap::new();
+    let breakpoint = waiting
+        .iter()
+        .find(|i| matches!(i.ask, crate::events::Ask::Breakpoint { .. }));
+    if let Some(b) = breakpoint
+        && value.is_none()
+        && answer.is_empty()
+    {
+        let set: serde_json::Map<String, serde_json::Value> =
+            at_break.set.iter().cloned().collect();
+        let action = if at_break.step { "step" } else { "continue" };
+        answers.insert(
+            b.id.clone(),
+            serde_json::json!({"action": action, "set": set}),
+        );
+    } else if at_break.step || !at_break.set.is_empty() {
+        return Err(anyhow!(
+            "the run is not paused at a breakpoint: --set and --step apply there"
+        ));
+    }
+    for a in &answer {
+        let (id, json) = a
+            .split_once('=')
+            .ok_or_else(|| anyhow!("`--answer {a}`: write ID=JSON"))?;
+        let v = serde_json::from_str(json)
+            .map_err(|e| anyhow!("`--answer {a}`: the answer is not JSON: {e}"))?;
+        answers.insert(id.to_owned(), v);
+    }
+    if let Some(v) = value {
+        let v: serde_json::Value =
+            serde_json::from_str(&v).map_err(|e| anyhow!("`--value`: not JSON: {e}"))?;
+        match waiting {
+            [one] => {
+                answers.insert(one.id.clone(), v);
+            }
+            [] => {}
+            many => {
+                let ids: Vec<String> = many.iter().map(|i| i.summary()).collect();
+                return Err(anyhow!(
+                    "the run waits at {} interrupts; answer each with --answer ID=JSON:\n  {}",
+                    many.len(),
+                    ids.join("\n  ")
+                ));
+            }
+        }
+    }
+    Ok(answers)
 }

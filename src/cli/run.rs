@@ -27,6 +27,8 @@ pub struct RunArgs {
     pub json: bool,
     /// Store the run (so it can be replayed and forked).
     pub store: bool,
+    /// Where it pauses between steps (`--break-before`, `--break-after`).
+    pub breakpoints: crate::events::Breakpoints,
 }
 
 /// Whose a stored run is: the local user, the one the studio and the API
@@ -57,6 +59,7 @@ pub(super) async fn run(
     let graphs = ctx.graphs();
     let graph = ctx.graph(&graphs, &args.graph)?;
     let input = input_state(&graph.chat, &args.message, &args.set, &graph.id)?;
+    crate::runs::breaks::check(&graph, &args.breakpoints)?;
     let services = ctx.services()?;
     let (tx, mut rx) = mpsc::channel::<Arc<Event>>(256);
     let printer = async {
@@ -83,6 +86,7 @@ pub(super) async fn run(
                 user_id: cli_user(&ctx.config.auth).into(),
                 request_id: String::new(),
                 tap: Some(tx),
+                breakpoints: args.breakpoints.clone(),
             })
             .await?;
         eprintln!("run {} (stored; `stategraph replay {0}`)", started.run_id);
@@ -94,6 +98,8 @@ pub(super) async fn run(
     } else {
         let opts = RunOptions {
             events: Some(tx),
+            breakpoints: Some(args.breakpoints.clone()),
+            record_breakpoints: !args.breakpoints.is_empty(),
             ..Default::default()
         };
         let handle = tokio::spawn(runtime::run(graph.clone(), Arc::new(services), input, opts));
@@ -273,6 +279,18 @@ fn run_line(ev: &Event) -> Option<String> {
         }
         EventKind::RunFailed { error } => format!("run FAILED [{}]: {}", error.code, error.message),
         EventKind::RunCancelled { reason } => format!("run cancelled: {reason}"),
+        EventKind::RunInterrupted { interrupts }
+            if interrupts
+                .iter()
+                .any(|i| matches!(i.ask, crate::events::Ask::Breakpoint { .. })) =>
+        {
+            let waits: Vec<String> = interrupts.iter().map(|i| i.summary()).collect();
+            format!(
+                "run paused at {} (look: `stategraph replay {1}`; go on: `stategraph resume {1} [--set FIELD=VALUE] [--step | --abort]`)",
+                waits.join("; "),
+                ev.run_id
+            )
+        }
         EventKind::RunInterrupted { interrupts } => {
             let waits: Vec<String> = interrupts.iter().map(|i| i.summary()).collect();
             format!(
@@ -281,6 +299,11 @@ fn run_line(ev: &Event) -> Option<String> {
                 ev.run_id
             )
         }
+        EventKind::BreakpointsSet { breakpoints } => format!(
+            "breakpoints: before [{}], after [{}]",
+            breakpoints.before.join(", "),
+            breakpoints.after.join(", ")
+        ),
         EventKind::RunResumed { answers } => format!(
             "run resumed with {}",
             serde_json::to_string(answers).unwrap_or_default()

@@ -273,6 +273,38 @@ pub enum Ask {
         #[serde(default, skip_serializing_if = "Vec::is_empty")]
         options: Vec<Value>,
     },
+    /// A breakpoint: the run stopped between two steps, as asked for when
+    /// it started or was resumed (see [`Breakpoints`]). Answer:
+    /// `{"action": "continue"|"step", "set"?: {field: value}}`.
+    Breakpoint {
+        /// `before` a step that runs a breakpoint node, `after` a step that
+        /// ran one, or `step` after one step taken with `action: step`.
+        when: String,
+        /// The breakpoint nodes that matched (for `step`: those of `next`).
+        nodes: Vec<String>,
+        /// The nodes of the step about to run (empty at the end of the run).
+        next: Vec<String>,
+    },
+}
+
+/// Where a run pauses between steps: before a step that would run one of
+/// `before`, after a step that ran one of `after` (node ids). Set per run,
+/// recorded as [`EventKind::BreakpointsSet`].
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Breakpoints {
+    /// Pause before these nodes run.
+    #[serde(default)]
+    pub before: Vec<String>,
+    /// Pause after these nodes ran.
+    #[serde(default)]
+    pub after: Vec<String>,
+}
+
+impl Breakpoints {
+    /// Whether none are set.
+    pub fn is_empty(&self) -> bool {
+        self.before.is_empty() && self.after.is_empty()
+    }
 }
 
 impl Interrupt {
@@ -288,6 +320,9 @@ impl Interrupt {
             Ask::Question {
                 question, field, ..
             } => format!("{}: an answer to {question:?} (into `{field}`)", self.id),
+            Ask::Breakpoint { when, nodes, .. } => {
+                format!("{}: a breakpoint {when} {}", self.id, nodes.join(", "))
+            }
         }
     }
 
@@ -295,7 +330,7 @@ impl Interrupt {
     pub fn call_id(&self) -> Option<&str> {
         match &self.ask {
             Ask::Approval { call_id, .. } | Ask::ClientTool { call_id, .. } => Some(call_id),
-            Ask::Question { .. } => None,
+            Ask::Question { .. } | Ask::Breakpoint { .. } => None,
         }
     }
 }
@@ -359,6 +394,12 @@ pub enum EventKind {
     RunResumed {
         /// Interrupt id → the answer.
         answers: std::collections::BTreeMap<String, Value>,
+    },
+    /// The run's breakpoints from here on (set when it started or was
+    /// resumed; empty lists clear them).
+    BreakpointsSet {
+        /// The breakpoints.
+        breakpoints: Breakpoints,
     },
     /// A task started (or restarted after a retry).
     NodeStarted {

@@ -94,6 +94,17 @@ impl EventSink {
         self
     }
 
+    /// Counts `usage` as spent already (a continued run's earlier steps,
+    /// which it does not emit again): `run_finished` reports the run's total.
+    #[must_use]
+    pub fn with_usage(self, usage: Usage) -> Self {
+        self.inner
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .usage += usage;
+        self
+    }
+
     /// The run this sink stamps.
     pub fn run_id(&self) -> Uuid {
         self.run_id

@@ -358,8 +358,12 @@ fn not_run(node: &str, step: u32, ran: &[PendingTask]) -> EditError {
     }
 }
 
-/// `state` with the fields of `set` replaced (checked against their types).
-fn replaced(
+/// `state` with the fields of `set` replaced (checked against their types):
+/// a fork's edit before a node, and a breakpoint's.
+///
+/// # Errors
+/// [`EditError::UnknownField`], [`EditError::InvalidValue`].
+pub fn replaced(
     graph: &Graph,
     state: &dyn DynState,
     set: &[(String, Value)],

@@ -28,7 +28,7 @@ use crate::sse::{self, BridgeConfig};
 use crate::state::DynState;
 use crate::store::{RunRecord, Store, StoreError};
 
-pub use fork::{Edit, EditError, ForkPoint, fork_point};
+pub use fork::{Edit, EditError, ForkPoint, fork_point, replaced};
 pub use recording::{RecordedTool, Recording};
 pub use tasks::{
     LlmCall, Retry, StepTasks, TaskSpan, TaskStatus, TaskTimeline, ToolCall, task_timeline,
@@ -279,6 +279,11 @@ fn run_line(event: &EventKind) -> Option<String> {
             "resumed with {}",
             serde_json::to_string(answers).unwrap_or_default()
         )),
+        EventKind::BreakpointsSet { breakpoints } => Some(format!(
+            "breakpoints: before [{}], after [{}]",
+            breakpoints.before.join(", "),
+            breakpoints.after.join(", ")
+        )),
         _ => None,
     }
 }
@@ -292,7 +297,8 @@ fn comparable(ev: &Event) -> Option<Value> {
         // passes through them (the answers come from the recording).
         EventKind::CheckpointSaved { .. }
         | EventKind::RunInterrupted { .. }
-        | EventKind::RunResumed { .. } => return None,
+        | EventKind::RunResumed { .. }
+        | EventKind::BreakpointsSet { .. } => return None,
         EventKind::RunStarted { .. } => {
             if let Some(o) = kind.as_object_mut() {
                 o.remove("stream");

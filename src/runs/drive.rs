@@ -48,6 +48,8 @@ pub(super) async fn drive(
         stream: Some(hub.bridge.to_json()),
         durability: runs.config.durability,
         forked_from: launch.forked_from.clone(),
+        breakpoints: Some(launch.breakpoints.0.clone()),
+        record_breakpoints: launch.breakpoints.1,
         ..Default::default()
     };
     let graph_id = launch.graph.id.to_string();
@@ -145,11 +147,9 @@ fn start(runs: &Runs, launch: &mut Launch, mut opts: RunOptions) -> (Vec<Event>,
         } => {
             // What the paused step did is served from the log; the pause
             // itself and other run-level events are not repeated.
-            opts.logged = history
-                .iter()
-                .filter(|e| e.step > from.step && e.node.is_some())
-                .cloned()
-                .collect();
+            let again = |e: &&Event| e.step > from.step && e.node.is_some();
+            opts.logged = history.iter().filter(again).cloned().collect();
+            opts.spent_before = spent_outside(&history, again);
             opts.answers = Some(answers);
             let services = replaying(runs, &opts.logged, &launch.user_id);
             let run = runtime::resume(Arc::clone(&launch.graph), services, from, opts);
@@ -157,17 +157,25 @@ fn start(runs: &Runs, launch: &mut Launch, mut opts: RunOptions) -> (Vec<Event>,
             (history, Box::pin(run))
         }
         Begin::Resumed { from, history } => {
-            opts.logged = history
-                .iter()
-                .filter(|e| e.step > from.step)
-                .cloned()
-                .collect();
+            let again = |e: &&Event| e.step > from.step;
+            opts.logged = history.iter().filter(again).cloned().collect();
+            opts.spent_before = spent_outside(&history, again);
             let services = replaying(runs, &opts.logged, &launch.user_id);
             let run = runtime::resume(Arc::clone(&launch.graph), services, from, opts);
             (history, Box::pin(run))
         }
     };
     (history, run, fresh_message)
+}
+
+/// The tokens `history` records as spent outside the events a new
+/// execution replays (`again`).
+fn spent_outside(history: &[Event], again: impl Fn(&&Event) -> bool) -> Usage {
+    let mut usage = Usage::default();
+    for e in history.iter().filter(|e| !again(e)) {
+        usage += e.event.spent();
+    }
+    usage
 }
 
 /// Keeps a finished run's hub for resumes (which read the store) for

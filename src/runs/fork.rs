@@ -148,6 +148,7 @@ impl Runs {
             tap: None,
             hold,
             admitted: false,
+            breakpoints: Default::default(),
         };
         let record = self.record(&launch, input, Some(origin.clone()), step);
         self.store

@@ -15,6 +15,7 @@
 //! - [`follow`]: streaming a run another instance executes;
 //! - `drive`: executing one run and recording how it ended.
 
+pub mod breaks;
 mod checkpointer;
 mod drive;
 mod end;
@@ -231,6 +232,9 @@ struct Launch {
     /// is a follower's or that of a run whose end is recorded already
     /// (between recording it and closing its hub), and gives way.
     admitted: bool,
+    /// The run's breakpoints, and whether they are new with this execution
+    /// (recorded in its log) rather than read back from it.
+    breakpoints: (crate::events::Breakpoints, bool),
 }
 
 impl Launch {

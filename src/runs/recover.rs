@@ -240,6 +240,10 @@ impl Runs {
             run.chat_id.as_deref().unwrap_or(""),
             &graph,
         );
+        let recorded = super::breaks::recorded(&history);
+        // A run restarted from its input records them again, as it did.
+        let again = recorded.is_some() && checkpoints.is_empty();
+        let breakpoints = (recorded.unwrap_or_default(), again);
         let begin = begin(&run, &graph, &checkpoints, history)?;
         let launch = Launch {
             run_id: run.id,
@@ -254,6 +258,7 @@ impl Runs {
             tap: None,
             hold,
             admitted: false,
+            breakpoints,
         };
         Ok(Some(self.launch(launch, permit)?))
     }

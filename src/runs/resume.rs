@@ -51,6 +51,9 @@ pub struct ResumeRequest {
     /// (mistyped, lapsed, or second to another) leaves the chat as it was.
     /// Empty: the stored messages stay.
     pub messages: Vec<MessageRecord>,
+    /// New breakpoints for the run from this continuation on (`None`: it
+    /// keeps those it had).
+    pub breakpoints: Option<crate::events::Breakpoints>,
 }
 
 /// Why a run could not be resumed. Nothing was changed.
@@ -83,6 +86,12 @@ pub enum ResumeError {
         /// What is wrong.
         message: String,
     },
+    /// The edit given at a breakpoint was refused (as a fork's would be).
+    #[error(transparent)]
+    Edit(#[from] crate::replay::EditError),
+    /// The new breakpoints name nodes the graph does not have.
+    #[error(transparent)]
+    Breakpoints(#[from] super::breaks::BreakpointError),
     /// The wait lapsed: the run failed.
     #[error("the run waited too long: {} expired, and the run has failed", .0.join(", "))]
     Expired(Vec<String>),
@@ -119,7 +128,8 @@ pub fn pending(events: &[Event]) -> Vec<Interrupt> {
 /// Checks `answers` against what the run waits at and normalises them:
 /// an approval is `{approved: bool, reason?: string}` (a bare boolean is
 /// accepted), a client tool `{output}` or `{error: string}`, a question's a
-/// value of its field's type.
+/// value of its field's type, a breakpoint's `{action, set}` with its edit
+/// checked on the `paused` state (the graph's default state when `None`).
 ///
 /// # Errors
 /// An unknown or missing id, or an invalid answer.
@@ -127,6 +137,7 @@ pub fn check_answers(
     graph: &Graph,
     waiting: &[Interrupt],
     answers: BTreeMap<String, Value>,
+    paused: Option<&dyn crate::state::DynState>,
 ) -> Result<BTreeMap<String, Value>, ResumeError> {
     if let Some(id) = answers
         .keys()
@@ -154,6 +165,21 @@ pub fn check_answers(
         let value = match &it.ask {
             Ask::Approval { .. } => approval(answer).map_err(invalid)?,
             Ask::ClientTool { .. } => client_output(answer).map_err(invalid)?,
+            Ask::Breakpoint { .. } => {
+                let default;
+                let state = match paused {
+                    Some(s) => s,
+                    None => {
+                        default = graph.state.default_state();
+                        &*default
+                    }
+                };
+                match super::breaks::answer(graph, state, answer) {
+                    Ok(v) => v,
+                    Err(Ok(message)) => return Err(invalid(message)),
+                    Err(Err(edit)) => return Err(ResumeError::Edit(edit)),
+                }
+            }
             Ask::Question { field, .. } => {
                 let schema = &graph.state.schema;
                 let spec = schema
@@ -262,7 +288,16 @@ impl Runs {
             self.expire(&run, &lapsed).await?;
             return Err(ResumeError::Expired(lapsed));
         }
-        let answers = check_answers(&graph, &waiting, std::mem::take(&mut req.answers))?;
+        let from = self.paused_at(&run, &graph, &history).await?;
+        let answers = check_answers(
+            &graph,
+            &waiting,
+            std::mem::take(&mut req.answers),
+            Some(&*from.state),
+        )?;
+        if let Some(b) = &req.breakpoints {
+            super::breaks::check(&graph, b)?;
+        }
         let permit = self.permit()?;
         let not_waiting = || ResumeError::NotWaiting {
             run: run.id,
@@ -281,6 +316,7 @@ impl Runs {
             run: run.clone(),
             graph,
             history,
+            from,
             answers,
             permit,
             hold,
@@ -309,6 +345,7 @@ impl Runs {
             run,
             graph,
             history,
+            from,
             answers,
             permit,
             hold,
@@ -321,7 +358,6 @@ impl Runs {
                 .replace_messages_from(&link.chat_id, 0, messages)
                 .await?;
         }
-        let from = self.paused_at(&run, &graph, &history).await?;
         let new_message = req.new_message.is_some();
         let chat = match req.new_message {
             Some(link) => Some(link),
@@ -339,6 +375,10 @@ impl Runs {
             &graph,
         );
         tracing::info!(run_id = %run.id, step = from.step + 1, answers = answers.len(), "continuing a paused run");
+        let breakpoints = match req.breakpoints {
+            Some(b) => (b, true),
+            None => (super::breaks::recorded(&history).unwrap_or_default(), false),
+        };
         let launch = Launch {
             run_id: run.id,
             user_id: run.user_id.clone(),
@@ -357,6 +397,7 @@ impl Runs {
             tap: None,
             hold,
             admitted: false,
+            breakpoints,
         };
         let hub = self.launch(launch, permit)?;
         Ok(Started {
@@ -535,6 +576,7 @@ struct Claimed {
     run: RunRecord,
     graph: Arc<Graph>,
     history: Vec<Event>,
+    from: Resume,
     answers: BTreeMap<String, Value>,
     permit: tokio::sync::OwnedSemaphorePermit,
     hold: super::Hold,

@@ -23,6 +23,8 @@ pub struct RunStart {
     pub request_id: String,
     /// Also sends every event here as it happens.
     pub tap: Option<mpsc::Sender<Arc<Event>>>,
+    /// Where it pauses between steps (checked: see [`super::breaks::check`]).
+    pub breakpoints: crate::events::Breakpoints,
 }
 
 /// A started run.
@@ -68,6 +70,10 @@ impl Runs {
             tap: start.tap,
             hold,
             admitted: false,
+            breakpoints: {
+                let new = !start.breakpoints.is_empty();
+                (start.breakpoints, new)
+            },
         };
         let record = self.record(&launch, start.input, None, 0);
         self.store

@@ -42,6 +42,9 @@ pub struct ChatTurn {
     pub messages: Vec<MessageRecord>,
     /// The graph's input state.
     pub input: Value,
+    /// Where the run pauses between steps (checked: see
+    /// [`super::breaks::check`]).
+    pub breakpoints: crate::events::Breakpoints,
 }
 
 /// Why a turn did not start (nothing was written).
@@ -119,6 +122,7 @@ impl Runs {
             tap: None,
             hold,
             admitted: true,
+            breakpoints: (turn.breakpoints.clone(), !turn.breakpoints.is_empty()),
         };
         let now = now_micros();
         let start = TurnStart {

@@ -9,6 +9,9 @@ use futures::stream::FuturesUnordered;
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
+mod pauses;
+
+use super::breaks::Breaks;
 use super::routing::{Scratch, Task, join_progress, joins_of, pending, route, tasks_of};
 use super::task::{TaskEnv, run_task};
 use super::{
@@ -19,6 +22,7 @@ use crate::events::{EVENT_FORMAT, Event, EventKind, EventSink, Frontier, NodeEve
 use crate::graph::NodeIdx;
 use crate::nodes::{Graph, NodeContext, NodeError, SubgraphRunner};
 use crate::state::{DynState, TaskPatch, apply_step};
+use pauses::record_breakpoints;
 
 /// How many recent steps the recursion-limit error looks at.
 const TRAIL: usize = 64;
@@ -44,6 +48,7 @@ fn sink_for(opts: &RunOptions, last_seq: u64, keep: bool) -> EventSink {
     let last = opts.logged.last().map_or(0, |e| e.seq).max(last_seq);
     EventSink::new(opts.run_id, opts.events.clone(), last, keep)
         .with_logged(opts.logged.iter().cloned())
+        .with_usage(opts.spent_before)
 }
 
 /// Runs `graph` on `input` until END, failure or cancellation.
@@ -84,6 +89,7 @@ pub async fn run(
         },
     )
     .await;
+    record_breakpoints(&sink, &opts, 0).await;
     let tasks = graph
         .entry
         .iter()
@@ -105,6 +111,7 @@ pub async fn run(
         opts.snapshot_every,
     );
     exec.durability = opts.durability;
+    exec.breaks = Breaks::new(opts.breakpoints.clone(), false, false);
     exec.checkpoint(Vec::new(), true)
         .await
         .map_err(RunError::Checkpoint)?;
@@ -151,6 +158,7 @@ pub async fn resume(
         }
         None => services,
     };
+    record_breakpoints(&sink, &opts, from.step + 1).await;
     let starts_fork = opts.forked_from.is_some() && from.last_seq == 0;
     if starts_fork {
         sink.emit(
@@ -186,6 +194,7 @@ pub async fn resume(
         opts.snapshot_every,
     );
     exec.durability = opts.durability;
+    exec.breaks = Breaks::new(opts.breakpoints.clone(), opts.answers.is_some(), false);
     exec.step = from.step;
     exec.joins = joins_of(&graph, &from.joins);
     if starts_fork {
@@ -266,7 +275,7 @@ async fn exec_result(exec: &mut Exec<'_>) -> Result<(), RunError> {
     while !exec.tasks.is_empty() {
         exec.step().await?;
     }
-    Ok(())
+    exec.at_end().await
 }
 
 struct Exec<'a> {
@@ -305,6 +314,11 @@ struct Exec<'a> {
     scratch: Scratch,
     /// The previous step's task list, kept for its allocation.
     spare: Vec<Task>,
+    /// Breakpoints (`breaks`).
+    breaks: Breaks,
+    /// The state was edited at a breakpoint: the next stored batch carries
+    /// a snapshot (an edit replaces fields, which no write can express).
+    edited: bool,
 }
 
 impl<'a> Exec<'a> {
@@ -356,6 +370,8 @@ impl<'a> Exec<'a> {
             deferred: None,
             scratch: Scratch::new(graph),
             spare: Vec::new(),
+            breaks: Breaks::new(None, false, !prefix.is_empty()),
+            edited: false,
         }
     }
 
@@ -375,6 +391,7 @@ impl<'a> Exec<'a> {
                 path: self.looping_path(),
             });
         }
+        self.at_breakpoint()?;
         let finished = self.run_tasks().await?;
         let any_writes = finished.iter().any(
             |ev| matches!(&ev.event, EventKind::NodeFinished { patch, .. } if !patch.is_empty()),
@@ -505,6 +522,7 @@ impl<'a> Exec<'a> {
     /// (replacing `self.tasks`).
     fn route(&mut self) -> Result<(), RunError> {
         std::mem::swap(&mut self.tasks, &mut self.spare);
+        self.breaks.ran(self.spare.iter().map(|t| t.node));
         let names = &self.names;
         let result = route(
             self.graph,
@@ -566,10 +584,11 @@ impl<'a> Exec<'a> {
         let Some(cp) = self.checkpointer.clone() else {
             return Ok(());
         };
+        let forced = initial || std::mem::take(&mut self.edited);
         let snapshot = self.snapshot_for(
             &writes,
             initial || self.step.is_multiple_of(self.snapshot_every),
-            initial,
+            forced,
         );
         let batch = StepBatch {
             run_id: self.sink.run_id(),
@@ -725,7 +744,8 @@ impl<'a> Exec<'a> {
         // must carry the whole state.
         let (writes, snapshot) = match self.last_writes.take() {
             Some(writes) => {
-                let snapshot = self.snapshot_for(&writes, true, false);
+                let forced = std::mem::take(&mut self.edited);
+                let snapshot = self.snapshot_for(&writes, true, forced);
                 (writes, snapshot)
             }
             None => (Vec::new(), Some(self.state.to_json())),

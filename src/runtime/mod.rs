@@ -11,6 +11,7 @@
 //! microsecond. Node work is I/O-bound (models, tools); a node that needs CPU
 //! for long should move it to `spawn_blocking`.
 
+mod breaks;
 mod checkpoint;
 mod executor;
 mod routing;
@@ -66,6 +67,16 @@ pub struct RunOptions {
     /// never checkpointed). Re-emitted ones are not stamped or sent twice;
     /// see [`crate::events::EventSink::with_logged`].
     pub logged: Vec<Event>,
+    /// Tokens the run spent in earlier executions whose events are not in
+    /// `logged` (a continuation after a pause, a recovery from a
+    /// checkpoint): `run_finished` reports the run's total.
+    pub spent_before: Usage,
+    /// The run's breakpoints (`None`: it never pauses at one, though it
+    /// applies the edits its recorded answers made).
+    pub breakpoints: Option<crate::events::Breakpoints>,
+    /// Whether `breakpoints` are new with this execution (recorded as
+    /// `breakpoints_set`), rather than read back from the run's log.
+    pub record_breakpoints: bool,
 }
 
 /// When checkpoints are stored.
@@ -102,6 +113,9 @@ impl Default for RunOptions {
             durability: Durability::Sync,
             answers: None,
             logged: Vec::new(),
+            spent_before: Usage::default(),
+            breakpoints: None,
+            record_breakpoints: false,
         }
     }
 }

@@ -158,8 +158,14 @@ pub(super) async fn post(
         .state
         .from_json(&input)
         .map_err(|e| ApiError::bad_request("invalid_input", e.to_string()))?;
+    let breakpoints = match &body.breakpoints {
+        Some(v) => crate::runs::breaks::parse(&graph, v)
+            .map_err(|e| ApiError::bad_request(e.code(), e.to_string()))?,
+        None => Default::default(),
+    };
     let messages = ui::message_records(&body);
     let turn = ChatTurn {
+        breakpoints,
         chat_id: body.id.clone(),
         user_id: user.0.clone(),
         title: ui::title(&body.messages),

@@ -113,6 +113,7 @@ pub(super) async fn continue_chat(
         answers: BTreeMap::new(),
         new_message: None,
         messages: Vec::new(),
+        breakpoints: None,
     };
     if continues_message && let Some(m) = last {
         req.answers = answers_in(&m.parts, &waiting)?;
@@ -246,6 +247,8 @@ pub(super) fn resume_error(e: ResumeError) -> ApiError {
             ApiError::new(StatusCode::UNPROCESSABLE_ENTITY, "invalid_answer", message)
         }
         ResumeError::Expired(_) => ApiError::new(StatusCode::GONE, "interrupt_expired", message),
+        ResumeError::Edit(e) => ApiError::bad_request(e.code(), message),
+        ResumeError::Breakpoints(e) => ApiError::bad_request(e.code(), message),
         ResumeError::UnknownGraph(_) => {
             ApiError::new(StatusCode::CONFLICT, "unknown_graph", message)
         }
@@ -257,7 +260,10 @@ pub(super) fn resume_error(e: ResumeError) -> ApiError {
 }
 
 /// `POST /api/runs/{id}/resume` body: `{"value": …}` answers the only
-/// interrupt the run waits at; `{"answers": {id: …}}` names them.
+/// interrupt the run waits at; `{"answers": {id: …}}` names them; at a
+/// breakpoint `{"action": "continue"|"step", "set": {…}}` answers it, and
+/// `{"action": "abort"}` ends any paused run; `breakpoints` replaces the
+/// run's (docs/breakpoints.md).
 #[derive(Debug, serde::Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(super) struct ResumeBody {
@@ -265,6 +271,114 @@ pub(super) struct ResumeBody {
     value: Option<Value>,
     #[serde(default)]
     answers: Option<BTreeMap<String, Value>>,
+    #[serde(default)]
+    action: Option<String>,
+    #[serde(default)]
+    set: Option<Value>,
+    #[serde(default)]
+    breakpoints: Option<Value>,
+}
+
+/// The answers a resume body gives at a breakpoint (`action`, `set`), if it
+/// uses that form: `None` when it gives `value`/`answers` instead.
+///
+/// # Errors
+/// The forms mixed, an unknown action, or the run is not at a breakpoint.
+fn breakpoint_answers(
+    body: &mut ResumeBody,
+    waiting: &[Interrupt],
+) -> Result<Option<BTreeMap<String, Value>>, ApiError> {
+    if body.action.is_none() && body.set.is_none() {
+        return Ok(None);
+    }
+    if body.value.is_some() || body.answers.is_some() {
+        return Err(ApiError::bad_request(
+            "invalid_body",
+            "give `action`/`set` (at a breakpoint) or `value`/`answers`, not both",
+        ));
+    }
+    let action = body.action.take().unwrap_or_else(|| "continue".into());
+    if action != "continue" && action != "step" {
+        return Err(ApiError::bad_request(
+            "invalid_body",
+            format!("`action` is \"continue\", \"step\" or \"abort\", not {action:?}"),
+        ));
+    }
+    let Some(at) = waiting
+        .iter()
+        .find(|i| matches!(i.ask, Ask::Breakpoint { .. }))
+    else {
+        return Err(ApiError::new(
+            StatusCode::CONFLICT,
+            "not_at_breakpoint",
+            "the run is not paused at a breakpoint: answer what it waits for with `value` or `answers`",
+        ));
+    };
+    let set = body.set.take().unwrap_or_else(|| json!({}));
+    Ok(Some(BTreeMap::from([(
+        at.id.clone(),
+        json!({ "action": action, "set": set }),
+    )])))
+}
+
+/// `{"action": "abort"}`: ends a paused run (`cancelled`).
+async fn abort(
+    state: &AppState,
+    user: &User,
+    run_id: uuid::Uuid,
+    body: &ResumeBody,
+) -> Result<Response, ApiError> {
+    if body.set.is_some()
+        || body.value.is_some()
+        || body.answers.is_some()
+        || body.breakpoints.is_some()
+    {
+        return Err(ApiError::bad_request(
+            "invalid_body",
+            "`action: abort` takes nothing else",
+        ));
+    }
+    let run = owned_run(state, user, run_id).await?;
+    if run.status != RunStatus::Interrupted
+        || !state.runs.set_aside(&run, "aborted while paused").await?
+    {
+        return Err(ApiError::new(
+            StatusCode::CONFLICT,
+            "not_interrupted",
+            format!("run {run_id} is not paused (it is {})", run.status.as_str()),
+        ));
+    }
+    Ok(Json(json!({ "runId": run_id, "status": "cancelled" })).into_response())
+}
+
+/// A resume's new breakpoints, checked against the run's graph.
+fn new_breakpoints(
+    state: &AppState,
+    run: &RunRecord,
+    v: &Value,
+) -> Result<crate::events::Breakpoints, ApiError> {
+    let graph = state.graphs.get(&run.graph).ok_or_else(|| {
+        ApiError::new(
+            StatusCode::CONFLICT,
+            "unknown_graph",
+            format!("graph `{}` is not served here", run.graph),
+        )
+    })?;
+    crate::runs::breaks::parse(&graph, v)
+        .map_err(|e| ApiError::bad_request(e.code(), e.to_string()))
+}
+
+async fn owned_run(
+    state: &AppState,
+    user: &User,
+    run_id: uuid::Uuid,
+) -> Result<RunRecord, ApiError> {
+    state
+        .store
+        .get_run(run_id)
+        .await?
+        .filter(|r| r.user_id == user.0)
+        .ok_or_else(|| ApiError::not_found(format!("no run {run_id}")))
 }
 
 /// `POST /api/runs/{id}/resume`: continues a paused run; 202 with the run
@@ -279,8 +393,23 @@ pub(super) async fn resume(
 ) -> Result<Response, ApiError> {
     let run_id = uuid::Uuid::parse_str(&id)
         .map_err(|_| ApiError::bad_request("invalid_run_id", format!("`{id}` is not a run id")))?;
-    let Json(body) = body.map_err(|e| ApiError::bad_request("invalid_body", e.body_text()))?;
+    let Json(mut body) = body.map_err(|e| ApiError::bad_request("invalid_body", e.body_text()))?;
+    if body.action.as_deref() == Some("abort") {
+        return abort(&state, &user, run_id, &body).await;
+    }
+    let run = owned_run(&state, &user, run_id).await?;
+    let waiting = state
+        .runs
+        .waiting_at(&run)
+        .await
+        .map_err(ApiError::internal)?;
+    let breakpoints = match &body.breakpoints {
+        Some(v) => Some(new_breakpoints(&state, &run, v)?),
+        None => None,
+    };
+    let at_break = breakpoint_answers(&mut body, &waiting)?;
     let answers = match (body.value, body.answers) {
+        _ if at_break.is_some() => at_break.unwrap_or_default(),
         (Some(_), Some(_)) => {
             return Err(ApiError::bad_request(
                 "invalid_body",
@@ -288,40 +417,27 @@ pub(super) async fn resume(
             ));
         }
         (None, Some(a)) => a,
-        (value, None) => {
-            let run = state
-                .store
-                .get_run(run_id)
-                .await?
-                .filter(|r| r.user_id == user.0)
-                .ok_or_else(|| ApiError::not_found(format!("no run {run_id}")))?;
-            let waiting = state
-                .runs
-                .waiting_at(&run)
-                .await
-                .map_err(ApiError::internal)?;
-            match (waiting.as_slice(), value) {
-                ([one], Some(v)) => BTreeMap::from([(one.id.clone(), v)]),
-                (_, None) => {
-                    return Err(ApiError::bad_request(
-                        "invalid_body",
-                        "give `value` (one interrupt) or `answers` ({id: answer})",
-                    ));
-                }
-                ([], Some(_)) => BTreeMap::new(),
-                (many, Some(_)) => {
-                    let ids: Vec<&str> = many.iter().map(|i| i.id.as_str()).collect();
-                    return Err(ApiError::bad_request(
-                        "unanswered_interrupt",
-                        format!(
-                            "the run waits at {} interrupts ({}); answer them with `answers`",
-                            many.len(),
-                            ids.join(", ")
-                        ),
-                    ));
-                }
+        (value, None) => match (waiting.as_slice(), value) {
+            ([one], Some(v)) => BTreeMap::from([(one.id.clone(), v)]),
+            (_, None) => {
+                return Err(ApiError::bad_request(
+                    "invalid_body",
+                    "give `value` (one interrupt) or `answers` ({id: answer})",
+                ));
             }
-        }
+            ([], Some(_)) => BTreeMap::new(),
+            (many, Some(_)) => {
+                let ids: Vec<&str> = many.iter().map(|i| i.id.as_str()).collect();
+                return Err(ApiError::bad_request(
+                    "unanswered_interrupt",
+                    format!(
+                        "the run waits at {} interrupts ({}); answer them with `answers`",
+                        many.len(),
+                        ids.join(", ")
+                    ),
+                ));
+            }
+        },
     };
     let req = ResumeRequest {
         run_id,
@@ -330,6 +446,7 @@ pub(super) async fn resume(
         answers,
         new_message: None,
         messages: Vec::new(),
+        breakpoints,
     };
     let started = state.runs.resume(req).await.map_err(resume_error)?;
     let resumed = started.hub.resumed;

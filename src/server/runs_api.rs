@@ -213,7 +213,9 @@ pub(super) struct StateQuery {
     step: Option<u32>,
 }
 
-/// `GET /api/runs/{id}/state?step=N`: the state after step N (default: the last).
+/// `GET /api/runs/{id}/state?step=N`: the state after step N (default: the
+/// last; for a paused run, the state it paused with, which an edit at a
+/// breakpoint changes).
 pub(super) async fn state_at(
     State(state): State<Arc<AppState>>,
     user: User,
@@ -225,7 +227,17 @@ pub(super) async fn state_at(
         .graphs
         .get(&run.graph)
         .ok_or_else(|| ApiError::not_found(format!("graph `{}` is no longer served", run.graph)))?;
-    let step = q.step.unwrap_or(run.last_step);
+    let paused = match (q.step, run.status) {
+        (None, crate::runtime::RunStatus::Interrupted) => state
+            .runs
+            .waiting_at(&run)
+            .await
+            .map_err(ApiError::internal)?
+            .first()
+            .map(|i| i.step.saturating_sub(1)),
+        _ => None,
+    };
+    let step = q.step.or(paused).unwrap_or(run.last_step);
     if step > run.last_step {
         return Err(ApiError::bad_request(
             "invalid_step",

@@ -50,6 +50,10 @@ pub(super) struct ChatBody {
     /// Graph to run (default `chat`).
     #[serde(default)]
     pub graph: Option<String>,
+    /// Where the run pauses between steps: `{before: [node…], after:
+    /// [node…]}` (docs/breakpoints.md); checked against the graph.
+    #[serde(default)]
+    pub breakpoints: Option<Value>,
     /// Any other keys: the graph's `chat.inputs` say which set a field
     /// (e.g. `forced_intent`).
     #[serde(flatten)]

@@ -88,6 +88,12 @@ pub struct Bridge {
     /// Pauses up to this seq were followed by a resume: the message stays
     /// open through them (see [`Bridge::resumed_after`]).
     resumed: u64,
+    /// The open step was opened by a resume and no model call has started
+    /// in it yet: what it holds so far (an approved call's output, a
+    /// denial) updates parts the message already has, so the next answer
+    /// call continues in it instead of leaving it empty — an empty step is
+    /// a lone `step-start` part in the stored message.
+    resume_step: bool,
 }
 
 impl Bridge {
@@ -110,6 +116,7 @@ impl Bridge {
             failed_node: None,
             answer_failed: false,
             resumed: 0,
+            resume_step: false,
         }
     }
 
@@ -293,9 +300,11 @@ impl Bridge {
         match &ev.event {
             EventKind::LlmStarted { .. } if surface == Surface::Answer => {
                 self.close_parts(out);
-                self.close_step(out);
-                out.push(Chunk::StartStep);
-                self.step_open = true;
+                if !(std::mem::take(&mut self.resume_step) && self.step_open) {
+                    self.close_step(out);
+                    out.push(Chunk::StartStep);
+                    self.step_open = true;
+                }
             }
             EventKind::LlmStarted { .. } if surface == Surface::Hidden => {
                 // A hidden node waiting on a model (a router on a slow

@@ -399,7 +399,7 @@ fn answers_for(
         },
         ResumeSpec::Answers(list) => list.iter().cloned().collect(),
     };
-    check_answers(graph, &waiting, answers).map_err(|e| format!("`resume`: {e}"))
+    check_answers(graph, &waiting, answers, None).map_err(|e| format!("`resume`: {e}"))
 }
 
 /// The input state a chat request would give: the conversation so far

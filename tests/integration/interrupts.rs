@@ -375,6 +375,18 @@ async fn an_approved_tool_runs_once_and_its_output_streams_into_the_same_message
         .unwrap();
     assert_eq!(tool["state"], "output-available");
     assert_eq!(tool["approval"]["approved"], true);
+    // The continuation's step holds the output and the answer: no empty
+    // step (two `step-start` parts in a row) is stored.
+    let types: Vec<&str> = stored["parts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["type"].as_str().unwrap_or_default())
+        .collect();
+    assert!(
+        !types.windows(2).any(|w| w == ["step-start", "step-start"]),
+        "two step-start parts in a row: {types:?}"
+    );
     assert!(
         stored["parts"]
             .as_array()
@@ -678,6 +690,7 @@ async fn another_users_answer_is_refused() {
         .state
         .runs
         .resume(stategraph::runs::ResumeRequest {
+            breakpoints: None,
             run_id,
             user_id: "mallory".into(),
             request_id: String::new(),

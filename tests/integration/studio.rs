@@ -155,6 +155,60 @@ async fn studio_files_are_served_without_a_key_and_the_api_still_wants_one() {
 }
 
 #[tokio::test]
+async fn studio_files_are_gzipped_for_clients_that_accept_it() {
+    let server = TestServer::start(model(false, None), |_| {}).await;
+    let client = reqwest::Client::new();
+    for file in ["/studio/graph.js", "/studio/studio.css", "/studio"] {
+        let plain = client.get(server.url(file)).send().await.unwrap();
+        assert!(plain.headers().get("content-encoding").is_none(), "{file}");
+        assert_eq!(plain.headers()["vary"], "accept-encoding");
+        let plain_tag = plain.headers()["etag"].clone();
+        let plain = plain.bytes().await.unwrap();
+
+        // Chromium's own header.
+        let resp = client
+            .get(server.url(file))
+            .header("accept-encoding", "gzip, deflate, br, zstd")
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(resp.status(), 200);
+        assert_eq!(resp.headers()["content-encoding"], "gzip", "{file}");
+        assert_eq!(resp.headers()["vary"], "accept-encoding");
+        let tag = resp.headers()["etag"].clone();
+        assert_ne!(tag, plain_tag, "another representation, another ETag");
+        let gz = resp.bytes().await.unwrap();
+        assert!(
+            gz.len() * 2 < plain.len(),
+            "{file}: {} gzipped bytes for {}",
+            gz.len(),
+            plain.len()
+        );
+        let mut unzipped = Vec::new();
+        std::io::Read::read_to_end(&mut flate2::read::GzDecoder::new(&gz[..]), &mut unzipped)
+            .unwrap();
+        assert_eq!(unzipped, plain, "{file}");
+        let again = client
+            .get(server.url(file))
+            .header("accept-encoding", "gzip")
+            .header("if-none-match", tag)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(again.status(), 304);
+
+        let refused = client
+            .get(server.url(file))
+            .header("accept-encoding", "gzip;q=0, br")
+            .send()
+            .await
+            .unwrap();
+        assert!(refused.headers().get("content-encoding").is_none());
+    }
+    server.shutdown().await;
+}
+
+#[tokio::test]
 async fn graph_detail_has_what_the_studio_draws() {
     let server = TestServer::start(model(false, None), |_| {}).await;
     let client = reqwest::Client::new();

@@ -156,6 +156,7 @@ pub(super) async fn begin(
         graph: Arc::clone(&graph),
         messages: chat_messages(state, &graph, &chat, &input).await?,
         input,
+        breakpoints: Default::default(),
     };
     let started = state.runs.begin_turn(turn).await.map_err(|e| match e {
         TurnError::Busy => busy(),
@@ -378,6 +379,7 @@ async fn continue_paused(
         }
     };
     let req = ResumeRequest {
+        breakpoints: None,
         run_id,
         user_id: user.0.clone(),
         request_id: request_id.0.clone(),

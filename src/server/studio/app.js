@@ -7,6 +7,7 @@ import * as playground from './playground.js';
 import * as runs from './runs.js';
 import * as run from './run.js';
 import * as evaluation from './eval.js';
+import * as thread from './thread.js';
 
 const main = document.getElementById('main');
 let current = null; // {name, screen, cleanup, update}
@@ -17,23 +18,24 @@ function pick(r) {
   if (top === 'runs' && id) return ['run', run];
   if (top === 'runs') return ['runs', runs];
   if (top === 'eval') return ['eval', evaluation];
+  if (top === 'chats' && id) return ['thread', thread];
   return ['graphs', graphs];
 }
 
 function render() {
   const r = route();
   const [name, screen] = pick(r);
-  const nav = name === 'run' ? 'runs' : name;
+  const nav = name === 'run' || name === 'thread' ? 'runs' : name;
   for (const a of document.querySelectorAll('[data-nav]')) {
     if (a.dataset.nav === nav) a.setAttribute('aria-current', 'page');
     else a.removeAttribute('aria-current');
   }
-  const key = `${name}:${name === 'run' ? r.parts[1] : ''}`;
+  const key = `${name}:${name === 'run' || name === 'thread' ? r.parts[1] : ''}`;
   if (current && current.key === key && current.update && current.update(r) !== false) return;
   if (current?.cleanup) current.cleanup();
   main.replaceChildren();
   main.dataset.screen = name;
-  document.title = `${{ graphs: 'Graphs', playground: 'Playground', runs: 'Runs', run: 'Run', eval: 'Eval' }[name]} · stategraph studio`;
+  document.title = `${{ graphs: 'Graphs', playground: 'Playground', runs: 'Runs', run: 'Run', eval: 'Eval', thread: 'Chat' }[name]} · stategraph studio`;
   const res = screen.mount(main, r) || {};
   current = { key, cleanup: res.cleanup, update: res.update };
 }

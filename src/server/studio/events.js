@@ -38,6 +38,21 @@ export function mount(el, ctx) {
   const detail = h('div', { class: 'card', style: 'margin-top:10px', 'data-testid': 'event-detail' }, h('p', { class: 'muted small' }, 'Select an event (click, or arrow keys and Enter) to see it in full.'));
   const status = h('span', { class: 'muted small', 'data-testid': 'events-status' });
   let rangeTimer = 0;
+  let shownSeq = null; // the event in the detail card
+
+  /** The detail card for `seq`: the event, or (its page not here yet) a fetch and a note that fills in when it arrives. */
+  function showDetail(seq) {
+    shownSeq = seq;
+    const ev = bySeq.get(seq);
+    if (!ev) fetchPage(pageOf(seq));
+    fill(detail, ev
+      ? [h('h2', { class: 'card-title' }, `Event ${ev.seq} · ${ev.event?.type}`), h('pre', { class: 'json', tabindex: '0', 'data-testid': 'event-json' }, json(ev))]
+      : h('p', { class: 'muted', 'data-testid': 'event-loading' }, `Loading event ${seq}…`));
+  }
+  /** After events arrive: the detail card waiting for one of them is filled. */
+  function refreshDetail() {
+    if (shownSeq !== null && bySeq.has(shownSeq) && !detail.querySelector('[data-testid="event-json"]')) showDetail(shownSeq);
+  }
 
   const list = new VirtualList({
     rowHeight: ROW,
@@ -62,12 +77,7 @@ export function mount(el, ctx) {
       clearTimeout(rangeTimer);
       rangeTimer = setTimeout(() => ensure(first + a, first + b), 60);
     },
-    onActivate(i) {
-      const ev = bySeq.get(first + i);
-      fill(detail, ev
-        ? [h('h2', { class: 'card-title' }, `Event ${ev.seq} · ${ev.event?.type}`), h('pre', { class: 'json', tabindex: '0', 'data-testid': 'event-json' }, json(ev))]
-        : h('p', { class: 'muted' }, 'Not loaded yet.'));
-    },
+    onActivate(i) { showDetail(first + i); },
   });
 
   el.append(h('div', { class: 'row', style: 'margin-bottom:6px' }, h('span', { class: 'small muted' }, 'seq · step · node · type · summary'), h('span', { class: 'spacer' }), status),
@@ -88,6 +98,7 @@ export function mount(el, ctx) {
       const maxSeq = d.events.length ? d.events[d.events.length - 1].seq : 0;
       if (maxSeq > last) { last = maxSeq; list.setCount(last - first + 1); }
       list.refresh();
+      refreshDetail();
     } catch (e) {
       status.textContent = `Could not load events: ${e.message}`;
     } finally {
@@ -113,8 +124,16 @@ export function mount(el, ctx) {
       list.setCount(last - first + 1);
     }
     list.refresh();
+    refreshDetail();
     if (atEnd) list.el.scrollTop = list.inner.offsetHeight;
     status.textContent = `${last - first + 1} events · live`;
   });
-  return { cleanup() { off(); clearTimeout(rangeTimer); }, show() { list.schedule(); } };
+  /** Back on the tab: the log may have grown while it was hidden (the run went on), and the rows are drawn again. */
+  function show() {
+    const runLast = ctx.run.lastSeq || 0;
+    if (runLast > last) { last = runLast; list.setCount(last - first + 1); }
+    list.refresh();
+    refreshDetail();
+  }
+  return { cleanup() { off(); clearTimeout(rangeTimer); }, show };
 }

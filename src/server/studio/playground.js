@@ -2,8 +2,10 @@
 // rendering the UI message stream; stop, regenerate, resume after reload.
 
 import { h, json, hrefFor, replaceHash, randomId, announce, errorBox, fmtMs, rovingList, fmtTime } from './util.js';
-import { getJSON, request, errorOf, readUIStream } from './api.js';
+import { getJSON, request, errorOf, readUIStream, graphDetail } from './api.js';
 import { assistantMessage, applyChunk, closeMessage, toUIMessage } from './uistream.js';
+import { interruptCard, optionText } from './hitl.js';
+import * as breakpoints from './breakpoints.js';
 
 const LAST_GRAPH = 'stategraph.studio.graph';
 const chatKey = (g) => `stategraph.studio.chat.${g}`;
@@ -47,6 +49,27 @@ function renderThinking(m, items) {
   return det;
 }
 
+/**
+ * What a paused answer waits for that the tool part itself cannot answer:
+ * a client tool's call (an input for its output, sent back as `addToolOutput`
+ * would) and a question (its options as buttons, or typed: the next user
+ * message answers it). Only on the newest answer while it still waits.
+ */
+function renderWaits(m, ctx) {
+  if (!ctx.waiting(m)) return [];
+  const out = [];
+  for (const p of m.parts) {
+    if ((p.type === 'dynamic-tool' || p.type.startsWith('tool-')) && p.state === 'input-available') {
+      out.push(interruptCard({ id: p.toolCallId, type: 'client_tool', tool: toolName(p), args: p.input }, (v) => ctx.onToolOutput(m, p, v)));
+    } else if (p.type === 'data-interrupt' && p.data?.type === 'question') {
+      out.push(interruptCard(p.data, (v) => ctx.send(typeof v === 'string' ? v : optionText(v))));
+    } else if (p.type === 'data-interrupt' && p.data?.type === 'breakpoint') {
+      out.push(breakpoints.pausedCard(p.data, ctx.breakpointHooks(m)));
+    }
+  }
+  return out;
+}
+
 function renderTool(m, p, onApproval) {
   const state = p.state || '';
   return h('div', { class: 'tool', 'data-testid': 'tool-call', 'data-tool': toolName(p), 'data-state': state },
@@ -58,8 +81,8 @@ function renderTool(m, p, onApproval) {
     p.errorText ? h('div', { class: 'alert alert-error', 'data-testid': 'tool-error' }, p.errorText) : null,
     state === 'approval-requested'
       ? h('div', { class: 'row', 'data-testid': 'tool-approval' }, h('span', null, 'This tool call needs approval.'),
-        h('button', { type: 'button', class: 'btn btn-primary btn-small', onclick: () => onApproval(m, p, true) }, 'Approve'),
-        h('button', { type: 'button', class: 'btn btn-danger btn-small', onclick: () => onApproval(m, p, false) }, 'Deny'))
+        h('button', { type: 'button', class: 'btn btn-primary btn-small', 'data-testid': 'tool-approve', onclick: () => onApproval(m, p, true) }, 'Approve'),
+        h('button', { type: 'button', class: 'btn btn-danger btn-small', 'data-testid': 'tool-deny', onclick: () => onApproval(m, p, false) }, 'Deny'))
       : null);
 }
 
@@ -72,7 +95,7 @@ export function renderMessage(m, ctx) {
   const thinking = m.parts.filter((p) => p.type === 'data-thinking');
   const sources = m.parts.filter((p) => p.type === 'source-url' || p.type === 'source-document');
   const followups = m.parts.filter((p) => p.type === 'data-followups');
-  const otherData = m.parts.filter((p) => p.type.startsWith('data-') && p.type !== 'data-thinking' && p.type !== 'data-followups');
+  const otherData = m.parts.filter((p) => p.type.startsWith('data-') && p.type !== 'data-thinking' && p.type !== 'data-followups' && !(p.type === 'data-interrupt' && ctx.waiting(m)));
   const runId = m.metadata?.runId || m._runId;
   const usage = m.metadata?.usage;
   const body = [];
@@ -98,6 +121,7 @@ export function renderMessage(m, ctx) {
         p.type === 'source-url' ? h('a', { href: p.url, target: '_blank', rel: 'noopener noreferrer' }, p.title || p.url) : `${p.title} (${p.mediaType})`,
         h('span', { class: 'muted small' }, ` [${p.sourceId}]`))))));
   }
+  body.push(...renderWaits(m, ctx));
   for (const e of m._errors || []) body.push(h('div', { class: 'alert alert-error', role: 'alert', 'data-testid': 'stream-error' }, `Error: ${e}`));
   if (followups.length) {
     const qs = followups.flatMap((p) => (Array.isArray(p.data?.questions) ? p.data.questions : Array.isArray(p.data) ? p.data : []));
@@ -153,20 +177,57 @@ export function mount(main, r) {
   input.addEventListener('keydown', (ev) => {
     if (ev.key === 'Enter' && !ev.shiftKey && !ev.isComposing) { ev.preventDefault(); form.requestSubmit(); }
   });
+  let bpPicker = null; // the breakpoint picker, once the graph's nodes are known
+  const bpSlot = h('div', { style: 'margin-top:12px' });
   const chatIdEl = h('code', { 'data-testid': 'chat-id' }, chatId);
   main.append(h('div', { class: 'split', 'data-testid': 'playground-screen' },
     h('div', null,
       h('div', { class: 'field' }, h('label', { for: 'pg-graph' }, 'Graph'), graphSel),
       h('div', { class: 'row', style: 'margin:10px 0' },
         h('button', { type: 'button', class: 'btn', 'data-testid': 'new-chat', onclick: () => { location.hash = hrefFor(['playground', graph], { chat: randomId('chat_') }); } }, 'New chat')),
-      h('h2', { class: 'list-title' }, 'Recent chats'), chatsEl),
+      h('h2', { class: 'list-title' }, 'Recent chats'), chatsEl, bpSlot),
     h('section', { class: 'chat', 'aria-labelledby': 'pg-title' },
       h('div', { class: 'row' }, h('h1', { id: 'pg-title' }, `Playground · ${graph}`), h('span', { class: 'spacer' }),
-        h('span', { class: 'muted small' }, 'chat ', chatIdEl), h('a', { href: hrefFor(['runs'], { chat: chatId }), class: 'btn btn-small' }, 'Runs of this chat')),
+        h('span', { class: 'muted small' }, 'chat ', chatIdEl), h('a', { href: hrefFor(['runs'], { chat: chatId }), class: 'btn btn-small' }, 'Runs of this chat'),
+        h('a', { href: hrefFor(['chats', chatId]), class: 'btn btn-small', 'data-testid': 'open-thread' }, 'Thread')),
       list, errorSlot, form)));
   rovingList(chatsEl, '[role="option"]', { onActivate: (el) => el.click() });
 
-  const ctx = { send, busy: () => streaming, onApproval };
+  const ctx = { send, busy: () => streaming, onApproval, onToolOutput, waiting, breakpointHooks };
+
+  /** What a paused-at-a-breakpoint card needs: the chat, the graph's fields, the breakpoints, and what follows the action. */
+  function breakpointHooks(m) {
+    return {
+      chatId, detail: bpPicker?.detail, breakpoints: () => bpPicker?.get(),
+      done: (action) => {
+        m.metadata = { ...m.metadata, interrupted: false };
+        if (action === 'abort') { touch(m); return; }
+        follow();
+      },
+    };
+  }
+
+  /** Streams the chat's active run (after a resume through the runs API). */
+  async function follow() {
+    try {
+      const res = await request(`/api/chat/${encodeURIComponent(chatId)}/stream`);
+      if (res.status !== 200 || !alive) return;
+      streaming = true;
+      setButtons();
+      await consume(res, { resume: true });
+    } catch (e) {
+      errorSlot.replaceChildren(errorBox(e, 'Could not follow the run: '));
+    } finally {
+      streaming = false;
+      setButtons();
+      linkRuns();
+    }
+  }
+
+  /** Whether `m` is the newest message, finished, and paused for the user. */
+  function waiting(m) {
+    return m === messages[messages.length - 1] && m._status === 'done' && !!m.metadata?.interrupted;
+  }
 
   function paint() {
     for (const m of dirty) {
@@ -196,6 +257,16 @@ export function mount(main, r) {
     stopBtn.disabled = !streaming;
     regenBtn.disabled = streaming || !messages.some((m) => m.role === 'user');
     for (const b of list.querySelectorAll('[data-testid="followup"]')) b.disabled = streaming;
+  }
+
+  async function loadBreakpoints() {
+    try {
+      const detail = await graphDetail(graph);
+      if (!alive) return;
+      bpPicker = { ...breakpoints.picker(detail), detail };
+      bpSlot.replaceChildren(bpPicker.el);
+      if (messages.length) redrawAll();
+    } catch { /* no picker */ }
   }
 
   async function loadGraphs() {
@@ -273,7 +344,8 @@ export function mount(main, r) {
     errorSlot.replaceChildren();
     setButtons();
     try {
-      const res = await request('/api/chat', { method: 'POST', json: { ...body, graph } });
+      const bp = bpPicker?.get();
+      const res = await request('/api/chat', { method: 'POST', json: { ...body, graph, ...(bp ? { breakpoints: bp } : {}) } });
       if (!res.ok) throw await errorOf(res);
       const m = await consume(res, { into });
       if (m) announce(m._status === 'error' ? 'The answer ended with an error' : 'Answer complete');
@@ -288,12 +360,12 @@ export function mount(main, r) {
   }
 
   function send(text) {
-    if (streaming) return;
+    if (streaming) return Promise.resolve();
     const user = { id: randomId('u_'), role: 'user', parts: [{ type: 'text', text }], metadata: {} };
     messages.push(user);
     list.querySelector('[data-testid="empty-chat"]')?.remove();
     touch(user);
-    post({ id: chatId, messages: messages.map(toUIMessage), trigger: 'submit-message' });
+    return post({ id: chatId, messages: messages.map(toUIMessage), trigger: 'submit-message' });
   }
 
   function regenerate() {
@@ -310,10 +382,21 @@ export function mount(main, r) {
     post(body);
   }
 
+  /** A client tool's output typed in the studio, sent back the way `addToolOutput` and `sendAutomaticallyWhen` do. */
+  function onToolOutput(m, p, value) {
+    if (streaming) return Promise.resolve();
+    if (value.error !== undefined) { p.state = 'output-error'; p.errorText = String(value.error); } else { p.state = 'output-available'; p.output = value.output; }
+    m.metadata = { ...m.metadata, interrupted: false };
+    touch(m);
+    m._status = 'streaming';
+    return post({ id: chatId, messages: messages.map(toUIMessage), trigger: 'submit-message', messageId: m.id }, { into: m });
+  }
+
   function onApproval(m, p, approved) {
     if (streaming) return;
     p.state = 'approval-responded';
     p.approval = { ...(p.approval || {}), approved };
+    m.metadata = { ...m.metadata, interrupted: false };
     touch(m);
     m._status = 'streaming';
     post({ id: chatId, messages: messages.map(toUIMessage), trigger: 'submit-message', messageId: m.id }, { into: m });
@@ -333,6 +416,7 @@ export function mount(main, r) {
   async function load() {
     loadGraphs();
     loadChats();
+    loadBreakpoints();
     try {
       const res = await request(`/api/chat/${encodeURIComponent(chatId)}`);
       if (res.ok) {

@@ -2,7 +2,7 @@
 // while the run is running (events polled with ?after=lastSeq every 500 ms).
 
 import { h, hrefFor, replaceHash, fmtTime, fmtMs, fmtCost, badge, errorBox, json, announce } from './util.js';
-import { getJSON, graphDetail } from './api.js';
+import { getJSON, graphDetail, request, errorOf } from './api.js';
 import { shortId, originOf } from './runs.js';
 import * as timeline from './timeline.js';
 import * as states from './states.js';
@@ -10,9 +10,13 @@ import * as events from './events.js';
 import * as replay from './replay.js';
 import * as fork from './fork.js';
 import { verdictsCard } from './verdicts.js';
+import { interruptCard } from './hitl.js';
+import { pausedCard } from './breakpoints.js';
+import * as path from './path.js';
 
 const TABS = [
   ['timeline', 'Timeline', timeline],
+  ['path', 'Path', path],
   ['state', 'State', states],
   ['events', 'Events', events],
   ['replay', 'Replay', replay],
@@ -26,7 +30,13 @@ function errorText(err) {
   return err.message ? `${err.code ? `${err.code}: ` : ''}${err.message}` : json(err);
 }
 
-function header(run) {
+/** Steps run: the timeline's when it is loaded (an interrupted run's pausing step is not checkpointed, so `lastStep` misses it). */
+function stepCount(run, tl) {
+  const fromTimeline = tl ? tl.steps.reduce((m, st) => Math.max(m, st.step), 0) : 0;
+  return Math.max(run.lastStep ?? 0, fromTimeline, tl ? tl.steps.length : 0);
+}
+
+function header(run, tl) {
   const o = originOf(run);
   const dur = run.finishedAt ? run.finishedAt - run.createdAt : run.status === 'running' ? Date.now() - run.createdAt : null;
   const u = run.usage || {};
@@ -47,9 +57,9 @@ function header(run) {
       h('dt', null, 'Timing'), h('dd', null, `${fmtTime(run.createdAt)} → ${run.finishedAt ? fmtTime(run.finishedAt) : run.status === 'running' ? 'running' : '—'} · ${fmtMs(dur)}`),
       h('dt', null, 'Usage'), h('dd', { 'data-testid': 'run-usage' }, `${u.promptTokens ?? 0} prompt + ${u.completionTokens ?? 0} completion tokens`),
       h('dt', null, 'Cost'), h('dd', { 'data-testid': 'run-cost' }, u.costNanoUsd || !(u.promptTokens || u.completionTokens) ? fmtCost(u.costNanoUsd) : '— (no prices configured for its models)'),
-      h('dt', null, 'Progress'), h('dd', null, `${run.lastStep ?? 0} steps · ${run.lastSeq ?? 0} events`),
+      h('dt', null, 'Progress'), h('dd', { 'data-testid': 'run-progress' }, `${stepCount(run, tl)} steps · ${run.lastSeq ?? 0} events`),
       h('dt', null, 'Origin'), h('dd', null, origin),
-      run.chatId ? [h('dt', null, 'Chat'), h('dd', { class: 'mono small' }, run.chatId, run.messageId ? ` · message ${run.messageId}` : '')] : null,
+      run.chatId ? [h('dt', null, 'Chat'), h('dd', { class: 'mono small' }, h('a', { href: hrefFor(['chats', run.chatId], { run: run.id }), 'data-testid': 'run-thread' }, run.chatId), run.messageId ? ` · message ${run.messageId}` : '')] : null,
       run.requestId ? [h('dt', null, 'Request'), h('dd', { class: 'mono small' }, run.requestId)] : null),
     run.error ? h('div', { class: 'alert alert-error', role: 'alert', 'data-testid': 'run-error' }, h('b', null, 'Error: '), errorText(run.error)) : null,
     verdictsCard(run));
@@ -87,7 +97,11 @@ export function mount(main, r) {
     },
     on(fn) { listeners.add(fn); return () => listeners.delete(fn); },
     emit(kind, data) { for (const fn of listeners) fn(kind, data); },
-    openTab(name, opts = {}) { if (opts.step !== undefined) ctx.step = opts.step; select(name, true); },
+    openTab(name, opts = {}) {
+      if (opts.step !== undefined) ctx.step = opts.step;
+      ctx.focusStep = opts.focus ? opts.step : null;
+      select(name, true);
+    },
     setQuery() {
       const q = { tab };
       if (ctx.step !== null && (tab === 'state' || tab === 'fork')) q.step = ctx.step;
@@ -96,6 +110,37 @@ export function mount(main, r) {
   };
 
   const headSlot = h('div', null, h('div', { class: 'card' }, h('p', { class: 'muted' }, 'Loading run…')));
+  const waitSlot = h('div', { 'data-testid': 'run-waiting' });
+  /** The header, and what an interrupted run waits for with the controls that answer it. */
+  function drawHead() {
+    headSlot.replaceChildren(header(ctx.run, ctx.timeline));
+    const waiting = ctx.run.status === 'interrupted' ? ctx.run.interrupts || ctx.run.waiting || [] : [];
+    if (waitSlot.dataset.shown === JSON.stringify(waiting.map((i) => i.id))) return;
+    waitSlot.dataset.shown = JSON.stringify(waiting.map((i) => i.id));
+    waitSlot.replaceChildren(...waiting.map(waitCard));
+  }
+  /** The card of one interrupt: a breakpoint's (state, edits, continue/step/abort), or a person's answer. */
+  function waitCard(it) {
+    if (it.type !== 'breakpoint') return interruptCard(it, (value) => answer(it, value));
+    const slot = h('div', null, h('p', { class: 'muted' }, 'Loading the paused state…'));
+    const card = (detail) => slot.replaceChildren(pausedCard(it, { runId: id, detail, done: followResumed }));
+    ctx.graph().then(card, () => card(null));
+    return slot;
+  }
+  /** The run was sent on: follow it live until it pauses again or ends. */
+  function followResumed() {
+    ctx.run = { ...ctx.run, status: 'running' };
+    drawHead();
+    ctx.emit('run', ctx.run);
+    clearTimeout(timer);
+    timer = setTimeout(live, 50);
+  }
+  /** Answers one interrupt through POST /api/runs/{id}/resume, then follows the run live. */
+  async function answer(it, value) {
+    const res = await request(`/api/runs/${encodeURIComponent(id)}/resume`, { method: 'POST', json: { answers: { [it.id]: value } } });
+    if (!res.ok) throw await errorOf(res);
+    followResumed();
+  }
   const tablist = h('div', { class: 'tabs', role: 'tablist', 'aria-label': 'Run views' });
   const panels = new Map();
   const mounted = new Map();
@@ -121,7 +166,7 @@ export function mount(main, r) {
   });
   main.append(h('div', { 'data-testid': 'run-screen', 'data-run': id },
     h('nav', { 'aria-label': 'Breadcrumb', class: 'small', style: 'margin-bottom:8px' }, h('a', { href: '#/runs' }, 'Runs'), ' / ', h('span', { class: 'mono' }, shortId(id))),
-    headSlot, tablist, ...panels.values()));
+    headSlot, waitSlot, tablist, ...panels.values()));
 
   function select(key, user) {
     tab = key;
@@ -153,6 +198,7 @@ export function mount(main, r) {
       }
     }
     lastTimeline = Date.now();
+    if (ctx.run) drawHead();
     ctx.emit('timeline', ctx.timeline);
   }
 
@@ -171,7 +217,7 @@ export function mount(main, r) {
       }
       const ended = run.status !== 'running';
       ctx.run = run;
-      headSlot.replaceChildren(header(run));
+      drawHead();
       ctx.emit('run', run);
       if (ended || (evs.length && Date.now() - lastTimeline > 1500)) await loadTimeline();
       if (ended) { announce(`Run ${run.status}`); return; }
@@ -188,7 +234,7 @@ export function mount(main, r) {
       return;
     }
     if (!alive) return;
-    headSlot.replaceChildren(header(ctx.run));
+    drawHead();
     const tl = loadTimeline();
     select(tab, false);
     await tl;

@@ -13,8 +13,24 @@ function toLocalInput(ms) {
   return `${d.getFullYear()}-${p(d.getMonth() + 1)}-${p(d.getDate())}T${p(d.getHours())}:${p(d.getMinutes())}`;
 }
 
+/**
+ * A run id short enough to scan and long enough to tell runs apart. Run
+ * ids are UUIDv7: they open with their creation time, so runs of one chat
+ * share their first characters; the random end is what differs.
+ */
 export function shortId(id) {
-  return id && id.length > 16 ? `${id.slice(0, 4)}…${id.slice(-10)}` : id;
+  return id && id.length > 16 ? `…${id.slice(-8)}` : id;
+}
+
+/** For ids shown together: each one's shortest end (8 characters or more) that no other shares. */
+export function distinctIds(ids) {
+  const out = new Map();
+  for (const id of ids) {
+    let n = 8;
+    while (n < id.length && ids.some((o) => o !== id && o.endsWith(id.slice(-n)))) n += 4;
+    out.set(id, n >= id.length ? id : `…${id.slice(-n)}`);
+  }
+  return out;
 }
 
 /** The fork origin of a run: `fork` (newer servers) or `parent` {run_id, step}. */
@@ -99,7 +115,7 @@ export function mount(main, r) {
       h('td', { class: 'small' }, run.status === 'running' ? '…' : fmtMs(dur)),
       h('td', { class: 'small' }, String(tokens)),
       h('td', { class: 'small', 'data-testid': 'run-cost' }, fmtCost(run.usage?.costNanoUsd)),
-      h('td', { class: 'small' }, run.chatId ? h('a', { href: hrefFor(['playground', run.graph], { chat: run.chatId }) }, run.chatId) : '—'),
+      h('td', { class: 'small' }, run.chatId ? h('a', { href: hrefFor(['chats', run.chatId], { run: run.id }), title: 'The chat as a thread' }, run.chatId) : '—'),
       h('td', { class: 'small' }, o ? h('a', { href: hrefFor(['runs', o.parent]) }, `fork of ${shortId(o.parent)}${o.step !== undefined ? ` @${o.step}` : ''}`) : '—'));
   }
 

@@ -145,7 +145,22 @@ export function mount(el, ctx) {
               : null)))),
       tl.steps.length > shown ? h('button', { type: 'button', class: 'btn', style: 'margin-top:8px', onclick: () => { shown += STEPS_PER_PAGE; draw(); } }, `Show more steps (${tl.steps.length - shown} left)`) : null);
   }
+  /** Scrolls to the step another tab asked for (the Path tab's step links) and marks it. */
+  function focusStep() {
+    if (ctx.focusStep === null || ctx.focusStep === undefined) return;
+    const want = ctx.focusStep;
+    const i = ctx.timeline?.steps.findIndex((st) => st.step === want) ?? -1;
+    if (i >= shown) { shown = i + 1; draw(); }
+    const row = el.querySelector(`[data-testid="tl-step"][data-step="${want}"]`);
+    if (!row) return;
+    for (const r of el.querySelectorAll('.tl-focus')) r.classList.remove('tl-focus');
+    row.classList.add('tl-focus');
+    row.scrollIntoView({ block: 'center' });
+    row.querySelector('button')?.focus({ preventScroll: true });
+    ctx.focusStep = null;
+  }
   draw();
+  focusStep();
   const off = ctx.on((kind) => { if (kind === 'timeline') draw(); });
-  return { cleanup: off };
+  return { cleanup: off, show: focusStep };
 }

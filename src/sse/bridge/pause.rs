@@ -14,7 +14,8 @@
 //! - then `finish-step` and `finish` (`tool-calls` when a tool waits).
 //!
 //! `run_resumed` sends `start` with the same message id again (and opens a
-//! step), and a denied call `tool-output-denied`.
+//! step, which the next model call continues in: see `Bridge::resume_step`),
+//! and a denied call `tool-output-denied`.
 
 use serde_json::json;
 
@@ -48,6 +49,14 @@ impl Bridge {
                         });
                     }
                 }
+                // A breakpoint is the developer's, not the conversation's:
+                // no text, the interrupt as data (what matched, what is next).
+                Ask::Breakpoint { .. } => out.push(Chunk::Data {
+                    name: "interrupt".into(),
+                    id: Some(it.id.clone()),
+                    data: json!(it),
+                    transient: false,
+                }),
                 Ask::Question { question, .. } => {
                     text_part(format!("text-{}-{i}", ev.seq), question.clone(), out);
                     out.push(Chunk::Data {
@@ -110,6 +119,7 @@ impl Bridge {
         });
         out.push(Chunk::StartStep);
         self.step_open = true;
+        self.resume_step = true;
     }
 
     /// A call the person denied.
