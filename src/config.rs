@@ -377,6 +377,8 @@ pub struct Config {
     pub telemetry: TelemetryConfig,
     /// `stategraph test` and `eval`.
     pub testing: TestingConfig,
+    /// Recording model calls: retention and redaction.
+    pub calls: crate::runs::calls::CallsConfig,
 }
 
 /// `[testing]`: settings of `stategraph test`.
@@ -506,6 +508,12 @@ impl Config {
                     });
                 }
             };
+        }
+        if let Some(v) = env("STATEGRAPH_CALL_RETENTION") {
+            self.calls.retention = Dur(Dur::parse(&v).ok_or_else(|| ConfigError::Env {
+                var: "STATEGRAPH_CALL_RETENTION",
+                message: format!("`{v}`: use a duration such as 7d, 12h or 0s"),
+            })?);
         }
         self.limits = std::mem::take(&mut self.limits).with_env(&env)?;
         self.llm = std::mem::take(&mut self.llm).with_env_from(&env);

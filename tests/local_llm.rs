@@ -183,6 +183,8 @@ async fn call_as_node(
         events: &events,
         role: &role,
         call: 0,
+        recorder: None,
+        endpoint: "",
     };
     let reply = call_model(model, cx, request).await;
     drop(events);

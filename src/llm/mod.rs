@@ -16,6 +16,7 @@ mod keywords;
 pub mod offline;
 pub mod openai;
 pub mod profile;
+pub mod record;
 pub mod reply;
 pub mod script;
 pub mod scripted;
@@ -39,6 +40,7 @@ pub use keywords::ValueKeywords;
 pub use openai::{
     EndpointError, EndpointSettings, OpenAiEndpoint, OpenAiModel, RetryPolicy, Timeouts,
 };
+pub use record::{CallRecorder, CallStart, NoRedaction, Redact, RedactRule, RegexRedactor};
 
 /// One message sent to a model.
 #[derive(Clone, Debug, PartialEq, Serialize)]

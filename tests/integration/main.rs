@@ -14,6 +14,7 @@ mod assistant_ui;
 mod binary;
 mod bound_args;
 mod broken_streams;
+mod calls;
 mod card_shapes;
 mod chat_graph;
 mod conversation;

@@ -858,6 +858,8 @@ async fn call_model_turns_the_stream_into_run_events() {
         events: &events,
         role: &role,
         call: 0,
+        recorder: None,
+        endpoint: "",
     };
     let reply = call_model(&mock.model(), cx, &ask("weather?"))
         .await
