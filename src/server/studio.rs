@@ -24,7 +24,7 @@ use axum::response::{IntoResponse, Redirect, Response};
 use super::error::ApiError;
 
 /// `(file name, content type, content)` of every file served.
-const FILES: [(&str, &str, &str); 20] = [
+const FILES: [(&str, &str, &str); 21] = [
     (
         "index.html",
         "text/html; charset=utf-8",
@@ -53,6 +53,7 @@ const FILES: [(&str, &str, &str); 20] = [
     ("fork.js", JS, include_str!("studio/fork.js")),
     ("eval.js", JS, include_str!("studio/eval.js")),
     ("verdicts.js", JS, include_str!("studio/verdicts.js")),
+    ("calls.js", JS, include_str!("studio/calls.js")),
 ];
 
 /// Browsers refuse ES modules sent with any other type.

@@ -406,3 +406,82 @@ async fn call_content_expires_after_the_retention_and_the_record_stays() {
     );
     server.shutdown().await;
 }
+
+fn sg(dir: &Path, args: &[&str]) -> std::process::Output {
+    std::process::Command::new(env!("CARGO_BIN_EXE_stategraph"))
+        .args(args)
+        .current_dir(dir)
+        .env("STATEGRAPH_DATA_DIR", dir.join("data"))
+        .env_remove("OPENAI_API_KEY")
+        .env_remove("OPENAI_BASE_URL")
+        .env_remove("STATEGRAPH_CONFIG")
+        .env_remove("DATABASE_URL")
+        .output()
+        .unwrap()
+}
+
+/// `stategraph replay RUN --calls` prints each call: place, model, the
+/// rendered system prompt and the user's message as sent, and the answer
+/// with its finish reason and tokens. A `[[calls.redact]]` rule in the
+/// config file keeps a secret out of what the CLI run stored.
+#[test]
+fn replay_calls_prints_each_calls_request_and_answer() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    assert!(sg(d, &["new", "hello"]).status.success());
+    std::fs::write(
+        d.join("stategraph.toml"),
+        "[[calls.redact]]\npattern = \"hunter[0-9]+\"\nreplace = \"[pw]\"\n",
+    )
+    .unwrap();
+    let run = sg(d, &["run", "hello", "Is hunter42 a good password?"]);
+    assert!(run.status.success(), "{run:?}");
+    let stderr = String::from_utf8_lossy(&run.stderr);
+    let id = stderr
+        .lines()
+        .find_map(|l| l.strip_prefix("run ")?.split_whitespace().next())
+        .unwrap_or_else(|| panic!("no run id on stderr: {stderr}"))
+        .to_owned();
+    let out = sg(d, &["replay", &id, "--calls"]);
+    assert!(out.status.success(), "{out:?}");
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    println!("{text}");
+    let lines: Vec<&str> = text.lines().collect();
+    assert!(
+        lines[0].starts_with("call 0 · step 1 · answer · ") && lines[0].ends_with(" · finished"),
+        "{text}"
+    );
+    assert!(lines.contains(&"  [system] You are a helpful assistant. Answer the user's message briefly and clearly."), "{text}");
+    assert!(
+        lines.contains(&"  [user] Is [pw] a good password?"),
+        "the secret is redacted: {text}"
+    );
+    assert!(
+        !lines
+            .iter()
+            .any(|l| l.starts_with("  [") && l.contains("hunter42")),
+        "no message as stored holds the secret: {text}"
+    );
+    assert!(
+        lines
+            .iter()
+            .any(|l| l.starts_with("  → ") && l.contains("hunter42")),
+        "the answer is the run's, as the model gave it: {text}"
+    );
+    assert!(
+        lines
+            .iter()
+            .any(|l| l.starts_with("  finish: stop · tokens ")),
+        "{text}"
+    );
+    // Not a run: an error, not a panic.
+    let bad = sg(
+        d,
+        &["replay", "01a21f61-d217-7254-b6ba-05a480fdef69", "--calls"],
+    );
+    assert!(!bad.status.success());
+    assert!(
+        String::from_utf8_lossy(&bad.stderr).contains("no run"),
+        "{bad:?}"
+    );
+}

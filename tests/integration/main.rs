@@ -56,6 +56,7 @@ mod sse_stream;
 mod state_parity;
 mod store_conformance;
 mod studio;
+mod studio_calls;
 mod studio_judge;
 mod support;
 mod tool_check;

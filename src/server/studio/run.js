@@ -1,4 +1,4 @@
-// Run page: header, tabs (timeline, state, events, replay, fork), live updates
+// Run page: header, tabs (timeline, state, events, replay, fork, model calls), live updates
 // while the run is running (events polled with ?after=lastSeq every 500 ms).
 
 import { h, hrefFor, replaceHash, fmtTime, fmtMs, fmtCost, badge, errorBox, json, announce } from './util.js';
@@ -10,6 +10,7 @@ import * as events from './events.js';
 import * as replay from './replay.js';
 import * as fork from './fork.js';
 import { verdictsCard } from './verdicts.js';
+import * as calls from './calls.js';
 
 const TABS = [
   ['timeline', 'Timeline', timeline],
@@ -17,6 +18,7 @@ const TABS = [
   ['events', 'Events', events],
   ['replay', 'Replay', replay],
   ['fork', 'Fork', fork],
+  ['calls', 'Model calls', calls],
 ];
 const POLL_MS = 500;
 
