@@ -254,3 +254,83 @@ pub fn spawn_expiry(
         }
     }))
 }
+
+#[cfg(test)]
+mod tests {
+    use std::borrow::Cow;
+    use std::collections::HashSet;
+
+    use super::*;
+    use crate::llm::{ChatMessage, ChatRequest};
+
+    /// An embedding's own redaction (the trait, not the config rules).
+    #[derive(Debug)]
+    struct Card;
+
+    impl Redact for Card {
+        fn redact<'t>(&self, text: &'t str) -> Cow<'t, str> {
+            if text.contains("4111") {
+                Cow::Owned(text.replace("4111 1111 1111 1111", "<card>"))
+            } else {
+                Cow::Borrowed(text)
+            }
+        }
+    }
+
+    fn start(request: &ChatRequest) -> CallStart<'_> {
+        CallStart {
+            run_id: uuid::Uuid::nil(),
+            seq: 3,
+            step: 1,
+            node: "talk",
+            task: 0,
+            call: 0,
+            role: "chat",
+            model: "m",
+            endpoint: "e",
+            request,
+        }
+    }
+
+    #[test]
+    fn a_longer_conversation_shares_every_part_of_the_shorter_and_secrets_never_reach_a_part() {
+        let user = |c: &str| ChatMessage::User { content: c.into() };
+        let mut request = ChatRequest {
+            messages: vec![
+                ChatMessage::System {
+                    content: "Be brief.".into(),
+                },
+                user("pay with 4111 1111 1111 1111"),
+            ],
+            ..ChatRequest::default()
+        };
+        let (first, first_parts) = encode(&start(&request), &Card, 10);
+        assert_eq!(first.request["redactions"], 1);
+        assert_eq!(first.request["messages"]["count"], 2);
+        assert!(first_parts.iter().all(|p| !p.body.contains("4111")));
+        assert!(
+            first_parts
+                .iter()
+                .any(|p| p.body.contains("pay with <card>"))
+        );
+        request.messages.push(ChatMessage::Assistant {
+            content: "Done.".into(),
+            tool_calls: Vec::new(),
+        });
+        request.messages.push(user("thanks"));
+        let (second, second_parts) = encode(&start(&request), &Card, 20);
+        let old: HashSet<&str> = first_parts.iter().map(|p| p.hash.as_str()).collect();
+        let new: Vec<&CallPart> = second_parts
+            .iter()
+            .filter(|p| !old.contains(p.hash.as_str()))
+            .collect();
+        // Two new messages and two new links: nothing of the first call's
+        // conversation is new.
+        assert_eq!(new.len(), 4, "{new:?}");
+        assert_ne!(
+            first.request["messages"]["tail"],
+            second.request["messages"]["tail"]
+        );
+        assert!(second_parts.iter().all(|p| p.hash == hash_of(&p.body)));
+    }
+}
