@@ -20,41 +20,16 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use serde::Deserialize;
 use serde_json::{Value, json};
 use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
+use crate::config::CallsConfig;
 use crate::events::now_micros;
-use crate::llm::{CallRecorder, CallStart, NoRedaction, Redact, RedactRule, RegexRedactor};
+use crate::llm::{CallRecorder, CallStart, NoRedaction, Redact, RegexRedactor};
 use crate::nodes::Services;
 use crate::store::{CallPart, CallRecord, Store};
-use crate::units::Dur;
-
-/// `[calls]`: recording model calls.
-#[derive(Clone, Debug, Deserialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct CallsConfig {
-    /// Store each model call's request (default true).
-    pub record: bool,
-    /// How long call content is kept (0: as long as its run). The upkeep
-    /// then marks older records `expired` and deletes content no newer
-    /// record shares; `STATEGRAPH_CALL_RETENTION` overrides it.
-    pub retention: Dur,
-    /// Rules applied to every text of a request before it is stored.
-    pub redact: Vec<RedactRule>,
-}
-
-impl Default for CallsConfig {
-    fn default() -> Self {
-        Self {
-            record: true,
-            retention: Dur(Duration::ZERO),
-            redact: Vec::new(),
-        }
-    }
-}
 
 /// Call records being written at once; beyond, a record is dropped (with a
 /// warning) rather than queued without bound behind a slow store.
