@@ -377,6 +377,33 @@ pub struct Config {
     pub telemetry: TelemetryConfig,
     /// `stategraph test` and `eval`.
     pub testing: TestingConfig,
+    /// Recording model calls: retention and redaction.
+    pub calls: CallsConfig,
+}
+
+/// `[calls]`: recording model calls (`runs::calls`; docs/studio.md "Model
+/// calls").
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct CallsConfig {
+    /// Store each model call's request (default true).
+    pub record: bool,
+    /// How long call content is kept (0: as long as its run). The upkeep
+    /// then marks older records `expired` and deletes content no newer
+    /// record shares; `STATEGRAPH_CALL_RETENTION` overrides it.
+    pub retention: Dur,
+    /// Rules applied to every text of a request before it is stored.
+    pub redact: Vec<crate::llm::RedactRule>,
+}
+
+impl Default for CallsConfig {
+    fn default() -> Self {
+        Self {
+            record: true,
+            retention: Dur(Duration::ZERO),
+            redact: Vec::new(),
+        }
+    }
 }
 
 /// `[testing]`: settings of `stategraph test`.
@@ -506,6 +533,12 @@ impl Config {
                     });
                 }
             };
+        }
+        if let Some(v) = env("STATEGRAPH_CALL_RETENTION") {
+            self.calls.retention = Dur(Dur::parse(&v).ok_or_else(|| ConfigError::Env {
+                var: "STATEGRAPH_CALL_RETENTION",
+                message: format!("`{v}`: use a duration such as 7d, 12h or 0s"),
+            })?);
         }
         self.limits = std::mem::take(&mut self.limits).with_env(&env)?;
         self.llm = std::mem::take(&mut self.llm).with_env_from(&env);

@@ -184,6 +184,8 @@ async fn call_as_node(
         role: &role,
         call: 0,
         quiet: &[],
+        recorder: None,
+        endpoint: "",
     };
     let reply = call_model(model, cx, request).await;
     drop(events);

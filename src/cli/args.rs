@@ -110,6 +110,10 @@ pub(super) enum Command {
         /// the recording; report the first event that differs.
         #[arg(long)]
         reexecute: bool,
+        /// Print each model call: the messages it was sent (after
+        /// templating), the tools offered, the settings and its answer.
+        #[arg(long, conflicts_with_all = ["sse", "json", "reexecute"])]
+        calls: bool,
     },
     /// Start a new run from a step of a stored run, with an edit after a
     /// node (what runs next is routed again) or before one (it runs again).

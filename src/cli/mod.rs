@@ -264,11 +264,13 @@ fn runs_command(
             sse,
             json,
             reexecute,
+            calls,
         } => {
             let view = match (sse, json, reexecute) {
                 (true, ..) => ReplayView::Sse,
                 (_, true, _) => ReplayView::Json,
                 (.., true) => ReplayView::Reexecute,
+                _ if calls => ReplayView::Calls,
                 _ => ReplayView::Timeline,
             };
             runtime()?.block_on(ctx.with_mcp(replay::replay_run(ctx, run, view, out)))?

@@ -1,4 +1,4 @@
-//! `stategraph replay RUN` and `stategraph fork RUN [--at STEP] [--after|--before NODE] --set F=V`.
+//! `stategraph replay RUN [--calls]` and `stategraph fork RUN [--at STEP] [--after|--before NODE] --set F=V`.
 
 use std::io::Write;
 
@@ -22,7 +22,12 @@ pub(super) enum ReplayView {
     Json,
     /// A re-execution from the recording, and the first divergence.
     Reexecute,
+    /// Its model calls: request and answer.
+    Calls,
 }
+
+/// Characters of a message `replay --calls` shows on its line.
+const CALL_TEXT_WIDTH: usize = 160;
 
 /// Shows a stored run. Returns whether a re-execution matched (always true
 /// for the other views).
@@ -42,6 +47,14 @@ pub(super) async fn replay_run(
             }
         }
         ReplayView::Timeline => write!(out, "{}", replay::timeline(&record, &events))?,
+        ReplayView::Calls => {
+            let mut calls = replay::calls(&*store, run, &events).await?;
+            let mut parts = replay::Parts::default();
+            for c in &mut calls {
+                replay::expand(&*store, c, &mut parts).await?;
+            }
+            write!(out, "{}", replay::calls_text(&calls, CALL_TEXT_WIDTH))?;
+        }
         ReplayView::Reexecute => {
             let graphs = ctx.graphs();
             let graph = ctx.graph(&graphs, &record.graph)?;

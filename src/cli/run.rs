@@ -77,6 +77,9 @@ pub(super) async fn run(
     };
     let (streamed, ended) = if args.store {
         let store = ctx.store().await?;
+        let (services, recorder) =
+            crate::runs::calls::recording(&services, Arc::clone(&store), &ctx.config.calls, None)
+                .map_err(anyhow::Error::msg)?;
         let runs = ctx.runs(Arc::clone(&store), services, graphs);
         let upkeep = runs.spawn_upkeep();
         let started = runs
@@ -94,6 +97,9 @@ pub(super) async fn run(
         started.hub.wait().await;
         runs.shutdown(std::time::Duration::ZERO).await;
         upkeep.abort();
+        if let Some(r) = recorder {
+            r.flush().await;
+        }
         (streamed, stored_end(&*store, &graph, started.run_id).await?)
     } else {
         let opts = RunOptions {

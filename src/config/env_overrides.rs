@@ -83,6 +83,12 @@ const ROWS: &[Row] = &[
         applied: |c| c.server.stream_durability == StreamDurability::Step,
     },
     Row {
+        var: "STATEGRAPH_CALL_RETENTION",
+        file: "[calls]\nretention = \"7d\"",
+        value: "12h",
+        applied: |c| c.calls.retention.0 == std::time::Duration::from_secs(12 * 3600),
+    },
+    Row {
         var: "OTEL_EXPORTER_OTLP_ENDPOINT",
         file: "[telemetry]\notlp_endpoint = \"http://file:4318\"",
         value: "http://env:4318",

@@ -5,6 +5,7 @@ use std::time::Instant;
 
 use futures::StreamExt;
 
+use super::record::{CallRecorder, CallStart};
 use super::{ChatModel, ChatRequest, LlmChunk, LlmError};
 use crate::events::{Event, EventKind, LlmOutput, NodeEvents, ToolCallRecord, Usage};
 
@@ -20,6 +21,10 @@ pub struct ModelCall<'a> {
     /// Replies that are never streamed as text (`quiet_replies`: see
     /// `llm::quiet`).
     pub quiet: &'a [String],
+    /// Hears the request when the call starts (`None`: not recorded).
+    pub recorder: Option<&'a dyn CallRecorder>,
+    /// Where the model is served (`ChatModel::describe`), for the recorder.
+    pub endpoint: &'a str,
 }
 
 /// A finished model call: its `llm_finished` event, which owns the output
@@ -84,7 +89,8 @@ pub async fn stream_call(
 ) -> Result<LlmReply, LlmError> {
     let started = Instant::now();
     let call = cx.call;
-    cx.events
+    let begun = cx
+        .events
         .emit(EventKind::LlmStarted {
             call,
             role: Arc::clone(cx.role),
@@ -92,6 +98,20 @@ pub async fn stream_call(
             request: request.fingerprint(),
         })
         .await;
+    if let Some(recorder) = cx.recorder {
+        recorder.record(CallStart {
+            run_id: begun.run_id,
+            seq: begun.seq,
+            step: begun.step,
+            node: cx.events.node(),
+            task: begun.task,
+            call,
+            role: cx.role,
+            model,
+            endpoint: cx.endpoint,
+            request,
+        });
+    }
     let mut out = LlmOutput::default();
     let mut usage = Usage::default();
     let mut calls = ToolCalls::default();

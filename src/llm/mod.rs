@@ -17,6 +17,7 @@ pub mod offline;
 pub mod openai;
 pub mod profile;
 mod quiet;
+pub mod record;
 pub mod reply;
 pub mod script;
 pub mod scripted;
@@ -40,6 +41,7 @@ pub use keywords::ValueKeywords;
 pub use openai::{
     EndpointError, EndpointSettings, OpenAiEndpoint, OpenAiModel, RetryPolicy, Timeouts,
 };
+pub use record::{CallRecorder, CallStart, NoRedaction, Redact, RedactRule, RegexRedactor};
 
 /// One message sent to a model.
 #[derive(Clone, Debug, PartialEq, Serialize)]

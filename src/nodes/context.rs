@@ -19,7 +19,8 @@ use crate::graph::PromptRef;
 use crate::graph::prompts::Prompts;
 use crate::llm::fallback::is_answer;
 use crate::llm::{
-    ChatRequest, ChunkStream, LlmError, LlmReply, ModelCall, Models, ToolDef, stream_call,
+    CallRecorder, ChatRequest, ChunkStream, LlmError, LlmReply, ModelCall, Models, ToolDef,
+    stream_call,
 };
 use crate::state::DynState;
 use crate::tools::{ToolError, ToolOutcome, ToolRegistry};
@@ -102,6 +103,9 @@ pub struct Services {
     /// read by bound tool arguments as `user.id`; recorded in
     /// `run_started` so a re-execution acts for the same user.
     pub user: Option<Arc<str>>,
+    /// Hears each model call's request as it starts (the server stores
+    /// them: `GET /api/runs/{id}/calls`); `None` records nothing.
+    pub calls: Option<Arc<dyn CallRecorder>>,
 }
 
 impl Services {
@@ -113,6 +117,7 @@ impl Services {
             playback: None,
             answers: None,
             user: None,
+            calls: None,
         }
     }
 
@@ -267,11 +272,14 @@ impl NodeContext<'_> {
                     .boxed()
             }
         };
-        let cx = ModelCall {
+        let recorder = self.services.calls.as_deref();
+        let cx = |endpoint| ModelCall {
             events: self.events,
             role,
             call,
             quiet,
+            recorder,
+            endpoint,
         };
         if let Some(rec) = &self.services.playback
             && let Some((model, stream)) = rec.llm_for(
@@ -282,10 +290,18 @@ impl NodeContext<'_> {
                 request,
             )
         {
-            return stream_call(&model, watch(stream), cx, request).await;
+            return stream_call(&model, watch(stream), cx("recording"), request).await;
         }
         let model = self.services.models.for_role(role);
-        stream_call(model.name(), watch(model.stream(request)), cx, request).await
+        // Described only when someone records it (once per call).
+        let endpoint = recorder.map(|_| model.describe()).unwrap_or_default();
+        stream_call(
+            model.name(),
+            watch(model.stream(request)),
+            cx(&endpoint),
+            request,
+        )
+        .await
     }
 
     /// The definitions of the tools `allowed` to offer the model, each

@@ -7,8 +7,10 @@
 //! [`reexecute`] runs the graph again with every model and tool result served
 //! from the recording and reports the first event that differs; [`fork_point`]
 //! gives the edited state and frontier a forked run starts from (after a
-//! node, routed again; or before one, to run it again).
+//! node, routed again; or before one, to run it again); [`calls`] lists
+//! the model calls with what each was asked and answered.
 
+mod calls;
 mod fork;
 mod recording;
 mod tasks;
@@ -28,6 +30,7 @@ use crate::sse::{self, BridgeConfig};
 use crate::state::DynState;
 use crate::store::{RunRecord, Store, StoreError};
 
+pub use calls::{CallView, Parts, calls, calls_text, expand};
 pub use fork::{Edit, EditError, ForkPoint, fork_point, replaced};
 pub use recording::{RecordedTool, Recording};
 pub use tasks::{

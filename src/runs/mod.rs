@@ -13,9 +13,11 @@
 //! - [`fork`]: a new run from a checkpoint of another, with edited state;
 //! - [`recover`]: leases, orphaned runs, stop requests across instances;
 //! - [`follow`]: streaming a run another instance executes;
-//! - `drive`: executing one run and recording how it ended.
+//! - `drive`: executing one run and recording how it ended;
+//! - [`calls`]: storing each model call's request, and expiring it.
 
 pub mod breaks;
+pub mod calls;
 mod checkpointer;
 mod drive;
 mod end;

@@ -23,6 +23,7 @@
 
 mod auth;
 mod boot;
+mod calls_api;
 mod chat;
 mod error;
 mod eval_api;
@@ -123,9 +124,10 @@ impl AppState {
             limits: Arc::clone(&limits),
         };
         let instance = format!("{}-{}", hostname(), uuid::Uuid::now_v7().simple());
+        let services = recorded_services(&engine.services, &store, &config);
         let runs = Runs::new(
             Arc::clone(&store),
-            Arc::clone(&engine.services),
+            Arc::clone(&services),
             Arc::clone(&engine.graphs),
             instance,
             RunsConfig::from(&config.server),
@@ -135,12 +137,34 @@ impl AppState {
             config,
             store,
             graphs: Arc::clone(&engine.graphs),
-            services: Arc::clone(&engine.services),
+            services,
             runs,
             metrics,
             limits,
             mcp: mcp.map(Arc::new),
         })
+    }
+}
+
+/// The engine's services, recording each model call's request into
+/// `store` as `[calls]` says (an embedding's own recorder, already set,
+/// stays).
+fn recorded_services(
+    engine: &Arc<Services>,
+    store: &Arc<dyn Store>,
+    config: &Config,
+) -> Arc<Services> {
+    if engine.calls.is_some() {
+        return Arc::clone(engine);
+    }
+    match crate::runs::calls::recording(engine, Arc::clone(store), &config.calls, None) {
+        Ok((services, _)) => Arc::new(services),
+        Err(e) => {
+            // Checked when the config was read; a rule that slipped past
+            // records nothing rather than store what it should hide.
+            tracing::error!(error = %e, "model calls are not recorded");
+            Arc::clone(engine)
+        }
     }
 }
 
@@ -172,6 +196,8 @@ pub fn app(state: Arc<AppState>) -> Router {
         .route("/api/runs/{id}/reexecute", post(runs_api::reexecute))
         .route("/api/runs/{id}/test-case", get(test_case::get))
         .route("/api/runs/{id}/verdicts", get(eval_api::verdicts))
+        .route("/api/runs/{id}/calls", get(calls_api::list))
+        .route("/api/runs/{id}/calls/{n}", get(calls_api::one))
         .route("/api/eval", post(eval_api::post))
         .route("/api/tools", get(tools::list))
         .route("/api/tools/health", get(tools::health))
@@ -318,6 +344,11 @@ pub async fn serve(
 ) -> std::io::Result<()> {
     let reload = spawn_reloader(Arc::clone(&state));
     let recover = state.runs.spawn_upkeep();
+    let expiry = crate::runs::calls::spawn_expiry(
+        Arc::clone(&state.store),
+        state.config.calls.retention.0,
+        tokio_util::sync::CancellationToken::new(),
+    );
     let draining = Arc::new(tokio::sync::Notify::new());
     let (stop_state, stop_notify) = (Arc::clone(&state), Arc::clone(&draining));
     let stopper = tokio::spawn(async move {
@@ -346,6 +377,9 @@ pub async fn serve(
         r.abort();
     }
     recover.abort();
+    if let Some(e) = expiry {
+        e.abort();
+    }
     result
 }
 

@@ -29,7 +29,7 @@ use axum::response::{IntoResponse, Redirect, Response};
 use super::error::ApiError;
 
 /// `(file name, content type, content)` of every file served.
-const FILES: [(&str, &str, &str); 24] = [
+const FILES: [(&str, &str, &str); 25] = [
     (
         "index.html",
         "text/html; charset=utf-8",
@@ -62,6 +62,7 @@ const FILES: [(&str, &str, &str); 24] = [
     ("hitl.js", JS, include_str!("studio/hitl.js")),
     ("thread.js", JS, include_str!("studio/thread.js")),
     ("breakpoints.js", JS, include_str!("studio/breakpoints.js")),
+    ("calls.js", JS, include_str!("studio/calls.js")),
 ];
 
 /// Browsers refuse ES modules sent with any other type.

@@ -11,6 +11,7 @@
 //! (a server kept every chat and event before, 3–5 GB after ~22k chats).
 //! [`MemoryStore::new`] keeps everything (tests).
 
+mod calls;
 mod verdicts;
 
 use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
@@ -40,6 +41,10 @@ struct Inner {
     leases: HashMap<Uuid, Lease>,
     stops: HashSet<Uuid>,
     verdicts: HashMap<Uuid, Vec<super::VerdictRecord>>,
+    /// Model call records by run and seq.
+    calls: HashMap<Uuid, BTreeMap<u64, super::calls::CallRecord>>,
+    /// Call content by hash: body and last use.
+    call_parts: HashMap<String, (String, u64)>,
     /// Finished runs, oldest first (for the bound).
     finished: VecDeque<Uuid>,
     /// Chats in the order they were created (for the bound).
@@ -80,6 +85,7 @@ impl Inner {
             self.checkpoints.remove(&old);
             self.stops.remove(&old);
             self.verdicts.remove(&old);
+            self.calls.remove(&old);
         }
     }
 
@@ -769,6 +775,7 @@ impl Maintenance for MemoryStore {
             g.leases.remove(&id);
             g.stops.remove(&id);
             g.verdicts.remove(&id);
+            g.calls.remove(&id);
             report.runs += 1;
             report.events += g.events.remove(&id).map_or(0, |l| l.len() as u64);
             report.checkpoints += g.checkpoints.remove(&id).map_or(0, |c| c.len() as u64);
@@ -793,6 +800,8 @@ impl Maintenance for MemoryStore {
                 report.messages += g.messages.remove(&id).map_or(0, |m| m.len() as u64);
             }
         }
+        // Call content older than the runs kept goes too.
+        calls::expire(&mut g, before);
         ready(Ok(report))
     }
 

@@ -12,7 +12,8 @@
 //!   a lease is two columns of the run, renewed while the run executes);
 //! - [`Maintenance`]: pruning old runs and chats, and notifications of new
 //!   events so an instance can stream a run another instance executes;
-//! - [`Verdicts`]: a judge model's verdicts on a run's answer.
+//! - [`Verdicts`]: a judge model's verdicts on a run's answer;
+//! - [`Calls`]: model calls as they were sent, content stored by address.
 //!
 //! Backends: [`memory`] (tests), [`sqlite`] (the embedded default) and
 //! [`postgres`]; [`config`] picks one and [`open`]s it. A [`Store`] is
@@ -21,6 +22,7 @@
 //! run lifecycle: the store imports nothing from the runtime); [`Watched`]
 //! notes whether a store takes writes (readiness).
 
+pub mod calls;
 pub mod config;
 pub mod memory;
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
@@ -35,6 +37,7 @@ pub mod sqlite;
 mod verdicts;
 mod watched;
 
+pub use calls::{CallPart, CallRecord, CallStorage, Calls, ExpiredCalls};
 pub use config::{StoreConfig, open};
 #[cfg(feature = "postgres")]
 pub use postgres::PostgresStore;
@@ -531,7 +534,7 @@ pub trait Maintenance: Send + Sync {
 pub(crate) const PRUNE_BATCH: usize = 500;
 
 /// A complete store.
-pub trait Store: ChatStore + RunStore + EventLog + Leases + Maintenance + Verdicts {
+pub trait Store: ChatStore + RunStore + EventLog + Leases + Maintenance + Verdicts + Calls {
     /// Backend name for logs and `/readyz`.
     fn backend(&self) -> &'static str;
     /// Checks that the backend answers.

@@ -44,6 +44,7 @@
 //! (30 s idle) and a TCP user timeout (30 s) unless the URL sets them, so a
 //! server that vanished without closing its sockets is noticed too.
 
+mod calls;
 mod listen;
 mod notify;
 mod rows;
@@ -138,6 +139,11 @@ const MIGRATIONS: &[Migration] = &[
         version: 12,
         name: "runs_by_status",
         sql: include_str!("migrations/postgres/0012_runs_by_status.sql"),
+    },
+    Migration {
+        version: 13,
+        name: "model_calls",
+        sql: include_str!("migrations/postgres/0013_model_calls.sql"),
     },
 ];
 

@@ -28,6 +28,7 @@
 //! transaction commits, so a read queued after it sees it.
 
 mod batch;
+mod calls;
 mod lane;
 mod rows;
 mod upkeep;
@@ -120,6 +121,11 @@ const MIGRATIONS: &[Migration] = &[
         version: 12,
         name: "runs_by_status",
         sql: include_str!("migrations/sqlite/0012_runs_by_status.sql"),
+    },
+    Migration {
+        version: 13,
+        name: "model_calls",
+        sql: include_str!("migrations/sqlite/0013_model_calls.sql"),
     },
 ];
 

@@ -303,6 +303,28 @@ impl super::Verdicts for Watched {
     }
 }
 
+impl super::Calls for Watched {
+    fn add_call(
+        &self,
+        call: super::CallRecord,
+        parts: Vec<super::CallPart>,
+    ) -> BoxFuture<'_, StoreResult<()>> {
+        self.noted(self.inner.add_call(call, parts))
+    }
+    fn calls(&self, run: Uuid) -> BoxFuture<'_, StoreResult<Vec<super::CallRecord>>> {
+        self.inner.calls(run)
+    }
+    fn call_parts(&self, hashes: Vec<String>) -> BoxFuture<'_, StoreResult<Vec<super::CallPart>>> {
+        self.inner.call_parts(hashes)
+    }
+    fn expire_calls(&self, before: u64) -> BoxFuture<'_, StoreResult<super::ExpiredCalls>> {
+        self.noted(self.inner.expire_calls(before))
+    }
+    fn call_storage(&self) -> BoxFuture<'_, StoreResult<super::CallStorage>> {
+        self.inner.call_storage()
+    }
+}
+
 impl Store for Watched {
     fn backend(&self) -> &'static str {
         self.inner.backend()

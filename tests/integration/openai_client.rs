@@ -859,6 +859,8 @@ async fn call_model_turns_the_stream_into_run_events() {
         role: &role,
         call: 0,
         quiet: &[],
+        recorder: None,
+        endpoint: "",
     };
     let reply = call_model(&mock.model(), cx, &ask("weather?"))
         .await

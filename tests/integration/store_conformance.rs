@@ -3,7 +3,7 @@
 //! directory, and PostgreSQL in a fresh database per test
 //! (`stategraph_test_<random>` on 127.0.0.1:5432, dropped afterwards), so
 //! tests run in parallel and repeatedly. The checks cover chats, runs, the
-//! event log, leases, pruning, notifications, judge verdicts, and `LogCheckpointer` riding
+//! event log, leases, pruning, notifications, judge verdicts, model call records, and `LogCheckpointer` riding
 //! out outages (with a fault-injecting wrapper, `flaky`) and a real graph
 //! run. Then backend-specific checks: migrations, refusing a newer schema,
 //! future event kinds, configuration, and on PostgreSQL several instances
@@ -34,6 +34,7 @@ use stategraph::store::{
 use uuid::Uuid;
 
 mod backends;
+mod calls;
 mod chats;
 mod flaky;
 mod graph_run;
@@ -45,6 +46,7 @@ mod proxy;
 mod upkeep;
 mod verdicts;
 
+use calls::*;
 use chats::*;
 use graph_run::*;
 use leases::*;
@@ -106,6 +108,7 @@ conformance!(
     the_checkpointer_rides_out_outages_and_lost_replies,
     the_checkpointer_fails_on_real_errors_and_long_outages,
     verdicts_are_kept_per_run_and_pruned_with_it,
+    call_parts_are_stored_once_and_expire_by_last_use,
 );
 
 // ---------------------------------------------------------------- fixtures

@@ -1,4 +1,4 @@
-// Run page: header, tabs (timeline, state, events, replay, fork), live updates
+// Run page: header, tabs (timeline, state, events, replay, fork, model calls), live updates
 // while the run is running (events polled with ?after=lastSeq every 500 ms).
 
 import { h, hrefFor, replaceHash, fmtTime, fmtMs, fmtCost, badge, errorBox, json, announce } from './util.js';
@@ -13,6 +13,7 @@ import { verdictsCard } from './verdicts.js';
 import { interruptCard } from './hitl.js';
 import { pausedCard } from './breakpoints.js';
 import * as path from './path.js';
+import * as calls from './calls.js';
 
 const TABS = [
   ['timeline', 'Timeline', timeline],
@@ -21,6 +22,7 @@ const TABS = [
   ['events', 'Events', events],
   ['replay', 'Replay', replay],
   ['fork', 'Fork', fork],
+  ['calls', 'Model calls', calls],
 ];
 const POLL_MS = 500;
 

@@ -50,6 +50,8 @@ WITH gone AS (
     DELETE FROM checkpoints WHERE run_id IN (SELECT id FROM gone) RETURNING 1
 ), verdicts AS (
     DELETE FROM run_verdicts WHERE run_id IN (SELECT id FROM gone)
+), calls AS (
+    DELETE FROM model_calls WHERE run_id IN (SELECT id FROM gone)
 )
 SELECT (SELECT count(*) FROM gone), (SELECT coalesce(sum(n), 0)::bigint FROM events),
        (SELECT count(*) FROM checkpoints)";
@@ -277,6 +279,9 @@ impl Maintenance for PostgresStore {
                     }
                 }
             }
+            // Call content older than the runs kept goes too (a running
+            // run's older calls keep their records, marked expired).
+            crate::store::Calls::expire_calls(self, sql::u64_of(before, "time")?).await?;
             Ok(report)
         })
     }

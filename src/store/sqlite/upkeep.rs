@@ -226,6 +226,9 @@ impl Maintenance for SqliteStore {
                     }
                 }
             }
+            // Call content older than the runs kept goes too (a running
+            // run's older calls keep their records, marked expired).
+            crate::store::Calls::expire_calls(self, sql::u64_of(before, "time")?).await?;
             Ok(report)
         })
     }
@@ -281,6 +284,8 @@ fn prune_runs(conn: &mut Connection, before: i64) -> StoreResult<(usize, PruneRe
             .prepare_cached("DELETE FROM checkpoints WHERE run_id = ?1")?
             .execute([id])? as u64;
         tx.prepare_cached("DELETE FROM run_verdicts WHERE run_id = ?1")?
+            .execute([id])?;
+        tx.prepare_cached("DELETE FROM model_calls WHERE run_id = ?1")?
             .execute([id])?;
         report.runs += tx
             .prepare_cached("DELETE FROM runs WHERE id = ?1")?

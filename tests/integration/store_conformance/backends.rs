@@ -11,12 +11,12 @@ async fn sqlite_migrates_once_runs_in_wal_mode_and_refuses_a_newer_schema() {
     let first = store::sqlite::migrate(&path).await.unwrap();
     assert_eq!(
         (first.from, first.applied.as_slice()),
-        (0, &[1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12][..])
+        (0, &[1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13][..])
     );
     let second = store::sqlite::migrate(&path).await.unwrap();
     assert_eq!(
         (second.from, second.to, second.applied.len()),
-        (12, 12, 0),
+        (13, 13, 0),
         "a second migrate is a no-op"
     );
     let s = SqliteStore::open(&path).await.unwrap();
@@ -31,7 +31,7 @@ async fn sqlite_migrates_once_runs_in_wal_mode_and_refuses_a_newer_schema() {
     let versions: i64 = conn
         .query_row("SELECT count(*) FROM schema_migrations", [], |r| r.get(0))
         .unwrap();
-    assert_eq!(versions, 12);
+    assert_eq!(versions, 13);
     conn.execute(
         "INSERT INTO schema_migrations (version, name, applied_at) VALUES (99, 'future', 0)",
         [],
@@ -47,9 +47,9 @@ async fn sqlite_migrates_once_runs_in_wal_mode_and_refuses_a_newer_schema() {
 async fn postgres_migrates_once_and_refuses_a_newer_schema() {
     PgDb::with(|url| async move {
         let first = store::postgres::migrate(&url).await.unwrap();
-        assert_eq!((first.from, first.applied.as_slice()), (0, &[1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12][..]));
+        assert_eq!((first.from, first.applied.as_slice()), (0, &[1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13][..]));
         let second = store::postgres::migrate(&url).await.unwrap();
-        assert_eq!((second.from, second.to, second.applied.len()), (12, 12, 0), "a second migrate is a no-op");
+        assert_eq!((second.from, second.to, second.applied.len()), (13, 13, 0), "a second migrate is a no-op");
         let s = PostgresStore::connect(&url, 2).await.unwrap();
         s.ping().await.unwrap();
         drop(s);

@@ -256,6 +256,23 @@ impl store::Verdicts for Flaky {
     }
 }
 
+/// Call records pass through (they are not what this double tests).
+impl store::Calls for Flaky {
+    fn add_call(
+        &self,
+        call: store::CallRecord,
+        parts: Vec<store::CallPart>,
+    ) -> BoxFuture<'_, StoreResult<()>> {
+        self.inner.add_call(call, parts)
+    }
+    fn calls(&self, run: Uuid) -> BoxFuture<'_, StoreResult<Vec<store::CallRecord>>> {
+        self.inner.calls(run)
+    }
+    fn call_parts(&self, hashes: Vec<String>) -> BoxFuture<'_, StoreResult<Vec<store::CallPart>>> {
+        self.inner.call_parts(hashes)
+    }
+}
+
 impl Store for Flaky {
     fn backend(&self) -> &'static str {
         self.inner.backend()
