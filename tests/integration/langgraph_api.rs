@@ -129,6 +129,8 @@ async fn langgraphs_js_sdk_works_against_stategraph_serve() {
         "state and history",
         "second turn",
         "interrupt and resume",
+        "interrupt_before and interrupt_after",
+        "errors are LangGraph's detail everywhere",
         "rejoin with the last event id",
         "cancel",
         "404s",

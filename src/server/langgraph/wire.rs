@@ -106,6 +106,33 @@ pub(super) struct Frame {
 /// An interrupt as LangGraph shows it: `{value, id}`, the value being what
 /// the run asks (`{type: question, question, field, schema, options}`, or
 /// an approval or client tool call).
+/// The interrupts a person answers with a value (`__interrupt__`, a task's
+/// `interrupts`): not breakpoints, which LangGraph shows only as the
+/// thread's `next` (its static `interrupt_before` / `interrupt_after`).
+pub(super) fn asked(interrupts: &[Interrupt]) -> impl Iterator<Item = &Interrupt> {
+    interrupts
+        .iter()
+        .filter(|i| !matches!(i.ask, crate::events::Ask::Breakpoint { .. }))
+}
+
+/// The thread's `next` while a run waits at `interrupts`: the nodes that
+/// asked, and for a breakpoint the nodes of the step it stopped before.
+pub(super) fn next_of(interrupts: &[Interrupt]) -> Vec<String> {
+    let mut next: Vec<String> = Vec::new();
+    for i in interrupts {
+        let nodes = match &i.ask {
+            crate::events::Ask::Breakpoint { next, .. } => next.clone(),
+            _ => vec![i.node.clone()],
+        };
+        for n in nodes {
+            if !next.contains(&n) {
+                next.push(n);
+            }
+        }
+    }
+    next
+}
+
 pub(super) fn interrupt_json(i: &Interrupt) -> Value {
     json!({"value": serde_json::to_value(&i.ask).unwrap_or(Value::Null), "id": i.id, "response_schema": null})
 }
@@ -262,10 +289,14 @@ impl Wire {
             EventKind::RunInterrupted { interrupts } => {
                 // As LangGraph 1.x streams a pause: the update alone under
                 // `updates`, the state with it under `values`.
-                self.interrupts = interrupts.iter().map(interrupt_json).collect();
+                // A breakpoint (`interrupt_before`/`after`) is a static
+                // interrupt: `__interrupt__` is empty, as LangGraph's is.
+                self.interrupts = asked(interrupts).map(interrupt_json).collect();
                 out.push(("updates", json!({"__interrupt__": self.interrupts})));
                 let mut values = self.values_frame().unwrap_or_else(|| json!({}));
-                values["__interrupt__"] = Value::Array(self.interrupts.clone());
+                if !self.interrupts.is_empty() {
+                    values["__interrupt__"] = Value::Array(self.interrupts.clone());
+                }
                 out.push(("values", values));
             }
             EventKind::RunResumed { .. } => {
