@@ -192,6 +192,7 @@ async fn langgraphs_python_sdk_works_against_stategraph_serve() {
         "state and history",
         "second turn",
         "interrupt and resume",
+        "interrupt_before and interrupt_after",
         "rejoin with the last event id",
         "cancel",
         "404s",
