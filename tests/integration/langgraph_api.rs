@@ -129,6 +129,7 @@ async fn langgraphs_js_sdk_works_against_stategraph_serve() {
         "state and history",
         "second turn",
         "interrupt and resume",
+        "messages mode",
         "interrupt_before and interrupt_after",
         "errors are LangGraph's detail everywhere",
         "rejoin with the last event id",

@@ -182,6 +182,23 @@ await check("interrupt and resume", async () => {
   );
 });
 
+await check("messages mode", async () => {
+  // stream_mode "messages" (not the tuple): messages/metadata when a message
+  // starts, then messages/partial with the message so far (langgraph_api stream.py).
+  const t = await a.threads.create();
+  const parts = await collect(a.runs.stream(t.thread_id, "agent", { input: human("partial please"), streamMode: ["messages", "values"] }));
+  const meta = parts.filter((p) => p.event === "messages/metadata");
+  const partial = parts.filter((p) => p.event === "messages/partial");
+  assert.ok(meta.length >= 1 && partial.length > 1, parts.map((p) => p.event).join(","));
+  assert.ok(!parts.some((p) => p.event === "messages"), "no tuples unless asked");
+  const id = Object.keys(meta[0].data)[0];
+  assert.equal(meta[0].data[id].metadata.langgraph_node, "reply");
+  const mine = partial.filter((p) => p.data[0].id === id).map((p) => p.data[0].content);
+  for (let i = 1; i < mine.length; i++) assert.ok(mine[i].startsWith(mine[i - 1]), "each partial extends the last");
+  assert.equal(partial[0].data[0].type, "ai");
+  assert.equal(mine.at(-1), lastValues(parts).messages.at(-1).content, "the last partial is the reply");
+});
+
 await check("interrupt_before and interrupt_after", async () => {
   const t = await a.threads.create();
   // Static breakpoints (langgraph_api: interrupt_before / interrupt_after on
