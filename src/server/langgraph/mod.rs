@@ -22,6 +22,7 @@
 mod assistants;
 mod ids;
 mod messages;
+mod patient;
 mod pump;
 mod runs;
 mod start;
