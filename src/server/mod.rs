@@ -234,6 +234,8 @@ pub fn app(state: Arc<AppState>) -> Router {
             refuse::unstorable(body_limit, req, next)
         }))
         .layer(middleware::from_fn(error::json_errors))
+        // After `json_errors`: LangGraph clients read `{detail}`.
+        .layer(middleware::from_fn(langgraph::detail_errors))
         .layer(middleware::from_fn(move |req, next| {
             listen::head_limit(head_limit, req, next)
         }))

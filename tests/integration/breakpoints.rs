@@ -97,6 +97,9 @@ async fn a_breakpoint_before_the_narrator_pauses_and_an_edit_of_the_state_reache
     let base = server.url("");
     let (status, sse) = turn(&base, "bp-edit", json!({"before": ["narrator"]})).await;
     assert_eq!(status, 200, "{sse}");
+    // The pause is a valid UI message stream for the AI SDK's own parser.
+    let (ok, report) = crate::support::aisdk_validate(&sse);
+    assert!(ok, "{report}\n{sse}");
     let c = chunks(&sse);
     let pause: Vec<&Value> = c.iter().filter(|c| c["type"] == "data-interrupt").collect();
     assert_eq!(pause.len(), 1, "{sse}");

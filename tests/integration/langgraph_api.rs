@@ -129,6 +129,9 @@ async fn langgraphs_js_sdk_works_against_stategraph_serve() {
         "state and history",
         "second turn",
         "interrupt and resume",
+        "messages mode",
+        "interrupt_before and interrupt_after",
+        "errors are LangGraph's detail everywhere",
         "rejoin with the last event id",
         "cancel",
         "404s",
@@ -190,6 +193,7 @@ async fn langgraphs_python_sdk_works_against_stategraph_serve() {
         "state and history",
         "second turn",
         "interrupt and resume",
+        "interrupt_before and interrupt_after",
         "rejoin with the last event id",
         "cancel",
         "404s",
@@ -326,4 +330,82 @@ async fn the_shipped_chat_graph_answers_in_messages() {
     );
     assert!(all_reexecute(&base, "key-a").await >= 2);
     let _ = child.kill().await;
+}
+
+/// `runs/wait` and `join` on a run longer than the server's request
+/// timeout: the answer starts at once (newlines while the run goes on, as
+/// JSON allows) and ends with the final values — not a 504.
+#[tokio::test]
+async fn wait_and_join_outlast_the_request_timeout() {
+    use crate::support::server::TestServer;
+    use stategraph::llm::offline::OfflineModel;
+    let slow = OfflineModel {
+        token_delay: Some(std::time::Duration::from_millis(40)),
+        answer_tokens: Some(40),
+    };
+    let server = TestServer::start(std::sync::Arc::new(slow), |c| {
+        c.server.request_timeout.0 = std::time::Duration::from_millis(800);
+        c.server.keep_alive.0 = std::time::Duration::from_millis(200);
+    })
+    .await;
+    let client = reqwest::Client::new();
+    let input = serde_json::json!({"assistant_id": "chat", "if_not_exists": "create",
+        "input": {"messages": [{"type": "human", "content": "a slow one"}]}});
+    let started = std::time::Instant::now();
+    let r = client
+        .post(server.url("/threads/t-slow/runs/wait"))
+        .json(&input)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    let text = r.text().await.unwrap();
+    assert!(
+        started.elapsed() > std::time::Duration::from_millis(800),
+        "the run outlasted the timeout"
+    );
+    assert!(text.starts_with('\n'), "kept alive while waiting: {text:?}");
+    let values: serde_json::Value = serde_json::from_str(&text).unwrap();
+    let last = values["messages"]
+        .as_array()
+        .unwrap()
+        .last()
+        .unwrap()
+        .clone();
+    assert_eq!(last["type"], "ai", "{values}");
+    assert!(
+        last["content"].as_str().unwrap().contains("a slow one"),
+        "{values}"
+    );
+
+    // A background run, joined: the same.
+    let run: serde_json::Value = client
+        .post(server.url("/threads/t-slow/runs"))
+        .json(&serde_json::json!({"assistant_id": "chat",
+            "input": {"messages": [{"type": "human", "content": "slow again"}]}}))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let rid = run["run_id"].as_str().unwrap();
+    let joined = client
+        .get(server.url(&format!("/threads/t-slow/runs/{rid}/join")))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(joined.status(), 200);
+    let values: serde_json::Value = serde_json::from_str(&joined.text().await.unwrap()).unwrap();
+    let last = values["messages"]
+        .as_array()
+        .unwrap()
+        .last()
+        .unwrap()
+        .clone();
+    assert!(
+        last["content"].as_str().unwrap().contains("slow again"),
+        "{values}"
+    );
+    server.shutdown().await;
 }

@@ -34,6 +34,13 @@ pub(super) fn graph_of(state: &AppState, id: &str) -> Result<Arc<Graph>, ApiErro
         .ok_or_else(|| ApiError::not_found(format!("Assistant {id} not found")))
 }
 
+/// When this process first served an assistant: the creation time of a
+/// graph with no file (built from sources), rather than the 1970 epoch.
+fn served_since() -> u64 {
+    static SINCE: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
+    *SINCE.get_or_init(crate::events::now_micros)
+}
+
 /// An assistant as the API shows it.
 pub(super) fn assistant_json(g: &Graph) -> Value {
     // A graph has no creation time of its own; its file's is the closest.
@@ -41,7 +48,7 @@ pub(super) fn assistant_json(g: &Graph) -> Value {
         .and_then(|m| m.modified())
         .ok()
         .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
-        .map_or(0, |d| d.as_micros() as u64);
+        .map_or_else(served_since, |d| d.as_micros() as u64);
     json!({
         "assistant_id": ids::assistant_id(&g.id),
         "graph_id": g.id.as_ref(),

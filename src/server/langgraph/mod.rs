@@ -22,6 +22,7 @@
 mod assistants;
 mod ids;
 mod messages;
+mod patient;
 mod pump;
 mod runs;
 mod start;
@@ -34,7 +35,7 @@ use std::sync::Arc;
 use axum::Router;
 use axum::extract::{FromRequest, Request};
 use axum::http::StatusCode;
-use axum::middleware::{self, Next};
+use axum::middleware::Next;
 use axum::response::Response;
 use axum::routing::{get, post};
 use serde::de::DeserializeOwned;
@@ -83,7 +84,13 @@ pub(super) fn routes() -> Router<Arc<AppState>> {
         .route("/runs", post(runs::create_stateless))
         .route("/runs/{rid}", get(runs::get_stateless))
         .route("/runs/{rid}/stream", get(runs::join_stream_stateless))
-        .layer(middleware::from_fn(detail_errors))
+}
+
+/// Whether `path` is under the LangGraph API (whose errors are `{detail}`).
+fn is_langgraph_path(path: &str) -> bool {
+    ["/assistants", "/threads", "/runs", "/info", "/ok"]
+        .iter()
+        .any(|p| path == *p || path.strip_prefix(p).is_some_and(|r| r.starts_with('/')))
 }
 
 /// `GET /info`: what this server is and which optional parts it has.
@@ -102,8 +109,13 @@ async fn ok() -> axum::Json<Value> {
 }
 
 /// Rewrites our error body (`{"error": {code, message}}`, from any layer:
-/// auth, rate limits, handlers) as LangGraph's `{"detail": message}`.
-async fn detail_errors(req: Request, next: Next) -> Response {
+/// auth, rate limits (429), body limits, unknown paths under the API's
+/// prefixes, handlers) as LangGraph's `{"detail": message}`, for requests
+/// to the LangGraph API; the server applies it outside every other layer.
+pub(super) async fn detail_errors(req: Request, next: Next) -> Response {
+    if !is_langgraph_path(req.uri().path()) {
+        return next.run(req).await;
+    }
     let resp = next.run(req).await;
     if !(resp.status().is_client_error() || resp.status().is_server_error()) {
         return resp;

@@ -143,14 +143,15 @@ async fn wait_on(
     request_id: RequestId,
     tid: String,
     b: RunBody,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Response, ApiError> {
     let begun = start::begin(&state, &user, &request_id, &tid, &b).await?;
     let wire = wire_for(&begun, &tid);
+    let keep_alive = state.config.server.keep_alive.0;
     let source = Source::new(Arc::clone(&state), begun.run_id, Some(begun.hub));
-    let w = pump::drain(source, wire)
-        .await
-        .map_err(ApiError::internal)?;
-    Ok(Json(result_of(&w)))
+    Ok(super::patient::answer(keep_alive, async move {
+        let w = pump::drain(source, wire).await.map_err(|e| e.to_string())?;
+        Ok(result_of(&w))
+    }))
 }
 
 /// `POST /threads/{id}/runs/wait`.
@@ -160,7 +161,7 @@ pub(super) async fn wait(
     axum::Extension(request_id): axum::Extension<RequestId>,
     Path(tid): Path<String>,
     body: Body<RunBody>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Response, ApiError> {
     wait_on(state, user, request_id, tid, body_of(body)?).await
 }
 
@@ -170,7 +171,7 @@ pub(super) async fn wait_stateless(
     user: User,
     axum::Extension(request_id): axum::Extension<RequestId>,
     body: Body<RunBody>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Response, ApiError> {
     let mut b = body_of(body)?;
     b.set_create();
     wait_on(state, user, request_id, Uuid::new_v4().to_string(), b).await
@@ -316,18 +317,19 @@ pub(super) async fn join(
     State(state): State<Arc<AppState>>,
     user: User,
     Path((tid, rid)): Path<(String, String)>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Response, ApiError> {
     let (chat, run) = owned_run(&state, &user, &tid, &rid).await?;
     let wire = graph_ctx(&state, &run, &tid)?;
+    let keep_alive = state.config.server.keep_alive.0;
     let source = Source::new(
         Arc::clone(&state),
         run.id,
         hub_of(&state, &chat, &run).await?,
     );
-    let w = pump::drain(source, wire)
-        .await
-        .map_err(ApiError::internal)?;
-    Ok(Json(result_of(&w)))
+    Ok(super::patient::answer(keep_alive, async move {
+        let w = pump::drain(source, wire).await.map_err(|e| e.to_string())?;
+        Ok(result_of(&w))
+    }))
 }
 
 /// `stream_mode` of a rejoin: `?stream_mode=a&stream_mode=b`, a JSON list,

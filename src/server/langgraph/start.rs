@@ -23,6 +23,7 @@ use super::super::error::ApiError;
 use super::super::{AppState, RequestId};
 use super::pump::From;
 use super::{assistants, busy, invalid, messages, owned_thread};
+use crate::events::Breakpoints;
 use crate::nodes::Graph;
 use crate::runs::{ChatTurn, ResumeRequest, RunHub, TurnError};
 use crate::runtime::RunStatus;
@@ -94,9 +95,6 @@ fn unsupported(what: &str) -> ApiError {
 /// ignoring them.
 fn check_supported(b: &RunBody) -> Result<(), ApiError> {
     let given = |v: &Option<Value>| v.as_ref().is_some_and(|v| !v.is_null() && v != &json!([]));
-    if given(&b.interrupt_before) || given(&b.interrupt_after) {
-        return Err(unsupported("interrupt_before / interrupt_after"));
-    }
     if b.checkpoint_id.is_some() || given(&b.checkpoint) {
         return Err(unsupported(
             "running from a checkpoint (fork with POST /api/runs/{id}/fork)",
@@ -117,6 +115,51 @@ fn check_supported(b: &RunBody) -> Result<(), ApiError> {
     Ok(())
 }
 
+/// `interrupt_before` / `interrupt_after` as our breakpoints: node names,
+/// or `"*"` for every node; `None` when neither is given.
+fn breakpoints_of(graph: &Graph, b: &RunBody) -> Result<Option<Breakpoints>, ApiError> {
+    let nodes = |v: &Option<Value>, when: &str| -> Result<Vec<String>, ApiError> {
+        match v {
+            None | Some(Value::Null) => Ok(Vec::new()),
+            Some(Value::String(s)) if s == "*" => {
+                Ok(graph.nodes.iter().map(|n| n.id.to_string()).collect())
+            }
+            Some(Value::Array(items)) => items
+                .iter()
+                .map(|i| i.as_str().map(str::to_owned))
+                .collect::<Option<Vec<_>>>()
+                .ok_or_else(|| invalid(format!("{when} must be \"*\" or a list of node names"))),
+            Some(_) => Err(invalid(format!(
+                "{when} must be \"*\" or a list of node names"
+            ))),
+        }
+    };
+    if b.interrupt_before.is_none() && b.interrupt_after.is_none() {
+        return Ok(None);
+    }
+    let set = Breakpoints {
+        before: nodes(&b.interrupt_before, "interrupt_before")?,
+        after: nodes(&b.interrupt_after, "interrupt_after")?,
+    };
+    crate::runs::breaks::check(graph, &set).map_err(|e| invalid(e.to_string()))?;
+    Ok(Some(set))
+}
+
+/// Whether the thread's run waits at a breakpoint (LangGraph continues one
+/// with `input: null`).
+async fn at_breakpoint(state: &AppState, chat: &ChatRecord) -> Result<bool, ApiError> {
+    let Some(run) = chat.active_run else {
+        return Ok(false);
+    };
+    let Some(run) = state.store.get_run(run).await? else {
+        return Ok(false);
+    };
+    let waiting = super::state::waiting(state, &run).await?;
+    Ok(waiting
+        .iter()
+        .any(|i| matches!(i.ask, crate::events::Ask::Breakpoint { .. })))
+}
+
 /// Starts the run a request asks for on thread `tid`.
 pub(super) async fn begin(
     state: &Arc<AppState>,
@@ -135,11 +178,23 @@ pub(super) async fn begin(
         }
         Err(e) => return Err(e),
     };
+    let breakpoints = breakpoints_of(&graph, body)?;
+    let paused = Paused {
+        chat: &chat,
+        breakpoints: breakpoints.clone(),
+    };
     if let Some(resume) = body.command.as_ref().and_then(|c| c.resume.as_ref()) {
         if body.command.as_ref().is_some_and(|c| c.update.is_some()) {
             return Err(unsupported("command.update together with command.resume"));
         }
-        return continue_paused(state, user, request_id, &chat, graph, resume).await;
+        return continue_paused(state, user, request_id, paused, graph, resume).await;
+    }
+    // A thread stopped at `interrupt_before`/`after` goes on with no input.
+    if body.input.as_ref().is_none_or(Value::is_null)
+        && body.command.is_none()
+        && at_breakpoint(state, &chat).await?
+    {
+        return continue_paused(state, user, request_id, paused, graph, &Value::Null).await;
     }
     make_way(
         state,
@@ -156,7 +211,7 @@ pub(super) async fn begin(
         graph: Arc::clone(&graph),
         messages: chat_messages(state, &graph, &chat, &input).await?,
         input,
-        breakpoints: Default::default(),
+        breakpoints: breakpoints.unwrap_or_default(),
     };
     let started = state.runs.begin_turn(turn).await.map_err(|e| match e {
         TurnError::Busy => busy(),
@@ -343,14 +398,22 @@ async fn chat_messages(
 
 /// `command.resume`: the answer to the thread's paused run — a value for
 /// its one interrupt, or `{interrupt_id: value}` for several.
+/// The thread a continuation is on, and the run's new breakpoints (if the
+/// request gives `interrupt_before`/`after`).
+struct Paused<'a> {
+    chat: &'a ChatRecord,
+    breakpoints: Option<Breakpoints>,
+}
+
 async fn continue_paused(
     state: &Arc<AppState>,
     user: &User,
     request_id: &RequestId,
-    chat: &ChatRecord,
+    paused: Paused<'_>,
     graph: Arc<Graph>,
     resume: &Value,
 ) -> Result<Begun, ApiError> {
+    let chat = paused.chat;
     let not_waiting = || {
         ApiError::new(
             axum::http::StatusCode::CONFLICT,
@@ -362,6 +425,10 @@ async fn continue_paused(
     let run = state.store.get_run(run_id).await?.ok_or_else(not_waiting)?;
     let waiting = super::state::waiting(state, &run).await?;
     let answers: BTreeMap<String, Value> = match (resume, waiting.as_slice()) {
+        // A breakpoint goes on; a value given with it has nothing to answer.
+        (_, [one]) if matches!(one.ask, crate::events::Ask::Breakpoint { .. }) => {
+            BTreeMap::from([(one.id.clone(), json!({"action": "continue"}))])
+        }
         (Value::Object(m), _)
             if !m.is_empty() && m.keys().all(|k| waiting.iter().any(|i| &i.id == k)) =>
         {
@@ -379,7 +446,7 @@ async fn continue_paused(
         }
     };
     let req = ResumeRequest {
-        breakpoints: None,
+        breakpoints: paused.breakpoints,
         run_id,
         user_id: user.0.clone(),
         request_id: request_id.0.clone(),

@@ -95,14 +95,14 @@ fn state_json(graph: Option<&Graph>, c: Checkpoint<'_>) -> Value {
         Some(g) => messages::values_out(&g.state.schema, &c.values),
         None => c.values,
     };
-    let interrupts: Vec<Value> = c.interrupts.iter().map(wire::interrupt_json).collect();
+    let interrupts: Vec<Value> = wire::asked(c.interrupts)
+        .map(wire::interrupt_json)
+        .collect();
     let tasks: Vec<Value> = c
         .next
         .iter()
         .map(|node| {
-            let mine: Vec<Value> = c
-                .interrupts
-                .iter()
+            let mine: Vec<Value> = wire::asked(c.interrupts)
                 .filter(|i| &i.node == node)
                 .map(wire::interrupt_json)
                 .collect();
@@ -163,8 +163,7 @@ async fn at(
     } else {
         Vec::new()
     };
-    let mut next: Vec<String> = interrupts.iter().map(|i| i.node.clone()).collect();
-    next.dedup();
+    let next = wire::next_of(&interrupts);
     let parent = match parent {
         Some(p) => Some(p),
         None if step > 0 => Some(ids::checkpoint_id(run.id, step - 1)),
@@ -328,7 +327,7 @@ async fn checkpoints_of(
         };
         let last = cp.step == run.last_step;
         let mut next: Vec<String> = if last && !interrupts.is_empty() {
-            interrupts.iter().map(|i| i.node.clone()).collect()
+            wire::next_of(&interrupts)
         } else {
             cp.next.iter().map(|t| t.node.clone()).collect()
         };

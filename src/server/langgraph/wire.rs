@@ -32,8 +32,8 @@ use crate::state::DynState;
 pub(super) struct Modes(Vec<String>);
 
 /// The modes LangGraph's server accepts (`StreamMode` in its OpenAPI
-/// schema); `messages` (the non-tuple form) and `events` are accepted and
-/// send nothing.
+/// schema); `events` (LangChain's `astream_events`) is accepted and sends
+/// nothing.
 const KNOWN: &[&str] = &[
     "values",
     "messages",
@@ -85,6 +85,7 @@ impl Modes {
         match event {
             "metadata" | "error" => true,
             "messages" => self.0.iter().any(|m| m == "messages-tuple"),
+            "messages/metadata" | "messages/partial" => self.0.iter().any(|m| m == "messages"),
             e => self.0.iter().any(|m| m == e),
         }
     }
@@ -106,6 +107,33 @@ pub(super) struct Frame {
 /// An interrupt as LangGraph shows it: `{value, id}`, the value being what
 /// the run asks (`{type: question, question, field, schema, options}`, or
 /// an approval or client tool call).
+/// The interrupts a person answers with a value (`__interrupt__`, a task's
+/// `interrupts`): not breakpoints, which LangGraph shows only as the
+/// thread's `next` (its static `interrupt_before` / `interrupt_after`).
+pub(super) fn asked(interrupts: &[Interrupt]) -> impl Iterator<Item = &Interrupt> {
+    interrupts
+        .iter()
+        .filter(|i| !matches!(i.ask, crate::events::Ask::Breakpoint { .. }))
+}
+
+/// The thread's `next` while a run waits at `interrupts`: the nodes that
+/// asked, and for a breakpoint the nodes of the step it stopped before.
+pub(super) fn next_of(interrupts: &[Interrupt]) -> Vec<String> {
+    let mut next: Vec<String> = Vec::new();
+    for i in interrupts {
+        let nodes = match &i.ask {
+            crate::events::Ask::Breakpoint { next, .. } => next.clone(),
+            _ => vec![i.node.clone()],
+        };
+        for n in nodes {
+            if !next.contains(&n) {
+                next.push(n);
+            }
+        }
+    }
+    next
+}
+
 pub(super) fn interrupt_json(i: &Interrupt) -> Value {
     json!({"value": serde_json::to_value(&i.ask).unwrap_or(Value::Null), "id": i.id, "response_schema": null})
 }
@@ -132,6 +160,8 @@ pub(super) struct Wire {
     pub(super) last_values: Value,
     /// What the run waits for, when it paused.
     pub(super) interrupts: Vec<Value>,
+    /// Each streamed message's text so far, by id (the `messages` mode).
+    partials: HashMap<String, String>,
     /// `{error, message}` when it failed.
     pub(super) error: Option<Value>,
 }
@@ -146,8 +176,41 @@ impl Wire {
             models: HashMap::new(),
             last_values: json!({}),
             interrupts: Vec::new(),
+            partials: HashMap::new(),
             error: None,
         }
+    }
+
+    /// The `messages` mode (not the tuple one), as `langgraph_api`'s
+    /// stream.py writes it: `messages/metadata {id: {metadata}}` when a
+    /// message starts, then per chunk `messages/partial [message]`, the
+    /// chunks of its id added up as an `AIMessage`. (A streamed message gets
+    /// no `messages/complete`: LangGraph's handler has seen its id.)
+    fn partial(&mut self, tuple: &Value, out: &mut Vec<(&'static str, Value)>) {
+        let id = tuple[0]["id"].as_str().unwrap_or_default().to_owned();
+        let delta = tuple[0]["content"].as_str().unwrap_or_default();
+        let so_far = match self.partials.get_mut(&id) {
+            Some(text) => {
+                text.push_str(delta);
+                text.clone()
+            }
+            None => {
+                out.push((
+                    "messages/metadata",
+                    json!({ id.clone(): {"metadata": tuple[1]} }),
+                ));
+                self.partials.insert(id.clone(), delta.to_owned());
+                delta.to_owned()
+            }
+        };
+        out.push((
+            "messages/partial",
+            json!([{
+                "content": so_far, "additional_kwargs": {}, "response_metadata": {},
+                "type": "ai", "name": null, "id": id, "example": false,
+                "tool_calls": [], "invalid_tool_calls": [], "usage_metadata": null,
+            }]),
+        ));
     }
 
     /// The first frame of every stream.
@@ -254,7 +317,9 @@ impl Wire {
             EventKind::TextDelta { call, delta }
                 if self.ctx.graph.surface(node) != Surface::Hidden =>
             {
-                out.push(("messages", self.chunk(ev, node, *call, delta)));
+                let tuple = self.chunk(ev, node, *call, delta);
+                self.partial(&tuple, &mut out);
+                out.push(("messages", tuple));
             }
             EventKind::Custom { name, data, .. } => {
                 out.push(("custom", json!({"name": name, "data": data})));
@@ -262,10 +327,14 @@ impl Wire {
             EventKind::RunInterrupted { interrupts } => {
                 // As LangGraph 1.x streams a pause: the update alone under
                 // `updates`, the state with it under `values`.
-                self.interrupts = interrupts.iter().map(interrupt_json).collect();
+                // A breakpoint (`interrupt_before`/`after`) is a static
+                // interrupt: `__interrupt__` is empty, as LangGraph's is.
+                self.interrupts = asked(interrupts).map(interrupt_json).collect();
                 out.push(("updates", json!({"__interrupt__": self.interrupts})));
                 let mut values = self.values_frame().unwrap_or_else(|| json!({}));
-                values["__interrupt__"] = Value::Array(self.interrupts.clone());
+                if !self.interrupts.is_empty() {
+                    values["__interrupt__"] = Value::Array(self.interrupts.clone());
+                }
                 out.push(("values", values));
             }
             EventKind::RunResumed { .. } => {

@@ -182,6 +182,61 @@ await check("interrupt and resume", async () => {
   );
 });
 
+await check("messages mode", async () => {
+  // stream_mode "messages" (not the tuple): messages/metadata when a message
+  // starts, then messages/partial with the message so far (langgraph_api stream.py).
+  const t = await a.threads.create();
+  const parts = await collect(a.runs.stream(t.thread_id, "agent", { input: human("partial please"), streamMode: ["messages", "values"] }));
+  const meta = parts.filter((p) => p.event === "messages/metadata");
+  const partial = parts.filter((p) => p.event === "messages/partial");
+  assert.ok(meta.length >= 1 && partial.length > 1, parts.map((p) => p.event).join(","));
+  assert.ok(!parts.some((p) => p.event === "messages"), "no tuples unless asked");
+  const id = Object.keys(meta[0].data)[0];
+  assert.equal(meta[0].data[id].metadata.langgraph_node, "reply");
+  const mine = partial.filter((p) => p.data[0].id === id).map((p) => p.data[0].content);
+  for (let i = 1; i < mine.length; i++) assert.ok(mine[i].startsWith(mine[i - 1]), "each partial extends the last");
+  assert.equal(partial[0].data[0].type, "ai");
+  assert.equal(mine.at(-1), lastValues(parts).messages.at(-1).content, "the last partial is the reply");
+});
+
+await check("interrupt_before and interrupt_after", async () => {
+  const t = await a.threads.create();
+  // Static breakpoints (langgraph_api: interrupt_before / interrupt_after on
+  // a run): the thread stops before `reply` with it as `next`, and
+  // `__interrupt__` is empty — nothing for a person to answer.
+  const parts = await collect(
+    a.runs.stream(t.thread_id, "agent", { input: human("hello there"), interruptBefore: ["reply"], streamMode: ["values", "updates"] }),
+  );
+  assert.ok(!parts.some((p) => p.event === "values" && p.data.__interrupt__?.length), "no interrupt value to answer");
+  assert.equal((await a.threads.get(t.thread_id)).status, "interrupted");
+  let state = await a.threads.getState(t.thread_id);
+  assert.deepEqual(state.next, ["reply"]);
+  assert.deepEqual(state.tasks[0].interrupts, []);
+  assert.equal(state.values.messages.filter((m) => m.type === "ai").length, 0, "reply has not run");
+  // Going on: no input, as LangGraph's clients continue a static interrupt;
+  // this continuation stops after `reply`, at the end of the run.
+  await a.runs.wait(t.thread_id, "agent", { input: null, interruptAfter: ["reply"] });
+  state = await a.threads.getState(t.thread_id);
+  assert.deepEqual(state.next, [], "after the last node nothing is left");
+  assert.equal((await a.threads.get(t.thread_id)).status, "interrupted");
+  assert.match(state.values.messages.at(-1).content, /hello there/, "reply ran");
+  const done = await a.runs.wait(t.thread_id, "agent", { input: null });
+  assert.match(done.messages.at(-1).content, /hello there/);
+  assert.equal((await a.threads.get(t.thread_id)).status, "idle");
+  await assert.rejects(
+    a.runs.wait(t.thread_id, "agent", { input: human("x"), interruptBefore: ["no_such_node"] }),
+    (e) => e.status === 422,
+  );
+});
+
+await check("errors are LangGraph's detail everywhere", async () => {
+  const r = await fetch(`${url}/threads/${thread.thread_id}/no-such-path`, { headers: { "x-api-key": keyA } });
+  assert.equal(r.status, 404);
+  assert.equal(typeof (await r.json()).detail, "string");
+  const created = Date.parse((await a.assistants.get(AGENT)).created_at);
+  assert.ok(created > Date.parse("2020-01-01"), "an assistant's created_at is not the 1970 epoch");
+});
+
 await check("rejoin with the last event id", async () => {
   const t = await a.threads.create();
   const seen = [];

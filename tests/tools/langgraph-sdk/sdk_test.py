@@ -115,6 +115,18 @@ async def main():
         values = await a.runs.wait(t["thread_id"], "agent", command={"resume": "python says yes"})
         assert "python says yes" in values["messages"][-1]["content"]
 
+    async def breakpoints():
+        # interrupt_before / interrupt_after: static interrupts, continued with no input.
+        t = await a.threads.create()
+        await a.runs.wait(t["thread_id"], "agent", input=human("python hello"), interrupt_before=["reply"])
+        st = await a.threads.get_state(t["thread_id"])
+        assert st["next"] == ["reply"], st["next"]
+        assert not any(m["type"] == "ai" for m in st["values"]["messages"])
+        values = await a.runs.wait(t["thread_id"], "agent", input=None)
+        assert "python hello" in values["messages"][-1]["content"]
+        assert (await a.threads.get(t["thread_id"]))["status"] == "idle"
+        await status(422, a.runs.wait(t["thread_id"], "agent", input=human("x"), interrupt_after=["nope"]))
+
     async def rejoin():
         t = await a.threads.create()
         seen = []
@@ -159,6 +171,7 @@ async def main():
         ("state and history", state_history),
         ("second turn", second_turn),
         ("interrupt and resume", interrupt_resume),
+        ("interrupt_before and interrupt_after", breakpoints),
         ("rejoin with the last event id", rejoin),
         ("cancel", cancel),
         ("404s", not_found),
