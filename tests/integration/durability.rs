@@ -15,7 +15,7 @@ use std::time::Duration;
 use futures::StreamExt;
 use futures::future::BoxFuture;
 use stategraph::config::StreamDurability;
-use stategraph::events::{Event, StepBatch};
+use stategraph::events::{Event, RunStatus, StepBatch};
 use stategraph::sse::After;
 use stategraph::store::{CheckpointRecord, EventLog, Store, StoreResult};
 use uuid::Uuid;
@@ -29,17 +29,25 @@ use crate::support::{chat_body, post_json};
 const WRITE_DELAY: Duration = Duration::from_millis(30);
 
 /// A store whose event-log writes commit `WRITE_DELAY` late; it notes the
-/// highest seq of each run once the inner store has committed it.
+/// highest seq of each run once the inner store has committed it. With
+/// `end_reply`, the reply to a run's last step (its end, committed) is
+/// held that long too.
 struct Delayed {
     inner: Arc<dyn Store>,
     committed: Mutex<HashMap<Uuid, u64>>,
+    end_reply: Duration,
 }
 
 impl Delayed {
     fn new(inner: Arc<dyn Store>) -> Arc<Self> {
+        Self::holding_end_reply(inner, Duration::ZERO)
+    }
+
+    fn holding_end_reply(inner: Arc<dyn Store>, end_reply: Duration) -> Arc<Self> {
         Arc::new(Self {
             inner,
             committed: Mutex::default(),
+            end_reply,
         })
     }
 
@@ -75,6 +83,9 @@ impl EventLog for Delayed {
             self.inner.append_steps(&batches).await?;
             for b in &batches {
                 self.note(b.run_id, &b.events);
+            }
+            if batches.iter().any(|b| b.status != RunStatus::Running) {
+                tokio::time::sleep(self.end_reply).await;
             }
             Ok(())
         })
@@ -214,4 +225,44 @@ async fn step_durability_streams_ahead_of_a_slow_store() {
         assert!(ahead > 10, "only {ahead} events ahead of the store: {text}");
     })
     .await;
+}
+
+/// A run whose end is committed but whose executor hears of it late (the
+/// store's reply held past a lease renewal, as under load) still records
+/// its chat turn: the renewal no longer finds the run `running` and must
+/// not take it for a run another instance took over (it used to: the run
+/// was suspended, its stream ended with `finish` and the chat kept only
+/// the question, its active run set, for good).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_whose_end_is_acknowledged_late_still_records_its_turn() {
+    let delayed = Delayed::holding_end_reply(
+        Arc::new(stategraph::store::memory::MemoryStore::new()),
+        Duration::from_millis(1500),
+    );
+    let server = TestServer::start_with_store(
+        long_model(Duration::from_millis(1)),
+        Arc::clone(&delayed) as Arc<dyn Store>,
+        |c| c.server.lease.0 = Duration::from_secs(1),
+    )
+    .await;
+    let client = reqwest::Client::new();
+    let resp = post_json(
+        &client,
+        &server.url("/api/chat"),
+        &chat_body("late", "tell me"),
+    )
+    .await;
+    let text = resp.text().await.unwrap();
+    assert!(text.contains(r#""finishReason":"stop""#), "{text}");
+    let chat: serde_json::Value = client
+        .get(server.url("/api/chat/late"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(chat["messages"].as_array().unwrap().len(), 2, "{chat}");
+    assert!(chat["activeRun"].is_null(), "{chat}");
+    server.shutdown().await;
 }
