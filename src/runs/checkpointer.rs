@@ -29,7 +29,7 @@ use std::time::{Duration, Instant};
 use futures::future::BoxFuture;
 use tokio::sync::watch;
 
-use crate::events::Event;
+use crate::events::{Event, RunStatus};
 use crate::runtime::{CheckpointError, Checkpointer, StepBatch};
 use crate::store::{Store, StoreError, StoreResult};
 
@@ -52,6 +52,8 @@ pub struct LogCheckpointer {
     /// Since when writes have failed (shared by clones), `None` while the
     /// last write succeeded.
     failing_since: Arc<Mutex<Option<Instant>>>,
+    /// Marks the run as ending before its last step is written.
+    end_mark: Option<super::held::EndMark>,
 }
 
 impl std::fmt::Debug for LogCheckpointer {
@@ -71,6 +73,7 @@ impl LogCheckpointer {
             outage_limit: DEFAULT_OUTAGE_LIMIT,
             events_stored: None,
             failing_since: Arc::default(),
+            end_mark: None,
         }
     }
 
@@ -90,6 +93,13 @@ impl LogCheckpointer {
     #[must_use]
     pub fn after_events(mut self, stored: watch::Receiver<u64>) -> Self {
         self.events_stored = Some(stored);
+        self
+    }
+
+    /// Marks the run as ending (`held`) before its last step is written.
+    #[must_use]
+    pub(super) fn marking_end(mut self, mark: super::held::EndMark) -> Self {
+        self.end_mark = Some(mark);
         self
     }
 
@@ -123,6 +133,11 @@ impl LogCheckpointer {
             return Ok(());
         };
         let last = batches.iter().flat_map(|b| &b.events).max_by_key(|e| e.seq);
+        if let Some(mark) = &self.end_mark
+            && batches.iter().any(|b| b.status != RunStatus::Running)
+        {
+            mark.mark();
+        }
         self.retrying(batch.run_id, batch.step, last.map(|e| &**e), || {
             self.store.append_steps(batches)
         })

@@ -39,7 +39,7 @@ pub(super) async fn drive(
     permit: OwnedSemaphorePermit,
 ) {
     let (tx, rx) = mpsc::channel::<Arc<Event>>(256);
-    let (checkpointer, durable) = checkpointing(&runs);
+    let (checkpointer, durable) = checkpointing(&runs, launch.hold.end_mark());
     let opts = RunOptions {
         run_id: launch.run_id,
         events: Some(tx),
@@ -95,12 +95,14 @@ pub(super) async fn drive(
     linger(runs, hub);
 }
 
-/// How the run's steps are stored: the checkpointer, and with `visible`
+/// How the run's steps are stored: the checkpointer (which marks the run
+/// as ending, `end`, before its last step), and with `visible`
 /// stream durability what the pump needs to store events before anyone
 /// sees them.
-fn checkpointing(runs: &Runs) -> (LogCheckpointer, Option<Durable>) {
+fn checkpointing(runs: &Runs, end: super::held::EndMark) -> (LogCheckpointer, Option<Durable>) {
     let writer = LogCheckpointer::new(Arc::clone(&runs.store))
-        .with_outage_limit(runs.config.store_outage_limit);
+        .with_outage_limit(runs.config.store_outage_limit)
+        .marking_end(end);
     match runs.config.stream_durability {
         StreamDurability::Step => (writer, None),
         StreamDurability::Visible => {

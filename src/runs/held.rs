@@ -102,6 +102,34 @@ impl Hold {
     /// this, a renewal that ran between the two took each run ending under
     /// load for one another instance had taken over.
     pub(super) fn ending(&self) {
+        self.end_mark().mark();
+    }
+
+    /// What marks the run's end as being written from where it is first
+    /// written: the checkpointer's last step, which already stores the
+    /// run as ended (see [`EndMark`]).
+    pub(super) fn end_mark(&self) -> EndMark {
+        EndMark {
+            held: Arc::clone(&self.held),
+            run: self.run,
+        }
+    }
+}
+
+/// Marks a held run as ending ([`Hold::ending`]) from the checkpointer,
+/// before it writes the run's last step: that write takes the run out of
+/// the store's `running` runs, and a renewal between it and the executor's
+/// return (a slow reply, under load) took the run for lost and suspended
+/// it — the stream ended, the chat's turn was never recorded.
+#[derive(Clone, Debug)]
+pub(super) struct EndMark {
+    held: Arc<Held>,
+    run: Uuid,
+}
+
+impl EndMark {
+    /// The run's end is being written (nothing once it is no longer held).
+    pub(super) fn mark(&self) {
         let mut runs = self
             .held
             .runs
@@ -158,6 +186,10 @@ mod tests {
         hd.ending();
         let (_, lost) = held.compare(&[a], Instant::now());
         assert!(!lost.contains(&d), "{lost:?}");
+        // So is one whose checkpointer is writing its last step.
+        ha.end_mark().mark();
+        let (_, lost) = held.compare(&[], Instant::now());
+        assert!(!lost.contains(&a), "{lost:?}");
         drop(hb);
         assert!(!held.contains(b));
         assert!(held.contains(a) && held.contains(c) && held.contains(d));

@@ -98,7 +98,12 @@ impl Reader {
                 // is still busy. (Bounded: a store that hangs does not hold
                 // the stream open forever.)
                 self.finished = true;
-                let _ = tokio::time::timeout(DONE_WAIT, self.progress.wait_for(|p| p.done)).await;
+                let waited = tokio::time::timeout(DONE_WAIT, self.progress.wait_for(|p| p.done));
+                if waited.await.is_err() {
+                    // Said in the log: a client that asks at once may find
+                    // the chat still busy and its answer not yet stored.
+                    tracing::warn!(run_id = %self.hub.run_id, "the run's end was not recorded within {DONE_WAIT:?}; the stream ends without it");
+                }
                 return Some(sse::DONE.to_owned());
             }
             let progress = *self.progress.borrow_and_update();

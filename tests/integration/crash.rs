@@ -18,15 +18,31 @@ use crate::support::{aisdk_validate, chat_body, report_json, root};
 pub(crate) struct Server {
     pub(crate) child: tokio::process::Child,
     pub(crate) base: String,
+    /// Where its stderr (the `info` log) goes.
+    pub(crate) log: PathBuf,
+}
+
+impl Server {
+    /// The last `lines` of its log, headed by the file's name: for an
+    /// assertion's message, so a failure says what the server did (the log
+    /// goes with the test's temporary directory).
+    pub(crate) fn log_tail(&self, lines: usize) -> String {
+        let log = std::fs::read_to_string(&self.log).unwrap_or_default();
+        let all: Vec<&str> = log.lines().collect();
+        let tail = all[all.len().saturating_sub(lines)..].join("\n");
+        format!(
+            "==> the server's log, last {lines} lines ({}):\n{tail}",
+            self.log.display()
+        )
+    }
 }
 
 /// Starts `stategraph serve` with `config` (TOML) in `dir`, serving `graphs`.
 pub(crate) async fn start(dir: &Path, config: &str, graphs: &Path) -> Server {
     let cfg = dir.join(format!("stategraph-{}.toml", uuid::Uuid::now_v7().simple()));
     std::fs::write(&cfg, config).unwrap();
-    let log =
-        std::fs::File::create(dir.join(format!("server-{}.log", uuid::Uuid::now_v7().simple())))
-            .unwrap();
+    let log_path = dir.join(format!("server-{}.log", uuid::Uuid::now_v7().simple()));
+    let log = std::fs::File::create(&log_path).unwrap();
     let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_stategraph"))
         .args(["serve", "--bind", "127.0.0.1:0", "--config"])
         .arg(&cfg)
@@ -57,6 +73,7 @@ pub(crate) async fn start(dir: &Path, config: &str, graphs: &Path) -> Server {
     Server {
         child,
         base: base.expect("server address"),
+        log: log_path,
     }
 }
 
@@ -224,7 +241,8 @@ async fn resume_and_check(server: &Server, chat: &str, expect_text: &str) -> Val
     let (text, last) = resume_stream(&server.base, chat, None).await;
     assert!(
         text.ends_with("data: [DONE]\n\n"),
-        "resumed stream (last status {last}):\n{text}"
+        "resumed stream (last status {last}):\n{text}\n{}",
+        server.log_tail(40)
     );
     let (ok, raw) = aisdk_validate(&text);
     assert!(ok, "{raw}\n{text}");
@@ -278,7 +296,7 @@ async fn resume_and_check(server: &Server, chat: &str, expect_text: &str) -> Val
         .filter(|p| p["type"] == "text")
         .filter_map(|p| p["text"].as_str())
         .collect();
-    assert_eq!(stored_text, expect_text);
+    assert_eq!(stored_text, expect_text, "{}", server.log_tail(40));
     report
 }
 
@@ -339,13 +357,14 @@ async fn crash_and_restart(at: KillAt) {
     let _ = a.child.wait().await;
     let b = start(dir.path(), &config(&store), &g).await;
     let check = tokio::spawn({
-        let b_base = b.base.clone();
+        let (b_base, b_log) = (b.base.clone(), b.log.clone());
         let expect = expect.clone();
         async move {
             resume_and_check(
                 &Server {
                     child: tokio::process::Command::new("true").spawn().unwrap(),
                     base: b_base,
+                    log: b_log,
                 },
                 "crash-chat",
                 &expect,
@@ -572,7 +591,11 @@ async fn resume_after_crash_at(dir: &Path, g: &Path, deltas: usize, expect: &str
     let b = start(dir, &config(&store), g).await;
     let client = reqwest::Client::new();
     let (after, _) = resume_stream(&b.base, &chat, Some(last)).await;
-    assert!(after.ends_with("data: [DONE]\n\n"), "{after}");
+    assert!(
+        after.ends_with("data: [DONE]\n\n"),
+        "{after}\n{}",
+        b.log_tail(40)
+    );
     let whole = format!("{before}{after}");
     let ids: Vec<stategraph::sse::After> = whole
         .lines()
@@ -601,7 +624,12 @@ async fn resume_after_crash_at(dir: &Path, g: &Path, deltas: usize, expect: &str
         .unwrap();
     let stored_text =
         text_of_parts(&stored["messages"].as_array().unwrap().last().unwrap()["parts"]);
-    assert_eq!(client_text, stored_text, "killed at {deltas} deltas");
+    assert_eq!(
+        client_text,
+        stored_text,
+        "killed at {deltas} deltas\n{}",
+        b.log_tail(40)
+    );
     assert_eq!(client_text, expect, "and it is the whole answer, once");
 }
 

@@ -10,7 +10,8 @@
 //!   card_shapes, assistant_ui
 //! - the server and its API: server, hostile, limits, failed_turns, memory,
 //!   binary, langgraph_api, langgraph_wire
-//! - the store and surviving failures: store_conformance, crash, faults
+//! - the store and surviving failures: store_conformance, durability, crash,
+//!   faults
 //! - human in the loop: interrupts, hitl_client, hitl_crash
 //! - replay and forks: replay, exact_replay, forks
 //! - graph tests and eval: graph_tests, graph_recorded, graph_eval,
@@ -43,6 +44,7 @@ mod data360;
 mod data360_contract;
 mod data_tools;
 mod degrade;
+mod durability;
 mod exact_replay;
 mod executor;
 mod failed_turns;

@@ -48,7 +48,11 @@ async fn chat(server: &Server, id: &str) {
     .await;
     assert_eq!(resp.status(), 200);
     let body = resp.text().await.unwrap();
-    assert!(body.contains("\"type\":\"finish\""), "{body}");
+    assert!(
+        body.contains("\"type\":\"finish\"") && body.ends_with("data: [DONE]\n\n"),
+        "{body}\n{}",
+        server.log_tail(60)
+    );
 }
 
 async fn stored_answer(server: &Server, id: &str) -> String {
@@ -59,7 +63,10 @@ async fn stored_answer(server: &Server, id: &str) -> String {
         .await
         .unwrap();
     let messages = chat["messages"].as_array().expect("messages");
-    assert_eq!(messages.len(), 2, "{chat}");
+    // The stream's `[DONE]` waits (up to 5 s) for the turn's end to be
+    // stored; the log says whether that wait ran out or the run was
+    // suspended, lost or recovered meanwhile.
+    assert_eq!(messages.len(), 2, "{chat}\n{}", server.log_tail(60));
     text_of_parts(&messages[1]["parts"])
 }
 
@@ -85,7 +92,11 @@ async fn a_quiet_server_releases_memory_and_loses_nothing() {
     for id in &ids {
         answers.push(stored_answer(&server, id).await);
     }
-    assert!(answers.iter().all(|a| !a.is_empty()));
+    assert!(
+        answers.iter().all(|a| !a.is_empty()),
+        "{answers:?}\n{}",
+        server.log_tail(60)
+    );
     released_after(&server, 0).await;
 
     // Past the lingering streams and the tail, an idle server stops

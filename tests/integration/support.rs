@@ -42,6 +42,7 @@ stategraph::state! {
 }
 
 pub mod db;
+pub mod delegate;
 pub mod model;
 
 #[path = "../common/data_tool.rs"]
