@@ -243,7 +243,12 @@ async fn the_real_comparison_leads_with_the_country_named_first() {
 async fn a_comparison_of_one_country_is_a_fact() {
     let output = json!({"indicator": "GDP growth (annual %)", "unit": "annual %",
         "snapshot": {"year": "2021", "rankings": [compact(1, "IND", "India", 10.48)]}});
-    let (card, _) = card("data360_compare_countries", json!({"country_codes": "IND;XXX"}), output).await;
+    let (card, _) = card(
+        "data360_compare_countries",
+        json!({"country_codes": "IND;XXX"}),
+        output,
+    )
+    .await;
     assert_eq!(
         card,
         json!({"kind": "fact", "indicator": "GDP growth (annual %)", "unit": "annual %", "country": "India", "year": "2021", "value": 10.48})
@@ -278,12 +283,17 @@ async fn the_real_summary_groups_give_a_fact_with_its_trend() {
 async fn a_countrys_breakdowns_collapse_to_its_total_and_flat_groups_read_too() {
     // By sex (the real server groups an ambiguous dimension): the total.
     let by_sex = json!({"indicator": "Unemployment", "unit": "%", "ambiguous_dimensions": ["SEX"],
-        "groups": [
-            group(json!({"ref_area": "ZAF", "sex": "F"}), (35.1, "2023"), (30.0, "2010")),
-            group(json!({"ref_area": "ZAF", "sex": "_T"}), (32.1, "2023"), (24.7, "2010")),
-            group(json!({"ref_area": "ZAF", "sex": "M"}), (29.9, "2023"), (21.0, "2010")),
-        ]});
-    let (total, _) = card("data360_summarize_data", json!({"country_code": "ZAF"}), by_sex).await;
+    "groups": [
+        group(json!({"ref_area": "ZAF", "sex": "F"}), (35.1, "2023"), (30.0, "2010")),
+        group(json!({"ref_area": "ZAF", "sex": "_T"}), (32.1, "2023"), (24.7, "2010")),
+        group(json!({"ref_area": "ZAF", "sex": "M"}), (29.9, "2023"), (21.0, "2010")),
+    ]});
+    let (total, _) = card(
+        "data360_summarize_data",
+        json!({"country_code": "ZAF"}),
+        by_sex,
+    )
+    .await;
     assert_eq!(total["value"], 32.1, "{total}");
     assert_eq!(total["country"], "ZAF");
     // The groups' flat fields (the app's card reads both).
@@ -315,7 +325,12 @@ async fn the_apis_own_rows_give_a_fact_from_text_values() {
     };
     let output = json!({"count": 2, "total_count": 2, "offset": 0, "has_more": false, "next_offset": null,
         "data": [row("2023", "55100000"), row("2020", "51985780")], "error": null});
-    let (fact, _) = card("data360_get_data", json!({"country_code": "KEN", "start_year": 2020}), output).await;
+    let (fact, _) = card(
+        "data360_get_data",
+        json!({"country_code": "KEN", "start_year": 2020}),
+        output,
+    )
+    .await;
     assert_eq!(fact["kind"], "fact", "{fact}");
     assert_eq!(fact["indicator"], "Population, total");
     assert_eq!(fact["unit"], "PS");
