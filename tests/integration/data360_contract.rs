@@ -400,6 +400,11 @@ async fn the_real_shapes_give_their_cards() {
                     "data360_compare_countries",
                     json!({"database_id": "WB_WDI", "indicator_id": "WB_WDI_NY_GDP_MKTP_KD_ZG", "country_codes": "CHN;IND", "year": 2021}),
                 )
+            } else if q.contains("unemployment") {
+                (
+                    "data360_summarize_data",
+                    json!({"database_id": "WB_WDI", "indicator_id": "WB_WDI_SL_UEM_TOTL_ZS", "country_code": "ZAF", "start_year": 2010}),
+                )
             } else if q.contains("rank") {
                 (
                     "data360_rank_countries",
@@ -485,6 +490,43 @@ async fn the_real_shapes_give_their_cards() {
             "country": "Nigeria", "year": "2023", "value": 24.7,
             "trend": {"from_year": "2010", "from_value": 13.7, "change": 11.0, "direction": "increasing"}})
     );
+
+    // An indicator broken down by sex: one group per sex (F first), the
+    // card shows the country's total.
+    let t = turn(
+        &server,
+        &log,
+        "api-sex",
+        "How has unemployment in South Africa changed since 2010?",
+    )
+    .await;
+    let groups: Vec<Value> = t
+        .parts
+        .iter()
+        .filter(|p| p["type"] == "data-thinking")
+        .flat_map(|p| {
+            p["data"]["toolCalls"]
+                .as_array()
+                .cloned()
+                .unwrap_or_default()
+        })
+        .find(|c| c["toolName"] == "data360_summarize_data")
+        .and_then(|c| c["output"]["groups"].as_array().cloned())
+        .expect("the summary's groups in the thinking panel");
+    let sexes: Vec<&str> = groups
+        .iter()
+        .map(|g| g["group"]["sex"].as_str().unwrap())
+        .collect();
+    assert_eq!(sexes, ["F", "_T", "M"]);
+    let by_sex = card(&t);
+    assert_eq!(by_sex["country"], "South Africa", "{by_sex}");
+    assert_eq!(by_sex["value"], groups[1]["latest"]["value"], "{by_sex}");
+    assert_ne!(by_sex["value"], groups[0]["latest"]["value"]);
+    assert_eq!(
+        by_sex["trend"]["from_value"],
+        groups[1]["earliest"]["value"]
+    );
+    assert_eq!(by_sex["trend"]["from_year"], "2010");
 
     // rank_countries: `rankings` rows {rank, code, country, value}.
     let ranked = card(
