@@ -178,3 +178,171 @@ async fn a_shape_it_cannot_read_gives_no_card_and_the_turn_goes_on() {
         }
     }
 }
+
+// The shapes the real Data360 MCP server answers (its compact serializer),
+// as the Data360 chat app's own card reads them: avsolatorio/data-ai-chatbot,
+// frontend/components/data360/types.ts (CompactRankingOutput,
+// CompactSummarizeOutput, CompactCompareOutput, GetDataOutput) and
+// backend/app/ai/graph/nodes/quick_answer.py (`_synthesize_card`).
+
+/// A ranked country as the real server writes it.
+fn compact(rank: u64, code: &str, country: &str, value: f64) -> Value {
+    json!({"rank": rank, "code": code, "country": country, "value": value, "claim_id": format!("c{rank}")})
+}
+
+#[tokio::test]
+async fn the_real_rankings_give_a_ranking_in_one_row_shape() {
+    let output = json!({
+        "year": "2020", "year_selection_note": null, "order": "desc",
+        "counts": {"with_data": 10, "requested": 11}, "unit": "metric tons per capita",
+        "indicator": "CO2 emissions (metric tons per capita)",
+        "rankings": [compact(1, "USA", "United States", 13.0), compact(2, "JPN", "Japan", 8.2)],
+        "excluded_count": 1, "excluded_sample": [{"code": "PRK", "name": null}], "error": null,
+    });
+    let (card, sent) = card("data360_rank_countries", json!({"top_n": 2}), output).await;
+    assert_eq!(card["kind"], "ranking");
+    assert_eq!(card["indicator"], "CO2 emissions (metric tons per capita)");
+    assert_eq!(card["unit"], "metric tons per capita");
+    assert_eq!(card["year"], "2020");
+    assert_eq!(card["order"], "desc");
+    assert_eq!(
+        card["ranking"][0],
+        json!({"rank": 1, "country_code": "USA", "country_name": "United States", "value": 13.0})
+    );
+    assert_eq!(card["ranking"][1]["country_name"], "Japan");
+    assert_eq!(sent, Some(card));
+}
+
+#[tokio::test]
+async fn the_real_comparison_leads_with_the_country_named_first() {
+    // India ranks first; the user named China first. One row carries its
+    // value as `obs_value`, which the app's card reads too.
+    let mut china = compact(2, "CHN", "China", 0.0);
+    china.as_object_mut().unwrap().remove("value");
+    china["obs_value"] = json!(8.41);
+    let output = json!({
+        "indicator": "GDP growth (annual %)", "unit": "annual %",
+        "snapshot": {"year": "2021", "rankings": [compact(1, "IND", "India", 10.48), china], "spread": null},
+        "time_series": null, "error": null,
+    });
+    let args = json!({"country_codes": "CHN;IND", "year": 2021});
+    let (card, _) = card("data360_compare_countries", args, output).await;
+    assert_eq!(card["kind"], "comparison", "{card}");
+    assert_eq!(card["indicator"], "GDP growth (annual %)");
+    assert_eq!(card["year"], "2021");
+    assert_eq!(
+        card["values"][0],
+        json!({"rank": 2, "country_code": "CHN", "country_name": "China", "value": 8.41})
+    );
+    assert_eq!(card["values"][1]["country_code"], "IND");
+    assert_eq!(card["difference"]["between"], json!(["China", "India"]));
+    assert_eq!(card["difference"]["value"], -2.07);
+}
+
+#[tokio::test]
+async fn a_comparison_of_one_country_is_a_fact() {
+    let output = json!({"indicator": "GDP growth (annual %)", "unit": "annual %",
+        "snapshot": {"year": "2021", "rankings": [compact(1, "IND", "India", 10.48)]}});
+    let (card, _) = card(
+        "data360_compare_countries",
+        json!({"country_codes": "IND;XXX"}),
+        output,
+    )
+    .await;
+    assert_eq!(
+        card,
+        json!({"kind": "fact", "indicator": "GDP growth (annual %)", "unit": "annual %", "country": "India", "year": "2021", "value": 10.48})
+    );
+}
+
+/// A compact summary group.
+fn group(key: Value, latest: (f64, &str), earliest: (f64, &str)) -> Value {
+    json!({"group": key, "n": 14, "latest": {"value": latest.0, "year": latest.1},
+        "earliest": {"value": earliest.0, "year": earliest.1}, "range": "2010-2023",
+        "stats": {"min": 9.0, "max": 24.7, "mean": 14.05, "median": 13.15},
+        "change": {"abs": latest.0 - earliest.0, "pct": 80.29}, "trend": "increasing", "claim_ids": ["a", "b"]})
+}
+
+#[tokio::test]
+async fn the_real_summary_groups_give_a_fact_with_its_trend() {
+    let output = json!({"indicator": "Inflation, consumer prices (annual %)", "unit": "annual %",
+        "ambiguous_dimensions": null, "error": null,
+        "groups": [group(json!({"ref_area": "NGA", "ref_area_name": "Nigeria"}), (24.7, "2023"), (13.7, "2010"))]});
+    let args = json!({"country_code": "NGA", "start_year": 2010});
+    let (card, sent) = card("data360_summarize_data", args, output).await;
+    assert_eq!(
+        card,
+        json!({"kind": "fact", "indicator": "Inflation, consumer prices (annual %)", "unit": "annual %",
+            "country": "Nigeria", "year": "2023", "value": 24.7,
+            "trend": {"from_year": "2010", "from_value": 13.7, "change": 11.0, "direction": "increasing"}})
+    );
+    assert_eq!(sent, Some(card));
+}
+
+#[tokio::test]
+async fn a_countrys_breakdowns_collapse_to_its_total_and_flat_groups_read_too() {
+    // By sex (the real server groups an ambiguous dimension): the total.
+    let by_sex = json!({"indicator": "Unemployment", "unit": "%", "ambiguous_dimensions": ["SEX"],
+    "groups": [
+        group(json!({"ref_area": "ZAF", "sex": "F"}), (35.1, "2023"), (30.0, "2010")),
+        group(json!({"ref_area": "ZAF", "sex": "_T"}), (32.1, "2023"), (24.7, "2010")),
+        group(json!({"ref_area": "ZAF", "sex": "M"}), (29.9, "2023"), (21.0, "2010")),
+    ]});
+    let (total, _) = card(
+        "data360_summarize_data",
+        json!({"country_code": "ZAF"}),
+        by_sex,
+    )
+    .await;
+    assert_eq!(total["value"], 32.1, "{total}");
+    assert_eq!(total["country"], "ZAF");
+    // The groups' flat fields (the app's card reads both).
+    let flat = json!({"metadata": {"name": "Inflation"}, "unit_measure": "%", "groups": [{
+        "ref_area": "NGA", "ref_area_name": "Nigeria", "latest_value": 24.7, "latest_year": "2023",
+        "earliest_value": 13.7, "earliest_year": "2010", "total_change": 11.0, "trend_direction": "increasing"}]});
+    let (fact, _) = card("data360_summarize_data", json!({"start_year": 2010}), flat).await;
+    assert_eq!(fact["indicator"], "Inflation");
+    assert_eq!(fact["unit"], "%");
+    assert_eq!(fact["country"], "Nigeria");
+    assert_eq!(fact["trend"]["change"], 11.0);
+    // Two countries: no single fact.
+    let two = json!({"groups": [
+        group(json!({"ref_area": "NGA"}), (24.7, "2023"), (13.7, "2010")),
+        group(json!({"ref_area": "KEN"}), (7.7, "2023"), (4.0, "2010")),
+    ]});
+    let (none, sent) = card("data360_summarize_data", json!({}), two).await;
+    assert!(none.is_null(), "{none}");
+    assert_eq!(sent, None);
+}
+
+#[tokio::test]
+async fn the_apis_own_rows_give_a_fact_from_text_values() {
+    // The Data360 API's rows: OBS_VALUE as text, the country as its code,
+    // no `metadata` (GetDataOutput in types.ts).
+    let row = |y: &str, v: &str| {
+        json!({"OBS_VALUE": v, "REF_AREA": "KEN", "TIME_PERIOD": y, "UNIT_MEASURE": "PS",
+            "INDICATOR": "WB_WDI_SP_POP_TOTL", "INDICATOR_NAME": "Population, total", "SEX": "_T", "claim_id": y})
+    };
+    let output = json!({"count": 2, "total_count": 2, "offset": 0, "has_more": false, "next_offset": null,
+        "data": [row("2023", "55100000"), row("2020", "51985780")], "error": null});
+    let (fact, _) = card(
+        "data360_get_data",
+        json!({"country_code": "KEN", "start_year": 2020}),
+        output,
+    )
+    .await;
+    assert_eq!(fact["kind"], "fact", "{fact}");
+    assert_eq!(fact["indicator"], "Population, total");
+    assert_eq!(fact["unit"], "PS");
+    assert_eq!(fact["country"], "KEN");
+    assert_eq!(fact["year"], "2023");
+    assert_eq!(fact["value"], 55100000.0);
+    assert_eq!(fact["trend"]["from_value"], 51985780.0);
+    assert_eq!(fact["trend"]["change"], 3114220.0);
+    assert_eq!(fact["trend"]["direction"], "increasing");
+    // A value that is no number: no card.
+    let odd = json!({"data": [row("2023", "n/a")]});
+    let (card, sent) = card("data360_get_data", json!({}), odd).await;
+    assert!(card.is_null(), "{card}");
+    assert_eq!(sent, None);
+}

@@ -379,3 +379,175 @@ async fn the_cards_crash_shapes_keep_the_answer() {
         server.shutdown().await;
     }
 }
+
+/// The shapes the real Data360 MCP server answers (`DATA360_SHAPE=api`:
+/// its compact serializer, as the Data360 chat app reads it —
+/// avsolatorio/data-ai-chatbot, frontend/components/data360/types.ts and
+/// backend/app/ai/graph/nodes/quick_answer.py), through the whole chat:
+/// each data tool's card with its values, the country named first leading
+/// a comparison whichever way round it was asked.
+#[tokio::test]
+async fn the_real_shapes_give_their_cards() {
+    let (server, log) = start_with(
+        Some(mcp_config_with("DATA360_SHAPE = \"api\"", false)),
+        model_with(|node, req| {
+            let q = question(req).to_lowercase();
+            if node != "quick_answer" || !tool_messages(req).is_empty() {
+                return None;
+            }
+            let (tool, args) = if q.contains("china and india") {
+                (
+                    "data360_compare_countries",
+                    json!({"database_id": "WB_WDI", "indicator_id": "WB_WDI_NY_GDP_MKTP_KD_ZG", "country_codes": "CHN;IND", "year": 2021}),
+                )
+            } else if q.contains("unemployment") {
+                (
+                    "data360_summarize_data",
+                    json!({"database_id": "WB_WDI", "indicator_id": "WB_WDI_SL_UEM_TOTL_ZS", "country_code": "ZAF", "start_year": 2010}),
+                )
+            } else if q.contains("rank") {
+                (
+                    "data360_rank_countries",
+                    json!({"database_id": "WB_WDI", "indicator_id": "WB_WDI_EN_ATM_CO2E_PC", "top_n": 3}),
+                )
+            } else {
+                return None;
+            };
+            Some(Turn::tool(tool, args))
+        }),
+    )
+    .await;
+    let card = |t: &Turned| -> Value {
+        assert!(chunks(t, "error").is_empty(), "{}", t.sse);
+        assert_eq!(finish_reason(t), "stop");
+        t.part("data-quickAnswerCard")
+            .unwrap_or_else(|| panic!("no card in {:?}", t.parts))["data"]
+            .clone()
+    };
+
+    // get_data: the API's rows (OBS_VALUE as text, the country as its code).
+    let fact = card(
+        &turn(
+            &server,
+            &log,
+            "api-fact",
+            "What is the population of Kenya?",
+        )
+        .await,
+    );
+    assert_eq!(
+        fact,
+        json!({"kind": "fact", "indicator": "Population, total", "unit": "PS", "country": "KEN", "year": "2023", "value": 55100000.0})
+    );
+
+    // compare_countries: `snapshot.rankings` rows {rank, code, country, value}.
+    for (chat, q, lead, other) in [
+        (
+            "api-ic",
+            "Compare GDP growth of India and China in 2021",
+            "IND",
+            "CHN",
+        ),
+        (
+            "api-ci",
+            "Compare GDP growth of China and India in 2021",
+            "CHN",
+            "IND",
+        ),
+    ] {
+        let c = card(&turn(&server, &log, chat, q).await);
+        assert_eq!(c["kind"], "comparison", "{c}");
+        assert_eq!(c["indicator"], "GDP growth (annual %)");
+        assert_eq!(c["year"], "2021");
+        let codes: Vec<&str> = c["values"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|v| v["country_code"].as_str().unwrap())
+            .collect();
+        assert_eq!(codes, [lead, other], "{q}: {c}");
+        let value = |code: &str| if code == "IND" { 10.48 } else { 8.41 };
+        assert_eq!(c["values"][0]["value"], value(lead), "{c}");
+        let diff = ((value(lead) - value(other)) * 100.0_f64).round() / 100.0;
+        assert_eq!(c["difference"]["value"], diff, "{c}");
+        let name = |code: &str| if code == "IND" { "India" } else { "China" };
+        assert_eq!(c["difference"]["between"], json!([name(lead), name(other)]));
+    }
+
+    // summarize_data: `groups` with latest / earliest / change / trend.
+    let since = card(
+        &turn(
+            &server,
+            &log,
+            "api-since",
+            "How has inflation in Nigeria changed since 2010?",
+        )
+        .await,
+    );
+    assert_eq!(
+        since,
+        json!({"kind": "fact", "indicator": "Inflation, consumer prices (annual %)", "unit": "annual %",
+            "country": "Nigeria", "year": "2023", "value": 24.7,
+            "trend": {"from_year": "2010", "from_value": 13.7, "change": 11.0, "direction": "increasing"}})
+    );
+
+    // An indicator broken down by sex: one group per sex (F first), the
+    // card shows the country's total.
+    let t = turn(
+        &server,
+        &log,
+        "api-sex",
+        "How has unemployment in South Africa changed since 2010?",
+    )
+    .await;
+    let groups: Vec<Value> = t
+        .parts
+        .iter()
+        .filter(|p| p["type"] == "data-thinking")
+        .flat_map(|p| {
+            p["data"]["toolCalls"]
+                .as_array()
+                .cloned()
+                .unwrap_or_default()
+        })
+        .find(|c| c["toolName"] == "data360_summarize_data")
+        .and_then(|c| c["output"]["groups"].as_array().cloned())
+        .expect("the summary's groups in the thinking panel");
+    let sexes: Vec<&str> = groups
+        .iter()
+        .map(|g| g["group"]["sex"].as_str().unwrap())
+        .collect();
+    assert_eq!(sexes, ["F", "_T", "M"]);
+    let by_sex = card(&t);
+    assert_eq!(by_sex["country"], "South Africa", "{by_sex}");
+    assert_eq!(by_sex["value"], groups[1]["latest"]["value"], "{by_sex}");
+    assert_ne!(by_sex["value"], groups[0]["latest"]["value"]);
+    assert_eq!(
+        by_sex["trend"]["from_value"],
+        groups[1]["earliest"]["value"]
+    );
+    assert_eq!(by_sex["trend"]["from_year"], "2010");
+
+    // rank_countries: `rankings` rows {rank, code, country, value}.
+    let ranked = card(
+        &turn(
+            &server,
+            &log,
+            "api-rank",
+            "Rank the top countries by CO2 emissions",
+        )
+        .await,
+    );
+    assert_eq!(ranked["kind"], "ranking");
+    assert_eq!(ranked["year"], "2020");
+    assert_eq!(ranked["order"], "desc");
+    assert_eq!(
+        ranked["ranking"],
+        json!([
+            {"rank": 1, "country_code": "USA", "country_name": "United States", "value": 13.0},
+            {"rank": 2, "country_code": "JPN", "country_name": "Japan", "value": 8.2},
+            {"rank": 3, "country_code": "CHN", "country_name": "China", "value": 7.6},
+        ])
+    );
+    server.shutdown().await;
+}
