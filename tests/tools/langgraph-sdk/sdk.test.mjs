@@ -112,6 +112,34 @@ await check("stream every mode", async () => {
   for (const t of ["checkpoint", "task", "task_result"]) assert.ok(debug.includes(t), t);
 });
 
+// stream_mode "events": astream_events (v2) events, as the SDK types them
+// (EventsStreamEvent: {event, name, run_id, tags, metadata, parent_ids, data}).
+await check("events mode", async () => {
+  const parts = await collect(a.runs.stream(null, "agent", { input: human("events please"), streamMode: "events" }));
+  const events = parts.filter((p) => p.event === "events").map((p) => p.data);
+  assert.ok(parts.every((p) => ["metadata", "events"].includes(p.event)), "only the events mode");
+  const root = parts[0].data.run_id;
+  assert.deepEqual([events[0].event, events[0].name, events[0].run_id], ["on_chain_start", "LangGraph", root]);
+  const last = events.at(-1);
+  assert.deepEqual([last.event, last.name], ["on_chain_end", "LangGraph"]);
+  assert.equal(last.data.output.messages.at(-1).type, "ai");
+  const starts = events.filter((e) => e.event === "on_chain_start" && e.name !== "LangGraph");
+  assert.deepEqual(starts.map((e) => e.name), ["triage", "reply"]);
+  const replyRun = starts[1].run_id;
+  assert.deepEqual(starts[1].parent_ids, [root]);
+  const end = events.find((e) => e.event === "on_chain_end" && e.run_id === replyRun);
+  assert.ok(end, "the node's end has its start's run id");
+  const tokens = events.filter((e) => e.event === "on_chat_model_stream");
+  assert.ok(tokens.length > 5, "tokens stream");
+  assert.equal(tokens[0].data.chunk.type, "AIMessageChunk");
+  assert.equal(tokens[0].metadata.langgraph_node, "reply");
+  assert.deepEqual(tokens[0].parent_ids.slice(0, 2), [root, replyRun]);
+  const text = tokens.map((t) => t.data.chunk.content).join("");
+  assert.equal(last.data.output.messages.at(-1).content, text);
+  const kinds = new Set(events.map((e) => e.event));
+  for (const k of ["on_chat_model_start", "on_chat_model_end"]) assert.ok(kinds.has(k), k);
+});
+
 await check("state and history", async () => {
   const state = await a.threads.getState(thread.thread_id);
   assert.deepEqual(state.values.messages.map((m) => m.type), ["human", "ai"]);
