@@ -193,6 +193,11 @@ await check("interrupt and resume", async () => {
   assert.equal(intr.value.type, "question");
   assert.ok(parts.some((p) => p.event === "updates" && p.data.__interrupt__));
   assert.equal((await a.threads.get(t.thread_id)).status, "interrupted");
+  // A search reads every thread's status at once (the newest run per chat).
+  const interrupted = (await a.threads.search({ status: "interrupted", limit: 100 })).map((x) => x.thread_id);
+  assert.ok(interrupted.includes(t.thread_id), "the search finds it interrupted");
+  const idle = (await a.threads.search({ status: "idle", limit: 100 })).map((x) => x.thread_id);
+  assert.ok(!idle.includes(t.thread_id) && idle.length > 0, "and not idle, as others are");
   const state = await a.threads.getState(t.thread_id);
   assert.deepEqual(state.next, ["ask"]);
   assert.equal(state.tasks[0].interrupts[0].id, intr.id);
