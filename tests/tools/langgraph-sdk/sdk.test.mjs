@@ -248,8 +248,19 @@ await check("interrupt_before and interrupt_after", async () => {
   assert.equal(state.values.messages.filter((m) => m.type === "ai").length, 0, "reply has not run");
   // Going on: no input, as LangGraph's clients continue a static interrupt;
   // this continuation stops after `reply`, at the end of the run.
-  await a.runs.wait(t.thread_id, "agent", { input: null, interruptAfter: ["reply"] });
+  // update_state is refused with what does the same here: the edit as
+  // `command.update` on the continuing run, applied before the paused step.
+  await assert.rejects(
+    a.threads.updateState(t.thread_id, { values: { decision: "edited" } }),
+    (e) => e.status === 422 && /command: \{update/.test(e.message),
+  );
+  await a.runs.wait(t.thread_id, "agent", {
+    input: null,
+    command: { update: { decision: "edited" } },
+    interruptAfter: ["reply"],
+  });
   state = await a.threads.getState(t.thread_id);
+  assert.equal(state.values.decision, "edited", "the update was applied");
   assert.deepEqual(state.next, [], "after the last node nothing is left");
   assert.equal((await a.threads.get(t.thread_id)).status, "interrupted");
   assert.match(state.values.messages.at(-1).content, /hello there/, "reply ran");
