@@ -428,6 +428,23 @@ impl RunStore for MemoryStore {
         ready(Ok(v))
     }
 
+    fn newest_run_status_by_chat(
+        &self,
+        user_id: &str,
+    ) -> BoxFuture<'_, StoreResult<HashMap<String, RunStatus>>> {
+        let g = self.lock();
+        let mut newest: HashMap<String, &RunRecord> = HashMap::new();
+        for r in g.runs.values().filter(|r| r.user_id == user_id) {
+            let Some(chat) = &r.chat_id else { continue };
+            let e = newest.entry(chat.clone()).or_insert(r);
+            if (r.created_at, r.id) > (e.created_at, e.id) {
+                *e = r;
+            }
+        }
+        let out = newest.into_iter().map(|(c, r)| (c, r.status)).collect();
+        ready(Ok(out))
+    }
+
     fn finish_run(
         &self,
         id: Uuid,

@@ -337,6 +337,25 @@ pub trait RunStore: Send + Sync {
     fn get_run(&self, id: Uuid) -> BoxFuture<'_, StoreResult<Option<RunRecord>>>;
     /// A page of runs, newest first, filtered as `query` says.
     fn list_runs(&self, query: &RunQuery) -> BoxFuture<'_, StoreResult<Vec<RunRecord>>>;
+    /// The status of the newest run (by `created_at`, then id) of each chat
+    /// that `user_id`'s runs belong to, by chat id, in one query: the
+    /// LangGraph API's thread statuses for a search. This default reads
+    /// the user's runs; the backends ask for the newest per chat.
+    fn newest_run_status_by_chat(
+        &self,
+        user_id: &str,
+    ) -> BoxFuture<'_, StoreResult<std::collections::HashMap<String, RunStatus>>> {
+        let query = RunQuery::newest(usize::MAX).of_user(user_id);
+        Box::pin(async move {
+            let mut out = std::collections::HashMap::new();
+            for r in self.list_runs(&query).await? {
+                if let Some(chat) = r.chat_id {
+                    out.entry(chat).or_insert(r.status);
+                }
+            }
+            Ok(out)
+        })
+    }
     /// Records how a run ended.
     fn finish_run(
         &self,

@@ -810,6 +810,29 @@ impl RunStore for PostgresStore {
         })
     }
 
+    fn newest_run_status_by_chat(
+        &self,
+        user_id: &str,
+    ) -> BoxFuture<'_, StoreResult<std::collections::HashMap<String, RunStatus>>> {
+        let user = user_id.to_owned();
+        Box::pin(async move {
+            let rows = self
+                .query(
+                    "SELECT chat_id, status FROM (SELECT chat_id, status, ROW_NUMBER() OVER \
+             (PARTITION BY chat_id ORDER BY created_at DESC, id DESC) AS n \
+             FROM runs WHERE user_id = $1 AND chat_id IS NOT NULL) AS newest WHERE n = 1",
+                    &[&user],
+                )
+                .await?;
+            let mut out = std::collections::HashMap::new();
+            for r in &rows {
+                let status: String = r.try_get(1)?;
+                out.insert(r.try_get(0)?, sql::status_of(&status)?);
+            }
+            Ok(out)
+        })
+    }
+
     fn finish_run(
         &self,
         id: Uuid,

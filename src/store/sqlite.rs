@@ -764,6 +764,27 @@ impl RunStore for SqliteStore {
         }))
     }
 
+    fn newest_run_status_by_chat(
+        &self,
+        user_id: &str,
+    ) -> BoxFuture<'_, StoreResult<std::collections::HashMap<String, RunStatus>>> {
+        let user = user_id.to_owned();
+        Box::pin(self.readers.run(move |conn| {
+            let mut stmt = conn.prepare_cached(
+                "SELECT chat_id, status FROM (SELECT chat_id, status, ROW_NUMBER() OVER \
+             (PARTITION BY chat_id ORDER BY created_at DESC, id DESC) AS n \
+             FROM runs WHERE user_id = ?1 AND chat_id IS NOT NULL) AS newest WHERE n = 1",
+            )?;
+            let mut rows = stmt.query([&user])?;
+            let mut out = std::collections::HashMap::new();
+            while let Some(r) = rows.next()? {
+                let status: String = r.get(1)?;
+                out.insert(r.get(0)?, sql::status_of(&status)?);
+            }
+            Ok(out)
+        }))
+    }
+
     fn finish_run(
         &self,
         id: Uuid,

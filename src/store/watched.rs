@@ -192,6 +192,12 @@ impl RunStore for Watched {
     fn list_runs(&self, query: &RunQuery) -> BoxFuture<'_, StoreResult<Vec<RunRecord>>> {
         self.inner.list_runs(query)
     }
+    fn newest_run_status_by_chat(
+        &self,
+        user_id: &str,
+    ) -> BoxFuture<'_, StoreResult<std::collections::HashMap<String, RunStatus>>> {
+        self.inner.newest_run_status_by_chat(user_id)
+    }
     fn finish_run(
         &self,
         id: Uuid,

@@ -75,6 +75,7 @@ macro_rules! conformance {
 
 conformance!(
     chats_are_ensured_listed_and_deleted,
+    newest_run_status_by_chat_reads_each_chats_newest_run,
     chat_metadata_is_stored_per_user_and_goes_with_its_chat,
     active_run_is_set_and_cleared,
     messages_append_regenerate_edit_and_upsert,

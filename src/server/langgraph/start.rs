@@ -179,22 +179,35 @@ pub(super) async fn begin(
         Err(e) => return Err(e),
     };
     let breakpoints = breakpoints_of(&graph, body)?;
-    let paused = Paused {
-        chat: &chat,
-        breakpoints: breakpoints.clone(),
-    };
-    if let Some(resume) = body.command.as_ref().and_then(|c| c.resume.as_ref()) {
-        if body.command.as_ref().is_some_and(|c| c.update.is_some()) {
-            return Err(unsupported("command.update together with command.resume"));
-        }
-        return continue_paused(state, user, request_id, paused, graph, resume).await;
+    let resume = body.command.as_ref().and_then(|c| c.resume.as_ref());
+    let update = body.command.as_ref().and_then(|c| c.update.as_ref());
+    // A thread stopped at `interrupt_before`/`after` goes on with no input;
+    // `command.update` edits the paused state first (`update_state` then
+    // resume, in one request).
+    if body.input.as_ref().is_none_or(Value::is_null) && at_breakpoint(state, &chat).await? {
+        let set = update
+            .map(|u| messages::values_in(&graph.state.schema, u).map_err(invalid))
+            .transpose()?;
+        let paused = Paused {
+            chat: &chat,
+            breakpoints,
+            set: set.map(Value::Object),
+        };
+        let value = resume.unwrap_or(&Value::Null);
+        return continue_paused(state, user, request_id, paused, graph, value).await;
     }
-    // A thread stopped at `interrupt_before`/`after` goes on with no input.
-    if body.input.as_ref().is_none_or(Value::is_null)
-        && body.command.is_none()
-        && at_breakpoint(state, &chat).await?
-    {
-        return continue_paused(state, user, request_id, paused, graph, &Value::Null).await;
+    if let Some(resume) = resume {
+        if update.is_some() {
+            return Err(unsupported(
+                "command.update together with command.resume (but at a breakpoint)",
+            ));
+        }
+        let paused = Paused {
+            chat: &chat,
+            breakpoints,
+            set: None,
+        };
+        return continue_paused(state, user, request_id, paused, graph, resume).await;
     }
     make_way(
         state,
@@ -403,6 +416,8 @@ async fn chat_messages(
 struct Paused<'a> {
     chat: &'a ChatRecord,
     breakpoints: Option<Breakpoints>,
+    /// Fields to write over a breakpoint's paused state (our JSON).
+    set: Option<Value>,
 }
 
 async fn continue_paused(
@@ -427,7 +442,11 @@ async fn continue_paused(
     let answers: BTreeMap<String, Value> = match (resume, waiting.as_slice()) {
         // A breakpoint goes on; a value given with it has nothing to answer.
         (_, [one]) if matches!(one.ask, crate::events::Ask::Breakpoint { .. }) => {
-            BTreeMap::from([(one.id.clone(), json!({"action": "continue"}))])
+            let mut go = json!({"action": "continue"});
+            if let Some(set) = paused.set.clone() {
+                go["set"] = set;
+            }
+            BTreeMap::from([(one.id.clone(), go)])
         }
         (Value::Object(m), _)
             if !m.is_empty() && m.keys().all(|k| waiting.iter().any(|i| &i.id == k)) =>

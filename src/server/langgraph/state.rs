@@ -213,8 +213,8 @@ pub(super) async fn get_at(
 
 /// `POST /threads/{id}/state`: LangGraph's `update_state` writes a
 /// checkpoint without running anything; our checkpoints belong to runs, so
-/// it is refused (edit a state by forking a run: `POST
-/// /api/runs/{id}/fork`).
+/// it is refused with what does the same here: at a breakpoint, resuming
+/// with `command.update`; otherwise a run with `command.update`, or a fork.
 pub(super) async fn update(
     State(state): State<Arc<AppState>>,
     user: User,
@@ -222,9 +222,9 @@ pub(super) async fn update(
 ) -> Result<Json<Value>, ApiError> {
     owned_thread(&state, &user, &tid).await?;
     Err(ApiError::new(
-        axum::http::StatusCode::NOT_IMPLEMENTED,
+        axum::http::StatusCode::UNPROCESSABLE_ENTITY,
         "not_supported",
-        "updating a thread's state outside a run is not supported here; fork a run (POST /api/runs/{id}/fork) or start a run with `command.update`",
+        "updating a thread's state outside a run is not supported here: for a thread paused at a breakpoint, run it with `input: null, command: {update: {...}}` (the edit is applied before the paused step runs); otherwise start a run with `command.update`, or fork a run (POST /api/runs/{id}/fork)",
     ))
 }
 

@@ -35,12 +35,17 @@ pub(super) async fn status_of(
         Some(id) => state.store.get_run(id).await?,
         None => super::state::latest_run(state, &chat.id).await?,
     };
-    Ok(match run.map(|r| r.status) {
+    Ok(status_name(chat, run.map(|r| r.status)))
+}
+
+/// The status of a thread whose chat's active (or newest) run is `run`.
+fn status_name(chat: &ChatRecord, run: Option<RunStatus>) -> &'static str {
+    match run {
         Some(RunStatus::Running) if chat.active_run.is_some() => "busy",
         Some(RunStatus::Interrupted) => "interrupted",
         Some(RunStatus::Failed) => "error",
         _ => "idle",
-    })
+    }
 }
 
 /// A thread as the API shows it (`values` when given).
@@ -243,6 +248,9 @@ async fn matching(state: &AppState, user: &User, s: &Search) -> Result<Vec<Value
     }
     let chats = state.store.list_chats(&user.0, SEARCH_MAX).await?;
     let mut metadata: HashMap<String, Value> = state.store.chats_metadata(&user.0).await?;
+    // One query for every thread's status (the newest run is the active
+    // one while a chat has one).
+    let statuses = state.store.newest_run_status_by_chat(&user.0).await?;
     let mut out = Vec::new();
     for chat in &chats {
         if s.ids.as_ref().is_some_and(|ids| !ids.contains(&chat.id)) {
@@ -257,7 +265,7 @@ async fn matching(state: &AppState, user: &User, s: &Search) -> Result<Vec<Value
         if !wanted {
             continue;
         }
-        let status = status_of(state, chat).await?;
+        let status = status_name(chat, statuses.get(&chat.id).copied());
         if s.status.as_deref().is_some_and(|st| st != status) {
             continue;
         }

@@ -27,13 +27,14 @@ use crate::graph::spec::Surface;
 use crate::nodes::Graph;
 use crate::state::DynState;
 
+mod astream;
+
 /// The stream modes a client asked for.
 #[derive(Clone, Debug, Default)]
 pub(super) struct Modes(Vec<String>);
 
 /// The modes LangGraph's server accepts (`StreamMode` in its OpenAPI
-/// schema); `events` (LangChain's `astream_events`) is accepted and sends
-/// nothing.
+/// schema); `events` is LangChain's `astream_events` (`wire/astream.rs`).
 const KNOWN: &[&str] = &[
     "values",
     "messages",
@@ -351,6 +352,7 @@ impl Wire {
             }
             _ => {}
         }
+        self.astream(ev, &mut out);
         out.into_iter()
             .enumerate()
             .map(|(n, (event, data))| Frame {
@@ -484,8 +486,24 @@ edges:
         }
     }
 
+    /// The frames' events, but `events` (the `astream_events` frames,
+    /// which `astream` gives).
     fn names(frames: &[Frame]) -> Vec<&str> {
-        frames.iter().map(|f| f.event).collect()
+        frames
+            .iter()
+            .map(|f| f.event)
+            .filter(|e| *e != "events")
+            .collect()
+    }
+
+    /// The `astream_events` frames: `(event, name)`.
+    fn astream(frames: &[Frame]) -> Vec<(String, String)> {
+        let s = |v: &Value| v.as_str().unwrap_or_default().to_owned();
+        frames
+            .iter()
+            .filter(|f| f.event == "events")
+            .map(|f| (s(&f.data["event"]), s(&f.data["name"])))
+            .collect()
     }
 
     #[test]
@@ -509,6 +527,9 @@ edges:
             "the input's values"
         );
         assert_eq!(f[0].data["messages"][0]["type"], "human");
+        assert_eq!(astream(&f), [("on_chain_start".into(), "LangGraph".into())]);
+        assert_eq!(f[3].data["data"]["input"]["messages"][0]["type"], "human");
+        assert_eq!(f[3].data["run_id"], Uuid::nil().to_string());
         assert_eq!(
             (f[2].seq, f[2].n),
             (1, 2),
@@ -524,6 +545,10 @@ edges:
             },
         ));
         assert_eq!(names(&f), ["tasks", "debug"]);
+        assert_eq!(astream(&f), [("on_chain_start".into(), "route".into())]);
+        let node_run = f[2].data["run_id"].clone();
+        assert_eq!(f[2].data["parent_ids"], json!([Uuid::nil()]));
+        assert_eq!(f[2].data["metadata"]["langgraph_node"], "route");
         let f = w.feed(&ev(
             3,
             1,
@@ -535,6 +560,9 @@ edges:
         ));
         assert_eq!(names(&f), ["updates", "tasks", "debug"]);
         assert_eq!(f[0].data, json!({"route": {"intent": "x"}}));
+        assert_eq!(f[3].data["event"], "on_chain_end");
+        assert_eq!(f[3].data["run_id"], node_run, "the node's start and end");
+        assert_eq!(f[3].data["data"]["output"], json!({"intent": "x"}));
         let hidden = w.feed(&ev(
             4,
             1,
@@ -555,11 +583,25 @@ edges:
                 delta: "Hel".into(),
             },
         ));
-        assert_eq!(names(&f), ["values", "checkpoints", "debug", "messages"]);
+        assert_eq!(
+            names(&f),
+            [
+                "values",
+                "checkpoints",
+                "debug",
+                "messages/metadata",
+                "messages/partial",
+                "messages"
+            ]
+        );
         assert_eq!(f[0].data["intent"], "x");
-        assert_eq!(f[3].data[0]["content"], "Hel");
-        assert_eq!(f[3].data[1]["langgraph_node"], "reply");
-        assert_eq!(f[3].data[1]["langgraph_step"], 2);
+        assert_eq!(f[5].data[0]["content"], "Hel");
+        assert_eq!(f[5].data[1]["langgraph_node"], "reply");
+        assert_eq!(f[5].data[1]["langgraph_step"], 2);
+        assert_eq!(f[6].data["event"], "on_chat_model_stream");
+        assert_eq!(f[6].data["data"]["chunk"]["content"], "Hel");
+        assert_eq!(f[6].data["data"]["chunk"]["type"], "AIMessageChunk");
+        assert_eq!(f[6].data["parent_ids"].as_array().map(Vec::len), Some(2));
         let reply = json!([{"id": "reply-1", "role": "assistant", "content": "Hello"}]);
         w.feed(&ev(
             6,
@@ -601,6 +643,7 @@ edges:
             "the state, with the pause"
         );
         assert_eq!(paused["__interrupt__"][0]["id"], "q1");
+        assert_eq!(astream(&f), [("on_chain_end".into(), "LangGraph".into())]);
         assert_eq!(paused["__interrupt__"][0]["value"]["question"], "Sure?");
         assert_eq!(w.interrupts.len(), 1);
         let f = w.feed(&ev(

@@ -585,3 +585,48 @@ pub(super) async fn chat_metadata_is_stored_per_user_and_goes_with_its_chat(stor
         "deleted with its chat"
     );
 }
+
+/// `newest_run_status_by_chat`: the status of each of a user's chats'
+/// newest run (what a thread search shows), another user's and chat-less
+/// runs left out.
+pub(super) async fn newest_run_status_by_chat_reads_each_chats_newest_run(store: Arc<dyn Store>) {
+    for (id, user) in [("c1", "alice"), ("c2", "alice"), ("b1", "bob")] {
+        store.ensure_chat(chat(id, user, 1)).await.unwrap();
+    }
+    let failed = |id| {
+        let store = Arc::clone(&store);
+        async move {
+            let e = ErrorInfo {
+                code: "boom".into(),
+                message: "it broke".into(),
+            };
+            let (s, u) = (RunStatus::Failed, Usage::default());
+            store.finish_run(id, s, Some(e), u).await.unwrap();
+        }
+    };
+    let older = run(Some("c1"), 5);
+    let newer = run(Some("c1"), 7);
+    let other = run(Some("c2"), 9);
+    let mut bobs = run(Some("b1"), 11);
+    bobs.user_id = "bob".into();
+    for r in [&newer, &older, &other, &bobs, &run(None, 20)] {
+        store.create_run(r.clone()).await.unwrap();
+    }
+    failed(older.id).await;
+    failed(other.id).await;
+    let got = store.newest_run_status_by_chat("alice").await.unwrap();
+    let want = [
+        ("c1".to_owned(), RunStatus::Running),
+        ("c2".to_owned(), RunStatus::Failed),
+    ];
+    assert_eq!(got, want.into_iter().collect());
+    let bob = store.newest_run_status_by_chat("bob").await.unwrap();
+    assert_eq!(bob.get("b1"), Some(&RunStatus::Running));
+    assert!(
+        store
+            .newest_run_status_by_chat("nobody")
+            .await
+            .unwrap()
+            .is_empty()
+    );
+}

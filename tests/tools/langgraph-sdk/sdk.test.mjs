@@ -112,6 +112,34 @@ await check("stream every mode", async () => {
   for (const t of ["checkpoint", "task", "task_result"]) assert.ok(debug.includes(t), t);
 });
 
+// stream_mode "events": astream_events (v2) events, as the SDK types them
+// (EventsStreamEvent: {event, name, run_id, tags, metadata, parent_ids, data}).
+await check("events mode", async () => {
+  const parts = await collect(a.runs.stream(null, "agent", { input: human("events please"), streamMode: "events" }));
+  const events = parts.filter((p) => p.event === "events").map((p) => p.data);
+  assert.ok(parts.every((p) => ["metadata", "events"].includes(p.event)), "only the events mode");
+  const root = parts[0].data.run_id;
+  assert.deepEqual([events[0].event, events[0].name, events[0].run_id], ["on_chain_start", "LangGraph", root]);
+  const last = events.at(-1);
+  assert.deepEqual([last.event, last.name], ["on_chain_end", "LangGraph"]);
+  assert.equal(last.data.output.messages.at(-1).type, "ai");
+  const starts = events.filter((e) => e.event === "on_chain_start" && e.name !== "LangGraph");
+  assert.deepEqual(starts.map((e) => e.name), ["triage", "reply"]);
+  const replyRun = starts[1].run_id;
+  assert.deepEqual(starts[1].parent_ids, [root]);
+  const end = events.find((e) => e.event === "on_chain_end" && e.run_id === replyRun);
+  assert.ok(end, "the node's end has its start's run id");
+  const tokens = events.filter((e) => e.event === "on_chat_model_stream");
+  assert.ok(tokens.length > 5, "tokens stream");
+  assert.equal(tokens[0].data.chunk.type, "AIMessageChunk");
+  assert.equal(tokens[0].metadata.langgraph_node, "reply");
+  assert.deepEqual(tokens[0].parent_ids.slice(0, 2), [root, replyRun]);
+  const text = tokens.map((t) => t.data.chunk.content).join("");
+  assert.equal(last.data.output.messages.at(-1).content, text);
+  const kinds = new Set(events.map((e) => e.event));
+  for (const k of ["on_chat_model_start", "on_chat_model_end"]) assert.ok(kinds.has(k), k);
+});
+
 await check("state and history", async () => {
   const state = await a.threads.getState(thread.thread_id);
   assert.deepEqual(state.values.messages.map((m) => m.type), ["human", "ai"]);
@@ -165,6 +193,11 @@ await check("interrupt and resume", async () => {
   assert.equal(intr.value.type, "question");
   assert.ok(parts.some((p) => p.event === "updates" && p.data.__interrupt__));
   assert.equal((await a.threads.get(t.thread_id)).status, "interrupted");
+  // A search reads every thread's status at once (the newest run per chat).
+  const interrupted = (await a.threads.search({ status: "interrupted", limit: 100 })).map((x) => x.thread_id);
+  assert.ok(interrupted.includes(t.thread_id), "the search finds it interrupted");
+  const idle = (await a.threads.search({ status: "idle", limit: 100 })).map((x) => x.thread_id);
+  assert.ok(!idle.includes(t.thread_id) && idle.length > 0, "and not idle, as others are");
   const state = await a.threads.getState(t.thread_id);
   assert.deepEqual(state.next, ["ask"]);
   assert.equal(state.tasks[0].interrupts[0].id, intr.id);
@@ -215,8 +248,19 @@ await check("interrupt_before and interrupt_after", async () => {
   assert.equal(state.values.messages.filter((m) => m.type === "ai").length, 0, "reply has not run");
   // Going on: no input, as LangGraph's clients continue a static interrupt;
   // this continuation stops after `reply`, at the end of the run.
-  await a.runs.wait(t.thread_id, "agent", { input: null, interruptAfter: ["reply"] });
+  // update_state is refused with what does the same here: the edit as
+  // `command.update` on the continuing run, applied before the paused step.
+  await assert.rejects(
+    a.threads.updateState(t.thread_id, { values: { decision: "edited" } }),
+    (e) => e.status === 422 && /command: \{update/.test(e.message),
+  );
+  await a.runs.wait(t.thread_id, "agent", {
+    input: null,
+    command: { update: { decision: "edited" } },
+    interruptAfter: ["reply"],
+  });
   state = await a.threads.getState(t.thread_id);
+  assert.equal(state.values.decision, "edited", "the update was applied");
   assert.deepEqual(state.next, [], "after the last node nothing is left");
   assert.equal((await a.threads.get(t.thread_id)).status, "interrupted");
   assert.match(state.values.messages.at(-1).content, /hello there/, "reply ran");

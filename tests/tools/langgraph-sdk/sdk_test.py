@@ -91,6 +91,21 @@ async def main():
         final = last_values(parts)
         assert final["messages"][-1]["content"] == "".join(t[0]["content"] for t in tokens)
 
+    async def events_mode():
+        # astream_events (v2) events, as the SDK's EventsStreamEvent types them.
+        parts = await collect(a.runs.stream(None, "agent", input=human("events from python"), stream_mode="events"))
+        assert {p.event for p in parts} == {"metadata", "events"}, {p.event for p in parts}
+        evs = [p.data for p in parts if p.event == "events"]
+        root = parts[0].data["run_id"]
+        assert (evs[0]["event"], evs[0]["name"], evs[0]["run_id"]) == ("on_chain_start", "LangGraph", root)
+        assert (evs[-1]["event"], evs[-1]["name"]) == ("on_chain_end", "LangGraph")
+        nodes = [e["name"] for e in evs if e["event"] == "on_chain_start" and e["name"] != "LangGraph"]
+        assert nodes == ["triage", "reply"], nodes
+        tokens = [e for e in evs if e["event"] == "on_chat_model_stream"]
+        assert tokens and tokens[0]["metadata"]["langgraph_node"] == "reply"
+        text = "".join(t["data"]["chunk"]["content"] for t in tokens)
+        assert evs[-1]["data"]["output"]["messages"][-1]["content"] == text
+
     async def state_history():
         tid = state["thread"]
         s = await a.threads.get_state(tid)
@@ -168,6 +183,7 @@ async def main():
         ("assistants", assistants),
         ("threads", threads),
         ("stream every mode", stream_modes),
+        ("events mode", events_mode),
         ("state and history", state_history),
         ("second turn", second_turn),
         ("interrupt and resume", interrupt_resume),
