@@ -15,9 +15,7 @@ macro_rules! delegate_store {
                 PruneReport, RunQuery, RunRecord, RunStore, Store, StoreResult, TurnEnd,
                 TurnOutcome, TurnStart, VerdictRecord, Verdicts,
             };
-            use ::stategraph::store::{
-                CallPart, CallRecord, CallStorage, Calls, ExpiredCalls,
-            };
+            use ::stategraph::store::{CallPart, CallRecord, CallStorage, Calls, ExpiredCalls};
             use ::tokio::sync::broadcast;
             use ::uuid::Uuid;
 
