@@ -70,125 +70,11 @@ fn unstreamed_text(chunks: &mut Chunks, text: &str) {
 impl Recording {
     /// Everything the events of a run recorded.
     pub fn from_events<'a>(events: impl IntoIterator<Item = &'a Event>) -> Self {
-        let mut rec = Recording::default();
-        // The call in progress per task: (key, model, chunks, tool index
-        // by call id).
-        type Open = (CallKey, String, Chunks, Vec<String>);
-        let mut open: HashMap<(String, u32, u32), Open> = HashMap::new();
-        // Tasks whose next call follows a time-budget note.
-        let mut budget_noted = std::collections::HashSet::new();
+        let mut reader = Reader::default();
         for ev in events {
-            let node = ev.node.as_deref().unwrap_or("").to_owned();
-            let task = (node.clone(), ev.step, ev.task);
-            match &ev.event {
-                EventKind::Thinking { text } if text.starts_with(crate::nodes::BUDGET_NOTE) => {
-                    budget_noted.insert(task.clone());
-                }
-                EventKind::LlmStarted { call, model, .. } => {
-                    let key = (node.clone(), ev.step, ev.task, *call);
-                    if budget_noted.remove(&task) {
-                        rec.past_budget.insert(key.clone());
-                    }
-                    open.insert(task, (key, model.clone(), Vec::new(), Vec::new()));
-                }
-                EventKind::ToolsOffered { tools } => {
-                    rec.offered.insert(task.clone(), tools.clone());
-                }
-                EventKind::RunResumed { answers } => {
-                    rec.answers
-                        .extend(answers.iter().map(|(k, v)| (k.clone(), v.clone())));
-                }
-                EventKind::TextDelta { delta, .. } => {
-                    if let Some(o) = open.get_mut(&task) {
-                        o.2.push(Ok(LlmChunk::Text(delta.clone())));
-                    }
-                }
-                EventKind::ReasoningDelta { delta, .. } => {
-                    if let Some(o) = open.get_mut(&task) {
-                        o.2.push(Ok(LlmChunk::Reasoning(delta.clone())));
-                    }
-                }
-                EventKind::ToolCallStarted { call_id, tool } => {
-                    if let Some(o) = open.get_mut(&task) {
-                        let index = o.3.len() as u32;
-                        o.3.push(call_id.clone());
-                        o.2.push(Ok(LlmChunk::ToolCallStart {
-                            index,
-                            id: call_id.clone(),
-                            name: tool.clone(),
-                        }));
-                    }
-                }
-                EventKind::ToolCallDelta { call_id, delta } => {
-                    if let Some(o) = open.get_mut(&task)
-                        && let Some(index) = o.3.iter().position(|c| c == call_id)
-                    {
-                        o.2.push(Ok(LlmChunk::ToolCallArgs {
-                            index: index as u32,
-                            delta: delta.clone(),
-                        }));
-                    }
-                }
-                EventKind::LlmFinished { output, usage, .. } => {
-                    if let Some((key, model, mut chunks, _)) = open.remove(&task) {
-                        unstreamed_text(&mut chunks, &output.text);
-                        chunks.push(Ok(LlmChunk::Finish(output.finish_reason.clone())));
-                        chunks.push(Ok(LlmChunk::Usage(*usage)));
-                        rec.llm
-                            .get_mut()
-                            .unwrap_or_else(PoisonError::into_inner)
-                            .entry(key)
-                            .or_default()
-                            .push_back((model, chunks));
-                    }
-                }
-                EventKind::LlmFailed { error, usage, .. } => {
-                    if let Some((key, model, mut chunks, _)) = open.remove(&task) {
-                        // The usage it reported before failing, so the
-                        // re-executed call records the same spend.
-                        if !usage.is_zero() {
-                            chunks.push(Ok(LlmChunk::Usage(*usage)));
-                        }
-                        chunks.push(Err(LlmError::replayed(error)));
-                        rec.llm
-                            .get_mut()
-                            .unwrap_or_else(PoisonError::into_inner)
-                            .entry(key)
-                            .or_default()
-                            .push_back((model, chunks));
-                    }
-                }
-                EventKind::ToolResult {
-                    call_id,
-                    output,
-                    cached,
-                    display,
-                    ..
-                } => {
-                    let outcome = ToolOutcome {
-                        output: output.clone(),
-                        cached: *cached,
-                        display: *display,
-                    };
-                    rec.tools
-                        .get_mut()
-                        .unwrap_or_else(PoisonError::into_inner)
-                        .entry((node, ev.step, ev.task, call_id.clone()))
-                        .or_default()
-                        .push_back(RecordedTool::Ok(outcome));
-                }
-                EventKind::ToolError { call_id, error, .. } => {
-                    rec.tools
-                        .get_mut()
-                        .unwrap_or_else(PoisonError::into_inner)
-                        .entry((node, ev.step, ev.task, call_id.clone()))
-                        .or_default()
-                        .push_back(RecordedTool::Err(error.clone()));
-                }
-                _ => {}
-            }
+            reader.read(ev);
         }
-        rec
+        reader.rec
     }
 
     /// Whether nothing was recorded.
@@ -270,5 +156,138 @@ impl crate::nodes::Playback for Recording {
 
     fn answer(&self, id: &str) -> Option<serde_json::Value> {
         self.answers.get(id).cloned()
+    }
+}
+
+/// A task's key in a recording: (node, step, task).
+type TaskKey = (String, u32, u32);
+
+/// A model call in progress: its key, model, chunks so far, and its tool
+/// calls' ids by index.
+type Open = (CallKey, String, Chunks, Vec<String>);
+
+/// Reads a run's events into a [`Recording`] (`Recording::from_events`).
+#[derive(Default)]
+struct Reader {
+    rec: Recording,
+    /// The call in progress per task.
+    open: HashMap<TaskKey, Open>,
+    /// Tasks whose next call follows a time-budget note.
+    budget_noted: std::collections::HashSet<TaskKey>,
+}
+
+impl Reader {
+    fn read(&mut self, ev: &Event) {
+        let node = ev.node.as_deref().unwrap_or("").to_owned();
+        let task = (node.clone(), ev.step, ev.task);
+        match &ev.event {
+            EventKind::Thinking { text } if text.starts_with(crate::nodes::BUDGET_NOTE) => {
+                self.budget_noted.insert(task);
+            }
+            EventKind::LlmStarted { call, model, .. } => {
+                let key = (node, ev.step, ev.task, *call);
+                if self.budget_noted.remove(&task) {
+                    self.rec.past_budget.insert(key.clone());
+                }
+                self.open
+                    .insert(task, (key, model.clone(), Vec::new(), Vec::new()));
+            }
+            EventKind::ToolsOffered { tools } => {
+                self.rec.offered.insert(task, tools.clone());
+            }
+            EventKind::RunResumed { answers } => {
+                self.rec
+                    .answers
+                    .extend(answers.iter().map(|(k, v)| (k.clone(), v.clone())));
+            }
+            EventKind::LlmFinished { output, usage, .. } => {
+                if let Some((key, model, mut chunks, _)) = self.open.remove(&task) {
+                    unstreamed_text(&mut chunks, &output.text);
+                    chunks.push(Ok(LlmChunk::Finish(output.finish_reason.clone())));
+                    chunks.push(Ok(LlmChunk::Usage(*usage)));
+                    self.recorded_call(key, model, chunks);
+                }
+            }
+            EventKind::LlmFailed { error, usage, .. } => {
+                if let Some((key, model, mut chunks, _)) = self.open.remove(&task) {
+                    // The usage it reported before failing, so the
+                    // re-executed call records the same spend.
+                    if !usage.is_zero() {
+                        chunks.push(Ok(LlmChunk::Usage(*usage)));
+                    }
+                    chunks.push(Err(LlmError::replayed(error)));
+                    self.recorded_call(key, model, chunks);
+                }
+            }
+            EventKind::ToolResult {
+                call_id,
+                output,
+                cached,
+                display,
+                ..
+            } => {
+                let outcome = ToolOutcome {
+                    output: output.clone(),
+                    cached: *cached,
+                    display: *display,
+                };
+                self.recorded_tool(task, call_id, RecordedTool::Ok(outcome));
+            }
+            EventKind::ToolError { call_id, error, .. } => {
+                self.recorded_tool(task, call_id, RecordedTool::Err(error.clone()));
+            }
+            other => self.streamed(&task, other),
+        }
+    }
+
+    /// A piece of the open call's stream: text, reasoning, tool calls.
+    fn streamed(&mut self, task: &TaskKey, event: &EventKind) {
+        let Some(o) = self.open.get_mut(task) else {
+            return;
+        };
+        match event {
+            EventKind::TextDelta { delta, .. } => o.2.push(Ok(LlmChunk::Text(delta.clone()))),
+            EventKind::ReasoningDelta { delta, .. } => {
+                o.2.push(Ok(LlmChunk::Reasoning(delta.clone())));
+            }
+            EventKind::ToolCallStarted { call_id, tool } => {
+                let index = o.3.len() as u32;
+                o.3.push(call_id.clone());
+                o.2.push(Ok(LlmChunk::ToolCallStart {
+                    index,
+                    id: call_id.clone(),
+                    name: tool.clone(),
+                }));
+            }
+            EventKind::ToolCallDelta { call_id, delta } => {
+                if let Some(index) = o.3.iter().position(|c| c == call_id) {
+                    o.2.push(Ok(LlmChunk::ToolCallArgs {
+                        index: index as u32,
+                        delta: delta.clone(),
+                    }));
+                }
+            }
+            _ => {}
+        }
+    }
+
+    fn recorded_call(&mut self, key: CallKey, model: String, chunks: Chunks) {
+        self.rec
+            .llm
+            .get_mut()
+            .unwrap_or_else(PoisonError::into_inner)
+            .entry(key)
+            .or_default()
+            .push_back((model, chunks));
+    }
+
+    fn recorded_tool(&mut self, (node, step, task): TaskKey, call_id: &str, tool: RecordedTool) {
+        self.rec
+            .tools
+            .get_mut()
+            .unwrap_or_else(PoisonError::into_inner)
+            .entry((node, step, task, call_id.to_owned()))
+            .or_default()
+            .push_back(tool);
     }
 }
