@@ -272,41 +272,6 @@ mod tests {
                 r#"{"type":"text-delta","id":"t","delta":"hi \"x\"\n"}"#,
             ),
             (
-                Chunk::ToolInputStart {
-                    tool_call_id: "c1".into(),
-                    tool_name: "calc".into(),
-                    dynamic: true,
-                },
-                r#"{"type":"tool-input-start","toolCallId":"c1","toolName":"calc","dynamic":true}"#,
-            ),
-            (
-                Chunk::ToolInputAvailable {
-                    tool_call_id: "c1".into(),
-                    tool_name: "calc".into(),
-                    input: Value::Null,
-                    dynamic: true,
-                },
-                r#"{"type":"tool-input-available","toolCallId":"c1","toolName":"calc","input":null,"dynamic":true}"#,
-            ),
-            (
-                Chunk::ToolInputError {
-                    tool_call_id: "c1".into(),
-                    tool_name: "calc".into(),
-                    input: Value::Null,
-                    error_text: "cut off".into(),
-                    dynamic: true,
-                },
-                r#"{"type":"tool-input-error","toolCallId":"c1","toolName":"calc","input":null,"errorText":"cut off","dynamic":true}"#,
-            ),
-            (
-                Chunk::ToolOutputError {
-                    tool_call_id: "c1".into(),
-                    error_text: "boom".into(),
-                    dynamic: true,
-                },
-                r#"{"type":"tool-output-error","toolCallId":"c1","errorText":"boom","dynamic":true}"#,
-            ),
-            (
                 Chunk::Data {
                     name: "thinking".into(),
                     id: Some("th-1".into()),
@@ -349,6 +314,54 @@ mod tests {
         for (chunk, want) in cases {
             assert_eq!(chunk.to_json(), want);
         }
+    }
+
+    #[test]
+    fn tool_chunks_serialize_exactly_as_the_ai_sdk_expects() {
+        let cases = [
+            (
+                Chunk::ToolInputStart {
+                    tool_call_id: "c1".into(),
+                    tool_name: "calc".into(),
+                    dynamic: true,
+                },
+                r#"{"type":"tool-input-start","toolCallId":"c1","toolName":"calc","dynamic":true}"#,
+            ),
+            (
+                Chunk::ToolInputAvailable {
+                    tool_call_id: "c1".into(),
+                    tool_name: "calc".into(),
+                    input: Value::Null,
+                    dynamic: true,
+                },
+                r#"{"type":"tool-input-available","toolCallId":"c1","toolName":"calc","input":null,"dynamic":true}"#,
+            ),
+            (
+                Chunk::ToolInputError {
+                    tool_call_id: "c1".into(),
+                    tool_name: "calc".into(),
+                    input: Value::Null,
+                    error_text: "cut off".into(),
+                    dynamic: true,
+                },
+                r#"{"type":"tool-input-error","toolCallId":"c1","toolName":"calc","input":null,"errorText":"cut off","dynamic":true}"#,
+            ),
+            (
+                Chunk::ToolOutputError {
+                    tool_call_id: "c1".into(),
+                    error_text: "boom".into(),
+                    dynamic: true,
+                },
+                r#"{"type":"tool-output-error","toolCallId":"c1","errorText":"boom","dynamic":true}"#,
+            ),
+        ];
+        for (chunk, want) in cases {
+            assert_eq!(chunk.to_json(), want);
+        }
+    }
+
+    #[test]
+    fn a_frame_carries_the_event_seq_and_the_chunk_index() {
         let mut out = String::new();
         frame(&mut out, 7, 0, &Chunk::StartStep);
         assert_eq!(out, "id: 7\ndata: {\"type\":\"start-step\"}\n\n");

@@ -506,9 +506,17 @@ edges:
             .collect()
     }
 
+    /// The run's events, step by step: LangGraph's frames for each.
     #[test]
     fn events_become_langgraphs_stream_events() {
         let mut w = wire();
+        first_step_with_a_hidden_router(&mut w);
+        second_step_streams_the_answer(&mut w);
+        pause_resume_and_failure(&mut w);
+    }
+
+    /// The input's values, then a hidden node's task and update.
+    fn first_step_with_a_hidden_router(w: &mut Wire) {
         let input = json!({"messages": [{"id": "h", "role": "user", "content": "hi"}]});
         let started = EventKind::RunStarted {
             graph: "g".into(),
@@ -573,6 +581,10 @@ edges:
             },
         ));
         assert!(hidden.is_empty(), "a hidden node's tokens are not streamed");
+    }
+
+    /// A streamed reply: its tokens in `messages` and `events`.
+    fn second_step_streams_the_answer(w: &mut Wire) {
         // The next step's first event closes step 1: its values first.
         let f = w.feed(&ev(
             5,
@@ -612,6 +624,10 @@ edges:
                 duration_us: 1,
             },
         ));
+    }
+
+    /// A question pauses the run, an answer resumes it, then it fails.
+    fn pause_resume_and_failure(w: &mut Wire) {
         let question = Interrupt {
             id: "q1".into(),
             node: "reply".into(),
