@@ -36,6 +36,7 @@ async function api(path, opts = {}) {
 async function ask(graph, chat, text, { status = 'done' } = {}) {
   await page.goto(`${BASE}/studio#/playground/${graph}?chat=${chat}`, { waitUntil: 'domcontentloaded' });
   await visible('[data-testid="chat-input"]');
+  await page.locator('[data-testid="composer"][data-ready="true"]').waitFor();
   await page.locator('[data-testid="chat-input"]').fill(text);
   await page.keyboard.press('Enter');
   await page.locator(`[data-testid="message-assistant"][data-status="${status}"], [data-testid="chat-error"] .alert`).last().waitFor({ timeout: STREAM_T });
@@ -100,6 +101,7 @@ await t.run('studio debug test', async () => {
   await t.check('a live run: its path grows on the graph while it streams', async () => {
     await page.goto(`${BASE}/studio#/playground/chat?chat=${chatChat}`, { waitUntil: 'domcontentloaded' });
     await visible('[data-testid="message-assistant"]');
+    await page.locator('[data-testid="composer"][data-ready="true"]').waitFor();
     await page.locator('[data-testid="chat-input"]').fill('explain the moon');
     await page.keyboard.press('Enter');
     let live = null;
@@ -205,6 +207,7 @@ await t.run('studio debug test', async () => {
     await visible('[data-testid="breakpoints"]');
     await page.locator('[data-testid="breakpoints"] summary').click();
     await page.locator('[data-testid="bp-before"][data-node="narrator"]').check();
+    await page.locator('[data-testid="composer"][data-ready="true"]').waitFor();
     await page.locator('[data-testid="chat-input"]').fill('explain tides');
     await page.keyboard.press('Enter');
     const card = page.locator('[data-testid="bp-paused"][data-node="narrator"]');

@@ -161,6 +161,7 @@ try {
   await check('playground streams an answer and the thinking panel', async () => {
     await go(`#/playground/chat?chat=${chatId}`);
     await visible('[data-testid="chat-input"]');
+    await page.locator('[data-testid="composer"][data-ready="true"]').waitFor();
     await page.locator('[data-testid="chat-input"]').fill('explain tides');
     await page.keyboard.press('Enter');
     await visible('[data-testid="message-user"]');

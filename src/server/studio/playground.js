@@ -172,7 +172,18 @@ export function mount(main, r) {
   const sendBtn = h('button', { type: 'submit', class: 'btn btn-primary', 'data-testid': 'send' }, 'Send');
   const stopBtn = h('button', { type: 'button', class: 'btn', disabled: true, 'data-testid': 'stop', onclick: stop }, 'Stop');
   const regenBtn = h('button', { type: 'button', class: 'btn', disabled: true, 'data-testid': 'regenerate', onclick: regenerate }, 'Regenerate');
-  const form = h('form', { class: 'composer', 'aria-label': 'Send a message', onsubmit: (ev) => { ev.preventDefault(); const t = input.value.trim(); if (t) { input.value = ''; send(t); } } },
+  // While an answer streams (one sent here, or an active run resumed on
+  // load) a message is not sent, and its text stays in the box: clearing it
+  // first would lose what the person typed.
+  const submit = (ev) => {
+    ev.preventDefault();
+    const t = input.value.trim();
+    if (!t) return;
+    if (streaming) { announce('Wait for the answer to finish, then send'); return; }
+    input.value = '';
+    send(t);
+  };
+  const form = h('form', { class: 'composer', 'aria-label': 'Send a message', 'data-testid': 'composer', onsubmit: submit },
     h('label', { for: 'pg-input', class: 'sr-only' }, 'Message'), input, sendBtn, stopBtn, regenBtn);
   input.addEventListener('keydown', (ev) => {
     if (ev.key === 'Enter' && !ev.shiftKey && !ev.isComposing) { ev.preventDefault(); form.requestSubmit(); }
@@ -449,7 +460,9 @@ export function mount(main, r) {
     } catch { /* nothing to resume */ }
   }
 
-  load();
+  // `data-ready` once the chat is loaded and any active answer followed:
+  // what a test (or a person) types after that is not raced by the load.
+  load().finally(() => { form.dataset.ready = 'true'; });
 
   return {
     cleanup() { alive = false; reader?.abort(); if (frame) cancelAnimationFrame(frame); },
