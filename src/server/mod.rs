@@ -101,6 +101,21 @@ impl std::fmt::Debug for AppState {
 }
 
 impl AppState {
+    /// The served graph a stored run ran: 409 `unknown_graph` when it is
+    /// not served here (any more), for every endpoint that acts on a run.
+    pub(crate) fn graph_of(
+        &self,
+        run: &crate::store::RunRecord,
+    ) -> Result<Arc<crate::nodes::Graph>, ApiError> {
+        self.graphs.get(&run.graph).ok_or_else(|| {
+            ApiError::new(
+                axum::http::StatusCode::CONFLICT,
+                "unknown_graph",
+                format!("graph `{}` is not served here", run.graph),
+            )
+        })
+    }
+
     /// State from an engine (graphs, models, tools) and a store, without
     /// MCP servers.
     pub fn new(config: Config, store: Arc<dyn Store>, engine: &Engine) -> Arc<Self> {

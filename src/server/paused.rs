@@ -357,13 +357,7 @@ fn new_breakpoints(
     run: &RunRecord,
     v: &Value,
 ) -> Result<crate::events::Breakpoints, ApiError> {
-    let graph = state.graphs.get(&run.graph).ok_or_else(|| {
-        ApiError::new(
-            StatusCode::CONFLICT,
-            "unknown_graph",
-            format!("graph `{}` is not served here", run.graph),
-        )
-    })?;
+    let graph = state.graph_of(run)?;
     crate::runs::breaks::parse(&graph, v)
         .map_err(|e| ApiError::bad_request(e.code(), e.to_string()))
 }

@@ -296,13 +296,7 @@ async fn hub_of(
 }
 
 fn graph_ctx(state: &AppState, run: &RunRecord, tid: &str) -> Result<Wire, ApiError> {
-    let graph = state.graphs.get(&run.graph).ok_or_else(|| {
-        ApiError::new(
-            StatusCode::CONFLICT,
-            "unknown_graph",
-            format!("graph `{}` is not served here", run.graph),
-        )
-    })?;
+    let graph = state.graph_of(run)?;
     Ok(Wire::new(Context {
         run_id: run.id,
         thread_id: tid.to_owned(),
