@@ -2,7 +2,6 @@
 
 use std::future::Future;
 use std::sync::Arc;
-use std::time::Duration;
 
 use anyhow::{Context, anyhow, bail};
 use serde_json::Value;
@@ -13,10 +12,6 @@ use crate::nodes::{Graph, Registries, Services};
 use crate::runs::{NoObserver, Runs, RunsConfig};
 use crate::store::Store;
 use crate::tools::mcp::{McpManager, ServerState};
-
-/// How long a command waits for MCP servers before it runs without the
-/// ones still down (their tools then fail as data).
-const MCP_WAIT: Duration = Duration::from_secs(10);
 
 /// The configuration and registries a command works with.
 pub(super) struct Ctx {
@@ -104,13 +99,13 @@ impl Ctx {
     }
 
     /// Runs `work` with the configured MCP servers connected (one still down
-    /// after [`MCP_WAIT`] is warned about), and closes them afterwards.
+    /// after `[tools.mcp] startup_wait` is warned about), and closes them afterwards.
     pub(super) async fn with_mcp<T>(&self, work: impl Future<Output = T>) -> T {
         if self.config.tools.mcp.servers.is_empty() {
             return work.await;
         }
         let mcp = McpManager::start(&self.config.tools.mcp, Arc::clone(&self.registries.tools));
-        if !mcp.wait_settled(MCP_WAIT).await {
+        if !mcp.wait_settled(self.config.tools.mcp.startup_wait).await {
             for s in mcp
                 .status()
                 .iter()

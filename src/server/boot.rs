@@ -9,9 +9,6 @@ use crate::nodes::Registries;
 use crate::store::Store;
 use crate::tools::mcp::{McpManager, ServerState};
 
-/// How long startup waits for MCP servers before serving anyway.
-const MCP_STARTUP_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
-
 /// Everything `serve` sets up before listening, or why it could not;
 /// graph files are checked against `registries` (the built-in kinds and
 /// tools, plus whatever an embedding application registered).
@@ -64,7 +61,7 @@ pub async fn build_state(config: Config, registries: Registries) -> Result<Arc<A
     if let Some(m) = &mcp {
         // Give servers a moment so the first chats see their tools; one
         // that is slow or down keeps connecting in the background.
-        if !m.wait_settled(MCP_STARTUP_WAIT).await {
+        if !m.wait_settled(config.tools.mcp.startup_wait).await {
             for s in m.status().iter().filter(|s| s.state != ServerState::Ready) {
                 tracing::warn!(server = %s.name, error = ?s.last_error, "MCP server not ready yet; retrying in the background");
             }

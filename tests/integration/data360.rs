@@ -279,7 +279,7 @@ pub(crate) async fn start_with(
     assert!(!cat.has_errors(), "{:#?}", cat.diagnostics);
     if let Some(m) = &mcp {
         assert!(
-            m.wait_ready(Duration::from_secs(30)).await,
+            m.wait_ready(Duration::from_secs(120)).await,
             "{:?}",
             m.status()
         );

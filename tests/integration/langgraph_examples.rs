@@ -165,6 +165,14 @@ async fn customer_support_cannot_touch_another_passengers_tickets() {
     let state = stategraph::server::build_state(config, registries())
         .await
         .unwrap();
+    // Startup waits only a moment for MCP servers; on a loaded machine the
+    // Python one can take longer, and a chat before it is ready finds no tool.
+    let mcp = state.mcp.as_ref().expect("the airline MCP server");
+    assert!(
+        mcp.wait_ready(std::time::Duration::from_secs(120)).await,
+        "{:?}",
+        mcp.status()
+    );
     let server = crate::support::server::TestServer::serve(state).await;
     let post = |key: &'static str, chat: &'static str, text: &'static str| {
         let url = server.url("/api/chat");

@@ -588,7 +588,7 @@ async fn mcp_tools_are_listed_by_partition_and_health_compares_them_with_the_gra
         config.paths.prompts = root().join("prompts");
         config.store.backend = Some(stategraph::store::config::Backend::Memory);
         config.tools.mcp = self::config(&format!(
-            "{}{}",
+            "startup_wait = \"60s\"\n{}{}",
             time_server(&f, "time", "partition = \"clock\"\n[servers.time.tools.get_current_time]\ncache_ttl = \"0s\"\ntimeout = \"3s\""),
             "[servers.plots]\ncommand = [\"/nonexistent/mcp-plots\"]\npartition = \"charts\"\n"
         ));

@@ -8,6 +8,9 @@
 //! error.
 //!
 //! ```toml
+//! [tools.mcp]
+//! startup_wait = "10s"     # how long startup waits for the servers
+//!
 //! [tools.mcp.servers.everything]
 //! command = ["node", "mcp/node_modules/@modelcontextprotocol/server-everything/dist/index.js", "stdio"]
 //! prefix = true            # tools become `everything__echo`, …
@@ -39,6 +42,10 @@ pub const DEFAULT_REFRESH: Duration = Duration::from_secs(300);
 /// Default time a server has to start and answer its first listing.
 pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(60);
 
+/// Default time `serve` and the CLI's commands wait at startup for MCP
+/// servers to connect before going on without the ones still starting.
+pub(crate) const DEFAULT_STARTUP_WAIT: Duration = Duration::from_secs(10);
+
 /// Default interval between liveness checks (`ping`) of a connected server.
 pub const DEFAULT_HEALTH_CHECK: Duration = Duration::from_secs(30);
 
@@ -52,10 +59,24 @@ pub const DEFAULT_MAX_BACKOFF: Duration = Duration::from_secs(60);
 const RESERVED_HEADERS: &[&str] = &["accept", "mcp-session-id", "last-event-id", "content-type"];
 
 /// `[tools.mcp]`: the MCP servers whose tools graphs may use.
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug)]
 pub struct McpConfig {
     /// Servers by name (the name is also the default partition).
     pub servers: BTreeMap<String, McpServerConfig>,
+    /// `startup_wait`: how long startup waits for the servers' first
+    /// connection before serving (or running) without the ones still
+    /// starting; they go on connecting in the background. A server whose
+    /// interpreter starts slowly (Python on a busy machine) needs more.
+    pub startup_wait: Duration,
+}
+
+impl Default for McpConfig {
+    fn default() -> Self {
+        Self {
+            servers: BTreeMap::new(),
+            startup_wait: DEFAULT_STARTUP_WAIT,
+        }
+    }
 }
 
 /// How the runtime reaches one server.
@@ -209,6 +230,7 @@ enum RawPrefix {
 #[serde(deny_unknown_fields, default)]
 struct RawConfig {
     servers: BTreeMap<String, RawServer>,
+    startup_wait: Option<Dur>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -262,7 +284,10 @@ impl McpConfig {
             }
             servers.insert(name, server);
         }
-        Ok(Self { servers })
+        Ok(Self {
+            servers,
+            startup_wait: raw.startup_wait.map_or(DEFAULT_STARTUP_WAIT, |d| d.0),
+        })
     }
 }
 
@@ -369,6 +394,15 @@ mod tests {
         toml::from_str::<File>(text)
             .map(|f| f.mcp)
             .map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn startup_wait_defaults_and_is_set_by_the_file() {
+        let c = parse("[mcp.servers.a]\ncommand = [\"x\"]\n").unwrap();
+        assert_eq!(c.startup_wait, DEFAULT_STARTUP_WAIT);
+        let c = parse("[mcp]\nstartup_wait = \"45s\"\n").unwrap();
+        assert_eq!(c.startup_wait, Duration::from_secs(45));
+        assert!(parse("[mcp]\nstartup_wait = \"soon\"\n").is_err());
     }
 
     #[test]

@@ -52,7 +52,7 @@ fn tools(emu: &Emulator) -> String {
     let server = root().join("tests/fixtures/data360/server.py");
     format!(
         "[tools.search]\nurl = \"{}\"\n[tools.http]\nallow = [\"127.0.0.1\"]\n\
-         [tools.mcp.servers.data360]\ncommand = [{}, {}, \"--tools\", \"data\"]\npartition = \"data\"\n",
+         [tools.mcp]\nstartup_wait = \"120s\"\n[tools.mcp.servers.data360]\ncommand = [{}, {}, \"--tools\", \"data\"]\npartition = \"data\"\n",
         emu.url("web"),
         quoted(&python),
         quoted(&server)
