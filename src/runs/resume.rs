@@ -435,10 +435,7 @@ impl Runs {
         let Some(chat_id) = &run.chat_id else {
             return Ok(None);
         };
-        let message_id = run
-            .message_id
-            .clone()
-            .unwrap_or_else(|| format!("msg_{}", run.id.simple()));
+        let message_id = super::turn::answer_message_id(run.id, run.message_id.as_deref());
         let position = self
             .store
             .messages(chat_id)

@@ -111,6 +111,23 @@ impl From<crate::runs::StartError> for ApiError {
     }
 }
 
+/// A refused turn, as every endpoint that starts one answers it (the
+/// LangGraph API words a busy thread and a missing one its own way first).
+impl From<crate::runs::TurnError> for ApiError {
+    fn from(e: crate::runs::TurnError) -> Self {
+        use crate::runs::TurnError;
+        match e {
+            TurnError::Busy => Self::new(StatusCode::CONFLICT, "run_in_progress", e.to_string()),
+            TurnError::NotOwner => Self::not_found("no such chat"),
+            TurnError::UnknownGraph(why) => Self::bad_request("unknown_graph", why),
+            TurnError::UnknownMessage(_) => Self::bad_request("unknown_message", e.to_string()),
+            TurnError::InvalidInput(why) => Self::bad_request("invalid_input", why),
+            TurnError::Breakpoints(e) => Self::bad_request(e.code(), e.to_string()),
+            TurnError::Start(e) => e.into(),
+        }
+    }
+}
+
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let mut resp = (

@@ -39,7 +39,7 @@ use super::error::ApiError;
 use super::{AppState, RequestId, stream, ui};
 use crate::events::{Ask, Interrupt};
 use crate::runs::resume::pending;
-use crate::runs::{ChatLink, ResumeError, ResumeRequest};
+use crate::runs::{ChatLink, ResumeError, ResumeRequest, turn};
 use crate::runtime::RunStatus;
 use crate::store::{MessageRecord, RunRecord};
 
@@ -54,12 +54,11 @@ async fn paused_run(
     user: &User,
     chat_id: &str,
 ) -> Result<Option<RunRecord>, ApiError> {
-    let Some(chat) = state.store.get_chat(chat_id).await? else {
-        return Ok(None);
+    let chat = match state.runs.owned_chat(&user.0, chat_id).await {
+        Ok(Some(chat)) => chat,
+        Ok(None) => return Ok(None),
+        Err(e) => return Err(e.into()),
     };
-    if chat.user_id != user.0 {
-        return Err(ApiError::not_found("no such chat"));
-    }
     let Some(run_id) = chat.active_run else {
         return Ok(None);
     };
@@ -123,7 +122,7 @@ pub(super) async fn continue_chat(
         last.filter(|m| m.role == "user"),
     ) {
         req.answers
-            .insert(q.id.clone(), answer_from_text(q, &ui::text_of(m)));
+            .insert(q.id.clone(), answer_from_text(q, &turn::text_of(m)));
         let (link, messages) = answer_message(body);
         req.new_message = Some(link);
         req.messages = messages;
@@ -224,10 +223,10 @@ fn answer_from_text(q: &Interrupt, text: &str) -> Value {
 /// The chat as the client has it (its answer included), to store once the
 /// run is claimed, and where the continuation's new assistant message goes.
 fn answer_message(body: &ui::ChatBody) -> (ChatLink, Vec<MessageRecord>) {
-    let messages = ui::message_records(body);
+    let messages = turn::message_records(&body.id, &body.messages);
     let link = ChatLink {
         chat_id: body.id.clone(),
-        message_id: format!("msg_{}", uuid::Uuid::now_v7().simple()),
+        message_id: turn::new_message_id(),
         position: messages.len() as i64,
     };
     (link, messages)
@@ -338,7 +337,7 @@ async fn abort(
             "`action: abort` takes nothing else",
         ));
     }
-    let run = owned_run(state, user, run_id).await?;
+    let run = super::runs_api::owned_run_id(state, user, run_id).await?;
     if run.status != RunStatus::Interrupted
         || !state.runs.set_aside(&run, "aborted while paused").await?
     {
@@ -362,19 +361,6 @@ fn new_breakpoints(
         .map_err(|e| ApiError::bad_request(e.code(), e.to_string()))
 }
 
-async fn owned_run(
-    state: &AppState,
-    user: &User,
-    run_id: uuid::Uuid,
-) -> Result<RunRecord, ApiError> {
-    state
-        .store
-        .get_run(run_id)
-        .await?
-        .filter(|r| r.user_id == user.0)
-        .ok_or_else(|| ApiError::not_found(format!("no run {run_id}")))
-}
-
 /// `POST /api/runs/{id}/resume`: continues a paused run; 202 with the run
 /// id and what it continues from (stream it as usual: the chat's stream,
 /// or the run's events).
@@ -391,7 +377,7 @@ pub(super) async fn resume(
     if body.action.as_deref() == Some("abort") {
         return abort(&state, &user, run_id, &body).await;
     }
-    let run = owned_run(&state, &user, run_id).await?;
+    let run = super::runs_api::owned_run_id(&state, &user, run_id).await?;
     let waiting = state
         .runs
         .waiting_at(&run)

@@ -63,11 +63,21 @@ pub(super) async fn owned_run(
     user: &User,
     id: &str,
 ) -> Result<RunRecord, ApiError> {
-    let id = parse_id(id)?;
-    match state.store.get_run(id).await? {
-        Some(r) if r.user_id == user.0 => Ok(r),
-        _ => Err(ApiError::not_found(format!("no run `{id}`"))),
-    }
+    owned_run_id(state, user, parse_id(id)?).await
+}
+
+/// The run `id` if it belongs to `user` (another user's is 404, as a
+/// missing one).
+pub(super) async fn owned_run_id(
+    state: &AppState,
+    user: &User,
+    id: Uuid,
+) -> Result<RunRecord, ApiError> {
+    state
+        .runs
+        .owned_run(&user.0, id)
+        .await?
+        .ok_or_else(|| ApiError::not_found(format!("no run `{id}`")))
 }
 
 /// `GET /api/runs` filters: `?chat=&graph=&status=&since=&until=&cursor=&limit=`.
@@ -94,10 +104,7 @@ pub(super) async fn list(
 ) -> Result<Json<Value>, ApiError> {
     let limit = q.limit.unwrap_or(50).clamp(1, 500);
     if let Some(chat) = &q.chat {
-        match state.store.get_chat(chat).await? {
-            Some(c) if c.user_id == user.0 => {}
-            _ => return Err(ApiError::not_found(format!("no chat `{chat}`"))),
-        }
+        super::chat::owned_chat(&state, &user, chat).await?;
     }
     let cursor = match &q.cursor {
         None => None,

@@ -44,6 +44,7 @@ use serde_json::{Value, json};
 use super::AppState;
 use super::auth::User;
 use super::error::ApiError;
+use crate::runs::TurnError;
 use crate::store::ChatRecord;
 
 /// The routes (merged into the server's router, under its rate limit).
@@ -184,9 +185,12 @@ pub(super) async fn owned_thread(
     user: &User,
     id: &str,
 ) -> Result<ChatRecord, ApiError> {
-    match state.store.get_chat(id).await? {
-        Some(c) if c.user_id == user.0 => Ok(c),
-        _ => Err(ApiError::not_found(format!("Thread {id} not found"))),
+    match state.runs.owned_chat(&user.0, id).await {
+        Ok(Some(c)) => Ok(c),
+        Ok(None) | Err(TurnError::NotOwner) => {
+            Err(ApiError::not_found(format!("Thread {id} not found")))
+        }
+        Err(e) => Err(e.into()),
     }
 }
 

@@ -229,7 +229,7 @@ pub(super) async fn begin(
     let started = state.runs.begin_turn(turn).await.map_err(|e| match e {
         TurnError::Busy => busy(),
         TurnError::NotOwner => ApiError::not_found(format!("Thread {tid} not found")),
-        TurnError::Start(e) => e.into(),
+        other => other.into(),
     })?;
     Ok(Begun {
         run_id: started.hub.run_id,

@@ -61,9 +61,7 @@ pub(super) async fn values_at(state: &AppState, run: &RunRecord, step: u32) -> V
 
 /// The id of a run's answer message: its chat message's.
 pub(super) fn answer_id(run: &RunRecord) -> String {
-    run.message_id
-        .clone()
-        .unwrap_or_else(|| format!("msg_{}", run.id.simple()))
+    crate::runs::turn::answer_message_id(run.id, run.message_id.as_deref())
 }
 
 /// What a paused run waits for (none when it does not wait).
