@@ -1,6 +1,7 @@
 //! `POST /api/chat`, `GET /api/chat/{id}/stream`, `POST /api/chat/{id}/stop`
 //! and the chat history endpoints.
 
+use crate::server::Code;
 use std::sync::Arc;
 
 use axum::Json;
@@ -20,12 +21,10 @@ use crate::store::ChatRecord;
 /// Reads the body, mapping an oversized one to 413.
 fn body_bytes(body: Result<Bytes, BytesRejection>) -> Result<Bytes, ApiError> {
     body.map_err(|e| match e.status() {
-        StatusCode::PAYLOAD_TOO_LARGE => ApiError::new(
-            StatusCode::PAYLOAD_TOO_LARGE,
-            "payload_too_large",
-            "request body is too large",
-        ),
-        status => ApiError::new(status, "invalid_request", e.body_text()),
+        StatusCode::PAYLOAD_TOO_LARGE => {
+            ApiError::new(Code::PayloadTooLarge, "request body is too large")
+        }
+        status => ApiError::framework(status, e.body_text()),
     })
 }
 
@@ -41,8 +40,7 @@ fn require_json(headers: &HeaderMap) -> Result<(), ApiError> {
         return Ok(());
     }
     Err(ApiError::new(
-        StatusCode::UNSUPPORTED_MEDIA_TYPE,
-        "unsupported_media_type",
+        Code::UnsupportedMediaType,
         format!(
             "the body must be application/json (got {})",
             if ct.is_empty() { "no Content-Type" } else { ct }
@@ -143,8 +141,8 @@ pub(super) async fn resume(
             .ok()
             .and_then(crate::sse::After::parse)
             .ok_or_else(|| {
-                ApiError::bad_request(
-                    "invalid_last_event_id",
+                ApiError::new(
+                    Code::InvalidLastEventId,
                     "Last-Event-ID must be an id this stream sent (`SEQ` or `SEQ.N`)",
                 )
             })?,
@@ -173,8 +171,7 @@ pub(super) async fn stop(
         return Ok((StatusCode::ACCEPTED, Json(body)).into_response());
     }
     Err(ApiError::new(
-        StatusCode::CONFLICT,
-        "no_active_run",
+        Code::NoActiveRun,
         "this chat has no run to stop",
     ))
 }

@@ -25,6 +25,7 @@
 //! a run that does not wait (any more) 409 `not_interrupted`, a lapsed wait
 //! 410 `interrupt_expired`.
 
+use crate::server::Code;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
@@ -86,8 +87,7 @@ pub(super) async fn continue_chat(
             && body.messages.last().is_some_and(|m| m.role == "assistant")
         {
             return Err(ApiError::new(
-                StatusCode::CONFLICT,
-                "not_interrupted",
+                Code::NotInterrupted,
                 "no run of this chat waits for an answer (it was answered already, or never asked)",
             ));
         }
@@ -156,8 +156,8 @@ fn answers_in(parts: &[Value], waiting: &[Interrupt]) -> Result<BTreeMap<String,
             "approval-responded" => {
                 let approval = &p["approval"];
                 let Some(id) = approval["id"].as_str() else {
-                    return Err(ApiError::bad_request(
-                        "invalid_answer",
+                    return Err(ApiError::new(
+                        Code::InvalidAnswer,
                         format!("the approval of tool call `{call_id}` has no `approval.id`"),
                     ));
                 };
@@ -237,20 +237,14 @@ pub(super) fn resume_error(e: ResumeError) -> ApiError {
     let message = e.to_string();
     match e {
         ResumeError::NotFound(_) => ApiError::not_found(message),
-        ResumeError::NotWaiting { .. } => {
-            ApiError::new(StatusCode::CONFLICT, "not_interrupted", message)
-        }
-        ResumeError::Unknown(_) => ApiError::bad_request("unknown_interrupt", message),
-        ResumeError::Unanswered(_) => ApiError::bad_request("unanswered_interrupt", message),
-        ResumeError::Invalid { .. } => {
-            ApiError::new(StatusCode::UNPROCESSABLE_ENTITY, "invalid_answer", message)
-        }
-        ResumeError::Expired(_) => ApiError::new(StatusCode::GONE, "interrupt_expired", message),
-        ResumeError::Edit(e) => ApiError::bad_request(e.code(), message),
-        ResumeError::Breakpoints(e) => ApiError::bad_request(e.code(), message),
-        ResumeError::UnknownGraph(_) => {
-            ApiError::new(StatusCode::CONFLICT, "unknown_graph", message)
-        }
+        ResumeError::NotWaiting { .. } => ApiError::new(Code::NotInterrupted, message),
+        ResumeError::Unknown(_) => ApiError::new(Code::UnknownInterrupt, message),
+        ResumeError::Unanswered(_) => ApiError::new(Code::UnansweredInterrupt, message),
+        ResumeError::Invalid { .. } => ApiError::new(Code::InvalidAnswer, message),
+        ResumeError::Expired(_) => ApiError::new(Code::InterruptExpired, message),
+        ResumeError::Edit(e) => ApiError::coded(e.code(), message),
+        ResumeError::Breakpoints(e) => ApiError::coded(e.code(), message),
+        ResumeError::UnknownGraph(_) => ApiError::new(Code::UnknownGraph, message),
         ResumeError::Start(e) => e.into(),
         ResumeError::Store(e) => e.into(),
         ResumeError::Replay(e) => ApiError::internal(e),
@@ -291,15 +285,15 @@ fn breakpoint_answers(
         return Ok(None);
     }
     if body.value.is_some() || body.answers.is_some() {
-        return Err(ApiError::bad_request(
-            "invalid_body",
+        return Err(ApiError::new(
+            Code::InvalidBody,
             "give `action`/`set` (at a breakpoint) or `value`/`answers`, not both",
         ));
     }
     let action = body.action.take().unwrap_or_else(|| "continue".into());
     if action != "continue" && action != "step" {
-        return Err(ApiError::bad_request(
-            "invalid_body",
+        return Err(ApiError::new(
+            Code::InvalidBody,
             format!("`action` is \"continue\", \"step\" or \"abort\", not {action:?}"),
         ));
     }
@@ -308,8 +302,7 @@ fn breakpoint_answers(
         .find(|i| matches!(i.ask, Ask::Breakpoint { .. }))
     else {
         return Err(ApiError::new(
-            StatusCode::CONFLICT,
-            "not_at_breakpoint",
+            Code::NotAtBreakpoint,
             "the run is not paused at a breakpoint: answer what it waits for with `value` or `answers`",
         ));
     };
@@ -332,8 +325,8 @@ async fn abort(
         || body.answers.is_some()
         || body.breakpoints.is_some()
     {
-        return Err(ApiError::bad_request(
-            "invalid_body",
+        return Err(ApiError::new(
+            Code::InvalidBody,
             "`action: abort` takes nothing else",
         ));
     }
@@ -342,8 +335,7 @@ async fn abort(
         || !state.runs.set_aside(&run, "aborted while paused").await?
     {
         return Err(ApiError::new(
-            StatusCode::CONFLICT,
-            "not_interrupted",
+            Code::NotInterrupted,
             format!("run {run_id} is not paused (it is {})", run.status.as_str()),
         ));
     }
@@ -357,8 +349,7 @@ fn new_breakpoints(
     v: &Value,
 ) -> Result<crate::events::Breakpoints, ApiError> {
     let graph = state.graph_of(run)?;
-    crate::runs::breaks::parse(&graph, v)
-        .map_err(|e| ApiError::bad_request(e.code(), e.to_string()))
+    crate::runs::breaks::parse(&graph, v).map_err(|e| ApiError::coded(e.code(), e.to_string()))
 }
 
 /// `POST /api/runs/{id}/resume`: continues a paused run; 202 with the run
@@ -372,8 +363,8 @@ pub(super) async fn resume(
     body: Result<Json<ResumeBody>, axum::extract::rejection::JsonRejection>,
 ) -> Result<Response, ApiError> {
     let run_id = uuid::Uuid::parse_str(&id)
-        .map_err(|_| ApiError::bad_request("invalid_run_id", format!("`{id}` is not a run id")))?;
-    let Json(mut body) = body.map_err(|e| ApiError::bad_request("invalid_body", e.body_text()))?;
+        .map_err(|_| ApiError::new(Code::InvalidRunId, format!("`{id}` is not a run id")))?;
+    let Json(mut body) = body.map_err(|e| ApiError::new(Code::InvalidBody, e.body_text()))?;
     if body.action.as_deref() == Some("abort") {
         return abort(&state, &user, run_id, &body).await;
     }
@@ -391,8 +382,8 @@ pub(super) async fn resume(
     let answers = match (body.value, body.answers) {
         _ if at_break.is_some() => at_break.unwrap_or_default(),
         (Some(_), Some(_)) => {
-            return Err(ApiError::bad_request(
-                "invalid_body",
+            return Err(ApiError::new(
+                Code::InvalidBody,
                 "give `value` or `answers`, not both",
             ));
         }
@@ -400,16 +391,16 @@ pub(super) async fn resume(
         (value, None) => match (waiting.as_slice(), value) {
             ([one], Some(v)) => BTreeMap::from([(one.id.clone(), v)]),
             (_, None) => {
-                return Err(ApiError::bad_request(
-                    "invalid_body",
+                return Err(ApiError::new(
+                    Code::InvalidBody,
                     "give `value` (one interrupt) or `answers` ({id: answer})",
                 ));
             }
             ([], Some(_)) => BTreeMap::new(),
             (many, Some(_)) => {
                 let ids: Vec<&str> = many.iter().map(|i| i.id.as_str()).collect();
-                return Err(ApiError::bad_request(
-                    "unanswered_interrupt",
+                return Err(ApiError::new(
+                    Code::UnansweredInterrupt,
                     format!(
                         "the run waits at {} interrupts ({}); answer them with `answers`",
                         many.len(),

@@ -2,6 +2,7 @@
 //! checked strictly (its conversion into a graph's input is the turn's:
 //! [`crate::runs::turn`]).
 
+use crate::server::Code;
 use serde::Deserialize;
 use serde_json::{Map, Value};
 
@@ -54,8 +55,8 @@ pub(super) struct ChatBody {
 /// `invalid_id`, `empty_parts`, `unknown_trigger`, `no_user_message`.
 pub(super) fn parse(bytes: &[u8]) -> Result<(ChatBody, Trigger), ApiError> {
     let text = std::str::from_utf8(bytes).map_err(|e| {
-        ApiError::bad_request(
-            "invalid_utf8",
+        ApiError::new(
+            Code::InvalidUtf8,
             format!(
                 "request body is not valid UTF-8 (at byte {})",
                 e.valid_up_to()
@@ -63,32 +64,31 @@ pub(super) fn parse(bytes: &[u8]) -> Result<(ChatBody, Trigger), ApiError> {
         )
     })?;
     let value: Value = serde_json::from_str(text).map_err(|e| {
-        ApiError::bad_request(
-            "invalid_json",
+        ApiError::new(
+            Code::InvalidJson,
             format!("request body is not valid JSON: {e}"),
         )
     })?;
     if !value.is_object() {
-        return Err(ApiError::bad_request(
-            "invalid_request",
+        return Err(ApiError::new(
+            Code::InvalidRequest,
             "request body must be a JSON object",
         ));
     }
-    let body: ChatBody = serde_json::from_value(value).map_err(|e| {
-        ApiError::bad_request("invalid_request", format!("invalid request body: {e}"))
-    })?;
+    let body: ChatBody = serde_json::from_value(value)
+        .map_err(|e| ApiError::new(Code::InvalidRequest, format!("invalid request body: {e}")))?;
     check_id(&body.id, "chat id")?;
     if body.messages.is_empty() {
-        return Err(ApiError::bad_request(
-            "empty_messages",
+        return Err(ApiError::new(
+            Code::EmptyMessages,
             "`messages` must contain at least one message",
         ));
     }
     for (i, m) in body.messages.iter().enumerate() {
         check_id(&m.id, "message id")?;
         if !matches!(m.role.as_str(), "user" | "assistant" | "system") {
-            return Err(ApiError::bad_request(
-                "invalid_role",
+            return Err(ApiError::new(
+                Code::InvalidRole,
                 format!(
                     "messages[{i}].role is `{}`; expected user, assistant or system",
                     m.role
@@ -98,14 +98,17 @@ pub(super) fn parse(bytes: &[u8]) -> Result<(ChatBody, Trigger), ApiError> {
         // An assistant message may have no parts yet (stopped before its
         // first one); a user or system message without any says nothing.
         if m.parts.is_empty() && m.role != "assistant" {
-            return Err(ApiError::bad_request(
-                "empty_parts",
+            return Err(ApiError::new(
+                Code::EmptyParts,
                 format!("messages[{i}] ({}) has no parts", m.role),
             ));
         }
         for (j, p) in m.parts.iter().enumerate() {
             check_part(p).map_err(|why| {
-                ApiError::bad_request("invalid_part", format!("messages[{i}].parts[{j}]: {why}"))
+                ApiError::new(
+                    Code::InvalidPart,
+                    format!("messages[{i}].parts[{j}]: {why}"),
+                )
             })?;
         }
     }
@@ -113,15 +116,15 @@ pub(super) fn parse(bytes: &[u8]) -> Result<(ChatBody, Trigger), ApiError> {
         None | Some("submit-message") => Trigger::Submit,
         Some("regenerate-message") => Trigger::Regenerate,
         Some(other) => {
-            return Err(ApiError::bad_request(
-                "unknown_trigger",
+            return Err(ApiError::new(
+                Code::UnknownTrigger,
                 format!("unknown trigger `{other}`; expected submit-message or regenerate-message"),
             ));
         }
     };
     if !body.messages.iter().any(|m| m.role == "user") {
-        return Err(ApiError::bad_request(
-            "no_user_message",
+        return Err(ApiError::new(
+            Code::NoUserMessage,
             "`messages` contains no user message",
         ));
     }
@@ -143,8 +146,8 @@ fn check_id(id: &str, what: &str) -> Result<(), ApiError> {
         || id == "."
         || id == ".."
     {
-        return Err(ApiError::bad_request(
-            "invalid_id",
+        return Err(ApiError::new(
+            Code::InvalidId,
             format!("{what} must be 1–{MAX_ID} bytes of visible characters (no spaces)"),
         ));
     }
@@ -191,7 +194,9 @@ mod tests {
     use super::*;
 
     fn code(body: &str) -> &'static str {
-        parse(body.as_bytes()).err().map_or("ok", |e| e.code)
+        parse(body.as_bytes())
+            .err()
+            .map_or("ok", |e| e.code.as_str())
     }
 
     #[test]
@@ -224,7 +229,7 @@ mod tests {
             "no_user_message"
         );
         assert_eq!(
-            parse(b"{\"id\":\"\xff\"}").unwrap_err().code,
+            parse(b"{\"id\":\"\xff\"}").unwrap_err().code.as_str(),
             "invalid_utf8"
         );
     }

@@ -9,6 +9,7 @@
 //! paused at an interrupt: the thread is then `interrupted`), `error`,
 //! `interrupted` (cancelled).
 
+use crate::server::Code;
 use std::collections::HashMap;
 use std::sync::Arc;
 
@@ -411,8 +412,7 @@ pub(super) async fn cancel(
         && matches!(run.status, RunStatus::Running | RunStatus::Interrupted);
     if !stoppable {
         return Err(ApiError::new(
-            StatusCode::CONFLICT,
-            "not_running",
+            Code::NotRunning,
             format!("Run {rid} is not running"),
         ));
     }

@@ -10,6 +10,7 @@
 //! chat's messages, so the thread reads as a chat in the studio and on
 //! `GET /api/chat/{id}`.
 
+use crate::server::Code;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
@@ -431,8 +432,7 @@ async fn continue_paused(
     let chat = paused.chat;
     let not_waiting = || {
         ApiError::new(
-            axum::http::StatusCode::CONFLICT,
-            "not_interrupted",
+            Code::NotInterrupted,
             "this thread has no run waiting for an answer",
         )
     };
