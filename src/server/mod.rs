@@ -103,8 +103,9 @@ impl std::fmt::Debug for AppState {
 }
 
 impl AppState {
-    /// The served graph a stored run ran: 409 `unknown_graph` when it is
-    /// not served here (any more), for every endpoint that acts on a run.
+    /// The served graph a stored run ran: 400 `unknown_graph` when it is
+    /// not served here (any more), for every endpoint that acts on a run
+    /// (the same failure as a request naming a graph not served).
     pub(crate) fn graph_of(
         &self,
         run: &crate::store::RunRecord,

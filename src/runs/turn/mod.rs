@@ -141,3 +141,42 @@ impl Runs {
             .filter(|r| r.user_id == user_id))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use serde_json::{Map, json};
+
+    use super::*;
+    use crate::graph::ChatIo;
+
+    #[test]
+    fn a_run_answers_in_its_named_message_or_one_named_after_it() {
+        let run = Uuid::now_v7();
+        assert_eq!(answer_message_id(run, Some("m9")), "m9");
+        assert_eq!(
+            answer_message_id(run, None),
+            format!("msg_{}", run.simple())
+        );
+        let (a, b) = (new_message_id(), new_message_id());
+        assert!(a.starts_with("msg_") && a != b, "{a} {b}");
+    }
+
+    /// `stategraph run "hi"` builds its input with the same function as a
+    /// chat request holding one user message, so the two cannot drift.
+    #[test]
+    fn one_user_message_is_the_history_and_the_text() {
+        let io = ChatIo {
+            history: Some("messages".into()),
+            text: Some("query".into()),
+            ..ChatIo::default()
+        };
+        let input = input_state(&io, &[TurnMessage::user("m1", "hi")], &Map::new());
+        assert_eq!(
+            input,
+            json!({
+                "messages": [{"id": "m1", "role": "user", "content": "hi"}],
+                "query": "hi",
+            })
+        );
+    }
+}
