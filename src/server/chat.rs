@@ -15,6 +15,7 @@ use serde_json::{Value, json};
 use super::auth::User;
 use super::error::ApiError;
 use super::{AppState, RequestId, stream, ui};
+use crate::runs::turn::PausedAnswer;
 use crate::runs::{TurnError, TurnRequest};
 use crate::store::ChatRecord;
 
@@ -77,11 +78,24 @@ pub(super) async fn post(
     let (body, trigger) = ui::parse(&bytes)?;
     state.limits.check_daily(&*state.store, &user.0).await?;
     // A chat whose run waits for a person: this request answers it, or
-    // sets it aside (see `paused`).
-    if let Some(resp) =
-        super::paused::continue_chat(&state, &user, &request_id, &body, trigger).await?
-    {
-        return Ok(resp);
+    // sets it aside (see `runs::turn::PausedAnswer`).
+    let paused = PausedAnswer {
+        chat_id: &body.id,
+        user_id: &user.0,
+        request_id: &request_id.0,
+        messages: &body.messages,
+        message_id: body.message_id.as_deref(),
+        submit: trigger == ui::Trigger::Submit,
+    };
+    let answered = state.runs.answer_paused(&paused).await;
+    if let Some(started) = answered.map_err(super::paused::paused_error)? {
+        let after = started.hub.resumed;
+        return Ok(stream::response(
+            Arc::clone(&state),
+            started.hub,
+            after,
+            true,
+        ));
     }
     let regenerates = match trigger {
         ui::Trigger::Regenerate => body.message_id.clone(),

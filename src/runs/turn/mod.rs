@@ -4,7 +4,9 @@
 //! answers it, linked to the chat.
 //!
 //! Transports only translate: `POST /api/chat` parses the AI SDK body
-//! into a [`TurnRequest`] and streams the started run; the LangGraph API
+//! into a [`PausedAnswer`] (does it answer the chat's paused run? see
+//! [`Runs::answer_paused`]) and else a [`TurnRequest`], and streams the
+//! started run; the LangGraph API
 //! starts a [`ChatTurn`] from a thread's input; `stategraph run` builds its
 //! input with the same [`input_state`]. Every chat and run lookup on
 //! behalf of a user goes through [`Runs::owned_chat`] and
@@ -12,6 +14,7 @@
 //! from a missing one.
 
 mod input;
+mod paused;
 mod request;
 mod start;
 
@@ -26,6 +29,7 @@ use crate::store::{ChatRecord, RunRecord, StoreError};
 pub use input::{
     answered, carry_into, continue_conversation, input_state, message_records, text_of, title,
 };
+pub use paused::{PausedAnswer, PausedError};
 pub use request::TurnRequest;
 pub use start::{ChatTurn, TurnStarted};
 
