@@ -4,7 +4,7 @@ use std::io::Write;
 use std::sync::Arc;
 
 use anyhow::bail;
-use serde_json::{Map, Value, json};
+use serde_json::{Map, Value};
 use tokio::sync::mpsc;
 use uuid::Uuid;
 
@@ -137,33 +137,26 @@ fn answer_text(graph: &crate::nodes::Graph, ev: &Event) -> bool {
         && top.is_some_and(|n| graph.surface(n) == crate::graph::spec::Surface::Answer)
 }
 
-/// The input a chat request with this one message would give the graph,
-/// plus the `--set` fields.
+/// The input a chat request with this one message gives the graph (the
+/// turn's own builder, [`crate::runs::turn::input_state`]), plus the
+/// `--set` fields.
 fn input_state(
     io: &ChatIo,
     message: &str,
     set: &[(String, Value)],
     graph: &str,
 ) -> anyhow::Result<Value> {
-    let mut input = Map::new();
-    if let Some(field) = &io.history {
-        input.insert(
-            field.to_string(),
-            json!([{"id": "m1", "role": "user", "content": message}]),
-        );
-    }
-    if let Some(field) = &io.text {
-        input.insert(field.to_string(), json!(message));
-    }
-    if input.is_empty() {
+    if io.history.is_none() && io.text.is_none() {
         bail!(
             "graph `{graph}` takes no message: its state has no `messages` field and no `query` string (set `chat.history` or `chat.text` in its file)"
         );
     }
-    for (field, value) in set {
-        input.insert(field.clone(), value.clone());
+    let conversation = [crate::runs::turn::TurnMessage::user("m1", message)];
+    let mut input = crate::runs::turn::input_state(io, &conversation, &Map::new());
+    if let Value::Object(fields) = &mut input {
+        fields.extend(set.iter().cloned());
     }
-    Ok(Value::Object(input))
+    Ok(input)
 }
 
 /// Whether the stored run finished, and its final state.

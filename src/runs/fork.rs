@@ -188,7 +188,7 @@ impl Runs {
         Ok(Alternative {
             chat_id: chat_id.clone(),
             of,
-            id: format!("msg_{}", run_id.simple()),
+            id: super::turn::answer_message_id(run_id, None),
         })
     }
 }

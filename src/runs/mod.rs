@@ -48,7 +48,7 @@ pub use fork::{ForkError, ForkRequest, ForkStarted};
 pub use hub::{Next, Progress, RunHub, Subscription};
 pub use resume::{ResumeError, ResumeRequest};
 pub use start::{RunStart, Started};
-pub use turn::{ChatTurn, TurnError};
+pub use turn::{ChatTurn, TurnError, TurnRequest};
 
 use crate::config::{OnDisconnect, ServerConfig, StreamDurability};
 use crate::engine::Graphs;
@@ -612,7 +612,7 @@ fn message_id(launch: &Launch) -> String {
     match (&launch.chat, &launch.alternative) {
         (Some(c), _) => c.message_id.clone(),
         (None, Some(a)) => a.id.clone(),
-        (None, None) => format!("msg_{}", launch.run_id.simple()),
+        (None, None) => turn::answer_message_id(launch.run_id, None),
     }
 }
 

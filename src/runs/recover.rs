@@ -289,9 +289,7 @@ impl Runs {
 
 /// The message a run answers in: its own, or one named after it.
 fn message_id(run: &RunRecord) -> String {
-    run.message_id
-        .clone()
-        .unwrap_or_else(|| format!("msg_{}", run.id.simple()))
+    super::turn::answer_message_id(run.id, run.message_id.as_deref())
 }
 
 /// An attached fork answers no place in the chat: its answer becomes an

@@ -267,10 +267,10 @@ impl Runs {
         self: &Arc<Self>,
         mut req: ResumeRequest,
     ) -> Result<Started, ResumeError> {
-        let run = match self.store.get_run(req.run_id).await? {
-            Some(r) if r.user_id == req.user_id => r,
-            _ => return Err(ResumeError::NotFound(req.run_id)),
-        };
+        let run = self
+            .owned_run(&req.user_id, req.run_id)
+            .await?
+            .ok_or(ResumeError::NotFound(req.run_id))?;
         if run.status != RunStatus::Interrupted {
             return Err(ResumeError::NotWaiting {
                 run: run.id,
@@ -435,10 +435,7 @@ impl Runs {
         let Some(chat_id) = &run.chat_id else {
             return Ok(None);
         };
-        let message_id = run
-            .message_id
-            .clone()
-            .unwrap_or_else(|| format!("msg_{}", run.id.simple()));
+        let message_id = super::turn::answer_message_id(run.id, run.message_id.as_deref());
         let position = self
             .store
             .messages(chat_id)

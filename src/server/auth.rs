@@ -9,11 +9,11 @@
 //! is not ASCII) is refused, never read as "no key".
 //! Every chat and run is scoped to its user; another user's gets a 404.
 
+use crate::server::Code;
 use std::net::SocketAddr;
 use std::sync::Arc;
 
 use axum::extract::{ConnectInfo, FromRequestParts};
-use axum::http::StatusCode;
 use axum::http::request::Parts;
 
 use super::AppState;
@@ -58,11 +58,7 @@ impl FromRequestParts<Arc<AppState>> for User {
             .trim();
             return match auth.api_keys.get(key) {
                 Some(user) if !key.is_empty() => Ok(User(user.clone())),
-                _ => Err(ApiError::new(
-                    StatusCode::UNAUTHORIZED,
-                    "unauthorized",
-                    "invalid API key",
-                )),
+                _ => Err(ApiError::new(Code::Unauthorized, "invalid API key")),
             };
         }
         let loopback = parts
@@ -77,8 +73,7 @@ impl FromRequestParts<Arc<AppState>> for User {
             return Ok(User(local.to_owned()));
         }
         Err(ApiError::new(
-            StatusCode::UNAUTHORIZED,
-            "unauthorized",
+            Code::Unauthorized,
             "an API key is required (Authorization: Bearer <key>)",
         ))
     }

@@ -12,11 +12,11 @@
 //! `bad_call_index` (`n` is not a number), 404 `no_call` (the run has no
 //! call `n`).
 
+use crate::server::Code;
 use std::sync::Arc;
 
 use axum::Json;
 use axum::extract::{Path, State};
-use axum::http::StatusCode;
 use serde_json::{Value, json};
 
 use super::runs_api::owned_run;
@@ -44,16 +44,15 @@ pub(super) async fn one(
     Path((id, n)): Path<(String, String)>,
 ) -> Result<Json<Value>, ApiError> {
     let index: usize = n.parse().map_err(|_| {
-        ApiError::bad_request(
-            "bad_call_index",
+        ApiError::new(
+            Code::BadCallIndex,
             format!("`{n}` is not a call index (a number from 0)"),
         )
     })?;
     let (run, calls) = load(&state, &user, &id).await?;
     let mut call = calls.into_iter().nth(index).ok_or_else(|| {
         ApiError::new(
-            StatusCode::NOT_FOUND,
-            "no_call",
+            Code::NoCall,
             format!("run `{}` has no model call {index}", run.id),
         )
     })?;

@@ -1,6 +1,7 @@
 //! `POST /api/chat`, `GET /api/chat/{id}/stream`, `POST /api/chat/{id}/stop`
 //! and the chat history endpoints.
 
+use crate::server::Code;
 use std::sync::Arc;
 
 use axum::Json;
@@ -14,19 +15,17 @@ use serde_json::{Value, json};
 use super::auth::User;
 use super::error::ApiError;
 use super::{AppState, RequestId, stream, ui};
-use crate::runs::{ChatTurn, TurnError};
-use crate::runtime::RunStatus;
-use crate::store::{ChatRecord, MessageRecord, RunQuery};
+use crate::runs::turn::PausedAnswer;
+use crate::runs::{TurnError, TurnRequest};
+use crate::store::ChatRecord;
 
 /// Reads the body, mapping an oversized one to 413.
 fn body_bytes(body: Result<Bytes, BytesRejection>) -> Result<Bytes, ApiError> {
     body.map_err(|e| match e.status() {
-        StatusCode::PAYLOAD_TOO_LARGE => ApiError::new(
-            StatusCode::PAYLOAD_TOO_LARGE,
-            "payload_too_large",
-            "request body is too large",
-        ),
-        status => ApiError::new(status, "invalid_request", e.body_text()),
+        StatusCode::PAYLOAD_TOO_LARGE => {
+            ApiError::new(Code::PayloadTooLarge, "request body is too large")
+        }
+        status => ApiError::framework(status, e.body_text()),
     })
 }
 
@@ -42,8 +41,7 @@ fn require_json(headers: &HeaderMap) -> Result<(), ApiError> {
         return Ok(());
     }
     Err(ApiError::new(
-        StatusCode::UNSUPPORTED_MEDIA_TYPE,
-        "unsupported_media_type",
+        Code::UnsupportedMediaType,
         format!(
             "the body must be application/json (got {})",
             if ct.is_empty() { "no Content-Type" } else { ct }
@@ -51,61 +49,17 @@ fn require_json(headers: &HeaderMap) -> Result<(), ApiError> {
     ))
 }
 
-/// The chat's stored messages when the request needs them (it regenerates
-/// a message, or carries earlier answers, see [`restore_failed_turns`]) and
-/// the chat is `user`'s; `None` otherwise.
-async fn stored_for(
-    state: &AppState,
-    user: &User,
-    body: &ui::ChatBody,
-    trigger: ui::Trigger,
-) -> Result<Option<Vec<MessageRecord>>, ApiError> {
-    let regenerates = trigger == ui::Trigger::Regenerate && body.message_id.is_some();
-    if !regenerates && !body.messages.iter().any(|m| m.role == "assistant") {
-        return Ok(None);
-    }
-    match state.store.get_chat(&body.id).await? {
-        Some(c) if c.user_id == user.0 => Ok(Some(state.store.messages(&body.id).await?)),
-        _ => Ok(None),
-    }
-}
-
-/// A regenerate names the assistant message it replaces: it must be one of
-/// this chat's stored messages (the client drops it from `messages`).
-fn check_regenerates(stored: Option<&[MessageRecord]>, target: &str) -> Result<(), ApiError> {
-    if stored.is_some_and(|s| s.iter().any(|m| m.id == target)) {
-        return Ok(());
-    }
-    Err(ApiError::bad_request(
-        "unknown_message",
-        format!("cannot regenerate `{target}`: this chat has no such message"),
-    ))
-}
-
-/// A client that saw a turn fail still holds its half answer (`useChat`
-/// keeps the streamed parts next to its error) and sends it back with the
-/// next message. The stored failed message wins over that copy (see
-/// [`crate::sse::Assembler::stored_parts`]): the half answer is neither
-/// stored again as an answer nor given to the model as one.
-fn restore_failed_turns(body: &mut ui::ChatBody, stored: Option<&[MessageRecord]>) {
-    let Some(stored) = stored else { return };
-    for m in body.messages.iter_mut().filter(|m| m.role == "assistant") {
-        let failed = stored
-            .iter()
-            .find(|s| s.id == m.id && s.role == "assistant" && crate::sse::is_failed(&s.metadata));
-        if let Some(s) = failed {
-            m.parts = s.parts.as_array().cloned().unwrap_or_default();
-            m.metadata = Some(s.metadata.clone());
-        }
-    }
-}
-
 /// The chat if it exists and belongs to `user`; another user's chat is
 /// indistinguishable from a missing one.
-async fn owned_chat(state: &AppState, user: &User, id: &str) -> Result<ChatRecord, ApiError> {
-    match state.store.get_chat(id).await? {
-        Some(c) if c.user_id == user.0 => Ok(c),
-        _ => Err(ApiError::not_found(format!("no chat `{id}`"))),
+pub(super) async fn owned_chat(
+    state: &AppState,
+    user: &User,
+    id: &str,
+) -> Result<ChatRecord, ApiError> {
+    match state.runs.owned_chat(&user.0, id).await {
+        Ok(Some(c)) => Ok(c),
+        Ok(None) | Err(TurnError::NotOwner) => Err(ApiError::not_found(format!("no chat `{id}`"))),
+        Err(e) => Err(e.into()),
     }
 }
 
@@ -121,117 +75,48 @@ pub(super) async fn post(
 ) -> Result<Response, ApiError> {
     require_json(&headers)?;
     let bytes = body_bytes(body)?;
-    let (mut body, trigger) = ui::parse(&bytes)?;
+    let (body, trigger) = ui::parse(&bytes)?;
     state.limits.check_daily(&*state.store, &user.0).await?;
     // A chat whose run waits for a person: this request answers it, or
-    // sets it aside (see `paused`).
-    if let Some(resp) =
-        super::paused::continue_chat(&state, &user, &request_id, &body, trigger).await?
-    {
-        return Ok(resp);
+    // sets it aside (see `runs::turn::PausedAnswer`).
+    let paused = PausedAnswer {
+        chat_id: &body.id,
+        user_id: &user.0,
+        request_id: &request_id.0,
+        messages: &body.messages,
+        message_id: body.message_id.as_deref(),
+        submit: trigger == ui::Trigger::Submit,
+    };
+    let answered = state.runs.answer_paused(&paused).await;
+    if let Some(started) = answered.map_err(super::paused::paused_error)? {
+        let after = started.hub.resumed;
+        return Ok(stream::response(
+            Arc::clone(&state),
+            started.hub,
+            after,
+            true,
+        ));
     }
-    let stored = stored_for(&state, &user, &body, trigger).await?;
-    if trigger == ui::Trigger::Regenerate
-        && let Some(target) = &body.message_id
-    {
-        check_regenerates(stored.as_deref(), target)?;
-    }
-    restore_failed_turns(&mut body, stored.as_deref());
-    let graph_id = body
+    let regenerates = match trigger {
+        ui::Trigger::Regenerate => body.message_id.clone(),
+        ui::Trigger::Submit => None,
+    };
+    let graph = body
         .graph
         .clone()
         .unwrap_or_else(|| state.config.server.default_graph.clone());
-    let graph = state.graphs.get(&graph_id).ok_or_else(|| {
-        ApiError::bad_request("unknown_graph", state.graphs.why_missing(&graph_id))
-    })?;
-    let mut input = ui::input_state(&graph.chat, &body);
-    if (!graph.chat.carry.is_empty() || graph.chat.history.is_some())
-        && let Some((previous, answer)) = previous_state(&state, &graph, &body.id, &body).await?
-    {
-        ui::carry_into(&mut input, &previous, &graph.chat.carry);
-        if let Some(field) = &graph.chat.history {
-            ui::continue_conversation(&mut input, &previous, field, &body, &answer);
-        }
-    }
-    // Refused before anything is stored: the input must be a valid state.
-    graph
-        .state
-        .from_json(&input)
-        .map_err(|e| ApiError::bad_request("invalid_input", e.to_string()))?;
-    let breakpoints = match &body.breakpoints {
-        Some(v) => crate::runs::breaks::parse(&graph, v)
-            .map_err(|e| ApiError::bad_request(e.code(), e.to_string()))?,
-        None => Default::default(),
-    };
-    let messages = ui::message_records(&body);
-    let turn = ChatTurn {
-        breakpoints,
-        chat_id: body.id.clone(),
+    let request = TurnRequest {
+        chat_id: body.id,
         user_id: user.0.clone(),
-        title: ui::title(&body.messages),
         request_id: request_id.0.clone(),
         graph,
-        messages,
-        input,
+        messages: body.messages,
+        extra: body.extra,
+        regenerates,
+        breakpoints: body.breakpoints,
     };
-    let started = state.runs.begin_turn(turn).await.map_err(turn_error)?;
+    let started = state.runs.answer(request).await?;
     Ok(stream::response(Arc::clone(&state), started.hub, 0, true))
-}
-
-/// A refused turn as the API answers it.
-fn turn_error(e: TurnError) -> ApiError {
-    match e {
-        TurnError::Busy => ApiError::new(StatusCode::CONFLICT, "run_in_progress", e.to_string()),
-        TurnError::NotOwner => ApiError::not_found("no such chat"),
-        TurnError::Start(e) => e.into(),
-    }
-}
-
-/// How many of a chat's newest runs are searched for the turn a request
-/// continues (a turn has one run, plus one per regeneration or failure).
-const CARRY_LOOKBACK: usize = 50;
-
-/// The final state of the turn this request continues, for the graph's
-/// `carry:` fields and its conversation's tool turns (with the id of that
-/// turn's answer message): that of the newest *finished* run of `graph` whose
-/// answer the request still shows. Matching by answer rather than taking
-/// the chat's newest run means a regenerated or edited turn continues from
-/// the turn before it, not from the answer it replaces. Failed, cancelled
-/// and running runs contribute nothing (an older finished turn does), and
-/// so does a run whose checkpoints no longer rebuild (logged).
-async fn previous_state(
-    state: &AppState,
-    graph: &crate::nodes::Graph,
-    chat_id: &str,
-    body: &ui::ChatBody,
-) -> Result<Option<(Value, String)>, ApiError> {
-    let answered = ui::answered(body);
-    if answered.is_empty() {
-        return Ok(None);
-    }
-    let runs = state
-        .store
-        .list_runs(&RunQuery::newest(CARRY_LOOKBACK).of_chat(chat_id))
-        .await?;
-    let run = answered.iter().find_map(|id| {
-        runs.iter()
-            .find(|r| {
-                r.message_id.as_deref() == Some(*id)
-                    && r.status == RunStatus::Finished
-                    && r.graph == *graph.id
-            })
-            .map(|r| (r, *id))
-    });
-    let Some((run, answer)) = run else {
-        return Ok(None);
-    };
-    match crate::replay::state_at(&*state.store, graph, run.id, run.last_step).await {
-        Ok(s) => Ok(Some((s.to_json(), answer.to_owned()))),
-        Err(e) => {
-            tracing::warn!(run = %run.id, error = %e, "cannot rebuild the previous turn's state; carrying nothing");
-            Ok(None)
-        }
-    }
 }
 
 /// `GET /api/chat/{id}/stream`: the active run's stream from its start (or
@@ -270,8 +155,8 @@ pub(super) async fn resume(
             .ok()
             .and_then(crate::sse::After::parse)
             .ok_or_else(|| {
-                ApiError::bad_request(
-                    "invalid_last_event_id",
+                ApiError::new(
+                    Code::InvalidLastEventId,
                     "Last-Event-ID must be an id this stream sent (`SEQ` or `SEQ.N`)",
                 )
             })?,
@@ -300,8 +185,7 @@ pub(super) async fn stop(
         return Ok((StatusCode::ACCEPTED, Json(body)).into_response());
     }
     Err(ApiError::new(
-        StatusCode::CONFLICT,
-        "no_active_run",
+        Code::NoActiveRun,
         "this chat has no run to stop",
     ))
 }

@@ -9,13 +9,15 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use serde_json::json;
 
+use super::codes::Code;
+
 /// An error answered as JSON.
 #[derive(Debug, Clone)]
 pub struct ApiError {
-    /// HTTP status.
+    /// HTTP status (the code's, but for the framework's own rejections).
     pub status: StatusCode,
-    /// Stable machine-readable code.
-    pub code: &'static str,
+    /// Stable machine-readable code, from the catalog.
+    pub code: Code,
     /// Human-readable, safe to show.
     pub message: String,
     /// Seconds after which asking again may succeed (`retry-after`).
@@ -23,33 +25,44 @@ pub struct ApiError {
 }
 
 impl ApiError {
-    /// An error with this status, code and message.
-    pub fn new(status: StatusCode, code: &'static str, message: impl Into<String>) -> Self {
+    /// An error of the catalog's `code` (its status with it).
+    pub fn new(code: Code, message: impl Into<String>) -> Self {
         Self {
-            status,
+            status: code.status(),
             code,
             message: message.into(),
             retry_after: None,
         }
     }
 
-    /// 429 with a code, and a `retry-after` of `seconds` (at least 1: a
-    /// client told 0 would ask again at once).
-    pub fn too_many(code: &'static str, message: impl Into<String>, seconds: u64) -> Self {
+    /// A rejection by the HTTP framework (a body it cannot read): its
+    /// status kept, under the catalog's code for that status.
+    pub fn framework(status: StatusCode, message: impl Into<String>) -> Self {
         Self {
-            retry_after: Some(seconds.max(1)),
-            ..Self::new(StatusCode::TOO_MANY_REQUESTS, code, message)
+            status,
+            ..Self::new(Code::for_status(status), message)
         }
     }
 
-    /// 400 with a code.
-    pub fn bad_request(code: &'static str, message: impl Into<String>) -> Self {
-        Self::new(StatusCode::BAD_REQUEST, code, message)
+    /// An error whose code a lower layer spelled (`EditError::code`,
+    /// `BreakpointError::code`, `ForkError::code`); every such spelling is
+    /// in the catalog (a test in `codes` checks).
+    pub fn coded(code: &str, message: impl Into<String>) -> Self {
+        Self::new(Code::named(code).unwrap_or(Code::InvalidRequest), message)
+    }
+
+    /// A 429 with a `retry-after` of `seconds` (at least 1: a client told 0
+    /// would ask again at once).
+    pub fn too_many(code: Code, message: impl Into<String>, seconds: u64) -> Self {
+        Self {
+            retry_after: Some(seconds.max(1)),
+            ..Self::new(code, message)
+        }
     }
 
     /// 404 `not_found`.
     pub fn not_found(what: impl Into<String>) -> Self {
-        Self::new(StatusCode::NOT_FOUND, "not_found", what)
+        Self::new(Code::NotFound, what)
     }
 
     /// 500: logs `detail` with a fresh reference id, answers only the id.
@@ -57,8 +70,7 @@ impl ApiError {
         let reference = uuid::Uuid::new_v4().simple().to_string();
         tracing::error!(reference = %reference, error = %detail, "internal error");
         Self::new(
-            StatusCode::INTERNAL_SERVER_ERROR,
-            "internal",
+            Code::Internal,
             format!("internal error (reference {reference})"),
         )
     }
@@ -68,8 +80,7 @@ impl ApiError {
         let reference = uuid::Uuid::new_v4().simple().to_string();
         tracing::warn!(reference = %reference, error = %detail, "dependency unavailable");
         Self::new(
-            StatusCode::SERVICE_UNAVAILABLE,
-            "unavailable",
+            Code::Unavailable,
             format!("temporarily unavailable (reference {reference})"),
         )
     }
@@ -92,21 +103,32 @@ impl From<crate::runs::StartError> for ApiError {
         use crate::runs::StartError;
         match e {
             StartError::Full => Self::too_many(
-                "too_many_runs",
+                Code::TooManyRuns,
                 "the server is at its run limit; retry shortly",
                 1,
             ),
-            StartError::ShuttingDown => Self::new(
-                StatusCode::SERVICE_UNAVAILABLE,
-                "shutting_down",
-                "the server is shutting down",
-            ),
-            StartError::Busy => Self::new(
-                StatusCode::CONFLICT,
-                "run_in_progress",
-                "this chat is already answering",
-            ),
+            StartError::ShuttingDown => {
+                Self::new(Code::ShuttingDown, "the server is shutting down")
+            }
+            StartError::Busy => Self::new(Code::RunInProgress, "this chat is already answering"),
             StartError::Store(e) => e.into(),
+        }
+    }
+}
+
+/// A refused turn, as every endpoint that starts one answers it (the
+/// LangGraph API words a busy thread and a missing one its own way first).
+impl From<crate::runs::TurnError> for ApiError {
+    fn from(e: crate::runs::TurnError) -> Self {
+        use crate::runs::TurnError;
+        match e {
+            TurnError::Busy => Self::new(Code::RunInProgress, e.to_string()),
+            TurnError::NotOwner => Self::not_found("no such chat"),
+            TurnError::UnknownGraph(why) => Self::new(Code::UnknownGraph, why),
+            TurnError::UnknownMessage(_) => Self::new(Code::UnknownMessage, e.to_string()),
+            TurnError::InvalidInput(why) => Self::new(Code::InvalidInput, why),
+            TurnError::Breakpoints(e) => Self::coded(e.code(), e.to_string()),
+            TurnError::Start(e) => e.into(),
         }
     }
 }
@@ -115,7 +137,7 @@ impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let mut resp = (
             self.status,
-            Json(json!({ "error": { "code": self.code, "message": self.message } })),
+            Json(json!({ "error": { "code": self.code.as_str(), "message": self.message } })),
         )
             .into_response();
         if let Some(seconds) = self.retry_after {
@@ -158,29 +180,11 @@ pub(super) async fn json_errors(
     } else {
         text
     };
-    let mut out = ApiError::new(status, code_for(status), message).into_response();
+    let mut out = ApiError::framework(status, message).into_response();
     for (name, value) in &parts.headers {
         if name != axum::http::header::CONTENT_TYPE && name != axum::http::header::CONTENT_LENGTH {
             out.headers_mut().insert(name.clone(), value.clone());
         }
     }
     out
-}
-
-/// The stable code of a status whose producer gave none.
-fn code_for(status: StatusCode) -> &'static str {
-    match status.as_u16() {
-        401 => "unauthorized",
-        404 => "not_found",
-        405 => "method_not_allowed",
-        408 => "timeout",
-        413 => "payload_too_large",
-        415 => "unsupported_media_type",
-        429 => "too_many_requests",
-        431 => "headers_too_large",
-        503 => "unavailable",
-        504 => "timeout",
-        500..=599 => "internal",
-        _ => "invalid_request",
-    }
 }

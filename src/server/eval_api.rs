@@ -6,12 +6,12 @@
 //! stored with the runs they judge; `GET /api/runs/{id}/verdicts` reads
 //! them back. Nothing else is stored.
 
+use crate::server::Code;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use axum::Json;
 use axum::extract::{Path, State};
-use axum::http::StatusCode;
 use serde::Deserialize;
 use serde_json::{Value, json};
 
@@ -63,8 +63,7 @@ pub(super) async fn post(
     let limit = req.limit.unwrap_or(MAX_RUNS);
     if limit == 0 || limit > MAX_RUNS {
         return Err(ApiError::new(
-            StatusCode::BAD_REQUEST,
-            "invalid_limit",
+            Code::InvalidLimit,
             format!("`limit` is 1 to {MAX_RUNS}"),
         ));
     }
@@ -113,10 +112,10 @@ pub(super) async fn post(
 /// The judge a request asks for, checked: criteria are short non-empty
 /// texts, and the judge's model is not the offline one.
 fn judge_of(state: &AppState, req: &EvalRequest) -> Result<Option<testing::Judge>, ApiError> {
-    let bad = |code: &'static str, msg: String| ApiError::new(StatusCode::BAD_REQUEST, code, msg);
+    let bad = |code: Code, msg: String| ApiError::new(code, msg);
     if req.criteria.len() > MAX_CRITERIA {
         return Err(bad(
-            "invalid_criteria",
+            Code::InvalidCriteria,
             format!("at most {MAX_CRITERIA} `criteria`"),
         ));
     }
@@ -126,7 +125,7 @@ fn judge_of(state: &AppState, req: &EvalRequest) -> Result<Option<testing::Judge
         .position(|c| c.trim().is_empty() || c.len() > 1000)
     {
         return Err(bad(
-            "invalid_criteria",
+            Code::InvalidCriteria,
             format!("criterion {} is empty or longer than 1000 bytes", i + 1),
         ));
     }
@@ -138,7 +137,7 @@ fn judge_of(state: &AppState, req: &EvalRequest) -> Result<Option<testing::Judge
         Some(role) if !req.criteria.is_empty() => {
             testing::Judge::of_role(&state.services.models, &role)
                 .map(Some)
-                .map_err(|e| bad("judge_unavailable", e))
+                .map_err(|e| bad(Code::JudgeUnavailable, e))
         }
         _ => Ok(None),
     }

@@ -118,7 +118,7 @@ pub(super) async fn reload(
             let err = ApiError::internal(e);
             (
                 err.status,
-                Json(json!({"error": {"code": err.code, "message": err.message}})),
+                Json(json!({"error": {"code": err.code.as_str(), "message": err.message}})),
             )
         }
     }

@@ -27,6 +27,7 @@
 //!
 //! All default to 0, which turns them off.
 
+use crate::server::Code;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
@@ -85,7 +86,7 @@ impl Limits {
         };
         rate.take(user, Instant::now()).map_err(|wait| {
             ApiError::too_many(
-                "rate_limited",
+                Code::RateLimited,
                 format!(
                     "too many requests: at most {} a minute; retry in {wait} s",
                     rate.per_minute
@@ -124,7 +125,7 @@ impl Limits {
             && spent.tokens >= cap
         {
             return Err(ApiError::too_many(
-                "token_quota_exceeded",
+                Code::TokenQuotaExceeded,
                 format!(
                     "the daily token quota ({cap} tokens) is used up; it renews at midnight UTC"
                 ),
@@ -135,7 +136,7 @@ impl Limits {
             && spent.cost >= cap
         {
             return Err(ApiError::too_many(
-                "cost_limit",
+                Code::CostLimit,
                 format!(
                     "the daily cost limit ({}) is spent ({} today); it renews at midnight UTC",
                     usd(cap),

@@ -24,6 +24,7 @@
 //! one is told to finish its current response and close, and the loop
 //! returns when the last has closed.
 
+use crate::server::Code;
 use std::net::SocketAddr;
 use std::time::Duration;
 
@@ -31,7 +32,6 @@ use axum::Router;
 use axum::body::Body;
 use axum::extract::ConnectInfo;
 use axum::extract::Request;
-use axum::http::StatusCode;
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use hyper::body::Incoming;
@@ -169,8 +169,7 @@ pub(super) async fn head_limit(limit: usize, req: Request, next: Next) -> Respon
             .sum::<usize>();
     if head > limit {
         return ApiError::new(
-            StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
-            "headers_too_large",
+            Code::HeadersTooLarge,
             format!("the request head is {head} bytes; at most {limit} are accepted"),
         )
         .into_response();
@@ -212,17 +211,18 @@ fn rewritten(head: &[u8]) -> Option<Vec<u8>> {
         return None;
     }
     let (code, message) = match status {
-        414 => ("uri_too_long", "the request URI is too long"),
+        414 => (Code::UriTooLong, "the request URI is too long"),
         431 => (
-            "headers_too_large",
+            Code::HeadersTooLarge,
             "the request head is too large or has too many header fields (at most 100)",
         ),
         _ => (
-            "malformed_request",
+            Code::MalformedRequest,
             "the request could not be parsed: its request line or a header (Content-Length, Transfer-Encoding, …) is malformed",
         ),
     };
-    let body = serde_json::json!({"error": {"code": code, "message": message}}).to_string();
+    let body =
+        serde_json::json!({"error": {"code": code.as_str(), "message": message}}).to_string();
     let status_line = text.split("\r\n").next()?;
     let date = text
         .split("\r\n")

@@ -25,6 +25,7 @@ mod auth;
 mod boot;
 mod calls_api;
 mod chat;
+mod codes;
 mod error;
 mod eval_api;
 mod graphs;
@@ -64,6 +65,7 @@ use crate::tools::mcp::McpManager;
 
 pub use auth::User;
 pub use boot::build_state;
+pub use codes::Code;
 pub use error::ApiError;
 pub use limits::Limits;
 pub use metrics::Metrics;
@@ -101,16 +103,16 @@ impl std::fmt::Debug for AppState {
 }
 
 impl AppState {
-    /// The served graph a stored run ran: 409 `unknown_graph` when it is
-    /// not served here (any more), for every endpoint that acts on a run.
+    /// The served graph a stored run ran: 400 `unknown_graph` when it is
+    /// not served here (any more), for every endpoint that acts on a run
+    /// (the same failure as a request naming a graph not served).
     pub(crate) fn graph_of(
         &self,
         run: &crate::store::RunRecord,
     ) -> Result<Arc<crate::nodes::Graph>, ApiError> {
         self.graphs.get(&run.graph).ok_or_else(|| {
             ApiError::new(
-                axum::http::StatusCode::CONFLICT,
-                "unknown_graph",
+                Code::UnknownGraph,
                 format!("graph `{}` is not served here", run.graph),
             )
         })
@@ -238,11 +240,7 @@ pub fn app(state: Arc<AppState>) -> Router {
         .route_layer(middleware::from_fn_with_state(Arc::clone(&state), observe))
         .fallback(|| async { ApiError::not_found("no such endpoint") })
         .method_not_allowed_fallback(|| async {
-            ApiError::new(
-                axum::http::StatusCode::METHOD_NOT_ALLOWED,
-                "method_not_allowed",
-                "method not allowed here",
-            )
+            ApiError::new(Code::MethodNotAllowed, "method not allowed here")
         })
         .layer(DefaultBodyLimit::max(body_limit))
         .layer(middleware::from_fn(move |req, next| {
@@ -325,12 +323,7 @@ async fn observe(State(state): State<Arc<AppState>>, req: Request, next: Next) -
     let limit = state.config.server.request_timeout.0;
     let resp = match tokio::time::timeout(limit, next.run(req).instrument(span.clone())).await {
         Ok(r) => r,
-        Err(_) => ApiError::new(
-            axum::http::StatusCode::GATEWAY_TIMEOUT,
-            "timeout",
-            "the request took too long",
-        )
-        .into_response(),
+        Err(_) => ApiError::new(Code::Timeout, "the request took too long").into_response(),
     };
     let status = resp.status().as_u16();
     span.in_scope(|| {

@@ -1,30 +1,16 @@
-//! Runs paused for a person, over HTTP: a chat's next request answers
-//! them exactly as `useChat` sends it, and `POST /api/runs/{id}/resume`
-//! answers them for non-chat use.
-//!
-//! A chat whose active run is `interrupted` reads its next `POST /api/chat`
-//! as follows:
-//! - `submit-message` with `messageId` = the paused answer's id (the AI
-//!   SDK's automatic resend after `addToolApprovalResponse` /
-//!   `addToolOutput`): the tool parts of that message carry the answers —
-//!   `approval-responded` parts their `approval {id, approved, reason}`,
-//!   client tools' parts in `output-available` / `output-error` their
-//!   output. The run continues into the same message; the response streams
-//!   only what is new.
-//! - a new user message while the run waits for a question: its text is
-//!   the answer (a string field takes it as it is; other types accept an
-//!   option or JSON). The run continues into a new assistant message.
-//! - anything else (a new message while an approval waits, a regenerate,
-//!   an edit): the paused run is set aside (`cancelled`) and the turn
-//!   starts afresh.
+//! Runs paused for a person, over HTTP: `POST /api/runs/{id}/resume`
+//! answers them for non-chat use; a chat's next request answers them as
+//! `useChat` sends it (decided in [`crate::runs::turn`], see
+//! `Runs::answer_paused`), refused here with the same codes.
 //!
 //! Answers are checked before anything changes: an assistant message sent
 //! back when no run waits is 409 `not_interrupted`; an unknown id is 400
 //! `unknown_interrupt`, a missing one 400
-//! `unanswered_interrupt`, a value of the wrong type 422 `invalid_answer`,
-//! a run that does not wait (any more) 409 `not_interrupted`, a lapsed wait
-//! 410 `interrupt_expired`.
+//! `unanswered_interrupt`, a value of the wrong type (or an approval
+//! without `approval.id`) 422 `invalid_answer`, a run that does not wait
+//! (any more) 409 `not_interrupted`, a lapsed wait 410 `interrupt_expired`.
 
+use crate::server::Code;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
@@ -36,201 +22,22 @@ use serde_json::{Value, json};
 
 use super::auth::User;
 use super::error::ApiError;
-use super::{AppState, RequestId, stream, ui};
+use super::{AppState, RequestId};
 use crate::events::{Ask, Interrupt};
-use crate::runs::resume::pending;
-use crate::runs::{ChatLink, ResumeError, ResumeRequest};
+use crate::runs::turn::PausedError;
+use crate::runs::{ResumeError, ResumeRequest};
 use crate::runtime::RunStatus;
-use crate::store::{MessageRecord, RunRecord};
+use crate::store::RunRecord;
 
-/// The chat's paused run, if its active run waits for a person.
-///
-/// # Errors
-///
-/// Another user's chat is 404, as it is for a new turn: an answer to
-/// someone else's run must not learn whether (or how) it waits.
-async fn paused_run(
-    state: &AppState,
-    user: &User,
-    chat_id: &str,
-) -> Result<Option<RunRecord>, ApiError> {
-    let Some(chat) = state.store.get_chat(chat_id).await? else {
-        return Ok(None);
-    };
-    if chat.user_id != user.0 {
-        return Err(ApiError::not_found("no such chat"));
+/// A chat request that could not answer its chat's paused run, as the
+/// API answers it.
+pub(super) fn paused_error(e: PausedError) -> ApiError {
+    match e {
+        PausedError::NotInterrupted => ApiError::new(Code::NotInterrupted, e.to_string()),
+        PausedError::NoApprovalId(_) => ApiError::new(Code::InvalidAnswer, e.to_string()),
+        PausedError::Turn(e) => e.into(),
+        PausedError::Resume(e) => resume_error(e),
     }
-    let Some(run_id) = chat.active_run else {
-        return Ok(None);
-    };
-    Ok(state
-        .store
-        .get_run(run_id)
-        .await?
-        .filter(|r| r.status == RunStatus::Interrupted))
-}
-
-/// A chat request for a chat with a paused run: continues it (the
-/// response), or sets it aside (`None`: start the turn as usual).
-pub(super) async fn continue_chat(
-    state: &Arc<AppState>,
-    user: &User,
-    request_id: &RequestId,
-    body: &ui::ChatBody,
-    trigger: ui::Trigger,
-) -> Result<Option<Response>, ApiError> {
-    let Some(run) = paused_run(state, user, &body.id).await? else {
-        // Sending an assistant message back is how `useChat` answers a
-        // pause; with none waiting, the answer is stale (answered already)
-        // or forged.
-        if trigger == ui::Trigger::Submit
-            && body.messages.last().is_some_and(|m| m.role == "assistant")
-        {
-            return Err(ApiError::new(
-                StatusCode::CONFLICT,
-                "not_interrupted",
-                "no run of this chat waits for an answer (it was answered already, or never asked)",
-            ));
-        }
-        return Ok(None);
-    };
-    let (_, events) = crate::replay::load(&*state.store, run.id)
-        .await
-        .map_err(ApiError::internal)?;
-    let waiting = pending(&events);
-    let last = body.messages.last();
-    let continues_message = trigger == ui::Trigger::Submit
-        && run.message_id.is_some()
-        && body.message_id == run.message_id
-        && last.is_some_and(|m| m.role == "assistant" && Some(&m.id) == run.message_id.as_ref());
-    let question = waiting
-        .iter()
-        .find(|i| matches!(i.ask, Ask::Question { .. }));
-    let mut req = ResumeRequest {
-        run_id: run.id,
-        user_id: user.0.clone(),
-        request_id: request_id.0.clone(),
-        answers: BTreeMap::new(),
-        new_message: None,
-        messages: Vec::new(),
-        breakpoints: None,
-    };
-    if continues_message && let Some(m) = last {
-        req.answers = answers_in(&m.parts, &waiting)?;
-    } else if let (Some(q), true, Some(m)) = (
-        question,
-        trigger == ui::Trigger::Submit && body.message_id.is_none(),
-        last.filter(|m| m.role == "user"),
-    ) {
-        req.answers
-            .insert(q.id.clone(), answer_from_text(q, &ui::text_of(m)));
-        let (link, messages) = answer_message(body);
-        req.new_message = Some(link);
-        req.messages = messages;
-    } else {
-        let reason = "the chat moved on before the run's question was answered";
-        if state.runs.set_aside(&run, reason).await? {
-            tracing::info!(run_id = %run.id, "a paused run was set aside by a new turn");
-        }
-        return Ok(None);
-    }
-    let started = state.runs.resume(req).await.map_err(resume_error)?;
-    let after = started.hub.resumed;
-    Ok(Some(stream::response(
-        Arc::clone(state),
-        started.hub,
-        after,
-        true,
-    )))
-}
-
-/// The answers a resent assistant message carries in its tool parts.
-fn answers_in(parts: &[Value], waiting: &[Interrupt]) -> Result<BTreeMap<String, Value>, ApiError> {
-    let mut answers = BTreeMap::new();
-    for p in parts {
-        let ty = p["type"].as_str().unwrap_or("");
-        if ty != "dynamic-tool" && !ty.starts_with("tool-") {
-            continue;
-        }
-        let call_id = p["toolCallId"].as_str().unwrap_or("");
-        match p["state"].as_str().unwrap_or("") {
-            "approval-responded" => {
-                let approval = &p["approval"];
-                let Some(id) = approval["id"].as_str() else {
-                    return Err(ApiError::bad_request(
-                        "invalid_answer",
-                        format!("the approval of tool call `{call_id}` has no `approval.id`"),
-                    ));
-                };
-                let mut v = json!({ "approved": approval["approved"] });
-                if let Some(r) = approval.get("reason").filter(|r| !r.is_null()) {
-                    v["reason"] = r.clone();
-                }
-                answers.insert(id.to_owned(), v);
-            }
-            // A client tool's output (older outputs in the message are of
-            // calls answered before, or of server tools).
-            s @ ("output-available" | "output-error") => {
-                let is_client = waiting
-                    .iter()
-                    .any(|i| i.id == call_id && matches!(i.ask, Ask::ClientTool { .. }));
-                if is_client {
-                    let v = if s == "output-available" {
-                        json!({ "output": p["output"] })
-                    } else {
-                        json!({ "error": p["errorText"].as_str().unwrap_or("the tool failed") })
-                    };
-                    answers.insert(call_id.to_owned(), v);
-                }
-            }
-            _ => {}
-        }
-    }
-    Ok(answers)
-}
-
-/// A question's answer from a chat message's text: a string field takes
-/// the text; other types an option written the same way, or JSON.
-fn answer_from_text(q: &Interrupt, text: &str) -> Value {
-    let Ask::Question {
-        schema, options, ..
-    } = &q.ask
-    else {
-        return Value::String(text.to_owned());
-    };
-    let text = text.trim();
-    let takes_string = schema["type"] == "string"
-        || schema["type"]
-            .as_array()
-            .is_some_and(|t| t.iter().any(|t| t == "string"));
-    if takes_string {
-        return Value::String(text.to_owned());
-    }
-    let spelled = |o: &Value| match o {
-        Value::String(s) => s.eq_ignore_ascii_case(text),
-        other => other.to_string().eq_ignore_ascii_case(text),
-    };
-    if let Some(o) = options.iter().find(|o| spelled(o)) {
-        return o.clone();
-    }
-    match text.to_ascii_lowercase().as_str() {
-        "yes" | "y" if schema["type"] == "boolean" => return Value::Bool(true),
-        "no" | "n" if schema["type"] == "boolean" => return Value::Bool(false),
-        _ => {}
-    }
-    serde_json::from_str(text).unwrap_or_else(|_| Value::String(text.to_owned()))
-}
-
-/// The chat as the client has it (its answer included), to store once the
-/// run is claimed, and where the continuation's new assistant message goes.
-fn answer_message(body: &ui::ChatBody) -> (ChatLink, Vec<MessageRecord>) {
-    let messages = ui::message_records(body);
-    let link = ChatLink {
-        chat_id: body.id.clone(),
-        message_id: format!("msg_{}", uuid::Uuid::now_v7().simple()),
-        position: messages.len() as i64,
-    };
-    (link, messages)
 }
 
 /// A refused resume as the API answers it.
@@ -238,20 +45,14 @@ pub(super) fn resume_error(e: ResumeError) -> ApiError {
     let message = e.to_string();
     match e {
         ResumeError::NotFound(_) => ApiError::not_found(message),
-        ResumeError::NotWaiting { .. } => {
-            ApiError::new(StatusCode::CONFLICT, "not_interrupted", message)
-        }
-        ResumeError::Unknown(_) => ApiError::bad_request("unknown_interrupt", message),
-        ResumeError::Unanswered(_) => ApiError::bad_request("unanswered_interrupt", message),
-        ResumeError::Invalid { .. } => {
-            ApiError::new(StatusCode::UNPROCESSABLE_ENTITY, "invalid_answer", message)
-        }
-        ResumeError::Expired(_) => ApiError::new(StatusCode::GONE, "interrupt_expired", message),
-        ResumeError::Edit(e) => ApiError::bad_request(e.code(), message),
-        ResumeError::Breakpoints(e) => ApiError::bad_request(e.code(), message),
-        ResumeError::UnknownGraph(_) => {
-            ApiError::new(StatusCode::CONFLICT, "unknown_graph", message)
-        }
+        ResumeError::NotWaiting { .. } => ApiError::new(Code::NotInterrupted, message),
+        ResumeError::Unknown(_) => ApiError::new(Code::UnknownInterrupt, message),
+        ResumeError::Unanswered(_) => ApiError::new(Code::UnansweredInterrupt, message),
+        ResumeError::Invalid { .. } => ApiError::new(Code::InvalidAnswer, message),
+        ResumeError::Expired(_) => ApiError::new(Code::InterruptExpired, message),
+        ResumeError::Edit(e) => ApiError::coded(e.code(), message),
+        ResumeError::Breakpoints(e) => ApiError::coded(e.code(), message),
+        ResumeError::UnknownGraph(_) => ApiError::new(Code::UnknownGraph, message),
         ResumeError::Start(e) => e.into(),
         ResumeError::Store(e) => e.into(),
         ResumeError::Replay(e) => ApiError::internal(e),
@@ -292,15 +93,15 @@ fn breakpoint_answers(
         return Ok(None);
     }
     if body.value.is_some() || body.answers.is_some() {
-        return Err(ApiError::bad_request(
-            "invalid_body",
+        return Err(ApiError::new(
+            Code::InvalidBody,
             "give `action`/`set` (at a breakpoint) or `value`/`answers`, not both",
         ));
     }
     let action = body.action.take().unwrap_or_else(|| "continue".into());
     if action != "continue" && action != "step" {
-        return Err(ApiError::bad_request(
-            "invalid_body",
+        return Err(ApiError::new(
+            Code::InvalidBody,
             format!("`action` is \"continue\", \"step\" or \"abort\", not {action:?}"),
         ));
     }
@@ -309,8 +110,7 @@ fn breakpoint_answers(
         .find(|i| matches!(i.ask, Ask::Breakpoint { .. }))
     else {
         return Err(ApiError::new(
-            StatusCode::CONFLICT,
-            "not_at_breakpoint",
+            Code::NotAtBreakpoint,
             "the run is not paused at a breakpoint: answer what it waits for with `value` or `answers`",
         ));
     };
@@ -333,18 +133,17 @@ async fn abort(
         || body.answers.is_some()
         || body.breakpoints.is_some()
     {
-        return Err(ApiError::bad_request(
-            "invalid_body",
+        return Err(ApiError::new(
+            Code::InvalidBody,
             "`action: abort` takes nothing else",
         ));
     }
-    let run = owned_run(state, user, run_id).await?;
+    let run = super::runs_api::owned_run_id(state, user, run_id).await?;
     if run.status != RunStatus::Interrupted
         || !state.runs.set_aside(&run, "aborted while paused").await?
     {
         return Err(ApiError::new(
-            StatusCode::CONFLICT,
-            "not_interrupted",
+            Code::NotInterrupted,
             format!("run {run_id} is not paused (it is {})", run.status.as_str()),
         ));
     }
@@ -358,21 +157,7 @@ fn new_breakpoints(
     v: &Value,
 ) -> Result<crate::events::Breakpoints, ApiError> {
     let graph = state.graph_of(run)?;
-    crate::runs::breaks::parse(&graph, v)
-        .map_err(|e| ApiError::bad_request(e.code(), e.to_string()))
-}
-
-async fn owned_run(
-    state: &AppState,
-    user: &User,
-    run_id: uuid::Uuid,
-) -> Result<RunRecord, ApiError> {
-    state
-        .store
-        .get_run(run_id)
-        .await?
-        .filter(|r| r.user_id == user.0)
-        .ok_or_else(|| ApiError::not_found(format!("no run {run_id}")))
+    crate::runs::breaks::parse(&graph, v).map_err(|e| ApiError::coded(e.code(), e.to_string()))
 }
 
 /// `POST /api/runs/{id}/resume`: continues a paused run; 202 with the run
@@ -386,12 +171,12 @@ pub(super) async fn resume(
     body: Result<Json<ResumeBody>, axum::extract::rejection::JsonRejection>,
 ) -> Result<Response, ApiError> {
     let run_id = uuid::Uuid::parse_str(&id)
-        .map_err(|_| ApiError::bad_request("invalid_run_id", format!("`{id}` is not a run id")))?;
-    let Json(mut body) = body.map_err(|e| ApiError::bad_request("invalid_body", e.body_text()))?;
+        .map_err(|_| ApiError::new(Code::InvalidRunId, format!("`{id}` is not a run id")))?;
+    let Json(mut body) = body.map_err(|e| ApiError::new(Code::InvalidBody, e.body_text()))?;
     if body.action.as_deref() == Some("abort") {
         return abort(&state, &user, run_id, &body).await;
     }
-    let run = owned_run(&state, &user, run_id).await?;
+    let run = super::runs_api::owned_run_id(&state, &user, run_id).await?;
     let waiting = state
         .runs
         .waiting_at(&run)
@@ -405,8 +190,8 @@ pub(super) async fn resume(
     let answers = match (body.value, body.answers) {
         _ if at_break.is_some() => at_break.unwrap_or_default(),
         (Some(_), Some(_)) => {
-            return Err(ApiError::bad_request(
-                "invalid_body",
+            return Err(ApiError::new(
+                Code::InvalidBody,
                 "give `value` or `answers`, not both",
             ));
         }
@@ -414,16 +199,16 @@ pub(super) async fn resume(
         (value, None) => match (waiting.as_slice(), value) {
             ([one], Some(v)) => BTreeMap::from([(one.id.clone(), v)]),
             (_, None) => {
-                return Err(ApiError::bad_request(
-                    "invalid_body",
+                return Err(ApiError::new(
+                    Code::InvalidBody,
                     "give `value` (one interrupt) or `answers` ({id: answer})",
                 ));
             }
             ([], Some(_)) => BTreeMap::new(),
             (many, Some(_)) => {
                 let ids: Vec<&str> = many.iter().map(|i| i.id.as_str()).collect();
-                return Err(ApiError::bad_request(
-                    "unanswered_interrupt",
+                return Err(ApiError::new(
+                    Code::UnansweredInterrupt,
                     format!(
                         "the run waits at {} interrupts ({}); answer them with `answers`",
                         many.len(),

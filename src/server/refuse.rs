@@ -17,9 +17,10 @@
 //! A body is read here (every endpoint's body is a small JSON document)
 //! and handed on as it was.
 
+use crate::server::Code;
 use axum::body::Body;
 use axum::extract::Request;
-use axum::http::{Method, StatusCode, header};
+use axum::http::{Method, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use futures::StreamExt;
@@ -48,8 +49,8 @@ pub(super) async fn unstorable(limit: usize, req: Request, next: Next) -> Respon
     let mut chunks = body.into_data_stream();
     while let Some(chunk) = chunks.next().await {
         let Ok(chunk) = chunk else {
-            return ApiError::bad_request(
-                "malformed_body",
+            return ApiError::new(
+                Code::MalformedBody,
                 "the request body could not be read (a malformed chunked encoding, or it broke off)",
             )
             .into_response();
@@ -67,8 +68,8 @@ pub(super) async fn unstorable(limit: usize, req: Request, next: Next) -> Respon
 }
 
 fn nul(what: &str) -> Response {
-    ApiError::bad_request(
-        "invalid_character",
+    ApiError::new(
+        Code::InvalidCharacter,
         format!("{what}; a NUL character (U+0000) is not accepted anywhere in a request"),
     )
     .into_response()
@@ -76,8 +77,7 @@ fn nul(what: &str) -> Response {
 
 fn too_large(limit: usize) -> Response {
     ApiError::new(
-        StatusCode::PAYLOAD_TOO_LARGE,
-        "payload_too_large",
+        Code::PayloadTooLarge,
         format!("request body is too large (at most {limit} bytes)"),
     )
     .into_response()

@@ -7,6 +7,7 @@
 //! on the recording, and the first event that differs). Every run is
 //! visible only to its user.
 
+use crate::server::Code;
 use std::sync::Arc;
 
 use axum::Json;
@@ -63,11 +64,21 @@ pub(super) async fn owned_run(
     user: &User,
     id: &str,
 ) -> Result<RunRecord, ApiError> {
-    let id = parse_id(id)?;
-    match state.store.get_run(id).await? {
-        Some(r) if r.user_id == user.0 => Ok(r),
-        _ => Err(ApiError::not_found(format!("no run `{id}`"))),
-    }
+    owned_run_id(state, user, parse_id(id)?).await
+}
+
+/// The run `id` if it belongs to `user` (another user's is 404, as a
+/// missing one).
+pub(super) async fn owned_run_id(
+    state: &AppState,
+    user: &User,
+    id: Uuid,
+) -> Result<RunRecord, ApiError> {
+    state
+        .runs
+        .owned_run(&user.0, id)
+        .await?
+        .ok_or_else(|| ApiError::not_found(format!("no run `{id}`")))
 }
 
 /// `GET /api/runs` filters: `?chat=&graph=&status=&since=&until=&cursor=&limit=`.
@@ -94,16 +105,13 @@ pub(super) async fn list(
 ) -> Result<Json<Value>, ApiError> {
     let limit = q.limit.unwrap_or(50).clamp(1, 500);
     if let Some(chat) = &q.chat {
-        match state.store.get_chat(chat).await? {
-            Some(c) if c.user_id == user.0 => {}
-            _ => return Err(ApiError::not_found(format!("no chat `{chat}`"))),
-        }
+        super::chat::owned_chat(&state, &user, chat).await?;
     }
     let cursor = match &q.cursor {
         None => None,
         Some(c) => Some(RunCursor::decode(c).ok_or_else(|| {
-            ApiError::bad_request(
-                "invalid_cursor",
+            ApiError::new(
+                Code::InvalidCursor,
                 "`cursor` must be a `next` this API returned",
             )
         })?),
@@ -183,8 +191,8 @@ pub(super) async fn events(
         let (_, events) = replay::load(&*state.store, run.id)
             .await
             .map_err(ApiError::internal)?;
-        let text = replay::sse(&events)
-            .map_err(|e| ApiError::new(StatusCode::CONFLICT, "not_streamed", e.to_string()))?;
+        let text =
+            replay::sse(&events).map_err(|e| ApiError::new(Code::NotStreamed, e.to_string()))?;
         let mut resp = Bytes::from(text).into_response();
         resp.headers_mut().insert(
             header::CONTENT_TYPE,
@@ -239,8 +247,8 @@ pub(super) async fn state_at(
     };
     let step = q.step.or(paused).unwrap_or(run.last_step);
     if step > run.last_step {
-        return Err(ApiError::bad_request(
-            "invalid_step",
+        return Err(ApiError::new(
+            Code::InvalidStep,
             format!(
                 "run {} has steps 0–{}; there is no step {step}",
                 run.id, run.last_step
@@ -249,7 +257,7 @@ pub(super) async fn state_at(
     }
     let s = replay::state_at(&*state.store, &graph, run.id, step)
         .await
-        .map_err(|e| ApiError::new(StatusCode::NOT_FOUND, "no_checkpoint", e.to_string()))?;
+        .map_err(|e| ApiError::new(Code::NoCheckpoint, e.to_string()))?;
     Ok(Json(
         json!({ "runId": run.id, "step": step, "state": s.to_json() }),
     ))
@@ -291,11 +299,11 @@ pub(super) async fn fork(
 ) -> Result<Response, ApiError> {
     let parent = owned_run(&state, &user, &id).await?;
     let body: ForkBody = serde_json::from_slice(&body)
-        .map_err(|e| ApiError::bad_request("invalid_request", format!("invalid fork body: {e}")))?;
+        .map_err(|e| ApiError::new(Code::InvalidRequest, format!("invalid fork body: {e}")))?;
     let (mode, node) = match (body.after, body.before) {
         (Some(_), Some(_)) => {
-            return Err(ApiError::bad_request(
-                "invalid_request",
+            return Err(ApiError::new(
+                Code::InvalidRequest,
                 "give `after` or `before`, not both",
             ));
         }
@@ -316,11 +324,9 @@ pub(super) async fn fork(
         request_id: request_id.0,
     };
     let started = state.runs.fork(req).await.map_err(|e| match e {
-        ForkError::UnknownGraph(_) => ApiError::not_found(e.to_string()),
-        ForkError::Edit(_) | ForkError::Invalid(_) => {
-            ApiError::bad_request(e.code(), e.to_string())
-        }
-        ForkError::NotAttachable(_) => ApiError::new(StatusCode::CONFLICT, e.code(), e.to_string()),
+        ForkError::UnknownGraph(_) => ApiError::new(Code::UnknownGraph, e.to_string()),
+        ForkError::Edit(_) | ForkError::Invalid(_) => ApiError::coded(e.code(), e.to_string()),
+        ForkError::NotAttachable(_) => ApiError::coded(e.code(), e.to_string()),
         ForkError::Start(e) => e.into(),
     })?;
     let o = &started.origin;
@@ -366,8 +372,7 @@ pub(super) async fn reexecute(
     let run = owned_run(&state, &user, &id).await?;
     if run.status == RunStatus::Running {
         return Err(ApiError::new(
-            StatusCode::CONFLICT,
-            "running",
+            Code::Running,
             format!(
                 "run {} is still running; re-execute it when it has ended",
                 run.id
@@ -385,9 +390,7 @@ pub(super) async fn reexecute(
     let r = replay::reexecute(graph, services, &events)
         .await
         .map_err(|e| match e {
-            replay::ReplayError::State(m) => {
-                ApiError::new(StatusCode::CONFLICT, "not_reexecutable", m)
-            }
+            replay::ReplayError::State(m) => ApiError::new(Code::NotReexecutable, m),
             other => replay_error(other),
         })?;
     let divergence = r.divergence.as_ref().map(|(index, recorded, got)| {

@@ -5,10 +5,11 @@
 //! body is a whole test file (YAML) holding that one case, ready to be saved
 //! as `graphs/tests/NAME.yaml`, or its `cases:` item pasted into a file.
 
+use crate::server::Code;
 use std::sync::Arc;
 
 use axum::extract::{Path, Query, State};
-use axum::http::{HeaderValue, StatusCode, header};
+use axum::http::{HeaderValue, header};
 use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
 
@@ -42,8 +43,7 @@ pub(super) async fn get(
     let run = owned_run(&state, &user, &id).await?;
     if run.status == RunStatus::Running {
         return Err(ApiError::new(
-            StatusCode::CONFLICT,
-            "running",
+            Code::Running,
             format!(
                 "run {} is still running; save it as a test when it has ended",
                 run.id
@@ -58,8 +58,7 @@ pub(super) async fn get(
         && (n.chars().count() > MAX_NAME || n.chars().any(char::is_control))
     {
         return Err(ApiError::new(
-            StatusCode::BAD_REQUEST,
-            "invalid_name",
+            Code::InvalidName,
             format!("a case name is one line of at most {MAX_NAME} characters"),
         ));
     }

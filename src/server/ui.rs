@@ -1,11 +1,13 @@
 //! The `POST /api/chat` request body as `DefaultChatTransport` sends it,
-//! checked strictly, and its conversion into a graph's input state.
+//! checked strictly (its conversion into a graph's input is the turn's:
+//! [`crate::runs::turn`]).
 
+use crate::server::Code;
 use serde::Deserialize;
-use serde_json::{Map, Value, json};
+use serde_json::{Map, Value};
 
 use super::error::ApiError;
-use crate::graph::ChatIo;
+use crate::runs::turn::TurnMessage;
 
 /// Longest chat or message id accepted.
 const MAX_ID: usize = 256;
@@ -19,28 +21,13 @@ pub(super) enum Trigger {
     Regenerate,
 }
 
-/// A UI message from the client.
-#[derive(Clone, Debug, Deserialize)]
-pub(super) struct UiMessage {
-    /// Message id.
-    pub id: String,
-    /// `user`, `assistant` or `system`.
-    pub role: String,
-    /// Parts (validated by [`check_part`]).
-    #[serde(default)]
-    pub parts: Vec<Value>,
-    /// Client metadata.
-    #[serde(default)]
-    pub metadata: Option<Value>,
-}
-
 /// The request body.
 #[derive(Clone, Debug, Deserialize)]
 pub(super) struct ChatBody {
     /// Chat id.
     pub id: String,
     /// The whole history, including the new user message.
-    pub messages: Vec<UiMessage>,
+    pub messages: Vec<TurnMessage>,
     /// `submit-message` (default) or `regenerate-message`.
     #[serde(default)]
     pub trigger: Option<String>,
@@ -68,8 +55,8 @@ pub(super) struct ChatBody {
 /// `invalid_id`, `empty_parts`, `unknown_trigger`, `no_user_message`.
 pub(super) fn parse(bytes: &[u8]) -> Result<(ChatBody, Trigger), ApiError> {
     let text = std::str::from_utf8(bytes).map_err(|e| {
-        ApiError::bad_request(
-            "invalid_utf8",
+        ApiError::new(
+            Code::InvalidUtf8,
             format!(
                 "request body is not valid UTF-8 (at byte {})",
                 e.valid_up_to()
@@ -77,32 +64,31 @@ pub(super) fn parse(bytes: &[u8]) -> Result<(ChatBody, Trigger), ApiError> {
         )
     })?;
     let value: Value = serde_json::from_str(text).map_err(|e| {
-        ApiError::bad_request(
-            "invalid_json",
+        ApiError::new(
+            Code::InvalidJson,
             format!("request body is not valid JSON: {e}"),
         )
     })?;
     if !value.is_object() {
-        return Err(ApiError::bad_request(
-            "invalid_request",
+        return Err(ApiError::new(
+            Code::InvalidRequest,
             "request body must be a JSON object",
         ));
     }
-    let body: ChatBody = serde_json::from_value(value).map_err(|e| {
-        ApiError::bad_request("invalid_request", format!("invalid request body: {e}"))
-    })?;
+    let body: ChatBody = serde_json::from_value(value)
+        .map_err(|e| ApiError::new(Code::InvalidRequest, format!("invalid request body: {e}")))?;
     check_id(&body.id, "chat id")?;
     if body.messages.is_empty() {
-        return Err(ApiError::bad_request(
-            "empty_messages",
+        return Err(ApiError::new(
+            Code::EmptyMessages,
             "`messages` must contain at least one message",
         ));
     }
     for (i, m) in body.messages.iter().enumerate() {
         check_id(&m.id, "message id")?;
         if !matches!(m.role.as_str(), "user" | "assistant" | "system") {
-            return Err(ApiError::bad_request(
-                "invalid_role",
+            return Err(ApiError::new(
+                Code::InvalidRole,
                 format!(
                     "messages[{i}].role is `{}`; expected user, assistant or system",
                     m.role
@@ -112,14 +98,17 @@ pub(super) fn parse(bytes: &[u8]) -> Result<(ChatBody, Trigger), ApiError> {
         // An assistant message may have no parts yet (stopped before its
         // first one); a user or system message without any says nothing.
         if m.parts.is_empty() && m.role != "assistant" {
-            return Err(ApiError::bad_request(
-                "empty_parts",
+            return Err(ApiError::new(
+                Code::EmptyParts,
                 format!("messages[{i}] ({}) has no parts", m.role),
             ));
         }
         for (j, p) in m.parts.iter().enumerate() {
             check_part(p).map_err(|why| {
-                ApiError::bad_request("invalid_part", format!("messages[{i}].parts[{j}]: {why}"))
+                ApiError::new(
+                    Code::InvalidPart,
+                    format!("messages[{i}].parts[{j}]: {why}"),
+                )
             })?;
         }
     }
@@ -127,15 +116,15 @@ pub(super) fn parse(bytes: &[u8]) -> Result<(ChatBody, Trigger), ApiError> {
         None | Some("submit-message") => Trigger::Submit,
         Some("regenerate-message") => Trigger::Regenerate,
         Some(other) => {
-            return Err(ApiError::bad_request(
-                "unknown_trigger",
+            return Err(ApiError::new(
+                Code::UnknownTrigger,
                 format!("unknown trigger `{other}`; expected submit-message or regenerate-message"),
             ));
         }
     };
     if !body.messages.iter().any(|m| m.role == "user") {
-        return Err(ApiError::bad_request(
-            "no_user_message",
+        return Err(ApiError::new(
+            Code::NoUserMessage,
             "`messages` contains no user message",
         ));
     }
@@ -157,8 +146,8 @@ fn check_id(id: &str, what: &str) -> Result<(), ApiError> {
         || id == "."
         || id == ".."
     {
-        return Err(ApiError::bad_request(
-            "invalid_id",
+        return Err(ApiError::new(
+            Code::InvalidId,
             format!("{what} must be 1–{MAX_ID} bytes of visible characters (no spaces)"),
         ));
     }
@@ -200,299 +189,14 @@ fn check_part(p: &Value) -> Result<(), String> {
     }
 }
 
-/// The conversation as the client sent it, as stored messages in order.
-pub(super) fn message_records(body: &ChatBody) -> Vec<crate::store::MessageRecord> {
-    let now = crate::events::now_micros();
-    body.messages
-        .iter()
-        .enumerate()
-        .map(|(i, m)| crate::store::MessageRecord {
-            chat_id: body.id.clone(),
-            id: m.id.clone(),
-            role: m.role.clone(),
-            parts: Value::Array(m.parts.clone()),
-            metadata: m.metadata.clone().unwrap_or(Value::Null),
-            position: i as i64,
-            created_at: now,
-        })
-        .collect()
-}
-
-/// The plain text of a message (its text parts).
-pub(super) fn text_of(m: &UiMessage) -> String {
-    let texts: Vec<&str> = m
-        .parts
-        .iter()
-        .filter(|p| p["type"] == "text")
-        .filter_map(|p| p["text"].as_str())
-        .collect();
-    texts.join("\n")
-}
-
-/// A chat title from the first user message: its first line, without
-/// control characters (a NUL cannot be stored in a PostgreSQL `TEXT`, and
-/// none belongs in a title).
-pub(super) fn title(messages: &[UiMessage]) -> String {
-    let first = messages
-        .iter()
-        .find(|m| m.role == "user")
-        .map(text_of)
-        .unwrap_or_default();
-    let first: String = first
-        .lines()
-        .next()
-        .unwrap_or("")
-        .chars()
-        .filter(|c| !c.is_control())
-        .collect();
-    let line = first.trim();
-    if line.chars().count() > 80 {
-        format!("{}…", line.chars().take(79).collect::<String>())
-    } else {
-        line.to_owned()
-    }
-}
-
-/// Largest text file (decoded bytes) passed to the model; the rest is cut
-/// with a note.
-const MAX_FILE_TEXT: usize = 100 * 1024;
-
-/// The files attached to a message as the model gets them: text files
-/// (`text/*`, JSON, CSV, XML, YAML given as `data:` URLs) as text appended to
-/// the message, each under a `[file: NAME (TYPE)]` line; images as image
-/// URLs. A file the model cannot read (a PDF, a remote text file) is named
-/// in a line, so the model knows it was there.
-fn attachments(m: &UiMessage) -> (String, Vec<String>) {
-    let mut text = String::new();
-    let mut images = Vec::new();
-    for p in m.parts.iter().filter(|p| p["type"] == "file") {
-        let url = p["url"].as_str().unwrap_or_default();
-        let media = p["mediaType"].as_str().unwrap_or_default();
-        let name = p["filename"].as_str().unwrap_or("attachment");
-        if media.starts_with("image/") {
-            images.push(url.to_owned());
-            continue;
-        }
-        let body = is_text(media).then(|| data_url_text(url)).flatten();
-        text.push_str(&format!("\n\n[file: {name} ({media})]\n"));
-        match body {
-            Some(mut body) => {
-                if body.len() > MAX_FILE_TEXT {
-                    let mut cut = MAX_FILE_TEXT;
-                    while !body.is_char_boundary(cut) {
-                        cut -= 1;
-                    }
-                    body.truncate(cut);
-                    body.push_str("\n[… file cut at 100 KiB]");
-                }
-                text.push_str(&body);
-            }
-            None => text.push_str("(attached; its content cannot be read here)"),
-        }
-    }
-    (text, images)
-}
-
-/// Whether a media type is text the model can read.
-fn is_text(media: &str) -> bool {
-    let media = media.split(';').next().unwrap_or_default().trim();
-    media.starts_with("text/")
-        || matches!(
-            media,
-            "application/json"
-                | "application/csv"
-                | "application/xml"
-                | "application/yaml"
-                | "application/x-yaml"
-        )
-}
-
-/// The text a `data:` URL holds (base64 or percent-encoded), if it is one
-/// and it is UTF-8.
-fn data_url_text(url: &str) -> Option<String> {
-    use base64::Engine as _;
-    let (meta, data) = url.strip_prefix("data:")?.split_once(',')?;
-    let bytes = if meta.ends_with(";base64") {
-        base64::engine::general_purpose::STANDARD
-            .decode(data.trim())
-            .ok()?
-    } else {
-        percent_decode(data)
-    };
-    String::from_utf8(bytes).ok()
-}
-
-fn percent_decode(s: &str) -> Vec<u8> {
-    let b = s.as_bytes();
-    let mut out = Vec::with_capacity(b.len());
-    let mut i = 0;
-    while i < b.len() {
-        let hex = |c: u8| (c as char).to_digit(16);
-        match (
-            b[i],
-            b.get(i + 1).copied().and_then(hex),
-            b.get(i + 2).copied().and_then(hex),
-        ) {
-            (b'%', Some(h), Some(l)) => {
-                out.push((h * 16 + l) as u8);
-                i += 3;
-            }
-            (c, _, _) => {
-                out.push(c);
-                i += 1;
-            }
-        }
-    }
-    out
-}
-
-/// The graph input, as the graph's `chat:` section maps the request: the
-/// conversation (id, role, text) into the history field, the newest user
-/// text into the text field, and the body keys `chat.inputs` names into
-/// their fields.
-pub(super) fn input_state(io: &ChatIo, body: &ChatBody) -> Value {
-    let mut input = Map::new();
-    if let Some(field) = &io.history {
-        let msgs: Vec<Value> = body
-            .messages
-            .iter()
-            .map(|m| {
-                let (files, images) = attachments(m);
-                let mut msg = json!({"id": m.id, "role": m.role, "content": text_of(m) + &files});
-                if !images.is_empty() {
-                    msg["images"] = json!(images);
-                }
-                msg
-            })
-            .collect();
-        input.insert(field.to_string(), Value::Array(msgs));
-    }
-    if let Some(field) = &io.text {
-        let text = body
-            .messages
-            .iter()
-            .rev()
-            .find(|m| m.role == "user")
-            .map(text_of)
-            .unwrap_or_default();
-        input.insert(field.to_string(), json!(text));
-    }
-    for (key, field) in &io.inputs {
-        if let Some(v) = body.extra.get(key).filter(|v| !v.is_null()) {
-            input.insert(field.to_string(), v.clone());
-        }
-    }
-    Value::Object(input)
-}
-
-/// Ids of the request's assistant messages, newest first: the answers of
-/// earlier turns that the client still shows (a regenerated or edited turn
-/// drops its answer and everything after it).
-pub(super) fn answered(body: &ChatBody) -> Vec<&str> {
-    body.messages
-        .iter()
-        .rev()
-        .filter(|m| m.role == "assistant")
-        .map(|m| m.id.as_str())
-        .collect()
-}
-
-/// Seeds `input` with the `fields` of `previous` (the state the last turn
-/// ended with); what the request itself sets wins.
-pub(super) fn carry_into(input: &mut Value, previous: &Value, fields: &[std::sync::Arc<str>]) {
-    let Value::Object(input) = input else { return };
-    for f in fields {
-        if input.contains_key(&**f) {
-            continue;
-        }
-        if let Some(v) = previous.get(&**f) {
-            input.insert(f.to_string(), v.clone());
-        }
-    }
-}
-
-/// Keeps the conversation's tool turns from one chat turn to the next. A
-/// client sends only what it shows (text), but nodes with `messages:`
-/// appended more to the history field: assistant tool calls, tool results.
-/// When the previous turn's final state holds messages the request does
-/// not, the conversation is that state's, then the answer the client shows
-/// for that turn (`answer`, when the state does not end with an answer of
-/// its own), then the request's newer messages. Otherwise the request's
-/// conversation stands as sent.
-pub(super) fn continue_conversation(
-    input: &mut Value,
-    previous: &Value,
-    field: &str,
-    body: &ChatBody,
-    answer: &str,
-) {
-    let (Some(Value::Array(kept)), Some(Value::Array(sent))) =
-        (previous.get(field), input.get(field))
-    else {
-        return;
-    };
-    // `input_state` maps the request's messages one to one.
-    let Some(at) = body.messages.iter().position(|m| m.id == answer) else {
-        return;
-    };
-    let ids: std::collections::HashSet<&str> =
-        sent.iter().filter_map(|m| m["id"].as_str()).collect();
-    if kept
-        .iter()
-        .all(|m| m["id"].as_str().is_some_and(|id| ids.contains(id)))
-    {
-        return;
-    }
-    let mut merged = kept.clone();
-    let answered = merged.last().is_some_and(|m| {
-        m["role"] == "assistant" && m["tool_calls"].as_array().is_none_or(Vec::is_empty)
-    });
-    if !answered && let Some(shown) = sent.get(at) {
-        merged.push(shown.clone());
-    }
-    merged.extend(sent.iter().skip(at + 1).cloned());
-    input[field] = Value::Array(merged);
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    #[test]
-    fn carried_fields_seed_the_input_but_never_override_the_request() {
-        let body: ChatBody = serde_json::from_value(json!({
-            "id": "c",
-            "messages": [
-                {"id": "u1", "role": "user", "parts": [{"type": "text", "text": "find Acme"}]},
-                {"id": "a1", "role": "assistant", "parts": [{"type": "text", "text": "C-1"}]},
-                {"id": "u2", "role": "user", "parts": [{"type": "text", "text": "their invoices"}]},
-                {"id": "a2", "role": "assistant", "parts": []},
-            ]
-        }))
-        .unwrap();
-        assert_eq!(answered(&body), ["a2", "a1"]);
-        let io = ChatIo {
-            history: Some("messages".into()),
-            text: Some("query".into()),
-            ..ChatIo::default()
-        };
-        let mut input = input_state(&io, &body);
-        let previous = json!({
-            "entities": [{"kind": "customer", "id": "C-1", "name": "Acme"}],
-            "query": "find Acme",
-            "summary": "",
-        });
-        let fields: Vec<std::sync::Arc<str>> =
-            vec!["entities".into(), "query".into(), "language".into()];
-        carry_into(&mut input, &previous, &fields);
-        assert_eq!(input["entities"][0]["id"], "C-1");
-        assert_eq!(input["query"], "their invoices", "the request wins");
-        assert!(input.get("language").is_none(), "absent fields stay absent");
-        assert!(input.get("summary").is_none(), "only carried fields");
-    }
-
     fn code(body: &str) -> &'static str {
-        parse(body.as_bytes()).err().map_or("ok", |e| e.code)
+        parse(body.as_bytes())
+            .err()
+            .map_or("ok", |e| e.code.as_str())
     }
 
     #[test]
@@ -525,7 +229,7 @@ mod tests {
             "no_user_message"
         );
         assert_eq!(
-            parse(b"{\"id\":\"\xff\"}").unwrap_err().code,
+            parse(b"{\"id\":\"\xff\"}").unwrap_err().code.as_str(),
             "invalid_utf8"
         );
     }

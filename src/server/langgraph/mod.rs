@@ -30,11 +30,11 @@ mod state;
 mod threads;
 mod wire;
 
+use crate::server::Code;
 use std::sync::Arc;
 
 use axum::Router;
 use axum::extract::{FromRequest, Request};
-use axum::http::StatusCode;
 use axum::middleware::Next;
 use axum::response::Response;
 use axum::routing::{get, post};
@@ -44,6 +44,7 @@ use serde_json::{Value, json};
 use super::AppState;
 use super::auth::User;
 use super::error::ApiError;
+use crate::runs::TurnError;
 use crate::store::ChatRecord;
 
 /// The routes (merged into the server's router, under its rate limit).
@@ -148,7 +149,7 @@ impl<T: DeserializeOwned, S: Send + Sync> FromRequest<S> for Body<T> {
     async fn from_request(req: Request, state: &S) -> Result<Self, ApiError> {
         let bytes = axum::body::Bytes::from_request(req, state)
             .await
-            .map_err(|e| ApiError::new(e.status(), "invalid_request", e.body_text()))?;
+            .map_err(|e| ApiError::framework(e.status(), e.body_text()))?;
         if bytes.iter().all(u8::is_ascii_whitespace) {
             return Ok(Self(None));
         }
@@ -160,11 +161,7 @@ impl<T: DeserializeOwned, S: Send + Sync> FromRequest<S> for Body<T> {
 
 /// 422, LangGraph's answer to a body or parameter that does not validate.
 pub(super) fn invalid(message: impl Into<String>) -> ApiError {
-    ApiError::new(
-        StatusCode::UNPROCESSABLE_ENTITY,
-        "validation_error",
-        message,
-    )
+    ApiError::new(Code::ValidationError, message)
 }
 
 /// A time (µs since the epoch) as LangGraph writes times (ISO 8601, UTC).
@@ -184,17 +181,19 @@ pub(super) async fn owned_thread(
     user: &User,
     id: &str,
 ) -> Result<ChatRecord, ApiError> {
-    match state.store.get_chat(id).await? {
-        Some(c) if c.user_id == user.0 => Ok(c),
-        _ => Err(ApiError::not_found(format!("Thread {id} not found"))),
+    match state.runs.owned_chat(&user.0, id).await {
+        Ok(Some(c)) => Ok(c),
+        Ok(None) | Err(TurnError::NotOwner) => {
+            Err(ApiError::not_found(format!("Thread {id} not found")))
+        }
+        Err(e) => Err(e.into()),
     }
 }
 
 /// A 409 as LangGraph words a busy thread.
 pub(super) fn busy() -> ApiError {
     ApiError::new(
-        StatusCode::CONFLICT,
-        "run_in_progress",
+        Code::RunInProgress,
         "Thread is already running a task. Wait for it to finish or choose a different multitask strategy.",
     )
 }

@@ -9,6 +9,7 @@
 //! paused at an interrupt: the thread is then `interrupted`), `error`,
 //! `interrupted` (cancelled).
 
+use crate::server::Code;
 use std::collections::HashMap;
 use std::sync::Arc;
 
@@ -257,10 +258,10 @@ async fn owned_run(
     let missing = || ApiError::not_found(format!("Run {rid} not found"));
     let id = Uuid::parse_str(rid).map_err(|_| missing())?;
     let run = state
-        .store
-        .get_run(id)
+        .runs
+        .owned_run(&user.0, id)
         .await?
-        .filter(|r| r.chat_id.as_deref() == Some(tid) && r.user_id == user.0)
+        .filter(|r| r.chat_id.as_deref() == Some(tid))
         .ok_or_else(missing)?;
     Ok((chat, run))
 }
@@ -411,8 +412,7 @@ pub(super) async fn cancel(
         && matches!(run.status, RunStatus::Running | RunStatus::Interrupted);
     if !stoppable {
         return Err(ApiError::new(
-            StatusCode::CONFLICT,
-            "not_running",
+            Code::NotRunning,
             format!("Run {rid} is not running"),
         ));
     }
@@ -450,10 +450,9 @@ async fn thread_of(state: &AppState, user: &User, rid: &str) -> Result<String, A
     let missing = || ApiError::not_found(format!("Run {rid} not found"));
     let id = Uuid::parse_str(rid).map_err(|_| missing())?;
     state
-        .store
-        .get_run(id)
+        .runs
+        .owned_run(&user.0, id)
         .await?
-        .filter(|r| r.user_id == user.0)
         .and_then(|r| r.chat_id)
         .ok_or_else(missing)
 }

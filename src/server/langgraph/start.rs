@@ -10,6 +10,7 @@
 //! chat's messages, so the thread reads as a chat in the studio and on
 //! `GET /api/chat/{id}`.
 
+use crate::server::Code;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
@@ -229,7 +230,7 @@ pub(super) async fn begin(
     let started = state.runs.begin_turn(turn).await.map_err(|e| match e {
         TurnError::Busy => busy(),
         TurnError::NotOwner => ApiError::not_found(format!("Thread {tid} not found")),
-        TurnError::Start(e) => e.into(),
+        other => other.into(),
     })?;
     Ok(Begun {
         run_id: started.hub.run_id,
@@ -431,8 +432,7 @@ async fn continue_paused(
     let chat = paused.chat;
     let not_waiting = || {
         ApiError::new(
-            axum::http::StatusCode::CONFLICT,
-            "not_interrupted",
+            Code::NotInterrupted,
             "this thread has no run waiting for an answer",
         )
     };

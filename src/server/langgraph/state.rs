@@ -7,6 +7,7 @@
 //! checkpoint's parent: the previous run's last). Checkpoint ids are
 //! `RUN-STEP` (`ids::checkpoint_id`), which sort by time.
 
+use crate::server::Code;
 use std::sync::Arc;
 
 use axum::Json;
@@ -61,9 +62,7 @@ pub(super) async fn values_at(state: &AppState, run: &RunRecord, step: u32) -> V
 
 /// The id of a run's answer message: its chat message's.
 pub(super) fn answer_id(run: &RunRecord) -> String {
-    run.message_id
-        .clone()
-        .unwrap_or_else(|| format!("msg_{}", run.id.simple()))
+    crate::runs::turn::answer_message_id(run.id, run.message_id.as_deref())
 }
 
 /// What a paused run waits for (none when it does not wait).
@@ -222,8 +221,7 @@ pub(super) async fn update(
 ) -> Result<Json<Value>, ApiError> {
     owned_thread(&state, &user, &tid).await?;
     Err(ApiError::new(
-        axum::http::StatusCode::UNPROCESSABLE_ENTITY,
-        "not_supported",
+        Code::NotSupported,
         "updating a thread's state outside a run is not supported here: for a thread paused at a breakpoint, run it with `input: null, command: {update: {...}}` (the edit is applied before the paused step runs); otherwise start a run with `command.update`, or fork a run (POST /api/runs/{id}/fork)",
     ))
 }

@@ -6,6 +6,7 @@
 //! answer, `error` when its newest run failed, `idle` otherwise. Another
 //! key's thread is 404, as a missing one is.
 
+use crate::server::Code;
 use std::collections::HashMap;
 use std::sync::Arc;
 
@@ -116,8 +117,7 @@ pub(super) async fn create_thread(
         return match if_exists {
             "do_nothing" if existing.user_id == user.0 => Ok(existing),
             _ => Err(ApiError::new(
-                StatusCode::CONFLICT,
-                "thread_exists",
+                Code::ThreadExists,
                 format!("Thread {id} already exists"),
             )),
         };
@@ -136,8 +136,7 @@ pub(super) async fn create_thread(
         .await?;
     if chat.user_id != user.0 {
         return Err(ApiError::new(
-            StatusCode::CONFLICT,
-            "thread_exists",
+            Code::ThreadExists,
             format!("Thread {id} already exists"),
         ));
     }

@@ -1,5 +1,4 @@
-//! A chat turn: the conversation as the client has it and the run that
-//! answers it, started together.
+//! Starting a turn: the conversation stored and the run started together.
 //!
 //! The order makes refusals free: a concurrency slot is taken first (at the
 //! limit nothing is written), then the store starts the turn in one
@@ -19,10 +18,11 @@ use std::sync::Arc;
 use serde_json::Value;
 use uuid::Uuid;
 
-use super::{Begin, ChatLink, Launch, RunHub, Runs, StartError};
+use super::super::{Begin, ChatLink, Launch, RunHub, Runs};
+use super::{TurnError, new_message_id};
 use crate::events::now_micros;
 use crate::nodes::Graph;
-use crate::store::{ChatRecord, MessageRecord, StoreError, TurnOutcome, TurnStart};
+use crate::store::{ChatRecord, MessageRecord, TurnOutcome, TurnStart};
 
 /// A chat request to answer.
 #[derive(Debug)]
@@ -43,28 +43,8 @@ pub struct ChatTurn {
     /// The graph's input state.
     pub input: Value,
     /// Where the run pauses between steps (checked: see
-    /// [`super::breaks::check`]).
+    /// [`crate::runs::breaks::check`]).
     pub breakpoints: crate::events::Breakpoints,
-}
-
-/// Why a turn did not start (nothing was written).
-#[derive(Debug, thiserror::Error)]
-pub enum TurnError {
-    /// A run of the chat is in flight.
-    #[error("this chat is already answering; stop it or wait")]
-    Busy,
-    /// The chat belongs to another user.
-    #[error("no such chat")]
-    NotOwner,
-    /// The run could not start.
-    #[error(transparent)]
-    Start(#[from] StartError),
-}
-
-impl From<StoreError> for TurnError {
-    fn from(e: StoreError) -> Self {
-        TurnError::Start(StartError::Store(e))
-    }
 }
 
 /// A started turn.
@@ -100,14 +80,14 @@ impl Runs {
         let hold = self.hold(run_id)?;
         let chat = ChatLink {
             chat_id: turn.chat_id.clone(),
-            message_id: format!("msg_{}", Uuid::now_v7().simple()),
+            message_id: new_message_id(),
             position: turn.messages.len() as i64,
         };
         let launch = Launch {
             run_id,
             user_id: turn.user_id.clone(),
             request_id: turn.request_id.clone(),
-            metadata: super::stream_metadata(
+            metadata: super::super::stream_metadata(
                 &self.services,
                 run_id,
                 &turn.request_id,
