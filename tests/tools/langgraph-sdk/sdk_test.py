@@ -170,6 +170,19 @@ async def main():
         await status(422, a.threads.update_state(tid, {"decision": "x"}, as_node="nope"))
         assert (await a.threads.get_state(tid))["values"]["decision"] == "edited"
 
+    async def update_paused():
+        # update_state on a thread paused at a breakpoint: it stays paused, and goes on with the edit.
+        tid = (await a.threads.create())["thread_id"]
+        await a.runs.wait(tid, "agent", input=human("python paused"), interrupt_before=["reply"])
+        await a.threads.update_state(tid, {"messages": [{"type": "human", "content": "edited while paused", "id": "p-1"}]})
+        st = await a.threads.get_state(tid)
+        assert st["next"] == ["reply"], st["next"]
+        assert (await a.threads.get(tid))["status"] == "interrupted"
+        values = await a.runs.wait(tid, "agent", input=None)
+        assert values["messages"][-1]["type"] == "ai"
+        assert "edited while paused" in values["messages"][-1]["content"], values["messages"][-1]
+        assert (await a.threads.get(tid))["status"] == "idle"
+
     async def goto():
         # command.goto: the run starts at the node named (triage does not run).
         tid = (await a.threads.create())["thread_id"]
@@ -253,6 +266,7 @@ async def main():
         ("interrupt and resume", interrupt_resume),
         ("interrupt_before and interrupt_after", breakpoints),
         ("update_state", update_state),
+        ("update_state while paused", update_paused),
         ("command.goto", goto),
         ("run from a checkpoint", from_checkpoint),
         ("rejoin with the last event id", rejoin),
