@@ -48,7 +48,7 @@ pub use fork::{ForkError, ForkRequest, ForkStarted};
 pub use hub::{Next, Progress, RunHub, Subscription};
 pub use resume::{ResumeError, ResumeRequest};
 pub use start::{RunStart, Started};
-pub use turn::{ChatTurn, TurnError, TurnRequest};
+pub use turn::{ChatTurn, TurnError, TurnFrom, TurnRequest};
 
 use crate::config::{OnDisconnect, ServerConfig, StreamDurability};
 use crate::engine::Graphs;

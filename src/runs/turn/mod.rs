@@ -31,7 +31,7 @@ pub use input::{
 };
 pub use paused::{PausedAnswer, PausedError};
 pub use request::TurnRequest;
-pub use start::{ChatTurn, TurnStarted};
+pub use start::{ChatTurn, TurnFrom, TurnStarted};
 
 /// A message of the conversation, as a client sends it (the AI SDK's UI
 /// message: parts, not plain text).

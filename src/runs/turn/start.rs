@@ -20,8 +20,9 @@ use uuid::Uuid;
 
 use super::super::{Begin, ChatLink, Launch, RunHub, Runs};
 use super::{TurnError, new_message_id};
-use crate::events::now_micros;
+use crate::events::{ForkOrigin, now_micros};
 use crate::nodes::Graph;
+use crate::runtime::Resume;
 use crate::store::{ChatRecord, MessageRecord, TurnOutcome, TurnStart};
 
 /// A chat request to answer.
@@ -47,6 +48,21 @@ pub struct ChatTurn {
     pub breakpoints: crate::events::Breakpoints,
 }
 
+/// Where a turn starts when not at its graph's entry: a state and a
+/// frontier of its own (the LangGraph API's state edits, `command.goto`,
+/// runs from a checkpoint). The run is recorded as a fork of `origin` —
+/// its `run_started` event carries the state and the frontier — so a
+/// re-execution starts where it did and the studio shows where it came
+/// from.
+#[derive(Debug)]
+pub struct TurnFrom {
+    /// The state and the tasks to run first (none: the run ends at once,
+    /// having recorded the state as its one checkpoint).
+    pub resume: Resume,
+    /// The run (and step) it continues from, and the edit.
+    pub origin: ForkOrigin,
+}
+
 /// A started turn.
 #[derive(Debug)]
 pub struct TurnStarted {
@@ -64,10 +80,30 @@ impl Runs {
     /// down, or the store failed; nothing was written.
     pub async fn begin_turn(self: &Arc<Self>, turn: ChatTurn) -> Result<TurnStarted, TurnError> {
         let runs = Arc::clone(self);
-        self.whole(async move { runs.start_turn(turn).await }).await
+        self.whole(async move { runs.start_turn(turn, None).await })
+            .await
     }
 
-    async fn start_turn(self: &Arc<Self>, turn: ChatTurn) -> Result<TurnStarted, TurnError> {
+    /// Starts a chat turn from a state and frontier of its own (see
+    /// [`TurnFrom`]); otherwise as [`Runs::begin_turn`].
+    ///
+    /// # Errors
+    /// As [`Runs::begin_turn`].
+    pub async fn begin_turn_from(
+        self: &Arc<Self>,
+        turn: ChatTurn,
+        from: TurnFrom,
+    ) -> Result<TurnStarted, TurnError> {
+        let runs = Arc::clone(self);
+        self.whole(async move { runs.start_turn(turn, Some(from)).await })
+            .await
+    }
+
+    async fn start_turn(
+        self: &Arc<Self>,
+        turn: ChatTurn,
+        from: Option<TurnFrom>,
+    ) -> Result<TurnStarted, TurnError> {
         // Whether the chat is busy is the store's to say (`begin_turn` is
         // atomic on the chat's active run). This process's hub of the
         // chat's last run may not be done yet although its end is stored:
@@ -83,6 +119,17 @@ impl Runs {
             message_id: new_message_id(),
             position: turn.messages.len() as i64,
         };
+        let (begin, origin, step) = match from {
+            Some(f) => {
+                let step = f.resume.step;
+                let begin = Begin::Resumed {
+                    from: f.resume,
+                    history: Vec::new(),
+                };
+                (begin, Some(f.origin), step)
+            }
+            None => (Begin::Fresh(turn.input.clone()), None, 0),
+        };
         let launch = Launch {
             run_id,
             user_id: turn.user_id.clone(),
@@ -96,9 +143,9 @@ impl Runs {
             ),
             graph: Arc::clone(&turn.graph),
             chat: Some(chat),
-            begin: Begin::Fresh(turn.input.clone()),
+            begin,
             alternative: None,
-            forked_from: None,
+            forked_from: origin.clone(),
             tap: None,
             hold,
             admitted: true,
@@ -115,7 +162,7 @@ impl Runs {
                 active_run: None,
             },
             messages: turn.messages,
-            run: self.record(&launch, turn.input, None, 0),
+            run: self.record(&launch, turn.input, origin, step),
             owner: self.instance.clone(),
             lease_until: self.lease_until(),
         };

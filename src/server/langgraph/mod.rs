@@ -9,7 +9,9 @@
 //! handlers only translate HTTP to that machinery and back:
 //! - `assistants`: search, get, graph, schemas;
 //! - `threads`: create, get, patch, delete, search;
-//! - `state`: a thread's state and history;
+//! - `state`: a thread's state and history; `edit`: updating it;
+//! - `frontier`: runs that start elsewhere than the entry (`goto`, a
+//!   checkpoint, an edit);
 //! - `runs`, `start`: starting, waiting for, joining and cancelling runs;
 //! - `wire`: our events as LangGraph's stream events, `pump` feeding them;
 //! - `messages`: LangChain message dicts to and from our messages;
@@ -20,6 +22,8 @@
 //! key's, 409 for a busy thread, 422 for a body that does not validate.
 
 mod assistants;
+mod edit;
+mod frontier;
 mod ids;
 mod messages;
 mod patient;
@@ -67,7 +71,7 @@ pub(super) fn routes() -> Router<Arc<AppState>> {
                 .patch(threads::patch)
                 .delete(threads::delete),
         )
-        .route("/threads/{tid}/state", get(state::get).post(state::update))
+        .route("/threads/{tid}/state", get(state::get).post(edit::update))
         .route("/threads/{tid}/state/{cid}", get(state::get_at))
         .route(
             "/threads/{tid}/history",

@@ -23,10 +23,10 @@ use super::super::auth::User;
 use super::super::error::ApiError;
 use super::super::{AppState, RequestId};
 use super::pump::From;
-use super::{assistants, busy, invalid, messages, owned_thread};
+use super::{assistants, busy, frontier, invalid, messages, owned_thread};
 use crate::events::Breakpoints;
 use crate::nodes::Graph;
-use crate::runs::{ChatTurn, ResumeRequest, RunHub, TurnError};
+use crate::runs::{ChatTurn, ResumeRequest, RunHub, TurnError, TurnFrom};
 use crate::runtime::RunStatus;
 use crate::store::{ChatRecord, MessageRecord};
 
@@ -41,7 +41,7 @@ pub(super) struct Command {
     #[serde(default)]
     update: Option<Value>,
     #[serde(default)]
-    goto: Option<Value>,
+    pub(super) goto: Option<Value>,
 }
 
 /// A run request (LangGraph's `RunCreateStateful`; fields it has that do
@@ -52,9 +52,9 @@ pub(super) struct Command {
 pub(super) struct RunBody {
     pub(super) assistant_id: String,
     #[serde(default)]
-    input: Option<Value>,
+    pub(super) input: Option<Value>,
     #[serde(default)]
-    command: Option<Command>,
+    pub(super) command: Option<Command>,
     #[serde(default)]
     pub(super) stream_mode: Option<Value>,
     #[serde(default)]
@@ -68,9 +68,9 @@ pub(super) struct RunBody {
     #[serde(default)]
     interrupt_after: Option<Value>,
     #[serde(default)]
-    checkpoint_id: Option<String>,
+    pub(super) checkpoint_id: Option<String>,
     #[serde(default)]
-    checkpoint: Option<Value>,
+    pub(super) checkpoint: Option<Value>,
     #[serde(default)]
     webhook: Option<String>,
     #[serde(default)]
@@ -95,23 +95,11 @@ fn unsupported(what: &str) -> ApiError {
 /// Refuses the options this server does not implement rather than
 /// ignoring them.
 fn check_supported(b: &RunBody) -> Result<(), ApiError> {
-    let given = |v: &Option<Value>| v.as_ref().is_some_and(|v| !v.is_null() && v != &json!([]));
-    if b.checkpoint_id.is_some() || given(&b.checkpoint) {
-        return Err(unsupported(
-            "running from a checkpoint (fork with POST /api/runs/{id}/fork)",
-        ));
-    }
     if b.webhook.is_some() {
         return Err(unsupported("webhook"));
     }
     if b.after_seconds.is_some_and(|s| s > 0.0) {
         return Err(unsupported("after_seconds"));
-    }
-    if b.command
-        .as_ref()
-        .is_some_and(|c| c.goto.as_ref().is_some_and(|g| !g.is_null()))
-    {
-        return Err(unsupported("command.goto"));
     }
     Ok(())
 }
@@ -216,18 +204,58 @@ pub(super) async fn begin(
         body.multitask_strategy.as_deref().unwrap_or("reject"),
     )
     .await?;
-    let input = input_state(state, &graph, &chat, body).await?;
+    let goto = frontier::goto_of(&graph, body.command.as_ref().and_then(|c| c.goto.as_ref()))?;
+    let at = frontier::checkpoint_of(state, &chat, body).await?;
+    let base = match &at {
+        Some(cp) => frontier::base_at(state, &graph, &cp.run, cp.step).await,
+        None => frontier::thread_base(state, &graph, &chat.id).await?,
+    };
+    let input = input_state(&graph, base, body.input.as_ref(), update)?;
+    let from =
+        frontier::turn_from(state, &graph, &chat, &input, goto, at, body.input.as_ref()).await?;
+    let t = Turn {
+        chat: &chat,
+        graph,
+        input,
+        breakpoints: breakpoints.unwrap_or_default(),
+        from,
+    };
+    start_turn(state, user, request_id, t).await
+}
+
+/// A turn to start on a thread: its input state, and where it starts
+/// when not at the graph's entry.
+pub(super) struct Turn<'a> {
+    pub(super) chat: &'a ChatRecord,
+    pub(super) graph: Arc<Graph>,
+    pub(super) input: Value,
+    pub(super) breakpoints: Breakpoints,
+    pub(super) from: Option<TurnFrom>,
+}
+
+/// Starts a turn: a chat turn answered by a new run.
+pub(super) async fn start_turn(
+    state: &Arc<AppState>,
+    user: &User,
+    request_id: &RequestId,
+    t: Turn<'_>,
+) -> Result<Begun, ApiError> {
     let turn = ChatTurn {
-        chat_id: chat.id.clone(),
+        chat_id: t.chat.id.clone(),
         user_id: user.0.clone(),
         title: String::new(),
         request_id: request_id.0.clone(),
-        graph: Arc::clone(&graph),
-        messages: chat_messages(state, &graph, &chat, &input).await?,
-        input,
-        breakpoints: breakpoints.unwrap_or_default(),
+        graph: Arc::clone(&t.graph),
+        messages: chat_messages(state, &t.graph, t.chat, &t.input).await?,
+        input: t.input,
+        breakpoints: t.breakpoints,
     };
-    let started = state.runs.begin_turn(turn).await.map_err(|e| match e {
+    let started = match t.from {
+        Some(from) => state.runs.begin_turn_from(turn, from).await,
+        None => state.runs.begin_turn(turn).await,
+    };
+    let tid = &t.chat.id;
+    let started = started.map_err(|e| match e {
         TurnError::Busy => busy(),
         TurnError::NotOwner => ApiError::not_found(format!("Thread {tid} not found")),
         other => other.into(),
@@ -235,7 +263,7 @@ pub(super) async fn begin(
     Ok(Begun {
         run_id: started.hub.run_id,
         hub: started.hub,
-        graph,
+        graph: t.graph,
         from: From::Start,
     })
 }
@@ -244,7 +272,11 @@ pub(super) async fn begin(
 /// `interrupt` and `rollback` stop it (and wait for it to end), `enqueue`
 /// waits for it to end. A paused run is set aside: new input moves the
 /// thread on, as it does on LangGraph's server.
-async fn make_way(state: &AppState, chat: &ChatRecord, strategy: &str) -> Result<(), ApiError> {
+pub(super) async fn make_way(
+    state: &AppState,
+    chat: &ChatRecord,
+    strategy: &str,
+) -> Result<(), ApiError> {
     if !matches!(strategy, "reject" | "interrupt" | "rollback" | "enqueue") {
         return Err(invalid(format!(
             "multitask_strategy must be reject, interrupt, rollback or enqueue, not `{strategy}`"
@@ -305,26 +337,19 @@ async fn make_way(state: &AppState, chat: &ChatRecord, strategy: &str) -> Result
     Ok(())
 }
 
-/// The thread's state with the request's input written over it.
-async fn input_state(
-    state: &AppState,
+/// `base` (a thread's or a checkpoint's state) with the request's input
+/// (and `command.update`) written over it.
+pub(super) fn input_state(
     graph: &Graph,
-    chat: &ChatRecord,
-    body: &RunBody,
+    mut values: Map<String, Value>,
+    input: Option<&Value>,
+    update: Option<&Value>,
 ) -> Result<Value, ApiError> {
     let schema = &graph.state.schema;
-    let mut new = messages::values_in(schema, body.input.as_ref().unwrap_or(&Value::Null))
-        .map_err(invalid)?;
-    if let Some(update) = body.command.as_ref().and_then(|c| c.update.as_ref()) {
+    let mut new = messages::values_in(schema, input.unwrap_or(&Value::Null)).map_err(invalid)?;
+    if let Some(update) = update {
         new.extend(messages::values_in(schema, update).map_err(invalid)?);
     }
-    let mut values = match super::state::latest_run(state, &chat.id).await? {
-        Some(run) => match super::state::values_at(state, &run, run.last_step).await {
-            Value::Object(m) => m,
-            _ => Map::new(),
-        },
-        None => Map::new(),
-    };
     // The previous turn's answer is in the history now (`with_answer`);
     // this turn writes its own.
     if let Some(answer) = graph.chat.answer.as_deref() {
@@ -358,10 +383,7 @@ async fn input_state(
     }
     // The newest user text, for graphs that read it from a field of its own.
     if let (Some(text_field), Some(h)) = (&graph.chat.text, &history)
-        && body
-            .input
-            .as_ref()
-            .is_none_or(|i| i.get(&**text_field).is_none())
+        && input.is_none_or(|i| i.get(&**text_field).is_none())
         && let Some(last) = values[h.as_str()]
             .as_array()
             .and_then(|l| l.iter().rev().find(|m| m["role"] == "user"))

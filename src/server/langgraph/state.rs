@@ -7,7 +7,6 @@
 //! checkpoint's parent: the previous run's last). Checkpoint ids are
 //! `RUN-STEP` (`ids::checkpoint_id`), which sort by time.
 
-use crate::server::Code;
 use std::sync::Arc;
 
 use axum::Json;
@@ -114,7 +113,11 @@ fn state_json(graph: Option<&Graph>, c: Checkpoint<'_>) -> Value {
         "next": c.next,
         "tasks": tasks,
         "metadata": {
-            "source": if c.step == 0 { "input" } else { "loop" },
+            "source": match (c.step, &c.run.parent) {
+                (0, Some(_)) => "update",
+                (0, None) => "input",
+                _ => "loop",
+            },
             "step": c.step,
             "run_id": c.run.id,
             "graph_id": c.run.graph,
@@ -166,7 +169,7 @@ async fn at(
     let parent = match parent {
         Some(p) => Some(p),
         None if step > 0 => Some(ids::checkpoint_id(run.id, step - 1)),
-        None => None,
+        None => forked_from(run),
     };
     Ok(state_json(
         graph.as_deref(),
@@ -208,22 +211,6 @@ pub(super) async fn get_at(
         .filter(|r| r.chat_id.as_deref() == Some(&tid) && step <= r.last_step)
         .ok_or_else(missing)?;
     Ok(Json(at(&state, &tid, &run, step, None).await?))
-}
-
-/// `POST /threads/{id}/state`: LangGraph's `update_state` writes a
-/// checkpoint without running anything; our checkpoints belong to runs, so
-/// it is refused with what does the same here: at a breakpoint, resuming
-/// with `command.update`; otherwise a run with `command.update`, or a fork.
-pub(super) async fn update(
-    State(state): State<Arc<AppState>>,
-    user: User,
-    Path(tid): Path<String>,
-) -> Result<Json<Value>, ApiError> {
-    owned_thread(&state, &user, &tid).await?;
-    Err(ApiError::new(
-        Code::NotSupported,
-        "updating a thread's state outside a run is not supported here: for a thread paused at a breakpoint, run it with `input: null, command: {update: {...}}` (the edit is applied before the paused step runs); otherwise start a run with `command.update`, or fork a run (POST /api/runs/{id}/fork)",
-    ))
 }
 
 /// `POST /threads/{id}/history` body (LangGraph's `ThreadStateSearch`).
@@ -297,6 +284,15 @@ async fn history_of(state: &AppState, tid: &str, q: &HistoryQuery) -> Result<Val
     Ok(Value::Array(out))
 }
 
+/// The checkpoint a run that starts from another's state (a state edit,
+/// `goto`, a run from a checkpoint) started from: its first checkpoint's
+/// parent.
+fn forked_from(run: &RunRecord) -> Option<String> {
+    run.parent
+        .as_ref()
+        .map(|o| ids::checkpoint_id(o.run_id, o.step))
+}
+
 /// Appends the states of a run's checkpoints (oldest first); returns the
 /// id of its last.
 async fn checkpoints_of(
@@ -310,6 +306,9 @@ async fn checkpoints_of(
     let graph = state.graphs.get(&run.graph);
     let batches: Vec<_> = cps.iter().map(|c| c.to_batch(run.id)).collect();
     let interrupts = waiting(state, run).await?;
+    if let Some(origin) = forked_from(run) {
+        parent = Some(origin);
+    }
     for cp in cps {
         let values = match graph.as_ref().and_then(|g| {
             crate::runtime::rebuild_state(&batches, &g.state, cp.step)

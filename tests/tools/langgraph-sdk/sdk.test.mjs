@@ -248,12 +248,8 @@ await check("interrupt_before and interrupt_after", async () => {
   assert.equal(state.values.messages.filter((m) => m.type === "ai").length, 0, "reply has not run");
   // Going on: no input, as LangGraph's clients continue a static interrupt;
   // this continuation stops after `reply`, at the end of the run.
-  // update_state is refused with what does the same here: the edit as
-  // `command.update` on the continuing run, applied before the paused step.
-  await assert.rejects(
-    a.threads.updateState(t.thread_id, { values: { decision: "edited" } }),
-    (e) => e.status === 422 && /command: \{update/.test(e.message),
-  );
+  // `command.update` on the continuing run edits the paused state before
+  // the paused step (as update_state then resume does).
   await a.runs.wait(t.thread_id, "agent", {
     input: null,
     command: { update: { decision: "edited" } },
@@ -271,6 +267,27 @@ await check("interrupt_before and interrupt_after", async () => {
     a.runs.wait(t.thread_id, "agent", { input: human("x"), interruptBefore: ["no_such_node"] }),
     (e) => e.status === 422,
   );
+});
+
+await check("updateState, goto and a run from a checkpoint", async () => {
+  const t = await a.threads.create();
+  await a.runs.wait(t.thread_id, "agent", { input: human("js first") });
+  const before = await a.threads.getState(t.thread_id);
+  const r = await a.threads.updateState(t.thread_id, { values: { decision: "from js" }, asNode: "reply" });
+  const now = await a.threads.getState(t.thread_id);
+  assert.equal(now.checkpoint.checkpoint_id, r.checkpoint.checkpoint_id);
+  assert.equal(now.parent_checkpoint.checkpoint_id, before.checkpoint.checkpoint_id);
+  assert.equal(now.values.decision, "from js");
+  const parts = await collect(
+    a.runs.stream(t.thread_id, "agent", { input: human("js goto"), command: { goto: "reply" }, streamMode: "updates" }),
+  );
+  assert.deepEqual(parts.filter((p) => p.event === "updates").flatMap((p) => Object.keys(p.data)), ["reply"]);
+  const values = await a.runs.wait(t.thread_id, "agent", {
+    input: human("js branch"),
+    checkpointId: before.checkpoint.checkpoint_id,
+  });
+  assert.deepEqual(values.messages.filter((m) => m.type === "human").map((m) => m.content), ["js first", "js branch"]);
+  await assert.rejects(a.threads.updateState(t.thread_id, { values: { nope: 1 } }), (e) => e.status === 422);
 });
 
 await check("errors are LangGraph's detail everywhere", async () => {

@@ -142,6 +142,83 @@ async def main():
         assert (await a.threads.get(t["thread_id"]))["status"] == "idle"
         await status(422, a.runs.wait(t["thread_id"], "agent", input=human("x"), interrupt_after=["nope"]))
 
+    async def update_state():
+        # update_state: a new checkpoint (parent: the one it edits), which the next run starts from.
+        tid = (await a.threads.create())["thread_id"]
+        await a.runs.wait(tid, "agent", input=human("first"))
+        before = await a.threads.get_state(tid)
+        added = {"type": "human", "content": "added by update", "id": "upd-1"}
+        r = await a.threads.update_state(tid, {"decision": "edited", "messages": [added]}, as_node="reply")
+        cid = r["checkpoint"]["checkpoint_id"]
+        assert r["checkpoint"]["thread_id"] == tid and cid != before["checkpoint"]["checkpoint_id"]
+        s = await a.threads.get_state(tid)
+        assert s["checkpoint"]["checkpoint_id"] == cid and s["next"] == [], s
+        assert s["values"]["decision"] == "edited"
+        assert [m["type"] for m in s["values"]["messages"]] == ["human", "ai", "human"], s["values"]
+        assert s["parent_checkpoint"]["checkpoint_id"] == before["checkpoint"]["checkpoint_id"]
+        history = await a.threads.get_history(tid, limit=3)
+        assert history[0]["checkpoint"]["checkpoint_id"] == cid
+        assert history[1]["checkpoint"]["checkpoint_id"] == before["checkpoint"]["checkpoint_id"]
+        assert history[0]["parent_checkpoint"]["checkpoint_id"] == history[1]["checkpoint"]["checkpoint_id"]
+        assert (await a.threads.get(tid))["status"] == "idle"
+        values = await a.runs.wait(tid, "agent", input=human("after the edit"))
+        assert values["decision"] == "edited", values
+        humans = [m["content"] for m in values["messages"] if m["type"] == "human"]
+        assert humans == ["first", "added by update", "after the edit"], humans
+        await status(422, a.threads.update_state(tid, {"nope": 1}))
+        await status(422, a.threads.update_state(tid, {"rounds": "many"}))
+        await status(422, a.threads.update_state(tid, {"decision": "x"}, as_node="nope"))
+        assert (await a.threads.get_state(tid))["values"]["decision"] == "edited"
+
+    async def update_paused():
+        # update_state on a thread paused at a breakpoint: it stays paused, and goes on with the edit.
+        tid = (await a.threads.create())["thread_id"]
+        await a.runs.wait(tid, "agent", input=human("python paused"), interrupt_before=["reply"])
+        await a.threads.update_state(tid, {"messages": [{"type": "human", "content": "edited while paused", "id": "p-1"}]})
+        st = await a.threads.get_state(tid)
+        assert st["next"] == ["reply"], st["next"]
+        assert (await a.threads.get(tid))["status"] == "interrupted"
+        values = await a.runs.wait(tid, "agent", input=None)
+        assert values["messages"][-1]["type"] == "ai"
+        assert "edited while paused" in values["messages"][-1]["content"], values["messages"][-1]
+        assert (await a.threads.get(tid))["status"] == "idle"
+
+    async def goto():
+        # command.goto: the run starts at the node named (triage does not run).
+        tid = (await a.threads.create())["thread_id"]
+        await a.runs.wait(tid, "agent", input=human("hi before goto"))
+        parts = await collect(a.runs.stream(tid, "agent", input=human("straight to reply"),
+                                            command={"goto": "reply"}, stream_mode="updates"))
+        nodes = [k for p in parts if p.event == "updates" for k in p.data]
+        assert nodes == ["reply"], nodes
+        final = await a.threads.get_state(tid)
+        assert final["values"]["messages"][-1]["type"] == "ai"
+        assert "straight to reply" in final["values"]["messages"][-1]["content"]
+        await status(422, a.runs.wait(tid, "agent", command={"goto": "nope"}))
+
+    async def from_checkpoint():
+        # checkpoint_id: the thread goes on from that point.
+        tid = (await a.threads.create())["thread_id"]
+        await a.runs.wait(tid, "agent", input=human("one"))
+        first = await a.threads.get_state(tid)
+        await a.runs.wait(tid, "agent", input=human("two"))
+        values = await a.runs.wait(tid, "agent", input=human("three"),
+                                   checkpoint_id=first["checkpoint"]["checkpoint_id"])
+        humans = [m["content"] for m in values["messages"] if m["type"] == "human"]
+        assert humans == ["one", "three"], humans
+        s = await a.threads.get_state(tid)
+        history = await a.threads.get_history(tid, limit=50)
+        first_of_run = [h for h in history if h["metadata"]["run_id"] == s["metadata"]["run_id"]][-1]
+        assert first_of_run["parent_checkpoint"]["checkpoint_id"] == first["checkpoint"]["checkpoint_id"]
+        # Without input: from the checkpoint's own next step (after triage: reply runs again).
+        mid = [h for h in history if h["next"] == ["reply"]][-1]
+        parts = await collect(a.runs.stream(tid, "agent", input=None, stream_mode="updates",
+                                            checkpoint={"checkpoint_id": mid["checkpoint"]["checkpoint_id"]}))
+        nodes = [k for p in parts if p.event == "updates" for k in p.data]
+        assert nodes == ["reply"], nodes
+        bogus = first["checkpoint"]["checkpoint_id"][:-6] + "999999"
+        await status(404, a.runs.wait(tid, "agent", input=human("x"), checkpoint_id=bogus))
+
     async def rejoin():
         t = await a.threads.create()
         seen = []
@@ -188,6 +265,10 @@ async def main():
         ("second turn", second_turn),
         ("interrupt and resume", interrupt_resume),
         ("interrupt_before and interrupt_after", breakpoints),
+        ("update_state", update_state),
+        ("update_state while paused", update_paused),
+        ("command.goto", goto),
+        ("run from a checkpoint", from_checkpoint),
         ("rejoin with the last event id", rejoin),
         ("cancel", cancel),
         ("404s", not_found),
