@@ -64,6 +64,13 @@ fn main() {
     // `FIGURES_ONLY=research` runs just the chat path (for profilers).
     let only = std::env::var("FIGURES_ONLY").unwrap_or_default();
     println!("stategraph runtime figures (release build, 1 thread, CPU time per run)\n");
+    // Every event is moved into an `Arc` when stamped and its bytes copied
+    // on the way (issue #37 asks for ~64-byte events): the size, printed.
+    println!(
+        "size_of::<Event>() = {} bytes (EventKind {}; 328 before its large variants were boxed)\n",
+        std::mem::size_of::<stategraph::events::Event>(),
+        std::mem::size_of::<stategraph::events::EventKind>()
+    );
     if only == "chain" {
         let chain = compile(&chain_yaml(1000));
         let svc = services(research_model(0));
