@@ -28,8 +28,15 @@ use super::{
 /// How long after the load the RSS must be back within 1.5× idle.
 const SETTLE: Duration = Duration::from_secs(60);
 
-/// Starts the paced model on its own runtime (kept for the process's life).
+/// Starts the paced model on its own runtime (kept for the process's life),
+/// from a thread of its own: a runtime cannot be built inside another.
 fn start_model() -> String {
+    std::thread::spawn(model_runtime)
+        .join()
+        .expect("the model starts")
+}
+
+fn model_runtime() -> String {
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(1)
         .thread_name("bench-model")
