@@ -144,7 +144,7 @@ impl Emitter {
             n,
             EventKind::LlmFinished {
                 call,
-                output,
+                output: Box::new(output),
                 usage,
                 duration_us: 850_000,
             },
@@ -209,7 +209,7 @@ fn chat_run(run: Uuid) -> Vec<Append> {
     let messages: Vec<_> = (0..8).map(|i| json!({"id": format!("m{i}"), "role": if i % 2 == 0 { "user" } else { "assistant" }, "content": "An earlier message of the conversation, about as long as a real one tends to be."})).collect();
     let input =
         json!({"messages": messages, "query": "What is six times seven, and why does it matter?"});
-    let started = EventKind::RunStarted {
+    let started = EventKind::RunStarted(Box::new(stategraph::events::RunStart {
         graph: "chat".into(),
         graph_version: "4f9a1c2e".into(),
         input: Arc::new(input.clone()),
@@ -218,7 +218,7 @@ fn chat_run(run: Uuid) -> Vec<Append> {
         frontier: None,
         stream: None,
         user: None,
-    };
+    }));
     let mut batches = vec![StepBatch {
         snapshot: Some(input),
         writes: Vec::new(),
@@ -293,7 +293,7 @@ fn chat_run(run: Uuid) -> Vec<Append> {
                 n,
                 EventKind::LlmFinished {
                     call: 0,
-                    output,
+                    output: Box::new(output),
                     usage,
                     duration_us: 400_000,
                 },

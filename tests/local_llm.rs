@@ -587,7 +587,7 @@ async fn stategraph_run_streams_llm_events_from_the_server() {
     let seqs: Vec<u64> = events.iter().map(|e| e.seq).collect();
     assert_eq!(seqs, (1..=events.len() as u64).collect::<Vec<_>>());
     assert!(
-        matches!(kinds.first(), Some(EventKind::RunStarted { graph, .. }) if graph == "answer"),
+        matches!(kinds.first(), Some(EventKind::RunStarted(start)) if start.graph == "answer"),
         "{stdout}"
     );
     let position = |f: &dyn Fn(&EventKind) -> bool| kinds.iter().position(|k| f(k));

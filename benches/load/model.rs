@@ -39,9 +39,16 @@ pub struct Pace {
 
 /// Serves the model until the process ends; returns its base URL (`…/v1`).
 pub async fn start(pace: Pace) -> String {
+    start_paced(pace, pace).await
+}
+
+/// Like [`start`], with plain text answers (a call that offers no tool, or
+/// has its tool's result: the answer a user reads) paced by `answer`, and
+/// every other call (routing, tool calls, structured output) by `pace`.
+pub async fn start_paced(pace: Pace, answer: Pace) -> String {
     let app = Router::new()
         .route("/v1/chat/completions", post(complete))
-        .with_state(Arc::new(pace));
+        .with_state(Arc::new((pace, answer)));
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
         .await
         .expect("bind the model");
@@ -60,7 +67,7 @@ enum Answer {
     Tool(String),
 }
 
-async fn complete(State(pace): State<Arc<Pace>>, body: String) -> Response {
+async fn complete(State(paces): State<Arc<(Pace, Pace)>>, body: String) -> Response {
     let req: Value = serde_json::from_str(&body).unwrap_or_default();
     let answer = if let Some(schema) = req.pointer("/response_format/json_schema/schema") {
         Answer::Json(fill(schema).to_string())
@@ -82,7 +89,10 @@ async fn complete(State(pace): State<Arc<Pace>>, body: String) -> Response {
             _ => Answer::Text,
         }
     };
-    let Pace { tokens, every } = *pace;
+    let Pace { tokens, every } = match answer {
+        Answer::Text => paces.1,
+        Answer::Json(_) | Answer::Tool(_) => paces.0,
+    };
     let start = tokio::time::Instant::now();
     let answer = Arc::new(answer);
     let frames = futures::stream::unfold(0usize, move |k| {

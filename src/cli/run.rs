@@ -263,11 +263,10 @@ fn readable(
 fn run_line(ev: &Event) -> Option<String> {
     let node = ev.node.as_deref().unwrap_or("-");
     Some(match &ev.event {
-        EventKind::RunStarted {
-            graph,
-            graph_version,
-            ..
-        } => format!("run {} started: graph {graph} ({graph_version})", ev.run_id),
+        EventKind::RunStarted(start) => format!(
+            "run {} started: graph {} ({})",
+            ev.run_id, start.graph, start.graph_version
+        ),
         EventKind::RunFinished { steps, usage } => {
             format!(
                 "run finished after {steps} steps, {} tokens ({} in, {} out)",

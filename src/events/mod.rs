@@ -335,36 +335,42 @@ impl Interrupt {
     }
 }
 
+/// What [`EventKind::RunStarted`] records. Boxed so that an [`Event`]
+/// is sized by its common kinds (a token), not by this one.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct RunStart {
+    /// Graph id (file stem).
+    pub graph: String,
+    /// Content hash of the graph file and prompts the run used.
+    pub graph_version: String,
+    /// The input state (shared with the caller, which built it).
+    pub input: Arc<Value>,
+    /// [`EVENT_FORMAT`] at the time of writing.
+    pub format: u32,
+    /// Set when this run was forked from another.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub forked_from: Option<ForkOrigin>,
+    /// Where a fork starts (its state is `input`); absent for a run
+    /// that starts at the graph's entry.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub frontier: Option<Frontier>,
+    /// How the run was streamed to a client (message id, metadata,
+    /// surfaces), so a replay can reproduce the stream exactly.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stream: Option<Value>,
+    /// The user the run acts for (bound tool arguments read it as
+    /// `user.id`), so a re-execution acts for the same user.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub user: Option<String>,
+}
+
 /// What happened. Serialized with a `type` tag in snake_case.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
 pub enum EventKind {
-    /// The run began.
-    RunStarted {
-        /// Graph id (file stem).
-        graph: String,
-        /// Content hash of the graph file and prompts the run used.
-        graph_version: String,
-        /// The input state (shared with the caller, which built it).
-        input: Arc<Value>,
-        /// [`EVENT_FORMAT`] at the time of writing.
-        format: u32,
-        /// Set when this run was forked from another.
-        #[serde(default, skip_serializing_if = "Option::is_none")]
-        forked_from: Option<ForkOrigin>,
-        /// Where a fork starts (its state is `input`); absent for a run
-        /// that starts at the graph's entry.
-        #[serde(default, skip_serializing_if = "Option::is_none")]
-        frontier: Option<Frontier>,
-        /// How the run was streamed to a client (message id, metadata,
-        /// surfaces), so a replay can reproduce the stream exactly.
-        #[serde(default, skip_serializing_if = "Option::is_none")]
-        stream: Option<Value>,
-        /// The user the run acts for (bound tool arguments read it as
-        /// `user.id`), so a re-execution acts for the same user.
-        #[serde(default, skip_serializing_if = "Option::is_none")]
-        user: Option<String>,
-    },
+    /// The run began (boxed: the largest variant, once per run; every
+    /// other event stays small, see [`RunStart`]).
+    RunStarted(Box<RunStart>),
     /// The run reached END.
     RunFinished {
         /// Supersteps executed.
@@ -469,8 +475,9 @@ pub enum EventKind {
     LlmFinished {
         /// The call.
         call: u32,
-        /// What it produced (recorded for re-execution).
-        output: LlmOutput,
+        /// What it produced (recorded for re-execution; boxed, so that
+        /// this once-per-call variant does not size every event).
+        output: Box<LlmOutput>,
         /// Tokens used.
         usage: Usage,
         /// Wall time.
@@ -533,8 +540,8 @@ pub enum EventKind {
         call_id: String,
         /// Tool name.
         tool: String,
-        /// The structured failure.
-        error: ToolFailure,
+        /// The structured failure (boxed: see `LlmFinished::output`).
+        error: Box<ToolFailure>,
     },
     /// A tool call a person denied: it did not run; the model was told.
     ToolDenied {

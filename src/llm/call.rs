@@ -156,7 +156,7 @@ pub async fn stream_call(
         .events
         .emit(EventKind::LlmFinished {
             call,
-            output: out,
+            output: Box::new(out),
             usage,
             duration_us: started.elapsed().as_micros() as u64,
         })

@@ -224,11 +224,11 @@ impl HttpNode {
                     .emit(EventKind::ToolError {
                         call_id,
                         tool: "http".into(),
-                        error: ToolFailure {
+                        error: Box::new(ToolFailure {
                             kind: kind.into(),
                             message: e.to_string(),
                             details: Value::Null,
-                        },
+                        }),
                     })
                     .await;
                 Err(e)

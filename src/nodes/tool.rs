@@ -253,7 +253,7 @@ impl ToolNode {
                     .emit(EventKind::ToolError {
                         call_id,
                         tool: self.tool.clone(),
-                        error: failure.clone(),
+                        error: Box::new(failure.clone()),
                     })
                     .await;
                 let last_attempt = !is_transient(&error) || cx.attempt >= self.attempts;

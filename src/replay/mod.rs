@@ -96,9 +96,7 @@ pub fn sse(events: &[Event]) -> Result<String, ReplayError> {
     let cfg = events
         .iter()
         .find_map(|e| match &e.event {
-            EventKind::RunStarted {
-                stream: Some(s), ..
-            } => BridgeConfig::from_json(s),
+            EventKind::RunStarted(start) => start.stream.as_ref().and_then(BridgeConfig::from_json),
             _ => None,
         })
         .ok_or_else(|| {
@@ -302,7 +300,7 @@ fn comparable(ev: &Event) -> Option<Value> {
         | EventKind::RunInterrupted { .. }
         | EventKind::RunResumed { .. }
         | EventKind::BreakpointsSet { .. } => return None,
-        EventKind::RunStarted { .. } => {
+        EventKind::RunStarted(_) => {
             if let Some(o) = kind.as_object_mut() {
                 o.remove("stream");
                 o.remove("graph_version");
@@ -411,19 +409,12 @@ pub async fn reexecute(
     let (input, version, forked_from, frontier, user) = recorded
         .iter()
         .find_map(|e| match &e.event {
-            EventKind::RunStarted {
-                input,
-                graph_version,
-                forked_from,
-                frontier,
-                user,
-                ..
-            } => Some((
-                Arc::clone(input),
-                graph_version.clone(),
-                forked_from.clone(),
-                frontier.clone(),
-                user.clone(),
+            EventKind::RunStarted(start) => Some((
+                Arc::clone(&start.input),
+                start.graph_version.clone(),
+                start.forked_from.clone(),
+                start.frontier.clone(),
+                start.user.clone(),
             )),
             _ => None,
         })

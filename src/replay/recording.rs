@@ -234,7 +234,7 @@ impl Reader {
                 self.recorded_tool(task, call_id, RecordedTool::Ok(outcome));
             }
             EventKind::ToolError { call_id, error, .. } => {
-                self.recorded_tool(task, call_id, RecordedTool::Err(error.clone()));
+                self.recorded_tool(task, call_id, RecordedTool::Err((**error).clone()));
             }
             other => self.streamed(&task, other),
         }

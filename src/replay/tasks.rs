@@ -360,11 +360,11 @@ mod tests {
                 EventKind::ToolError {
                     call_id: "c1".into(),
                     tool: "t".into(),
-                    error: ToolFailure {
+                    error: Box::new(ToolFailure {
                         kind: "timeout".into(),
                         message: "slow".into(),
                         details: json!(null),
-                    },
+                    }),
                 },
             ),
             a(

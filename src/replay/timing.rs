@@ -47,7 +47,7 @@ pub fn timing(events: &[Event]) -> Timing {
     for e in events {
         let node = e.node.as_deref().unwrap_or("");
         match &e.event {
-            EventKind::RunStarted { .. } => started_at = Some(e.at),
+            EventKind::RunStarted(_) => started_at = Some(e.at),
             EventKind::NodeStarted { attempt, .. } => {
                 let entry = open.entry((e.step, node, e.task)).or_insert((e.at, 0));
                 entry.1 = (*attempt).max(entry.1);

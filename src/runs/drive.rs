@@ -301,7 +301,7 @@ async fn pump(
         for ev in &group {
             runs.observer.event(graph_id, ev);
             match &ev.event {
-                EventKind::RunStarted { .. } => unseen = Some(ev.at),
+                EventKind::RunStarted(_) => unseen = Some(ev.at),
                 k if k.is_visible() => {
                     if let Some(start) = unseen.take() {
                         let seconds = ev.at.saturating_sub(start) as f64 / 1e6;

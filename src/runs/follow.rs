@@ -54,9 +54,7 @@ impl Runs {
     pub async fn run_bridge(&self, run: &RunRecord) -> Result<Option<BridgeConfig>, StoreError> {
         let first = self.store.events(run.id, 0, 1).await?;
         if let Some(b) = first.iter().find_map(|e| match &e.event {
-            EventKind::RunStarted {
-                stream: Some(s), ..
-            } => BridgeConfig::from_json(s),
+            EventKind::RunStarted(start) => start.stream.as_ref().and_then(BridgeConfig::from_json),
             _ => None,
         }) {
             return Ok(Some(b));

@@ -72,9 +72,10 @@ pub struct RunHub {
 /// With visible durability, how many events before the newest group a hub
 /// keeps for subscribers a little behind (older ones are read from the
 /// store). A subscriber that keeps up reads each group as it arrives. Each
-/// event held costs ~350 bytes (a token's `Event` is 304): at 64–128 held
-/// per run the windows were ~29 MB of the peak heap at 1,000 paced chats
-/// (heaptrack), and ~17 are ~6 MB.
+/// event held cost ~350 bytes when an `Event` was 304 (152 now that its
+/// large variants are boxed): at 64–128 held per run the windows were
+/// ~29 MB of the peak heap at 1,000 paced chats (heaptrack), and ~17 are
+/// ~6 MB.
 const RECENT: usize = 16;
 
 /// How a hub starts out.

@@ -600,9 +600,7 @@ impl Runs {
 /// The stream settings a run recorded in `run_started`.
 fn recorded_bridge(history: &[Event]) -> Option<BridgeConfig> {
     history.iter().find_map(|e| match &e.event {
-        EventKind::RunStarted {
-            stream: Some(s), ..
-        } => BridgeConfig::from_json(s),
+        EventKind::RunStarted(start) => start.stream.as_ref().and_then(BridgeConfig::from_json),
         _ => None,
     })
 }

@@ -77,7 +77,7 @@ pub async fn run(
         0,
         None,
         0,
-        EventKind::RunStarted {
+        EventKind::RunStarted(Box::new(crate::events::RunStart {
             graph: graph.id.to_string(),
             graph_version: graph.version.clone(),
             input,
@@ -86,7 +86,7 @@ pub async fn run(
             frontier: None,
             stream: opts.stream.clone(),
             user: services.user.as_deref().map(str::to_owned),
-        },
+        })),
     )
     .await;
     record_breakpoints(&sink, &opts, 0).await;
@@ -165,7 +165,7 @@ pub async fn resume(
             from.step,
             None,
             0,
-            EventKind::RunStarted {
+            EventKind::RunStarted(Box::new(crate::events::RunStart {
                 graph: graph.id.to_string(),
                 graph_version: graph.version.clone(),
                 input: Arc::new(from.state.to_json()),
@@ -178,7 +178,7 @@ pub async fn resume(
                 }),
                 stream: opts.stream.clone(),
                 user: services.user.as_deref().map(str::to_owned),
-            },
+            })),
         )
         .await;
     }

@@ -145,7 +145,7 @@ impl Bridge {
         };
         let at = At { ev, node, surface };
         match &ev.event {
-            EventKind::RunStarted { .. } => out.push(Chunk::Start {
+            EventKind::RunStarted(_) => out.push(Chunk::Start {
                 message_id: self.cfg.message_id.clone(),
                 message_metadata: self.cfg.metadata.clone(),
             }),

@@ -389,9 +389,7 @@ fn recorded(graph: &Graph, run: &StoredRun, events: &[Event]) -> Observation {
     let sse = events
         .iter()
         .find_map(|e| match &e.event {
-            EventKind::RunStarted {
-                stream: Some(s), ..
-            } => BridgeConfig::from_json(s),
+            EventKind::RunStarted(start) => start.stream.as_ref().and_then(BridgeConfig::from_json),
             _ => None,
         })
         .map(|cfg| crate::sse::render(cfg, events, 0))

@@ -375,9 +375,7 @@ fn observation(rec: Recorded<'_>, seg: &[Event], before: usize) -> Observation {
         .events
         .iter()
         .find_map(|e| match &e.event {
-            EventKind::RunStarted {
-                stream: Some(s), ..
-            } => BridgeConfig::from_json(s),
+            EventKind::RunStarted(start) => start.stream.as_ref().and_then(BridgeConfig::from_json),
             _ => None,
         })
         .map(|cfg| crate::sse::render(cfg, &rec.events[..before + seg.len()], after))

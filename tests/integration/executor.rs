@@ -554,7 +554,7 @@ async fn events_are_gapless_stamped_and_paired() {
     assert_eq!(seqs, (1..=events.len() as u64).collect::<Vec<_>>());
     assert!(events.iter().all(|e| e.run_id == run_id && e.at > 0));
     assert!(events.windows(2).all(|w| w[0].at <= w[1].at));
-    assert!(matches!(events[0].event, EventKind::RunStarted { .. }));
+    assert!(matches!(events[0].event, EventKind::RunStarted(_)));
     assert!(matches!(
         events.last().unwrap().event,
         EventKind::RunFinished { steps: 3, .. }

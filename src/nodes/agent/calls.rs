@@ -175,7 +175,7 @@ impl Agent {
                     .emit(EventKind::ToolError {
                         call_id: tc.id.clone(),
                         tool: tc.name.clone(),
-                        error: failure,
+                        error: Box::new(failure),
                     })
                     .await;
                 (

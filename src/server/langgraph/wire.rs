@@ -285,8 +285,8 @@ impl Wire {
         let node = ev.node.as_deref().unwrap_or("");
         let task_id = format!("{}:{node}:{}", ev.step, ev.task);
         match &ev.event {
-            EventKind::RunStarted { input, .. } if self.state.is_none() => {
-                self.state = self.ctx.graph.state.from_json(input).ok();
+            EventKind::RunStarted(start) if self.state.is_none() => {
+                self.state = self.ctx.graph.state.from_json(&start.input).ok();
                 self.open = Some(0);
                 self.close_step(&mut out);
             }
@@ -518,7 +518,7 @@ edges:
     /// The input's values, then a hidden node's task and update.
     fn first_step_with_a_hidden_router(w: &mut Wire) {
         let input = json!({"messages": [{"id": "h", "role": "user", "content": "hi"}]});
-        let started = EventKind::RunStarted {
+        let started = EventKind::RunStarted(Box::new(crate::events::RunStart {
             graph: "g".into(),
             graph_version: "v".into(),
             input: Arc::new(input),
@@ -527,7 +527,7 @@ edges:
             frontier: None,
             stream: None,
             user: None,
-        };
+        }));
         let f = w.feed(&ev(1, 0, None, started));
         assert_eq!(
             names(&f),

@@ -264,7 +264,7 @@ pub(super) async fn state_rebuilt_from_stored_checkpoints_matches_memory(store: 
 
 fn every_kind() -> Vec<EventKind> {
     vec![
-        EventKind::RunStarted {
+        EventKind::RunStarted(Box::new(stategraph::events::RunStart {
             graph: "chat".into(),
             graph_version: "abc123".into(),
             input: Arc::new(
@@ -292,7 +292,7 @@ fn every_kind() -> Vec<EventKind> {
             }),
             stream: Some(json!({"messageId": "m1"})),
             user: Some("alice".into()),
-        },
+        })),
         EventKind::NodeStarted {
             attempt: 1,
             item: Some(json!({"i": 0})),
@@ -340,11 +340,11 @@ fn every_kind() -> Vec<EventKind> {
         EventKind::ToolError {
             call_id: "call_2".into(),
             tool: "search".into(),
-            error: ToolFailure {
+            error: Box::new(ToolFailure {
                 kind: "not_found".into(),
                 message: "no such tool".into(),
                 details: json!({"choices": ["a", "b"]}),
-            },
+            }),
         },
     ]
     .into_iter()
@@ -361,7 +361,7 @@ fn call_ends_and_run_ends() -> Vec<EventKind> {
     vec![
         EventKind::LlmFinished {
             call: 0,
-            output: LlmOutput {
+            output: Box::new(LlmOutput {
                 text: "42".into(),
                 reasoning: "because".into(),
                 tool_calls: vec![ToolCallRecord {
@@ -370,7 +370,7 @@ fn call_ends_and_run_ends() -> Vec<EventKind> {
                     arguments: "{not json".into(),
                 }],
                 finish_reason: "tool_calls".into(),
-            },
+            }),
             usage: Usage {
                 prompt_tokens: 10,
                 completion_tokens: 2,

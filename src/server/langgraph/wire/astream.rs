@@ -32,8 +32,8 @@ impl Wire {
         let node = ev.node.as_deref().unwrap_or("");
         let root = self.ctx.run_id.to_string();
         let (kind, name, part, data) = match &ev.event {
-            EventKind::RunStarted { input, .. } => {
-                let input = super::messages::values_out(&self.ctx.graph.state.schema, input);
+            EventKind::RunStarted(start) => {
+                let input = super::messages::values_out(&self.ctx.graph.state.schema, &start.input);
                 let e = self.event(
                     "on_chain_start",
                     "LangGraph",
