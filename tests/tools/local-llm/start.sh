@@ -33,6 +33,11 @@ say() { printf '[local-llm] %s\n' "$*" >&2; }
 healthy() { curl -sf -m 2 "$url/health" >/dev/null 2>&1; }
 
 mkdir -p "$home/bin" "$home/models" "$home/run"
+# One start at a time: a second start (a CI run beside a manual one) waits
+# here, then finds the server serving, instead of deleting the first one's
+# build tree. The server itself does not inherit the lock (9>&- below).
+exec 9>"$home/run/start.lock"
+flock 9
 if [ -f "$pidfile" ] && kill -0 "$(cat "$pidfile")" 2>/dev/null && healthy; then
   say "already serving on $url"; echo "$url/v1"; exit 0
 fi
@@ -69,7 +74,7 @@ fi
 say "starting llama-server on $url"
 nohup "$bin" -m "$model" --host 127.0.0.1 --port "$port" -c "$ctx" -np 1 -t "$threads" \
   --jinja --chat-template-file "$here/chat-template.jinja" --alias gemma-3-270m --no-webui \
-  >"$logfile" 2>&1 </dev/null &
+  >"$logfile" 2>&1 </dev/null 9>&- &
 echo $! >"$pidfile"
 for _ in $(seq 1 $((wait_s * 5))); do
   if healthy; then say "ready on $url (log $logfile)"; echo "$url/v1"; exit 0; fi
