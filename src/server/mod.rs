@@ -92,6 +92,8 @@ pub struct AppState {
     pub limits: Arc<Limits>,
     /// The MCP servers' connections, when any are configured.
     pub mcp: Option<Arc<McpManager>>,
+    /// The LangGraph API's queued runs (`multitask_strategy: enqueue`).
+    pub(crate) queue: langgraph::queue::Queue,
 }
 
 impl std::fmt::Debug for AppState {
@@ -159,6 +161,7 @@ impl AppState {
             metrics,
             limits,
             mcp: mcp.map(Arc::new),
+            queue: Default::default(),
         })
     }
 }

@@ -92,6 +92,7 @@ impl Runs {
             request_id: req.request_id,
             graph,
             input,
+            run_id: None,
         })
     }
 

@@ -46,6 +46,9 @@ pub struct ChatTurn {
     /// Where the run pauses between steps (checked: see
     /// [`crate::runs::breaks::check`]).
     pub breakpoints: crate::events::Breakpoints,
+    /// The run's id when it was given out before the run started (the
+    /// LangGraph API's queued runs); a new one otherwise.
+    pub run_id: Option<Uuid>,
 }
 
 /// Where a turn starts when not at its graph's entry: a state and a
@@ -112,7 +115,7 @@ impl Runs {
         // for a chat the store shows idle. A new hub replaces it (`launch`);
         // its streams keep following it.
         let permit = self.permit()?;
-        let run_id = Uuid::now_v7();
+        let run_id = turn.run_id.unwrap_or_else(Uuid::now_v7);
         let hold = self.hold(run_id)?;
         let chat = ChatLink {
             chat_id: turn.chat_id.clone(),

@@ -102,6 +102,7 @@ pub(super) async fn update(
             after: Vec::new(),
         },
         from: Some(from),
+        run_id: None,
     };
     let begun = start_turn(&state, &user, &request_id, t).await?;
     settle(&state, &tid, begun.run_id).await?;

@@ -28,6 +28,7 @@ mod ids;
 mod messages;
 mod patient;
 mod pump;
+pub(crate) mod queue;
 mod runs;
 mod start;
 mod state;

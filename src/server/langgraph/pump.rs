@@ -19,6 +19,7 @@ use tokio::sync::watch;
 
 use super::super::AppState;
 use super::ids::LastEvent;
+use super::queue::{Queued, Status};
 use super::wire::{self, Frame, Modes, Wire};
 use crate::events::Event;
 use crate::runs::{Next, Progress, RunHub, Subscription};
@@ -53,6 +54,10 @@ pub(super) struct Source {
     resumed: u64,
     ended: bool,
     heartbeat: Duration,
+    /// A queued run not started yet: its events come once it starts.
+    queued: Option<watch::Receiver<Status>>,
+    /// Its answer's message id, once it started (for the wire).
+    started: Option<String>,
 }
 
 impl Source {
@@ -76,6 +81,69 @@ impl Source {
             cursor: 0,
             ended: false,
             heartbeat,
+            queued: None,
+            started: None,
+        }
+    }
+
+    /// Over a queued run: nothing (heartbeats) until it starts, then its
+    /// events as [`Source::new`]'s.
+    pub(super) fn queued(state: Arc<AppState>, queued: &Queued) -> Self {
+        let mut source = Self::new(state, queued.run_id, None);
+        source.queued = Some(queued.watch());
+        source
+    }
+
+    /// The queued run's answer's message id, once when it started.
+    pub(super) fn take_started(&mut self) -> Option<String> {
+        self.started.take()
+    }
+
+    /// Waits (a heartbeat's time at most) for the queued run to start;
+    /// `None` once it did (the hub is set), else what to answer now.
+    async fn await_start(
+        &mut self,
+        mut rx: watch::Receiver<Status>,
+    ) -> Result<Option<Pulled>, String> {
+        let waited = {
+            let started = rx.wait_for(|s| *s != Status::Pending);
+            match tokio::time::timeout(self.heartbeat, started).await {
+                Err(_) => None,
+                Ok(Err(_)) => Some(Status::Failed("the run queue is gone".into())),
+                Ok(Ok(s)) => Some(s.clone()),
+            }
+        };
+        let Some(status) = waited else {
+            self.queued = Some(rx);
+            return Ok(Some(Pulled::Idle));
+        };
+        match status {
+            Status::Started => {
+                let run = self.state.store.get_run(self.run_id).await;
+                let run = run.ok().flatten().ok_or("a started run has no record")?;
+                let hub = run
+                    .chat_id
+                    .as_deref()
+                    .and_then(|c| self.state.runs.for_chat(c))
+                    .filter(|h| h.run_id == self.run_id);
+                self.started = Some(super::state::answer_id(&run));
+                self.resumed = hub.as_ref().map_or(0, |h| h.resumed);
+                self.hub = hub.map(|h| {
+                    let rx = h.watch();
+                    let sub = h.subscribe();
+                    (h, rx, sub)
+                });
+                Ok(None)
+            }
+            Status::Cancelled => {
+                self.ended = true;
+                Ok(Some(Pulled::End))
+            }
+            Status::Failed(why) => {
+                self.ended = true;
+                Err(why)
+            }
+            Status::Pending => Ok(Some(Pulled::Idle)),
         }
     }
 
@@ -93,6 +161,11 @@ impl Source {
     /// # Errors
     /// The store failed, or the run ended without its last event.
     pub(super) async fn pull(&mut self) -> Result<Pulled, String> {
+        if let Some(rx) = self.queued.take()
+            && let Some(now) = self.await_start(rx).await?
+        {
+            return Ok(now);
+        }
         loop {
             if self.ended {
                 // The end goes out once the run's status (and a chat turn's
@@ -226,7 +299,11 @@ impl Pump {
             self.emit(&[meta], &mut out);
         }
         loop {
-            match self.source.pull().await {
+            let pulled = self.source.pull().await;
+            if let Some(id) = self.source.take_started() {
+                self.wire.set_message_id(id);
+            }
+            match pulled {
                 Ok(Pulled::Events(evs)) => {
                     for ev in &evs {
                         let frames = self.wire.feed(ev);
@@ -311,7 +388,11 @@ pub(super) fn response(spec: StreamSpec) -> Response {
 /// interrupts and error.
 pub(super) async fn drain(mut source: Source, mut wire: Wire) -> Result<Wire, String> {
     loop {
-        match source.pull().await? {
+        let pulled = source.pull().await?;
+        if let Some(id) = source.take_started() {
+            wire.set_message_id(id);
+        }
+        match pulled {
             Pulled::Events(evs) => {
                 for ev in &evs {
                     wire.feed(ev);

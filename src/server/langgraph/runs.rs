@@ -25,6 +25,7 @@ use super::super::error::ApiError;
 use super::super::{AppState, RequestId};
 use super::ids::{self, LastEvent};
 use super::pump::{self, From, Source, StreamSpec};
+use super::queue::{self, Queued};
 use super::start::{self, Begun, RunBody};
 use super::wire::{Context, Modes, Wire};
 use super::{Body, invalid, iso, owned_thread};
@@ -58,6 +59,21 @@ fn body_of(body: Body<RunBody>) -> Result<RunBody, ApiError> {
         .ok_or_else(|| invalid("a run needs a body with `assistant_id`"))
 }
 
+/// The wire of a queued run (its answer's message id is known when it
+/// starts).
+fn queued_wire(state: &AppState, q: &Queued) -> Result<Wire, ApiError> {
+    let graph = state
+        .graphs
+        .get(&q.graph)
+        .ok_or_else(|| ApiError::internal("a queued run's graph is not served"))?;
+    Ok(Wire::new(Context {
+        run_id: q.run_id,
+        thread_id: q.thread_id.clone(),
+        graph,
+        message_id: String::new(),
+    }))
+}
+
 fn wire_for(b: &Begun, thread: &str) -> Wire {
     Wire::new(Context {
         run_id: b.run_id,
@@ -77,6 +93,19 @@ async fn stream_on(
     location: impl Fn(Uuid) -> String,
 ) -> Result<Response, ApiError> {
     let modes = Modes::parse(b.stream_mode.as_ref()).map_err(invalid)?;
+    if queue::wanted(&state, &tid, &b).await? {
+        let with_ids = b.stream_resumable.unwrap_or(false);
+        let q = queue::enqueue(&state, &user, &request_id, &tid, b).await?;
+        let spec = StreamSpec {
+            wire: queued_wire(&state, &q)?,
+            source: Source::queued(Arc::clone(&state), &q),
+            modes,
+            from: From::Start,
+            with_ids,
+            location: location(q.run_id),
+        };
+        return Ok(pump::response(spec));
+    }
     let begun = start::begin(&state, &user, &request_id, &tid, &b).await?;
     let spec = StreamSpec {
         source: Source::new(
@@ -145,10 +174,21 @@ async fn wait_on(
     tid: String,
     b: RunBody,
 ) -> Result<Response, ApiError> {
-    let begun = start::begin(&state, &user, &request_id, &tid, &b).await?;
-    let wire = wire_for(&begun, &tid);
     let keep_alive = state.config.server.keep_alive.0;
-    let source = Source::new(Arc::clone(&state), begun.run_id, Some(begun.hub));
+    let (wire, source) = if queue::wanted(&state, &tid, &b).await? {
+        let q = queue::enqueue(&state, &user, &request_id, &tid, b).await?;
+        (
+            queued_wire(&state, &q)?,
+            Source::queued(Arc::clone(&state), &q),
+        )
+    } else {
+        let begun = start::begin(&state, &user, &request_id, &tid, &b).await?;
+        let wire = wire_for(&begun, &tid);
+        (
+            wire,
+            Source::new(Arc::clone(&state), begun.run_id, Some(begun.hub)),
+        )
+    };
     Ok(super::patient::answer(keep_alive, async move {
         let w = pump::drain(source, wire).await.map_err(|e| e.to_string())?;
         Ok(result_of(&w))
@@ -185,18 +225,34 @@ async fn create_on(
     tid: String,
     b: RunBody,
 ) -> Result<Response, ApiError> {
+    if queue::wanted(&state, &tid, &b).await? {
+        let q = queue::enqueue(&state, &user, &request_id, &tid, b).await?;
+        return Ok(with_location(
+            Json(q.json()).into_response(),
+            &tid,
+            q.run_id,
+        ));
+    }
     let begun = start::begin(&state, &user, &request_id, &tid, &b).await?;
     let run = state
         .store
         .get_run(begun.run_id)
         .await?
         .ok_or_else(|| ApiError::internal("a started run has no record"))?;
-    let mut resp = Json(run_json(&run, &tid)).into_response();
-    if let Ok(v) = format!("/threads/{tid}/runs/{}", run.id).parse() {
+    Ok(with_location(
+        Json(run_json(&run, &tid)).into_response(),
+        &tid,
+        run.id,
+    ))
+}
+
+/// `resp` with the run's `Content-Location`.
+fn with_location(mut resp: Response, tid: &str, run: Uuid) -> Response {
+    if let Ok(v) = format!("/threads/{tid}/runs/{run}").parse() {
         resp.headers_mut()
             .insert(axum::http::header::CONTENT_LOCATION, v);
     }
-    Ok(resp)
+    resp
 }
 
 /// `POST /threads/{id}/runs`: starts a run in the background.
@@ -236,9 +292,14 @@ pub(super) async fn list(
         .store
         .list_runs(&RunQuery::newest(limit.saturating_add(offset).min(10_000)).of_chat(&tid))
         .await?;
-    let out: Vec<Value> = runs
+    // Queued runs are the newest.
+    let queued = state.queue.of_thread(&tid);
+    let out: Vec<Value> = queued
         .iter()
-        .map(|r| run_json(r, &tid))
+        .rev()
+        .filter(|q| q.user_id == user.0)
+        .map(|q| q.json())
+        .chain(runs.iter().map(|r| run_json(r, &tid)))
         .filter(|r| q.get("status").is_none_or(|s| r["status"] == s.as_str()))
         .skip(offset)
         .take(limit)
@@ -266,12 +327,33 @@ async fn owned_run(
     Ok((chat, run))
 }
 
+/// The caller's run `rid` on thread `tid` while it is queued (or was,
+/// and never started).
+async fn queued_run(
+    state: &AppState,
+    user: &User,
+    tid: &str,
+    rid: &str,
+) -> Result<Option<Arc<Queued>>, ApiError> {
+    let Ok(id) = Uuid::parse_str(rid) else {
+        return Ok(None);
+    };
+    let Some(q) = state.queue.find(user, tid, id) else {
+        return Ok(None);
+    };
+    owned_thread(state, user, tid).await?;
+    Ok((*q.watch().borrow() != queue::Status::Started).then_some(q))
+}
+
 /// `GET /threads/{id}/runs/{rid}`.
 pub(super) async fn get(
     State(state): State<Arc<AppState>>,
     user: User,
     Path((tid, rid)): Path<(String, String)>,
 ) -> Result<Json<Value>, ApiError> {
+    if let Some(q) = queued_run(&state, &user, &tid, &rid).await? {
+        return Ok(Json(q.json()));
+    }
     let (_, run) = owned_run(&state, &user, &tid, &rid).await?;
     Ok(Json(run_json(&run, &tid)))
 }
@@ -313,14 +395,20 @@ pub(super) async fn join(
     user: User,
     Path((tid, rid)): Path<(String, String)>,
 ) -> Result<Response, ApiError> {
-    let (chat, run) = owned_run(&state, &user, &tid, &rid).await?;
-    let wire = graph_ctx(&state, &run, &tid)?;
     let keep_alive = state.config.server.keep_alive.0;
-    let source = Source::new(
-        Arc::clone(&state),
-        run.id,
-        hub_of(&state, &chat, &run).await?,
-    );
+    let (wire, source) = if let Some(q) = queued_run(&state, &user, &tid, &rid).await? {
+        (
+            queued_wire(&state, &q)?,
+            Source::queued(Arc::clone(&state), &q),
+        )
+    } else {
+        let (chat, run) = owned_run(&state, &user, &tid, &rid).await?;
+        let hub = hub_of(&state, &chat, &run).await?;
+        (
+            graph_ctx(&state, &run, &tid)?,
+            Source::new(Arc::clone(&state), run.id, hub),
+        )
+    };
     Ok(super::patient::answer(keep_alive, async move {
         let w = pump::drain(source, wire).await.map_err(|e| e.to_string())?;
         Ok(result_of(&w))
@@ -362,8 +450,20 @@ pub(super) async fn join_stream(
     uri: axum::http::Uri,
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
-    let (chat, run) = owned_run(&state, &user, &tid, &rid).await?;
     let modes = modes_of(uri.query())?;
+    if let Some(q) = queued_run(&state, &user, &tid, &rid).await? {
+        // Nothing was sent yet: all of it, whatever the `Last-Event-ID`.
+        let spec = StreamSpec {
+            wire: queued_wire(&state, &q)?,
+            source: Source::queued(Arc::clone(&state), &q),
+            modes,
+            from: From::Start,
+            with_ids: true,
+            location: format!("/threads/{tid}/runs/{rid}"),
+        };
+        return Ok(pump::response(spec));
+    }
+    let (chat, run) = owned_run(&state, &user, &tid, &rid).await?;
     let hub = hub_of(&state, &chat, &run).await?;
     let from = match headers.get("last-event-id") {
         Some(v) => {
@@ -399,6 +499,11 @@ pub(super) async fn cancel(
     Path((tid, rid)): Path<(String, String)>,
     Query(q): Query<HashMap<String, String>>,
 ) -> Result<Response, ApiError> {
+    if let Some(queued) = queued_run(&state, &user, &tid, &rid).await?
+        && state.queue.cancel(&queued)
+    {
+        return Ok(StatusCode::ACCEPTED.into_response());
+    }
     let (chat, run) = owned_run(&state, &user, &tid, &rid).await?;
     if let Some(a) = q
         .get("action")

@@ -60,7 +60,7 @@ pub(super) struct RunBody {
     #[serde(default)]
     pub(super) stream_resumable: Option<bool>,
     #[serde(default)]
-    multitask_strategy: Option<String>,
+    pub(super) multitask_strategy: Option<String>,
     #[serde(default)]
     pub(super) if_not_exists: Option<String>,
     #[serde(default)]
@@ -75,6 +75,10 @@ pub(super) struct RunBody {
     webhook: Option<String>,
     #[serde(default)]
     after_seconds: Option<f64>,
+    /// The id given out when the run was queued (`queue`), not a field
+    /// of the request.
+    #[serde(skip)]
+    pub(super) run_id: Option<Uuid>,
 }
 
 /// A started (or continued) run.
@@ -219,6 +223,7 @@ pub(super) async fn begin(
         input,
         breakpoints: breakpoints.unwrap_or_default(),
         from,
+        run_id: body.run_id,
     };
     start_turn(state, user, request_id, t).await
 }
@@ -231,6 +236,8 @@ pub(super) struct Turn<'a> {
     pub(super) input: Value,
     pub(super) breakpoints: Breakpoints,
     pub(super) from: Option<TurnFrom>,
+    /// Its id, when it was given out before (a queued run).
+    pub(super) run_id: Option<Uuid>,
 }
 
 /// Starts a turn: a chat turn answered by a new run.
@@ -249,6 +256,7 @@ pub(super) async fn start_turn(
         messages: chat_messages(state, &t.graph, t.chat, &t.input).await?,
         input: t.input,
         breakpoints: t.breakpoints,
+        run_id: t.run_id,
     };
     let started = match t.from {
         Some(from) => state.runs.begin_turn_from(turn, from).await,

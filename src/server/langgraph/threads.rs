@@ -212,6 +212,7 @@ pub(super) async fn delete(
     Path(tid): Path<String>,
 ) -> Result<StatusCode, ApiError> {
     let chat = owned_thread(&state, &user, &tid).await?;
+    state.queue.cancel_thread(&tid);
     state.runs.stop_chat(&tid, chat.active_run).await?;
     state.store.delete_chat(&tid).await?;
     Ok(StatusCode::NO_CONTENT)

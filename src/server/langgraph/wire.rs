@@ -168,6 +168,11 @@ pub(super) struct Wire {
 }
 
 impl Wire {
+    /// The run's answer's message id, known once a queued run started.
+    pub(super) fn set_message_id(&mut self, id: String) {
+        self.ctx.message_id = id;
+    }
+
     /// A wire for a run.
     pub(super) fn new(ctx: Context) -> Self {
         Self {
