@@ -31,15 +31,15 @@ use std::time::{Duration, Instant};
 use futures::FutureExt;
 use futures::future::BoxFuture;
 use serde_json::json;
-use stategraph::events::{Event, EventKind, Usage};
-use stategraph::llm::scripted::{ScriptedModel, Turn};
-use stategraph::llm::{ChatMessage, Models};
-use stategraph::nodes::Registries;
-use stategraph::runs::LogCheckpointer;
-use stategraph::runtime::{
+use stategraph::internals::events::{Event, EventKind, Usage};
+use stategraph::internals::llm::scripted::{ScriptedModel, Turn};
+use stategraph::internals::llm::{ChatMessage, Models};
+use stategraph::internals::nodes::Registries;
+use stategraph::internals::runs::LogCheckpointer;
+use stategraph::internals::runtime::{
     self, CheckpointError, Checkpointer, RunOptions, RunStatus, Services, StepBatch,
 };
-use stategraph::store::{PostgresStore, RunRecord, Store};
+use stategraph::internals::store::{PostgresStore, RunRecord, Store};
 use uuid::Uuid;
 
 const ADMIN_URL: &str = "postgres://postgres@127.0.0.1:5432/postgres";

@@ -9,14 +9,14 @@ use std::sync::Arc;
 /// fixed figure, so the data nodes have data to work from.
 #[derive(Debug)]
 pub struct IndicatorValue {
-    spec: stategraph::tools::ToolSpec,
+    spec: stategraph::internals::tools::ToolSpec,
 }
 
 impl IndicatorValue {
     /// The tool.
     pub fn new() -> Self {
         Self {
-            spec: stategraph::tools::ToolSpec {
+            spec: stategraph::internals::tools::ToolSpec {
                 name: "indicator_value".into(),
                 description: "The latest value of an indicator for a country.".into(),
                 input_schema: Arc::new(serde_json::json!({
@@ -25,21 +25,21 @@ impl IndicatorValue {
                 })),
                 output_schema: None,
                 partition: "data".into(),
-                policy: stategraph::tools::ToolPolicy::default(),
+                policy: stategraph::internals::tools::ToolPolicy::default(),
             },
         }
     }
 }
 
-impl stategraph::tools::Tool for IndicatorValue {
-    fn spec(&self) -> &stategraph::tools::ToolSpec {
+impl stategraph::internals::tools::Tool for IndicatorValue {
+    fn spec(&self) -> &stategraph::internals::tools::ToolSpec {
         &self.spec
     }
 
     fn call(
         &self,
         args: serde_json::Value,
-    ) -> futures::future::BoxFuture<'_, Result<serde_json::Value, stategraph::tools::ToolError>>
+    ) -> futures::future::BoxFuture<'_, Result<serde_json::Value, stategraph::internals::tools::ToolError>>
     {
         Box::pin(async move {
             Ok(serde_json::json!({

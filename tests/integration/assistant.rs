@@ -16,14 +16,14 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use serde_json::{Value, json};
-use stategraph::config::Config;
-use stategraph::engine::{Engine, Graphs};
-use stategraph::events::EventKind;
-use stategraph::llm::scripted::{ScriptedModel, Turn};
-use stategraph::llm::{ChatMessage, ChatRequest, Models};
-use stategraph::runtime::Services;
-use stategraph::server::AppState;
-use stategraph::tools::mcp::{McpConfig, McpManager};
+use stategraph::internals::config::Config;
+use stategraph::internals::engine::{Engine, Graphs};
+use stategraph::internals::events::EventKind;
+use stategraph::internals::llm::scripted::{ScriptedModel, Turn};
+use stategraph::internals::llm::{ChatMessage, ChatRequest, Models};
+use stategraph::internals::runtime::Services;
+use stategraph::internals::server::AppState;
+use stategraph::internals::tools::mcp::{McpConfig, McpManager};
 use uuid::Uuid;
 
 use crate::support::db::SqliteDb;
@@ -174,7 +174,7 @@ fn system(req: &ChatRequest) -> &str {
 }
 
 /// The run's record; its stream has ended, so its end is recorded.
-async fn recorded(server: &TestServer, run: Uuid) -> stategraph::store::RunRecord {
+async fn recorded(server: &TestServer, run: Uuid) -> stategraph::internals::store::RunRecord {
     let record = server
         .state
         .store
@@ -184,7 +184,7 @@ async fn recorded(server: &TestServer, run: Uuid) -> stategraph::store::RunRecor
         .expect("run stored");
     assert_ne!(
         record.status,
-        stategraph::runtime::RunStatus::Running,
+        stategraph::internals::runtime::RunStatus::Running,
         "a run whose stream ended is recorded as over"
     );
     record
@@ -194,9 +194,9 @@ async fn recorded(server: &TestServer, run: Uuid) -> stategraph::store::RunRecor
 async fn final_state(server: &TestServer, run: Uuid) -> Value {
     let state = &server.state;
     let record = recorded(server, run).await;
-    assert_eq!(record.status, stategraph::runtime::RunStatus::Finished);
+    assert_eq!(record.status, stategraph::internals::runtime::RunStatus::Finished);
     let graph = state.graphs.get(&record.graph).expect("graph served");
-    stategraph::replay::state_at(&*state.store, &graph, run, record.last_step)
+    stategraph::internals::replay::state_at(&*state.store, &graph, run, record.last_step)
         .await
         .unwrap()
         .to_json()
@@ -615,7 +615,7 @@ async fn assistant_shows_tagged_results_verbatim_fills_the_active_customer_and_l
     tracing::subscriber::set_global_default(
         tracing_subscriber::registry()
             .with(tracing_subscriber::filter::LevelFilter::INFO)
-            .with(stategraph::telemetry::json_layer(move || sink.clone())),
+            .with(stategraph::internals::telemetry::json_layer(move || sink.clone())),
     )
     .expect("no other subscriber in this test's process");
     tokio::time::timeout(TEST_LIMIT, async {

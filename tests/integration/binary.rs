@@ -384,7 +384,7 @@ fn schema_and_github_annotations() {
 /// wins over the file.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_run_from_the_cli_is_visible_to_the_local_user() {
-    use stategraph::store::{RunStore, SqliteStore};
+    use stategraph::internals::store::{RunStore, SqliteStore};
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path().to_owned();
     std::fs::write(
@@ -412,7 +412,7 @@ async fn a_run_from_the_cli_is_visible_to_the_local_user() {
     let db = dir
         .path()
         .join("data")
-        .join(stategraph::store::config::SQLITE_FILE);
+        .join(stategraph::internals::store::config::SQLITE_FILE);
     let store = Arc::new(SqliteStore::open(db).await.unwrap());
     let run = store
         .get_run(id.parse().unwrap())
@@ -420,7 +420,7 @@ async fn a_run_from_the_cli_is_visible_to_the_local_user() {
         .unwrap()
         .expect("the run is stored in STATEGRAPH_DATA_DIR");
     assert_eq!(run.user_id, "local");
-    let model = stategraph::llm::scripted::ScriptedModel::new([]).shared();
+    let model = stategraph::internals::llm::scripted::ScriptedModel::new([]).shared();
     let server = crate::support::server::TestServer::start_with_store(model, store, |_| {}).await;
     let resp = reqwest::get(server.url(&format!("/api/runs/{id}")))
         .await

@@ -6,14 +6,14 @@ use std::sync::{Arc, Mutex};
 
 use futures::future::BoxFuture;
 use serde_json::{Value, json};
-use stategraph::engine::{Engine, Graphs};
-use stategraph::graph::prompts::Prompts;
-use stategraph::llm::scripted::{ScriptedModel, Turn};
-use stategraph::llm::{ChatMessage, ChatRequest, Models};
-use stategraph::runtime::Services;
-use stategraph::server::AppState;
-use stategraph::store::memory::MemoryStore;
-use stategraph::tools::{Tool, ToolError, ToolPolicy, ToolSpec};
+use stategraph::internals::engine::{Engine, Graphs};
+use stategraph::internals::graph::prompts::Prompts;
+use stategraph::internals::llm::scripted::{ScriptedModel, Turn};
+use stategraph::internals::llm::{ChatMessage, ChatRequest, Models};
+use stategraph::internals::runtime::Services;
+use stategraph::internals::server::AppState;
+use stategraph::internals::store::memory::MemoryStore;
+use stategraph::internals::tools::{Tool, ToolError, ToolPolicy, ToolSpec};
 
 use crate::support::server::TestServer;
 use crate::support::{assert_reexecutes, registries, root};
@@ -163,7 +163,7 @@ async fn a_model_sending_another_users_id_changes_nothing_that_user_owns() {
         Models::single(Arc::new(gullible(Arc::clone(&log)))),
         Arc::clone(&reg.tools),
     );
-    let mut config = stategraph::config::Config::default();
+    let mut config = stategraph::internals::config::Config::default();
     config
         .auth
         .api_keys
@@ -337,11 +337,11 @@ async fn a_bound_argument_reads_the_graphs_config() {
     ));
     for text in ["cancel T-BOB as bob", "cancel T-ACME as bob"] {
         let input = json!({"messages": [{"id": "u1", "role": "user", "content": text}]});
-        stategraph::runtime::run(
+        stategraph::internals::runtime::run(
             Arc::clone(cat.get("support").unwrap()),
             Arc::clone(&services),
             input,
-            stategraph::runtime::RunOptions::default(),
+            stategraph::internals::runtime::RunOptions::default(),
         )
         .await
         .unwrap();

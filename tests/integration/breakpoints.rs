@@ -12,7 +12,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::{Value, json};
-use stategraph::llm::offline::OfflineModel;
+use stategraph::internals::llm::offline::OfflineModel;
 
 use crate::support::server::TestServer;
 use crate::support::{assert_reexecutes, chat_body, post_json};

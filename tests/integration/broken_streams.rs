@@ -10,13 +10,13 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use serde_json::{Value, json};
-use stategraph::events::{Event, EventKind};
-use stategraph::graph::prompts::Prompts;
-use stategraph::llm::scripted::{ScriptedModel, Turn};
-use stategraph::llm::{ChatMessage, ChatModel, ChatRequest, LlmChunk, LlmError};
-use stategraph::nodes::Graph;
-use stategraph::runtime::{self, RunError, RunOptions, RunOutcome};
-use stategraph::sse::{self, BridgeConfig};
+use stategraph::internals::events::{Event, EventKind};
+use stategraph::internals::graph::prompts::Prompts;
+use stategraph::internals::llm::scripted::{ScriptedModel, Turn};
+use stategraph::internals::llm::{ChatMessage, ChatModel, ChatRequest, LlmChunk, LlmError};
+use stategraph::internals::nodes::Graph;
+use stategraph::internals::runtime::{self, RunError, RunOptions, RunOutcome};
+use stategraph::internals::sse::{self, BridgeConfig};
 use tokio::sync::mpsc;
 
 use crate::support::{aisdk_validate, registries, report_json, services};

@@ -12,9 +12,9 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
-use stategraph::llm::scripted::{ScriptedModel, Turn};
-use stategraph::llm::{ChatMessage, ChatRequest};
-use stategraph::store::{SqliteStore, Store};
+use stategraph::internals::llm::scripted::{ScriptedModel, Turn};
+use stategraph::internals::llm::{ChatMessage, ChatRequest};
+use stategraph::internals::store::{SqliteStore, Store};
 
 use crate::support::post_json;
 use crate::support::server::TestServer;
@@ -110,7 +110,7 @@ async fn talk_server(
     dir: &Path,
     store: Arc<dyn Store>,
     model: Arc<ScriptedModel>,
-    tweak: impl FnOnce(&mut stategraph::config::Config),
+    tweak: impl FnOnce(&mut stategraph::internals::config::Config),
 ) -> TestServer {
     let (graphs, prompts) = talk_dirs(dir);
     TestServer::start_with_store(model, store, |c| {
@@ -144,7 +144,7 @@ async fn runs_of(client: &reqwest::Client, server: &TestServer, chat: &str) -> V
 
 /// Waits until the store holds `n` call records (they are written off the
 /// node's task).
-async fn await_calls(store: &dyn Store, n: u64) -> stategraph::store::CallStorage {
+async fn await_calls(store: &dyn Store, n: u64) -> stategraph::internals::store::CallStorage {
     let deadline = Instant::now() + Duration::from_secs(20);
     loop {
         let s = store.call_storage().await.unwrap();
@@ -276,11 +276,11 @@ async fn a_40_turn_chat_stores_its_history_once() {
 #[tokio::test]
 async fn calls_show_request_template_tools_and_answer_and_redact_secrets() {
     let dir = tempfile::tempdir().unwrap();
-    let store: Arc<dyn Store> = Arc::new(stategraph::store::memory::MemoryStore::new());
+    let store: Arc<dyn Store> = Arc::new(stategraph::internals::store::memory::MemoryStore::new());
     let (model, seen) = tutor();
     let server = talk_server(dir.path(), Arc::clone(&store), model, |c| {
         c.calls.redact = vec![
-            toml::from_str::<stategraph::llm::RedactRule>(r#"pattern = "sk-[A-Za-z0-9]{16,}""#)
+            toml::from_str::<stategraph::internals::llm::RedactRule>(r#"pattern = "sk-[A-Za-z0-9]{16,}""#)
                 .unwrap(),
         ];
     })
@@ -374,7 +374,7 @@ async fn call_content_expires_after_the_retention_and_the_record_stays() {
     );
     let (model, _) = tutor();
     let server = talk_server(dir.path(), Arc::clone(&store), model, |c| {
-        c.calls.retention = stategraph::config::Dur(Duration::from_millis(600));
+        c.calls.retention = stategraph::internals::config::Dur(Duration::from_millis(600));
     })
     .await;
     let client = reqwest::Client::new();

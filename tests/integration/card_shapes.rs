@@ -6,11 +6,11 @@
 use std::sync::Arc;
 
 use serde_json::{Value, json};
-use stategraph::events::EventKind;
-use stategraph::graph::prompts::Prompts;
-use stategraph::llm::scripted::ScriptedModel;
-use stategraph::nodes::Graph;
-use stategraph::runtime::{self, RunOptions};
+use stategraph::internals::events::EventKind;
+use stategraph::internals::graph::prompts::Prompts;
+use stategraph::internals::llm::scripted::ScriptedModel;
+use stategraph::internals::nodes::Graph;
+use stategraph::internals::runtime::{self, RunOptions};
 
 use crate::support::{registries, root, services};
 

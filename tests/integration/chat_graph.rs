@@ -5,10 +5,10 @@
 use std::sync::{Arc, Mutex};
 
 use serde_json::{Value, json};
-use stategraph::events::{Event, EventKind};
-use stategraph::llm::scripted::{ScriptedModel, Turn};
-use stategraph::llm::{ChatMessage, ChatRequest, LlmError};
-use stategraph::runtime::{self, RunOptions};
+use stategraph::internals::events::{Event, EventKind};
+use stategraph::internals::llm::scripted::{ScriptedModel, Turn};
+use stategraph::internals::llm::{ChatMessage, ChatRequest, LlmError};
+use stategraph::internals::runtime::{self, RunOptions};
 use tokio::sync::mpsc;
 
 use crate::support::{services, shipped_catalog};
@@ -521,7 +521,7 @@ async fn an_untidy_routing_answer_is_read_not_thrown_away() {
 
 #[tokio::test]
 async fn an_answer_broken_mid_stream_is_not_streamed_twice() {
-    use stategraph::llm::LlmChunk;
+    use stategraph::internals::llm::LlmChunk;
     let log = Arc::new(Mutex::new(Vec::new()));
     let seen = Arc::clone(&log);
     let m = ScriptedModel::from_fn(move |req| {

@@ -6,10 +6,10 @@
 use std::sync::Arc;
 
 use serde_json::{Value, json};
-use stategraph::graph::prompts::Prompts;
-use stategraph::llm::scripted::{ScriptedModel, Turn};
-use stategraph::llm::{ChatMessage, ChatRequest, LlmChunk, LlmError};
-use stategraph::runtime::{self, RunOptions};
+use stategraph::internals::graph::prompts::Prompts;
+use stategraph::internals::llm::scripted::{ScriptedModel, Turn};
+use stategraph::internals::llm::{ChatMessage, ChatRequest, LlmChunk, LlmError};
+use stategraph::internals::runtime::{self, RunOptions};
 
 use crate::support::server::TestServer;
 use crate::support::{assert_reexecutes, post_json, registries, root, services};
@@ -158,7 +158,7 @@ async fn an_agents_tool_turns_are_state_and_the_next_chat_turn_sees_them() {
     // The stored state holds the whole turn: question, call, result, answer.
     let graph = server.state.graphs.get("react").unwrap();
     let record = server.state.store.get_run(run1).await.unwrap().unwrap();
-    let state = stategraph::replay::state_at(&*server.state.store, &graph, run1, record.last_step)
+    let state = stategraph::internals::replay::state_at(&*server.state.store, &graph, run1, record.last_step)
         .await
         .unwrap()
         .to_json();
@@ -209,7 +209,7 @@ async fn an_agents_tool_turns_are_state_and_the_next_chat_turn_sees_them() {
         .collect();
     assert_eq!(shape, ["user", "calls", "tool", "assistant", "user"]);
     let record = server.state.store.get_run(run2).await.unwrap().unwrap();
-    let state = stategraph::replay::state_at(&*server.state.store, &graph, run2, record.last_step)
+    let state = stategraph::internals::replay::state_at(&*server.state.store, &graph, run2, record.last_step)
         .await
         .unwrap()
         .to_json();

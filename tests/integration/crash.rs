@@ -200,7 +200,7 @@ async fn slow_page(delay: Duration) -> (String, SlowPage) {
 async fn resume_stream(
     base: &str,
     chat: &str,
-    last_event_id: Option<stategraph::sse::After>,
+    last_event_id: Option<stategraph::internals::sse::After>,
 ) -> (String, u16) {
     let client = reqwest::Client::new();
     let url = format!("{base}/api/chat/{chat}/stream");
@@ -259,10 +259,10 @@ async fn resume_and_check(server: &Server, chat: &str, expect_text: &str) -> Val
         "the run finished normally"
     );
     // Every event id once, in order: no duplicate part from a lost attempt.
-    let ids: Vec<stategraph::sse::After> = text
+    let ids: Vec<stategraph::internals::sse::After> = text
         .lines()
         .filter_map(|l| l.strip_prefix("id: "))
-        .map(|n| stategraph::sse::After::parse(n).unwrap())
+        .map(|n| stategraph::internals::sse::After::parse(n).unwrap())
         .collect();
     assert!(ids.windows(2).all(|w| w[0] <= w[1]), "ids in order");
     {
@@ -542,11 +542,11 @@ async fn two_servers_on_one_database_a_stop_asked_of_b_stops_the_run_on_a() {
 }
 
 /// The last `id:` of an SSE capture.
-fn last_id(sse: &str) -> Option<stategraph::sse::After> {
+fn last_id(sse: &str) -> Option<stategraph::internals::sse::After> {
     sse.lines()
         .rev()
         .filter_map(|l| l.strip_prefix("id: "))
-        .find_map(stategraph::sse::After::parse)
+        .find_map(stategraph::internals::sse::After::parse)
 }
 
 /// Only whole SSE frames (a kill can cut the last one off).
@@ -597,10 +597,10 @@ async fn resume_after_crash_at(dir: &Path, g: &Path, deltas: usize, expect: &str
         b.log_tail(40)
     );
     let whole = format!("{before}{after}");
-    let ids: Vec<stategraph::sse::After> = whole
+    let ids: Vec<stategraph::internals::sse::After> = whole
         .lines()
         .filter_map(|l| l.strip_prefix("id: "))
-        .map(|n| stategraph::sse::After::parse(n).unwrap())
+        .map(|n| stategraph::internals::sse::After::parse(n).unwrap())
         .collect();
     // Every frame has its own id (`SEQ.N` past an event's first); the
     // resumed part starts after what the client had.

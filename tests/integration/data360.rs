@@ -12,13 +12,13 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use serde_json::{Value, json};
-use stategraph::engine::{Engine, Graphs};
-use stategraph::graph::prompts::Prompts;
-use stategraph::llm::scripted::{ScriptedModel, Turn};
-use stategraph::llm::{ChatMessage, ChatRequest, Models};
-use stategraph::nodes::Registries;
-use stategraph::runtime::Services;
-use stategraph::tools::mcp::{McpConfig, McpManager};
+use stategraph::internals::engine::{Engine, Graphs};
+use stategraph::internals::graph::prompts::Prompts;
+use stategraph::internals::llm::scripted::{ScriptedModel, Turn};
+use stategraph::internals::llm::{ChatMessage, ChatRequest, Models};
+use stategraph::internals::nodes::Registries;
+use stategraph::internals::runtime::Services;
+use stategraph::internals::tools::mcp::{McpConfig, McpManager};
 
 use crate::support::server::TestServer;
 use crate::support::{aisdk_validate, chat_body, post_json, root};
@@ -285,11 +285,11 @@ pub(crate) async fn start_with(
         );
     }
     let services = Services::new(Models::single(model), Arc::clone(&registries.tools));
-    let mut config = stategraph::config::Config::default();
+    let mut config = stategraph::internals::config::Config::default();
     config.server.keep_alive.0 = Duration::from_secs(5);
-    let state = stategraph::server::AppState::with_mcp(
+    let state = stategraph::internals::server::AppState::with_mcp(
         config,
-        Arc::new(stategraph::store::memory::MemoryStore::new()),
+        Arc::new(stategraph::internals::store::memory::MemoryStore::new()),
         &Engine::from_parts(
             registries.clone(),
             Graphs::from_catalog(cat, registries),

@@ -6,8 +6,8 @@
 //! is checked by the AI SDK's own parser (in `turn`).
 
 use serde_json::{Value, json};
-use stategraph::llm::scripted::Turn;
-use stategraph::llm::{ChatMessage, ChatRequest, LlmChunk, LlmError};
+use stategraph::internals::llm::scripted::Turn;
+use stategraph::internals::llm::{ChatMessage, ChatRequest, LlmChunk, LlmError};
 
 use crate::data360::{
     Log, Turned, mcp_config_with, model_with, path_of, question, start_with, tool_messages, turn,

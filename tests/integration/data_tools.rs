@@ -17,15 +17,15 @@ use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use serde_json::{Value, json};
-use stategraph::config::{Bytes, Dur};
-use stategraph::events::EventKind;
-use stategraph::llm::scripted::{ScriptedModel, Turn};
-use stategraph::llm::{ChatMessage, Models};
-use stategraph::runtime::{self, RunOptions, Services};
-use stategraph::tools::http::{self, HttpFetchConfig};
-use stategraph::tools::search::{self, SearchConfig};
-use stategraph::tools::sql::{self, SourceConfig, SqlConfig};
-use stategraph::tools::{ToolError, ToolOutcome, ToolRegistry};
+use stategraph::internals::config::{Bytes, Dur};
+use stategraph::internals::events::EventKind;
+use stategraph::internals::llm::scripted::{ScriptedModel, Turn};
+use stategraph::internals::llm::{ChatMessage, Models};
+use stategraph::internals::runtime::{self, RunOptions, Services};
+use stategraph::internals::tools::http::{self, HttpFetchConfig};
+use stategraph::internals::tools::search::{self, SearchConfig};
+use stategraph::internals::tools::sql::{self, SourceConfig, SqlConfig};
+use stategraph::internals::tools::{ToolError, ToolOutcome, ToolRegistry};
 use tokio::sync::mpsc;
 use tokio_postgres::NoTls;
 
@@ -839,10 +839,10 @@ async fn the_analyst_recovers_from_a_wrong_source_name_and_answers() {
         // every result come from the recording.
         let offline = Services::new(
             Models::single(Arc::new(ScriptedModel::new([]))),
-            Arc::new(stategraph::tools::ToolRegistry::with_builtins()),
+            Arc::new(stategraph::internals::tools::ToolRegistry::with_builtins()),
         );
         let recorded: Vec<_> = events.iter().map(|e| (**e).clone()).collect();
-        let r = stategraph::replay::reexecute(graph, offline, &recorded).await.unwrap();
+        let r = stategraph::internals::replay::reexecute(graph, offline, &recorded).await.unwrap();
         assert!(r.divergence.is_none(), "{}", r.report());
     })
     .await;

@@ -7,13 +7,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::{Value, json};
-use stategraph::events::{Event, EventKind};
-use stategraph::graph::prompts::Prompts;
-use stategraph::llm::scripted::{ScriptedModel, Turn};
-use stategraph::llm::{ChatModel, LlmChunk, LlmError};
-use stategraph::nodes::Graph;
-use stategraph::runtime::{self, RunError, RunOptions, RunOutcome};
-use stategraph::sse::{self, BridgeConfig};
+use stategraph::internals::events::{Event, EventKind};
+use stategraph::internals::graph::prompts::Prompts;
+use stategraph::internals::llm::scripted::{ScriptedModel, Turn};
+use stategraph::internals::llm::{ChatModel, LlmChunk, LlmError};
+use stategraph::internals::nodes::Graph;
+use stategraph::internals::runtime::{self, RunError, RunOptions, RunOutcome};
+use stategraph::internals::sse::{self, BridgeConfig};
 use tokio::sync::mpsc;
 
 use crate::support::{aisdk_validate, registries, report_json, services};
@@ -419,11 +419,11 @@ edges: [a -> END]
         notes(&events)
     );
     // Re-executed (instantly, from the recording), it decides as it did.
-    let offline = stategraph::runtime::Services::new(
-        stategraph::llm::Models::single(Arc::new(ScriptedModel::new([]))),
+    let offline = stategraph::internals::runtime::Services::new(
+        stategraph::internals::llm::Models::single(Arc::new(ScriptedModel::new([]))),
         Arc::clone(&registries().tools),
     );
-    let r = stategraph::replay::reexecute(g, offline, &events)
+    let r = stategraph::internals::replay::reexecute(g, offline, &events)
         .await
         .unwrap();
     assert!(r.divergence.is_none(), "{}", r.report());

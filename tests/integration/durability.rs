@@ -14,10 +14,10 @@ use std::time::Duration;
 
 use futures::StreamExt;
 use futures::future::BoxFuture;
-use stategraph::config::StreamDurability;
-use stategraph::events::{Event, RunStatus, StepBatch};
-use stategraph::sse::After;
-use stategraph::store::{CheckpointRecord, EventLog, Store, StoreResult};
+use stategraph::internals::config::StreamDurability;
+use stategraph::internals::events::{Event, RunStatus, StepBatch};
+use stategraph::internals::sse::After;
+use stategraph::internals::store::{CheckpointRecord, EventLog, Store, StoreResult};
 use uuid::Uuid;
 
 use crate::support::db::{Backend, with_store};
@@ -236,7 +236,7 @@ async fn step_durability_streams_ahead_of_a_slow_store() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_run_whose_end_is_acknowledged_late_still_records_its_turn() {
     let delayed = Delayed::holding_end_reply(
-        Arc::new(stategraph::store::memory::MemoryStore::new()),
+        Arc::new(stategraph::internals::store::memory::MemoryStore::new()),
         Duration::from_millis(1500),
     );
     let server = TestServer::start_with_store(

@@ -10,14 +10,14 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 use futures::future::BoxFuture;
 use serde_json::{Value, json};
-use stategraph::events::{Event, EventKind};
-use stategraph::graph::prompts::Prompts;
-use stategraph::llm::scripted::{ScriptedModel, Turn};
-use stategraph::llm::{LlmError, Models};
-use stategraph::nodes::{Graph, Registries};
-use stategraph::replay;
-use stategraph::runtime::{self, RunOptions, RunOutcome, Services};
-use stategraph::tools::{Tool, ToolError, ToolPolicy, ToolSpec};
+use stategraph::internals::events::{Event, EventKind};
+use stategraph::internals::graph::prompts::Prompts;
+use stategraph::internals::llm::scripted::{ScriptedModel, Turn};
+use stategraph::internals::llm::{LlmError, Models};
+use stategraph::internals::nodes::{Graph, Registries};
+use stategraph::internals::replay;
+use stategraph::internals::runtime::{self, RunOptions, RunOutcome, Services};
+use stategraph::internals::tools::{Tool, ToolError, ToolPolicy, ToolSpec};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use crate::support::registries;

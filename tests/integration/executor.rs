@@ -9,13 +9,13 @@ use std::time::Duration;
 use futures::future::BoxFuture;
 use proptest::prelude::*;
 use serde_json::{Value, json};
-use stategraph::events::{Event, EventKind};
-use stategraph::graph::prompts::Prompts;
-use stategraph::llm::Models;
-use stategraph::llm::offline::OfflineModel;
-use stategraph::nodes::Registries;
-use stategraph::nodes::{Node, NodeContext, NodeError};
-use stategraph::runtime::{
+use stategraph::internals::events::{Event, EventKind};
+use stategraph::internals::graph::prompts::Prompts;
+use stategraph::internals::llm::Models;
+use stategraph::internals::llm::offline::OfflineModel;
+use stategraph::internals::nodes::Registries;
+use stategraph::internals::nodes::{Node, NodeContext, NodeError};
+use stategraph::internals::runtime::{
     self, CheckpointError, Checkpointer, MemoryCheckpointer, Resume, RunError, RunOptions,
     RunStatus, Services, StepBatch,
 };
@@ -94,7 +94,7 @@ impl Node for Flaky {
         Box::pin(async move {
             if self.fails.load(Ordering::SeqCst) > 0 {
                 self.fails.fetch_sub(1, Ordering::SeqCst);
-                return Err(NodeError::Llm(stategraph::llm::LlmError::Connect(
+                return Err(NodeError::Llm(stategraph::internals::llm::LlmError::Connect(
                     "flaky".into(),
                 )));
             }
@@ -163,7 +163,7 @@ fn registries(flaky_fails: u32) -> Registries {
 }
 
 /// One `flaky` node with the given retry policy.
-fn flaky_graph(attempts: u32, backoff: &str, reg: &Registries) -> Arc<stategraph::nodes::Graph> {
+fn flaky_graph(attempts: u32, backoff: &str, reg: &Registries) -> Arc<stategraph::internals::nodes::Graph> {
     compile(
         &format!(
             "state: test\nentry: flaky\nnodes:\n  - {{id: flaky, kind: flaky, writes: [note], \
@@ -173,7 +173,7 @@ fn flaky_graph(attempts: u32, backoff: &str, reg: &Registries) -> Arc<stategraph
     )
 }
 
-fn compile(yaml: &str, reg: &Registries) -> Arc<stategraph::nodes::Graph> {
+fn compile(yaml: &str, reg: &Registries) -> Arc<stategraph::internals::nodes::Graph> {
     compile_many(&[("g", yaml)], reg, "g")
 }
 
@@ -181,7 +181,7 @@ fn compile_many(
     graphs: &[(&str, &str)],
     reg: &Registries,
     main: &str,
-) -> Arc<stategraph::nodes::Graph> {
+) -> Arc<stategraph::internals::nodes::Graph> {
     let cat = reg.from_sources(
         graphs,
         Prompts::from_sources(std::path::Path::new("prompts"), []),
@@ -207,7 +207,7 @@ fn services(reg: &Registries) -> Arc<Services> {
 
 /// Runs to the end, collecting every event.
 async fn run_collect(
-    graph: Arc<stategraph::nodes::Graph>,
+    graph: Arc<stategraph::internals::nodes::Graph>,
     services: Arc<Services>,
     input: Value,
     mut opts: RunOptions,
@@ -827,7 +827,7 @@ async fn async_durability_stores_every_step_at_most_one_behind() {
     let store = Arc::new(MemoryCheckpointer::new());
     let opts = RunOptions {
         checkpointer: Some(store.clone()),
-        durability: stategraph::runtime::Durability::Async,
+        durability: stategraph::internals::runtime::Durability::Async,
         ..Default::default()
     };
     let run_id = opts.run_id;

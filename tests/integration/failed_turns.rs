@@ -13,11 +13,11 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Mutex, PoisonError};
 
 use serde_json::{Value, json};
-use stategraph::events::{EventKind, Usage};
-use stategraph::llm::scripted::{ScriptedModel, Turn};
-use stategraph::llm::{ChatMessage, ChatRequest, LlmChunk, LlmError};
-use stategraph::runtime::RunStatus;
-use stategraph::store::Store;
+use stategraph::internals::events::{EventKind, Usage};
+use stategraph::internals::llm::scripted::{ScriptedModel, Turn};
+use stategraph::internals::llm::{ChatMessage, ChatRequest, LlmChunk, LlmError};
+use stategraph::internals::runtime::RunStatus;
+use stategraph::internals::store::Store;
 
 use crate::support::JsonBody;
 use crate::support::db::{PgDb, SqliteDb};

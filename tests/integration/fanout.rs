@@ -4,9 +4,9 @@
 //! stops with no answer.
 
 use serde_json::json;
-use stategraph::graph::prompts::Prompts;
-use stategraph::llm::scripted::ScriptedModel;
-use stategraph::runtime::{self, RunOptions};
+use stategraph::internals::graph::prompts::Prompts;
+use stategraph::internals::llm::scripted::ScriptedModel;
+use stategraph::internals::runtime::{self, RunOptions};
 
 use crate::support::{registries, root, services};
 
@@ -103,10 +103,10 @@ async fn render(template: &str) -> Result<String, String> {
     let seen = std::sync::Arc::new(std::sync::Mutex::new(String::new()));
     let s = std::sync::Arc::clone(&seen);
     let model = std::sync::Arc::new(ScriptedModel::from_fn(move |req| {
-        if let Some(stategraph::llm::ChatMessage::System { content }) = req.messages.first() {
+        if let Some(stategraph::internals::llm::ChatMessage::System { content }) = req.messages.first() {
             *s.lock().unwrap() = content.clone();
         }
-        stategraph::llm::scripted::Turn::text("ok")
+        stategraph::internals::llm::scripted::Turn::text("ok")
     }));
     // What the built-in web_search returns: `snippet`, not `content`.
     let input = json!({"items": [{"title": "Sea", "url": "https://x", "snippet": "Salt water."}]});

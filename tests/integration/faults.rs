@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 
 use futures::StreamExt;
 use serde_json::Value;
-use stategraph::llm::{ChatModel, ChatRequest, ChunkStream};
+use stategraph::internals::llm::{ChatModel, ChatRequest, ChunkStream};
 use tokio::sync::watch;
 
 mod contended;

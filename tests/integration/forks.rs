@@ -7,12 +7,12 @@
 use std::time::Duration;
 
 use serde_json::{Value, json};
-use stategraph::events::{EventKind, ForkMode, PendingTask};
-use stategraph::nodes::Graph;
-use stategraph::replay::{self, Edit, EditError, ReplayError};
-use stategraph::runtime::{RunStatus, StepBatch};
-use stategraph::store::memory::MemoryStore;
-use stategraph::store::{EventLog, RunRecord};
+use stategraph::internals::events::{EventKind, ForkMode, PendingTask};
+use stategraph::internals::nodes::Graph;
+use stategraph::internals::replay::{self, Edit, EditError, ReplayError};
+use stategraph::internals::runtime::{RunStatus, StepBatch};
+use stategraph::internals::store::memory::MemoryStore;
+use stategraph::internals::store::{EventLog, RunRecord};
 use uuid::Uuid;
 
 use crate::chat_graph::{RequestLog, Script, model, route};
@@ -221,7 +221,7 @@ async fn refused_edits_answer_4xx_with_a_code_and_run_nothing() {
     let runs = server
         .state
         .store
-        .list_runs(&stategraph::store::RunQuery::newest(100))
+        .list_runs(&stategraph::internals::store::RunQuery::newest(100))
         .await
         .unwrap()
         .len();
@@ -278,7 +278,7 @@ async fn refused_edits_answer_4xx_with_a_code_and_run_nothing() {
     let now = server
         .state
         .store
-        .list_runs(&stategraph::store::RunQuery::newest(100))
+        .list_runs(&stategraph::internals::store::RunQuery::newest(100))
         .await
         .unwrap()
         .len();
@@ -490,7 +490,7 @@ edges:
 async fn values_a_route_cannot_take_and_ambiguous_steps_are_refused() {
     let reg = crate::support::registries();
     let prompts =
-        stategraph::graph::prompts::Prompts::load(&crate::support::root().join("prompts"));
+        stategraph::internals::graph::prompts::Prompts::load(&crate::support::root().join("prompts"));
     let cat = reg.from_sources(&[("routed", ROUTED)], prompts);
     assert!(!cat.has_errors(), "{:?}", cat.diagnostics);
     let graph = cat.get("routed").unwrap();

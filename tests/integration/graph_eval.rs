@@ -10,9 +10,9 @@ use std::process::Output;
 use std::sync::Arc;
 
 use serde_json::{Value, json};
-use stategraph::llm::script::ScriptModel;
-use stategraph::store::ChatStore;
-use stategraph::store::sqlite::SqliteStore;
+use stategraph::internals::llm::script::ScriptModel;
+use stategraph::internals::store::ChatStore;
+use stategraph::internals::store::sqlite::SqliteStore;
 
 use crate::graph_recorded::{sg_in, shown, workdir};
 use crate::support::server::TestServer;

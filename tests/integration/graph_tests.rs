@@ -11,7 +11,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::Value;
-use stategraph::testing::{self, Env};
+use stategraph::internals::testing::{self, Env};
 
 use crate::support::{aisdk_validate, registries, root, shipped_catalog};
 

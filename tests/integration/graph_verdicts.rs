@@ -9,9 +9,9 @@
 use std::sync::Arc;
 
 use serde_json::{Value, json};
-use stategraph::llm::script::ScriptModel;
-use stategraph::store::Verdicts;
-use stategraph::store::sqlite::SqliteStore;
+use stategraph::internals::llm::script::ScriptModel;
+use stategraph::internals::store::Verdicts;
+use stategraph::internals::store::sqlite::SqliteStore;
 
 use crate::graph_recorded::{sg_in, shown, workdir};
 use crate::support::server::TestServer;
@@ -212,7 +212,7 @@ async fn unjudged_and_refused_criteria(client: &reqwest::Client, server: &TestSe
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_offline_model_is_refused_as_the_eval_pages_judge() {
     let server = TestServer::start(
-        Arc::new(stategraph::llm::offline::OfflineModel::default()),
+        Arc::new(stategraph::internals::llm::offline::OfflineModel::default()),
         |_| {},
     )
     .await;

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
 use serde_json::{Value, json};
-use stategraph::store::memory::MemoryStore;
+use stategraph::internals::store::memory::MemoryStore;
 
 use crate::interrupts::{fixture, fixture_with};
 use crate::support::root;

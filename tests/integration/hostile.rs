@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::{Value, json};
-use stategraph::store::{RunQuery, Store};
+use stategraph::internals::store::{RunQuery, Store};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use crate::support::JsonBody;
@@ -75,7 +75,7 @@ async fn parallel_posts_store_exactly_one_turn(store: Arc<dyn Store>) {
         .await
         .unwrap();
     assert_eq!(runs.len(), 1, "refused requests leave no run: {runs:?}");
-    assert_eq!(runs[0].status, stategraph::runtime::RunStatus::Finished);
+    assert_eq!(runs[0].status, stategraph::internals::runtime::RunStatus::Finished);
     // The one turn is a whole run: it re-executes from its recording.
     assert_eq!(crate::support::assert_all_reexecute(&server.state).await, 1);
     server.shutdown().await;
@@ -100,7 +100,7 @@ async fn parallel_posts_to_one_chat_store_one_turn_on_postgres() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_nul_in_the_first_message_is_refused_on_postgres() {
     PgDb::with(|url| async move {
-        let store = stategraph::store::PostgresStore::connect(&url, 4)
+        let store = stategraph::internals::store::PostgresStore::connect(&url, 4)
             .await
             .unwrap();
         let server =

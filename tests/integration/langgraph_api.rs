@@ -343,7 +343,7 @@ async fn the_shipped_chat_graph_answers_in_messages() {
 #[tokio::test]
 async fn wait_and_join_outlast_the_request_timeout() {
     use crate::support::server::TestServer;
-    use stategraph::llm::offline::OfflineModel;
+    use stategraph::internals::llm::offline::OfflineModel;
     let slow = OfflineModel {
         token_delay: Some(std::time::Duration::from_millis(40)),
         answer_tokens: Some(40),

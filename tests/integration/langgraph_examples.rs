@@ -4,15 +4,15 @@
 use std::sync::Arc;
 
 use serde_json::{Value, json};
-use stategraph::llm::ChatMessage;
-use stategraph::llm::scripted::{ScriptedModel, Turn};
-use stategraph::runtime::{self, RunOptions};
+use stategraph::internals::llm::ChatMessage;
+use stategraph::internals::llm::scripted::{ScriptedModel, Turn};
+use stategraph::internals::runtime::{self, RunOptions};
 
 use crate::support::{registries, root, services};
 
 mod adaptive_rag;
 
-fn catalog() -> stategraph::nodes::GraphCatalog {
+fn catalog() -> stategraph::internals::nodes::GraphCatalog {
     let dir = root().join("examples/langgraph");
     let reg = registries();
     // As `check --config examples/langgraph/stategraph.toml` does: the
@@ -23,7 +23,7 @@ fn catalog() -> stategraph::nodes::GraphCatalog {
     cat
 }
 
-fn system(req: &stategraph::llm::ChatRequest) -> String {
+fn system(req: &stategraph::internals::llm::ChatRequest) -> String {
     match req.messages.first() {
         Some(ChatMessage::System { content }) => content.clone(),
         _ => String::new(),
@@ -161,8 +161,8 @@ async fn customer_support_cannot_touch_another_passengers_tickets() {
         python.display(),
         example.join("airline_server.py").display(),
     );
-    let config = stategraph::config::Config::from_toml(&toml).unwrap();
-    let state = stategraph::server::build_state(config, registries())
+    let config = stategraph::internals::config::Config::from_toml(&toml).unwrap();
+    let state = stategraph::internals::server::build_state(config, registries())
         .await
         .unwrap();
     // Startup waits only a moment for MCP servers; on a loaded machine the

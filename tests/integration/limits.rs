@@ -9,10 +9,10 @@
 use std::sync::Arc;
 
 use serde_json::{Value, json};
-use stategraph::events::Usage;
-use stategraph::llm::LlmChunk;
-use stategraph::llm::scripted::{ScriptedModel, Turn};
-use stategraph::store::{PostgresStore, Store};
+use stategraph::internals::events::Usage;
+use stategraph::internals::llm::LlmChunk;
+use stategraph::internals::llm::scripted::{ScriptedModel, Turn};
+use stategraph::internals::store::{PostgresStore, Store};
 
 use crate::support::JsonBody;
 use crate::support::chat_body;
@@ -44,7 +44,7 @@ fn model() -> Arc<ScriptedModel> {
 }
 
 /// Two users with keys, and `limits` applied.
-fn config(c: &mut stategraph::config::Config, rpm: u32, daily: u64) {
+fn config(c: &mut stategraph::internals::config::Config, rpm: u32, daily: u64) {
     c.auth.api_keys.insert("key-alice".into(), "alice".into());
     c.auth.api_keys.insert("key-bob".into(), "bob".into());
     c.limits.requests_per_minute = rpm;

@@ -13,14 +13,14 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
-use stategraph::events::EventKind;
-use stategraph::graph::prompts::Prompts;
-use stategraph::llm::Models;
-use stategraph::llm::scripted::{ScriptedModel, Turn};
-use stategraph::nodes::Registries;
-use stategraph::runtime::{self, RunOptions, Services};
-use stategraph::tools::ToolRegistry;
-use stategraph::tools::mcp::{McpConfig, McpManager, ServerState, ServerStatus};
+use stategraph::internals::events::EventKind;
+use stategraph::internals::graph::prompts::Prompts;
+use stategraph::internals::llm::Models;
+use stategraph::internals::llm::scripted::{ScriptedModel, Turn};
+use stategraph::internals::nodes::Registries;
+use stategraph::internals::runtime::{self, RunOptions, Services};
+use stategraph::internals::tools::ToolRegistry;
+use stategraph::internals::tools::mcp::{McpConfig, McpManager, ServerState, ServerStatus};
 use tokio::io::AsyncBufReadExt;
 use tokio::sync::mpsc;
 
@@ -151,7 +151,7 @@ async fn call(
     partition: &str,
     tool: &str,
     args: Value,
-) -> Result<Value, stategraph::tools::ToolError> {
+) -> Result<Value, stategraph::internals::tools::ToolError> {
     let allowed = reg.expand(&[partition.to_owned()]);
     reg.call(tool, args, &allowed).await.map(|o| o.output)
 }
@@ -583,10 +583,10 @@ async fn mcp_tools_are_listed_by_partition_and_health_compares_them_with_the_gra
             "state: chat\nentry: ask\nnodes:\n  - id: ask\n    kind: agent\n    prompt: chat/direct.md\n    tools: [clock, calculator]\n    input: query\n    output: answer\n  - id: draw\n    kind: agent\n    prompt: chat/direct.md\n    tools: [charts]\n    input: query\n    output: answer\nedges: [ask -> draw, draw -> END]\n",
         )
         .unwrap();
-        let mut config = stategraph::config::Config::default();
+        let mut config = stategraph::internals::config::Config::default();
         config.paths.graphs = graphs;
         config.paths.prompts = root().join("prompts");
-        config.store.backend = Some(stategraph::store::config::Backend::Memory);
+        config.store.backend = Some(stategraph::internals::store::config::Backend::Memory);
         config.tools.mcp = self::config(&format!(
             "startup_wait = \"60s\"\n{}{}",
             time_server(&f, "time", "partition = \"clock\"\n[servers.time.tools.get_current_time]\ncache_ttl = \"0s\"\ntimeout = \"3s\""),
@@ -596,7 +596,7 @@ async fn mcp_tools_are_listed_by_partition_and_health_compares_them_with_the_gra
             "convert_time".into(),
             toml::from_str("cache_ttl = \"1h\"").unwrap(),
         );
-        let state = stategraph::server::build_state(config, crate::support::registries()).await.unwrap();
+        let state = stategraph::internals::server::build_state(config, crate::support::registries()).await.unwrap();
         assert!(state.graphs.get("clock").is_some(), "a graph naming MCP partitions compiles while servers start");
         let server = crate::support::server::TestServer::serve(state).await;
         let http = reqwest::Client::new();
@@ -661,10 +661,10 @@ async fn tools_health_is_degraded_not_down_when_only_optional_or_unconfigured_to
             "state: chat\nentry: ask\nexternal_tools: [ledger]\nnodes:\n  - id: ask\n    kind: agent\n    prompt: chat/direct.md\n    tools: [ledger]\n    input: query\n    output: answer\nedges: [ask -> END]\n",
         )
         .unwrap();
-        let mut config = stategraph::config::Config::default();
+        let mut config = stategraph::internals::config::Config::default();
         config.paths.graphs = graphs;
         config.paths.prompts = root().join("prompts");
-        config.store.backend = Some(stategraph::store::config::Backend::Memory);
+        config.store.backend = Some(stategraph::internals::store::config::Backend::Memory);
         config.tools.mcp = self::config(&format!(
             "{}{}",
             time_server(&f, "time", "partition = \"clock\""),
@@ -674,7 +674,7 @@ async fn tools_health_is_degraded_not_down_when_only_optional_or_unconfigured_to
             "no_such_tool".into(),
             toml::from_str("cache_ttl = \"1h\"").unwrap(),
         );
-        let state = stategraph::server::build_state(config, crate::support::registries()).await.unwrap();
+        let state = stategraph::internals::server::build_state(config, crate::support::registries()).await.unwrap();
         let server = crate::support::server::TestServer::serve(state).await;
         let http = reqwest::Client::new();
         // The time server comes up; the plots server never does.
@@ -732,15 +732,15 @@ async fn mcp_chat_graph_research_uses_data_and_the_narrator_viz() {
 
         let narrator_calls = Arc::new(std::sync::atomic::AtomicUsize::new(0));
         let seen = Arc::clone(&narrator_calls);
-        let log = Arc::new(std::sync::Mutex::new(Vec::<stategraph::llm::ChatRequest>::new()));
+        let log = Arc::new(std::sync::Mutex::new(Vec::<stategraph::internals::llm::ChatRequest>::new()));
         let logged = Arc::clone(&log);
         let model = Arc::new(ScriptedModel::from_fn(move |req| {
             logged.lock().unwrap().push(req.clone());
             let system = match req.messages.first() {
-                Some(stategraph::llm::ChatMessage::System { content }) => content.clone(),
+                Some(stategraph::internals::llm::ChatMessage::System { content }) => content.clone(),
                 _ => String::new(),
             };
-            let tool_rounds = req.messages.iter().filter(|m| matches!(m, stategraph::llm::ChatMessage::Tool { .. })).count();
+            let tool_rounds = req.messages.iter().filter(|m| matches!(m, stategraph::internals::llm::ChatMessage::Tool { .. })).count();
             if system.contains("You classify the user's latest message") {
                 Turn::json(json!({"intent": "RESEARCH", "reasoning": "data", "missing_slots": [], "detected_language": "en"}))
             } else if system.contains("research the user's question") {
@@ -762,14 +762,14 @@ async fn mcp_chat_graph_research_uses_data_and_the_narrator_viz() {
             }
         }));
         let services = Services::new(Models::single(model), Arc::clone(&registries.tools));
-        let mut config = stategraph::config::Config::default();
+        let mut config = stategraph::internals::config::Config::default();
         config.server.keep_alive.0 = Duration::from_secs(5);
-        let state = stategraph::server::AppState::with_mcp(
+        let state = stategraph::internals::server::AppState::with_mcp(
             config,
-            Arc::new(stategraph::store::memory::MemoryStore::new()),
-            &stategraph::engine::Engine::from_parts(
+            Arc::new(stategraph::internals::store::memory::MemoryStore::new()),
+            &stategraph::internals::engine::Engine::from_parts(
                 registries.clone(),
-                stategraph::engine::Graphs::from_catalog(cat, registries.clone()),
+                stategraph::internals::engine::Graphs::from_catalog(cat, registries.clone()),
                 services,
             ),
             Some(mcp),
@@ -786,7 +786,7 @@ async fn mcp_chat_graph_research_uses_data_and_the_narrator_viz() {
         let offered = |marker: &str| -> Vec<String> {
             let req = requests
                 .iter()
-                .find(|r| matches!(r.messages.first(), Some(stategraph::llm::ChatMessage::System { content }) if content.contains(marker)))
+                .find(|r| matches!(r.messages.first(), Some(stategraph::internals::llm::ChatMessage::System { content }) if content.contains(marker)))
                 .unwrap_or_else(|| panic!("no request with {marker}"));
             req.tools.iter().map(|t| t.name.clone()).collect()
         };
@@ -800,14 +800,14 @@ async fn mcp_chat_graph_research_uses_data_and_the_narrator_viz() {
         // The forbidden call came back to the model as structured data.
         let narrator_second = requests
             .iter()
-            .filter(|r| matches!(r.messages.first(), Some(stategraph::llm::ChatMessage::System { content }) if content.contains("You write the answer the user will read")))
+            .filter(|r| matches!(r.messages.first(), Some(stategraph::internals::llm::ChatMessage::System { content }) if content.contains("You write the answer the user will read")))
             .nth(1)
             .expect("the narrator was asked again after the refused call");
         let refusal = narrator_second
             .messages
             .iter()
             .find_map(|m| match m {
-                stategraph::llm::ChatMessage::Tool { content, .. } => serde_json::from_str::<Value>(content).ok(),
+                stategraph::internals::llm::ChatMessage::Tool { content, .. } => serde_json::from_str::<Value>(content).ok(),
                 _ => None,
             })
             .expect("a tool message");

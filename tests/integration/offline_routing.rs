@@ -7,11 +7,11 @@ use std::path::Path;
 use std::sync::Arc;
 
 use serde_json::{Value, json};
-use stategraph::graph::prompts::Prompts;
-use stategraph::llm::Models;
-use stategraph::llm::offline::OfflineModel;
-use stategraph::nodes::{Graph, Registries};
-use stategraph::runtime::{self, RunOptions, Services};
+use stategraph::internals::graph::prompts::Prompts;
+use stategraph::internals::llm::Models;
+use stategraph::internals::llm::offline::OfflineModel;
+use stategraph::internals::nodes::{Graph, Registries};
+use stategraph::internals::runtime::{self, RunOptions, Services};
 
 /// A new app: two intents no engine code names, each with its keywords.
 const GRAPH: &str = r#"

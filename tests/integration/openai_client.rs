@@ -19,8 +19,8 @@ use axum::response::Response;
 use axum::routing::post;
 use futures::StreamExt;
 use serde_json::{Value, json};
-use stategraph::events::{EventKind, EventSink, NodeEvents, ToolCallRecord, Usage};
-use stategraph::llm::{
+use stategraph::internals::events::{EventKind, EventSink, NodeEvents, ToolCallRecord, Usage};
+use stategraph::internals::llm::{
     ChatMessage, ChatModel, ChatRequest, EndpointSettings, FallbackModel, JsonSchemaFormat,
     LlmChunk, LlmConfig, LlmError, ModelCall, OpenAiModel, RetryPolicy, Timeouts, ToolDef,
     call_model,

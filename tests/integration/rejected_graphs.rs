@@ -3,7 +3,7 @@
 //! (file:line:col and code), not answered `unknown_graph … (available: )`.
 
 use serde_json::json;
-use stategraph::llm::scripted::{ScriptedModel, Turn};
+use stategraph::internals::llm::scripted::{ScriptedModel, Turn};
 
 use crate::support::JsonBody;
 use crate::support::server::TestServer;

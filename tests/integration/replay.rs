@@ -6,16 +6,16 @@
 use std::sync::Arc;
 
 use serde_json::{Value, json};
-use stategraph::events::EventKind;
-use stategraph::graph::prompts::Prompts;
-use stategraph::llm::scripted::ScriptedModel;
-use stategraph::llm::scripted::Turn;
-use stategraph::llm::{ChatMessage, ChatRequest, Models};
-use stategraph::replay;
-use stategraph::runs::LogCheckpointer;
-use stategraph::runtime::{self, RunOptions, Services};
-use stategraph::store::memory::MemoryStore;
-use stategraph::store::{RunStore, Store};
+use stategraph::internals::events::EventKind;
+use stategraph::internals::graph::prompts::Prompts;
+use stategraph::internals::llm::scripted::ScriptedModel;
+use stategraph::internals::llm::scripted::Turn;
+use stategraph::internals::llm::{ChatMessage, ChatRequest, Models};
+use stategraph::internals::replay;
+use stategraph::internals::runs::LogCheckpointer;
+use stategraph::internals::runtime::{self, RunOptions, Services};
+use stategraph::internals::store::memory::MemoryStore;
+use stategraph::internals::store::{RunStore, Store};
 use uuid::Uuid;
 
 use crate::support::server::TestServer;
@@ -82,7 +82,7 @@ async fn replaying_the_log_gives_the_bytes_the_client_received() {
         .unwrap();
     server.shutdown().await;
     let (run, events) = replay::load(&*store, run_id).await.unwrap();
-    assert_eq!(run.status, stategraph::runtime::RunStatus::Finished);
+    assert_eq!(run.status, stategraph::internals::runtime::RunStatus::Finished);
     let bytes = replay::sse(&events).unwrap();
     let without_keepalive: String = live
         .split_inclusive("\n\n")
@@ -94,7 +94,7 @@ async fn replaying_the_log_gives_the_bytes_the_client_received() {
     assert!(timeline.contains("tool current_time ok"), "{timeline}");
 }
 
-async fn recorded_run(store: &Arc<MemoryStore>) -> (Arc<stategraph::nodes::Graph>, Uuid) {
+async fn recorded_run(store: &Arc<MemoryStore>) -> (Arc<stategraph::internals::nodes::Graph>, Uuid) {
     let cat = crate::support::shipped_catalog();
     let graph = Arc::clone(cat.get("chat").unwrap());
     let opts = RunOptions {
@@ -106,13 +106,13 @@ async fn recorded_run(store: &Arc<MemoryStore>) -> (Arc<stategraph::nodes::Graph
     };
     let run_id = opts.run_id;
     store
-        .create_run(stategraph::store::RunRecord {
+        .create_run(stategraph::internals::store::RunRecord {
             id: run_id,
             chat_id: None,
             user_id: "u".into(),
             graph: "chat".into(),
             graph_version: graph.version.clone(),
-            status: stategraph::runtime::RunStatus::Running,
+            status: stategraph::internals::runtime::RunStatus::Running,
             input: Value::Null,
             created_at: 0,
             finished_at: None,
@@ -152,7 +152,7 @@ async fn reexecution_serves_every_call_from_the_recording_and_matches() {
     assert!(r.same_version);
     assert!(r.report().starts_with("no divergence"));
     // The clock tool was not called again: its recorded answer came back.
-    let time = |evs: &[stategraph::events::Event]| {
+    let time = |evs: &[stategraph::internals::events::Event]| {
         evs.iter().find_map(|e| match &e.event {
             EventKind::ToolResult { output, .. } => Some(output.clone()),
             _ => None,
@@ -207,7 +207,7 @@ async fn after_a_prompt_edit_reexecution_reports_the_first_divergence() {
 fn after(step: Option<u32>, node: Option<&str>, set: &[(&str, Value)]) -> replay::Edit {
     replay::Edit {
         step,
-        mode: stategraph::events::ForkMode::After,
+        mode: stategraph::internals::events::ForkMode::After,
         node: node.map(str::to_owned),
         set: set
             .iter()
@@ -485,7 +485,7 @@ async fn a_run_answered_by_the_fallback_model_reexecutes_without_divergence() {
     // the other model's name would diverge (issue 31).
     let primary = Arc::new(
         ScriptedModel::from_fn(|_| {
-            Turn::Fail(stategraph::llm::LlmError::Http {
+            Turn::Fail(stategraph::internals::llm::LlmError::Http {
                 status: 400,
                 message: "primary is down".into(),
             })

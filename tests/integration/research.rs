@@ -12,14 +12,14 @@ use std::time::{Duration, Instant};
 
 use axum::http::StatusCode;
 use serde_json::{Value, json};
-use stategraph::config::Config;
-use stategraph::engine::Graphs;
-use stategraph::events::{Event, EventKind};
-use stategraph::llm::Models;
-use stategraph::llm::scripted::ScriptedModel;
-use stategraph::runtime::Services;
-use stategraph::server::AppState;
-use stategraph::store::memory::MemoryStore;
+use stategraph::internals::config::Config;
+use stategraph::internals::engine::Graphs;
+use stategraph::internals::events::{Event, EventKind};
+use stategraph::internals::llm::Models;
+use stategraph::internals::llm::scripted::ScriptedModel;
+use stategraph::internals::runtime::Services;
+use stategraph::internals::server::AppState;
+use stategraph::internals::store::memory::MemoryStore;
 
 use crate::support::server::TestServer;
 use crate::support::{aisdk_validate, chat_body, post_json, report_json, root};
@@ -74,7 +74,7 @@ async fn server(
         graphs.catalog().diagnostics
     );
     let services = Services::new(Models::single(model), Arc::clone(&reg.tools));
-    let engine = stategraph::engine::Engine::from_parts(reg, graphs, services);
+    let engine = stategraph::internals::engine::Engine::from_parts(reg, graphs, services);
     TestServer::serve(AppState::new(config, Arc::new(MemoryStore::new()), &engine)).await
 }
 

@@ -134,7 +134,7 @@ async fn an_error_mid_run_is_one_error_chunk_with_a_reference_and_no_internals()
         .await
         .unwrap()
         .unwrap();
-    assert_eq!(run.status, stategraph::runtime::RunStatus::Failed);
+    assert_eq!(run.status, stategraph::internals::runtime::RunStatus::Failed);
     assert!(
         run.error
             .unwrap()
@@ -279,7 +279,7 @@ async fn a_client_that_disconnects_mid_stream_resumes_with_every_part_exactly_on
     let report = report_json(&raw);
     assert_eq!(text_of(&report), "The answer is 42 and that is final.");
     // Every chunk id (`SEQ` or `SEQ.N`) appears once, in order.
-    let id = |n: &str| stategraph::sse::After::parse(n).unwrap();
+    let id = |n: &str| stategraph::internals::sse::After::parse(n).unwrap();
     let ids: Vec<_> = text
         .lines()
         .filter_map(|l| l.strip_prefix("id: "))
@@ -299,7 +299,7 @@ async fn a_client_that_disconnects_mid_stream_resumes_with_every_part_exactly_on
     let seen = String::from_utf8_lossy(&got)
         .lines()
         .filter_map(|l| l.strip_prefix("id: "))
-        .filter_map(stategraph::sse::After::parse)
+        .filter_map(stategraph::internals::sse::After::parse)
         .max()
         .unwrap();
     let rest = client
@@ -908,7 +908,7 @@ async fn shutdown_lets_runs_in_flight_finish() {
 /// (`[server] default_graph`), not a name the engine knows.
 #[tokio::test]
 async fn a_request_naming_no_graph_runs_the_configured_default() {
-    let offline = Arc::new(stategraph::llm::offline::OfflineModel::default());
+    let offline = Arc::new(stategraph::internals::llm::offline::OfflineModel::default());
     let client = reqwest::Client::new();
     let body = chat_body("default-1", "hello there");
     let server = TestServer::start(offline.clone(), |c| {
@@ -922,7 +922,7 @@ async fn a_request_naming_no_graph_runs_the_configured_default() {
     let runs = server
         .state
         .store
-        .list_runs(&stategraph::store::RunQuery::newest(10))
+        .list_runs(&stategraph::internals::store::RunQuery::newest(10))
         .await
         .unwrap();
     assert_eq!(runs.len(), 1);

@@ -10,9 +10,9 @@
 use std::sync::Arc;
 
 use serde_json::json;
-use stategraph::llm::scripted::{ScriptedModel, Turn};
-use stategraph::runtime::RunStatus;
-use stategraph::store::{SqliteStore, Store};
+use stategraph::internals::llm::scripted::{ScriptedModel, Turn};
+use stategraph::internals::runtime::RunStatus;
+use stategraph::internals::store::{SqliteStore, Store};
 
 use crate::support::JsonBody;
 use crate::support::server::TestServer;

@@ -8,7 +8,7 @@
 
 use std::collections::HashSet;
 
-use stategraph::llm::scripted::{ScriptedModel, Turn};
+use stategraph::internals::llm::scripted::{ScriptedModel, Turn};
 
 use crate::support::server::TestServer;
 use crate::support::{aisdk_validate, chat_body, post_json};

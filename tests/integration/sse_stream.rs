@@ -4,11 +4,11 @@
 use std::sync::Arc;
 
 use serde_json::{Value, json};
-use stategraph::events::{Event, EventKind};
-use stategraph::llm::scripted::{ScriptedModel, Turn};
-use stategraph::llm::{ChatMessage, ChatRequest, LlmError};
-use stategraph::runtime::{self, RunOptions};
-use stategraph::sse::{self, Assembler, Bridge, BridgeConfig, Chunk};
+use stategraph::internals::events::{Event, EventKind};
+use stategraph::internals::llm::scripted::{ScriptedModel, Turn};
+use stategraph::internals::llm::{ChatMessage, ChatRequest, LlmError};
+use stategraph::internals::runtime::{self, RunOptions};
+use stategraph::internals::sse::{self, Assembler, Bridge, BridgeConfig, Chunk};
 use tokio::sync::mpsc;
 
 use crate::support::{aisdk_validate, report_json, services, shipped_catalog};
@@ -276,7 +276,7 @@ edges:
 ";
     let reg = crate::support::registries();
     let prompts =
-        stategraph::graph::prompts::Prompts::from_sources(std::path::Path::new("prompts"), []);
+        stategraph::internals::graph::prompts::Prompts::from_sources(std::path::Path::new("prompts"), []);
     let cat = reg.from_sources(&[("echo", GRAPH)], prompts);
     let graph = Arc::clone(
         cat.get("echo")

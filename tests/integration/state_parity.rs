@@ -7,11 +7,11 @@ use std::sync::Arc;
 
 use proptest::prelude::*;
 use serde_json::{Value, json};
-use stategraph::graph::prompts::Prompts;
-use stategraph::llm::scripted::{ScriptedModel, Turn};
-use stategraph::llm::{ChatMessage, ChatRequest};
-use stategraph::nodes::Graph;
-use stategraph::runtime::{self, RunOptions};
+use stategraph::internals::graph::prompts::Prompts;
+use stategraph::internals::llm::scripted::{ScriptedModel, Turn};
+use stategraph::internals::llm::{ChatMessage, ChatRequest};
+use stategraph::internals::nodes::Graph;
+use stategraph::internals::runtime::{self, RunOptions};
 use tokio::sync::mpsc;
 
 use crate::support::{registries, root, services};

@@ -18,16 +18,16 @@ use crate::support::ChatState;
 use crate::support::db::{Backend, PgDb, with_store};
 use futures::future::BoxFuture;
 use serde_json::{Value, json};
-use stategraph::events::{
+use stategraph::internals::events::{
     ErrorInfo, Event, EventKind, ForkOrigin, LlmOutput, ToolCallRecord, ToolFailure, Usage,
 };
-use stategraph::runs::LogCheckpointer;
-use stategraph::runtime::{
+use stategraph::internals::runs::LogCheckpointer;
+use stategraph::internals::runtime::{
     self, CheckpointError, Checkpointer, MemoryCheckpointer, PendingTask, RunOptions, RunStatus,
     StepBatch, TaskWrite, rebuild_state,
 };
 use stategraph::state::{Patch, StateType};
-use stategraph::store::{
+use stategraph::internals::store::{
     self, ChatRecord, CheckpointRecord, EventLog, MessageRecord, PostgresStore, RunCursor,
     RunQuery, RunRecord, SqliteStore, Store, StoreConfig, StoreError,
 };

@@ -5,8 +5,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use stategraph::llm::scripted::{ScriptedModel, Turn};
-use stategraph::store::memory::MemoryStore;
+use stategraph::internals::llm::scripted::{ScriptedModel, Turn};
+use stategraph::internals::store::memory::MemoryStore;
 
 use crate::calls::{TALK_PROMPT, talk_dirs};
 use crate::studio::{artifacts, browser};

@@ -3,9 +3,9 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use stategraph::llm::{ChatModel, Models};
-use stategraph::nodes::Registries;
-use stategraph::runtime::Services;
+use stategraph::internals::llm::{ChatModel, Models};
+use stategraph::internals::nodes::Registries;
+use stategraph::internals::runtime::Services;
 
 stategraph::state! {
     /// The chat pipeline's state as a Rust type (the shipped graphs declare
@@ -66,7 +66,7 @@ pub fn root() -> PathBuf {
 }
 
 /// The shipped graphs and prompts, compiled.
-pub fn shipped_catalog() -> stategraph::nodes::GraphCatalog {
+pub fn shipped_catalog() -> stategraph::internals::nodes::GraphCatalog {
     let cat = crate::support::registries().load(&root().join("graphs"), &root().join("prompts"));
     assert!(
         !cat.has_errors(),
@@ -129,14 +129,14 @@ pub mod server {
     use std::net::SocketAddr;
     use std::sync::Arc;
 
-    use stategraph::config::Config;
-    use stategraph::engine::{Engine, Graphs};
-    use stategraph::graph::prompts::Prompts;
-    use stategraph::llm::{ChatModel, Models};
-    use stategraph::runtime::Services;
-    use stategraph::server::AppState;
-    use stategraph::store::Store;
-    use stategraph::store::memory::MemoryStore;
+    use stategraph::internals::config::Config;
+    use stategraph::internals::engine::{Engine, Graphs};
+    use stategraph::internals::graph::prompts::Prompts;
+    use stategraph::internals::llm::{ChatModel, Models};
+    use stategraph::internals::runtime::Services;
+    use stategraph::internals::server::AppState;
+    use stategraph::internals::store::Store;
+    use stategraph::internals::store::memory::MemoryStore;
 
     use super::root;
 
@@ -221,7 +221,7 @@ edges: [helper -> END]
                 .expect("bind");
             let addr = listener.local_addr().expect("addr");
             let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-            let task = tokio::spawn(stategraph::server::serve(
+            let task = tokio::spawn(stategraph::internals::server::serve(
                 Arc::clone(&state),
                 listener,
                 async move {
@@ -310,37 +310,37 @@ pub async fn spawn_serving(mut cmd: tokio::process::Command) -> (tokio::process:
 /// served, only the built-in tools (no MCP server, no SQL, no web), and a
 /// model that fails every call — so whatever the re-execution needs must
 /// come from the recording. Panics on the first divergence.
-pub async fn assert_reexecutes(state: &stategraph::server::AppState, run: uuid::Uuid) {
-    use stategraph::llm::scripted::{ScriptedModel, Turn};
+pub async fn assert_reexecutes(state: &stategraph::internals::server::AppState, run: uuid::Uuid) {
+    use stategraph::internals::llm::scripted::{ScriptedModel, Turn};
     let events = state.store.events(run, 0, 100_000).await.expect("events");
     let record = state.store.get_run(run).await.expect("store").expect("run");
     let graph = state.graphs.get(&record.graph).expect("graph served");
     let offline = ScriptedModel::from_fn(|_| {
-        Turn::Fail(stategraph::llm::LlmError::Http {
+        Turn::Fail(stategraph::internals::llm::LlmError::Http {
             status: 599,
             message: "a re-execution must not call a model".into(),
         })
     });
     let services = Services::new(
         Models::single(Arc::new(offline)),
-        Arc::new(stategraph::tools::ToolRegistry::with_builtins()),
+        Arc::new(stategraph::internals::tools::ToolRegistry::with_builtins()),
     );
-    let r = stategraph::replay::reexecute(graph, services, &events)
+    let r = stategraph::internals::replay::reexecute(graph, services, &events)
         .await
         .expect("re-execution");
     assert!(r.divergence.is_none(), "run {run}: {}", r.report());
 }
 
 /// [`assert_reexecutes`] for every finished run `state`'s store holds.
-pub async fn assert_all_reexecute(state: &stategraph::server::AppState) -> usize {
+pub async fn assert_all_reexecute(state: &stategraph::internals::server::AppState) -> usize {
     let runs = state
         .store
-        .list_runs(&stategraph::store::RunQuery::newest(10_000))
+        .list_runs(&stategraph::internals::store::RunQuery::newest(10_000))
         .await
         .expect("runs");
     let finished: Vec<_> = runs
         .iter()
-        .filter(|r| r.status == stategraph::runtime::RunStatus::Finished)
+        .filter(|r| r.status == stategraph::internals::runtime::RunStatus::Finished)
         .collect();
     for r in &finished {
         assert_reexecutes(state, r.id).await;

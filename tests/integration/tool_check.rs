@@ -8,7 +8,7 @@
 use std::path::Path;
 
 use serde_json::json;
-use stategraph::graph::Diagnostic;
+use stategraph::internals::graph::Diagnostic;
 
 use crate::support::registries;
 

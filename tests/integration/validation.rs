@@ -27,9 +27,9 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use futures::future::BoxFuture;
-use stategraph::graph::Diagnostic;
-use stategraph::nodes::Registries;
-use stategraph::nodes::{Node, NodeContext, NodeError};
+use stategraph::internals::graph::Diagnostic;
+use stategraph::internals::nodes::Registries;
+use stategraph::internals::nodes::{Node, NodeContext, NodeError};
 use stategraph::state::Patch;
 
 use crate::support::root;
@@ -252,7 +252,7 @@ fn registries_for(case: &str) -> Registries {
 
 /// Loads a fixture group and compares its diagnostics with its expectations;
 /// returns a description of every mismatch.
-fn check_case(case: &str, files: &[PathBuf]) -> (stategraph::nodes::GraphCatalog, Vec<String>) {
+fn check_case(case: &str, files: &[PathBuf]) -> (stategraph::internals::nodes::GraphCatalog, Vec<String>) {
     let cat = registries_for(case).load_files(files, &fixture_prompts());
     let mut problems = Vec::new();
     let (mut expects, mut hints) = (Vec::new(), Vec::new());
@@ -495,7 +495,7 @@ fn check_command_prints_every_problem_and_fails() {
                 .is_some_and(|x| x == "yaml")
         })
         .count();
-    let tests = stategraph::testing::find_test_files(&root().join("graphs/tests")).len();
+    let tests = stategraph::internals::testing::find_test_files(&root().join("graphs/tests")).len();
     assert_eq!(
         text.trim_end(),
         format!(

@@ -14,8 +14,8 @@
 use std::sync::Arc;
 
 use serde_json::{Value, json};
-use stategraph::runtime::RunStatus;
-use stategraph::store::{RunQuery, Store};
+use stategraph::internals::runtime::RunStatus;
+use stategraph::internals::store::{RunQuery, Store};
 
 use super::Gated;
 use crate::support::db::{PgDb, SqliteDb};

@@ -257,14 +257,14 @@ async fn an_unwritable_shm_file_is_refused_at_open_with_its_name() {
     let dir = tempfile::tempdir().unwrap();
     let db = dir.path().join("stategraph.db");
     drop(
-        stategraph::store::SqliteStore::open(&db)
+        stategraph::internals::store::SqliteStore::open(&db)
             .await
             .expect("first open"),
     );
     let shm = dir.path().join("stategraph.db-shm");
     let _ = std::fs::remove_file(&shm);
     std::fs::create_dir(&shm).unwrap();
-    let err = stategraph::store::SqliteStore::open(&db)
+    let err = stategraph::internals::store::SqliteStore::open(&db)
         .await
         .expect_err("an unwritable -shm is refused");
     let text = err.to_string();

@@ -7,7 +7,7 @@
 use std::sync::Arc;
 
 use serde_json::{Value, json};
-use stategraph::store::{PostgresStore, RunQuery};
+use stategraph::internals::store::{PostgresStore, RunQuery};
 
 use crate::support::db::PgDb;
 use crate::support::model::chat_model;

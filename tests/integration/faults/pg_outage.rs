@@ -18,9 +18,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures::StreamExt;
-use stategraph::events::EventKind;
-use stategraph::runtime::RunStatus;
-use stategraph::store::{PostgresStore, RunQuery, Store};
+use stategraph::internals::events::EventKind;
+use stategraph::internals::runtime::RunStatus;
+use stategraph::internals::store::{PostgresStore, RunQuery, Store};
 
 use super::{Gated, eventually, frames, streamed_text};
 use crate::support::model::long_model;

@@ -17,9 +17,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::json;
-use stategraph::events::now_micros;
-use stategraph::runtime::RunStatus;
-use stategraph::store::{
+use stategraph::internals::events::now_micros;
+use stategraph::internals::runtime::RunStatus;
+use stategraph::internals::store::{
     ChatRecord, MessageRecord, RunQuery, RunRecord, Store, TurnOutcome, TurnStart,
 };
 use tokio::io::AsyncWriteExt;

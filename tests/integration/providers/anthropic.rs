@@ -7,7 +7,7 @@
 use std::sync::Arc;
 
 use serde_json::{Value, json};
-use stategraph::llm::{ChatModel, LlmChunk};
+use stategraph::internals::llm::{ChatModel, LlmChunk};
 
 use super::emulator::{Emulator, Reply};
 use super::families::{ask, call, models};
@@ -214,8 +214,8 @@ async fn an_openai_primary_falls_back_to_claude() {
 #[tokio::test]
 async fn structured_output_goes_through_a_forced_tool() {
     let emu = Emulator::start().await;
-    let request = stategraph::llm::ChatRequest {
-        response_format: Some(stategraph::llm::JsonSchemaFormat::new(
+    let request = stategraph::internals::llm::ChatRequest {
+        response_format: Some(stategraph::internals::llm::JsonSchemaFormat::new(
             "route",
             json!({"type": "object", "properties": {"intent": {"type": "string", "enum": ["A", "B"]}}, "required": ["intent"]}),
         )),

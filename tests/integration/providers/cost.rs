@@ -11,10 +11,10 @@
 use std::sync::Arc;
 
 use serde_json::{Value, json};
-use stategraph::config::Config;
-use stategraph::events::{Usage, now_micros};
-use stategraph::runtime::RunStatus;
-use stategraph::store::{RunRecord, Store};
+use stategraph::internals::config::Config;
+use stategraph::internals::events::{Usage, now_micros};
+use stategraph::internals::runtime::RunStatus;
+use stategraph::internals::store::{RunRecord, Store};
 use uuid::Uuid;
 
 use super::emulator::Emulator;

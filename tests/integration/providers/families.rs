@@ -4,7 +4,7 @@
 
 use futures::StreamExt;
 use serde_json::{Value, json};
-use stategraph::llm::{
+use stategraph::internals::llm::{
     ChatMessage, ChatModel, ChatRequest, JsonSchemaFormat, LlmChunk, LlmConfig, Models,
 };
 

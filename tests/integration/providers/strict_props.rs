@@ -6,7 +6,7 @@
 //! fields to absent), is a valid value of the declared type.
 
 use proptest::prelude::*;
-use stategraph::llm::JsonSchemaFormat;
+use stategraph::internals::llm::JsonSchemaFormat;
 use stategraph::state::{TypeKind, TypeSpec};
 
 use super::instance::minimal;

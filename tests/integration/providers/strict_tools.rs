@@ -10,10 +10,10 @@
 use std::sync::Arc;
 
 use serde_json::{Value, json};
-use stategraph::events::EventKind;
-use stategraph::graph::prompts::Prompts;
-use stategraph::llm::{ChatModel, ChatRequest, ToolDef};
-use stategraph::runtime::{self, RunOptions};
+use stategraph::internals::events::EventKind;
+use stategraph::internals::graph::prompts::Prompts;
+use stategraph::internals::llm::{ChatModel, ChatRequest, ToolDef};
+use stategraph::internals::runtime::{self, RunOptions};
 use tokio::sync::mpsc;
 
 use super::emulator::{Emulator, Reply};

@@ -4,11 +4,11 @@
 //! parts no newer record used, and pruning a run takes its records.
 
 use super::*;
-use stategraph::store::{CallPart, CallRecord};
+use stategraph::internals::store::{CallPart, CallRecord};
 
 fn part(body: &str) -> CallPart {
     CallPart {
-        hash: stategraph::runs::calls::hash_of(body),
+        hash: stategraph::internals::runs::calls::hash_of(body),
         body: body.into(),
     }
 }

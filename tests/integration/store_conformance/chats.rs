@@ -202,7 +202,7 @@ pub(super) async fn runs_are_created_listed_and_finished(store: Arc<dyn Store>) 
     loose.parent = Some(ForkOrigin {
         run_id: a.id,
         step: 3,
-        mode: Some(stategraph::events::ForkMode::After),
+        mode: Some(stategraph::internals::events::ForkMode::After),
         nodes: vec!["router".into()],
         set: json!({"intent": "EXPLAIN", "n": 2})
             .as_object()

@@ -5,7 +5,7 @@ use std::collections::VecDeque;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
-use stategraph::store::StoreResult;
+use stategraph::internals::store::StoreResult;
 
 use super::*;
 

@@ -42,8 +42,8 @@ pub(super) async fn a_real_graph_run_survives_lost_replies_and_outages(store: Ar
 /// Runs the chat graph checkpointing through `checkpoints` (the store, or a
 /// wrapper around it) and checks what `store` holds afterwards.
 async fn graph_run(checkpoints: Arc<dyn Store>, store: Arc<dyn Store>) {
-    use stategraph::llm::ChatMessage;
-    use stategraph::llm::scripted::{ScriptedModel, Turn};
+    use stategraph::internals::llm::ChatMessage;
+    use stategraph::internals::llm::scripted::{ScriptedModel, Turn};
     let model = ScriptedModel::from_fn(|req| {
         let system = match req.messages.first() {
             Some(ChatMessage::System { content }) => content.as_str(),

@@ -5,7 +5,7 @@
 //! leases, the caller passes `now`.
 
 use super::*;
-use stategraph::store::Lease;
+use stategraph::internals::store::Lease;
 
 fn lease(owner: &str, until: u64) -> Option<Lease> {
     Some(Lease {

@@ -264,7 +264,7 @@ pub(super) async fn state_rebuilt_from_stored_checkpoints_matches_memory(store: 
 
 fn every_kind() -> Vec<EventKind> {
     vec![
-        EventKind::RunStarted(Box::new(stategraph::events::RunStart {
+        EventKind::RunStarted(Box::new(stategraph::internals::events::RunStart {
             graph: "chat".into(),
             graph_version: "abc123".into(),
             input: Arc::new(
@@ -274,7 +274,7 @@ fn every_kind() -> Vec<EventKind> {
             forked_from: Some(ForkOrigin {
                 run_id: Uuid::nil(),
                 step: 2,
-                mode: Some(stategraph::events::ForkMode::Before),
+                mode: Some(stategraph::internals::events::ForkMode::Before),
                 nodes: vec!["narrator".into()],
                 set: json!({"query": "why?"})
                     .as_object()
@@ -282,9 +282,9 @@ fn every_kind() -> Vec<EventKind> {
                     .unwrap_or_default(),
                 alternative_of: None,
             }),
-            frontier: Some(stategraph::events::Frontier {
+            frontier: Some(stategraph::internals::events::Frontier {
                 step: 2,
-                next: vec![stategraph::events::PendingTask {
+                next: vec![stategraph::internals::events::PendingTask {
                     node: "narrator".into(),
                     item: None,
                 }],

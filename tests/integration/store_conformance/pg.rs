@@ -8,7 +8,7 @@ use super::leases::claim_in_parallel;
 use super::proxy::Proxy;
 use super::upkeep::next;
 use super::*;
-use stategraph::store::{Maintenance, RunStore};
+use stategraph::internals::store::{Maintenance, RunStore};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn postgres_notifications_reach_every_instance_on_the_database() {

@@ -4,8 +4,8 @@
 use std::time::Duration;
 
 use super::*;
-use stategraph::events::now_micros;
-use stategraph::store::{Appended, PruneReport};
+use stategraph::internals::events::now_micros;
+use stategraph::internals::store::{Appended, PruneReport};
 use tokio::sync::broadcast;
 
 /// A run with `n` events over two steps (so two checkpoints), ended with

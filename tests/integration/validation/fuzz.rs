@@ -7,8 +7,8 @@ use std::path::Path;
 
 use proptest::prelude::*;
 use proptest::test_runner::{Config, FileFailurePersistence};
-use stategraph::graph::Diagnostic;
-use stategraph::graph::load::parse;
+use stategraph::internals::graph::Diagnostic;
+use stategraph::internals::graph::load::parse;
 
 use crate::support::root;
 

@@ -16,10 +16,10 @@ use std::sync::mpsc::{RecvTimeoutError, channel};
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
-use stategraph::engine::Graphs;
-use stategraph::graph::Diagnostic;
-use stategraph::graph::load::MAX_GRAPH_FILE_BYTES;
-use stategraph::graph::prompts::MAX_PROMPT_BYTES;
+use stategraph::internals::engine::Graphs;
+use stategraph::internals::graph::Diagnostic;
+use stategraph::internals::graph::load::MAX_GRAPH_FILE_BYTES;
+use stategraph::internals::graph::prompts::MAX_PROMPT_BYTES;
 
 const HANG_GUARD: Duration = Duration::from_secs(10);
 
