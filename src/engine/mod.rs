@@ -25,7 +25,8 @@ use std::sync::Arc;
 
 use serde_json::Value;
 
-pub use graphs::{Graphs, ReloadReport};
+pub use graphs::Graphs;
+pub(crate) use graphs::ReloadReport;
 
 use crate::graph::{Bundle, Diagnostic};
 use crate::llm::{ChatModel, Models};

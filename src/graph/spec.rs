@@ -209,7 +209,7 @@ pub struct NodeSpec {
 }
 
 /// The keys every node has, whatever its kind.
-pub const COMMON_NODE_KEYS: &[&str] = &[
+pub(crate) const COMMON_NODE_KEYS: &[&str] = &[
     "id",
     "kind",
     "description",
@@ -387,7 +387,7 @@ impl<'de> Deserialize<'de> for Pairs {
 /// Scalars used as names: strings, and booleans or numbers written bare
 /// (`true: next` in a route on a boolean field).
 #[derive(Clone, Debug)]
-pub struct ScalarText(pub String);
+pub(crate) struct ScalarText(pub String);
 
 impl<'de> Deserialize<'de> for ScalarText {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {

@@ -81,7 +81,7 @@ pub async fn call_model(
 ///
 /// # Errors
 /// The stream failed; emitted as `llm_failed`.
-pub async fn stream_call(
+pub(crate) async fn stream_call(
     model: &str,
     mut stream: super::ChunkStream,
     cx: ModelCall<'_>,

@@ -66,15 +66,15 @@ use super::profile::{Api, Family, Price, Structured};
 use crate::units::Dur;
 
 /// The endpoint that `OPENAI_*` variables and roles without `endpoint` use.
-pub const DEFAULT_ENDPOINT: &str = "default";
+pub(crate) const DEFAULT_ENDPOINT: &str = "default";
 /// The role that, when configured, serves every role not listed.
-pub const DEFAULT_ROLE: &str = "default";
+pub(crate) const DEFAULT_ROLE: &str = "default";
 /// The model for roles that name none, unless `model` or `STATEGRAPH_MODEL` says otherwise.
-pub const DEFAULT_MODEL: &str = "gpt-4o-mini";
+pub(crate) const DEFAULT_MODEL: &str = "gpt-4o-mini";
 /// The base URL of an endpoint that names none.
-pub const OPENAI_BASE_URL: &str = "https://api.openai.com/v1";
+pub(crate) const OPENAI_BASE_URL: &str = "https://api.openai.com/v1";
 /// The base URL of an Anthropic endpoint that names none.
-pub const ANTHROPIC_BASE_URL: &str = "https://api.anthropic.com/v1";
+pub(crate) const ANTHROPIC_BASE_URL: &str = "https://api.anthropic.com/v1";
 
 /// The `[llm]` table.
 #[derive(Clone, Debug, Default, Deserialize)]

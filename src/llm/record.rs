@@ -61,7 +61,7 @@ pub trait Redact: Send + Sync + fmt::Debug {
 
 /// Redacts nothing.
 #[derive(Debug, Default)]
-pub struct NoRedaction;
+pub(crate) struct NoRedaction;
 
 impl Redact for NoRedaction {
     fn redact<'t>(&self, text: &'t str) -> Cow<'t, str> {
@@ -110,7 +110,7 @@ fn default_replacement() -> String {
 
 /// Redaction by regular expressions, applied in order.
 #[derive(Debug, Default)]
-pub struct RegexRedactor {
+pub(crate) struct RegexRedactor {
     rules: Vec<(Regex, String)>,
 }
 
@@ -119,7 +119,7 @@ impl RegexRedactor {
     ///
     /// # Errors
     /// A pattern is not a valid regular expression: the message names it.
-    pub fn new(rules: &[RedactRule]) -> Result<Self, String> {
+    pub(crate) fn new(rules: &[RedactRule]) -> Result<Self, String> {
         let rules = rules
             .iter()
             .map(|r| {

@@ -75,7 +75,7 @@ pub struct Reply {
 }
 
 /// The keys a reply mapping may have.
-pub const REPLY_KEYS: &[&str] = &[
+pub(crate) const REPLY_KEYS: &[&str] = &[
     "text",
     "json",
     "reasoning",

@@ -30,13 +30,14 @@ use crate::sse::{self, BridgeConfig};
 use crate::state::DynState;
 use crate::store::{RunRecord, Store, StoreError};
 
-pub use calls::{CallView, Parts, calls, calls_text, expand};
-pub use fork::{Edit, EditError, ForkPoint, fork_point, replaced};
-pub use recording::{RecordedTool, Recording};
-pub use tasks::{
+pub(crate) use calls::{CallView, Parts, calls, calls_text, expand};
+pub use fork::{Edit, EditError, fork_point};
+pub(crate) use fork::{ForkPoint, replaced};
+pub(crate) use recording::{RecordedTool, Recording};
+pub(crate) use tasks::{
     LlmCall, Retry, StepTasks, TaskSpan, TaskStatus, TaskTimeline, ToolCall, task_timeline,
 };
-pub use timing::{NodeTiming, Timing, timing};
+pub(crate) use timing::{NodeTiming, Timing, timing};
 
 /// Why a replay operation failed.
 #[derive(Debug, thiserror::Error)]
@@ -495,7 +496,7 @@ pub async fn state_at(
 }
 
 /// The `forked_from` of a plain fork (no mode, node or edit recorded).
-pub fn origin(run: Uuid, step: u32) -> ForkOrigin {
+pub(crate) fn origin(run: Uuid, step: u32) -> ForkOrigin {
     ForkOrigin {
         run_id: run,
         step,

@@ -44,9 +44,9 @@ pub enum Backend {
 }
 
 /// Finished runs the memory backend keeps by default.
-pub const MEMORY_MAX_RUNS: usize = 1_000;
+pub(crate) const MEMORY_MAX_RUNS: usize = 1_000;
 /// Chats the memory backend keeps by default.
-pub const MEMORY_MAX_CHATS: usize = 1_000;
+pub(crate) const MEMORY_MAX_CHATS: usize = 1_000;
 
 /// The store settings.
 #[derive(Clone, Default, PartialEq, Eq, Deserialize)]
@@ -176,7 +176,7 @@ pub async fn open(config: &StoreConfig) -> Result<Arc<dyn Store>, StoreError> {
 ///
 /// # Errors
 /// As [`open`].
-pub async fn migrate(config: &StoreConfig) -> StoreResult<MigrationReport> {
+pub(crate) async fn migrate(config: &StoreConfig) -> StoreResult<MigrationReport> {
     match config.backend() {
         Backend::Memory => Ok(MigrationReport {
             from: 0,

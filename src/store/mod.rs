@@ -22,22 +22,23 @@
 //! run lifecycle: the store imports nothing from the runtime); [`Watched`]
 //! notes whether a store takes writes (readiness).
 
-pub mod calls;
-pub mod config;
-pub mod memory;
+pub(crate) mod calls;
+pub(crate) mod config;
+pub(crate) mod memory;
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
 mod pages;
 #[cfg(feature = "postgres")]
-pub mod postgres;
+pub(crate) mod postgres;
 mod query;
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
 mod sql;
 #[cfg(feature = "sqlite")]
-pub mod sqlite;
+pub(crate) mod sqlite;
 mod verdicts;
 mod watched;
 
-pub use calls::{CallPart, CallRecord, CallStorage, Calls, ExpiredCalls};
+pub use calls::{CallPart, CallRecord, CallStorage};
+pub(crate) use calls::{Calls, ExpiredCalls};
 pub use config::{StoreConfig, open};
 #[cfg(feature = "postgres")]
 pub use postgres::PostgresStore;
@@ -45,7 +46,7 @@ pub use query::{RunCursor, RunQuery};
 #[cfg(feature = "sqlite")]
 pub use sqlite::SqliteStore;
 pub use verdicts::{VerdictRecord, Verdicts};
-pub use watched::Watched;
+pub(crate) use watched::Watched;
 
 use futures::future::BoxFuture;
 use serde::{Deserialize, Serialize};
@@ -58,7 +59,7 @@ use crate::events::{RunStatus, StepBatch};
 
 /// What a call to `migrate` did.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct MigrationReport {
+pub(crate) struct MigrationReport {
     /// Schema version before (0 for a new database).
     pub from: u32,
     /// Schema version now.
@@ -519,7 +520,7 @@ pub type Appended = (Uuid, u64);
 
 /// How many [`Appended`] notifications a subscriber may fall behind before
 /// it sees [`broadcast::error::RecvError::Lagged`].
-pub const NOTIFY_CAPACITY: usize = 4096;
+pub(crate) const NOTIFY_CAPACITY: usize = 4096;
 
 /// Housekeeping and change notifications.
 pub trait Maintenance: Send + Sync {

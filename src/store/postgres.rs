@@ -151,7 +151,7 @@ const MIGRATIONS: &[Migration] = &[
 const MIGRATION_LOCK: i64 = 0x0073_7467_7261_7068;
 
 /// Default pool size.
-pub const DEFAULT_POOL_SIZE: usize = 16;
+pub(crate) const DEFAULT_POOL_SIZE: usize = 16;
 
 /// A store in a PostgreSQL database.
 pub struct PostgresStore {
@@ -272,7 +272,7 @@ impl PostgresStore {
 ///
 /// # Errors
 /// As [`PostgresStore::connect`].
-pub async fn migrate(url: &str) -> StoreResult<MigrationReport> {
+pub(crate) async fn migrate(url: &str) -> StoreResult<MigrationReport> {
     let pool = pool(config(url)?, 1)?;
     let mut client = pool.get().await.map_err(pool_error)?;
     apply_migrations(&mut client).await

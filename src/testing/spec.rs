@@ -124,7 +124,7 @@ pub enum StubOutcome {
 }
 
 /// The failure types a stub may give.
-pub const STUB_ERRORS: &[&str] = &[
+pub(crate) const STUB_ERRORS: &[&str] = &[
     "timeout",
     "execution_error",
     "not_found",
@@ -132,7 +132,7 @@ pub const STUB_ERRORS: &[&str] = &[
 ];
 
 /// State fields with the values given for them.
-pub type Fields = Vec<(Sp<String>, Sp<Value>)>;
+pub(crate) type Fields = Vec<(Sp<String>, Sp<Value>)>;
 
 /// `expect:`. Only what is written is checked.
 #[derive(Debug, Default)]

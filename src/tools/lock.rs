@@ -23,7 +23,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 /// The file's name, in the graph directory.
-pub const LOCK_FILE: &str = "tools.lock.json";
+pub(crate) const LOCK_FILE: &str = "tools.lock.json";
 
 /// The format version written.
 const VERSION: u32 = 1;
@@ -194,7 +194,7 @@ impl ToolLock {
 }
 
 /// The tools registered in `partition` right now, as a lock lists them.
-pub fn live(registry: &super::ToolRegistry, partition: &str) -> Vec<LockedTool> {
+pub(crate) fn live(registry: &super::ToolRegistry, partition: &str) -> Vec<LockedTool> {
     let members = registry.partitions().remove(partition).unwrap_or_default();
     members
         .iter()
@@ -212,7 +212,7 @@ pub fn live(registry: &super::ToolRegistry, partition: &str) -> Vec<LockedTool> 
 /// partition) differ from the lock in `dir`, if there is one (`serve`
 /// calls it once the servers are up); returns the warnings, as
 /// `(server, difference)`.
-pub fn warn_if_stale(
+pub(crate) fn warn_if_stale(
     registry: &super::ToolRegistry,
     dir: &Path,
     servers: &[(String, String)],

@@ -29,10 +29,9 @@ mod status;
 #[cfg(feature = "mcp")]
 mod supervisor;
 
-pub use config::{
-    DEFAULT_BACKOFF, DEFAULT_CONNECT_TIMEOUT, DEFAULT_HEALTH_CHECK, DEFAULT_MAX_BACKOFF,
-    DEFAULT_REFRESH, McpConfig, McpServerConfig, McpToolOverride, McpTransport,
-};
+pub use config::McpConfig;
+pub(crate) use config::{DEFAULT_BACKOFF, DEFAULT_CONNECT_TIMEOUT, DEFAULT_HEALTH_CHECK, DEFAULT_MAX_BACKOFF, DEFAULT_REFRESH, McpServerConfig, McpToolOverride, McpTransport};
 #[cfg(feature = "mcp")]
 pub use manager::McpManager;
-pub use status::{McpHealth, Missing, ServerState, ServerStatus};
+pub use status::{ServerState, ServerStatus};
+pub(crate) use status::{McpHealth, Missing};
