@@ -63,7 +63,7 @@ use hub::HubInit;
 
 /// What the lifecycle needs from the server configuration.
 #[derive(Clone, Debug)]
-pub struct RunsConfig {
+pub(crate) struct RunsConfig {
     /// A dead instance's runs are taken over after this.
     pub lease: Duration,
     /// How often orphans are looked for (0: never; leases are renewed
@@ -110,7 +110,7 @@ impl From<&ServerConfig> for RunsConfig {
 }
 
 /// Hears about runs (metrics).
-pub trait RunObserver: Send + Sync {
+pub(crate) trait RunObserver: Send + Sync {
     /// Every event of every run this process executes.
     fn event(&self, graph: &str, event: &Event);
     /// A run ended: `finished`, `failed` or `cancelled`.
@@ -250,7 +250,7 @@ impl Launch {
 }
 
 /// The run lifecycle of one process.
-pub struct Runs {
+pub(crate) struct Runs {
     store: Arc<dyn Store>,
     services: Arc<Services>,
     graphs: Arc<Graphs>,
@@ -279,7 +279,7 @@ impl std::fmt::Debug for Runs {
 impl Runs {
     /// The lifecycle over `store`, running `graphs` with `services`;
     /// `instance` names this process in leases.
-    pub fn new(
+    pub(crate) fn new(
         store: Arc<dyn Store>,
         services: Arc<Services>,
         graphs: Arc<Graphs>,
@@ -304,27 +304,27 @@ impl Runs {
     }
 
     /// The store.
-    pub fn store(&self) -> &Arc<dyn Store> {
+    pub(crate) fn store(&self) -> &Arc<dyn Store> {
         &self.store
     }
 
     /// This process's id in leases.
-    pub fn instance(&self) -> &str {
+    pub(crate) fn instance(&self) -> &str {
         &self.instance
     }
 
     /// The configuration.
-    pub fn config(&self) -> &RunsConfig {
+    pub(crate) fn config(&self) -> &RunsConfig {
         &self.config
     }
 
     /// Runs executing now.
-    pub fn running(&self) -> usize {
+    pub(crate) fn running(&self) -> usize {
         self.config.max_concurrent_runs - self.permits.available_permits()
     }
 
     /// The chat's current (or lingering) hub.
-    pub fn for_chat(&self, chat_id: &str) -> Option<Arc<RunHub>> {
+    pub(crate) fn for_chat(&self, chat_id: &str) -> Option<Arc<RunHub>> {
         self.hubs
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
@@ -333,7 +333,7 @@ impl Runs {
     }
 
     /// Cancels the run if this process executes it; false otherwise.
-    pub fn cancel_run(&self, run_id: Uuid) -> bool {
+    pub(crate) fn cancel_run(&self, run_id: Uuid) -> bool {
         let hubs = self.hubs.lock().unwrap_or_else(PoisonError::into_inner);
         match hubs
             .values()
@@ -352,7 +352,7 @@ impl Runs {
     ///
     /// # Errors
     /// The store failed.
-    pub async fn stop_chat(
+    pub(crate) async fn stop_chat(
         self: &Arc<Self>,
         chat_id: &str,
         active: Option<Uuid>,
@@ -394,7 +394,7 @@ impl Runs {
     /// finish, then suspends the rest: each keeps its last checkpoint and
     /// gives up its lease, so another instance (or this one, restarted)
     /// resumes it.
-    pub async fn shutdown(&self, grace: Duration) {
+    pub(crate) async fn shutdown(&self, grace: Duration) {
         self.shutdown.cancel();
         self.tracker.close();
         if tokio::time::timeout(grace, self.tracker.wait())
