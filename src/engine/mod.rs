@@ -26,7 +26,6 @@ use std::sync::Arc;
 use serde_json::Value;
 
 pub use graphs::Graphs;
-pub(crate) use graphs::ReloadReport;
 
 use crate::graph::{Bundle, Diagnostic};
 use crate::llm::{ChatModel, Models};

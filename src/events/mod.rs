@@ -21,7 +21,6 @@ use crate::state::Patch;
 
 pub use contracts::{PendingTask, RunStatus, StepBatch, TaskWrite, ToolDef};
 pub use sink::{EventSink, NodeEvents};
-pub(crate) use sink::Emit;
 
 /// Version of the serialized event format, stored in `run_started`.
 pub(crate) const EVENT_FORMAT: u32 = 1;

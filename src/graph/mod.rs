@@ -37,12 +37,9 @@ pub(crate) use build::{BuildCx, PromptRef, Reported};
 pub use bundle::Bundle;
 pub(crate) use catalog::{Catalog, CatalogEnv};
 pub use compile::{CompileEnv, compile};
-pub(crate) use compile::{Compiled, DEFAULT_RECURSION_LIMIT};
 pub(crate) use compiled::{
-    ChatIo, CompiledGraph, CompiledNode, EdgeKind, Join, NodeIdx, RetryPolicy, Route, Selector,
-    Slot, Target, Topology, Transition,
+    ChatIo, CompiledGraph, CompiledNode, NodeIdx, Target, Transition,
 };
 pub use diagnostic::Diagnostic;
-pub(crate) use diagnostic::Severity;
 pub use kinds::SettingDoc;
 pub(crate) use kinds::{KindInfo, NodeKinds};

@@ -37,11 +37,9 @@ use crate::events::{ToolCallRecord, Usage};
 pub use call::{LlmReply, ModelCall, call_model};
 pub(crate) use call::stream_call;
 pub use config::LlmConfig;
-pub(crate) use config::LlmConfigError;
 pub use fallback::FallbackModel;
 pub(crate) use keywords::ValueKeywords;
 pub use openai::{EndpointSettings, OpenAiModel, RetryPolicy, Timeouts};
-pub(crate) use openai::{EndpointError, OpenAiEndpoint};
 pub use record::{Redact, RedactRule};
 pub(crate) use record::{CallRecorder, CallStart, NoRedaction, RegexRedactor};
 

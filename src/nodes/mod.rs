@@ -57,11 +57,10 @@ use crate::state::Patch;
 use crate::tools::ToolError;
 
 pub(crate) use agent::BUDGET_NOTE;
-pub(crate) use bounds::{Failure, OnError, Recovery};
+pub(crate) use bounds::{Failure, Recovery};
 pub use context::{NodeContext, Services};
 pub(crate) use context::{Playback, Roles, SubgraphRunner};
 pub use kinds::{Kind, Kinds};
-pub(crate) use kinds::BuildFn;
 pub use registries::Registries;
 
 /// A compiled graph whose nodes are this module's [`Node`]s: what the

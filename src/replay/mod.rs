@@ -32,12 +32,12 @@ use crate::store::{RunRecord, Store, StoreError};
 
 pub(crate) use calls::{CallView, Parts, calls, calls_text, expand};
 pub use fork::{Edit, EditError, fork_point};
-pub(crate) use fork::{ForkPoint, replaced};
-pub(crate) use recording::{RecordedTool, Recording};
+pub(crate) use fork::replaced;
+pub(crate) use recording::Recording;
 pub(crate) use tasks::{
-    LlmCall, Retry, StepTasks, TaskSpan, TaskStatus, TaskTimeline, ToolCall, task_timeline,
+    TaskTimeline, task_timeline,
 };
-pub(crate) use timing::{NodeTiming, Timing, timing};
+pub(crate) use timing::timing;
 
 /// Why a replay operation failed.
 #[derive(Debug, thiserror::Error)]

@@ -44,8 +44,7 @@ use tracing::Instrument;
 use uuid::Uuid;
 
 pub use checkpointer::LogCheckpointer;
-pub(crate) use checkpointer::DEFAULT_OUTAGE_LIMIT;
-pub(crate) use fork::{ForkError, ForkRequest, ForkStarted};
+pub(crate) use fork::{ForkError, ForkRequest};
 pub(crate) use hub::{Next, Progress, RunHub, Subscription};
 pub use resume::{ResumeError, ResumeRequest};
 pub(crate) use start::{RunStart, Started};

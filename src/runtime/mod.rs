@@ -35,7 +35,6 @@ pub use crate::nodes::Services;
 pub use checkpoint::{CheckpointError, Checkpointer, MemoryCheckpointer, PendingTask, RunStatus, StepBatch, TaskWrite, rebuild_state};
 pub(crate) use checkpoint::{SNAPSHOT_FACTOR, json_weight};
 pub use executor::{Resume, resume, run};
-pub(crate) use executor::run_nested;
 pub(crate) use routing::next_after;
 
 /// Options of one run.

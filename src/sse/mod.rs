@@ -11,7 +11,7 @@ mod bridge;
 pub(crate) mod chunk;
 
 pub use assemble::Assembler;
-pub(crate) use assemble::{ERROR_PART, is_failed};
+pub(crate) use assemble::is_failed;
 pub use bridge::{Bridge, BridgeConfig};
 pub use chunk::Chunk;
 pub(crate) use chunk::{DONE, KEEP_ALIVE, frame};

@@ -54,24 +54,20 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 pub use check::check_test_file;
-pub(crate) use eval::{EvalEnv, RunEval, StoredRun, eval_all, eval_run};
+pub(crate) use eval::{EvalEnv, RunEval, StoredRun, eval_all};
 pub(crate) use eval_report::{
-    Summary, headline as eval_headline, json as eval_json, summary as eval_summary,
+    json as eval_json, summary as eval_summary,
     text as eval_text,
 };
 pub use exec::{Env, run_case};
 pub(crate) use exec::CaseResult;
 pub(crate) use expect::Failure;
-pub(crate) use judge::{Judge, Judged};
-pub(crate) use matching::{contains, json_diff, text_diff};
-pub(crate) use observe::{Call, Observation, observe};
+pub(crate) use judge::Judge;
 pub use parse::load_test_file;
-pub(crate) use parse::{MAX_TEST_FILE_BYTES, parse_test_file};
-pub(crate) use record::{Recorded, case_yaml, file_header};
+pub(crate) use record::file_header;
 pub(crate) use report::{json as json_report, junit, text as text_report};
-pub(crate) use save::{SavedCase, add_case, case_from_store, default_case_file};
+pub(crate) use save::{add_case, case_from_store, default_case_file};
 pub(crate) use schema::test_file_schema;
-pub(crate) use script::Miss;
 pub(crate) use spec::TestFile;
 pub(crate) use verdicts::verdict_records;
 

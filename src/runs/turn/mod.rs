@@ -26,9 +26,7 @@ use super::breaks::BreakpointError;
 use super::{Runs, StartError};
 use crate::store::{ChatRecord, RunRecord, StoreError};
 
-pub(crate) use input::{
-    answered, carry_into, continue_conversation, input_state, message_records, text_of, title,
-};
+pub(crate) use input::input_state;
 pub(crate) use paused::{PausedAnswer, PausedError};
 pub(crate) use request::TurnRequest;
 pub(crate) use start::{ChatTurn, TurnFrom, TurnStarted};

@@ -30,7 +30,6 @@ mod status;
 mod supervisor;
 
 pub use config::McpConfig;
-pub(crate) use config::{DEFAULT_BACKOFF, DEFAULT_CONNECT_TIMEOUT, DEFAULT_HEALTH_CHECK, DEFAULT_MAX_BACKOFF, DEFAULT_REFRESH, McpServerConfig, McpToolOverride, McpTransport};
 #[cfg(feature = "mcp")]
 pub use manager::McpManager;
 pub use status::{ServerState, ServerStatus};
