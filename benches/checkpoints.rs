@@ -101,7 +101,11 @@ fn mb(bytes: usize) -> String {
     format!("{:.3} MB", bytes as f64 / 1e6)
 }
 
-async fn run(graph: &Arc<stategraph::internals::nodes::Graph>, cp: Arc<dyn Checkpointer>, every: u32) -> Uuid {
+async fn run(
+    graph: &Arc<stategraph::internals::nodes::Graph>,
+    cp: Arc<dyn Checkpointer>,
+    every: u32,
+) -> Uuid {
     let run_id = Uuid::now_v7();
     let ran = run_with(
         Arc::clone(graph),

@@ -36,7 +36,9 @@ use serde_json::{Value, json};
 use stategraph::internals::events::now_micros;
 use stategraph::internals::llm::Models;
 use stategraph::internals::llm::script::ScriptModel;
-use stategraph::internals::runtime::{Checkpointer, MemoryCheckpointer, RunOptions, RunStatus, Services};
+use stategraph::internals::runtime::{
+    Checkpointer, MemoryCheckpointer, RunOptions, RunStatus, Services,
+};
 use stategraph::internals::sse::BridgeConfig;
 use stategraph::internals::store::{RunRecord, SqliteStore, Store};
 use support::*;

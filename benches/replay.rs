@@ -31,7 +31,9 @@ use std::time::{Duration, Instant};
 use serde_json::json;
 use stategraph::internals::events::now_micros;
 use stategraph::internals::replay;
-use stategraph::internals::runtime::{Checkpointer, MemoryCheckpointer, RunOptions, RunStatus, StepBatch};
+use stategraph::internals::runtime::{
+    Checkpointer, MemoryCheckpointer, RunOptions, RunStatus, StepBatch,
+};
 use stategraph::internals::sse::BridgeConfig;
 use stategraph::internals::store::{PostgresStore, RunRecord, SqliteStore, Store};
 use support::pg::TempDb;

@@ -33,11 +33,15 @@ use std::time::{Duration, Instant};
 
 use criterion::{Criterion, Throughput};
 use serde_json::json;
-use stategraph::internals::events::{Event, EventKind, LlmOutput, ToolCallRecord, Usage, now_micros};
+use stategraph::internals::events::{
+    Event, EventKind, LlmOutput, ToolCallRecord, Usage, now_micros,
+};
 use stategraph::internals::runtime::{PendingTask, RunStatus, StepBatch, TaskWrite};
-use stategraph::state::Patch;
 use stategraph::internals::store::memory::MemoryStore;
-use stategraph::internals::store::{EventLog, PostgresStore, RunRecord, RunStore, SqliteStore, Store};
+use stategraph::internals::store::{
+    EventLog, PostgresStore, RunRecord, RunStore, SqliteStore, Store,
+};
+use stategraph::state::Patch;
 use support::pg::{self, PG, WireCount, threads_cpu};
 use tokio::runtime::Runtime;
 use uuid::Uuid;

@@ -140,6 +140,7 @@ pub mod replay {
 }
 
 /// The top-level module `runs`, as far as tests use it.
+#[cfg(feature = "server")]
 pub mod runs {
     pub use crate::runs::LogCheckpointer;
     pub use crate::runs::ResumeError;
@@ -245,6 +246,7 @@ pub mod telemetry {
 }
 
 /// The top-level module `testing`, as far as tests use it.
+#[cfg(feature = "server")]
 pub mod testing {
     pub use crate::testing::Env;
     pub use crate::testing::check_test_file;

@@ -97,8 +97,10 @@ mod replay;
 
 mod config;
 
+#[cfg(feature = "server")]
 mod runs;
 
+#[cfg(feature = "server")]
 mod testing;
 
 #[cfg(feature = "server")]
@@ -129,6 +131,7 @@ pub use graph::spec::Surface;
 pub use graph::{Bundle, Diagnostic, SettingDoc};
 pub use llm::{ChatModel, Models, Redact};
 pub use nodes::{BuildCx, Graph, Kind, Kinds, Node, NodeContext, NodeError, Registries, Services};
+#[cfg(feature = "server")]
 pub use runs::calls::StoreRecorder;
 pub use runtime::{RunError, RunOptions, RunOutcome};
 pub use state::{DynState, FieldId, Patch, Reducers, State, StateType, StateTypes, TypeSpec};

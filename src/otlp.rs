@@ -112,19 +112,16 @@ fn nanos() -> u64 {
 }
 
 impl Exporter {
-    /// Starts the sender thread for `endpoint` (e.g. `http://127.0.0.1:4318`).
+    /// Starts the sender thread for `endpoint` (e.g. `http://127.0.0.1:4318`),
+    /// encoding spans with `protocol`.
     ///
     /// # Errors
     /// The endpoint is not an http(s) URL.
-    pub(crate) fn start(endpoint: &str, service: &str) -> Result<Self, String> {
-        Self::start_with(endpoint, service, Protocol::default())
-    }
-
-    /// As [`Exporter::start`], encoding spans with `protocol`.
-    ///
-    /// # Errors
-    /// The endpoint is not an http(s) URL.
-    pub(crate) fn start_with(endpoint: &str, service: &str, protocol: Protocol) -> Result<Self, String> {
+    pub(crate) fn start_with(
+        endpoint: &str,
+        service: &str,
+        protocol: Protocol,
+    ) -> Result<Self, String> {
         let base = endpoint.trim_end_matches('/');
         if !(base.starts_with("http://") || base.starts_with("https://")) {
             return Err(format!("OTLP endpoint `{endpoint}` must be an http(s) URL"));

@@ -24,7 +24,9 @@ use std::sync::Arc;
 
 use futures::StreamExt;
 use serde_json::{Value, json};
-use stategraph::internals::events::{Event, EventKind, EventSink, NodeEvents, ToolCallRecord, Usage};
+use stategraph::internals::events::{
+    Event, EventKind, EventSink, NodeEvents, ToolCallRecord, Usage,
+};
 use stategraph::internals::llm::{
     ChatMessage, ChatModel, ChatRequest, JsonSchemaFormat, LlmChunk, LlmConfig, LlmError, LlmReply,
     ModelCall, Models, ToolDef, call_model,
@@ -646,9 +648,10 @@ async fn serve_chat(data: &std::path::Path, tools: &str) -> (String, tokio::task
     let path = data.join("stategraph.toml");
     std::fs::write(&path, toml).unwrap();
     let config = stategraph::internals::config::Config::load(Some(&path)).unwrap();
-    let state = stategraph::internals::server::build_state(config, stategraph::Registries::default())
-        .await
-        .unwrap();
+    let state =
+        stategraph::internals::server::build_state(config, stategraph::Registries::default())
+            .await
+            .unwrap();
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let base = format!("http://{}", listener.local_addr().unwrap());
     let server = tokio::spawn(async move {

@@ -158,7 +158,8 @@ impl CompileFixture {
 
     /// Loads (parses) a graph file's text.
     pub fn load(&self, yaml: &str) -> stategraph::internals::graph::load::GraphFile {
-        stategraph::internals::graph::load::parse(Path::new("g.yaml"), "g", yaml.as_bytes()).expect("parses")
+        stategraph::internals::graph::load::parse(Path::new("g.yaml"), "g", yaml.as_bytes())
+            .expect("parses")
     }
 
     /// Validates and compiles a loaded graph file.

@@ -196,7 +196,10 @@ pub(crate) fn one_of<'a>(candidates: impl IntoIterator<Item = &'a str>) -> Strin
 /// A hint naming the closest candidate, or listing them all (once each)
 /// when few; none when there are no candidates, so the caller's own hint
 /// applies.
-pub(crate) fn name_hint<'a>(name: &str, candidates: impl IntoIterator<Item = &'a str>) -> Option<String> {
+pub(crate) fn name_hint<'a>(
+    name: &str,
+    candidates: impl IntoIterator<Item = &'a str>,
+) -> Option<String> {
     let mut unique: Vec<&str> = Vec::new();
     for c in candidates {
         if !unique.contains(&c) {

@@ -37,9 +37,7 @@ pub(crate) use build::{BuildCx, PromptRef, Reported};
 pub use bundle::Bundle;
 pub(crate) use catalog::{Catalog, CatalogEnv};
 pub use compile::{CompileEnv, compile};
-pub(crate) use compiled::{
-    ChatIo, CompiledGraph, CompiledNode, NodeIdx, Target, Transition,
-};
+pub(crate) use compiled::{ChatIo, CompiledGraph, CompiledNode, NodeIdx, Target, Transition};
 pub use diagnostic::Diagnostic;
 pub use kinds::SettingDoc;
 pub(crate) use kinds::{KindInfo, NodeKinds};

@@ -34,14 +34,14 @@ use serde_json::Value;
 
 use crate::events::{ToolCallRecord, Usage};
 
-pub use call::{LlmReply, ModelCall, call_model};
 pub(crate) use call::stream_call;
+pub use call::{LlmReply, ModelCall, call_model};
 pub use config::LlmConfig;
 pub use fallback::FallbackModel;
 pub(crate) use keywords::ValueKeywords;
 pub use openai::{EndpointSettings, OpenAiModel, RetryPolicy, Timeouts};
-pub use record::{Redact, RedactRule};
 pub(crate) use record::{CallRecorder, CallStart, NoRedaction, RegexRedactor};
+pub use record::{Redact, RedactRule};
 
 /// One message sent to a model.
 #[derive(Clone, Debug, PartialEq, Serialize)]

@@ -23,7 +23,7 @@ use serde_json::Value;
 use tokio::sync::mpsc;
 use uuid::Uuid;
 
-use crate::events::{Event, EventKind, ForkOrigin};
+use crate::events::{Event, EventKind};
 use crate::nodes::Graph;
 use crate::runtime::{self, Resume, RunError, RunOptions, Services, rebuild_state};
 use crate::sse::{self, BridgeConfig};
@@ -31,12 +31,10 @@ use crate::state::DynState;
 use crate::store::{RunRecord, Store, StoreError};
 
 pub(crate) use calls::{CallView, Parts, calls, calls_text, expand};
-pub use fork::{Edit, EditError, fork_point};
 pub(crate) use fork::replaced;
+pub use fork::{Edit, EditError, fork_point};
 pub(crate) use recording::Recording;
-pub(crate) use tasks::{
-    TaskTimeline, task_timeline,
-};
+pub(crate) use tasks::{TaskTimeline, task_timeline};
 pub(crate) use timing::timing;
 
 /// Why a replay operation failed.
@@ -493,13 +491,4 @@ pub async fn state_at(
     let cps = store.checkpoints(run, step).await?;
     let batches: Vec<_> = cps.iter().map(|c| c.to_batch(run)).collect();
     rebuild_state(&batches, &graph.state, step).map_err(|e| ReplayError::State(e.to_string()))
-}
-
-/// The `forked_from` of a plain fork (no mode, node or edit recorded).
-pub(crate) fn origin(run: Uuid, step: u32) -> ForkOrigin {
-    ForkOrigin {
-        run_id: run,
-        step,
-        ..ForkOrigin::default()
-    }
 }

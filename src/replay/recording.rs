@@ -77,19 +77,6 @@ impl Recording {
         reader.rec
     }
 
-    /// Whether nothing was recorded.
-    pub(crate) fn is_empty(&self) -> bool {
-        self.llm
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .is_empty()
-            && self
-                .tools
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner)
-                .is_empty()
-    }
-
     /// The recorded stream of a model call, if there is one.
     pub(crate) fn llm(
         &self,

@@ -117,7 +117,11 @@ pub(crate) fn recording(
 
 /// The record of `call` and its parts: every string of the request
 /// redacted, each part JSON text under its xxh3-128 hash.
-pub(crate) fn encode(call: &CallStart<'_>, redact: &dyn Redact, at: u64) -> (CallRecord, Vec<CallPart>) {
+pub(crate) fn encode(
+    call: &CallStart<'_>,
+    redact: &dyn Redact,
+    at: u64,
+) -> (CallRecord, Vec<CallPart>) {
     let r = call.request;
     let mut parts = Vec::with_capacity(r.messages.len() + r.tools.len() + 1);
     let mut redactions = 0u64;

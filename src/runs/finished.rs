@@ -79,7 +79,10 @@ impl Runs {
     ///
     /// # Errors
     /// The store failed.
-    pub(crate) async fn finished_stream(&self, chat_id: &str) -> Result<Option<Arc<RunHub>>, StoreError> {
+    pub(crate) async fn finished_stream(
+        &self,
+        chat_id: &str,
+    ) -> Result<Option<Arc<RunHub>>, StoreError> {
         let note = self
             .finished
             .lock()

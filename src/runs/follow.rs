@@ -51,7 +51,10 @@ impl Runs {
     ///
     /// # Errors
     /// The store failed.
-    pub(crate) async fn run_bridge(&self, run: &RunRecord) -> Result<Option<BridgeConfig>, StoreError> {
+    pub(crate) async fn run_bridge(
+        &self,
+        run: &RunRecord,
+    ) -> Result<Option<BridgeConfig>, StoreError> {
         let first = self.store.events(run.id, 0, 1).await?;
         if let Some(b) = first.iter().find_map(|e| match &e.event {
             EventKind::RunStarted(start) => start.stream.as_ref().and_then(BridgeConfig::from_json),

@@ -302,19 +302,9 @@ impl Runs {
         })
     }
 
-    /// The store.
-    pub(crate) fn store(&self) -> &Arc<dyn Store> {
-        &self.store
-    }
-
     /// This process's id in leases.
     pub(crate) fn instance(&self) -> &str {
         &self.instance
-    }
-
-    /// The configuration.
-    pub(crate) fn config(&self) -> &RunsConfig {
-        &self.config
     }
 
     /// Runs executing now.

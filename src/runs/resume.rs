@@ -244,7 +244,10 @@ impl Runs {
     ///
     /// # Errors
     /// The log could not be read.
-    pub(crate) async fn waiting_at(&self, run: &RunRecord) -> Result<Vec<Interrupt>, replay::ReplayError> {
+    pub(crate) async fn waiting_at(
+        &self,
+        run: &RunRecord,
+    ) -> Result<Vec<Interrupt>, replay::ReplayError> {
         if run.status != RunStatus::Interrupted {
             return Ok(Vec::new());
         }
@@ -257,7 +260,10 @@ impl Runs {
     ///
     /// # Errors
     /// See [`ResumeError`]; nothing is changed on error.
-    pub(crate) async fn resume(self: &Arc<Self>, req: ResumeRequest) -> Result<Started, ResumeError> {
+    pub(crate) async fn resume(
+        self: &Arc<Self>,
+        req: ResumeRequest,
+    ) -> Result<Started, ResumeError> {
         let runs = Arc::clone(self);
         self.whole(async move { runs.continue_paused(req).await })
             .await
@@ -456,7 +462,11 @@ impl Runs {
     ///
     /// # Errors
     /// The store failed.
-    pub(crate) async fn set_aside(&self, run: &RunRecord, reason: &str) -> Result<bool, StoreError> {
+    pub(crate) async fn set_aside(
+        &self,
+        run: &RunRecord,
+        reason: &str,
+    ) -> Result<bool, StoreError> {
         self.end_paused(
             run,
             EventKind::RunCancelled {

@@ -32,7 +32,10 @@ use crate::state::{DynState, StateError};
 
 pub use crate::nodes::Services;
 
-pub use checkpoint::{CheckpointError, Checkpointer, MemoryCheckpointer, PendingTask, RunStatus, StepBatch, TaskWrite, rebuild_state};
+pub use checkpoint::{
+    CheckpointError, Checkpointer, MemoryCheckpointer, PendingTask, RunStatus, StepBatch,
+    TaskWrite, rebuild_state,
+};
 pub(crate) use checkpoint::{SNAPSHOT_FACTOR, json_weight};
 pub use executor::{Resume, resume, run};
 pub(crate) use routing::next_after;

@@ -55,12 +55,9 @@ use std::sync::Arc;
 
 pub use check::check_test_file;
 pub(crate) use eval::{EvalEnv, RunEval, StoredRun, eval_all};
-pub(crate) use eval_report::{
-    json as eval_json, summary as eval_summary,
-    text as eval_text,
-};
-pub use exec::{Env, run_case};
+pub(crate) use eval_report::{json as eval_json, summary as eval_summary, text as eval_text};
 pub(crate) use exec::CaseResult;
+pub use exec::{Env, run_case};
 pub(crate) use expect::Failure;
 pub(crate) use judge::Judge;
 pub use parse::load_test_file;

@@ -18,8 +18,8 @@ pub(crate) mod search;
 #[cfg(feature = "postgres")]
 pub(crate) mod sql;
 
-pub use registry::{ToolOutcome, ToolRegistry};
 pub(crate) use registry::RegistryError;
+pub use registry::{ToolOutcome, ToolRegistry};
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -39,8 +39,10 @@ impl stategraph::internals::tools::Tool for IndicatorValue {
     fn call(
         &self,
         args: serde_json::Value,
-    ) -> futures::future::BoxFuture<'_, Result<serde_json::Value, stategraph::internals::tools::ToolError>>
-    {
+    ) -> futures::future::BoxFuture<
+        '_,
+        Result<serde_json::Value, stategraph::internals::tools::ToolError>,
+    > {
         Box::pin(async move {
             Ok(serde_json::json!({
                 "country": args["country"].as_str().unwrap_or("KEN"),

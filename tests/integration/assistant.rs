@@ -194,7 +194,10 @@ async fn recorded(server: &TestServer, run: Uuid) -> stategraph::internals::stor
 async fn final_state(server: &TestServer, run: Uuid) -> Value {
     let state = &server.state;
     let record = recorded(server, run).await;
-    assert_eq!(record.status, stategraph::internals::runtime::RunStatus::Finished);
+    assert_eq!(
+        record.status,
+        stategraph::internals::runtime::RunStatus::Finished
+    );
     let graph = state.graphs.get(&record.graph).expect("graph served");
     stategraph::internals::replay::state_at(&*state.store, &graph, run, record.last_step)
         .await
@@ -615,7 +618,9 @@ async fn assistant_shows_tagged_results_verbatim_fills_the_active_customer_and_l
     tracing::subscriber::set_global_default(
         tracing_subscriber::registry()
             .with(tracing_subscriber::filter::LevelFilter::INFO)
-            .with(stategraph::internals::telemetry::json_layer(move || sink.clone())),
+            .with(stategraph::internals::telemetry::json_layer(move || {
+                sink.clone()
+            })),
     )
     .expect("no other subscriber in this test's process");
     tokio::time::timeout(TEST_LIMIT, async {

@@ -280,8 +280,10 @@ async fn calls_show_request_template_tools_and_answer_and_redact_secrets() {
     let (model, seen) = tutor();
     let server = talk_server(dir.path(), Arc::clone(&store), model, |c| {
         c.calls.redact = vec![
-            toml::from_str::<stategraph::internals::llm::RedactRule>(r#"pattern = "sk-[A-Za-z0-9]{16,}""#)
-                .unwrap(),
+            toml::from_str::<stategraph::internals::llm::RedactRule>(
+                r#"pattern = "sk-[A-Za-z0-9]{16,}""#,
+            )
+            .unwrap(),
         ];
     })
     .await;

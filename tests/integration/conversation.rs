@@ -158,10 +158,15 @@ async fn an_agents_tool_turns_are_state_and_the_next_chat_turn_sees_them() {
     // The stored state holds the whole turn: question, call, result, answer.
     let graph = server.state.graphs.get("react").unwrap();
     let record = server.state.store.get_run(run1).await.unwrap().unwrap();
-    let state = stategraph::internals::replay::state_at(&*server.state.store, &graph, run1, record.last_step)
-        .await
-        .unwrap()
-        .to_json();
+    let state = stategraph::internals::replay::state_at(
+        &*server.state.store,
+        &graph,
+        run1,
+        record.last_step,
+    )
+    .await
+    .unwrap()
+    .to_json();
     let msgs = state["messages"].as_array().unwrap();
     let roles: Vec<&str> = msgs.iter().map(|m| m["role"].as_str().unwrap()).collect();
     assert_eq!(
@@ -209,10 +214,15 @@ async fn an_agents_tool_turns_are_state_and_the_next_chat_turn_sees_them() {
         .collect();
     assert_eq!(shape, ["user", "calls", "tool", "assistant", "user"]);
     let record = server.state.store.get_run(run2).await.unwrap().unwrap();
-    let state = stategraph::internals::replay::state_at(&*server.state.store, &graph, run2, record.last_step)
-        .await
-        .unwrap()
-        .to_json();
+    let state = stategraph::internals::replay::state_at(
+        &*server.state.store,
+        &graph,
+        run2,
+        record.last_step,
+    )
+    .await
+    .unwrap()
+    .to_json();
     assert_eq!(state["messages"].as_array().unwrap().len(), 6);
 
     // What the chat shows is unchanged: text and the tool part, no tool

@@ -94,9 +94,9 @@ impl Node for Flaky {
         Box::pin(async move {
             if self.fails.load(Ordering::SeqCst) > 0 {
                 self.fails.fetch_sub(1, Ordering::SeqCst);
-                return Err(NodeError::Llm(stategraph::internals::llm::LlmError::Connect(
-                    "flaky".into(),
-                )));
+                return Err(NodeError::Llm(
+                    stategraph::internals::llm::LlmError::Connect("flaky".into()),
+                ));
             }
             Ok(Patch::new().set("note", "recovered"))
         })
@@ -163,7 +163,11 @@ fn registries(flaky_fails: u32) -> Registries {
 }
 
 /// One `flaky` node with the given retry policy.
-fn flaky_graph(attempts: u32, backoff: &str, reg: &Registries) -> Arc<stategraph::internals::nodes::Graph> {
+fn flaky_graph(
+    attempts: u32,
+    backoff: &str,
+    reg: &Registries,
+) -> Arc<stategraph::internals::nodes::Graph> {
     compile(
         &format!(
             "state: test\nentry: flaky\nnodes:\n  - {{id: flaky, kind: flaky, writes: [note], \

@@ -103,7 +103,9 @@ async fn render(template: &str) -> Result<String, String> {
     let seen = std::sync::Arc::new(std::sync::Mutex::new(String::new()));
     let s = std::sync::Arc::clone(&seen);
     let model = std::sync::Arc::new(ScriptedModel::from_fn(move |req| {
-        if let Some(stategraph::internals::llm::ChatMessage::System { content }) = req.messages.first() {
+        if let Some(stategraph::internals::llm::ChatMessage::System { content }) =
+            req.messages.first()
+        {
             *s.lock().unwrap() = content.clone();
         }
         stategraph::internals::llm::scripted::Turn::text("ok")

@@ -489,8 +489,9 @@ edges:
 #[tokio::test]
 async fn values_a_route_cannot_take_and_ambiguous_steps_are_refused() {
     let reg = crate::support::registries();
-    let prompts =
-        stategraph::internals::graph::prompts::Prompts::load(&crate::support::root().join("prompts"));
+    let prompts = stategraph::internals::graph::prompts::Prompts::load(
+        &crate::support::root().join("prompts"),
+    );
     let cat = reg.from_sources(&[("routed", ROUTED)], prompts);
     assert!(!cat.has_errors(), "{:?}", cat.diagnostics);
     let graph = cat.get("routed").unwrap();

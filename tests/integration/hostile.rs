@@ -75,7 +75,10 @@ async fn parallel_posts_store_exactly_one_turn(store: Arc<dyn Store>) {
         .await
         .unwrap();
     assert_eq!(runs.len(), 1, "refused requests leave no run: {runs:?}");
-    assert_eq!(runs[0].status, stategraph::internals::runtime::RunStatus::Finished);
+    assert_eq!(
+        runs[0].status,
+        stategraph::internals::runtime::RunStatus::Finished
+    );
     // The one turn is a whole run: it re-executes from its recording.
     assert_eq!(crate::support::assert_all_reexecute(&server.state).await, 1);
     server.shutdown().await;

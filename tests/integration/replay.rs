@@ -82,7 +82,10 @@ async fn replaying_the_log_gives_the_bytes_the_client_received() {
         .unwrap();
     server.shutdown().await;
     let (run, events) = replay::load(&*store, run_id).await.unwrap();
-    assert_eq!(run.status, stategraph::internals::runtime::RunStatus::Finished);
+    assert_eq!(
+        run.status,
+        stategraph::internals::runtime::RunStatus::Finished
+    );
     let bytes = replay::sse(&events).unwrap();
     let without_keepalive: String = live
         .split_inclusive("\n\n")
@@ -94,7 +97,9 @@ async fn replaying_the_log_gives_the_bytes_the_client_received() {
     assert!(timeline.contains("tool current_time ok"), "{timeline}");
 }
 
-async fn recorded_run(store: &Arc<MemoryStore>) -> (Arc<stategraph::internals::nodes::Graph>, Uuid) {
+async fn recorded_run(
+    store: &Arc<MemoryStore>,
+) -> (Arc<stategraph::internals::nodes::Graph>, Uuid) {
     let cat = crate::support::shipped_catalog();
     let graph = Arc::clone(cat.get("chat").unwrap());
     let opts = RunOptions {

@@ -134,7 +134,10 @@ async fn an_error_mid_run_is_one_error_chunk_with_a_reference_and_no_internals()
         .await
         .unwrap()
         .unwrap();
-    assert_eq!(run.status, stategraph::internals::runtime::RunStatus::Failed);
+    assert_eq!(
+        run.status,
+        stategraph::internals::runtime::RunStatus::Failed
+    );
     assert!(
         run.error
             .unwrap()

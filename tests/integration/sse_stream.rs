@@ -275,8 +275,10 @@ edges:
   - reply -> END
 ";
     let reg = crate::support::registries();
-    let prompts =
-        stategraph::internals::graph::prompts::Prompts::from_sources(std::path::Path::new("prompts"), []);
+    let prompts = stategraph::internals::graph::prompts::Prompts::from_sources(
+        std::path::Path::new("prompts"),
+        [],
+    );
     let cat = reg.from_sources(&[("echo", GRAPH)], prompts);
     let graph = Arc::clone(
         cat.get("echo")

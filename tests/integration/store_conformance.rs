@@ -26,11 +26,11 @@ use stategraph::internals::runtime::{
     self, CheckpointError, Checkpointer, MemoryCheckpointer, PendingTask, RunOptions, RunStatus,
     StepBatch, TaskWrite, rebuild_state,
 };
-use stategraph::state::{Patch, StateType};
 use stategraph::internals::store::{
     self, ChatRecord, CheckpointRecord, EventLog, MessageRecord, PostgresStore, RunCursor,
     RunQuery, RunRecord, SqliteStore, Store, StoreConfig, StoreError,
 };
+use stategraph::state::{Patch, StateType};
 use uuid::Uuid;
 
 mod backends;

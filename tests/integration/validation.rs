@@ -252,7 +252,10 @@ fn registries_for(case: &str) -> Registries {
 
 /// Loads a fixture group and compares its diagnostics with its expectations;
 /// returns a description of every mismatch.
-fn check_case(case: &str, files: &[PathBuf]) -> (stategraph::internals::nodes::GraphCatalog, Vec<String>) {
+fn check_case(
+    case: &str,
+    files: &[PathBuf],
+) -> (stategraph::internals::nodes::GraphCatalog, Vec<String>) {
     let cat = registries_for(case).load_files(files, &fixture_prompts());
     let mut problems = Vec::new();
     let (mut expects, mut hints) = (Vec::new(), Vec::new());

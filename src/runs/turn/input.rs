@@ -163,7 +163,11 @@ fn percent_decode(s: &str) -> Vec<u8> {
 /// conversation (id, role, text) into the history field, the newest user
 /// text into the text field, and the body keys `chat.inputs` names into
 /// their fields.
-pub(crate) fn input_state(io: &ChatIo, messages: &[TurnMessage], extra: &Map<String, Value>) -> Value {
+pub(crate) fn input_state(
+    io: &ChatIo,
+    messages: &[TurnMessage],
+    extra: &Map<String, Value>,
+) -> Value {
     let mut input = Map::new();
     if let Some(field) = &io.history {
         let msgs: Vec<Value> = messages

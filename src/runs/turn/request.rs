@@ -45,7 +45,10 @@ impl Runs {
     /// # Errors
     /// The request does not fit the graph or the chat (nothing was
     /// written), or the turn could not start.
-    pub(crate) async fn answer(self: &Arc<Self>, req: TurnRequest) -> Result<TurnStarted, TurnError> {
+    pub(crate) async fn answer(
+        self: &Arc<Self>,
+        req: TurnRequest,
+    ) -> Result<TurnStarted, TurnError> {
         let turn = self.prepare(req).await?;
         self.begin_turn(turn).await
     }

@@ -68,8 +68,6 @@ pub(crate) struct TurnFrom {
 pub(crate) struct TurnStarted {
     /// The run's hub (stream it).
     pub hub: Arc<RunHub>,
-    /// The chat as stored now.
-    pub chat: ChatRecord,
 }
 
 impl Runs {
@@ -78,7 +76,10 @@ impl Runs {
     /// # Errors
     /// The chat is busy or another user's, the server is full or shutting
     /// down, or the store failed; nothing was written.
-    pub(crate) async fn begin_turn(self: &Arc<Self>, turn: ChatTurn) -> Result<TurnStarted, TurnError> {
+    pub(crate) async fn begin_turn(
+        self: &Arc<Self>,
+        turn: ChatTurn,
+    ) -> Result<TurnStarted, TurnError> {
         let runs = Arc::clone(self);
         self.whole(async move { runs.start_turn(turn, None).await })
             .await
@@ -175,7 +176,7 @@ impl Runs {
             TurnOutcome::NotOwner => return Err(TurnError::NotOwner),
         };
         match self.launch(launch, permit) {
-            Ok(hub) => Ok(TurnStarted { hub, chat }),
+            Ok(hub) => Ok(TurnStarted { hub }),
             Err(e) => {
                 // Stored but not started (a shutdown began): end it cleanly.
                 let _ = self

@@ -32,5 +32,5 @@ mod supervisor;
 pub use config::McpConfig;
 #[cfg(feature = "mcp")]
 pub use manager::McpManager;
-pub use status::{ServerState, ServerStatus};
 pub(crate) use status::{McpHealth, Missing};
+pub use status::{ServerState, ServerStatus};

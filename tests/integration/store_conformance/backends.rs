@@ -353,7 +353,9 @@ async fn an_unreachable_postgres_is_a_transient_error() {
 /// running runs and answering chats never are.
 #[tokio::test]
 async fn the_memory_backend_forgets_the_oldest_beyond_its_bounds() {
-    let store: Arc<dyn Store> = Arc::new(stategraph::internals::store::memory::MemoryStore::bounded(3, 2));
+    let store: Arc<dyn Store> = Arc::new(
+        stategraph::internals::store::memory::MemoryStore::bounded(3, 2),
+    );
     let mut runs = Vec::new();
     for i in 0..5u64 {
         let r = run(None, 10 + i);

@@ -21,7 +21,10 @@ fn verdict(run: Uuid, at: u64, criterion: &str, verdict: &str) -> VerdictRecord 
 
 pub(super) async fn verdicts_are_kept_per_run_and_pruned_with_it(store: Arc<dyn Store>) {
     let old = run(None, 1);
-    let kept = run(None, stategraph::internals::events::now_micros() + 60_000_000);
+    let kept = run(
+        None,
+        stategraph::internals::events::now_micros() + 60_000_000,
+    );
     for r in [&old, &kept] {
         store.create_run(r.clone()).await.unwrap();
         store

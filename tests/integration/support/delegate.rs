@@ -15,7 +15,9 @@ macro_rules! delegate_store {
                 PruneReport, RunQuery, RunRecord, RunStore, Store, StoreResult, TurnEnd,
                 TurnOutcome, TurnStart, VerdictRecord, Verdicts,
             };
-            use ::stategraph::internals::store::{CallPart, CallRecord, CallStorage, Calls, ExpiredCalls};
+            use ::stategraph::internals::store::{
+                CallPart, CallRecord, CallStorage, Calls, ExpiredCalls,
+            };
             use ::tokio::sync::broadcast;
             use ::uuid::Uuid;
 

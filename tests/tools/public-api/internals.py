@@ -86,7 +86,7 @@ def is_module(mods):
     """Whether `mods` names a module a test can reach (`pub mod`, or top-level)."""
     if len(mods) > 1:
         parent = module_text(mods[:-1])
-        if parent is None or not re.search(rf"^[ \t]*pub mod {mods[-1]}\b", parent, re.M):
+        if parent is None or not re.search(rf"^[ \t]*pub(\(crate\))? mod {mods[-1]}\b", parent, re.M):
             return False
     return module_text(mods) is not None
 
