@@ -79,10 +79,7 @@ impl Runs {
     ///
     /// # Errors
     /// The store failed.
-    pub(crate) async fn finished_stream(
-        &self,
-        chat_id: &str,
-    ) -> Result<Option<Arc<RunHub>>, StoreError> {
+    pub async fn finished_stream(&self, chat_id: &str) -> Result<Option<Arc<RunHub>>, StoreError> {
         let note = self
             .finished
             .lock()

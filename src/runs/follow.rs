@@ -19,7 +19,7 @@ impl Runs {
     ///
     /// # Errors
     /// The store failed.
-    pub(crate) async fn follow_chat(
+    pub async fn follow_chat(
         self: &Arc<Self>,
         chat: &ChatRecord,
     ) -> Result<Option<Arc<RunHub>>, StoreError> {
@@ -51,10 +51,7 @@ impl Runs {
     ///
     /// # Errors
     /// The store failed.
-    pub(crate) async fn run_bridge(
-        &self,
-        run: &RunRecord,
-    ) -> Result<Option<BridgeConfig>, StoreError> {
+    pub async fn run_bridge(&self, run: &RunRecord) -> Result<Option<BridgeConfig>, StoreError> {
         let first = self.store.events(run.id, 0, 1).await?;
         if let Some(b) = first.iter().find_map(|e| match &e.event {
             EventKind::RunStarted(start) => start.stream.as_ref().and_then(BridgeConfig::from_json),
@@ -83,7 +80,7 @@ impl Runs {
 
     /// A hub that follows a run executing on another instance through the
     /// event log (every event it has is in the store).
-    pub(crate) fn follow(
+    pub fn follow(
         self: &Arc<Self>,
         chat_id: &str,
         run_id: Uuid,

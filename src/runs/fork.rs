@@ -21,7 +21,7 @@ use crate::store::{RunRecord, StoreError};
 
 /// A fork to start.
 #[derive(Debug, Clone)]
-pub(crate) struct ForkRequest {
+pub struct ForkRequest {
     /// The run forked.
     pub parent: RunRecord,
     /// Who asks (the fork's user).
@@ -37,7 +37,7 @@ pub(crate) struct ForkRequest {
 
 /// A started fork.
 #[derive(Debug)]
-pub(crate) struct ForkStarted {
+pub struct ForkStarted {
     /// The new run.
     pub run_id: Uuid,
     /// Its hub (stream it, stop it).
@@ -48,7 +48,7 @@ pub(crate) struct ForkStarted {
 
 /// Why a fork did not start.
 #[derive(Debug, thiserror::Error)]
-pub(crate) enum ForkError {
+pub enum ForkError {
     /// The parent's graph is no longer served.
     #[error("graph `{0}` is no longer served")]
     UnknownGraph(String),
@@ -68,7 +68,7 @@ pub(crate) enum ForkError {
 
 impl ForkError {
     /// Stable machine-readable code.
-    pub(crate) fn code(&self) -> &'static str {
+    pub fn code(&self) -> &'static str {
         match self {
             ForkError::UnknownGraph(_) => "unknown_graph",
             ForkError::Edit(e) => e.code(),
@@ -101,7 +101,7 @@ impl Runs {
     /// # Errors
     /// The graph is gone, the edit is refused, the fork cannot attach, or
     /// the run could not start; nothing was written then.
-    pub(crate) async fn fork(self: &Arc<Self>, req: ForkRequest) -> Result<ForkStarted, ForkError> {
+    pub async fn fork(self: &Arc<Self>, req: ForkRequest) -> Result<ForkStarted, ForkError> {
         let runs = Arc::clone(self);
         self.whole(async move { runs.start_fork(req).await }).await
     }

@@ -21,7 +21,7 @@ use crate::sse::BridgeConfig;
 
 /// What the hub publishes to its subscribers.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub(crate) struct Progress {
+pub struct Progress {
     /// Highest seq received.
     pub last_seq: u64,
     /// The run is over and every event has arrived.
@@ -38,7 +38,7 @@ struct Buffer {
 
 /// A run in flight (or just finished).
 #[derive(Debug)]
-pub(crate) struct RunHub {
+pub struct RunHub {
     /// The run.
     pub run_id: Uuid,
     /// The chat it answers.
@@ -113,7 +113,7 @@ impl HubInit {
 
 /// What a subscriber reads next.
 #[derive(Debug)]
-pub(crate) enum Next {
+pub enum Next {
     /// Events after the cursor, from memory.
     Events(Vec<Arc<Event>>),
     /// The events after the cursor are in the store (up to this seq).
@@ -158,7 +158,7 @@ impl RunHub {
 
     /// Why the run stopped short of its last event, if it did (its store
     /// gave out): streams that run out of events end with this.
-    pub(crate) fn failure(&self) -> Option<&str> {
+    pub fn failure(&self) -> Option<&str> {
         self.failure.get().map(String::as_str)
     }
 
@@ -213,7 +213,7 @@ impl RunHub {
     }
 
     /// Progress updates.
-    pub(crate) fn watch(&self) -> watch::Receiver<Progress> {
+    pub fn watch(&self) -> watch::Receiver<Progress> {
         self.progress.subscribe()
     }
 
@@ -224,12 +224,12 @@ impl RunHub {
     }
 
     /// Whether the run is over.
-    pub(crate) fn is_done(&self) -> bool {
+    pub fn is_done(&self) -> bool {
         self.progress.borrow().done
     }
 
     /// The events after `cursor`.
-    pub(crate) fn next(&self, cursor: u64) -> Next {
+    pub fn next(&self, cursor: u64) -> Next {
         let b = self.buffer.lock().unwrap_or_else(PoisonError::into_inner);
         match b.events.first() {
             Some(first) if first.seq <= cursor + 1 => {
@@ -248,7 +248,7 @@ impl RunHub {
 
     /// Registers a subscriber; dropping the guard unregisters it (and, with
     /// `on_disconnect = cancel`, cancels the run when the last one leaves).
-    pub(crate) fn subscribe(self: &Arc<Self>) -> Subscription {
+    pub fn subscribe(self: &Arc<Self>) -> Subscription {
         self.subscribers.fetch_add(1, Ordering::SeqCst);
         Subscription(Arc::clone(self))
     }
@@ -256,7 +256,7 @@ impl RunHub {
 
 /// A live subscription to a hub.
 #[derive(Debug)]
-pub(crate) struct Subscription(Arc<RunHub>);
+pub struct Subscription(Arc<RunHub>);
 
 impl Drop for Subscription {
     fn drop(&mut self) {

@@ -62,7 +62,7 @@ use hub::HubInit;
 
 /// What the lifecycle needs from the server configuration.
 #[derive(Clone, Debug)]
-pub(crate) struct RunsConfig {
+pub struct RunsConfig {
     /// A dead instance's runs are taken over after this.
     pub lease: Duration,
     /// How often orphans are looked for (0: never; leases are renewed
@@ -109,7 +109,7 @@ impl From<&ServerConfig> for RunsConfig {
 }
 
 /// Hears about runs (metrics).
-pub(crate) trait RunObserver: Send + Sync {
+pub trait RunObserver: Send + Sync {
     /// Every event of every run this process executes.
     fn event(&self, graph: &str, event: &Event);
     /// A run ended: `finished`, `failed` or `cancelled`.
@@ -249,7 +249,7 @@ impl Launch {
 }
 
 /// The run lifecycle of one process.
-pub(crate) struct Runs {
+pub struct Runs {
     store: Arc<dyn Store>,
     services: Arc<Services>,
     graphs: Arc<Graphs>,
@@ -278,7 +278,7 @@ impl std::fmt::Debug for Runs {
 impl Runs {
     /// The lifecycle over `store`, running `graphs` with `services`;
     /// `instance` names this process in leases.
-    pub(crate) fn new(
+    pub fn new(
         store: Arc<dyn Store>,
         services: Arc<Services>,
         graphs: Arc<Graphs>,
@@ -303,17 +303,17 @@ impl Runs {
     }
 
     /// This process's id in leases.
-    pub(crate) fn instance(&self) -> &str {
+    pub fn instance(&self) -> &str {
         &self.instance
     }
 
     /// Runs executing now.
-    pub(crate) fn running(&self) -> usize {
+    pub fn running(&self) -> usize {
         self.config.max_concurrent_runs - self.permits.available_permits()
     }
 
     /// The chat's current (or lingering) hub.
-    pub(crate) fn for_chat(&self, chat_id: &str) -> Option<Arc<RunHub>> {
+    pub fn for_chat(&self, chat_id: &str) -> Option<Arc<RunHub>> {
         self.hubs
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
@@ -322,7 +322,7 @@ impl Runs {
     }
 
     /// Cancels the run if this process executes it; false otherwise.
-    pub(crate) fn cancel_run(&self, run_id: Uuid) -> bool {
+    pub fn cancel_run(&self, run_id: Uuid) -> bool {
         let hubs = self.hubs.lock().unwrap_or_else(PoisonError::into_inner);
         match hubs
             .values()
@@ -341,7 +341,7 @@ impl Runs {
     ///
     /// # Errors
     /// The store failed.
-    pub(crate) async fn stop_chat(
+    pub async fn stop_chat(
         self: &Arc<Self>,
         chat_id: &str,
         active: Option<Uuid>,
@@ -383,7 +383,7 @@ impl Runs {
     /// finish, then suspends the rest: each keeps its last checkpoint and
     /// gives up its lease, so another instance (or this one, restarted)
     /// resumes it.
-    pub(crate) async fn shutdown(&self, grace: Duration) {
+    pub async fn shutdown(&self, grace: Duration) {
         self.shutdown.cancel();
         self.tracker.close();
         if tokio::time::timeout(grace, self.tracker.wait())

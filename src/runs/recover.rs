@@ -33,7 +33,7 @@ const STOP_POLL: Duration = Duration::from_millis(250);
 
 /// Why an orphaned run could not be resumed.
 #[derive(Debug, thiserror::Error)]
-pub(crate) enum RecoverError {
+pub enum RecoverError {
     /// Its graph is not served here.
     #[error("graph `{0}` is not served here")]
     UnknownGraph(String),
@@ -56,7 +56,7 @@ impl Runs {
     /// when the process goes quiet (`idle`) and — when configured
     /// (`claim_orphans` and a non-zero `recover_interval`) — orphan
     /// recovery. Stops at shutdown.
-    pub(crate) fn spawn_upkeep(self: &Arc<Self>) -> tokio::task::JoinHandle<()> {
+    pub fn spawn_upkeep(self: &Arc<Self>) -> tokio::task::JoinHandle<()> {
         let every = self.config.recover_interval;
         let claims = self.config.claim_orphans && !every.is_zero();
         let runs = Arc::clone(self);
@@ -123,7 +123,7 @@ impl Runs {
     ///
     /// # Errors
     /// It could not be resumed (its lease is given up for another try).
-    pub(crate) async fn take_over(
+    pub async fn take_over(
         self: &Arc<Self>,
         run_id: uuid::Uuid,
     ) -> Result<Option<Arc<super::RunHub>>, RecoverError> {
@@ -176,7 +176,7 @@ impl Runs {
     }
 
     /// Claims and resumes runs whose instance died.
-    pub(crate) async fn recover_orphans(self: &Arc<Self>) {
+    pub async fn recover_orphans(self: &Arc<Self>) {
         let now = now_micros();
         let runs = match self
             .store

@@ -244,10 +244,7 @@ impl Runs {
     ///
     /// # Errors
     /// The log could not be read.
-    pub(crate) async fn waiting_at(
-        &self,
-        run: &RunRecord,
-    ) -> Result<Vec<Interrupt>, replay::ReplayError> {
+    pub async fn waiting_at(&self, run: &RunRecord) -> Result<Vec<Interrupt>, replay::ReplayError> {
         if run.status != RunStatus::Interrupted {
             return Ok(Vec::new());
         }
@@ -260,10 +257,7 @@ impl Runs {
     ///
     /// # Errors
     /// See [`ResumeError`]; nothing is changed on error.
-    pub(crate) async fn resume(
-        self: &Arc<Self>,
-        req: ResumeRequest,
-    ) -> Result<Started, ResumeError> {
+    pub async fn resume(self: &Arc<Self>, req: ResumeRequest) -> Result<Started, ResumeError> {
         let runs = Arc::clone(self);
         self.whole(async move { runs.continue_paused(req).await })
             .await
@@ -462,11 +456,7 @@ impl Runs {
     ///
     /// # Errors
     /// The store failed.
-    pub(crate) async fn set_aside(
-        &self,
-        run: &RunRecord,
-        reason: &str,
-    ) -> Result<bool, StoreError> {
+    pub async fn set_aside(&self, run: &RunRecord, reason: &str) -> Result<bool, StoreError> {
         self.end_paused(
             run,
             EventKind::RunCancelled {
@@ -479,7 +469,7 @@ impl Runs {
     }
 
     /// Fails the paused runs whose wait lapsed (upkeep).
-    pub(crate) async fn expire_interrupts(&self) {
+    pub async fn expire_interrupts(&self) {
         let mut query = RunQuery::newest(EXPIRY_BATCH);
         query.status = Some(RunStatus::Interrupted);
         let runs = match self.store.list_runs(&query).await {

@@ -12,7 +12,7 @@ use crate::nodes::Graph;
 
 /// A run to start on its own.
 #[derive(Debug)]
-pub(crate) struct RunStart {
+pub struct RunStart {
     /// The graph.
     pub graph: Arc<Graph>,
     /// Its input state.
@@ -29,7 +29,7 @@ pub(crate) struct RunStart {
 
 /// A started run.
 #[derive(Debug)]
-pub(crate) struct Started {
+pub struct Started {
     /// Its id.
     pub run_id: Uuid,
     /// Its hub (wait for it, stream it, stop it).
@@ -41,7 +41,7 @@ impl Runs {
     ///
     /// # Errors
     /// The limit is reached, shutdown began, or the store failed.
-    pub(crate) async fn start(self: &Arc<Self>, start: RunStart) -> Result<Started, StartError> {
+    pub async fn start(self: &Arc<Self>, start: RunStart) -> Result<Started, StartError> {
         let runs = Arc::clone(self);
         self.whole(async move { runs.start_alone(start).await })
             .await
@@ -87,7 +87,7 @@ impl Runs {
 
 impl RunHub {
     /// Waits until the run is over.
-    pub(crate) async fn wait(&self) {
+    pub async fn wait(&self) {
         let mut watch = self.watch();
         while !watch.borrow().done {
             if watch.changed().await.is_err() {

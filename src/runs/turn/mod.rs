@@ -34,7 +34,7 @@ pub(crate) use start::{ChatTurn, TurnFrom, TurnStarted};
 /// A message of the conversation, as a client sends it (the AI SDK's UI
 /// message: parts, not plain text).
 #[derive(Clone, Debug, Deserialize)]
-pub(crate) struct TurnMessage {
+pub struct TurnMessage {
     /// Message id.
     pub id: String,
     /// `user`, `assistant` or `system`.
@@ -49,7 +49,7 @@ pub(crate) struct TurnMessage {
 
 impl TurnMessage {
     /// A user message of plain text.
-    pub(crate) fn user(id: &str, text: &str) -> Self {
+    pub fn user(id: &str, text: &str) -> Self {
         Self {
             id: id.to_owned(),
             role: "user".into(),
@@ -76,7 +76,7 @@ pub(crate) fn answer_message_id(run_id: Uuid, named: Option<&str>) -> String {
 
 /// Why a turn did not start (nothing was written).
 #[derive(Debug, thiserror::Error)]
-pub(crate) enum TurnError {
+pub enum TurnError {
     /// A run of the chat is in flight.
     #[error("this chat is already answering; stop it or wait")]
     Busy,
@@ -115,7 +115,7 @@ impl Runs {
     ///
     /// # Errors
     /// Another user's chat, or the store failed.
-    pub(crate) async fn owned_chat(
+    pub async fn owned_chat(
         &self,
         user_id: &str,
         chat_id: &str,
@@ -131,7 +131,7 @@ impl Runs {
     ///
     /// # Errors
     /// The store failed.
-    pub(crate) async fn owned_run(
+    pub async fn owned_run(
         &self,
         user_id: &str,
         run_id: Uuid,

@@ -34,7 +34,7 @@ use crate::store::{MessageRecord, RunRecord};
 /// A chat request as the paused run's decision needs it (borrowed from the
 /// transport's parsed body).
 #[derive(Debug)]
-pub(crate) struct PausedAnswer<'a> {
+pub struct PausedAnswer<'a> {
     /// The chat.
     pub chat_id: &'a str,
     /// Its user.
@@ -52,7 +52,7 @@ pub(crate) struct PausedAnswer<'a> {
 /// Why a chat request could not answer its chat's paused run (nothing
 /// changed).
 #[derive(Debug, thiserror::Error)]
-pub(crate) enum PausedError {
+pub enum PausedError {
     /// An assistant message was sent back but no run of the chat waits:
     /// the answer is stale (answered already) or forged.
     #[error("no run of this chat waits for an answer (it was answered already, or never asked)")]
@@ -77,7 +77,7 @@ impl Runs {
     /// Another user's chat ([`TurnError::NotOwner`], as for a new turn: an
     /// answer to someone else's run must not learn whether it waits), an
     /// answer refused, or the store failed.
-    pub(crate) async fn answer_paused(
+    pub async fn answer_paused(
         self: &Arc<Self>,
         req: &PausedAnswer<'_>,
     ) -> Result<Option<Started>, PausedError> {

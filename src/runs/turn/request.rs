@@ -15,7 +15,7 @@ use crate::store::{MessageRecord, RunQuery};
 
 /// A chat request, as a transport parsed it.
 #[derive(Debug)]
-pub(crate) struct TurnRequest {
+pub struct TurnRequest {
     /// The chat (created by its first turn).
     pub chat_id: String,
     /// Its user.
@@ -45,10 +45,7 @@ impl Runs {
     /// # Errors
     /// The request does not fit the graph or the chat (nothing was
     /// written), or the turn could not start.
-    pub(crate) async fn answer(
-        self: &Arc<Self>,
-        req: TurnRequest,
-    ) -> Result<TurnStarted, TurnError> {
+    pub async fn answer(self: &Arc<Self>, req: TurnRequest) -> Result<TurnStarted, TurnError> {
         let turn = self.prepare(req).await?;
         self.begin_turn(turn).await
     }

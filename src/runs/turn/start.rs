@@ -27,7 +27,7 @@ use crate::store::{ChatRecord, MessageRecord, TurnOutcome, TurnStart};
 
 /// A chat request to answer.
 #[derive(Debug)]
-pub(crate) struct ChatTurn {
+pub struct ChatTurn {
     /// The chat (created by its first turn).
     pub chat_id: String,
     /// Its user.
@@ -55,7 +55,7 @@ pub(crate) struct ChatTurn {
 /// re-execution starts where it did and the studio shows where it came
 /// from.
 #[derive(Debug)]
-pub(crate) struct TurnFrom {
+pub struct TurnFrom {
     /// The state and the tasks to run first (none: the run ends at once,
     /// having recorded the state as its one checkpoint).
     pub resume: Resume,
@@ -65,7 +65,7 @@ pub(crate) struct TurnFrom {
 
 /// A started turn.
 #[derive(Debug)]
-pub(crate) struct TurnStarted {
+pub struct TurnStarted {
     /// The run's hub (stream it).
     pub hub: Arc<RunHub>,
 }
@@ -76,10 +76,7 @@ impl Runs {
     /// # Errors
     /// The chat is busy or another user's, the server is full or shutting
     /// down, or the store failed; nothing was written.
-    pub(crate) async fn begin_turn(
-        self: &Arc<Self>,
-        turn: ChatTurn,
-    ) -> Result<TurnStarted, TurnError> {
+    pub async fn begin_turn(self: &Arc<Self>, turn: ChatTurn) -> Result<TurnStarted, TurnError> {
         let runs = Arc::clone(self);
         self.whole(async move { runs.start_turn(turn, None).await })
             .await
@@ -90,7 +87,7 @@ impl Runs {
     ///
     /// # Errors
     /// As [`Runs::begin_turn`].
-    pub(crate) async fn begin_turn_from(
+    pub async fn begin_turn_from(
         self: &Arc<Self>,
         turn: ChatTurn,
         from: TurnFrom,

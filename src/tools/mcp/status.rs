@@ -46,7 +46,7 @@ pub struct ServerStatus {
 
 /// A referenced tool or partition that nothing provides right now.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
-pub(crate) struct Missing {
+pub struct Missing {
     /// The name as graphs reference it.
     pub name: String,
     /// `partition` or `tool`.
@@ -59,7 +59,7 @@ pub(crate) struct Missing {
 
 /// Referenced tools against provided tools.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
-pub(crate) struct McpHealth {
+pub struct McpHealth {
     /// Every referenced name resolves to at least one tool.
     pub ok: bool,
     /// Referenced names that resolve to nothing.
