@@ -19,10 +19,12 @@ mod compiled;
 pub(crate) mod diagnostic;
 mod edges;
 pub(crate) mod expr;
+#[cfg(feature = "server")]
 pub(crate) mod file_schema;
 pub(crate) mod kinds;
 pub(crate) mod load;
 pub(crate) mod loc;
+#[cfg(feature = "server")]
 pub(crate) mod mermaid;
 pub(crate) mod prompts;
 mod rules;
@@ -37,7 +39,9 @@ pub(crate) use build::{BuildCx, PromptRef, Reported};
 pub use bundle::Bundle;
 pub(crate) use catalog::{Catalog, CatalogEnv};
 pub use compile::{CompileEnv, compile};
-pub(crate) use compiled::{ChatIo, CompiledGraph, CompiledNode, NodeIdx, Target, Transition};
+#[cfg(feature = "server")]
+pub(crate) use compiled::ChatIo;
+pub(crate) use compiled::{CompiledGraph, CompiledNode, NodeIdx, Target, Transition};
 pub use diagnostic::Diagnostic;
 pub use kinds::SettingDoc;
 pub(crate) use kinds::{KindInfo, NodeKinds};

@@ -209,6 +209,7 @@ pub struct NodeSpec {
 }
 
 /// The keys every node has, whatever its kind.
+#[cfg(feature = "server")]
 pub(crate) const COMMON_NODE_KEYS: &[&str] = &[
     "id",
     "kind",

@@ -40,7 +40,9 @@ pub use config::LlmConfig;
 pub use fallback::FallbackModel;
 pub(crate) use keywords::ValueKeywords;
 pub use openai::{EndpointSettings, OpenAiModel, RetryPolicy, Timeouts};
-pub(crate) use record::{CallRecorder, CallStart, NoRedaction, RegexRedactor};
+pub(crate) use record::CallRecorder;
+#[cfg(feature = "server")]
+pub(crate) use record::{CallStart, NoRedaction, RegexRedactor};
 pub use record::{Redact, RedactRule};
 
 /// One message sent to a model.

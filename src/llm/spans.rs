@@ -24,6 +24,7 @@ use super::{ChatMessage, ChatRequest, LlmChunk, LlmError};
 static CAPTURE: AtomicBool = AtomicBool::new(false);
 
 /// Turns content capture on or off for every model call from now on.
+#[cfg(feature = "server")]
 pub(crate) fn capture_content(on: bool) {
     CAPTURE.store(on, Ordering::Relaxed);
 }

@@ -10,10 +10,13 @@
 //! node, routed again; or before one, to run it again); [`calls`] lists
 //! the model calls with what each was asked and answered.
 
+#[cfg(feature = "server")]
 mod calls;
 mod fork;
 mod recording;
+#[cfg(feature = "server")]
 mod tasks;
+#[cfg(feature = "server")]
 mod timing;
 
 use std::fmt::Write;
@@ -30,11 +33,15 @@ use crate::sse::{self, BridgeConfig};
 use crate::state::DynState;
 use crate::store::{RunRecord, Store, StoreError};
 
+#[cfg(feature = "server")]
 pub(crate) use calls::{CallView, Parts, calls, calls_text, expand};
+#[cfg(feature = "server")]
 pub(crate) use fork::replaced;
 pub use fork::{Edit, EditError, fork_point};
 pub(crate) use recording::Recording;
+#[cfg(feature = "server")]
 pub(crate) use tasks::{TaskTimeline, task_timeline};
+#[cfg(feature = "server")]
 pub(crate) use timing::timing;
 
 /// Why a replay operation failed.

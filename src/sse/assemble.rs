@@ -20,6 +20,7 @@ pub(crate) const ERROR_PART: &str = "data-error";
 
 /// Whether stored message metadata is that of a failed run's message: its
 /// stream ended in an error (`finishReason` `error`).
+#[cfg(feature = "server")]
 pub(crate) fn is_failed(metadata: &Value) -> bool {
     metadata["finishReason"] == "error"
 }

@@ -246,6 +246,7 @@ pub(crate) fn frame(out: &mut String, seq: u64, part: u32, chunk: &Chunk) {
 pub(crate) const DONE: &str = "data: [DONE]\n\n";
 
 /// A keep-alive comment for idle streams.
+#[cfg(feature = "server")]
 pub(crate) const KEEP_ALIVE: &str = ": keep-alive\n\n";
 
 #[cfg(test)]

@@ -11,10 +11,13 @@ mod bridge;
 pub(crate) mod chunk;
 
 pub use assemble::Assembler;
+#[cfg(feature = "server")]
 pub(crate) use assemble::is_failed;
 pub use bridge::{Bridge, BridgeConfig};
 pub use chunk::Chunk;
-pub(crate) use chunk::{DONE, KEEP_ALIVE, frame};
+#[cfg(feature = "server")]
+pub(crate) use chunk::KEEP_ALIVE;
+pub(crate) use chunk::{DONE, frame};
 
 use crate::events::Event;
 

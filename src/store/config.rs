@@ -25,7 +25,9 @@ use super::memory::MemoryStore;
 use super::postgres::{self, PostgresStore};
 #[cfg(feature = "sqlite")]
 use super::sqlite::{self, SqliteOptions, SqliteStore};
-use super::{MigrationReport, Store, StoreError, StoreResult};
+#[cfg(feature = "server")]
+use super::{MigrationReport, StoreResult};
+use super::{Store, StoreError};
 
 /// The SQLite file's name inside `data_dir`.
 pub const SQLITE_FILE: &str = "stategraph.db";
@@ -176,6 +178,7 @@ pub async fn open(config: &StoreConfig) -> Result<Arc<dyn Store>, StoreError> {
 ///
 /// # Errors
 /// As [`open`].
+#[cfg(feature = "server")]
 pub(crate) async fn migrate(config: &StoreConfig) -> StoreResult<MigrationReport> {
     match config.backend() {
         Backend::Memory => Ok(MigrationReport {

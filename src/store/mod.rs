@@ -35,10 +35,11 @@ mod sql;
 #[cfg(feature = "sqlite")]
 pub(crate) mod sqlite;
 mod verdicts;
+#[cfg(feature = "server")]
 mod watched;
 
+pub(crate) use calls::Calls;
 pub use calls::{CallPart, CallRecord, CallStorage};
-pub(crate) use calls::{Calls, ExpiredCalls};
 pub use config::{StoreConfig, open};
 #[cfg(feature = "postgres")]
 pub use postgres::PostgresStore;
@@ -46,6 +47,7 @@ pub use query::{RunCursor, RunQuery};
 #[cfg(feature = "sqlite")]
 pub use sqlite::SqliteStore;
 pub use verdicts::{VerdictRecord, Verdicts};
+#[cfg(feature = "server")]
 pub(crate) use watched::Watched;
 
 use futures::future::BoxFuture;
@@ -59,6 +61,7 @@ use crate::events::{RunStatus, StepBatch};
 
 /// What a call to `migrate` did.
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[cfg(feature = "server")]
 pub(crate) struct MigrationReport {
     /// Schema version before (0 for a new database).
     pub from: u32,

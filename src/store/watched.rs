@@ -323,7 +323,7 @@ impl super::Calls for Watched {
     fn call_parts(&self, hashes: Vec<String>) -> BoxFuture<'_, StoreResult<Vec<super::CallPart>>> {
         self.inner.call_parts(hashes)
     }
-    fn expire_calls(&self, before: u64) -> BoxFuture<'_, StoreResult<super::ExpiredCalls>> {
+    fn expire_calls(&self, before: u64) -> BoxFuture<'_, StoreResult<super::calls::ExpiredCalls>> {
         self.noted(self.inner.expire_calls(before))
     }
     fn call_storage(&self) -> BoxFuture<'_, StoreResult<super::CallStorage>> {

@@ -47,7 +47,7 @@ pub struct TurnSpec {
     /// How it starts: new input, or an answer to the previous turn's pause.
     pub start: Start,
     /// Scripted model replies by node id (`*`: any node), consumed per call.
-    pub models: Vec<(Sp<String>, Vec<Sp<Reply>>)>,
+    pub(crate) models: Vec<(Sp<String>, Vec<Sp<Reply>>)>,
     /// Tool stubs (the case's own come after the turn's).
     pub tools: Vec<Stub>,
     /// What must hold after it.

@@ -194,6 +194,7 @@ impl ToolLock {
 }
 
 /// The tools registered in `partition` right now, as a lock lists them.
+#[cfg(feature = "server")]
 pub(crate) fn live(registry: &super::ToolRegistry, partition: &str) -> Vec<LockedTool> {
     let members = registry.partitions().remove(partition).unwrap_or_default();
     members
@@ -212,6 +213,7 @@ pub(crate) fn live(registry: &super::ToolRegistry, partition: &str) -> Vec<Locke
 /// partition) differ from the lock in `dir`, if there is one (`serve`
 /// calls it once the servers are up); returns the warnings, as
 /// `(server, difference)`.
+#[cfg(feature = "server")]
 pub(crate) fn warn_if_stale(
     registry: &super::ToolRegistry,
     dir: &Path,

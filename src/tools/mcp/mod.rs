@@ -32,5 +32,6 @@ mod supervisor;
 pub use config::McpConfig;
 #[cfg(feature = "mcp")]
 pub use manager::McpManager;
+#[cfg(any(feature = "mcp", feature = "server"))]
 pub(crate) use status::{McpHealth, Missing};
 pub use status::{ServerState, ServerStatus};
