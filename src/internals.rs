@@ -196,11 +196,14 @@ pub mod store {
     pub use crate::store::CallPart;
     pub use crate::store::CallRecord;
     pub use crate::store::CallStorage;
+    pub use crate::store::Calls;
     pub use crate::store::ChatRecord;
     pub use crate::store::ChatStore;
     pub use crate::store::CheckpointRecord;
     pub use crate::store::EventLog;
+    pub use crate::store::ExpiredCalls;
     pub use crate::store::Lease;
+    pub use crate::store::Leases;
     pub use crate::store::Maintenance;
     pub use crate::store::MessageRecord;
     #[cfg(feature = "postgres")]
@@ -216,15 +219,19 @@ pub mod store {
     pub use crate::store::StoreConfig;
     pub use crate::store::StoreError;
     pub use crate::store::StoreResult;
+    pub use crate::store::TurnEnd;
     pub use crate::store::TurnOutcome;
     pub use crate::store::TurnStart;
     pub use crate::store::VerdictRecord;
     pub use crate::store::Verdicts;
+    pub use crate::store::open;
 
     /// The module `store::config`, as far as tests use it.
     pub mod config {
         pub use crate::store::config::Backend;
         pub use crate::store::config::SQLITE_FILE;
+        #[cfg(feature = "server")]
+        pub use crate::store::config::migrate;
     }
 
     /// The module `store::memory`, as far as tests use it.
@@ -232,10 +239,17 @@ pub mod store {
         pub use crate::store::memory::MemoryStore;
     }
 
+    /// The module `store::postgres`, as far as tests use it.
+    #[cfg(feature = "postgres")]
+    pub mod postgres {
+        pub use crate::store::postgres::migrate;
+    }
+
     /// The module `store::sqlite`, as far as tests use it.
     #[cfg(feature = "sqlite")]
     pub mod sqlite {
         pub use crate::store::sqlite::SqliteStore;
+        pub use crate::store::sqlite::migrate;
     }
 }
 

@@ -179,7 +179,7 @@ pub async fn open(config: &StoreConfig) -> Result<Arc<dyn Store>, StoreError> {
 /// # Errors
 /// As [`open`].
 #[cfg(feature = "server")]
-pub(crate) async fn migrate(config: &StoreConfig) -> StoreResult<MigrationReport> {
+pub async fn migrate(config: &StoreConfig) -> StoreResult<MigrationReport> {
     match config.backend() {
         Backend::Memory => Ok(MigrationReport {
             from: 0,

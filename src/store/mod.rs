@@ -38,8 +38,8 @@ mod verdicts;
 #[cfg(feature = "server")]
 mod watched;
 
-pub(crate) use calls::Calls;
 pub use calls::{CallPart, CallRecord, CallStorage};
+pub use calls::{Calls, ExpiredCalls};
 pub use config::{StoreConfig, open};
 #[cfg(feature = "postgres")]
 pub use postgres::PostgresStore;
@@ -61,8 +61,8 @@ use crate::events::{RunStatus, StepBatch};
 
 /// What a call to `migrate` did.
 #[derive(Clone, Debug, PartialEq, Eq)]
-#[cfg(feature = "server")]
-pub(crate) struct MigrationReport {
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
+pub struct MigrationReport {
     /// Schema version before (0 for a new database).
     pub from: u32,
     /// Schema version now.

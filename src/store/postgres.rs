@@ -272,7 +272,7 @@ impl PostgresStore {
 ///
 /// # Errors
 /// As [`PostgresStore::connect`].
-pub(crate) async fn migrate(url: &str) -> StoreResult<MigrationReport> {
+pub async fn migrate(url: &str) -> StoreResult<MigrationReport> {
     let pool = pool(config(url)?, 1)?;
     let mut client = pool.get().await.map_err(pool_error)?;
     apply_migrations(&mut client).await

@@ -310,7 +310,7 @@ impl SqliteStore {
 ///
 /// # Errors
 /// As [`SqliteStore::open`].
-pub(crate) async fn migrate(path: impl Into<PathBuf>) -> StoreResult<MigrationReport> {
+pub async fn migrate(path: impl Into<PathBuf>) -> StoreResult<MigrationReport> {
     let path = path.into();
     blocking(move || apply_migrations(&mut connect(&path, &SqliteOptions::default(), false)?)).await
 }

@@ -174,21 +174,32 @@ def strip_internals(path):
 
 
 def paths_in(text):
+    """Paths a file names, and the modules it imports as (path, local name)."""
     found = []
-    imports = []
-    for m in re.finditer(r"\buse\s+stategraph::", text):
+    modules = []
+    for m in re.finditer(r"\buse\s+(?:::)?stategraph::", text):
         out = []
         parse_tree(text, m.end(), [], out)
         for path, local in out:
-            imports.append((strip_internals(path), local))
+            path = strip_internals(path)
+            found.append(path)
+            if path and is_module(path):
+                modules.append((path, local))
     for m in re.finditer(rf"\bstategraph::((?:{IDENT}::)*{IDENT})\b(?!\s*::\s*\{{)", text):
         found.append(strip_internals(m.group(1).split("::")))
-    for path, local in imports:
-        found.append(path)
-        if path and is_module(path):
-            for u in re.finditer(rf"(?<![\w:]){local}::((?:{IDENT}::)*{IDENT})", text):
-                found.append(path + u.group(1).split("::"))
-    return found
+    return found, modules
+
+
+def module_uses(text, path, local):
+    """`local::…` paths in `text`, for a module imported as `local`."""
+    return [path + u.group(1).split("::")
+            for u in re.finditer(rf"(?<![\w:]){local}::((?:{IDENT}::)*{IDENT})", text)]
+
+
+def scope(f):
+    """The files a `use` in `f` reaches: `f` and its child modules' files."""
+    kids = f.parent if f.name in ("main.rs", "mod.rs", "lib.rs") else f.with_suffix("")
+    return [f] + ([k for k in sorted(kids.rglob("*.rs")) if k != f] if kids.is_dir() else [])
 
 
 def resolve(path):
@@ -204,16 +215,24 @@ def resolve(path):
 
 def collect():
     items = defaultdict(set)     # module path tuple -> item names
+    paths = []
     for f in sources():
-        for path in paths_in(f.read_text()):
-            if not path or path[0] in PUBLIC or path[0] == "internals":
-                continue
-            mods, item = resolve(path)
-            if not mods:
-                continue         # a root item: already the API
-            items[tuple(mods)]  # the module itself
-            if item is not None:
-                items[tuple(mods)].add(item)
+        found, modules = paths_in(f.read_text())
+        paths += found
+        # `use stategraph::replay;` then `replay::fork(…)`, here or in a child
+        # module (`use super::*;`).
+        for path, local in modules:
+            for g in scope(f):
+                paths += module_uses(g.read_text(), path, local)
+    for path in paths:
+        if not path or path[0] in PUBLIC or path[0] == "internals":
+            continue
+        mods, item = resolve(path)
+        if not mods:
+            continue             # a root item: already the API
+        items[tuple(mods)]       # the module itself
+        if item is not None:
+            items[tuple(mods)].add(item)
     return items
 
 
