@@ -345,7 +345,7 @@ pub struct RunStart {
     pub graph_version: String,
     /// The input state (shared with the caller, which built it).
     pub input: Arc<Value>,
-    /// [`EVENT_FORMAT`] at the time of writing.
+    /// `EVENT_FORMAT` at the time of writing.
     pub format: u32,
     /// Set when this run was forked from another.
     #[serde(default, skip_serializing_if = "Option::is_none")]

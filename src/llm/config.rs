@@ -80,7 +80,7 @@ pub(crate) const ANTHROPIC_BASE_URL: &str = "https://api.anthropic.com/v1";
 #[derive(Clone, Debug, Default, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct LlmConfig {
-    /// Model for roles without their own (default [`DEFAULT_MODEL`]).
+    /// Model for roles without their own (default `DEFAULT_MODEL`).
     pub model: Option<String>,
     /// Endpoints by name.
     pub endpoints: BTreeMap<String, EndpointConfig>,
@@ -94,9 +94,9 @@ pub struct LlmConfig {
     /// The built-in offline model (used when no endpoint is configured).
     pub offline: OfflineConfig,
     /// Upper bound on `max_tokens` for every call of roles without their
-    /// own (see [`RoleConfig::max_tokens`]).
+    /// own (see `RoleConfig::max_tokens`).
     pub max_tokens: Option<u32>,
-    /// A model script ([`super::script`]): every role answers from its
+    /// A model script (`llm::script`): every role answers from its
     /// rules, no endpoint is called (`STATEGRAPH_MODEL_SCRIPT`,
     /// `--model-script`).
     pub script: Option<std::path::PathBuf>,

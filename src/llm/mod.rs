@@ -109,7 +109,7 @@ pub struct JsonSchemaFormat {
     /// shared, built once per node.
     pub schema: Arc<Value>,
     /// Its strict form, for providers with a strict mode (built once with
-    /// the schema, see [`strict`]).
+    /// the schema, see `strict`).
     #[serde(skip)]
     pub strict: Arc<strict::StrictSchema>,
     /// Keywords choosing its enum values from text, for the offline model

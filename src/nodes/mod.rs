@@ -79,7 +79,7 @@ pub trait Node: Send + Sync + fmt::Debug {
     fn run<'a>(&'a self, cx: NodeContext<'a>) -> BoxFuture<'a, Result<Patch, NodeError>>;
 
     /// How the node ends when its last attempt failed, instead of failing
-    /// the run (its `on_error`, see [`bounds`]); `None` fails the run.
+    /// the run (its `on_error`, see `bounds`); `None` fails the run.
     fn recover<'a>(
         &'a self,
         _cx: NodeContext<'a>,

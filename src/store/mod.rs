@@ -564,7 +564,7 @@ pub trait Store: ChatStore + RunStore + EventLog + Leases + Maintenance + Verdic
     fn ping(&self) -> BoxFuture<'_, StoreResult<()>>;
     /// Checks that the backend takes a write: one that changes nothing a
     /// reader sees, yet writes (readiness while writes have failed, see
-    /// [`Watched`]). By default a [`Store::ping`].
+    /// `Watched`). By default a [`Store::ping`].
     fn probe_write(&self) -> BoxFuture<'_, StoreResult<()>> {
         self.ping()
     }

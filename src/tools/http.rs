@@ -92,7 +92,7 @@ pub enum SetupError {
     Registry(#[from] RegistryError),
 }
 
-/// Registers `http_fetch` (partition [`PARTITION`]).
+/// Registers `http_fetch` (partition `web`).
 ///
 /// # Errors
 /// An invalid allow-list entry, a client that cannot be built, or a name

@@ -62,7 +62,7 @@ impl Default for SearchConfig {
     }
 }
 
-/// Registers `web_search` (partition [`PARTITION`]).
+/// Registers `web_search` (partition `web`).
 ///
 /// # Errors
 /// An invalid URL, a client that cannot be built, or a name already taken

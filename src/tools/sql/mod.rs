@@ -159,7 +159,7 @@ pub enum SetupError {
 }
 
 /// Registers `list_sources`, `query_source` and `compare_sources` as the
-/// partition [`PARTITION`] (replacing what it held). Does not connect: the
+/// partition `data` (replacing what it held). Does not connect: the
 /// pool connects on the first call, so a database that is down at startup
 /// only fails calls.
 ///
