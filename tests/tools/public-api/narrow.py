@@ -2,8 +2,13 @@
 """Apply rustc's `unreachable_pub` suggestions: every `pub` item that neither
 the API nor `stategraph::internals` reaches becomes `pub(crate)`.
 
-    python3 tests/tools/public-api/narrow.py [cargo features args…]
-    # e.g. narrow.py --all-features ; narrow.py --no-default-features
+    python3 tests/tools/public-api/narrow.py --all-features
+
+Run it with every feature on: an item the full build reaches only through
+the server's state (`AppState::runs`) looks unreachable without the server,
+and narrowing it there breaks the tests that call its methods. The engine
+alone (`--no-default-features`) is kept warning-free by `#[cfg(feature =
+"server")]` on what only the server calls, not by narrowing.
 
 `cargo fix` cannot do this alone: in a grouped re-export
 (`pub use compile::{CompileEnv, Compiled};`) rustc points at the one name
