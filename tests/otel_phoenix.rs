@@ -21,16 +21,16 @@ use serde_json::{Map, Value, json};
 // The provider emulators of the integration tests (they name each other
 // as `super::…`, the crate root here).
 #[allow(dead_code, unreachable_pub)]
-#[path = "integration/providers/anthropic_rules.rs"]
+#[path = "integration/models_and_tools/providers/anthropic_rules.rs"]
 mod anthropic_rules;
 #[allow(dead_code, unreachable_pub)]
-#[path = "integration/providers/emulator.rs"]
+#[path = "integration/models_and_tools/providers/emulator.rs"]
 mod emulator;
 #[allow(dead_code, unreachable_pub)]
-#[path = "integration/providers/instance.rs"]
+#[path = "integration/models_and_tools/providers/instance.rs"]
 mod instance;
 #[allow(dead_code, unreachable_pub)]
-#[path = "integration/providers/openai_rules.rs"]
+#[path = "integration/models_and_tools/providers/openai_rules.rs"]
 mod openai_rules;
 
 use emulator::Emulator;
