@@ -283,46 +283,70 @@ async fn the_runs_api_serves_history_events_state_and_forks_per_user() {
         c.auth.api_keys.insert("kb".into(), "bob".into());
     })
     .await;
-    let client = reqwest::Client::new();
-    let as_ =
-        |k: &str, rb: reqwest::RequestBuilder| rb.header("authorization", format!("Bearer {k}"));
-    let live = as_(
-        "ka",
-        client
-            .post(server.url("/api/chat"))
-            .header("content-type", "application/json"),
-    )
-    .body(chat_body("runs-1", "what time is it?").to_string())
-    .send()
-    .await
-    .unwrap()
-    .text()
-    .await
-    .unwrap();
-    let json = |r: reqwest::Response| async move {
-        serde_json::from_str::<Value>(&r.text().await.unwrap()).unwrap()
-    };
-    let runs = json(
-        as_("ka", client.get(server.url("/api/runs?chat=runs-1")))
-            .send()
-            .await
-            .unwrap(),
-    )
-    .await;
+    let alice = Keyed::new(&server, "ka");
+    let live = alice
+        .post(
+            "/api/chat",
+            chat_body("runs-1", "what time is it?").to_string(),
+        )
+        .await
+        .text()
+        .await
+        .unwrap();
+    let runs = alice.get_json("/api/runs?chat=runs-1").await;
     let run = runs["runs"][0].clone();
     assert_eq!(run["status"], "finished");
     let id = run["id"].as_str().unwrap().to_owned();
-    let one = json(
-        as_("ka", client.get(server.url(&format!("/api/runs/{id}"))))
-            .send()
-            .await
-            .unwrap(),
-    )
-    .await;
+    let one = alice.get_json(&format!("/api/runs/{id}")).await;
     assert_eq!(one["chatId"], "runs-1");
-    // Its timing: the first visible part came before the end, and every
-    // node task that ran has a latency.
-    let timing = &one["timing"];
+    timing_covers_every_node(&one["timing"]);
+    events_page_and_replay_the_live_bytes(&alice, &id, &live).await;
+    a_fork_with_an_edit_finishes_from_it(&alice, &id).await;
+    bob_sees_none_of_it(&Keyed::new(&server, "kb"), &id).await;
+    server.shutdown().await;
+}
+
+/// A client of `server` sending one API key.
+struct Keyed<'a> {
+    client: reqwest::Client,
+    server: &'a TestServer,
+    key: &'static str,
+}
+
+impl<'a> Keyed<'a> {
+    fn new(server: &'a TestServer, key: &'static str) -> Self {
+        Self {
+            client: reqwest::Client::new(),
+            server,
+            key,
+        }
+    }
+
+    fn with_key(&self, rb: reqwest::RequestBuilder) -> reqwest::RequestBuilder {
+        rb.header("authorization", format!("Bearer {}", self.key))
+    }
+
+    async fn get(&self, path: &str) -> reqwest::Response {
+        let rb = self.client.get(self.server.url(path));
+        self.with_key(rb).send().await.unwrap()
+    }
+
+    async fn get_json(&self, path: &str) -> Value {
+        serde_json::from_str(&self.get(path).await.text().await.unwrap()).unwrap()
+    }
+
+    async fn post(&self, path: &str, body: String) -> reqwest::Response {
+        let rb = self
+            .client
+            .post(self.server.url(path))
+            .header("content-type", "application/json");
+        self.with_key(rb).body(body).send().await.unwrap()
+    }
+}
+
+/// The run's timing: the first visible part came before the end, and every
+/// node task that ran has a latency.
+fn timing_covers_every_node(timing: &Value) {
     let first = timing["firstVisibleMs"].as_f64().unwrap();
     let total = timing["totalMs"].as_f64().unwrap();
     assert!(first <= total, "{timing}");
@@ -342,115 +366,82 @@ async fn the_runs_api_serves_history_events_state_and_forks_per_user() {
             .iter()
             .all(|n| n["ms"].as_f64().unwrap() <= total && n["attempts"].as_u64() >= Some(1))
     );
-    let events = json(
-        as_(
-            "ka",
-            client.get(server.url(&format!("/api/runs/{id}/events?limit=5"))),
-        )
-        .send()
-        .await
-        .unwrap(),
-    )
-    .await;
+}
+
+/// The events come in pages, and as SSE they are the bytes the client saw
+/// live (keep-alive comments aside); the state at a step is readable.
+async fn events_page_and_replay_the_live_bytes(alice: &Keyed<'_>, id: &str, live: &str) {
+    let events = alice
+        .get_json(&format!("/api/runs/{id}/events?limit=5"))
+        .await;
     assert_eq!(events["events"].as_array().unwrap().len(), 5);
     assert_eq!(events["next"], 5);
-    let sse = as_(
-        "ka",
-        client
-            .get(server.url(&format!("/api/runs/{id}/events")))
-            .header("accept", "text/event-stream"),
-    )
-    .send()
-    .await
-    .unwrap()
-    .text()
-    .await
-    .unwrap();
+    let rb = alice
+        .client
+        .get(alice.server.url(&format!("/api/runs/{id}/events")))
+        .header("accept", "text/event-stream");
+    let sse = alice
+        .with_key(rb)
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
     let live: String = live
         .split_inclusive("\n\n")
         .filter(|f| !f.starts_with(':'))
         .collect();
     assert_eq!(sse, live, "the replayed SSE equals the live bytes");
-    let state = json(
-        as_(
-            "ka",
-            client.get(server.url(&format!("/api/runs/{id}/state?step=2"))),
-        )
-        .send()
-        .await
-        .unwrap(),
-    )
-    .await;
+    let state = alice
+        .get_json(&format!("/api/runs/{id}/state?step=2"))
+        .await;
     assert_eq!(state["state"]["intent"], "RESEARCH");
-    let fork = as_(
-        "ka",
-        client.post(server.url(&format!("/api/runs/{id}/fork"))),
-    )
-    .body(json!({"at": 2, "set": {"intent": "DIRECT"}}).to_string())
-    .send()
-    .await
-    .unwrap();
-    assert_eq!(fork.status(), 202);
-    let child = json(fork).await["runId"].as_str().unwrap().to_owned();
-    let mut status = Value::Null;
-    for _ in 0..100 {
-        let r = json(
-            as_("ka", client.get(server.url(&format!("/api/runs/{child}"))))
-                .send()
-                .await
-                .unwrap(),
+}
+
+/// A fork at step 2 with the intent edited runs to its end from there and
+/// names its parent.
+async fn a_fork_with_an_edit_finishes_from_it(alice: &Keyed<'_>, id: &str) {
+    let fork = alice
+        .post(
+            &format!("/api/runs/{id}/fork"),
+            json!({"at": 2, "set": {"intent": "DIRECT"}}).to_string(),
         )
         .await;
+    assert_eq!(fork.status(), 202);
+    let body: Value = serde_json::from_str(&fork.text().await.unwrap()).unwrap();
+    let child = body["runId"].as_str().unwrap().to_owned();
+    let mut status = Value::Null;
+    for _ in 0..100 {
+        let r = alice.get_json(&format!("/api/runs/{child}")).await;
         status = r["status"].clone();
         if status != "running" {
-            assert_eq!(r["parent"]["run_id"], id.as_str());
+            assert_eq!(r["parent"]["run_id"], id);
             break;
         }
         tokio::time::sleep(std::time::Duration::from_millis(20)).await;
     }
     assert_eq!(status, "finished");
-    let final_state = json(
-        as_(
-            "ka",
-            client.get(server.url(&format!("/api/runs/{child}/state"))),
-        )
-        .send()
-        .await
-        .unwrap(),
-    )
-    .await;
+    let final_state = alice.get_json(&format!("/api/runs/{child}/state")).await;
     assert_eq!(final_state["state"]["intent"], "DIRECT");
-    // Bob sees none of it.
+}
+
+/// Another user sees none of the run: not found everywhere, and no runs.
+async fn bob_sees_none_of_it(bob: &Keyed<'_>, id: &str) {
     for path in [
         format!("/api/runs/{id}"),
         format!("/api/runs/{id}/events"),
         format!("/api/runs/{id}/state"),
         "/api/runs?chat=runs-1".to_owned(),
     ] {
-        let r = as_("kb", client.get(server.url(&path)))
-            .send()
-            .await
-            .unwrap();
-        assert_eq!(r.status(), 404, "{path}");
+        assert_eq!(bob.get(&path).await.status(), 404, "{path}");
     }
-    let r = as_(
-        "kb",
-        client.post(server.url(&format!("/api/runs/{id}/fork"))),
-    )
-    .body("{\"at\":1}")
-    .send()
-    .await
-    .unwrap();
+    let r = bob
+        .post(&format!("/api/runs/{id}/fork"), "{\"at\":1}".into())
+        .await;
     assert_eq!(r.status(), 404);
-    let bobs = json(
-        as_("kb", client.get(server.url("/api/runs")))
-            .send()
-            .await
-            .unwrap(),
-    )
-    .await;
+    let bobs = bob.get_json("/api/runs").await;
     assert_eq!(bobs["runs"], json!([]));
-    server.shutdown().await;
 }
 
 /// A graph whose answer node has a fallback role, with a tool.

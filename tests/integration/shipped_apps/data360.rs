@@ -12,14 +12,28 @@ use serde_json::json;
 use stategraph::llm::ChatMessage;
 
 use crate::support::data360::*;
+use crate::support::server::TestServer;
 
 #[tokio::test]
 async fn golden_conversations_with_the_data360_server() {
     let (server, log) = start(Some("normal")).await;
 
-    // A greeting: code-fenced JSON with a null language is still DIRECT (in
-    // English), answered directly, no tools.
-    let t = turn(&server, &log, "hello", "hello there").await;
+    a_greeting(&server, &log).await;
+    a_single_fact(&server, &log).await;
+    a_comparison(&server, &log).await;
+    a_change_since_a_year(&server, &log).await;
+    research_with_a_chart(&server, &log).await;
+    explain(&server, &log).await;
+    clarify(&server, &log).await;
+    off_topic(&server, &log).await;
+
+    server.shutdown().await;
+}
+
+/// A greeting: code-fenced JSON with a null language is still DIRECT (in
+/// English), answered directly, no tools.
+async fn a_greeting(server: &TestServer, log: &Log) {
+    let t = turn(server, log, "hello", "hello there").await;
     assert_eq!(path_of(&t), ["router", "direct"]);
     assert_eq!(t.text(), "Hello! Ask me about development data.");
     let thinking = t.part("data-thinking").expect("routing reasoning");
@@ -37,10 +51,12 @@ async fn golden_conversations_with_the_data360_server() {
         .position(|c| c["type"] == "data-thinking")
         .unwrap();
     assert!(stage < routed);
+}
 
-    // A single fact: one lookup, the narrator in quick mode (no chart
-    // tools), and the card — the latest value, no trend (no start year).
-    let t = turn(&server, &log, "fact", "What is the population of Kenya?").await;
+/// A single fact: one lookup, the narrator in quick mode (no chart
+/// tools), and the card — the latest value, no trend (no start year).
+async fn a_single_fact(server: &TestServer, log: &Log) {
+    let t = turn(server, log, "fact", "What is the population of Kenya?").await;
     assert_eq!(
         path_of(&t),
         ["router", "quick_answer", "narrator", "followup"]
@@ -119,11 +135,13 @@ async fn golden_conversations_with_the_data360_server() {
         }
     }
     assert!(usage["total"]["completionTokens"].as_u64().unwrap() > 0);
+}
 
-    // A comparison: the card carries the difference.
+/// A comparison: the card carries the difference.
+async fn a_comparison(server: &TestServer, log: &Log) {
     let t = turn(
-        &server,
-        &log,
+        server,
+        log,
         "compare",
         "Compare GDP growth of India and China in 2021",
     )
@@ -139,11 +157,13 @@ async fn golden_conversations_with_the_data360_server() {
     let values = card["data"]["values"].as_array().unwrap();
     let diff = values[0]["value"].as_f64().unwrap() - values[1]["value"].as_f64().unwrap();
     assert!((card["data"]["difference"]["value"].as_f64().unwrap() - diff).abs() < 0.01);
+}
 
-    // A change since a start year: a fact with its trend.
+/// A change since a start year: a fact with its trend.
+async fn a_change_since_a_year(server: &TestServer, log: &Log) {
     let t = turn(
-        &server,
-        &log,
+        server,
+        log,
         "since",
         "How has inflation in Nigeria changed since 2010?",
     )
@@ -151,12 +171,14 @@ async fn golden_conversations_with_the_data360_server() {
     let card = &t.parts.last().unwrap()["data"];
     assert_eq!(card["trend"]["from_year"], "2010", "{card}");
     assert_eq!(card["trend"]["direction"], "increasing");
+}
 
-    // Research with a chart: the narrator's chart tool call is in the answer
-    // (tool parts with the chart URL as JSON); no card.
+/// Research with a chart: the narrator's chart tool call is in the answer
+/// (tool parts with the chart URL as JSON); no card.
+async fn research_with_a_chart(server: &TestServer, log: &Log) {
     let t = turn(
-        &server,
-        &log,
+        server,
+        log,
         "research",
         "Show a chart of CO2 per capita in Kenya and Nigeria",
     )
@@ -191,12 +213,14 @@ async fn golden_conversations_with_the_data360_server() {
         research_tools >= 11,
         "the 11 data tools and the basic ones: {research_tools}"
     );
+}
 
-    // Explain: only the three metadata tools; an answer without metadata is
-    // reminded once, then it reads the metadata.
+/// Explain: only the three metadata tools; an answer without metadata is
+/// reminded once, then it reads the metadata.
+async fn explain(server: &TestServer, log: &Log) {
     let t = turn(
-        &server,
-        &log,
+        server,
+        log,
         "explain",
         "What does life expectancy at birth mean?",
     )
@@ -220,20 +244,22 @@ async fn golden_conversations_with_the_data360_server() {
     assert!(
         matches!(&explained.messages[0], ChatMessage::System { content } if content.contains("Notes: years a newborn"))
     );
+}
 
-    // Clarify: a string where the slots list belongs is still CLARIFY.
-    let t = turn(&server, &log, "clarify", "How big is it?").await;
+/// Clarify: a string where the slots list belongs is still CLARIFY.
+async fn clarify(server: &TestServer, log: &Log) {
+    let t = turn(server, log, "clarify", "How big is it?").await;
     assert_eq!(path_of(&t), ["router", "clarifier"]);
     assert!(t.system_of("clarifier").contains("Missing: country."));
     assert_eq!(t.text(), "Which country do you mean?");
+}
 
-    // Off-topic: the suggester bridges to a data question; no data tools.
-    let t = turn(&server, &log, "offtopic", "Give me a pizza recipe").await;
+/// Off-topic: the suggester bridges to a data question; no data tools.
+async fn off_topic(server: &TestServer, log: &Log) {
+    let t = turn(server, log, "offtopic", "Give me a pizza recipe").await;
     assert_eq!(path_of(&t), ["router", "suggester"]);
     assert!(t.text().contains("outside Data360"));
     assert!(!t.sse.contains("tool-input"));
-
-    server.shutdown().await;
 }
 
 #[tokio::test]

@@ -390,43 +390,12 @@ async fn the_cards_crash_shapes_keep_the_answer() {
 async fn the_real_shapes_give_their_cards() {
     let (server, log) = start_with(
         Some(mcp_config_with("DATA360_SHAPE = \"api\"", false)),
-        model_with(|node, req| {
-            let q = question(req).to_lowercase();
-            if node != "quick_answer" || !tool_messages(req).is_empty() {
-                return None;
-            }
-            let (tool, args) = if q.contains("china and india") {
-                (
-                    "data360_compare_countries",
-                    json!({"database_id": "WB_WDI", "indicator_id": "WB_WDI_NY_GDP_MKTP_KD_ZG", "country_codes": "CHN;IND", "year": 2021}),
-                )
-            } else if q.contains("unemployment") {
-                (
-                    "data360_summarize_data",
-                    json!({"database_id": "WB_WDI", "indicator_id": "WB_WDI_SL_UEM_TOTL_ZS", "country_code": "ZAF", "start_year": 2010}),
-                )
-            } else if q.contains("rank") {
-                (
-                    "data360_rank_countries",
-                    json!({"database_id": "WB_WDI", "indicator_id": "WB_WDI_EN_ATM_CO2E_PC", "top_n": 3}),
-                )
-            } else {
-                return None;
-            };
-            Some(Turn::tool(tool, args))
-        }),
+        model_with(api_shape_tools),
     )
     .await;
-    let card = |t: &Turned| -> Value {
-        assert!(chunks(t, "error").is_empty(), "{}", t.sse);
-        assert_eq!(finish_reason(t), "stop");
-        t.part("data-quickAnswerCard")
-            .unwrap_or_else(|| panic!("no card in {:?}", t.parts))["data"]
-            .clone()
-    };
 
     // get_data: the API's rows (OBS_VALUE as text, the country as its code).
-    let fact = card(
+    let fact = card_of(
         &turn(
             &server,
             &log,
@@ -440,7 +409,90 @@ async fn the_real_shapes_give_their_cards() {
         json!({"kind": "fact", "indicator": "Population, total", "unit": "PS", "country": "KEN", "year": "2023", "value": 55100000.0})
     );
 
-    // compare_countries: `snapshot.rankings` rows {rank, code, country, value}.
+    comparisons_lead_with_the_first_country_asked(&server, &log).await;
+
+    // summarize_data: `groups` with latest / earliest / change / trend.
+    let since = card_of(
+        &turn(
+            &server,
+            &log,
+            "api-since",
+            "How has inflation in Nigeria changed since 2010?",
+        )
+        .await,
+    );
+    assert_eq!(
+        since,
+        json!({"kind": "fact", "indicator": "Inflation, consumer prices (annual %)", "unit": "annual %",
+            "country": "Nigeria", "year": "2023", "value": 24.7,
+            "trend": {"from_year": "2010", "from_value": 13.7, "change": 11.0, "direction": "increasing"}})
+    );
+
+    a_breakdown_by_sex_shows_the_total(&server, &log).await;
+
+    // rank_countries: `rankings` rows {rank, code, country, value}.
+    let ranked = card_of(
+        &turn(
+            &server,
+            &log,
+            "api-rank",
+            "Rank the top countries by CO2 emissions",
+        )
+        .await,
+    );
+    assert_eq!(ranked["kind"], "ranking");
+    assert_eq!(ranked["year"], "2020");
+    assert_eq!(ranked["order"], "desc");
+    assert_eq!(
+        ranked["ranking"],
+        json!([
+            {"rank": 1, "country_code": "USA", "country_name": "United States", "value": 13.0},
+            {"rank": 2, "country_code": "JPN", "country_name": "Japan", "value": 8.2},
+            {"rank": 3, "country_code": "CHN", "country_name": "China", "value": 7.6},
+        ])
+    );
+    server.shutdown().await;
+}
+
+/// The quick-answer agent's tool call for each question of
+/// `the_real_shapes_give_their_cards` (the API-shaped fake server).
+fn api_shape_tools(node: &'static str, req: &ChatRequest) -> Option<Turn> {
+    let q = question(req).to_lowercase();
+    if node != "quick_answer" || !tool_messages(req).is_empty() {
+        return None;
+    }
+    let (tool, args) = if q.contains("china and india") {
+        (
+            "data360_compare_countries",
+            json!({"database_id": "WB_WDI", "indicator_id": "WB_WDI_NY_GDP_MKTP_KD_ZG", "country_codes": "CHN;IND", "year": 2021}),
+        )
+    } else if q.contains("unemployment") {
+        (
+            "data360_summarize_data",
+            json!({"database_id": "WB_WDI", "indicator_id": "WB_WDI_SL_UEM_TOTL_ZS", "country_code": "ZAF", "start_year": 2010}),
+        )
+    } else if q.contains("rank") {
+        (
+            "data360_rank_countries",
+            json!({"database_id": "WB_WDI", "indicator_id": "WB_WDI_EN_ATM_CO2E_PC", "top_n": 3}),
+        )
+    } else {
+        return None;
+    };
+    Some(Turn::tool(tool, args))
+}
+
+/// The turn's card, after checking the turn ended cleanly.
+fn card_of(t: &Turned) -> Value {
+    assert!(chunks(t, "error").is_empty(), "{}", t.sse);
+    assert_eq!(finish_reason(t), "stop");
+    t.part("data-quickAnswerCard")
+        .unwrap_or_else(|| panic!("no card in {:?}", t.parts))["data"]
+        .clone()
+}
+
+/// compare_countries: `snapshot.rankings` rows {rank, code, country, value}. The card leads with the country asked first.
+async fn comparisons_lead_with_the_first_country_asked(server: &TestServer, log: &Log) {
     for (chat, q, lead, other) in [
         (
             "api-ic",
@@ -455,7 +507,7 @@ async fn the_real_shapes_give_their_cards() {
             "IND",
         ),
     ] {
-        let c = card(&turn(&server, &log, chat, q).await);
+        let c = card_of(&turn(server, log, chat, q).await);
         assert_eq!(c["kind"], "comparison", "{c}");
         assert_eq!(c["indicator"], "GDP growth (annual %)");
         assert_eq!(c["year"], "2021");
@@ -473,29 +525,14 @@ async fn the_real_shapes_give_their_cards() {
         let name = |code: &str| if code == "IND" { "India" } else { "China" };
         assert_eq!(c["difference"]["between"], json!([name(lead), name(other)]));
     }
+}
 
-    // summarize_data: `groups` with latest / earliest / change / trend.
-    let since = card(
-        &turn(
-            &server,
-            &log,
-            "api-since",
-            "How has inflation in Nigeria changed since 2010?",
-        )
-        .await,
-    );
-    assert_eq!(
-        since,
-        json!({"kind": "fact", "indicator": "Inflation, consumer prices (annual %)", "unit": "annual %",
-            "country": "Nigeria", "year": "2023", "value": 24.7,
-            "trend": {"from_year": "2010", "from_value": 13.7, "change": 11.0, "direction": "increasing"}})
-    );
-
-    // An indicator broken down by sex: one group per sex (F first), the
-    // card shows the country's total.
+/// An indicator broken down by sex: one group per sex (F first), the
+/// card shows the country's total.
+async fn a_breakdown_by_sex_shows_the_total(server: &TestServer, log: &Log) {
     let t = turn(
-        &server,
-        &log,
+        server,
+        log,
         "api-sex",
         "How has unemployment in South Africa changed since 2010?",
     )
@@ -518,7 +555,7 @@ async fn the_real_shapes_give_their_cards() {
         .map(|g| g["group"]["sex"].as_str().unwrap())
         .collect();
     assert_eq!(sexes, ["F", "_T", "M"]);
-    let by_sex = card(&t);
+    let by_sex = card_of(&t);
     assert_eq!(by_sex["country"], "South Africa", "{by_sex}");
     assert_eq!(by_sex["value"], groups[1]["latest"]["value"], "{by_sex}");
     assert_ne!(by_sex["value"], groups[0]["latest"]["value"]);
@@ -527,27 +564,4 @@ async fn the_real_shapes_give_their_cards() {
         groups[1]["earliest"]["value"]
     );
     assert_eq!(by_sex["trend"]["from_year"], "2010");
-
-    // rank_countries: `rankings` rows {rank, code, country, value}.
-    let ranked = card(
-        &turn(
-            &server,
-            &log,
-            "api-rank",
-            "Rank the top countries by CO2 emissions",
-        )
-        .await,
-    );
-    assert_eq!(ranked["kind"], "ranking");
-    assert_eq!(ranked["year"], "2020");
-    assert_eq!(ranked["order"], "desc");
-    assert_eq!(
-        ranked["ranking"],
-        json!([
-            {"rank": 1, "country_code": "USA", "country_name": "United States", "value": 13.0},
-            {"rank": 2, "country_code": "JPN", "country_name": "Japan", "value": 8.2},
-            {"rank": 3, "country_code": "CHN", "country_name": "China", "value": 7.6},
-        ])
-    );
-    server.shutdown().await;
 }
