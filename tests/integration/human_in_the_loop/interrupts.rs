@@ -6,12 +6,17 @@
 //! change nothing; a lapsed wait fails the run; replay and re-execution go
 //! through the pause.
 
+use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
 use serde_json::{Value, json};
+use stategraph::llm::offline::OfflineModel;
 use stategraph::runtime::RunStatus;
+use stategraph::store::Store;
+use stategraph::store::memory::MemoryStore;
 
-use crate::support::hitl::{Fixture, fixture};
+use crate::support::hitl::{Fixture, fixture, fixture_with};
+use crate::support::server::TestServer;
 use crate::support::{aisdk_validate, assert_reexecutes};
 
 /// A continuation's stream (it continues a message the client has, so the
@@ -586,5 +591,105 @@ async fn a_lapsed_wait_fails_the_run() {
     f.server.state.runs.expire_interrupts().await;
     let run = f.newest_run("c-hurry2").await;
     assert_eq!(run["status"], "failed");
+    f.server.shutdown().await;
+}
+
+/// The JSON error of a refused request: its status and code.
+fn refusal(status: u16, body: &str) -> (u16, String) {
+    let v: Value = serde_json::from_str(body).unwrap_or_else(|_| panic!("a JSON error: {body}"));
+    (status, v["error"]["code"].as_str().unwrap_or("").to_owned())
+}
+
+/// An approval sent back without its `approval.id` cannot be matched to
+/// what waits: `invalid_answer`, 422 (the catalog's status for an answer
+/// the run cannot take), and nothing runs.
+#[tokio::test]
+async fn an_approval_without_its_id_is_invalid_answer_422() {
+    let f = fixture().await;
+    let (_, message_id, call, _) = paused_at_approval(&f, "c-no-id").await;
+    let no_id = answered(
+        &message_id,
+        &call,
+        "delete_record",
+        json!({"state": "approval-responded", "approval": {"approved": true}}),
+    );
+    let (status, body) = f
+        .post("/api/chat", &continuation("c-no-id", &message_id, no_id))
+        .await;
+    assert_eq!(
+        refusal(status, &body),
+        (422, "invalid_answer".to_owned()),
+        "{body}"
+    );
+    assert_eq!(f.newest_run("c-no-id").await["status"], "interrupted");
+    assert_eq!(f.deletes.load(Ordering::SeqCst), 0);
+    f.server.shutdown().await;
+}
+
+/// A stored run whose graph this server no longer serves (another instance
+/// on the same store served it) is `unknown_graph`, 400, on every path
+/// that would run it again: resuming it through the runs API, answering it
+/// through its chat, and forking it.
+#[tokio::test]
+async fn a_stored_run_whose_graph_is_not_served_is_unknown_graph_400_everywhere() {
+    let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
+    let f = fixture_with(Arc::clone(&store), |_| {}).await;
+    let (_, message_id, call, approval) = paused_at_approval(&f, "c-gone").await;
+    let run_id = f.newest_run("c-gone").await["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    // The same store, served with the shipped graphs only (no `approval`),
+    // and no upkeep that could touch the waiting run.
+    let other =
+        TestServer::start_with_store(Arc::new(OfflineModel::default()), Arc::clone(&store), |c| {
+            c.server.recover_interval.0 = std::time::Duration::ZERO
+        })
+        .await;
+    let client = reqwest::Client::new();
+    let post = |path: String, body: Value| {
+        let req = client
+            .post(other.url(&path))
+            .header("content-type", "application/json")
+            .body(body.to_string());
+        async move {
+            let r = req.send().await.unwrap();
+            let status = r.status().as_u16();
+            refusal(status, &r.text().await.unwrap())
+        }
+    };
+    let unknown = (400, "unknown_graph".to_owned());
+    let answer = json!({"answers": {approval.as_str(): {"approved": true}}});
+    assert_eq!(
+        post(format!("/api/runs/{run_id}/resume"), answer).await,
+        unknown,
+        "resume"
+    );
+    let approved = answered(
+        &message_id,
+        &call,
+        "delete_record",
+        json!({"state": "approval-responded", "approval": {"id": approval, "approved": true}}),
+    );
+    assert_eq!(
+        post(
+            "/api/chat".into(),
+            continuation("c-gone", &message_id, approved)
+        )
+        .await,
+        unknown,
+        "the chat's answer"
+    );
+    assert_eq!(
+        post(format!("/api/runs/{run_id}/fork"), json!({"at": 1})).await,
+        unknown,
+        "fork"
+    );
+    assert_eq!(
+        f.get(&format!("/api/runs/{run_id}")).await["status"],
+        "interrupted"
+    );
+    assert_eq!(f.deletes.load(Ordering::SeqCst), 0);
+    other.shutdown().await;
     f.server.shutdown().await;
 }

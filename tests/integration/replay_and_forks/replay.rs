@@ -513,3 +513,56 @@ async fn a_run_answered_by_the_fallback_model_reexecutes_without_divergence() {
     let r = replay::reexecute(graph, services, &events).await.unwrap();
     assert!(r.divergence.is_none(), "{}", r.report());
 }
+
+/// A run stored without a single checkpoint (it failed before its first
+/// step was written) has no state to show: `GET /api/runs/{id}/state` is
+/// `no_checkpoint`, 400 — the request names a state that does not exist —
+/// not a 404 (the run exists) nor a 500.
+#[tokio::test]
+async fn the_state_of_a_run_with_no_checkpoint_is_no_checkpoint_400() {
+    let server = TestServer::start(model(), |_| {}).await;
+    let id = Uuid::now_v7();
+    server
+        .state
+        .store
+        .create_run(stategraph::store::RunRecord {
+            id,
+            chat_id: None,
+            user_id: "local".into(),
+            graph: "chat".into(),
+            graph_version: "v1".into(),
+            status: runtime::RunStatus::Failed,
+            input: json!({"query": "hello"}),
+            created_at: stategraph::events::now_micros(),
+            finished_at: Some(stategraph::events::now_micros()),
+            error: None,
+            usage: Default::default(),
+            parent: None,
+            request_id: None,
+            message_id: None,
+            last_seq: 0,
+            last_step: 0,
+        })
+        .await
+        .unwrap();
+    let client = reqwest::Client::new();
+    let run = client
+        .get(server.url(&format!("/api/runs/{id}")))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(run.status(), 200, "the run itself is there");
+    let r = client
+        .get(server.url(&format!("/api/runs/{id}/state")))
+        .send()
+        .await
+        .unwrap();
+    let status = r.status().as_u16();
+    let body: Value = r.json().await.unwrap();
+    assert_eq!(
+        (status, body["error"]["code"].as_str()),
+        (400, Some("no_checkpoint")),
+        "{body}"
+    );
+    server.shutdown().await;
+}
