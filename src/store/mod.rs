@@ -1,7 +1,7 @@
 //! Persistence: chats, messages, runs, the event log and checkpoints.
 //!
 //! Three narrow traits, one per concern, and one conformance suite that
-//! every backend passes (`tests/integration/store_conformance.rs`):
+//! every backend passes (`tests/integration/store_and_failures/store_conformance.rs`):
 //! - [`ChatStore`]: chats and their messages (UI parts as JSON);
 //! - [`RunStore`]: runs — graph, version, status, timings, usage, leases;
 //! - [`EventLog`]: the append-only event log and the checkpoints, written

@@ -41,11 +41,15 @@ stategraph::state! {
     }
 }
 
+pub mod browser;
+pub mod data360;
 pub mod db;
 pub mod delegate;
+pub mod hitl;
 pub mod model;
+pub mod process;
+pub mod talk;
 
-#[path = "../common/data_tool.rs"]
 mod data_tool;
 pub use data_tool::IndicatorValue;
 
@@ -280,6 +284,20 @@ pub async fn post_json(
 /// A `stategraph`-style binary serving on a free port: the child and the
 /// base URL it announced (`stategraph is serving on URL`).
 pub async fn spawn_serving(mut cmd: tokio::process::Command) -> (tokio::process::Child, String) {
+    cmd.stderr(std::process::Stdio::null());
+    let (child, base, _) = serving(cmd, false).await;
+    (child, base.expect("the server announces its address"))
+}
+
+/// The one way tests start a server process: `cmd` (its stderr set by the
+/// caller) on 127.0.0.1:0 with no model, database or configuration taken
+/// from the environment; returns the child, the base URL it announced
+/// (`None`: it announced none within a minute) and, with `studio`, the
+/// studio URL it prints next.
+pub async fn serving(
+    mut cmd: tokio::process::Command,
+    studio: bool,
+) -> (tokio::process::Child, Option<String>, Option<String>) {
     use tokio::io::AsyncBufReadExt;
     let mut child = cmd
         .env("STATEGRAPH_BIND", "127.0.0.1:0")
@@ -288,21 +306,26 @@ pub async fn spawn_serving(mut cmd: tokio::process::Command) -> (tokio::process:
         .env_remove("DATABASE_URL")
         .env_remove("STATEGRAPH_CONFIG")
         .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::null())
         .kill_on_drop(true)
         .spawn()
         .expect("the binary starts");
     let mut lines = tokio::io::BufReader::new(child.stdout.take().expect("stdout")).lines();
     let deadline = std::time::Duration::from_secs(60);
+    let (mut base, mut studio_url) = (None, None);
     while let Ok(Ok(Some(line))) = tokio::time::timeout(deadline, lines.next_line()).await {
         if let Some(url) = line.strip_prefix("stategraph is serving on ") {
-            let url = url.trim().to_owned();
-            // Keep draining stdout so the server never blocks on it.
-            tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
-            return (child, url);
+            base = Some(url.trim().to_owned());
+            if !studio {
+                break;
+            }
+        } else if let Some(url) = line.trim().strip_prefix("studio: ") {
+            studio_url = Some(url.to_owned());
+            break;
         }
     }
-    panic!("the server did not announce its address");
+    // Keep draining stdout so the server never blocks on it.
+    tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
+    (child, base, studio_url)
 }
 
 /// Re-executes a run stored by `server` the way `stategraph replay
@@ -359,4 +382,15 @@ impl JsonBody for reqwest::Response {
         let text = self.text().await.unwrap();
         serde_json::from_str(&text).unwrap_or_else(|e| panic!("not JSON ({e}): {text}"))
     }
+}
+
+/// The text of a UI message's text parts.
+pub fn text_of_parts(parts: &serde_json::Value) -> String {
+    parts
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|p| p["type"] == "text")
+        .filter_map(|p| p["text"].as_str())
+        .collect()
 }
