@@ -10,10 +10,10 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
 use serde_json::{Value, json};
-use stategraph::llm::offline::OfflineModel;
-use stategraph::runtime::RunStatus;
-use stategraph::store::Store;
-use stategraph::store::memory::MemoryStore;
+use stategraph::internals::llm::offline::OfflineModel;
+use stategraph::internals::runtime::RunStatus;
+use stategraph::internals::store::Store;
+use stategraph::internals::store::memory::MemoryStore;
 
 use crate::support::hitl::{Fixture, fixture, fixture_with};
 use crate::support::server::TestServer;
@@ -516,7 +516,7 @@ async fn another_users_answer_is_refused() {
         .server
         .state
         .runs
-        .resume(stategraph::runs::ResumeRequest {
+        .resume(stategraph::internals::runs::ResumeRequest {
             breakpoints: None,
             run_id,
             user_id: "mallory".into(),
@@ -528,7 +528,7 @@ async fn another_users_answer_is_refused() {
         .await
         .unwrap_err();
     assert!(
-        matches!(err, stategraph::runs::ResumeError::NotFound(_)),
+        matches!(err, stategraph::internals::runs::ResumeError::NotFound(_)),
         "{err}"
     );
     let stored = f.server.state.store.get_run(run_id).await.unwrap().unwrap();

@@ -530,7 +530,7 @@ async fn the_state_of_a_run_with_no_checkpoint_is_no_checkpoint_400() {
     server
         .state
         .store
-        .create_run(stategraph::store::RunRecord {
+        .create_run(stategraph::internals::store::RunRecord {
             id,
             chat_id: None,
             user_id: "local".into(),
@@ -538,8 +538,8 @@ async fn the_state_of_a_run_with_no_checkpoint_is_no_checkpoint_400() {
             graph_version: "v1".into(),
             status: runtime::RunStatus::Failed,
             input: json!({"query": "hello"}),
-            created_at: stategraph::events::now_micros(),
-            finished_at: Some(stategraph::events::now_micros()),
+            created_at: stategraph::internals::events::now_micros(),
+            finished_at: Some(stategraph::internals::events::now_micros()),
             error: None,
             usage: Default::default(),
             parent: None,

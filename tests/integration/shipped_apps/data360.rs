@@ -9,7 +9,7 @@
 
 use serde_json::json;
 
-use stategraph::llm::ChatMessage;
+use stategraph::internals::llm::ChatMessage;
 
 use crate::support::data360::*;
 use crate::support::server::TestServer;

@@ -7,15 +7,15 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 use futures::future::BoxFuture;
 use serde_json::{Value, json};
-use stategraph::engine::{Engine, Graphs};
-use stategraph::graph::prompts::Prompts;
-use stategraph::llm::Models;
-use stategraph::llm::offline::OfflineModel;
-use stategraph::runtime::Services;
-use stategraph::server::AppState;
-use stategraph::store::Store;
-use stategraph::store::memory::MemoryStore;
-use stategraph::tools::{Tool, ToolError, ToolPolicy, ToolSpec};
+use stategraph::internals::engine::{Engine, Graphs};
+use stategraph::internals::graph::prompts::Prompts;
+use stategraph::internals::llm::Models;
+use stategraph::internals::llm::offline::OfflineModel;
+use stategraph::internals::runtime::Services;
+use stategraph::internals::server::AppState;
+use stategraph::internals::store::Store;
+use stategraph::internals::store::memory::MemoryStore;
+use stategraph::internals::tools::{Tool, ToolError, ToolPolicy, ToolSpec};
 
 use super::root;
 use super::server::TestServer;
@@ -115,7 +115,7 @@ pub async fn fixture() -> Fixture {
 /// The fixture on `store`, its configuration changed by `tweak`.
 pub async fn fixture_with(
     store: Arc<dyn Store>,
-    tweak: impl FnOnce(&mut stategraph::config::Config),
+    tweak: impl FnOnce(&mut stategraph::internals::config::Config),
 ) -> Fixture {
     let deletes = Arc::new(AtomicUsize::new(0));
     let reg = crate::support::registries();
@@ -147,7 +147,7 @@ pub async fn fixture_with(
         Models::single(Arc::new(OfflineModel::default())),
         Arc::clone(&reg.tools),
     );
-    let mut config = stategraph::config::Config::default();
+    let mut config = stategraph::internals::config::Config::default();
     config.server.keep_alive.0 = std::time::Duration::from_secs(5);
     // Upkeep (which fails lapsed waits) only when a test calls it: 0 is
     // never (any other interval also runs a pass as the server starts,
