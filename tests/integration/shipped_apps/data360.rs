@@ -11,7 +11,7 @@ use serde_json::json;
 
 use stategraph::internals::llm::ChatMessage;
 
-use crate::support::data360::*;
+use crate::support::data360::{Log, path_of, start, turn};
 use crate::support::server::TestServer;
 
 #[tokio::test]

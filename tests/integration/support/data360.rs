@@ -20,7 +20,7 @@ use super::server::TestServer;
 use super::{aisdk_validate, chat_body, post_json, root};
 
 /// Which node a request comes from, told by its prompt.
-pub fn node_of(req: &ChatRequest) -> &'static str {
+fn node_of(req: &ChatRequest) -> &'static str {
     let system = match req.messages.first() {
         Some(ChatMessage::System { content }) => content.as_str(),
         _ => "",
@@ -75,7 +75,7 @@ pub fn tool_messages(req: &ChatRequest) -> Vec<&str> {
 /// The router's answers: deliberately untidy JSON (a code fence, a null
 /// language, a string where a list belongs, an intent in lower case), which
 /// the router must read rather than throw away.
-pub fn route(q: &str) -> Turn {
+fn route(q: &str) -> Turn {
     let q = q.to_lowercase();
     let raw = if q.contains("hello") {
         "```json\n{\"intent\": \"DIRECT\", \"reasoning\": \"  a greeting \", \"missing_slots\": [], \"detected_language\": null}\n```".to_owned()
@@ -94,7 +94,7 @@ pub fn route(q: &str) -> Turn {
 }
 
 /// The quick-answer agent: one lookup, then its packet.
-pub fn quick_answer(req: &ChatRequest) -> Turn {
+fn quick_answer(req: &ChatRequest) -> Turn {
     let q = question(req).to_lowercase();
     if !tool_messages(req).is_empty() {
         return Turn::text(format!("Packet: {}", tool_messages(req)[0]));
@@ -118,7 +118,7 @@ pub fn quick_answer(req: &ChatRequest) -> Turn {
 }
 
 /// The research agent: find the indicator, fetch the data, report.
-pub fn research(req: &ChatRequest) -> Turn {
+fn research(req: &ChatRequest) -> Turn {
     match tool_messages(req).len() {
         0 => Turn::tool(
             "data360_search_indicators",
@@ -136,7 +136,7 @@ pub fn research(req: &ChatRequest) -> Turn {
 
 /// The explain agent: searches, then tries to answer without the metadata
 /// (and is reminded), then reads it and answers.
-pub fn explain(req: &ChatRequest) -> Turn {
+fn explain(req: &ChatRequest) -> Turn {
     let reminded = matches!(req.messages.last(), Some(ChatMessage::User { content }) if content.contains("data360_get_metadata"));
     if reminded {
         return Turn::tool(
@@ -155,7 +155,7 @@ pub fn explain(req: &ChatRequest) -> Turn {
 }
 
 /// The narrator: a chart when it may and the question asks for one.
-pub fn narrator(req: &ChatRequest) -> Turn {
+fn narrator(req: &ChatRequest) -> Turn {
     let q = question(req).to_lowercase();
     let charted = !tool_messages(req).is_empty();
     if q.contains("chart") && !req.tools.is_empty() && !charted {
@@ -178,7 +178,7 @@ pub fn narrator(req: &ChatRequest) -> Turn {
 /// The requests the model received, with the node each came from.
 pub type Log = Arc<Mutex<Vec<(&'static str, ChatRequest)>>>;
 
-pub fn model() -> (Arc<ScriptedModel>, Log) {
+fn model() -> (Arc<ScriptedModel>, Log) {
     model_with(|_, _| None)
 }
 
@@ -215,7 +215,7 @@ pub fn model_with(
 }
 
 /// The test venv's Python (tests/run.sh makes it).
-pub fn python() -> PathBuf {
+fn python() -> PathBuf {
     std::env::var_os("STATEGRAPH_TEST_PYTHON")
         .map(PathBuf::from)
         .unwrap_or_else(|| {
@@ -226,7 +226,7 @@ pub fn python() -> PathBuf {
 
 /// The fixture configured twice, as its README says: the data tools in
 /// `data`, the chart tools in `viz`; `mode` is `DATA360_MODE`.
-pub fn mcp_config(mode: &str) -> McpConfig {
+fn mcp_config(mode: &str) -> McpConfig {
     mcp_config_with(&format!("DATA360_MODE = \"{mode}\""), false)
 }
 
