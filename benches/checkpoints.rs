@@ -29,9 +29,9 @@ use std::fmt::Write as _;
 use std::sync::Arc;
 
 use serde_json::json;
-use stategraph::runs::LogCheckpointer;
-use stategraph::runtime::{Checkpointer, MemoryCheckpointer, RunOptions, StepBatch};
-use stategraph::store::{PostgresStore, SqliteStore, Store};
+use stategraph::internals::runs::LogCheckpointer;
+use stategraph::internals::runtime::{Checkpointer, MemoryCheckpointer, RunOptions, StepBatch};
+use stategraph::internals::store::{PostgresStore, SqliteStore, Store};
 use support::pg::TempDb;
 use support::*;
 use uuid::Uuid;
@@ -101,7 +101,11 @@ fn mb(bytes: usize) -> String {
     format!("{:.3} MB", bytes as f64 / 1e6)
 }
 
-async fn run(graph: &Arc<stategraph::nodes::Graph>, cp: Arc<dyn Checkpointer>, every: u32) -> Uuid {
+async fn run(
+    graph: &Arc<stategraph::internals::nodes::Graph>,
+    cp: Arc<dyn Checkpointer>,
+    every: u32,
+) -> Uuid {
     let run_id = Uuid::now_v7();
     let ran = run_with(
         Arc::clone(graph),
@@ -178,7 +182,7 @@ fn main() {
 
 /// The same run through the SQLite and PostgreSQL stores: what their
 /// checkpoints tables hold afterwards.
-async fn stored(graph: &Arc<stategraph::nodes::Graph>, every: u32) {
+async fn stored(graph: &Arc<stategraph::internals::nodes::Graph>, every: u32) {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("s.db");
     let sqlite: Arc<dyn Store> = Arc::new(SqliteStore::open(&path).await.unwrap());

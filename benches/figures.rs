@@ -68,8 +68,8 @@ fn main() {
     // on the way (issue #37 asks for ~64-byte events): the size, printed.
     println!(
         "size_of::<Event>() = {} bytes (EventKind {}; 328 before its large variants were boxed)\n",
-        std::mem::size_of::<stategraph::events::Event>(),
-        std::mem::size_of::<stategraph::events::EventKind>()
+        std::mem::size_of::<stategraph::internals::events::Event>(),
+        std::mem::size_of::<stategraph::internals::events::EventKind>()
     );
     if only == "chain" {
         let chain = compile(&chain_yaml(1000));
@@ -224,9 +224,9 @@ fn with_previous(tokens: usize, mut own: impl FnMut() -> f64) -> (f64, Option<f6
 /// One route expression (`coverage < 0.7 and iteration < 3`) evaluated
 /// against a declared state, as a route does per run.
 fn expression_row() {
-    use stategraph::graph::diagnostic::Diagnostics;
-    use stategraph::graph::expr::{Expr, Scope};
-    use stategraph::graph::loc::{Loc, Sp};
+    use stategraph::internals::graph::diagnostic::Diagnostics;
+    use stategraph::internals::graph::expr::{Expr, Scope};
+    use stategraph::internals::graph::loc::{Loc, Sp};
     let g = compile(
         "state:\n  fields:\n    coverage: { type: number }\n    iteration: { type: integer }\n\
          entry: a\nnodes:\n  - { id: a, kind: noop }\nedges:\n  - a -> END\n",
@@ -263,13 +263,13 @@ fn expression_row() {
 /// with the Rust `ChatState`: declaring it in YAML may cost ≤ 10 % more.
 fn state_rows(
     rt: &tokio::runtime::Runtime,
-    declared: &Arc<stategraph::nodes::Graph>,
+    declared: &Arc<stategraph::internals::nodes::Graph>,
     input: &Arc<serde_json::Value>,
 ) {
     let rust = chat_graph_rust();
     let svc = services(research_model(50));
     let n = env_or("FIGURES_N", 2000);
-    let run = |g: &Arc<stategraph::nodes::Graph>| {
+    let run = |g: &Arc<stategraph::internals::nodes::Graph>| {
         measure(n, || {
             rt.block_on(run_consumed(g.clone(), svc.clone(), input.clone()));
         })

@@ -33,12 +33,14 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
-use stategraph::events::now_micros;
-use stategraph::llm::Models;
-use stategraph::llm::script::ScriptModel;
-use stategraph::runtime::{Checkpointer, MemoryCheckpointer, RunOptions, RunStatus, Services};
-use stategraph::sse::BridgeConfig;
-use stategraph::store::{RunRecord, SqliteStore, Store};
+use stategraph::internals::events::now_micros;
+use stategraph::internals::llm::Models;
+use stategraph::internals::llm::script::ScriptModel;
+use stategraph::internals::runtime::{
+    Checkpointer, MemoryCheckpointer, RunOptions, RunStatus, Services,
+};
+use stategraph::internals::sse::BridgeConfig;
+use stategraph::internals::store::{RunRecord, SqliteStore, Store};
 use support::*;
 use uuid::Uuid;
 

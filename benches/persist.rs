@@ -47,14 +47,14 @@ use std::time::{Duration, Instant};
 
 use futures::future::BoxFuture;
 use serde_json::{Value, json};
-use stategraph::events::now_micros;
-use stategraph::nodes::Graph as CompiledGraph;
-use stategraph::runs::LogCheckpointer;
-use stategraph::runtime::{
+use stategraph::internals::events::now_micros;
+use stategraph::internals::nodes::Graph as CompiledGraph;
+use stategraph::internals::runs::LogCheckpointer;
+use stategraph::internals::runtime::{
     CheckpointError, Checkpointer, RunOptions, RunStatus, Services, StepBatch,
 };
-use stategraph::sse::BridgeConfig;
-use stategraph::store::{PostgresStore, RunRecord, SqliteStore, Store};
+use stategraph::internals::sse::BridgeConfig;
+use stategraph::internals::store::{PostgresStore, RunRecord, SqliteStore, Store};
 use support::pg::{self, TempDb, WireCount};
 use support::*;
 use uuid::Uuid;

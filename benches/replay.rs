@@ -29,11 +29,13 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use serde_json::json;
-use stategraph::events::now_micros;
-use stategraph::replay;
-use stategraph::runtime::{Checkpointer, MemoryCheckpointer, RunOptions, RunStatus, StepBatch};
-use stategraph::sse::BridgeConfig;
-use stategraph::store::{PostgresStore, RunRecord, SqliteStore, Store};
+use stategraph::internals::events::now_micros;
+use stategraph::internals::replay;
+use stategraph::internals::runtime::{
+    Checkpointer, MemoryCheckpointer, RunOptions, RunStatus, StepBatch,
+};
+use stategraph::internals::sse::BridgeConfig;
+use stategraph::internals::store::{PostgresStore, RunRecord, SqliteStore, Store};
 use support::pg::TempDb;
 use support::*;
 use uuid::Uuid;

@@ -33,11 +33,15 @@ use std::time::{Duration, Instant};
 
 use criterion::{Criterion, Throughput};
 use serde_json::json;
-use stategraph::events::{Event, EventKind, LlmOutput, ToolCallRecord, Usage, now_micros};
-use stategraph::runtime::{PendingTask, RunStatus, StepBatch, TaskWrite};
+use stategraph::internals::events::{
+    Event, EventKind, LlmOutput, ToolCallRecord, Usage, now_micros,
+};
+use stategraph::internals::runtime::{PendingTask, RunStatus, StepBatch, TaskWrite};
+use stategraph::internals::store::memory::MemoryStore;
+use stategraph::internals::store::{
+    EventLog, PostgresStore, RunRecord, RunStore, SqliteStore, Store,
+};
 use stategraph::state::Patch;
-use stategraph::store::memory::MemoryStore;
-use stategraph::store::{EventLog, PostgresStore, RunRecord, RunStore, SqliteStore, Store};
 use support::pg::{self, PG, WireCount, threads_cpu};
 use tokio::runtime::Runtime;
 use uuid::Uuid;
@@ -209,7 +213,7 @@ fn chat_run(run: Uuid) -> Vec<Append> {
     let messages: Vec<_> = (0..8).map(|i| json!({"id": format!("m{i}"), "role": if i % 2 == 0 { "user" } else { "assistant" }, "content": "An earlier message of the conversation, about as long as a real one tends to be."})).collect();
     let input =
         json!({"messages": messages, "query": "What is six times seven, and why does it matter?"});
-    let started = EventKind::RunStarted(Box::new(stategraph::events::RunStart {
+    let started = EventKind::RunStarted(Box::new(stategraph::internals::events::RunStart {
         graph: "chat".into(),
         graph_version: "4f9a1c2e".into(),
         input: Arc::new(input.clone()),

@@ -36,7 +36,7 @@ mod proto;
 
 /// How spans are encoded on the wire.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Deserialize)]
-pub enum Protocol {
+pub(crate) enum Protocol {
     /// OTLP/HTTP with the JSON mapping.
     #[default]
     #[serde(rename = "http/json")]
@@ -93,7 +93,7 @@ struct Shared {
 }
 
 /// The exporter: its layer and its sender thread.
-pub struct Exporter {
+pub(crate) struct Exporter {
     shared: Arc<Shared>,
     stop: Option<std::sync::mpsc::Sender<()>>,
     thread: Option<std::thread::JoinHandle<()>>,
@@ -112,19 +112,16 @@ fn nanos() -> u64 {
 }
 
 impl Exporter {
-    /// Starts the sender thread for `endpoint` (e.g. `http://127.0.0.1:4318`).
+    /// Starts the sender thread for `endpoint` (e.g. `http://127.0.0.1:4318`),
+    /// encoding spans with `protocol`.
     ///
     /// # Errors
     /// The endpoint is not an http(s) URL.
-    pub fn start(endpoint: &str, service: &str) -> Result<Self, String> {
-        Self::start_with(endpoint, service, Protocol::default())
-    }
-
-    /// As [`Exporter::start`], encoding spans with `protocol`.
-    ///
-    /// # Errors
-    /// The endpoint is not an http(s) URL.
-    pub fn start_with(endpoint: &str, service: &str, protocol: Protocol) -> Result<Self, String> {
+    pub(crate) fn start_with(
+        endpoint: &str,
+        service: &str,
+        protocol: Protocol,
+    ) -> Result<Self, String> {
         let base = endpoint.trim_end_matches('/');
         if !(base.starts_with("http://") || base.starts_with("https://")) {
             return Err(format!("OTLP endpoint `{endpoint}` must be an http(s) URL"));
@@ -150,7 +147,7 @@ impl Exporter {
     }
 
     /// The `tracing` layer feeding this exporter.
-    pub fn layer<S>(&self) -> OtlpLayer<S> {
+    pub(crate) fn layer<S>(&self) -> OtlpLayer<S> {
         OtlpLayer {
             shared: Arc::clone(&self.shared),
             _s: std::marker::PhantomData,
@@ -295,7 +292,7 @@ impl Visit for Fields<'_> {
 }
 
 /// Records spans for the exporter.
-pub struct OtlpLayer<S> {
+pub(crate) struct OtlpLayer<S> {
     shared: Arc<Shared>,
     _s: std::marker::PhantomData<fn(S)>,
 }

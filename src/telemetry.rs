@@ -23,7 +23,7 @@ use crate::config::{LogFormat, TelemetryConfig};
 
 /// Keeps exporters alive; flushes them when dropped.
 #[derive(Debug, Default)]
-pub struct TelemetryGuard {
+pub(crate) struct TelemetryGuard {
     #[allow(dead_code)]
     otlp: Option<crate::otlp::Exporter>,
 }
@@ -32,7 +32,7 @@ pub struct TelemetryGuard {
 ///
 /// # Errors
 /// A subscriber was already installed, or the OTLP endpoint is invalid.
-pub fn init(cfg: &TelemetryConfig) -> Result<TelemetryGuard, String> {
+pub(crate) fn init(cfg: &TelemetryConfig) -> Result<TelemetryGuard, String> {
     let filter =
         EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(&cfg.log_filter));
     let protocol = match cfg.otlp_protocol.as_deref().map(str::trim) {

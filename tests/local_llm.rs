@@ -20,12 +20,19 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+/// The integration tests' database fixture (this binary uses only `PgDb`).
+#[path = "integration/support/db.rs"]
+#[allow(dead_code, unreachable_pub)]
+mod db;
+
 use std::sync::Arc;
 
 use futures::StreamExt;
 use serde_json::{Value, json};
-use stategraph::events::{Event, EventKind, EventSink, NodeEvents, ToolCallRecord, Usage};
-use stategraph::llm::{
+use stategraph::internals::events::{
+    Event, EventKind, EventSink, NodeEvents, ToolCallRecord, Usage,
+};
+use stategraph::internals::llm::{
     ChatMessage, ChatModel, ChatRequest, JsonSchemaFormat, LlmChunk, LlmConfig, LlmError, LlmReply,
     ModelCall, Models, ToolDef, call_model,
 };
@@ -645,14 +652,15 @@ async fn serve_chat(data: &std::path::Path, tools: &str) -> (String, tokio::task
         + tools;
     let path = data.join("stategraph.toml");
     std::fs::write(&path, toml).unwrap();
-    let config = stategraph::config::Config::load(Some(&path)).unwrap();
-    let state = stategraph::server::build_state(config, stategraph::Registries::default())
-        .await
-        .unwrap();
+    let config = stategraph::internals::config::Config::load(Some(&path)).unwrap();
+    let state =
+        stategraph::internals::server::build_state(config, stategraph::Registries::default())
+            .await
+            .unwrap();
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let base = format!("http://{}", listener.local_addr().unwrap());
     let server = tokio::spawn(async move {
-        let _ = stategraph::server::serve(state, listener, std::future::pending()).await;
+        let _ = stategraph::internals::server::serve(state, listener, std::future::pending()).await;
     });
     (base, server)
 }
@@ -789,17 +797,8 @@ async fn fake_web() -> String {
 async fn research_and_analyst_end_cleanly_on_a_rambling_model() {
     use tokio_postgres::NoTls;
     let web = fake_web().await;
-    let db = format!("stategraph_llm_{}", Uuid::new_v4().simple());
-    let (admin, conn) =
-        tokio_postgres::connect("postgres://postgres@127.0.0.1:5432/postgres", NoTls)
-            .await
-            .expect("PostgreSQL on 127.0.0.1:5432");
-    tokio::spawn(conn);
-    admin
-        .batch_execute(&format!("CREATE DATABASE {db}"))
-        .await
-        .unwrap();
-    let url = format!("postgres://postgres@127.0.0.1:5432/{db}");
+    let db = db::PgDb::create().await;
+    let url = db.url();
     let (client, conn) = tokio_postgres::connect(&url, NoTls).await.unwrap();
     tokio::spawn(conn);
     let seed = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/sql/demo.sql");
@@ -843,8 +842,5 @@ measures = ["amount"]
         turn(&http, &base, dir.path(), &body).await;
     }
     server.abort();
-    admin
-        .batch_execute(&format!("DROP DATABASE IF EXISTS {db} WITH (FORCE)"))
-        .await
-        .unwrap();
+    db.drop_db().await;
 }

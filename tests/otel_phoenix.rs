@@ -21,16 +21,16 @@ use serde_json::{Map, Value, json};
 // The provider emulators of the integration tests (they name each other
 // as `super::…`, the crate root here).
 #[allow(dead_code, unreachable_pub)]
-#[path = "integration/providers/anthropic_rules.rs"]
+#[path = "integration/models_and_tools/providers/anthropic_rules.rs"]
 mod anthropic_rules;
 #[allow(dead_code, unreachable_pub)]
-#[path = "integration/providers/emulator.rs"]
+#[path = "integration/models_and_tools/providers/emulator.rs"]
 mod emulator;
 #[allow(dead_code, unreachable_pub)]
-#[path = "integration/providers/instance.rs"]
+#[path = "integration/models_and_tools/providers/instance.rs"]
 mod instance;
 #[allow(dead_code, unreachable_pub)]
-#[path = "integration/providers/openai_rules.rs"]
+#[path = "integration/models_and_tools/providers/openai_rules.rs"]
 mod openai_rules;
 
 use emulator::Emulator;
@@ -119,11 +119,49 @@ async fn genai_spans_reach_phoenix_with_their_attributes() {
         "STATEGRAPH_TEST_PHOENIX must name the `phoenix` executable (tests/run.sh installs it)",
     );
     let dir = tempfile::tempdir().unwrap();
-    let (phx_port, grpc_port, app_port) = (free_port(), free_port(), free_port());
-    let _phoenix = Guard(
-        Command::new(&phoenix)
+    let (_phoenix, phx) = start_phoenix(&phoenix, dir.path()).await;
+    let emu = Emulator::start().await;
+    let (_server, app) = serve_otel_graph(dir.path(), &phx, &emu).await;
+    let body = json!({"id": "otel-chat", "trigger": "submit-message", "graph": "otel",
+        "messages": [{"id": "u1", "role": "user", "parts": [{"type": "text", "text": "How did Kenya's GDP grow?"}]}]});
+    let sse = reqwest::Client::new()
+        .post(format!("{app}/api/chat"))
+        .json(&body)
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(sse.contains("\"type\":\"finish\""), "{sse}");
+    assert!(emu.rejected().is_empty(), "{:?}", emu.rejected());
+
+    let spans = spans_arrived(&phx, emu.received().len()).await;
+    let by_id: Map<String, Value> = spans
+        .iter()
+        .map(|s| {
+            (
+                s["context"]["span_id"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_owned(),
+                s.clone(),
+            )
+        })
+        .collect();
+    let chat = spans.iter().find(|s| s["name"] == "chat gpt-5.1").unwrap();
+    chat_span_has_its_attributes(chat);
+    run_span_is_above(chat, &by_id);
+    tool_calls_are_execute_tool_spans(&spans);
+}
+
+/// Phoenix serving on free ports with its data in `dir`; its URL.
+async fn start_phoenix(phoenix: &str, dir: &std::path::Path) -> (Guard, String) {
+    let (phx_port, grpc_port) = (free_port(), free_port());
+    let guard = Guard(
+        Command::new(phoenix)
             .arg("serve")
-            .env("PHOENIX_WORKING_DIR", dir.path())
+            .env("PHOENIX_WORKING_DIR", dir)
             .env("PHOENIX_HOST", "127.0.0.1")
             .env("PHOENIX_PORT", phx_port.to_string())
             .env("PHOENIX_GRPC_PORT", grpc_port.to_string())
@@ -140,9 +178,14 @@ async fn genai_spans_reach_phoenix_with_their_attributes() {
         Duration::from_secs(180),
     )
     .await;
+    (guard, phx)
+}
 
-    let emu = Emulator::start().await;
-    let config = dir.path().join("stategraph.toml");
+/// `stategraph serve` exporting to Phoenix at `phx` with content capture
+/// on, its model the OpenAI emulator, serving the `otel` graph; its URL.
+async fn serve_otel_graph(dir: &std::path::Path, phx: &str, emu: &Emulator) -> (Guard, String) {
+    let app_port = free_port();
+    let config = dir.join("stategraph.toml");
     std::fs::write(
         &config,
         format!(
@@ -155,7 +198,7 @@ async fn genai_spans_reach_phoenix_with_their_attributes() {
     .unwrap();
     // A graph whose answer node is an agent with the built-in tools, so the
     // run makes model calls and tool calls.
-    let (graphs, prompts) = (dir.path().join("graphs"), dir.path().join("prompts"));
+    let (graphs, prompts) = (dir.join("graphs"), dir.join("prompts"));
     std::fs::create_dir_all(prompts.join("otel")).unwrap();
     std::fs::create_dir_all(&graphs).unwrap();
     std::fs::write(
@@ -164,7 +207,7 @@ async fn genai_spans_reach_phoenix_with_their_attributes() {
     )
     .unwrap();
     std::fs::write(graphs.join("otel.yaml"), OTEL_GRAPH).unwrap();
-    let _server = Guard(
+    let server = Guard(
         Command::new(env!("CARGO_BIN_EXE_stategraph"))
             .arg("--config")
             .arg(&config)
@@ -189,23 +232,15 @@ async fn genai_spans_reach_phoenix_with_their_attributes() {
         Duration::from_secs(60),
     )
     .await;
-    let body = json!({"id": "otel-chat", "trigger": "submit-message", "graph": "otel",
-        "messages": [{"id": "u1", "role": "user", "parts": [{"type": "text", "text": "How did Kenya's GDP grow?"}]}]});
-    let sse = reqwest::Client::new()
-        .post(format!("{app}/api/chat"))
-        .json(&body)
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
-    assert!(sse.contains("\"type\":\"finish\""), "{sse}");
-    assert!(emu.rejected().is_empty(), "{:?}", emu.rejected());
+    (server, app)
+}
 
+/// The spans in Phoenix once a chat span per model call and the run span
+/// have arrived.
+async fn spans_arrived(phx: &str, model_calls: usize) -> Vec<Value> {
     // Spans are exported every half second; Phoenix inserts them in the background.
     let started = Instant::now();
-    let spans: Vec<Value> = loop {
+    loop {
         let page: Value = reqwest::get(format!("{phx}/v1/projects/default/spans?limit=1000"))
             .await
             .unwrap()
@@ -214,7 +249,7 @@ async fn genai_spans_reach_phoenix_with_their_attributes() {
             .unwrap_or(Value::Null);
         let spans = page["data"].as_array().cloned().unwrap_or_default();
         let chats = spans.iter().filter(|s| s["name"] == "chat gpt-5.1").count();
-        if chats >= emu.received().len() && spans.iter().any(|s| s["name"] == "run") {
+        if chats >= model_calls && spans.iter().any(|s| s["name"] == "run") {
             break spans;
         }
         assert!(
@@ -222,20 +257,11 @@ async fn genai_spans_reach_phoenix_with_their_attributes() {
             "spans never arrived: {page:#}"
         );
         tokio::time::sleep(Duration::from_millis(500)).await;
-    };
-    let by_id: Map<String, Value> = spans
-        .iter()
-        .map(|s| {
-            (
-                s["context"]["span_id"]
-                    .as_str()
-                    .unwrap_or_default()
-                    .to_owned(),
-                s.clone(),
-            )
-        })
-        .collect();
-    let chat = spans.iter().find(|s| s["name"] == "chat gpt-5.1").unwrap();
+    }
+}
+
+/// The model call's span carries the GenAI semantic conventions.
+fn chat_span_has_its_attributes(chat: &Value) {
     let a = attributes(chat);
     assert_eq!(a["gen_ai.operation.name"], "chat", "{chat:#}");
     assert_eq!(a["gen_ai.provider.name"], "openai");
@@ -261,7 +287,10 @@ async fn genai_spans_reach_phoenix_with_their_attributes() {
         a.keys().any(|k| k.starts_with("gen_ai.input.messages")),
         "content capture on: {a:?}"
     );
-    // The run span is an ancestor, with its correlation ids.
+}
+
+/// The run span is an ancestor of the model call's, with its correlation ids.
+fn run_span_is_above(chat: &Value, by_id: &Map<String, Value>) {
     let mut at = chat.clone();
     let run = loop {
         let parent = at["parent_id"].as_str().unwrap_or_default().to_owned();
@@ -282,7 +311,10 @@ async fn genai_spans_reach_phoenix_with_their_attributes() {
         );
     }
     assert_eq!(r["chat_id"], "otel-chat");
-    // The agent's tool calls are `execute_tool` spans.
+}
+
+/// The agent's tool calls are `execute_tool` spans.
+fn tool_calls_are_execute_tool_spans(spans: &[Value]) {
     let tool = spans
         .iter()
         .find(|s| {

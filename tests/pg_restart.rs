@@ -19,8 +19,13 @@
     clippy::panic
 )]
 
-#[path = "common/data_tool.rs"]
+#[path = "integration/support/data_tool.rs"]
 mod data_tool;
+
+/// The integration tests' database fixture (this binary uses only `PgDb`).
+#[path = "integration/support/db.rs"]
+#[allow(dead_code)]
+mod db;
 
 use std::panic::AssertUnwindSafe;
 use std::path::PathBuf;
@@ -31,15 +36,15 @@ use std::time::{Duration, Instant};
 use futures::FutureExt;
 use futures::future::BoxFuture;
 use serde_json::json;
-use stategraph::events::{Event, EventKind, Usage};
-use stategraph::llm::scripted::{ScriptedModel, Turn};
-use stategraph::llm::{ChatMessage, Models};
-use stategraph::nodes::Registries;
-use stategraph::runs::LogCheckpointer;
-use stategraph::runtime::{
+use stategraph::internals::events::{Event, EventKind, Usage};
+use stategraph::internals::llm::scripted::{ScriptedModel, Turn};
+use stategraph::internals::llm::{ChatMessage, Models};
+use stategraph::internals::nodes::Registries;
+use stategraph::internals::runs::LogCheckpointer;
+use stategraph::internals::runtime::{
     self, CheckpointError, Checkpointer, RunOptions, RunStatus, Services, StepBatch,
 };
-use stategraph::store::{PostgresStore, RunRecord, Store};
+use stategraph::internals::store::{PostgresStore, RunRecord, Store};
 use uuid::Uuid;
 
 const ADMIN_URL: &str = "postgres://postgres@127.0.0.1:5432/postgres";
@@ -149,26 +154,15 @@ fn model() -> ScriptedModel {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn postgres_restarted_mid_run_loses_no_event() {
     assert!(server_up().await, "PostgreSQL must run on 127.0.0.1:5432");
-    let db = format!("stategraph_restart_{}", Uuid::new_v4().simple());
-    admin()
-        .await
-        .unwrap()
-        .batch_execute(&format!("CREATE DATABASE {db}"))
-        .await
-        .unwrap();
-    let url = format!("postgres://postgres@127.0.0.1:5432/{db}");
+    let db = db::PgDb::create().await;
+    let url = db.url();
     let result = AssertUnwindSafe(restart_mid_run(url)).catch_unwind().await;
     // Whatever happened, the server must be back for the next tests.
     let started = Instant::now();
     while !server_up().await && started.elapsed() < Duration::from_secs(60) {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    admin()
-        .await
-        .unwrap()
-        .batch_execute(&format!("DROP DATABASE IF EXISTS {db} WITH (FORCE)"))
-        .await
-        .unwrap();
+    db.drop_db().await;
     if let Err(panic) = result {
         std::panic::resume_unwind(panic);
     }

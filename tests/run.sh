@@ -7,9 +7,9 @@
 #   - the AI SDK stream validator (npm ci in tests/tools/aisdk-validate);
 #   - MCP test servers (npm ci in tests/mcp; a Python venv under
 #     ${XDG_CACHE_HOME:-~/.cache}/stategraph-tests/venv);
-#   - for the assistant-ui browser test (tests/integration/assistant_ui.rs):
+#   - for the assistant-ui browser test (tests/integration/ai_sdk_stream/assistant_ui.rs):
 #     npm ci in tests/assistant-ui (and the same Chromium);
-#   - for the studio's browser test (tests/integration/studio.rs): Debian's
+#   - for the studio's browser test (tests/integration/studio_ui/studio.rs): Debian's
 #     Chromium (apt-get install chromium, when /usr/bin/chromium is missing and
 #     CHROMIUM_PATH is not set) and playwright-core + axe-core (npm ci in
 #     tests/studio);
@@ -52,7 +52,7 @@ if [ ! -d "$validator/node_modules/ai" ] \
 fi
 node "$validator/self-test.mjs" >/dev/null || { log "the AI SDK validator fails its self-test"; node "$validator/self-test.mjs"; exit 1; }
 
-# MCP test servers (tests/integration/mcp.rs): server-everything from
+# MCP test servers (tests/integration/models_and_tools/mcp.rs): server-everything from
 # tests/mcp/package-lock.json, and the Python `mcp` SDK + mcp-server-time from
 # tests/mcp/requirements.txt in a venv outside the repository. Each is
 # (re)installed only when missing or when its pin file changed.
@@ -87,7 +87,7 @@ if [ ! -d "$studio_dir/node_modules/playwright-core" ] || [ ! -d "$studio_dir/no
   log "installing the studio browser test's packages (npm ci in tests/studio)"
   (cd "$studio_dir" && npm ci --no-audit --no-fund --loglevel=error)
 fi
-# assistant-ui on /api/chat in Chromium (tests/integration/assistant_ui.rs):
+# assistant-ui on /api/chat in Chromium (tests/integration/ai_sdk_stream/assistant_ui.rs):
 # React, assistant-ui, the AI SDK, esbuild and playwright-core, pinned.
 aui_dir="$root/tests/assistant-ui"
 if [ ! -d "$aui_dir/node_modules/@assistant-ui/react-ai-sdk" ] \

@@ -2,7 +2,7 @@
 //! response as it arrives.
 
 use serde_json::json;
-use stategraph::events::now_micros;
+use stategraph::internals::events::now_micros;
 
 /// What one chat's stream showed.
 #[derive(Debug, Default)]

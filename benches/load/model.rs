@@ -26,7 +26,7 @@ use axum::response::Response;
 use axum::routing::post;
 use bytes::Bytes;
 use serde_json::{Value, json};
-use stategraph::events::now_micros;
+use stategraph::internals::events::now_micros;
 
 /// How a call streams.
 #[derive(Clone, Copy, Debug)]

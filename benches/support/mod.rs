@@ -9,16 +9,16 @@ use std::path::Path;
 use std::sync::Arc;
 
 use serde_json::{Value, json};
-use stategraph::events::Usage;
-use stategraph::graph::prompts::Prompts;
-use stategraph::llm::scripted::{ScriptedModel, Turn};
-use stategraph::llm::{ChatMessage, ChatRequest, LlmChunk, Models};
-use stategraph::nodes::Graph as CompiledGraph;
-use stategraph::nodes::Registries;
+use stategraph::internals::events::Usage;
+use stategraph::internals::graph::prompts::Prompts;
+use stategraph::internals::llm::scripted::{ScriptedModel, Turn};
+use stategraph::internals::llm::{ChatMessage, ChatRequest, LlmChunk, Models};
+use stategraph::internals::nodes::Graph as CompiledGraph;
+use stategraph::internals::nodes::Registries;
 
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
-use stategraph::runtime::{self, RunOptions, Services};
+use stategraph::internals::runtime::{self, RunOptions, Services};
 use tokio::sync::mpsc;
 
 stategraph::state! {
@@ -157,13 +157,14 @@ impl CompileFixture {
     }
 
     /// Loads (parses) a graph file's text.
-    pub fn load(&self, yaml: &str) -> stategraph::graph::load::GraphFile {
-        stategraph::graph::load::parse(Path::new("g.yaml"), "g", yaml.as_bytes()).expect("parses")
+    pub fn load(&self, yaml: &str) -> stategraph::internals::graph::load::GraphFile {
+        stategraph::internals::graph::load::parse(Path::new("g.yaml"), "g", yaml.as_bytes())
+            .expect("parses")
     }
 
     /// Validates and compiles a loaded graph file.
-    pub fn compile(&self, file: &stategraph::graph::load::GraphFile) -> usize {
-        let env = stategraph::graph::CompileEnv {
+    pub fn compile(&self, file: &stategraph::internals::graph::load::GraphFile) -> usize {
+        let env = stategraph::internals::graph::CompileEnv {
             states: &self.reg.states,
             reducers: &self.reg.reducers,
             kinds: &self.reg.kinds,
@@ -171,7 +172,7 @@ impl CompileFixture {
             prompts: &self.prompts,
             graphs: &self.graphs,
         };
-        let (g, _) = stategraph::graph::compile(file, &env).expect("compiles");
+        let (g, _) = stategraph::internals::graph::compile(file, &env).expect("compiles");
         g.nodes.len()
     }
 }

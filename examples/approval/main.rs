@@ -29,8 +29,7 @@ use std::sync::{Arc, Mutex};
 
 use futures::future::BoxFuture;
 use serde_json::{Value, json};
-use stategraph::Registries;
-use stategraph::tools::{Tool, ToolError, ToolPolicy, ToolSpec};
+use stategraph::{Registries, Tool, ToolError, ToolPolicy, ToolSpec};
 
 fn main() -> ExitCode {
     let registries = Registries::default();

@@ -20,10 +20,10 @@ use std::sync::Arc;
 
 use futures::future::BoxFuture;
 use serde_json::json;
-use stategraph::graph::kinds::schema;
-use stategraph::graph::spec::Surface;
-use stategraph::state::FieldId;
-use stategraph::{BuildCx, Kind, Node, NodeContext, NodeError, Patch, Registries, SettingDoc};
+use stategraph::{
+    BuildCx, FieldId, Kind, Node, NodeContext, NodeError, Patch, Registries, SettingDoc, Surface,
+    schema,
+};
 
 fn main() -> ExitCode {
     let mut registries = Registries::default();

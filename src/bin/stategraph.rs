@@ -14,7 +14,7 @@ mod built_in {
     include!(concat!(env!("OUT_DIR"), "/embedded_files.rs"));
 
     /// The shipped files.
-    pub(super) static BUNDLE: stategraph::graph::Bundle = stategraph::graph::Bundle {
+    pub(super) static BUNDLE: stategraph::Bundle = stategraph::Bundle {
         graphs: GRAPHS,
         prompts: PROMPTS,
     };

@@ -266,13 +266,7 @@ fn runs_command(
             reexecute,
             calls,
         } => {
-            let view = match (sse, json, reexecute) {
-                (true, ..) => ReplayView::Sse,
-                (_, true, _) => ReplayView::Json,
-                (.., true) => ReplayView::Reexecute,
-                _ if calls => ReplayView::Calls,
-                _ => ReplayView::Timeline,
-            };
+            let view = replay_view(sse, json, reexecute, calls);
             runtime()?.block_on(ctx.with_mcp(replay::replay_run(ctx, run, view, out)))?
         }
         Command::Fork {
@@ -311,12 +305,7 @@ fn runs_command(
                 set: field_values(&set)?,
                 step,
                 abort,
-                breakpoints: (!break_before.is_empty() || !break_after.is_empty()).then_some(
-                    crate::events::Breakpoints {
-                        before: break_before,
-                        after: break_after,
-                    },
-                ),
+                breakpoints: new_breakpoints(break_before, break_after),
             };
             let answers = (value, answer);
             runtime()?
@@ -325,6 +314,25 @@ fn runs_command(
         _ => unreachable!("only the commands over runs come here"),
     };
     Ok(exit(ok))
+}
+
+/// What `replay` prints: the first of `--sse`, `--json`, `--reexecute`
+/// given wins, then `--calls`; the timeline by default.
+fn replay_view(sse: bool, json: bool, reexecute: bool, calls: bool) -> ReplayView {
+    match (sse, json, reexecute) {
+        (true, ..) => ReplayView::Sse,
+        (_, true, _) => ReplayView::Json,
+        (.., true) => ReplayView::Reexecute,
+        _ if calls => ReplayView::Calls,
+        _ => ReplayView::Timeline,
+    }
+}
+
+/// The breakpoints `resume --break-before/--break-after` sets for the rest
+/// of the run (`None`: none given, the run keeps those it had).
+fn new_breakpoints(before: Vec<String>, after: Vec<String>) -> Option<crate::events::Breakpoints> {
+    (!before.is_empty() || !after.is_empty())
+        .then_some(crate::events::Breakpoints { before, after })
 }
 
 fn check_command(

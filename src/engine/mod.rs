@@ -25,7 +25,7 @@ use std::sync::Arc;
 
 use serde_json::Value;
 
-pub use graphs::{Graphs, ReloadReport};
+pub use graphs::Graphs;
 
 use crate::graph::{Bundle, Diagnostic};
 use crate::llm::{ChatModel, Models};

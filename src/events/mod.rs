@@ -20,21 +20,21 @@ use uuid::Uuid;
 use crate::state::Patch;
 
 pub use contracts::{PendingTask, RunStatus, StepBatch, TaskWrite, ToolDef};
-pub use sink::{Emit, EventSink, NodeEvents};
+pub use sink::{EventSink, NodeEvents};
 
 /// Version of the serialized event format, stored in `run_started`.
-pub const EVENT_FORMAT: u32 = 1;
+pub(crate) const EVENT_FORMAT: u32 = 1;
 
 /// The name of the custom event saying an answer was cut short (data
 /// `{node, reason}`, reason `length`, `timeout` or `error`): the stream
 /// shows it as a `data-truncated` part and finishes with reason `length`.
-pub const TRUNCATED: &str = "truncated";
+pub(crate) const TRUNCATED: &str = "truncated";
 
 /// The name of the custom event saying the model provider refused a
 /// request under its content policy (data `{node, message}`): the stream
 /// shows it as a `data-refusal` part, the node's answer says so plainly,
 /// and the stream finishes with reason `content-filter`.
-pub const REFUSAL: &str = "refusal";
+pub(crate) const REFUSAL: &str = "refusal";
 
 /// One event with its envelope.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -345,7 +345,7 @@ pub struct RunStart {
     pub graph_version: String,
     /// The input state (shared with the caller, which built it).
     pub input: Arc<Value>,
-    /// [`EVENT_FORMAT`] at the time of writing.
+    /// `EVENT_FORMAT` at the time of writing.
     pub format: u32,
     /// Set when this run was forked from another.
     #[serde(default, skip_serializing_if = "Option::is_none")]

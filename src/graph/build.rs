@@ -26,7 +26,7 @@ use crate::tools::ToolRegistry;
 use crate::units::Dur;
 
 mod prompt;
-pub use prompt::PromptRef;
+pub(crate) use prompt::PromptRef;
 
 /// A setting was wrong and its diagnostic has been reported: the node
 /// does not build, and the caller has nothing more to say.

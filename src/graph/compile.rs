@@ -26,7 +26,7 @@ use crate::state::{FieldId, Reducers, StateSchema, StateTypes};
 use crate::tools::ToolRegistry;
 
 /// Default recursion limit (supersteps).
-pub const DEFAULT_RECURSION_LIMIT: u32 = 25;
+pub(crate) const DEFAULT_RECURSION_LIMIT: u32 = 25;
 
 /// What compilation checks names against.
 pub struct CompileEnv<'a, K: NodeKinds> {
@@ -45,7 +45,7 @@ pub struct CompileEnv<'a, K: NodeKinds> {
 }
 
 /// A compiled graph and the warnings its file produced.
-pub type Compiled<N> = (CompiledGraph<N>, Vec<Diagnostic>);
+pub(crate) type Compiled<N> = (CompiledGraph<N>, Vec<Diagnostic>);
 
 /// Validates and compiles a graph file.
 ///

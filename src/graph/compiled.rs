@@ -19,7 +19,7 @@ use super::spec::Surface;
 use crate::state::{DynState, FieldId, StateType, route_key};
 
 /// Index of a node in [`CompiledGraph::nodes`].
-pub type NodeIdx = u32;
+pub(crate) type NodeIdx = u32;
 
 /// Where an edge leads.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -234,7 +234,7 @@ impl EdgeKind {
 
 /// The graph as petgraph sees it: node `i` is node `i` of the graph, the
 /// last node is END.
-pub type Topology = DiGraph<Slot, EdgeKind>;
+pub(crate) type Topology = DiGraph<Slot, EdgeKind>;
 
 /// A graph ready to run; `N` is what its nodes run.
 #[derive(Debug)]

@@ -169,7 +169,7 @@ impl Diagnostics {
 }
 
 /// "did you mean `x`?" for a misspelt name, if a candidate is close.
-pub fn did_you_mean<'a>(
+pub(crate) fn did_you_mean<'a>(
     name: &str,
     candidates: impl IntoIterator<Item = &'a str>,
 ) -> Option<String> {
@@ -184,7 +184,7 @@ pub fn did_you_mean<'a>(
 }
 
 /// "one of: a, b, c" for hints.
-pub fn one_of<'a>(candidates: impl IntoIterator<Item = &'a str>) -> String {
+pub(crate) fn one_of<'a>(candidates: impl IntoIterator<Item = &'a str>) -> String {
     let v: Vec<String> = candidates.into_iter().map(|c| format!("`{c}`")).collect();
     if v.is_empty() {
         "none are defined".into()
@@ -196,7 +196,10 @@ pub fn one_of<'a>(candidates: impl IntoIterator<Item = &'a str>) -> String {
 /// A hint naming the closest candidate, or listing them all (once each)
 /// when few; none when there are no candidates, so the caller's own hint
 /// applies.
-pub fn name_hint<'a>(name: &str, candidates: impl IntoIterator<Item = &'a str>) -> Option<String> {
+pub(crate) fn name_hint<'a>(
+    name: &str,
+    candidates: impl IntoIterator<Item = &'a str>,
+) -> Option<String> {
     let mut unique: Vec<&str> = Vec::new();
     for c in candidates {
         if !unique.contains(&c) {

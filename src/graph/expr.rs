@@ -243,7 +243,7 @@ fn context(vars: &[(Arc<str>, FieldId)], state: &dyn DynState, extra: &[(&str, M
 }
 
 /// A minijinja value as JSON; `undefined` and `none` become `null`.
-pub fn to_json(v: &Mv) -> Value {
+pub(crate) fn to_json(v: &Mv) -> Value {
     if v.is_undefined() || v.is_none() {
         return Value::Null;
     }
@@ -251,7 +251,7 @@ pub fn to_json(v: &Mv) -> Value {
 }
 
 /// JSON as a minijinja value.
-pub fn from_json(v: &Value) -> Mv {
+pub(crate) fn from_json(v: &Value) -> Mv {
     Mv::from(minijinja::value::Serde(v))
 }
 

@@ -12,7 +12,7 @@ use super::kinds::NodeKinds;
 use super::spec::COMMON_NODE_KEYS;
 
 /// The JSON Schema (draft 2020-12) of a graph file for these kinds.
-pub fn graph_file_schema<K: NodeKinds>(kinds: &K) -> Value {
+pub(crate) fn graph_file_schema<K: NodeKinds>(kinds: &K) -> Value {
     let names =
         json!({"oneOf": [{"type": "string"}, {"type": "array", "items": {"type": "string"}}]});
     json!({

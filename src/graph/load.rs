@@ -40,7 +40,7 @@ pub struct GraphFile {
 ///
 /// # Errors
 /// Every problem found while reading or parsing, as diagnostics.
-pub fn load_file(path: &Path) -> Result<GraphFile, Vec<Diagnostic>> {
+pub(crate) fn load_file(path: &Path) -> Result<GraphFile, Vec<Diagnostic>> {
     let display: Arc<str> = path.display().to_string().into();
     let mut diags = Diagnostics::new(Arc::clone(&display));
     let bytes = match read_capped(path, MAX_GRAPH_FILE_BYTES as u64) {
@@ -180,7 +180,7 @@ fn too_large(size: Option<u64>) -> (String, Option<String>) {
 
 /// Node and graph ids: ASCII identifiers (they become Mermaid ids, metric
 /// labels and URL segments).
-pub fn valid_id(id: &str) -> bool {
+pub(crate) fn valid_id(id: &str) -> bool {
     let mut chars = id.chars();
     matches!(chars.next(), Some(c) if c.is_ascii_alphabetic() || c == '_')
         && chars.all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')

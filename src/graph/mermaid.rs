@@ -15,7 +15,7 @@ fn name<N>(g: &CompiledGraph<N>, slot: Slot) -> String {
 }
 
 /// The graph as a Mermaid flowchart.
-pub fn mermaid<N>(g: &CompiledGraph<N>) -> String {
+pub(crate) fn mermaid<N>(g: &CompiledGraph<N>) -> String {
     let mut out = String::from("flowchart TD\n    __start__([START])\n    __end__([END])\n");
     for n in &g.nodes {
         let (open, close) = match &*n.kind {
@@ -52,7 +52,7 @@ pub fn mermaid<N>(g: &CompiledGraph<N>) -> String {
 
 /// One edge as the studio draws it.
 #[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
-pub struct DrawnEdge {
+pub(crate) struct DrawnEdge {
     /// The node it leaves.
     pub from: String,
     /// The node it enters, `__end__` for END.
@@ -64,7 +64,7 @@ pub struct DrawnEdge {
 }
 
 /// Every edge of the graph (START's excluded: `entry` lists them).
-pub fn edges<N>(g: &CompiledGraph<N>) -> Vec<DrawnEdge> {
+pub(crate) fn edges<N>(g: &CompiledGraph<N>) -> Vec<DrawnEdge> {
     g.topology
         .edge_references()
         .map(|e| {
@@ -86,7 +86,7 @@ pub fn edges<N>(g: &CompiledGraph<N>) -> Vec<DrawnEdge> {
 }
 
 /// The graph in Graphviz DOT.
-pub fn dot<N>(g: &CompiledGraph<N>) -> String {
+pub(crate) fn dot<N>(g: &CompiledGraph<N>) -> String {
     let mut out = format!(
         "digraph \"{}\" {{\n    rankdir=TB;\n    __start__ [shape=circle,label=\"START\"];\n    __end__ [shape=doublecircle,label=\"END\"];\n",
         g.id

@@ -16,30 +16,32 @@ mod bundle;
 pub(crate) mod catalog;
 mod compile;
 mod compiled;
-pub mod diagnostic;
+pub(crate) mod diagnostic;
 mod edges;
-pub mod expr;
-pub mod file_schema;
-pub mod kinds;
-pub mod load;
-pub mod loc;
-pub mod mermaid;
-pub mod prompts;
+pub(crate) mod expr;
+#[cfg(feature = "server")]
+pub(crate) mod file_schema;
+pub(crate) mod kinds;
+pub(crate) mod load;
+pub(crate) mod loc;
+#[cfg(feature = "server")]
+pub(crate) mod mermaid;
+pub(crate) mod prompts;
 mod rules;
 mod settings;
 pub(crate) mod source;
-pub mod spec;
+pub(crate) mod spec;
 mod state_decl;
 pub(crate) mod typecheck;
-pub mod value;
+pub(crate) mod value;
 
-pub use build::{BuildCx, PromptRef, Reported};
+pub(crate) use build::{BuildCx, PromptRef, Reported};
 pub use bundle::Bundle;
-pub use catalog::{Catalog, CatalogEnv};
-pub use compile::{CompileEnv, Compiled, DEFAULT_RECURSION_LIMIT, compile};
-pub use compiled::{
-    ChatIo, CompiledGraph, CompiledNode, EdgeKind, Join, NodeIdx, RetryPolicy, Route, Selector,
-    Slot, Target, Topology, Transition,
-};
-pub use diagnostic::{Diagnostic, Severity};
-pub use kinds::{KindInfo, NodeKinds, SettingDoc};
+pub(crate) use catalog::{Catalog, CatalogEnv};
+pub use compile::{CompileEnv, compile};
+#[cfg(feature = "server")]
+pub(crate) use compiled::ChatIo;
+pub(crate) use compiled::{CompiledGraph, CompiledNode, NodeIdx, Target, Transition};
+pub use diagnostic::Diagnostic;
+pub use kinds::SettingDoc;
+pub(crate) use kinds::{KindInfo, NodeKinds};

@@ -209,7 +209,8 @@ pub struct NodeSpec {
 }
 
 /// The keys every node has, whatever its kind.
-pub const COMMON_NODE_KEYS: &[&str] = &[
+#[cfg(feature = "server")]
+pub(crate) const COMMON_NODE_KEYS: &[&str] = &[
     "id",
     "kind",
     "description",
@@ -387,7 +388,7 @@ impl<'de> Deserialize<'de> for Pairs {
 /// Scalars used as names: strings, and booleans or numbers written bare
 /// (`true: next` in a route on a boolean field).
 #[derive(Clone, Debug)]
-pub struct ScalarText(pub String);
+pub(crate) struct ScalarText(pub String);
 
 impl<'de> Deserialize<'de> for ScalarText {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {

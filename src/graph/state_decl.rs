@@ -3,8 +3,8 @@
 //! everything else — types, defaults and reducers — with their places.
 
 use super::diagnostic::{Diagnostics, name_hint};
-use super::loc::Sp;
-use super::spec::{StateSpec, TypeDecl};
+use super::loc::{Loc, Sp};
+use super::spec::{DeclaredStateSpec, StateSpec, TypeDecl};
 use crate::state::{
     FieldSpec, Reducer, Reducers, StateSchema, StateType, StateTypes, TypeKind, TypeSpec,
 };
@@ -32,97 +32,117 @@ pub(super) fn resolve(
     d: &mut Diagnostics,
 ) -> Option<StateType> {
     match &spec.value {
-        StateSpec::Named(name) => {
-            let found = env.states.get(name);
-            if found.is_none() {
-                let hint = name_hint(name, env.states.names()).or_else(|| {
-                    Some("declare the state in the file instead: `state: {fields: {name: {type: string}}}`".into())
-                });
+        StateSpec::Named(name) => named(name, spec.loc, env, d),
+        StateSpec::Declared(decl) => declared(decl, spec.loc, graph_id, env, d),
+    }
+}
+
+/// `state: NAME`: a registered state type.
+fn named(name: &str, loc: Loc, env: StateEnv<'_>, d: &mut Diagnostics) -> Option<StateType> {
+    let found = env.states.get(name);
+    if found.is_none() {
+        let hint = name_hint(name, env.states.names()).or_else(|| {
+            Some(
+                "declare the state in the file instead: `state: {fields: {name: {type: string}}}`"
+                    .into(),
+            )
+        });
+        d.error(
+            loc,
+            "unknown-state",
+            format!("unknown state type `{name}`"),
+            hint,
+        );
+    }
+    found
+}
+
+/// `state: {fields: …}`, extending a registered state with `type:`. Every
+/// field is checked (all problems reported) before any is accepted.
+fn declared(
+    decl: &DeclaredStateSpec,
+    loc: Loc,
+    graph_id: &str,
+    env: StateEnv<'_>,
+    d: &mut Diagnostics,
+) -> Option<StateType> {
+    let base = match &decl.base {
+        None => None,
+        Some(b) => match env.states.get(&b.value) {
+            Some(t) => Some(t),
+            None => {
                 d.error(
-                    spec.loc,
+                    b.loc,
                     "unknown-state",
-                    format!("unknown state type `{name}`"),
-                    hint,
+                    format!("`type: {}` names no registered state to extend", b.value),
+                    name_hint(&b.value, env.states.names()),
                 );
+                return None;
             }
-            found
+        },
+    };
+    let mut ok = true;
+    let mut fields: Vec<FieldSpec> = Vec::new();
+    for (name, field) in &decl.fields.0 {
+        if !field_name_ok(name, base.as_ref(), d) {
+            ok = false;
+            continue;
         }
-        StateSpec::Declared(decl) => {
-            let base = match &decl.base {
-                None => None,
-                Some(b) => match env.states.get(&b.value) {
-                    Some(t) => Some(t),
-                    None => {
-                        d.error(
-                            b.loc,
-                            "unknown-state",
-                            format!("`type: {}` names no registered state to extend", b.value),
-                            name_hint(&b.value, env.states.names()),
-                        );
-                        return None;
-                    }
-                },
-            };
-            let mut ok = true;
-            let mut fields: Vec<FieldSpec> = Vec::new();
-            for (name, field) in &decl.fields.0 {
-                if !valid_field_name(&name.value) {
-                    d.error(name.loc, "invalid-field-name", format!("`{}` is not a valid field name: use ASCII letters, digits and `_`, starting with a letter", name.value.escape_debug()), None);
-                    ok = false;
-                    continue;
-                }
-                if RESERVED.contains(&name.value.as_str()) {
-                    d.error(
-                        name.loc,
-                        "invalid-field-name",
-                        format!(
-                            "`{}` is reserved (expressions use it for something else)",
-                            name.value
-                        ),
-                        Some("choose another name".into()),
-                    );
-                    ok = false;
-                    continue;
-                }
-                if base
-                    .as_ref()
-                    .is_some_and(|b| b.schema.field(&name.value).is_some())
-                {
-                    d.error(
-                        name.loc,
-                        "duplicate-field",
-                        format!(
-                            "`{}` is already a field of the state this one extends",
-                            name.value
-                        ),
-                        None,
-                    );
-                    ok = false;
-                    continue;
-                }
-                match field_spec(name, field, env.reducers, d) {
-                    Some(f) => fields.push(f),
-                    None => ok = false,
-                }
-            }
-            if fields.is_empty() && ok && base.is_none() {
-                d.error(
-                    spec.loc,
-                    "empty-state",
-                    "the state declares no fields",
-                    Some("add `fields:` with at least one field".into()),
-                );
-                return None;
-            }
-            if !ok {
-                return None;
-            }
-            Some(match base {
-                Some(b) => StateType::extended(&b, graph_id, fields),
-                None => StateType::declared(StateSchema::new(graph_id, fields)),
-            })
+        match field_spec(name, field, env.reducers, d) {
+            Some(f) => fields.push(f),
+            None => ok = false,
         }
     }
+    if fields.is_empty() && ok && base.is_none() {
+        d.error(
+            loc,
+            "empty-state",
+            "the state declares no fields",
+            Some("add `fields:` with at least one field".into()),
+        );
+        return None;
+    }
+    if !ok {
+        return None;
+    }
+    Some(match base {
+        Some(b) => StateType::extended(&b, graph_id, fields),
+        None => StateType::declared(StateSchema::new(graph_id, fields)),
+    })
+}
+
+/// Whether a declared field's name may be used: well formed, not reserved
+/// and not already a field of the state it extends (reported if not).
+fn field_name_ok(name: &Sp<String>, base: Option<&StateType>, d: &mut Diagnostics) -> bool {
+    if !valid_field_name(&name.value) {
+        d.error(name.loc, "invalid-field-name", format!("`{}` is not a valid field name: use ASCII letters, digits and `_`, starting with a letter", name.value.escape_debug()), None);
+        return false;
+    }
+    if RESERVED.contains(&name.value.as_str()) {
+        d.error(
+            name.loc,
+            "invalid-field-name",
+            format!(
+                "`{}` is reserved (expressions use it for something else)",
+                name.value
+            ),
+            Some("choose another name".into()),
+        );
+        return false;
+    }
+    if base.is_some_and(|b| b.schema.field(&name.value).is_some()) {
+        d.error(
+            name.loc,
+            "duplicate-field",
+            format!(
+                "`{}` is already a field of the state this one extends",
+                name.value
+            ),
+            None,
+        );
+        return false;
+    }
+    true
 }
 
 fn valid_field_name(name: &str) -> bool {

@@ -14,7 +14,7 @@ use serde_json::Value;
 use super::loc::Sp;
 
 /// One entry of a mapping: the key and the value, each with its place.
-pub type SpEntry = (Sp<String>, Sp<SpValue>);
+pub(crate) type SpEntry = (Sp<String>, Sp<SpValue>);
 
 /// A YAML value whose parts know where they were written.
 #[derive(Clone, Debug, PartialEq)]

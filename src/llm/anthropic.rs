@@ -35,7 +35,7 @@ use super::spans::GenAiSpan;
 use super::{ChatModel, ChatRequest, ChunkStream, LlmError};
 
 /// The Messages API version every request names (`anthropic-version`).
-pub const ANTHROPIC_VERSION: &str = "2023-06-01";
+pub(crate) const ANTHROPIC_VERSION: &str = "2023-06-01";
 
 /// `max_tokens` when a request sets none (the API requires one).
 const DEFAULT_MAX_TOKENS: u32 = 4096;
@@ -57,7 +57,7 @@ const OWNED: &[&str] = &[
 
 /// A model on Anthropic's Messages API.
 #[derive(Clone, Debug)]
-pub struct AnthropicModel {
+pub(crate) struct AnthropicModel {
     endpoint: OpenAiEndpoint,
     name: Arc<str>,
     extra: Option<Arc<Map<String, Value>>>,
@@ -69,7 +69,7 @@ pub struct AnthropicModel {
 
 impl AnthropicModel {
     /// `name` on `endpoint` (an endpoint with `api = "anthropic"`).
-    pub fn new(endpoint: OpenAiEndpoint, name: &str) -> Self {
+    pub(crate) fn new(endpoint: OpenAiEndpoint, name: &str) -> Self {
         Self {
             endpoint,
             rules: Arc::new(ModelRules::new("default", name, None)),
@@ -82,32 +82,32 @@ impl AnthropicModel {
     }
 
     /// Prices its calls' usage (see [`Price`]).
-    pub fn with_price(mut self, price: Option<Price>) -> Self {
+    pub(crate) fn with_price(mut self, price: Option<Price>) -> Self {
         self.price = price;
         self
     }
 
     /// More request-body fields for every call (`top_k`, `metadata`, …);
     /// the fields this client writes are never replaced.
-    pub fn with_extra(mut self, extra: Map<String, Value>) -> Self {
+    pub(crate) fn with_extra(mut self, extra: Map<String, Value>) -> Self {
         self.extra = (!extra.is_empty()).then(|| Arc::new(extra));
         self
     }
 
     /// Caps every call's `max_tokens` at `cap`.
-    pub fn with_max_tokens(mut self, cap: Option<u32>) -> Self {
+    pub(crate) fn with_max_tokens(mut self, cap: Option<u32>) -> Self {
         self.max_tokens = cap;
         self
     }
 
     /// Extended thinking with `budget` tokens (at least 1024).
-    pub fn with_thinking(mut self, budget: Option<u32>) -> Self {
+    pub(crate) fn with_thinking(mut self, budget: Option<u32>) -> Self {
         self.thinking = budget.map(|b| b.max(MIN_THINKING));
         self
     }
 
     /// The role's rules (`reasoning_effort` sets the thinking budget).
-    pub fn with_rules(mut self, rules: ModelRules) -> Self {
+    pub(crate) fn with_rules(mut self, rules: ModelRules) -> Self {
         self.rules = Arc::new(rules);
         self
     }
@@ -132,7 +132,7 @@ impl AnthropicModel {
 
     /// The request body a call of `request` sends, and what was changed to
     /// meet the API's rules.
-    pub fn body(&self, request: &ChatRequest) -> (Value, Vec<String>) {
+    pub(crate) fn body(&self, request: &ChatRequest) -> (Value, Vec<String>) {
         let mut changes = Vec::new();
         let (system, messages) = wire::conversation(&request.messages, true);
         let mut body = Map::new();

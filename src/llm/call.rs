@@ -81,7 +81,7 @@ pub async fn call_model(
 ///
 /// # Errors
 /// The stream failed; emitted as `llm_failed`.
-pub async fn stream_call(
+pub(crate) async fn stream_call(
     model: &str,
     mut stream: super::ChunkStream,
     cx: ModelCall<'_>,
@@ -89,57 +89,13 @@ pub async fn stream_call(
 ) -> Result<LlmReply, LlmError> {
     let started = Instant::now();
     let call = cx.call;
-    let begun = cx
-        .events
-        .emit(EventKind::LlmStarted {
-            call,
-            role: Arc::clone(cx.role),
-            model: model.to_owned(),
-            request: request.fingerprint(),
-        })
-        .await;
-    if let Some(recorder) = cx.recorder {
-        recorder.record(CallStart {
-            run_id: begun.run_id,
-            seq: begun.seq,
-            step: begun.step,
-            node: cx.events.node(),
-            task: begun.task,
-            call,
-            role: cx.role,
-            model,
-            endpoint: cx.endpoint,
-            request,
-        });
-    }
-    let mut out = LlmOutput::default();
-    let mut usage = Usage::default();
-    let mut calls = ToolCalls::default();
-    let mut held = super::quiet::Held::new(cx.quiet);
-    while let Some(chunk) = stream.next().await {
-        match chunk {
-            Ok(LlmChunk::Text(delta)) => {
-                out.text.push_str(&delta);
-                if let Some(delta) = held.pass(&out.text, delta) {
-                    cx.events.note_text(&delta);
-                    cx.events.emit(EventKind::TextDelta { call, delta }).await;
-                }
-            }
-            Ok(LlmChunk::Reasoning(delta)) => {
-                out.reasoning.push_str(&delta);
-                cx.events
-                    .emit(EventKind::ReasoningDelta { call, delta })
-                    .await;
-            }
-            Ok(LlmChunk::ToolCallStart { index, id, name }) => {
-                calls.start(&cx, index, id, name).await;
-            }
-            Ok(LlmChunk::ToolCallArgs { index, delta }) => calls.args(&cx, index, delta).await,
-            Ok(LlmChunk::Usage(u)) => usage = u,
-            Ok(LlmChunk::Finish(reason)) => out.finish_reason = reason,
-            Err(e) => return Err(failed(&cx, e, usage).await),
-        }
-    }
+    begin(model, &cx, request).await;
+    let Received {
+        mut out,
+        usage,
+        calls,
+        mut held,
+    } = receive(&mut stream, &cx).await?;
     // A stream that ends without saying why the model stopped was cut off
     // (a proxy closed it, a recording or a script ended early): what it
     // carried is half an answer, and half an answer is not data. The call
@@ -162,6 +118,89 @@ pub async fn stream_call(
         })
         .await;
     Ok(LlmReply(ev))
+}
+
+/// Announces the call: emits `llm_started` and hands the request to the
+/// recorder, so a reader sees what was asked before any answer arrives.
+async fn begin(model: &str, cx: &ModelCall<'_>, request: &ChatRequest) {
+    let begun = cx
+        .events
+        .emit(EventKind::LlmStarted {
+            call: cx.call,
+            role: Arc::clone(cx.role),
+            model: model.to_owned(),
+            request: request.fingerprint(),
+        })
+        .await;
+    if let Some(recorder) = cx.recorder {
+        recorder.record(CallStart {
+            run_id: begun.run_id,
+            seq: begun.seq,
+            step: begun.step,
+            node: cx.events.node(),
+            task: begun.task,
+            call: cx.call,
+            role: cx.role,
+            model,
+            endpoint: cx.endpoint,
+            request,
+        });
+    }
+}
+
+/// What a stream delivered, assembled.
+struct Received<'q> {
+    out: LlmOutput,
+    usage: Usage,
+    calls: ToolCalls,
+    /// Text still held back as a possible quiet reply.
+    held: super::quiet::Held<'q>,
+}
+
+/// Streams every chunk as its event while assembling the output (text held
+/// back while it may still turn out to be a quiet reply).
+///
+/// # Errors
+/// The stream failed; emitted as `llm_failed`.
+async fn receive<'q>(
+    stream: &mut super::ChunkStream,
+    cx: &ModelCall<'q>,
+) -> Result<Received<'q>, LlmError> {
+    let call = cx.call;
+    let mut out = LlmOutput::default();
+    let mut usage = Usage::default();
+    let mut calls = ToolCalls::default();
+    let mut held = super::quiet::Held::new(cx.quiet);
+    while let Some(chunk) = stream.next().await {
+        match chunk {
+            Ok(LlmChunk::Text(delta)) => {
+                out.text.push_str(&delta);
+                if let Some(delta) = held.pass(&out.text, delta) {
+                    cx.events.note_text(&delta);
+                    cx.events.emit(EventKind::TextDelta { call, delta }).await;
+                }
+            }
+            Ok(LlmChunk::Reasoning(delta)) => {
+                out.reasoning.push_str(&delta);
+                cx.events
+                    .emit(EventKind::ReasoningDelta { call, delta })
+                    .await;
+            }
+            Ok(LlmChunk::ToolCallStart { index, id, name }) => {
+                calls.start(cx, index, id, name).await;
+            }
+            Ok(LlmChunk::ToolCallArgs { index, delta }) => calls.args(cx, index, delta).await,
+            Ok(LlmChunk::Usage(u)) => usage = u,
+            Ok(LlmChunk::Finish(reason)) => out.finish_reason = reason,
+            Err(e) => return Err(failed(cx, e, usage).await),
+        }
+    }
+    Ok(Received {
+        out,
+        usage,
+        calls,
+        held,
+    })
 }
 
 /// Emits `llm_failed` for `e`, and returns it.

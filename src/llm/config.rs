@@ -66,21 +66,21 @@ use super::profile::{Api, Family, Price, Structured};
 use crate::units::Dur;
 
 /// The endpoint that `OPENAI_*` variables and roles without `endpoint` use.
-pub const DEFAULT_ENDPOINT: &str = "default";
+pub(crate) const DEFAULT_ENDPOINT: &str = "default";
 /// The role that, when configured, serves every role not listed.
-pub const DEFAULT_ROLE: &str = "default";
+pub(crate) const DEFAULT_ROLE: &str = "default";
 /// The model for roles that name none, unless `model` or `STATEGRAPH_MODEL` says otherwise.
-pub const DEFAULT_MODEL: &str = "gpt-4o-mini";
+pub(crate) const DEFAULT_MODEL: &str = "gpt-4o-mini";
 /// The base URL of an endpoint that names none.
-pub const OPENAI_BASE_URL: &str = "https://api.openai.com/v1";
+pub(crate) const OPENAI_BASE_URL: &str = "https://api.openai.com/v1";
 /// The base URL of an Anthropic endpoint that names none.
-pub const ANTHROPIC_BASE_URL: &str = "https://api.anthropic.com/v1";
+pub(crate) const ANTHROPIC_BASE_URL: &str = "https://api.anthropic.com/v1";
 
 /// The `[llm]` table.
 #[derive(Clone, Debug, Default, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct LlmConfig {
-    /// Model for roles without their own (default [`DEFAULT_MODEL`]).
+    /// Model for roles without their own (default `DEFAULT_MODEL`).
     pub model: Option<String>,
     /// Endpoints by name.
     pub endpoints: BTreeMap<String, EndpointConfig>,
@@ -94,9 +94,9 @@ pub struct LlmConfig {
     /// The built-in offline model (used when no endpoint is configured).
     pub offline: OfflineConfig,
     /// Upper bound on `max_tokens` for every call of roles without their
-    /// own (see [`RoleConfig::max_tokens`]).
+    /// own (see `RoleConfig::max_tokens`).
     pub max_tokens: Option<u32>,
-    /// A model script ([`super::script`]): every role answers from its
+    /// A model script (`llm::script`): every role answers from its
     /// rules, no endpoint is called (`STATEGRAPH_MODEL_SCRIPT`,
     /// `--model-script`).
     pub script: Option<std::path::PathBuf>,

@@ -8,21 +8,21 @@
 //! model for tests, a model script from a file ([`script`]) and a
 //! recorded model for replay.
 
-pub mod anthropic;
+pub(crate) mod anthropic;
 mod call;
-pub mod config;
-pub mod fallback;
+pub(crate) mod config;
+pub(crate) mod fallback;
 mod keywords;
-pub mod offline;
-pub mod openai;
-pub mod profile;
+pub(crate) mod offline;
+pub(crate) mod openai;
+pub(crate) mod profile;
 mod quiet;
-pub mod record;
-pub mod reply;
-pub mod script;
-pub mod scripted;
-pub mod spans;
-pub mod strict;
+pub(crate) mod record;
+pub(crate) mod reply;
+pub(crate) mod script;
+pub(crate) mod scripted;
+pub(crate) mod spans;
+pub(crate) mod strict;
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -34,14 +34,16 @@ use serde_json::Value;
 
 use crate::events::{ToolCallRecord, Usage};
 
-pub use call::{LlmReply, ModelCall, call_model, stream_call};
-pub use config::{LlmConfig, LlmConfigError};
+pub(crate) use call::stream_call;
+pub use call::{LlmReply, ModelCall, call_model};
+pub use config::LlmConfig;
 pub use fallback::FallbackModel;
-pub use keywords::ValueKeywords;
-pub use openai::{
-    EndpointError, EndpointSettings, OpenAiEndpoint, OpenAiModel, RetryPolicy, Timeouts,
-};
-pub use record::{CallRecorder, CallStart, NoRedaction, Redact, RedactRule, RegexRedactor};
+pub(crate) use keywords::ValueKeywords;
+pub use openai::{EndpointSettings, OpenAiModel, RetryPolicy, Timeouts};
+pub(crate) use record::CallRecorder;
+#[cfg(feature = "server")]
+pub(crate) use record::{CallStart, NoRedaction, RegexRedactor};
+pub use record::{Redact, RedactRule};
 
 /// One message sent to a model.
 #[derive(Clone, Debug, PartialEq, Serialize)]
@@ -107,7 +109,7 @@ pub struct JsonSchemaFormat {
     /// shared, built once per node.
     pub schema: Arc<Value>,
     /// Its strict form, for providers with a strict mode (built once with
-    /// the schema, see [`strict`]).
+    /// the schema, see `strict`).
     #[serde(skip)]
     pub strict: Arc<strict::StrictSchema>,
     /// Keywords choosing its enum values from text, for the offline model

@@ -28,7 +28,7 @@ pub struct OfflineModel {
 }
 
 /// Name reported for the offline model.
-pub const OFFLINE_MODEL_NAME: &str = "stategraph-offline";
+pub(crate) const OFFLINE_MODEL_NAME: &str = "stategraph-offline";
 
 impl OfflineModel {
     /// The user's question: the newest user message, or the `Question:`

@@ -118,11 +118,11 @@ pub enum Structured {
 
 /// The default `reasoning_budget`: room for hidden reasoning on top of a
 /// node's `max_tokens`.
-pub const DEFAULT_REASONING_BUDGET: u32 = 8192;
+pub(crate) const DEFAULT_REASONING_BUDGET: u32 = 8192;
 
 /// Request fields a reasoning model refuses (OpenAI answers each with
 /// 400 `unsupported_parameter` or `unsupported_value`).
-pub const REASONING_REFUSES: &[&str] = &[
+pub(crate) const REASONING_REFUSES: &[&str] = &[
     "temperature",
     "top_p",
     "presence_penalty",

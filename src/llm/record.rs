@@ -61,8 +61,10 @@ pub trait Redact: Send + Sync + fmt::Debug {
 
 /// Redacts nothing.
 #[derive(Debug, Default)]
-pub struct NoRedaction;
+#[cfg(feature = "server")]
+pub(crate) struct NoRedaction;
 
+#[cfg(feature = "server")]
 impl Redact for NoRedaction {
     fn redact<'t>(&self, text: &'t str) -> Cow<'t, str> {
         Cow::Borrowed(text)
@@ -110,16 +112,18 @@ fn default_replacement() -> String {
 
 /// Redaction by regular expressions, applied in order.
 #[derive(Debug, Default)]
-pub struct RegexRedactor {
+#[cfg(feature = "server")]
+pub(crate) struct RegexRedactor {
     rules: Vec<(Regex, String)>,
 }
 
+#[cfg(feature = "server")]
 impl RegexRedactor {
     /// Compiles `rules`.
     ///
     /// # Errors
     /// A pattern is not a valid regular expression: the message names it.
-    pub fn new(rules: &[RedactRule]) -> Result<Self, String> {
+    pub(crate) fn new(rules: &[RedactRule]) -> Result<Self, String> {
         let rules = rules
             .iter()
             .map(|r| {
@@ -132,6 +136,7 @@ impl RegexRedactor {
     }
 }
 
+#[cfg(feature = "server")]
 impl Redact for RegexRedactor {
     fn redact<'t>(&self, text: &'t str) -> Cow<'t, str> {
         let mut out = Cow::Borrowed(text);

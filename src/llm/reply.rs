@@ -25,7 +25,7 @@ use crate::events::Usage;
 
 /// A scripted tool call.
 #[derive(Clone, Debug, PartialEq)]
-pub struct ReplyCall {
+pub(crate) struct ReplyCall {
     /// Tool name.
     pub name: String,
     /// Arguments.
@@ -36,7 +36,7 @@ pub struct ReplyCall {
 
 /// What a reply does.
 #[derive(Clone, Debug, PartialEq)]
-pub enum ReplyBody {
+pub(crate) enum ReplyBody {
     /// Streams text (JSON text for `json:`), after optional reasoning, and
     /// then asks for tool calls, if any.
     Answer {
@@ -61,7 +61,7 @@ pub enum ReplyBody {
 
 /// One scripted reply, with the token usage it reports.
 #[derive(Clone, Debug, PartialEq)]
-pub struct Reply {
+pub(crate) struct Reply {
     /// What it does.
     pub body: ReplyBody,
     /// Tokens reported (`usage: {prompt, completion}`); estimated from the
@@ -75,7 +75,7 @@ pub struct Reply {
 }
 
 /// The keys a reply mapping may have.
-pub const REPLY_KEYS: &[&str] = &[
+pub(crate) const REPLY_KEYS: &[&str] = &[
     "text",
     "json",
     "reasoning",
@@ -88,7 +88,7 @@ pub const REPLY_KEYS: &[&str] = &[
 
 impl Reply {
     /// A text reply.
-    pub fn text(text: impl Into<String>) -> Self {
+    pub(crate) fn text(text: impl Into<String>) -> Self {
         Self {
             body: ReplyBody::Answer {
                 reasoning: String::new(),
@@ -105,7 +105,7 @@ impl Reply {
     ///
     /// # Errors
     /// What is wrong with it, as a sentence naming the key.
-    pub fn from_json(v: &Value) -> Result<Self, String> {
+    pub(crate) fn from_json(v: &Value) -> Result<Self, String> {
         let map = match v {
             Value::String(s) => return Ok(Self::text(s.clone())),
             Value::Object(m) => m,
@@ -156,7 +156,7 @@ impl Reply {
     /// item is the error of an error or timeout reply. `prompt_tokens` is
     /// reported when the reply gives no usage; `call` numbers generated
     /// tool-call ids.
-    pub fn chunks(&self, prompt_tokens: u64, call: u32) -> Vec<Result<LlmChunk, LlmError>> {
+    pub(crate) fn chunks(&self, prompt_tokens: u64, call: u32) -> Vec<Result<LlmChunk, LlmError>> {
         let (reasoning, text, calls) = match &self.body {
             ReplyBody::Error { status, message } => {
                 return vec![Err(LlmError::Http {

@@ -139,7 +139,7 @@ impl ScriptedModel {
 
 /// Splits text into word tokens that keep their leading whitespace, the way
 /// model tokens usually look (`"Hello"`, `" world"`).
-pub fn tokens(text: &str) -> Vec<String> {
+pub(crate) fn tokens(text: &str) -> Vec<String> {
     let mut out = Vec::new();
     let mut start = 0;
     let mut in_word = false;

@@ -24,7 +24,8 @@ use super::{ChatMessage, ChatRequest, LlmChunk, LlmError};
 static CAPTURE: AtomicBool = AtomicBool::new(false);
 
 /// Turns content capture on or off for every model call from now on.
-pub fn capture_content(on: bool) {
+#[cfg(feature = "server")]
+pub(crate) fn capture_content(on: bool) {
     CAPTURE.store(on, Ordering::Relaxed);
 }
 

@@ -293,7 +293,7 @@ fn make_nullable(mut out: Map<String, Value>) -> Value {
 }
 
 /// Whether a schema accepts `null` (a schema without any type does).
-pub fn allows_null(schema: &Value) -> bool {
+pub(crate) fn allows_null(schema: &Value) -> bool {
     let Value::Object(m) = schema else {
         return false;
     };
@@ -319,7 +319,7 @@ pub fn allows_null(schema: &Value) -> bool {
 /// Maps the `null`s a strict answer carries for optional fields back to
 /// absent fields, as the declared (portable) `schema` has them: a property
 /// that is not required and whose own schema does not accept `null`.
-pub fn restore_absent(schema: &Value, answer: &mut Value) {
+pub(crate) fn restore_absent(schema: &Value, answer: &mut Value) {
     match answer {
         Value::Object(map) => {
             let Some(Value::Object(props)) = schema.get("properties") else {

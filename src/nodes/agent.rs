@@ -218,7 +218,7 @@ struct Outcome {
 
 /// How the thinking note before a call past the time budget begins (a
 /// recording finds such calls by it).
-pub const BUDGET_NOTE: &str = "Used the time budget";
+pub(crate) const BUDGET_NOTE: &str = "Used the time budget";
 
 /// Default `max_tokens` of each model call.
 const MAX_TOKENS: u32 = 1024;

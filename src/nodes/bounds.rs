@@ -143,7 +143,7 @@ impl Generation {
 
 /// What a node does when its last attempt failed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum OnError {
+pub(crate) enum OnError {
     /// The run fails.
     Fail,
     /// The node writes nothing; the run goes on.
@@ -196,7 +196,7 @@ impl OnError {
 
 /// The answer a node gives when its model provider refused the request
 /// under its content policy.
-pub const REFUSAL: &str = "I can't help with that request: the model provider declined it under its content policy. Try rephrasing it.";
+pub(crate) const REFUSAL: &str = "I can't help with that request: the model provider declined it under its content policy. Try rephrasing it.";
 
 /// A node's last attempt failed.
 #[derive(Debug)]

@@ -14,7 +14,7 @@ use crate::graph::{KindInfo, NodeKinds, SettingDoc};
 
 /// Builds a node of a kind from its settings; `None` when they are wrong
 /// (reported through the context).
-pub type BuildFn = dyn Fn(&mut BuildCx<'_>) -> Option<Arc<dyn Node>> + Send + Sync;
+pub(crate) type BuildFn = dyn Fn(&mut BuildCx<'_>) -> Option<Arc<dyn Node>> + Send + Sync;
 
 /// A node kind: its name, what it accepts and how it builds.
 #[derive(Clone)]

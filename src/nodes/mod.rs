@@ -23,7 +23,7 @@
 
 mod agent;
 mod bind;
-pub mod bounds;
+pub(crate) mod bounds;
 mod context;
 mod convo;
 mod extract;
@@ -31,12 +31,12 @@ mod fill;
 mod followup;
 mod http;
 mod interrupt;
-pub mod kinds;
+pub(crate) mod kinds;
 mod llm;
 mod model;
 mod noop;
 mod passthrough;
-pub mod pauses;
+pub(crate) mod pauses;
 mod registries;
 mod router;
 mod set;
@@ -56,10 +56,11 @@ use crate::llm::LlmError;
 use crate::state::Patch;
 use crate::tools::ToolError;
 
-pub use agent::BUDGET_NOTE;
-pub use bounds::{Failure, OnError, Recovery};
-pub use context::{NodeContext, Playback, Roles, Services, SubgraphRunner};
-pub use kinds::{BuildFn, Kind, Kinds};
+pub(crate) use agent::BUDGET_NOTE;
+pub(crate) use bounds::{Failure, Recovery};
+pub use context::{NodeContext, Services};
+pub(crate) use context::{Playback, Roles, SubgraphRunner};
+pub use kinds::{Kind, Kinds};
 pub use registries::Registries;
 
 /// A compiled graph whose nodes are this module's [`Node`]s: what the
@@ -78,7 +79,7 @@ pub trait Node: Send + Sync + fmt::Debug {
     fn run<'a>(&'a self, cx: NodeContext<'a>) -> BoxFuture<'a, Result<Patch, NodeError>>;
 
     /// How the node ends when its last attempt failed, instead of failing
-    /// the run (its `on_error`, see [`bounds`]); `None` fails the run.
+    /// the run (its `on_error`, see `bounds`); `None` fails the run.
     fn recover<'a>(
         &'a self,
         _cx: NodeContext<'a>,

@@ -44,7 +44,7 @@ pub(super) const SETTINGS: [SettingDoc; 3] = [
 ];
 
 /// An approval's interrupt id (the AI SDK's `approvalId`) for a tool call.
-pub fn approval_id(call_id: &str) -> String {
+pub(crate) fn approval_id(call_id: &str) -> String {
     format!("approval-{call_id}")
 }
 

@@ -18,7 +18,7 @@ use crate::store::{CallRecord, Store, StoreError};
 
 /// One model call.
 #[derive(Clone, Debug, Serialize)]
-pub struct CallView {
+pub(crate) struct CallView {
     /// Its position among the run's calls, from 0 (`/calls/{n}`).
     pub index: usize,
     /// The seq of its `llm_started` event.
@@ -55,7 +55,7 @@ pub struct CallView {
 ///
 /// # Errors
 /// The store failed.
-pub async fn calls(
+pub(crate) async fn calls(
     store: &dyn Store,
     run: Uuid,
     events: &[Event],
@@ -79,7 +79,7 @@ pub async fn calls(
 /// Content read from the store, kept across calls: a chat's calls share
 /// most of it.
 #[derive(Debug, Default)]
-pub struct Parts(HashMap<String, Value>);
+pub(crate) struct Parts(HashMap<String, Value>);
 
 impl Parts {
     /// The parts among `hashes`, fetched once (`null` for one that is gone).
@@ -128,7 +128,7 @@ const MAX_MESSAGES: usize = 100_000;
 ///
 /// # Errors
 /// The store failed.
-pub async fn expand(
+pub(crate) async fn expand(
     store: &dyn Store,
     call: &mut CallView,
     parts: &mut Parts,
@@ -234,7 +234,7 @@ fn answer(after: &[Event], started: &Event, call: u32) -> (&'static str, Option<
 /// A run's calls as text (`stategraph replay RUN --calls`): per call its
 /// place, model and settings, the messages it was sent (each shortened to
 /// `width` characters), the tools it was offered and what it answered.
-pub fn calls_text(calls: &[CallView], width: usize) -> String {
+pub(crate) fn calls_text(calls: &[CallView], width: usize) -> String {
     let mut out = String::new();
     for c in calls {
         write_call(&mut out, c, width);

@@ -363,7 +363,7 @@ fn not_run(node: &str, step: u32, ran: &[PendingTask]) -> EditError {
 ///
 /// # Errors
 /// [`EditError::UnknownField`], [`EditError::InvalidValue`].
-pub fn replaced(
+pub(crate) fn replaced(
     graph: &Graph,
     state: &dyn DynState,
     set: &[(String, Value)],

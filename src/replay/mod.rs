@@ -10,10 +10,13 @@
 //! node, routed again; or before one, to run it again); [`calls`] lists
 //! the model calls with what each was asked and answered.
 
+#[cfg(feature = "server")]
 mod calls;
 mod fork;
 mod recording;
+#[cfg(feature = "server")]
 mod tasks;
+#[cfg(feature = "server")]
 mod timing;
 
 use std::fmt::Write;
@@ -23,20 +26,23 @@ use serde_json::Value;
 use tokio::sync::mpsc;
 use uuid::Uuid;
 
-use crate::events::{Event, EventKind, ForkOrigin};
+use crate::events::{Event, EventKind};
 use crate::nodes::Graph;
 use crate::runtime::{self, Resume, RunError, RunOptions, Services, rebuild_state};
 use crate::sse::{self, BridgeConfig};
 use crate::state::DynState;
 use crate::store::{RunRecord, Store, StoreError};
 
-pub use calls::{CallView, Parts, calls, calls_text, expand};
-pub use fork::{Edit, EditError, ForkPoint, fork_point, replaced};
-pub use recording::{RecordedTool, Recording};
-pub use tasks::{
-    LlmCall, Retry, StepTasks, TaskSpan, TaskStatus, TaskTimeline, ToolCall, task_timeline,
-};
-pub use timing::{NodeTiming, Timing, timing};
+#[cfg(feature = "server")]
+pub(crate) use calls::{CallView, Parts, calls, calls_text, expand};
+#[cfg(feature = "server")]
+pub(crate) use fork::replaced;
+pub use fork::{Edit, EditError, fork_point};
+pub(crate) use recording::Recording;
+#[cfg(feature = "server")]
+pub(crate) use tasks::{TaskTimeline, task_timeline};
+#[cfg(feature = "server")]
+pub(crate) use timing::timing;
 
 /// Why a replay operation failed.
 #[derive(Debug, thiserror::Error)]
@@ -492,13 +498,4 @@ pub async fn state_at(
     let cps = store.checkpoints(run, step).await?;
     let batches: Vec<_> = cps.iter().map(|c| c.to_batch(run)).collect();
     rebuild_state(&batches, &graph.state, step).map_err(|e| ReplayError::State(e.to_string()))
-}
-
-/// The `forked_from` of a plain fork (no mode, node or edit recorded).
-pub fn origin(run: Uuid, step: u32) -> ForkOrigin {
-    ForkOrigin {
-        run_id: run,
-        step,
-        ..ForkOrigin::default()
-    }
 }

@@ -23,7 +23,7 @@ type ToolKey = (String, u32, u32, String);
 
 /// A recorded tool result or failure.
 #[derive(Clone, Debug)]
-pub enum RecordedTool {
+pub(crate) enum RecordedTool {
     /// It returned this.
     Ok(ToolOutcome),
     /// It failed like this.
@@ -38,7 +38,7 @@ type Call = (String, Chunks);
 
 /// Recorded model streams and tool results of one run.
 #[derive(Debug, Default)]
-pub struct Recording {
+pub(crate) struct Recording {
     llm: Mutex<HashMap<CallKey, VecDeque<Call>>>,
     tools: Mutex<HashMap<ToolKey, VecDeque<RecordedTool>>>,
     /// Tools offered per task (node, step, task).
@@ -69,7 +69,7 @@ fn unstreamed_text(chunks: &mut Chunks, text: &str) {
 
 impl Recording {
     /// Everything the events of a run recorded.
-    pub fn from_events<'a>(events: impl IntoIterator<Item = &'a Event>) -> Self {
+    pub(crate) fn from_events<'a>(events: impl IntoIterator<Item = &'a Event>) -> Self {
         let mut reader = Reader::default();
         for ev in events {
             reader.read(ev);
@@ -77,21 +77,8 @@ impl Recording {
         reader.rec
     }
 
-    /// Whether nothing was recorded.
-    pub fn is_empty(&self) -> bool {
-        self.llm
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .is_empty()
-            && self
-                .tools
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner)
-                .is_empty()
-    }
-
     /// The recorded stream of a model call, if there is one.
-    pub fn llm(
+    pub(crate) fn llm(
         &self,
         node: &str,
         step: u32,
@@ -109,7 +96,7 @@ impl Recording {
     }
 
     /// The recorded result of a tool call, if there is one.
-    pub fn tool(
+    pub(crate) fn tool(
         &self,
         node: &str,
         step: u32,

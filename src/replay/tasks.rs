@@ -12,7 +12,7 @@ use crate::events::{Event, EventKind};
 /// Supersteps in order, with the events they span.
 #[derive(Clone, Debug, Default, PartialEq, Serialize)]
 #[serde(rename_all = "camelCase")]
-pub struct TaskTimeline {
+pub(crate) struct TaskTimeline {
     /// Steps that ran a node, in order.
     pub steps: Vec<StepTasks>,
     /// The first event's seq (0 without events).
@@ -23,7 +23,7 @@ pub struct TaskTimeline {
 
 /// One superstep.
 #[derive(Clone, Debug, PartialEq, Serialize)]
-pub struct StepTasks {
+pub(crate) struct StepTasks {
     /// The step.
     pub step: u32,
     /// Its tasks in the order they started.
@@ -33,7 +33,7 @@ pub struct StepTasks {
 /// Where a task stands.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "lowercase")]
-pub enum TaskStatus {
+pub(crate) enum TaskStatus {
     /// Started, not ended, and the run goes on.
     Running,
     /// Finished.
@@ -47,7 +47,7 @@ pub enum TaskStatus {
 /// One node task (a map item is a task of its own).
 #[derive(Clone, Debug, PartialEq, Serialize)]
 #[serde(rename_all = "camelCase")]
-pub struct TaskSpan {
+pub(crate) struct TaskSpan {
     /// The node.
     pub node: String,
     /// The task within the step.
@@ -74,7 +74,7 @@ pub struct TaskSpan {
 /// A failed attempt that was retried.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 #[serde(rename_all = "camelCase")]
-pub struct Retry {
+pub(crate) struct Retry {
     /// The attempt that failed.
     pub attempt: u32,
     /// Why.
@@ -86,7 +86,7 @@ pub struct Retry {
 /// A model call.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 #[serde(rename_all = "camelCase")]
-pub struct LlmCall {
+pub(crate) struct LlmCall {
     /// The call's number within the task.
     pub call: u32,
     /// The model role.
@@ -107,7 +107,7 @@ pub struct LlmCall {
 /// A tool call.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 #[serde(rename_all = "camelCase")]
-pub struct ToolCall {
+pub(crate) struct ToolCall {
     /// The call id.
     pub call_id: String,
     /// The tool.
@@ -122,7 +122,7 @@ pub struct ToolCall {
 }
 
 /// The timeline of a run from its events (in seq order).
-pub fn task_timeline(events: &[Event]) -> TaskTimeline {
+pub(crate) fn task_timeline(events: &[Event]) -> TaskTimeline {
     let mut steps: BTreeMap<u32, Vec<TaskSpan>> = BTreeMap::new();
     // (step, node, task) → index in its step's list.
     let mut index: HashMap<(u32, &str, u32), usize> = HashMap::new();

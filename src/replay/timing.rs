@@ -12,7 +12,7 @@ use crate::events::{Event, EventKind};
 /// One node task's latency.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 #[serde(rename_all = "camelCase")]
-pub struct NodeTiming {
+pub(crate) struct NodeTiming {
     /// The node.
     pub node: String,
     /// The superstep.
@@ -28,7 +28,7 @@ pub struct NodeTiming {
 /// A run's timing.
 #[derive(Clone, Debug, Default, PartialEq, Serialize)]
 #[serde(rename_all = "camelCase")]
-pub struct Timing {
+pub(crate) struct Timing {
     /// From `run_started` to the first visible event, in ms (none: nothing
     /// was shown).
     pub first_visible_ms: Option<f64>,
@@ -39,7 +39,7 @@ pub struct Timing {
 }
 
 /// The timing of a run from its events (in seq order).
-pub fn timing(events: &[Event]) -> Timing {
+pub(crate) fn timing(events: &[Event]) -> Timing {
     let mut t = Timing::default();
     let mut started_at = None;
     let mut open: BTreeMap<(u32, &str, u32), (u64, u32)> = BTreeMap::new();

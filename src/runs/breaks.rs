@@ -46,7 +46,7 @@ impl BreakpointError {
 ///
 /// # Errors
 /// Not the documented shape, or a node the graph does not have.
-pub fn parse(graph: &Graph, v: &Value) -> Result<Breakpoints, BreakpointError> {
+pub(crate) fn parse(graph: &Graph, v: &Value) -> Result<Breakpoints, BreakpointError> {
     let b: Breakpoints = match v {
         Value::Object(m) if m.keys().all(|k| k == "before" || k == "after") => {
             serde_json::from_value(v.clone())
@@ -69,7 +69,7 @@ pub fn parse(graph: &Graph, v: &Value) -> Result<Breakpoints, BreakpointError> {
 ///
 /// # Errors
 /// A node the graph does not have.
-pub fn check(graph: &Graph, b: &Breakpoints) -> Result<(), BreakpointError> {
+pub(crate) fn check(graph: &Graph, b: &Breakpoints) -> Result<(), BreakpointError> {
     let lists = [("before", &b.before), ("after", &b.after)];
     for (when, nodes) in lists {
         if let Some(node) = nodes.iter().find(|n| graph.node_index(n).is_none()) {
@@ -85,7 +85,7 @@ pub fn check(graph: &Graph, b: &Breakpoints) -> Result<(), BreakpointError> {
 }
 
 /// The breakpoints a run's log says it has now: the last ones set.
-pub fn recorded(history: &[Event]) -> Option<Breakpoints> {
+pub(crate) fn recorded(history: &[Event]) -> Option<Breakpoints> {
     history.iter().rev().find_map(|e| match &e.event {
         EventKind::BreakpointsSet { breakpoints } => Some(breakpoints.clone()),
         _ => None,
@@ -99,7 +99,7 @@ pub fn recorded(history: &[Event]) -> Option<Breakpoints> {
 /// # Errors
 /// `Err(Ok(message))`: not the documented shape; `Err(Err(edit))`: the edit
 /// was refused.
-pub fn answer(
+pub(crate) fn answer(
     graph: &Graph,
     state: &dyn crate::state::DynState,
     answer: Value,

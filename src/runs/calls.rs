@@ -95,7 +95,7 @@ impl CallRecorder for StoreRecorder {
 ///
 /// # Errors
 /// A redaction pattern is invalid.
-pub fn recording(
+pub(crate) fn recording(
     services: &Services,
     store: Arc<dyn Store>,
     config: &CallsConfig,
@@ -117,7 +117,11 @@ pub fn recording(
 
 /// The record of `call` and its parts: every string of the request
 /// redacted, each part JSON text under its xxh3-128 hash.
-pub fn encode(call: &CallStart<'_>, redact: &dyn Redact, at: u64) -> (CallRecord, Vec<CallPart>) {
+pub(crate) fn encode(
+    call: &CallStart<'_>,
+    redact: &dyn Redact,
+    at: u64,
+) -> (CallRecord, Vec<CallPart>) {
     let r = call.request;
     let mut parts = Vec::with_capacity(r.messages.len() + r.tools.len() + 1);
     let mut redactions = 0u64;
@@ -197,7 +201,7 @@ fn scrub(v: &mut Value, redact: &dyn Redact) -> u64 {
 /// Expires call content older than `retention` now and then (every
 /// quarter of it, at most hourly), until `shutdown`. Nothing for a zero
 /// retention (content lives as long as its run).
-pub fn spawn_expiry(
+pub(crate) fn spawn_expiry(
     store: Arc<dyn Store>,
     retention: Duration,
     shutdown: CancellationToken,

@@ -34,7 +34,7 @@ use crate::runtime::{CheckpointError, Checkpointer, StepBatch};
 use crate::store::{Store, StoreError, StoreResult};
 
 /// How long [`LogCheckpointer`] retries by default before giving up.
-pub const DEFAULT_OUTAGE_LIMIT: Duration = Duration::from_secs(30);
+pub(crate) const DEFAULT_OUTAGE_LIMIT: Duration = Duration::from_secs(30);
 
 /// The first pause between attempts; it doubles up to [`MAX_DELAY`].
 const FIRST_DELAY: Duration = Duration::from_millis(100);

@@ -14,8 +14,10 @@ use super::{Begin, Launch, RunHub, Runs};
 use crate::config::StreamDurability;
 use crate::events::{ErrorInfo, Event, EventKind, Usage};
 use crate::replay::Recording;
-use crate::runtime::{self, RunError, RunOptions, RunOutcome, RunStatus, Services};
-use crate::sse::{Assembler, Bridge};
+use crate::runtime::{
+    self, CheckpointError, RunError, RunOptions, RunOutcome, RunStatus, Services,
+};
+use crate::sse::{Assembler, Bridge, Chunk};
 
 type RunFuture = Pin<Box<dyn Future<Output = Result<RunOutcome, RunError>> + Send>>;
 
@@ -243,27 +245,10 @@ async fn pump(
     mut durable: Option<Durable>,
     mut rx: mpsc::Receiver<Arc<Event>>,
 ) -> Pumped {
-    let mut bridge = Bridge::new(hub.bridge.clone());
-    bridge.resumed_after(hub.resumed);
-    let mut pumped = Pumped {
-        bridge,
-        assembler: Assembler::new(),
-        usage: Usage::default(),
-        unstored: None,
-    };
+    let mut pumped = Pumped::new(hub);
     let mut chunks = Vec::new();
-    // (`assemble` false: the bridge's state and the tokens count, the
-    // message does not take the chunks.)
-    let mut feed = |ev: &Event, pumped: &mut Pumped, assemble: bool| {
-        chunks.clear();
-        pumped.bridge.on_event(ev, &mut chunks);
-        if assemble {
-            chunks.iter().for_each(|c| pumped.assembler.push(c));
-        }
-        pumped.usage += ev.event.spent();
-    };
     for ev in shown.history {
-        feed(ev, &mut pumped, shown.in_message);
+        pumped.feed(ev, &mut chunks, shown.in_message);
     }
     let mut last_write = Instant::now();
     let mut group = Vec::new();
@@ -281,11 +266,10 @@ async fn pump(
         let deadline = durable.as_ref().map(|d| last_write + d.flush);
         gather(&mut rx, &mut group, deadline).await;
         if let Some(d) = &durable {
-            let run_id = group[0].run_id;
             // `flush` apart from the start of one write to the next (a
             // slow write does not push the next group further out).
             last_write = Instant::now();
-            if let Err(e) = d.writer.save_events(run_id, &group).await {
+            if let Err(e) = d.store(&group).await {
                 // Nothing more can be made durable, so nothing more is
                 // shown: the run stops (its checkpointer fails as the
                 // watermark goes away) and its last events go nowhere.
@@ -296,21 +280,10 @@ async fn pump(
                 while rx.recv().await.is_some() {}
                 break;
             }
-            d.stored.send_replace(group.last().map_or(0, |e| e.seq));
         }
         for ev in &group {
-            runs.observer.event(graph_id, ev);
-            match &ev.event {
-                EventKind::RunStarted(_) => unseen = Some(ev.at),
-                k if k.is_visible() => {
-                    if let Some(start) = unseen.take() {
-                        let seconds = ev.at.saturating_sub(start) as f64 / 1e6;
-                        runs.observer.first_visible(graph_id, seconds);
-                    }
-                }
-                _ => {}
-            }
-            feed(ev, &mut pumped, true);
+            observe(runs, graph_id, ev, &mut unseen);
+            pumped.feed(ev, &mut chunks, true);
             if let Some(tap) = tap {
                 // A watcher that went away stops watching; the run goes on.
                 let _ = tap.send(Arc::clone(ev)).await;
@@ -319,6 +292,56 @@ async fn pump(
         hub.push(&mut group);
     }
     pumped
+}
+
+impl Pumped {
+    fn new(hub: &RunHub) -> Self {
+        let mut bridge = Bridge::new(hub.bridge.clone());
+        bridge.resumed_after(hub.resumed);
+        Pumped {
+            bridge,
+            assembler: Assembler::new(),
+            usage: Usage::default(),
+            unstored: None,
+        }
+    }
+
+    /// Passes one event through the bridge (its state and the tokens always
+    /// count); with `assemble`, the message takes its chunks too.
+    /// `chunks` is scratch space reused between events.
+    fn feed(&mut self, ev: &Event, chunks: &mut Vec<Chunk>, assemble: bool) {
+        chunks.clear();
+        self.bridge.on_event(ev, chunks);
+        if assemble {
+            chunks.iter().for_each(|c| self.assembler.push(c));
+        }
+        self.usage += ev.event.spent();
+    }
+}
+
+impl Durable {
+    /// Stores one group and raises the watermark the checkpointer waits on.
+    async fn store(&self, group: &[Arc<Event>]) -> Result<(), CheckpointError> {
+        self.writer.save_events(group[0].run_id, group).await?;
+        self.stored.send_replace(group.last().map_or(0, |e| e.seq));
+        Ok(())
+    }
+}
+
+/// Tells the observer about one event, and the time from `run_started` to
+/// the run's first visible event (what a user waits before seeing anything).
+fn observe(runs: &Runs, graph_id: &str, ev: &Event, unseen: &mut Option<u64>) {
+    runs.observer.event(graph_id, ev);
+    match &ev.event {
+        EventKind::RunStarted(_) => *unseen = Some(ev.at),
+        k if k.is_visible() => {
+            if let Some(start) = unseen.take() {
+                let seconds = ev.at.saturating_sub(start) as f64 / 1e6;
+                runs.observer.first_visible(graph_id, seconds);
+            }
+        }
+        _ => {}
+    }
 }
 
 /// Adds to `group` what is already waiting, then — until `deadline`, unless

@@ -16,21 +16,21 @@
 //! - `drive`: executing one run and recording how it ended;
 //! - [`calls`]: storing each model call's request, and expiring it.
 
-pub mod breaks;
-pub mod calls;
+pub(crate) mod breaks;
+pub(crate) mod calls;
 mod checkpointer;
 mod drive;
 mod end;
 mod finished;
-pub mod follow;
-pub mod fork;
+pub(crate) mod follow;
+pub(crate) mod fork;
 mod held;
 mod hub;
 mod idle;
-pub mod recover;
-pub mod resume;
-pub mod start;
-pub mod turn;
+pub(crate) mod recover;
+pub(crate) mod resume;
+pub(crate) mod start;
+pub(crate) mod turn;
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
@@ -43,12 +43,12 @@ use tokio_util::task::TaskTracker;
 use tracing::Instrument;
 use uuid::Uuid;
 
-pub use checkpointer::{DEFAULT_OUTAGE_LIMIT, LogCheckpointer};
-pub use fork::{ForkError, ForkRequest, ForkStarted};
-pub use hub::{Next, Progress, RunHub, Subscription};
+pub use checkpointer::LogCheckpointer;
+pub(crate) use fork::{ForkError, ForkRequest};
+pub(crate) use hub::{Next, Progress, RunHub, Subscription};
 pub use resume::{ResumeError, ResumeRequest};
-pub use start::{RunStart, Started};
-pub use turn::{ChatTurn, TurnError, TurnFrom, TurnRequest};
+pub(crate) use start::{RunStart, Started};
+pub(crate) use turn::{ChatTurn, TurnError, TurnFrom, TurnRequest};
 
 use crate::config::{OnDisconnect, ServerConfig, StreamDurability};
 use crate::engine::Graphs;
@@ -127,7 +127,7 @@ pub trait RunObserver: Send + Sync {
 
 /// An observer that hears nothing.
 #[derive(Debug, Default)]
-pub struct NoObserver;
+pub(crate) struct NoObserver;
 
 impl RunObserver for NoObserver {
     fn event(&self, _: &str, _: &Event) {}
@@ -165,7 +165,7 @@ pub struct ChatLink {
 /// A fork attached to a chat: its answer becomes an alternative of an
 /// assistant message (see [`fork`]).
 #[derive(Debug, Clone)]
-pub struct Alternative {
+pub(crate) struct Alternative {
     /// The chat.
     pub chat_id: String,
     /// The assistant message it is an alternative of.
@@ -176,7 +176,7 @@ pub struct Alternative {
 
 /// How a run begins.
 #[derive(Debug)]
-pub enum Begin {
+pub(crate) enum Begin {
     /// From its input state.
     Fresh(Value),
     /// From its input again: crash recovery of a run that never
@@ -302,19 +302,9 @@ impl Runs {
         })
     }
 
-    /// The store.
-    pub fn store(&self) -> &Arc<dyn Store> {
-        &self.store
-    }
-
     /// This process's id in leases.
     pub fn instance(&self) -> &str {
         &self.instance
-    }
-
-    /// The configuration.
-    pub fn config(&self) -> &RunsConfig {
-        &self.config
     }
 
     /// Runs executing now.
@@ -615,7 +605,7 @@ fn message_id(launch: &Launch) -> String {
 }
 
 /// `start.messageMetadata` of a run's stream.
-pub fn stream_metadata(
+pub(crate) fn stream_metadata(
     services: &Services,
     run_id: Uuid,
     request_id: &str,

@@ -114,7 +114,7 @@ pub enum ResumeError {
 
 /// The interrupts a run's log says it waits at: those of its last
 /// `run_interrupted`, when nothing resumed it since.
-pub fn pending(events: &[Event]) -> Vec<Interrupt> {
+pub(crate) fn pending(events: &[Event]) -> Vec<Interrupt> {
     for e in events.iter().rev() {
         match &e.event {
             EventKind::RunInterrupted { interrupts } => return interrupts.clone(),
@@ -133,7 +133,7 @@ pub fn pending(events: &[Event]) -> Vec<Interrupt> {
 ///
 /// # Errors
 /// An unknown or missing id, or an invalid answer.
-pub fn check_answers(
+pub(crate) fn check_answers(
     graph: &Graph,
     waiting: &[Interrupt],
     answers: BTreeMap<String, Value>,

@@ -36,12 +36,12 @@ use crate::state::{DynState, StateType};
 
 /// How much heavier than the last snapshot the patches since it must be
 /// before the next one is taken (see the module docs).
-pub const SNAPSHOT_FACTOR: usize = 2;
+pub(crate) const SNAPSHOT_FACTOR: usize = 2;
 
 /// The approximate size of `v` as JSON text, without serializing it: the
 /// snapshot rule needs weights on every step, and a walk costs a fraction of
 /// an encoding. Exact for strings without escapes, close for numbers.
-pub fn json_weight(v: &Value) -> usize {
+pub(crate) fn json_weight(v: &Value) -> usize {
     match v {
         Value::Null | Value::Bool(_) => 5,
         Value::Number(_) => 8,

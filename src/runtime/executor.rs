@@ -212,7 +212,7 @@ pub async fn resume(
 ///
 /// # Errors
 /// As [`run`].
-pub async fn run_nested(
+pub(crate) async fn run_nested(
     graph: Arc<Graph>,
     services: &Services,
     state: Box<dyn DynState>,

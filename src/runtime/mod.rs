@@ -33,11 +33,12 @@ use crate::state::{DynState, StateError};
 pub use crate::nodes::Services;
 
 pub use checkpoint::{
-    CheckpointError, Checkpointer, MemoryCheckpointer, PendingTask, RunStatus, SNAPSHOT_FACTOR,
-    StepBatch, TaskWrite, json_weight, rebuild_state,
+    CheckpointError, Checkpointer, MemoryCheckpointer, PendingTask, RunStatus, StepBatch,
+    TaskWrite, rebuild_state,
 };
-pub use executor::{Resume, resume, run, run_nested};
-pub use routing::next_after;
+pub(crate) use checkpoint::{SNAPSHOT_FACTOR, json_weight};
+pub use executor::{Resume, resume, run};
+pub(crate) use routing::next_after;
 
 /// Options of one run.
 #[derive(Clone)]

@@ -76,7 +76,7 @@ pub(super) fn joins_of(graph: &Graph, arrived: &[Vec<String>]) -> Vec<Vec<bool>>
 /// A node in `ran` the graph does not have; a route with no target for
 /// the value it reads ([`RunError::NoRoute`]); an edge expression that
 /// fails ([`RunError::Map`]).
-pub fn next_after(
+pub(crate) fn next_after(
     graph: &Graph,
     state: &dyn DynState,
     ran: &[PendingTask],

@@ -32,7 +32,7 @@ const PROXY_HEADERS: [&str; 6] = [
 
 /// The authenticated user id.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct User(pub String);
+pub(crate) struct User(pub String);
 
 impl FromRequestParts<Arc<AppState>> for User {
     type Rejection = ApiError;

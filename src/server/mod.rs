@@ -63,16 +63,16 @@ use crate::runtime::Services;
 use crate::store::Store;
 use crate::tools::mcp::McpManager;
 
-pub use auth::User;
+pub(crate) use auth::User;
 pub use boot::build_state;
-pub use codes::Code;
-pub use error::ApiError;
-pub use limits::Limits;
-pub use metrics::Metrics;
+pub(crate) use codes::Code;
+pub(crate) use error::ApiError;
+pub(crate) use limits::Limits;
+pub(crate) use metrics::Metrics;
 
 /// The correlation id of a request.
 #[derive(Clone, Debug)]
-pub struct RequestId(pub String);
+pub(crate) struct RequestId(pub String);
 
 /// Everything handlers share.
 pub struct AppState {
@@ -197,7 +197,7 @@ fn hostname() -> String {
 }
 
 /// The router.
-pub fn app(state: Arc<AppState>) -> Router {
+pub(crate) fn app(state: Arc<AppState>) -> Router {
     let body_limit = state.config.server.body_limit.0;
     let head_limit = state.config.server.max_header_bytes.0;
     let api = Router::new()

@@ -16,11 +16,12 @@ use serde_json::{Map, Value, json};
 use super::chunk::Chunk;
 
 /// The part type a failed message ends with (see [`Assembler::stored_parts`]).
-pub const ERROR_PART: &str = "data-error";
+pub(crate) const ERROR_PART: &str = "data-error";
 
 /// Whether stored message metadata is that of a failed run's message: its
 /// stream ended in an error (`finishReason` `error`).
-pub fn is_failed(metadata: &Value) -> bool {
+#[cfg(feature = "server")]
+pub(crate) fn is_failed(metadata: &Value) -> bool {
     metadata["finishReason"] == "error"
 }
 

@@ -232,7 +232,7 @@ impl Chunk {
 /// The id is the event seq for the event's first chunk (`part` 0) and
 /// `seq.part` for the others, so every chunk's id is unique (see
 /// [`super::After`]).
-pub fn frame(out: &mut String, seq: u64, part: u32, chunk: &Chunk) {
+pub(crate) fn frame(out: &mut String, seq: u64, part: u32, chunk: &Chunk) {
     if part == 0 {
         let _ = write!(out, "id: {seq}\ndata: ");
     } else {
@@ -243,10 +243,11 @@ pub fn frame(out: &mut String, seq: u64, part: u32, chunk: &Chunk) {
 }
 
 /// The stream terminator.
-pub const DONE: &str = "data: [DONE]\n\n";
+pub(crate) const DONE: &str = "data: [DONE]\n\n";
 
 /// A keep-alive comment for idle streams.
-pub const KEEP_ALIVE: &str = ": keep-alive\n\n";
+#[cfg(feature = "server")]
+pub(crate) const KEEP_ALIVE: &str = ": keep-alive\n\n";
 
 #[cfg(test)]
 mod tests {

@@ -8,11 +8,16 @@
 
 mod assemble;
 mod bridge;
-pub mod chunk;
+pub(crate) mod chunk;
 
-pub use assemble::{Assembler, ERROR_PART, is_failed};
+pub use assemble::Assembler;
+#[cfg(feature = "server")]
+pub(crate) use assemble::is_failed;
 pub use bridge::{Bridge, BridgeConfig};
-pub use chunk::{Chunk, DONE, KEEP_ALIVE, frame};
+pub use chunk::Chunk;
+#[cfg(feature = "server")]
+pub(crate) use chunk::KEEP_ALIVE;
+pub(crate) use chunk::{DONE, frame};
 
 use crate::events::Event;
 
@@ -75,7 +80,7 @@ impl From<u64> for After {
 /// a resumed stream replays the earlier events through the bridge for its
 /// state but sends only what the client has not seen). Returns whether the
 /// message is closed; the caller then sends [`DONE`].
-pub fn render_event(
+pub(crate) fn render_event(
     bridge: &mut Bridge,
     ev: &Event,
     after: After,
@@ -114,7 +119,7 @@ pub fn render(cfg: BridgeConfig, events: &[Event], after: impl Into<After>) -> S
 
 /// The seq after which a logged run last continued from a pause (0 when
 /// it never paused and went on): pauses up to it do not end its stream.
-pub fn resumed_after(events: &[Event]) -> u64 {
+pub(crate) fn resumed_after(events: &[Event]) -> u64 {
     events
         .iter()
         .rev()

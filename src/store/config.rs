@@ -25,7 +25,9 @@ use super::memory::MemoryStore;
 use super::postgres::{self, PostgresStore};
 #[cfg(feature = "sqlite")]
 use super::sqlite::{self, SqliteOptions, SqliteStore};
-use super::{MigrationReport, Store, StoreError, StoreResult};
+#[cfg(feature = "server")]
+use super::{MigrationReport, StoreResult};
+use super::{Store, StoreError};
 
 /// The SQLite file's name inside `data_dir`.
 pub const SQLITE_FILE: &str = "stategraph.db";
@@ -44,9 +46,9 @@ pub enum Backend {
 }
 
 /// Finished runs the memory backend keeps by default.
-pub const MEMORY_MAX_RUNS: usize = 1_000;
+pub(crate) const MEMORY_MAX_RUNS: usize = 1_000;
 /// Chats the memory backend keeps by default.
-pub const MEMORY_MAX_CHATS: usize = 1_000;
+pub(crate) const MEMORY_MAX_CHATS: usize = 1_000;
 
 /// The store settings.
 #[derive(Clone, Default, PartialEq, Eq, Deserialize)]
@@ -176,6 +178,7 @@ pub async fn open(config: &StoreConfig) -> Result<Arc<dyn Store>, StoreError> {
 ///
 /// # Errors
 /// As [`open`].
+#[cfg(feature = "server")]
 pub async fn migrate(config: &StoreConfig) -> StoreResult<MigrationReport> {
     match config.backend() {
         Backend::Memory => Ok(MigrationReport {

@@ -1,7 +1,7 @@
 //! Persistence: chats, messages, runs, the event log and checkpoints.
 //!
 //! Three narrow traits, one per concern, and one conformance suite that
-//! every backend passes (`tests/integration/store_conformance.rs`):
+//! every backend passes (`tests/integration/store_and_failures/store_conformance.rs`):
 //! - [`ChatStore`]: chats and their messages (UI parts as JSON);
 //! - [`RunStore`]: runs — graph, version, status, timings, usage, leases;
 //! - [`EventLog`]: the append-only event log and the checkpoints, written
@@ -22,22 +22,24 @@
 //! run lifecycle: the store imports nothing from the runtime); [`Watched`]
 //! notes whether a store takes writes (readiness).
 
-pub mod calls;
-pub mod config;
-pub mod memory;
+pub(crate) mod calls;
+pub(crate) mod config;
+pub(crate) mod memory;
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
 mod pages;
 #[cfg(feature = "postgres")]
-pub mod postgres;
+pub(crate) mod postgres;
 mod query;
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
 mod sql;
 #[cfg(feature = "sqlite")]
-pub mod sqlite;
+pub(crate) mod sqlite;
 mod verdicts;
+#[cfg(feature = "server")]
 mod watched;
 
-pub use calls::{CallPart, CallRecord, CallStorage, Calls, ExpiredCalls};
+pub use calls::{CallPart, CallRecord, CallStorage};
+pub use calls::{Calls, ExpiredCalls};
 pub use config::{StoreConfig, open};
 #[cfg(feature = "postgres")]
 pub use postgres::PostgresStore;
@@ -45,7 +47,8 @@ pub use query::{RunCursor, RunQuery};
 #[cfg(feature = "sqlite")]
 pub use sqlite::SqliteStore;
 pub use verdicts::{VerdictRecord, Verdicts};
-pub use watched::Watched;
+#[cfg(feature = "server")]
+pub(crate) use watched::Watched;
 
 use futures::future::BoxFuture;
 use serde::{Deserialize, Serialize};
@@ -58,6 +61,7 @@ use crate::events::{RunStatus, StepBatch};
 
 /// What a call to `migrate` did.
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
 pub struct MigrationReport {
     /// Schema version before (0 for a new database).
     pub from: u32,
@@ -519,7 +523,7 @@ pub type Appended = (Uuid, u64);
 
 /// How many [`Appended`] notifications a subscriber may fall behind before
 /// it sees [`broadcast::error::RecvError::Lagged`].
-pub const NOTIFY_CAPACITY: usize = 4096;
+pub(crate) const NOTIFY_CAPACITY: usize = 4096;
 
 /// Housekeeping and change notifications.
 pub trait Maintenance: Send + Sync {
@@ -560,7 +564,7 @@ pub trait Store: ChatStore + RunStore + EventLog + Leases + Maintenance + Verdic
     fn ping(&self) -> BoxFuture<'_, StoreResult<()>>;
     /// Checks that the backend takes a write: one that changes nothing a
     /// reader sees, yet writes (readiness while writes have failed, see
-    /// [`Watched`]). By default a [`Store::ping`].
+    /// `Watched`). By default a [`Store::ping`].
     fn probe_write(&self) -> BoxFuture<'_, StoreResult<()>> {
         self.ping()
     }

@@ -151,7 +151,7 @@ const MIGRATIONS: &[Migration] = &[
 const MIGRATION_LOCK: i64 = 0x0073_7467_7261_7068;
 
 /// Default pool size.
-pub const DEFAULT_POOL_SIZE: usize = 16;
+pub(crate) const DEFAULT_POOL_SIZE: usize = 16;
 
 /// A store in a PostgreSQL database.
 pub struct PostgresStore {

@@ -27,7 +27,7 @@ use crate::events::{ErrorInfo, Event, Usage};
 use crate::events::{RunStatus, StepBatch};
 
 /// A store whose writes are watched (see the module docs).
-pub struct Watched {
+pub(crate) struct Watched {
     inner: Arc<dyn Store>,
     /// Since when writes have failed, and the last failure.
     failing: Mutex<Option<(Instant, String)>>,
@@ -53,7 +53,7 @@ impl std::fmt::Debug for Watched {
 
 impl Watched {
     /// Watches `inner`'s writes.
-    pub fn new(inner: Arc<dyn Store>) -> Self {
+    pub(crate) fn new(inner: Arc<dyn Store>) -> Self {
         Self {
             inner,
             failing: Mutex::new(None),
@@ -63,7 +63,7 @@ impl Watched {
 
     /// Why writes fail, and for how long they have: `None` while the last
     /// write succeeded.
-    pub fn failing(&self) -> Option<String> {
+    pub(crate) fn failing(&self) -> Option<String> {
         self.failing
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
@@ -323,7 +323,7 @@ impl super::Calls for Watched {
     fn call_parts(&self, hashes: Vec<String>) -> BoxFuture<'_, StoreResult<Vec<super::CallPart>>> {
         self.inner.call_parts(hashes)
     }
-    fn expire_calls(&self, before: u64) -> BoxFuture<'_, StoreResult<super::ExpiredCalls>> {
+    fn expire_calls(&self, before: u64) -> BoxFuture<'_, StoreResult<super::calls::ExpiredCalls>> {
         self.noted(self.inner.expire_calls(before))
     }
     fn call_storage(&self) -> BoxFuture<'_, StoreResult<super::CallStorage>> {

@@ -38,7 +38,7 @@ use crate::tools::{ToolError, ToolOutcome, ToolRegistry};
 
 /// What runs are evaluated against.
 #[derive(Clone, Debug)]
-pub struct EvalEnv {
+pub(crate) struct EvalEnv {
     /// The graphs as they are now.
     pub catalog: Arc<GraphCatalog>,
     /// The configured models: they answer what the recording cannot.
@@ -57,7 +57,7 @@ pub struct EvalEnv {
 
 /// A stored run to evaluate.
 #[derive(Clone, Debug)]
-pub struct StoredRun {
+pub(crate) struct StoredRun {
     /// Its id.
     pub id: Uuid,
     /// Its chat, if it answered one.
@@ -79,7 +79,7 @@ pub struct StoredRun {
 /// One side of a comparison, as reported.
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
 #[serde(default)]
-pub struct Side {
+pub(crate) struct Side {
     /// How it ended: completed, failed, interrupted.
     pub status: String,
     /// Its error, if it failed.
@@ -105,7 +105,7 @@ pub struct Side {
 
 /// What changed for one chat turn.
 #[derive(Clone, Debug, Default, Serialize)]
-pub struct Changes {
+pub(crate) struct Changes {
     /// A router routed on another value.
     pub route: bool,
     /// Other nodes ran (or in another order).
@@ -120,12 +120,12 @@ pub struct Changes {
 
 impl Changes {
     /// Whether anything changed.
-    pub fn any(&self) -> bool {
+    pub(crate) fn any(&self) -> bool {
         self.route || self.nodes || self.tool_calls || self.status || self.answer
     }
 
     /// The changed aspects, by name.
-    pub fn names(&self) -> Vec<&'static str> {
+    pub(crate) fn names(&self) -> Vec<&'static str> {
         [
             (self.route, "route"),
             (self.nodes, "nodes"),
@@ -141,7 +141,7 @@ impl Changes {
 
 /// How one stored run fared when run again.
 #[derive(Clone, Debug, Serialize)]
-pub struct RunEval {
+pub(crate) struct RunEval {
     /// The stored run.
     pub run: Uuid,
     /// Its chat.
@@ -177,14 +177,14 @@ pub struct RunEval {
 
 impl RunEval {
     /// Whether the run now fails (or could not run) where it did not.
-    pub fn now_fails(&self) -> bool {
+    pub(crate) fn now_fails(&self) -> bool {
         let failed = self.after.as_ref().is_none_or(|a| a.status == "failed");
         failed && self.before.status != "failed"
     }
 }
 
 /// Evaluates one stored run against the graphs now.
-pub async fn eval_run(env: &EvalEnv, run: &StoredRun) -> RunEval {
+pub(crate) async fn eval_run(env: &EvalEnv, run: &StoredRun) -> RunEval {
     let first = first_segment(&run.events);
     let graph_now = env.catalog.get(&run.graph).cloned();
     let from_file = run.events.is_empty();
@@ -264,7 +264,7 @@ pub async fn eval_run(env: &EvalEnv, run: &StoredRun) -> RunEval {
 ///
 /// # Errors
 /// The graph takes no message and none of `state` was given.
-pub fn input_state(
+pub(crate) fn input_state(
     graph: &Graph,
     message: Option<&str>,
     messages: Option<&Value>,
@@ -327,7 +327,7 @@ pub fn input_state(
 ///
 /// # Errors
 /// The store failed.
-pub async fn stored_runs(
+pub(crate) async fn stored_runs(
     store: &dyn crate::store::Store,
     records: Vec<crate::store::RunRecord>,
 ) -> Result<Vec<StoredRun>, String> {
@@ -563,7 +563,7 @@ impl Playback for Asked {
 }
 
 /// Evaluates `runs`, at most `jobs` at a time, in their order.
-pub async fn eval_all(env: Arc<EvalEnv>, runs: Vec<StoredRun>, jobs: usize) -> Vec<RunEval> {
+pub(crate) async fn eval_all(env: Arc<EvalEnv>, runs: Vec<StoredRun>, jobs: usize) -> Vec<RunEval> {
     let permits = Arc::new(tokio::sync::Semaphore::new(jobs.max(1)));
     let mut handles = Vec::with_capacity(runs.len());
     for run in runs {

@@ -12,7 +12,7 @@ use super::eval::{RunEval, Side};
 
 /// The counts of an evaluation.
 #[derive(Clone, Debug, Default, PartialEq, Serialize)]
-pub struct Summary {
+pub(crate) struct Summary {
     /// Runs evaluated.
     pub runs: usize,
     /// Distinct chats among them (a run without a chat counts as one).
@@ -46,7 +46,7 @@ pub struct Summary {
 }
 
 /// The counts of `evals`.
-pub fn summary(evals: &[RunEval]) -> Summary {
+pub(crate) fn summary(evals: &[RunEval]) -> Summary {
     let mut s = Summary {
         runs: evals.len(),
         ..Summary::default()
@@ -87,7 +87,7 @@ pub fn summary(evals: &[RunEval]) -> Summary {
 
 /// The report for a terminal: each changed run (or every run with
 /// `verbose`), then the summary.
-pub fn text(evals: &[RunEval], elapsed: Duration, verbose: bool) -> String {
+pub(crate) fn text(evals: &[RunEval], elapsed: Duration, verbose: bool) -> String {
     let mut out = String::new();
     for e in evals {
         if e.compared {
@@ -278,7 +278,7 @@ fn judged(out: &mut String, e: &RunEval) {
 }
 
 /// "37 of 200 chats took another route; 5 now fail".
-pub fn headline(s: &Summary) -> String {
+pub(crate) fn headline(s: &Summary) -> String {
     format!(
         "{} of {} chat turns took another route; {} now fail; {} changed in all",
         s.route, s.runs, s.now_fail, s.changed
@@ -306,7 +306,7 @@ fn one_line(s: &str, max: usize) -> String {
 }
 
 /// The whole evaluation as JSON: the summary and every run.
-pub fn json(evals: &[RunEval], elapsed: Duration) -> Value {
+pub(crate) fn json(evals: &[RunEval], elapsed: Duration) -> Value {
     let s = summary(evals);
     json!({
         "summary": s,

@@ -8,7 +8,7 @@
 use serde_json::Value;
 
 /// Whether `actual` contains `expected` (see the module docs).
-pub fn contains(actual: &Value, expected: &Value) -> bool {
+pub(crate) fn contains(actual: &Value, expected: &Value) -> bool {
     match (actual, expected) {
         (Value::Object(a), Value::Object(e)) => e
             .iter()
@@ -24,7 +24,7 @@ pub fn contains(actual: &Value, expected: &Value) -> bool {
 /// `expected` and `actual` as pretty JSON, line by line with `-`/`+`
 /// markers where they differ. Objects of `actual` are shown with the keys
 /// `expected` names only (partial matching ignores the others).
-pub fn json_diff(expected: &Value, actual: &Value) -> String {
+pub(crate) fn json_diff(expected: &Value, actual: &Value) -> String {
     let e = pretty(expected);
     let a = pretty(&project(actual, expected));
     text_diff(&e, &a)
@@ -57,7 +57,7 @@ pub(super) fn pretty(v: &Value) -> String {
 /// A line diff: common lines with two spaces, expected-only lines with
 /// `- `, actual-only with `+ ` (longest common subsequence; past 400 lines
 /// on a side, the two texts are shown whole, one after the other).
-pub fn text_diff(expected: &str, actual: &str) -> String {
+pub(crate) fn text_diff(expected: &str, actual: &str) -> String {
     let e: Vec<&str> = expected.lines().collect();
     let a: Vec<&str> = actual.lines().collect();
     if e.len() > 400 || a.len() > 400 {

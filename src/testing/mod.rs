@@ -28,10 +28,10 @@
 //! a model call is answered from the script or fails, a tool is a stub or
 //! is not offered.
 
-pub mod aisdk;
+pub(crate) mod aisdk;
 mod check;
 mod compare;
-pub mod eval;
+pub(crate) mod eval;
 mod eval_report;
 mod exec;
 mod expect;
@@ -47,38 +47,33 @@ mod report;
 mod save;
 mod schema;
 mod script;
-pub mod spec;
+pub(crate) mod spec;
 mod verdicts;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 pub use check::check_test_file;
-pub use eval::{EvalEnv, RunEval, StoredRun, eval_all, eval_run};
-pub use eval_report::{
-    Summary, headline as eval_headline, json as eval_json, summary as eval_summary,
-    text as eval_text,
-};
-pub use exec::{CaseResult, Env, run_case};
-pub use expect::Failure;
-pub use judge::{Judge, Judged};
-pub use matching::{contains, json_diff, text_diff};
-pub use observe::{Call, Observation, observe};
-pub use parse::{MAX_TEST_FILE_BYTES, load_test_file, parse_test_file};
-pub use record::{Recorded, case_yaml, file_header};
-pub use report::{json as json_report, junit, text as text_report};
-pub use save::{SavedCase, add_case, case_from_store, default_case_file};
-pub use schema::test_file_schema;
-pub use script::Miss;
-pub use spec::TestFile;
-pub use verdicts::verdict_records;
+pub(crate) use eval::{EvalEnv, RunEval, StoredRun, eval_all};
+pub(crate) use eval_report::{json as eval_json, summary as eval_summary, text as eval_text};
+pub(crate) use exec::CaseResult;
+pub use exec::{Env, run_case};
+pub(crate) use expect::Failure;
+pub(crate) use judge::Judge;
+pub use parse::load_test_file;
+pub(crate) use record::file_header;
+pub(crate) use report::{json as json_report, junit, text as text_report};
+pub(crate) use save::{add_case, case_from_store, default_case_file};
+pub(crate) use schema::test_file_schema;
+pub(crate) use spec::TestFile;
+pub(crate) use verdicts::verdict_records;
 
 /// The directory test files live in, beside a graph directory's files.
-pub const TESTS_DIR: &str = "tests";
+pub(crate) const TESTS_DIR: &str = "tests";
 
 /// Whether `path` is a test file: a `*.yaml`/`*.yml` file in a directory
 /// called `tests`.
-pub fn is_test_file(path: &Path) -> bool {
+pub(crate) fn is_test_file(path: &Path) -> bool {
     crate::graph::catalog::is_graph_file(path)
         && path
             .parent()
@@ -122,7 +117,7 @@ fn walk(dir: &Path, out: &mut Vec<PathBuf>, depth: u32) {
 /// The graph directory a test file's cases run against: the directory
 /// holding its `tests` directory when that has graph files, else
 /// `fallback` (the configured one).
-pub fn graphs_dir_of(test_file: &Path, fallback: &Path) -> PathBuf {
+pub(crate) fn graphs_dir_of(test_file: &Path, fallback: &Path) -> PathBuf {
     let dir = test_file.parent().and_then(Path::parent);
     let has_graphs = |d: &Path| {
         std::fs::read_dir(d).is_ok_and(|rd| {
@@ -138,7 +133,7 @@ pub fn graphs_dir_of(test_file: &Path, fallback: &Path) -> PathBuf {
 
 /// The prompt directory beside a graph directory: `DIR/prompts`, else
 /// `DIR/../prompts`, else `fallback`.
-pub fn prompts_dir_of(graphs_dir: &Path, fallback: &Path) -> PathBuf {
+pub(crate) fn prompts_dir_of(graphs_dir: &Path, fallback: &Path) -> PathBuf {
     let own = graphs_dir.join("prompts");
     if own.is_dir() {
         return own;
@@ -151,7 +146,7 @@ pub fn prompts_dir_of(graphs_dir: &Path, fallback: &Path) -> PathBuf {
 
 /// Whether a case is selected by `filter`: its name, file or graph
 /// contains the text (case-insensitively).
-pub fn selected(file: &TestFile, case: &spec::Case, filter: Option<&str>) -> bool {
+pub(crate) fn selected(file: &TestFile, case: &spec::Case, filter: Option<&str>) -> bool {
     filter.is_none_or(|f| {
         let f = f.to_lowercase();
         [
@@ -167,7 +162,7 @@ pub fn selected(file: &TestFile, case: &spec::Case, filter: Option<&str>) -> boo
 /// Runs the selected cases of `files`, at most `jobs` at a time (each on
 /// the runtime's worker threads), and returns their results in file
 /// order.
-pub async fn run_all(
+pub(crate) async fn run_all(
     env: Arc<Env>,
     files: Vec<Arc<TestFile>>,
     filter: Option<&str>,

@@ -71,7 +71,7 @@ fn status_str<S: serde::Serializer>(s: &Option<Status>, ser: S) -> Result<S::Ok,
 
 /// Reads a turn from its events (`events`: the turn's own), the run's
 /// checkpoint batches and the SSE its client received.
-pub fn observe(
+pub(crate) fn observe(
     graph: &Graph,
     events: &[&Event],
     batches: &[StepBatch],

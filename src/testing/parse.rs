@@ -18,7 +18,7 @@ use crate::graph::value::{SpEntry, SpValue};
 use crate::llm::reply::Reply;
 
 /// Largest test file read (4 MiB: recorded cases carry tool results).
-pub const MAX_TEST_FILE_BYTES: u64 = 4 * 1024 * 1024;
+pub(crate) const MAX_TEST_FILE_BYTES: u64 = 4 * 1024 * 1024;
 
 const FILE_KEYS: &[&str] = &["graph", "description", "tools", "cases"];
 const CASE_KEYS: &[&str] = &[
@@ -78,7 +78,7 @@ fn one(file: Arc<str>, code: &'static str, message: String) -> Vec<Diagnostic> {
 ///
 /// # Errors
 /// Every problem found, as diagnostics.
-pub fn parse_test_file(path: &Path, text: &str) -> Result<TestFile, Vec<Diagnostic>> {
+pub(crate) fn parse_test_file(path: &Path, text: &str) -> Result<TestFile, Vec<Diagnostic>> {
     let display: Arc<str> = path.display().to_string().into();
     let mut d = Diagnostics::new(Arc::clone(&display));
     let mut options = serde_saphyr::Options::default();

@@ -21,7 +21,7 @@ use crate::tools::ToolRegistry;
 
 /// A stored run, as a case is written from it.
 #[derive(Debug, Clone, Copy)]
-pub struct Recorded<'a> {
+pub(crate) struct Recorded<'a> {
     /// The graph (as served now; ids and fields are read from it).
     pub graph: &'a Graph,
     /// The run's input state.
@@ -37,7 +37,7 @@ pub struct Recorded<'a> {
 
 /// The case as YAML: one item of a file's `cases:` list (indented by two
 /// spaces, starting `  - name:`).
-pub fn case_yaml(rec: Recorded<'_>, name: &str) -> String {
+pub(crate) fn case_yaml(rec: Recorded<'_>, name: &str) -> String {
     let segments = segments(rec.events);
     let mut out = format!("  - name: {}\n", q(name));
     let multi = segments.len() > 1;
@@ -439,7 +439,7 @@ fn expect(o: &Observation, out: &mut String, ind: &str) {
 }
 
 /// The header of a new file of recorded cases.
-pub fn file_header(graph: &str) -> String {
+pub(crate) fn file_header(graph: &str) -> String {
     format!(
         "# Cases written from stored runs (`stategraph test --from-run`, the studio's\n# \"save as test\"): everything the run did is expected exactly; trim what\n# should stay loose. Reference: docs/testing.md\ngraph: {}\ncases:\n",
         key(graph)

@@ -12,7 +12,7 @@ use super::expect::Failure;
 
 /// The terminal report: every failure in full, passes only with
 /// `verbose`, then a summary line.
-pub fn text(results: &[CaseResult], elapsed: Duration, verbose: bool) -> String {
+pub(crate) fn text(results: &[CaseResult], elapsed: Duration, verbose: bool) -> String {
     let mut out = String::new();
     for r in results {
         if r.passed() {
@@ -146,7 +146,7 @@ fn indent(s: &str) -> String {
 
 /// JUnit XML: one `testsuite` per file, one `testcase` per case, a
 /// `failure` per unmet expectation.
-pub fn junit(results: &[CaseResult], elapsed: Duration) -> String {
+pub(crate) fn junit(results: &[CaseResult], elapsed: Duration) -> String {
     let mut files: Vec<&str> = results.iter().map(|r| &*r.file).collect();
     files.dedup();
     files.sort_unstable();
@@ -240,7 +240,7 @@ fn xml(s: &str) -> String {
 
 /// The JSON report: counts and every case with its failures and what
 /// each turn did.
-pub fn json(results: &[CaseResult], elapsed: Duration) -> Value {
+pub(crate) fn json(results: &[CaseResult], elapsed: Duration) -> Value {
     let failed = results.iter().filter(|r| !r.passed()).count();
     json!({
         "passed": results.len() - failed,

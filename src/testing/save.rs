@@ -16,7 +16,7 @@ use crate::tools::ToolRegistry;
 
 /// A case written from a run.
 #[derive(Debug, Clone)]
-pub struct SavedCase {
+pub(crate) struct SavedCase {
     /// The run's graph.
     pub graph: String,
     /// The case's name.
@@ -30,7 +30,7 @@ pub struct SavedCase {
 ///
 /// # Errors
 /// The run is unknown, its graph is not served, or the store failed.
-pub async fn case_from_store(
+pub(crate) async fn case_from_store(
     store: &dyn Store,
     catalog: &GraphCatalog,
     tools: &ToolRegistry,
@@ -88,7 +88,7 @@ fn default_name(run: Uuid, input: &serde_json::Value, graph: &crate::nodes::Grap
 
 /// Where a graph's recorded cases go by default:
 /// `GRAPHS/tests/GRAPH_recorded.yaml`.
-pub fn default_case_file(graphs_dir: &Path, graph: &str) -> PathBuf {
+pub(crate) fn default_case_file(graphs_dir: &Path, graph: &str) -> PathBuf {
     graphs_dir
         .join(super::TESTS_DIR)
         .join(format!("{graph}_recorded.yaml"))
@@ -101,7 +101,7 @@ pub fn default_case_file(graphs_dir: &Path, graph: &str) -> PathBuf {
 /// # Errors
 /// The file cannot be read or written, or is not a test file that a case
 /// can be appended to (it is left as it was).
-pub fn add_case(file: &Path, case: &SavedCase) -> Result<String, String> {
+pub(crate) fn add_case(file: &Path, case: &SavedCase) -> Result<String, String> {
     let old = match std::fs::read_to_string(file) {
         Ok(t) => Some(t),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,

@@ -7,7 +7,7 @@ use serde_json::{Value, json};
 use super::spec::STUB_ERRORS;
 
 /// The JSON Schema (draft 2020-12) of a test file.
-pub fn test_file_schema() -> Value {
+pub(crate) fn test_file_schema() -> Value {
     json!({
         "$schema": "https://json-schema.org/draft/2020-12/schema",
         "$id": "https://stategraph.dev/schema/test-file.json",

@@ -24,7 +24,7 @@ use crate::tools::{PolicyOverride, Tool, ToolError, ToolOutcome, ToolRegistry, T
 
 /// Something a case's run reached that its script does not cover.
 #[derive(Clone, Debug, PartialEq)]
-pub struct Miss {
+pub(crate) struct Miss {
     /// What was missing, as a sentence.
     pub message: String,
 }

@@ -47,7 +47,7 @@ pub struct TurnSpec {
     /// How it starts: new input, or an answer to the previous turn's pause.
     pub start: Start,
     /// Scripted model replies by node id (`*`: any node), consumed per call.
-    pub models: Vec<(Sp<String>, Vec<Sp<Reply>>)>,
+    pub(crate) models: Vec<(Sp<String>, Vec<Sp<Reply>>)>,
     /// Tool stubs (the case's own come after the turn's).
     pub tools: Vec<Stub>,
     /// What must hold after it.
@@ -124,7 +124,7 @@ pub enum StubOutcome {
 }
 
 /// The failure types a stub may give.
-pub const STUB_ERRORS: &[&str] = &[
+pub(crate) const STUB_ERRORS: &[&str] = &[
     "timeout",
     "execution_error",
     "not_found",
@@ -132,7 +132,7 @@ pub const STUB_ERRORS: &[&str] = &[
 ];
 
 /// State fields with the values given for them.
-pub type Fields = Vec<(Sp<String>, Sp<Value>)>;
+pub(crate) type Fields = Vec<(Sp<String>, Sp<Value>)>;
 
 /// `expect:`. Only what is written is checked.
 #[derive(Debug, Default)]

@@ -13,7 +13,11 @@ use crate::store::VerdictRecord;
 
 /// The verdicts of `evals` (of stored runs) to store, judged by `judge`
 /// (`source`: `eval` or `studio`).
-pub fn verdict_records(evals: &[RunEval], judge: &Judge, source: &str) -> Vec<VerdictRecord> {
+pub(crate) fn verdict_records(
+    evals: &[RunEval],
+    judge: &Judge,
+    source: &str,
+) -> Vec<VerdictRecord> {
     let now = crate::events::now_micros();
     let model = judge.model.name();
     let mut out = Vec::new();

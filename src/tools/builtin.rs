@@ -8,13 +8,13 @@ use serde_json::{Value, json};
 use super::{Tool, ToolError, ToolPolicy, ToolSpec};
 
 /// All built-in tools.
-pub fn all() -> Vec<Arc<dyn Tool>> {
+pub(crate) fn all() -> Vec<Arc<dyn Tool>> {
     vec![Arc::new(Calculator::new()), Arc::new(CurrentTime::new())]
 }
 
 /// Evaluates arithmetic: `+ - * / ^`, parentheses, decimals.
 #[derive(Debug)]
-pub struct Calculator {
+pub(crate) struct Calculator {
     spec: ToolSpec,
 }
 
@@ -69,7 +69,7 @@ impl Tool for Calculator {
 
 /// Returns the current UTC time.
 #[derive(Debug)]
-pub struct CurrentTime {
+pub(crate) struct CurrentTime {
     spec: ToolSpec,
 }
 
@@ -113,7 +113,7 @@ impl Tool for CurrentTime {
 }
 
 /// Formats Unix seconds as `YYYY-MM-DDTHH:MM:SSZ` (civil-from-days).
-pub fn rfc3339(secs: u64) -> String {
+pub(crate) fn rfc3339(secs: u64) -> String {
     let days = (secs / 86_400) as i64;
     let rem = secs % 86_400;
     let z = days + 719_468;
@@ -137,7 +137,7 @@ pub fn rfc3339(secs: u64) -> String {
 ///
 /// # Errors
 /// A syntax error, division by zero or nesting deeper than 64.
-pub fn eval(expr: &str) -> Result<f64, String> {
+pub(crate) fn eval(expr: &str) -> Result<f64, String> {
     let mut p = Parser {
         s: expr.as_bytes(),
         i: 0,

@@ -33,10 +33,10 @@ use super::{RegistryError, Tool, ToolError, ToolPolicy, ToolRegistry, ToolSpec};
 use crate::units::{Bytes, Dur};
 
 /// The partition of the web tools (`http_fetch`, `web_search`).
-pub const PARTITION: &str = "web";
+pub(crate) const PARTITION: &str = "web";
 
 /// How long fetched pages are cached by default: a day.
-pub const DEFAULT_CACHE_TTL: Duration = Duration::from_secs(24 * 3600);
+pub(crate) const DEFAULT_CACHE_TTL: Duration = Duration::from_secs(24 * 3600);
 
 /// Redirects followed at most.
 const MAX_REDIRECTS: usize = 5;
@@ -92,7 +92,7 @@ pub enum SetupError {
     Registry(#[from] RegistryError),
 }
 
-/// Registers `http_fetch` (partition [`PARTITION`]).
+/// Registers `http_fetch` (partition `web`).
 ///
 /// # Errors
 /// An invalid allow-list entry, a client that cannot be built, or a name
@@ -104,7 +104,7 @@ pub fn register(registry: &ToolRegistry, cfg: &HttpFetchConfig) -> Result<(), Se
 
 /// The allowed hosts.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct AllowList {
+pub(crate) struct AllowList {
     exact: Vec<String>,
     /// Domains whose subdomains are allowed (from `*.domain`).
     suffixes: Vec<String>,
@@ -115,7 +115,7 @@ impl AllowList {
     ///
     /// # Errors
     /// An entry that is neither.
-    pub fn new(entries: &[String]) -> Result<Self, SetupError> {
+    pub(crate) fn new(entries: &[String]) -> Result<Self, SetupError> {
         let mut list = Self {
             exact: Vec::new(),
             suffixes: Vec::new(),
@@ -151,7 +151,7 @@ impl AllowList {
     }
 
     /// Whether `host` may be fetched.
-    pub fn allows(&self, host: &str) -> bool {
+    pub(crate) fn allows(&self, host: &str) -> bool {
         let host = host.trim_end_matches('.').to_ascii_lowercase();
         self.exact.contains(&host)
             || self.suffixes.iter().any(|d| {
@@ -162,7 +162,7 @@ impl AllowList {
     }
 
     /// The entries, as configured (for error details).
-    pub fn entries(&self) -> Vec<String> {
+    pub(crate) fn entries(&self) -> Vec<String> {
         self.exact
             .iter()
             .cloned()
@@ -173,7 +173,7 @@ impl AllowList {
 
 /// Fetches a URL from an allowed host and returns its text.
 #[derive(Debug)]
-pub struct HttpFetch {
+pub(crate) struct HttpFetch {
     spec: ToolSpec,
     allow: AllowList,
     client: reqwest::Client,
@@ -186,7 +186,7 @@ impl HttpFetch {
     ///
     /// # Errors
     /// An invalid allow-list entry or a client that cannot be built.
-    pub fn new(cfg: &HttpFetchConfig) -> Result<Self, SetupError> {
+    pub(crate) fn new(cfg: &HttpFetchConfig) -> Result<Self, SetupError> {
         let allow = AllowList::new(&cfg.allow)?;
         let timeout = cfg.timeout.0;
         let hosts = allow.entries().join(", ");
@@ -289,7 +289,7 @@ impl HttpFetch {
 }
 
 /// What `http_fetch` returns: `{url, status, title, text, truncated}`.
-pub fn output_schema() -> Value {
+pub(crate) fn output_schema() -> Value {
     json!({
         "type": "object",
         "properties": {

@@ -23,7 +23,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 /// The file's name, in the graph directory.
-pub const LOCK_FILE: &str = "tools.lock.json";
+pub(crate) const LOCK_FILE: &str = "tools.lock.json";
 
 /// The format version written.
 const VERSION: u32 = 1;
@@ -194,7 +194,8 @@ impl ToolLock {
 }
 
 /// The tools registered in `partition` right now, as a lock lists them.
-pub fn live(registry: &super::ToolRegistry, partition: &str) -> Vec<LockedTool> {
+#[cfg(feature = "server")]
+pub(crate) fn live(registry: &super::ToolRegistry, partition: &str) -> Vec<LockedTool> {
     let members = registry.partitions().remove(partition).unwrap_or_default();
     members
         .iter()
@@ -212,7 +213,8 @@ pub fn live(registry: &super::ToolRegistry, partition: &str) -> Vec<LockedTool> 
 /// partition) differ from the lock in `dir`, if there is one (`serve`
 /// calls it once the servers are up); returns the warnings, as
 /// `(server, difference)`.
-pub fn warn_if_stale(
+#[cfg(feature = "server")]
+pub(crate) fn warn_if_stale(
     registry: &super::ToolRegistry,
     dir: &Path,
     servers: &[(String, String)],

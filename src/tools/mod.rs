@@ -7,18 +7,19 @@
 //! (`{error: true, type, message, details}`) for the model to correct itself
 //! — a failing tool never fails the run.
 
-pub mod builtin;
+pub(crate) mod builtin;
 mod cache;
-pub mod config;
-pub mod http;
-pub mod lock;
-pub mod mcp;
+pub(crate) mod config;
+pub(crate) mod http;
+pub(crate) mod lock;
+pub(crate) mod mcp;
 mod registry;
-pub mod search;
+pub(crate) mod search;
 #[cfg(feature = "postgres")]
-pub mod sql;
+pub(crate) mod sql;
 
-pub use registry::{RegistryError, ToolOutcome, ToolRegistry};
+pub(crate) use registry::RegistryError;
+pub use registry::{ToolOutcome, ToolRegistry};
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -29,10 +30,10 @@ use serde_json::{Value, json};
 use crate::events::ToolFailure;
 
 /// Default time limit of a tool call.
-pub const DEFAULT_TOOL_TIMEOUT: Duration = Duration::from_secs(30);
+pub(crate) const DEFAULT_TOOL_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// Default limit on a tool result given to the model.
-pub const DEFAULT_MAX_OUTPUT_BYTES: usize = 64 * 1024;
+pub(crate) const DEFAULT_MAX_OUTPUT_BYTES: usize = 64 * 1024;
 
 /// How the registry treats calls to a tool.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -202,7 +203,7 @@ impl ToolError {
 }
 
 /// The payload a model sees for a failure: `{error: true, type, message, details}`.
-pub fn failure_payload(f: &ToolFailure) -> Value {
+pub(crate) fn failure_payload(f: &ToolFailure) -> Value {
     let mut v = json!({ "error": true, "type": f.kind, "message": f.message });
     if !f.details.is_null() {
         v["details"] = f.details.clone();
@@ -223,7 +224,7 @@ pub trait Tool: Send + Sync {
 ///
 /// # Errors
 /// The text is not JSON.
-pub fn parse_arguments(text: &str) -> Result<Value, ToolError> {
+pub(crate) fn parse_arguments(text: &str) -> Result<Value, ToolError> {
     if text.trim().is_empty() {
         return Ok(json!({}));
     }

@@ -113,7 +113,7 @@ impl ToolRegistry {
         Self::default()
     }
 
-    /// A registry with the built-in tools ([`builtin`]), and the partitions
+    /// A registry with the built-in tools (`builtin`), and the partitions
     /// of the configurable built-in tool families declared (`data`: SQL
     /// sources, `web`: fetch and search), so graphs naming them validate
     /// before (or without) that configuration; `GET /api/tools/health`

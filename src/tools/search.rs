@@ -32,7 +32,7 @@ use crate::units::Dur;
 
 /// How long results are cached by default: an hour (search results change
 /// slowly; the research document caches them this long).
-pub const DEFAULT_CACHE_TTL: Duration = Duration::from_secs(3600);
+pub(crate) const DEFAULT_CACHE_TTL: Duration = Duration::from_secs(3600);
 
 /// Largest search response read.
 const MAX_RESPONSE_BYTES: usize = 2 * 1024 * 1024;
@@ -62,7 +62,7 @@ impl Default for SearchConfig {
     }
 }
 
-/// Registers `web_search` (partition [`PARTITION`]).
+/// Registers `web_search` (partition `web`).
 ///
 /// # Errors
 /// An invalid URL, a client that cannot be built, or a name already taken
@@ -74,7 +74,7 @@ pub fn register(registry: &ToolRegistry, cfg: &SearchConfig) -> Result<(), Setup
 
 /// Searches the web through the configured endpoint.
 #[derive(Debug)]
-pub struct WebSearch {
+pub(crate) struct WebSearch {
     spec: ToolSpec,
     endpoint: Url,
     client: reqwest::Client,
@@ -87,7 +87,7 @@ impl WebSearch {
     ///
     /// # Errors
     /// The URL is not an http(s) URL, or the client cannot be built.
-    pub fn new(cfg: &SearchConfig) -> Result<Self, SetupError> {
+    pub(crate) fn new(cfg: &SearchConfig) -> Result<Self, SetupError> {
         let bad = |message: String| SetupError::Url {
             url: cfg.url.clone(),
             message,
@@ -174,7 +174,7 @@ impl WebSearch {
 
 /// What `web_search` returns: `{query, results: [{title, url, snippet}]}`
 /// (a result's text is `snippet`, not `content`).
-pub fn output_schema() -> Value {
+pub(crate) fn output_schema() -> Value {
     json!({
         "type": "object",
         "properties": {

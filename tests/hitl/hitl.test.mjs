@@ -2,13 +2,13 @@
 // Human in the loop, driven by the AI SDK's own client code: its chat class
 // (`AbstractChat`, what `useChat` wraps) with `DefaultChatTransport`, against
 // a running stategraph server that serves the graphs of
-// tests/integration/interrupts.rs (`approval`: `delete_record` needs
+// tests/integration/human_in_the_loop/interrupts.rs (`approval`: `delete_record` needs
 // approval, `pick_record` is a client-side tool; `ask`: a question into an
 // integer field).
 //
 //   node tests/hitl/hitl.test.mjs http://127.0.0.1:PORT
 //
-// Run by tests/integration/hitl_client.rs, which starts the server and
+// Run by tests/integration/human_in_the_loop/hitl_client.rs, which starts the server and
 // checks afterwards how often `delete_record` really ran. Exit code 0 when
 // every case passes, 1 on a failed check, 2 when the SDK is missing.
 //

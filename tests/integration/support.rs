@@ -3,9 +3,9 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use stategraph::llm::{ChatModel, Models};
-use stategraph::nodes::Registries;
-use stategraph::runtime::Services;
+use stategraph::internals::llm::{ChatModel, Models};
+use stategraph::internals::nodes::Registries;
+use stategraph::internals::runtime::Services;
 
 stategraph::state! {
     /// The chat pipeline's state as a Rust type (the shipped graphs declare
@@ -41,11 +41,15 @@ stategraph::state! {
     }
 }
 
+pub mod browser;
+pub mod data360;
 pub mod db;
 pub mod delegate;
+pub mod hitl;
 pub mod model;
+pub mod process;
+pub mod talk;
 
-#[path = "../common/data_tool.rs"]
 mod data_tool;
 pub use data_tool::IndicatorValue;
 
@@ -66,7 +70,7 @@ pub fn root() -> PathBuf {
 }
 
 /// The shipped graphs and prompts, compiled.
-pub fn shipped_catalog() -> stategraph::nodes::GraphCatalog {
+pub fn shipped_catalog() -> stategraph::internals::nodes::GraphCatalog {
     let cat = crate::support::registries().load(&root().join("graphs"), &root().join("prompts"));
     assert!(
         !cat.has_errors(),
@@ -129,14 +133,14 @@ pub mod server {
     use std::net::SocketAddr;
     use std::sync::Arc;
 
-    use stategraph::config::Config;
-    use stategraph::engine::{Engine, Graphs};
-    use stategraph::graph::prompts::Prompts;
-    use stategraph::llm::{ChatModel, Models};
-    use stategraph::runtime::Services;
-    use stategraph::server::AppState;
-    use stategraph::store::Store;
-    use stategraph::store::memory::MemoryStore;
+    use stategraph::internals::config::Config;
+    use stategraph::internals::engine::{Engine, Graphs};
+    use stategraph::internals::graph::prompts::Prompts;
+    use stategraph::internals::llm::{ChatModel, Models};
+    use stategraph::internals::runtime::Services;
+    use stategraph::internals::server::AppState;
+    use stategraph::internals::store::Store;
+    use stategraph::internals::store::memory::MemoryStore;
 
     use super::root;
 
@@ -221,7 +225,7 @@ edges: [helper -> END]
                 .expect("bind");
             let addr = listener.local_addr().expect("addr");
             let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-            let task = tokio::spawn(stategraph::server::serve(
+            let task = tokio::spawn(stategraph::internals::server::serve(
                 Arc::clone(&state),
                 listener,
                 async move {
@@ -280,6 +284,20 @@ pub async fn post_json(
 /// A `stategraph`-style binary serving on a free port: the child and the
 /// base URL it announced (`stategraph is serving on URL`).
 pub async fn spawn_serving(mut cmd: tokio::process::Command) -> (tokio::process::Child, String) {
+    cmd.stderr(std::process::Stdio::null());
+    let (child, base, _) = serving(cmd, false).await;
+    (child, base.expect("the server announces its address"))
+}
+
+/// The one way tests start a server process: `cmd` (its stderr set by the
+/// caller) on 127.0.0.1:0 with no model, database or configuration taken
+/// from the environment; returns the child, the base URL it announced
+/// (`None`: it announced none within a minute) and, with `studio`, the
+/// studio URL it prints next.
+pub async fn serving(
+    mut cmd: tokio::process::Command,
+    studio: bool,
+) -> (tokio::process::Child, Option<String>, Option<String>) {
     use tokio::io::AsyncBufReadExt;
     let mut child = cmd
         .env("STATEGRAPH_BIND", "127.0.0.1:0")
@@ -288,21 +306,26 @@ pub async fn spawn_serving(mut cmd: tokio::process::Command) -> (tokio::process:
         .env_remove("DATABASE_URL")
         .env_remove("STATEGRAPH_CONFIG")
         .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::null())
         .kill_on_drop(true)
         .spawn()
         .expect("the binary starts");
     let mut lines = tokio::io::BufReader::new(child.stdout.take().expect("stdout")).lines();
     let deadline = std::time::Duration::from_secs(60);
+    let (mut base, mut studio_url) = (None, None);
     while let Ok(Ok(Some(line))) = tokio::time::timeout(deadline, lines.next_line()).await {
         if let Some(url) = line.strip_prefix("stategraph is serving on ") {
-            let url = url.trim().to_owned();
-            // Keep draining stdout so the server never blocks on it.
-            tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
-            return (child, url);
+            base = Some(url.trim().to_owned());
+            if !studio {
+                break;
+            }
+        } else if let Some(url) = line.trim().strip_prefix("studio: ") {
+            studio_url = Some(url.to_owned());
+            break;
         }
     }
-    panic!("the server did not announce its address");
+    // Keep draining stdout so the server never blocks on it.
+    tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
+    (child, base, studio_url)
 }
 
 /// Re-executes a run stored by `server` the way `stategraph replay
@@ -310,37 +333,37 @@ pub async fn spawn_serving(mut cmd: tokio::process::Command) -> (tokio::process:
 /// served, only the built-in tools (no MCP server, no SQL, no web), and a
 /// model that fails every call — so whatever the re-execution needs must
 /// come from the recording. Panics on the first divergence.
-pub async fn assert_reexecutes(state: &stategraph::server::AppState, run: uuid::Uuid) {
-    use stategraph::llm::scripted::{ScriptedModel, Turn};
+pub async fn assert_reexecutes(state: &stategraph::internals::server::AppState, run: uuid::Uuid) {
+    use stategraph::internals::llm::scripted::{ScriptedModel, Turn};
     let events = state.store.events(run, 0, 100_000).await.expect("events");
     let record = state.store.get_run(run).await.expect("store").expect("run");
     let graph = state.graphs.get(&record.graph).expect("graph served");
     let offline = ScriptedModel::from_fn(|_| {
-        Turn::Fail(stategraph::llm::LlmError::Http {
+        Turn::Fail(stategraph::internals::llm::LlmError::Http {
             status: 599,
             message: "a re-execution must not call a model".into(),
         })
     });
     let services = Services::new(
         Models::single(Arc::new(offline)),
-        Arc::new(stategraph::tools::ToolRegistry::with_builtins()),
+        Arc::new(stategraph::internals::tools::ToolRegistry::with_builtins()),
     );
-    let r = stategraph::replay::reexecute(graph, services, &events)
+    let r = stategraph::internals::replay::reexecute(graph, services, &events)
         .await
         .expect("re-execution");
     assert!(r.divergence.is_none(), "run {run}: {}", r.report());
 }
 
 /// [`assert_reexecutes`] for every finished run `state`'s store holds.
-pub async fn assert_all_reexecute(state: &stategraph::server::AppState) -> usize {
+pub async fn assert_all_reexecute(state: &stategraph::internals::server::AppState) -> usize {
     let runs = state
         .store
-        .list_runs(&stategraph::store::RunQuery::newest(10_000))
+        .list_runs(&stategraph::internals::store::RunQuery::newest(10_000))
         .await
         .expect("runs");
     let finished: Vec<_> = runs
         .iter()
-        .filter(|r| r.status == stategraph::runtime::RunStatus::Finished)
+        .filter(|r| r.status == stategraph::internals::runtime::RunStatus::Finished)
         .collect();
     for r in &finished {
         assert_reexecutes(state, r.id).await;
@@ -359,4 +382,15 @@ impl JsonBody for reqwest::Response {
         let text = self.text().await.unwrap();
         serde_json::from_str(&text).unwrap_or_else(|e| panic!("not JSON ({e}): {text}"))
     }
+}
+
+/// The text of a UI message's text parts.
+pub fn text_of_parts(parts: &serde_json::Value) -> String {
+    parts
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|p| p["type"] == "text")
+        .filter_map(|p| p["text"].as_str())
+        .collect()
 }

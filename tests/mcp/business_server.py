@@ -1,6 +1,6 @@
 """A small business MCP server (stdio): customers and their invoices.
 
-It backs graphs/assistant.yaml in tests/integration/assistant.rs and works as
+It backs graphs/assistant.yaml in tests/integration/shipped_apps/assistant.rs and works as
 a demo (docs/assistant.md). Run it with a Python that has the `mcp` SDK
 (tests/run.sh makes a venv from tests/mcp/requirements.txt):
 

@@ -1,4 +1,4 @@
-"""A small streamable-HTTP MCP server for tests/integration/mcp.rs.
+"""A small streamable-HTTP MCP server for tests/integration/models_and_tools/mcp.rs.
 
 Run with the test venv's Python (tests/run.sh creates it):
 

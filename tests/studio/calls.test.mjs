@@ -1,5 +1,5 @@
 // Browser test of the studio's Model calls tab against a running stategraph
-// server (tests/integration/studio_calls.rs,
+// server (tests/integration/studio_ui/studio_calls.rs,
 // `studio_shows_a_chat_runs_model_call_with_its_prompt_and_tools`):
 //
 //   STUDIO_URL=http://127.0.0.1:PORT STUDIO_ARTIFACTS=/tmp/studio STUDIO_GRAPH=talk \

@@ -8,7 +8,7 @@
 //   STUDIO_URL=http://127.0.0.1:PORT STUDIO_ARTIFACTS=/tmp/studio node debug.test.mjs
 //
 // The server serves the shipped `chat` graph and three graphs that pause
-// (see tests/integration/studio_debug.rs): `approve` (an agent whose
+// (see tests/integration/studio_ui/studio_debug.rs): `approve` (an agent whose
 // `current_time` needs approval), `pick` (a client tool `pick_record`) and
 // `ask` (a question with options 1, 2, 3 into an integer field). Its offline
 // model streams slowly enough (token_delay) that a run can be watched live.

@@ -14,7 +14,7 @@ use crate::graph::ChatIo;
 use crate::store::MessageRecord;
 
 /// The conversation as the client sent it, as stored messages in order.
-pub fn message_records(chat_id: &str, messages: &[TurnMessage]) -> Vec<MessageRecord> {
+pub(crate) fn message_records(chat_id: &str, messages: &[TurnMessage]) -> Vec<MessageRecord> {
     let now = crate::events::now_micros();
     messages
         .iter()
@@ -32,7 +32,7 @@ pub fn message_records(chat_id: &str, messages: &[TurnMessage]) -> Vec<MessageRe
 }
 
 /// The plain text of a message (its text parts).
-pub fn text_of(m: &TurnMessage) -> String {
+pub(crate) fn text_of(m: &TurnMessage) -> String {
     let texts: Vec<&str> = m
         .parts
         .iter()
@@ -45,7 +45,7 @@ pub fn text_of(m: &TurnMessage) -> String {
 /// A chat title from the first user message: its first line, without
 /// control characters (a NUL cannot be stored in a PostgreSQL `TEXT`, and
 /// none belongs in a title).
-pub fn title(messages: &[TurnMessage]) -> String {
+pub(crate) fn title(messages: &[TurnMessage]) -> String {
     let first = messages
         .iter()
         .find(|m| m.role == "user")
@@ -163,7 +163,11 @@ fn percent_decode(s: &str) -> Vec<u8> {
 /// conversation (id, role, text) into the history field, the newest user
 /// text into the text field, and the body keys `chat.inputs` names into
 /// their fields.
-pub fn input_state(io: &ChatIo, messages: &[TurnMessage], extra: &Map<String, Value>) -> Value {
+pub(crate) fn input_state(
+    io: &ChatIo,
+    messages: &[TurnMessage],
+    extra: &Map<String, Value>,
+) -> Value {
     let mut input = Map::new();
     if let Some(field) = &io.history {
         let msgs: Vec<Value> = messages
@@ -199,7 +203,7 @@ pub fn input_state(io: &ChatIo, messages: &[TurnMessage], extra: &Map<String, Va
 /// Ids of the request's assistant messages, newest first: the answers of
 /// earlier turns that the client still shows (a regenerated or edited turn
 /// drops its answer and everything after it).
-pub fn answered(messages: &[TurnMessage]) -> Vec<&str> {
+pub(crate) fn answered(messages: &[TurnMessage]) -> Vec<&str> {
     messages
         .iter()
         .rev()
@@ -210,7 +214,7 @@ pub fn answered(messages: &[TurnMessage]) -> Vec<&str> {
 
 /// Seeds `input` with the `fields` of `previous` (the state the last turn
 /// ended with); what the request itself sets wins.
-pub fn carry_into(input: &mut Value, previous: &Value, fields: &[std::sync::Arc<str>]) {
+pub(crate) fn carry_into(input: &mut Value, previous: &Value, fields: &[std::sync::Arc<str>]) {
     let Value::Object(input) = input else { return };
     for f in fields {
         if input.contains_key(&**f) {
@@ -230,7 +234,7 @@ pub fn carry_into(input: &mut Value, previous: &Value, fields: &[std::sync::Arc<
 /// for that turn (`answer`, when the state does not end with an answer of
 /// its own), then the request's newer messages. Otherwise the request's
 /// conversation stands as sent.
-pub fn continue_conversation(
+pub(crate) fn continue_conversation(
     input: &mut Value,
     previous: &Value,
     field: &str,

@@ -26,12 +26,10 @@ use super::breaks::BreakpointError;
 use super::{Runs, StartError};
 use crate::store::{ChatRecord, RunRecord, StoreError};
 
-pub use input::{
-    answered, carry_into, continue_conversation, input_state, message_records, text_of, title,
-};
-pub use paused::{PausedAnswer, PausedError};
-pub use request::TurnRequest;
-pub use start::{ChatTurn, TurnFrom, TurnStarted};
+pub(crate) use input::input_state;
+pub(crate) use paused::{PausedAnswer, PausedError};
+pub(crate) use request::TurnRequest;
+pub(crate) use start::{ChatTurn, TurnFrom, TurnStarted};
 
 /// A message of the conversation, as a client sends it (the AI SDK's UI
 /// message: parts, not plain text).
@@ -64,7 +62,7 @@ impl TurnMessage {
 /// A fresh id for the assistant message a turn (or a continuation of a
 /// paused one into a new message) answers in. The one place such ids are
 /// minted; time-ordered, so a chat's messages sort by creation.
-pub fn new_message_id() -> String {
+pub(crate) fn new_message_id() -> String {
     format!("msg_{}", Uuid::now_v7().simple())
 }
 
@@ -72,7 +70,7 @@ pub fn new_message_id() -> String {
 /// for a run without one (no chat, or stored before runs named theirs),
 /// one named after the run — the same id on every instance and after a
 /// restart, so a resumed or recovered run continues the same message.
-pub fn answer_message_id(run_id: Uuid, named: Option<&str>) -> String {
+pub(crate) fn answer_message_id(run_id: Uuid, named: Option<&str>) -> String {
     named.map_or_else(|| format!("msg_{}", run_id.simple()), str::to_owned)
 }
 

@@ -18,6 +18,7 @@ use std::sync::Arc;
 use serde_json::Value;
 use uuid::Uuid;
 
+use super::super::held::Hold;
 use super::super::{Begin, ChatLink, Launch, RunHub, Runs};
 use super::{TurnError, new_message_id};
 use crate::events::{ForkOrigin, now_micros};
@@ -117,6 +118,49 @@ impl Runs {
         let permit = self.permit()?;
         let run_id = turn.run_id.unwrap_or_else(Uuid::now_v7);
         let hold = self.hold(run_id)?;
+        let (launch, step) = self.turn_launch(&turn, from, run_id, hold);
+        let now = now_micros();
+        let start = TurnStart {
+            chat: ChatRecord {
+                id: turn.chat_id.clone(),
+                user_id: turn.user_id,
+                title: turn.title,
+                created_at: now,
+                updated_at: now,
+                active_run: None,
+            },
+            messages: turn.messages,
+            run: self.record(&launch, turn.input, launch.forked_from.clone(), step),
+            owner: self.instance.clone(),
+            lease_until: self.lease_until(),
+        };
+        let chat = match self.store.begin_turn(start).await? {
+            TurnOutcome::Started(chat) => {
+                launch.hold.leased();
+                chat
+            }
+            TurnOutcome::Busy(_) => return Err(TurnError::Busy),
+            TurnOutcome::NotOwner => return Err(TurnError::NotOwner),
+        };
+        match self.launch(launch, permit) {
+            Ok(hub) => Ok(TurnStarted { hub, chat }),
+            Err(e) => {
+                self.abandon(run_id, &chat.id).await;
+                Err(e.into())
+            }
+        }
+    }
+
+    /// The run a turn launches: from the graph's entry with the turn's
+    /// input, or from `from`'s state and frontier (recorded as a fork of its
+    /// origin, at its step). Returns the launch and the step it starts at.
+    fn turn_launch(
+        &self,
+        turn: &ChatTurn,
+        from: Option<TurnFrom>,
+        run_id: Uuid,
+        hold: Hold,
+    ) -> (Launch, u32) {
         let chat = ChatLink {
             chat_id: turn.chat_id.clone(),
             message_id: new_message_id(),
@@ -148,51 +192,27 @@ impl Runs {
             chat: Some(chat),
             begin,
             alternative: None,
-            forked_from: origin.clone(),
+            forked_from: origin,
             tap: None,
             hold,
             admitted: true,
             breakpoints: (turn.breakpoints.clone(), !turn.breakpoints.is_empty()),
         };
-        let now = now_micros();
-        let start = TurnStart {
-            chat: ChatRecord {
-                id: turn.chat_id.clone(),
-                user_id: turn.user_id,
-                title: turn.title,
-                created_at: now,
-                updated_at: now,
-                active_run: None,
-            },
-            messages: turn.messages,
-            run: self.record(&launch, turn.input, origin, step),
-            owner: self.instance.clone(),
-            lease_until: self.lease_until(),
-        };
-        let chat = match self.store.begin_turn(start).await? {
-            TurnOutcome::Started(chat) => {
-                launch.hold.leased();
-                chat
-            }
-            TurnOutcome::Busy(_) => return Err(TurnError::Busy),
-            TurnOutcome::NotOwner => return Err(TurnError::NotOwner),
-        };
-        match self.launch(launch, permit) {
-            Ok(hub) => Ok(TurnStarted { hub, chat }),
-            Err(e) => {
-                // Stored but not started (a shutdown began): end it cleanly.
-                let _ = self
-                    .store
-                    .finish_run(
-                        run_id,
-                        crate::runtime::RunStatus::Cancelled,
-                        None,
-                        Default::default(),
-                    )
-                    .await;
-                let _ = self.store.release_chat(&chat.id, run_id).await;
-                Err(e.into())
-            }
-        }
+        (launch, step)
+    }
+
+    /// Ends a turn that was stored but not started (a shutdown began):
+    /// its run cancelled, its chat free again.
+    async fn abandon(&self, run_id: Uuid, chat_id: &str) {
+        let _ = self
+            .store
+            .finish_run(
+                run_id,
+                crate::runtime::RunStatus::Cancelled,
+                None,
+                Default::default(),
+            )
+            .await;
+        let _ = self.store.release_chat(chat_id, run_id).await;
     }
 }

@@ -37,23 +37,23 @@ use crate::tools::{DEFAULT_TOOL_TIMEOUT, ToolPolicy, ToolRegistry};
 use crate::units::{Bytes, Dur};
 
 /// Default interval between two listings of a server's tools.
-pub const DEFAULT_REFRESH: Duration = Duration::from_secs(300);
+pub(crate) const DEFAULT_REFRESH: Duration = Duration::from_secs(300);
 
 /// Default time a server has to start and answer its first listing.
-pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(60);
+pub(crate) const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// Default time `serve` and the CLI's commands wait at startup for MCP
 /// servers to connect before going on without the ones still starting.
 pub(crate) const DEFAULT_STARTUP_WAIT: Duration = Duration::from_secs(10);
 
 /// Default interval between liveness checks (`ping`) of a connected server.
-pub const DEFAULT_HEALTH_CHECK: Duration = Duration::from_secs(30);
+pub(crate) const DEFAULT_HEALTH_CHECK: Duration = Duration::from_secs(30);
 
 /// Default first delay before reconnecting to a server that is down.
-pub const DEFAULT_BACKOFF: Duration = Duration::from_secs(1);
+pub(crate) const DEFAULT_BACKOFF: Duration = Duration::from_secs(1);
 
 /// Default longest delay between reconnection attempts.
-pub const DEFAULT_MAX_BACKOFF: Duration = Duration::from_secs(60);
+pub(crate) const DEFAULT_MAX_BACKOFF: Duration = Duration::from_secs(60);
 
 /// Headers the MCP transport sets itself; a config may not override them.
 const RESERVED_HEADERS: &[&str] = &["accept", "mcp-session-id", "last-event-id", "content-type"];

@@ -29,10 +29,9 @@ mod status;
 #[cfg(feature = "mcp")]
 mod supervisor;
 
-pub use config::{
-    DEFAULT_BACKOFF, DEFAULT_CONNECT_TIMEOUT, DEFAULT_HEALTH_CHECK, DEFAULT_MAX_BACKOFF,
-    DEFAULT_REFRESH, McpConfig, McpServerConfig, McpToolOverride, McpTransport,
-};
+pub use config::McpConfig;
 #[cfg(feature = "mcp")]
 pub use manager::McpManager;
-pub use status::{McpHealth, Missing, ServerState, ServerStatus};
+#[cfg(any(feature = "mcp", feature = "server"))]
+pub(crate) use status::{McpHealth, Missing};
+pub use status::{ServerState, ServerStatus};

@@ -46,6 +46,7 @@ pub struct ServerStatus {
 
 /// A referenced tool or partition that nothing provides right now.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[cfg(any(feature = "mcp", feature = "server"))]
 pub struct Missing {
     /// The name as graphs reference it.
     pub name: String,
@@ -59,6 +60,7 @@ pub struct Missing {
 
 /// Referenced tools against provided tools.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[cfg(any(feature = "mcp", feature = "server"))]
 pub struct McpHealth {
     /// Every referenced name resolves to at least one tool.
     pub ok: bool,

@@ -85,31 +85,7 @@ pub(super) fn compare(
     right: Vec<(Value, f64)>,
     t: &Thresholds,
 ) -> Value {
-    let mut index: HashMap<String, usize> = HashMap::new();
-    let mut aligned: Vec<Aligned> = Vec::new();
-    for (side, rows) in [(0, left), (1, right)] {
-        for (key, value) in rows {
-            let k = key.to_string();
-            let i = *index.entry(k).or_insert_with(|| {
-                let key = match key {
-                    Value::Array(items) => items,
-                    other => vec![other],
-                };
-                aligned.push(Aligned {
-                    key,
-                    left: None,
-                    right: None,
-                });
-                aligned.len() - 1
-            });
-            if side == 0 {
-                aligned[i].left = Some(value)
-            } else {
-                aligned[i].right = Some(value)
-            }
-        }
-    }
-    aligned.sort_by(|a, b| cmp_keys(&a.key, &b.key));
+    let aligned = align(left, right);
 
     let mut counts: HashMap<&str, usize> = HashMap::new();
     let (mut left_total, mut right_total, mut max_abs) = (0.0f64, 0.0f64, 0.0f64);
@@ -173,6 +149,37 @@ pub(super) fn compare(
         "rows": rows.into_iter().take(names.row_limit).map(|(_, r)| r).collect::<Vec<_>>(),
         "truncated": truncated,
     })
+}
+
+/// Pairs the two sides' rows by key (a key on one side only has `None` on
+/// the other), in key order.
+fn align(left: Vec<(Value, f64)>, right: Vec<(Value, f64)>) -> Vec<Aligned> {
+    let mut index: HashMap<String, usize> = HashMap::new();
+    let mut aligned: Vec<Aligned> = Vec::new();
+    for (side, rows) in [(0, left), (1, right)] {
+        for (key, value) in rows {
+            let k = key.to_string();
+            let i = *index.entry(k).or_insert_with(|| {
+                let key = match key {
+                    Value::Array(items) => items,
+                    other => vec![other],
+                };
+                aligned.push(Aligned {
+                    key,
+                    left: None,
+                    right: None,
+                });
+                aligned.len() - 1
+            });
+            if side == 0 {
+                aligned[i].left = Some(value)
+            } else {
+                aligned[i].right = Some(value)
+            }
+        }
+    }
+    aligned.sort_by(|a, b| cmp_keys(&a.key, &b.key));
+    aligned
 }
 
 #[cfg(test)]

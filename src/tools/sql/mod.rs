@@ -54,13 +54,13 @@ use deadpool_postgres::Pool;
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-pub use tools::{CompareSources, ListSources, QuerySource};
+pub(crate) use tools::{CompareSources, ListSources, QuerySource};
 
 use super::{RegistryError, Tool, ToolError, ToolRegistry};
 use crate::units::Dur;
 
 /// The partition of the SQL tools.
-pub const PARTITION: &str = "data";
+pub(crate) const PARTITION: &str = "data";
 
 /// `[tools.sql]`: the database and its sources.
 #[derive(Clone, Debug, Deserialize)]
@@ -159,7 +159,7 @@ pub enum SetupError {
 }
 
 /// Registers `list_sources`, `query_source` and `compare_sources` as the
-/// partition [`PARTITION`] (replacing what it held). Does not connect: the
+/// partition `data` (replacing what it held). Does not connect: the
 /// pool connects on the first call, so a database that is down at startup
 /// only fails calls.
 ///
@@ -178,7 +178,7 @@ pub fn declare(registry: &ToolRegistry) {
 }
 
 /// The three tools over `sources`.
-pub fn tools(sources: &Arc<SqlSources>) -> Vec<Arc<dyn Tool>> {
+pub(crate) fn tools(sources: &Arc<SqlSources>) -> Vec<Arc<dyn Tool>> {
     vec![
         Arc::new(ListSources::new(Arc::clone(sources))),
         Arc::new(QuerySource::new(Arc::clone(sources))),
@@ -288,7 +288,7 @@ impl Source {
 }
 
 /// The declared sources and the pool they are read through.
-pub struct SqlSources {
+pub(crate) struct SqlSources {
     sources: BTreeMap<String, Source>,
     pool: Pool,
     row_limit: usize,
@@ -310,7 +310,7 @@ impl SqlSources {
     ///
     /// # Errors
     /// An invalid URL, source or setting.
-    pub fn new(cfg: &SqlConfig) -> Result<Self, SetupError> {
+    pub(crate) fn new(cfg: &SqlConfig) -> Result<Self, SetupError> {
         if cfg.row_limit == 0 || cfg.row_limit > 10_000 {
             return Err(SetupError::Setting(
                 "row_limit must be between 1 and 10000".into(),
@@ -343,7 +343,7 @@ impl SqlSources {
     }
 
     /// Source names.
-    pub fn names(&self) -> Vec<String> {
+    pub(crate) fn names(&self) -> Vec<String> {
         self.sources.keys().cloned().collect()
     }
 

@@ -54,14 +54,14 @@ fn filters_schema() -> Value {
 
 /// `list_sources`: what can be queried.
 #[derive(Debug)]
-pub struct ListSources {
+pub(crate) struct ListSources {
     spec: ToolSpec,
     sources: Arc<SqlSources>,
 }
 
 impl ListSources {
     /// The tool over `sources`.
-    pub fn new(sources: Arc<SqlSources>) -> Self {
+    pub(crate) fn new(sources: Arc<SqlSources>) -> Self {
         let spec = spec(
             "list_sources",
             "List the data sources you can query: name, description, dimension columns (to filter and group by) and measure columns (to aggregate).",
@@ -92,14 +92,14 @@ impl Tool for ListSources {
 
 /// `query_source`: filtered, grouped, aggregated rows of one source.
 #[derive(Debug)]
-pub struct QuerySource {
+pub(crate) struct QuerySource {
     spec: ToolSpec,
     sources: Arc<SqlSources>,
 }
 
 impl QuerySource {
     /// The tool over `sources`.
-    pub fn new(sources: Arc<SqlSources>) -> Self {
+    pub(crate) fn new(sources: Arc<SqlSources>) -> Self {
         let spec = spec(
             "query_source",
             "Query one data source. Without group_by and measures, returns its rows; with them, one row per group \
@@ -183,14 +183,14 @@ struct CompareArgs {
 
 /// `compare_sources`: two sources aligned on dimensions, differences classed.
 #[derive(Debug)]
-pub struct CompareSources {
+pub(crate) struct CompareSources {
     spec: ToolSpec,
     sources: Arc<SqlSources>,
 }
 
 impl CompareSources {
     /// The tool over `sources`.
-    pub fn new(sources: Arc<SqlSources>) -> Self {
+    pub(crate) fn new(sources: Arc<SqlSources>) -> Self {
         let t = sources.thresholds;
         let description = format!(
             "Compare a measure between two sources, aligned on dimensions (`on`) that both have, after the same filters. \

@@ -11,8 +11,8 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use futures::FutureExt;
-use stategraph::store::memory::MemoryStore;
-use stategraph::store::{PostgresStore, SqliteStore, Store};
+use stategraph::internals::store::memory::MemoryStore;
+use stategraph::internals::store::{PostgresStore, SqliteStore, Store};
 use uuid::Uuid;
 
 const ADMIN_URL: &str = "postgres://postgres@127.0.0.1:5432/postgres";

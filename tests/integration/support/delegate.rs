@@ -1,5 +1,5 @@
 //! Store wrappers for tests: [`delegate_store!`] implements every store
-//! trait but [`EventLog`](stategraph::store::EventLog) by passing each call
+//! trait but [`EventLog`](stategraph::internals::store::EventLog) by passing each call
 //! to an inner store, so a wrapper writes only the event-log calls it
 //! changes (a fault, a delay).
 
@@ -9,13 +9,15 @@ macro_rules! delegate_store {
     ($ty:ty, $inner:ident) => {
         const _: () = {
             use ::futures::future::BoxFuture;
-            use ::stategraph::events::{ErrorInfo, RunStatus, Usage};
-            use ::stategraph::store::{
+            use ::stategraph::internals::events::{ErrorInfo, RunStatus, Usage};
+            use ::stategraph::internals::store::{
                 Appended, ChatRecord, ChatStore, Lease, Leases, Maintenance, MessageRecord,
                 PruneReport, RunQuery, RunRecord, RunStore, Store, StoreResult, TurnEnd,
                 TurnOutcome, TurnStart, VerdictRecord, Verdicts,
             };
-            use ::stategraph::store::{CallPart, CallRecord, CallStorage, Calls, ExpiredCalls};
+            use ::stategraph::internals::store::{
+                CallPart, CallRecord, CallStorage, Calls, ExpiredCalls,
+            };
             use ::tokio::sync::broadcast;
             use ::uuid::Uuid;
 

@@ -1,6 +1,6 @@
 // LangGraph's own JS SDK (@langchain/langgraph-sdk, pinned by
 // package-lock.json) against `stategraph serve` serving
-// examples/langgraph_api (tests/integration/langgraph_api.rs starts it).
+// examples/langgraph_api (tests/integration/server_api/langgraph_api.rs starts it).
 //
 //   node sdk.test.mjs URL KEY_A KEY_B
 //

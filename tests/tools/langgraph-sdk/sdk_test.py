@@ -1,6 +1,6 @@
 """LangGraph's own Python SDK (langgraph-sdk, pinned by requirements.txt)
 against `stategraph serve` serving examples/langgraph_api
-(tests/integration/langgraph_api.rs starts it).
+(tests/integration/server_api/langgraph_api.rs starts it).
 
     python sdk_test.py URL KEY_A KEY_B
 

@@ -1,6 +1,6 @@
 // LangGraph's `useStream` (@langchain/langgraph-sdk/react, pinned by
 // package-lock.json) in Chromium against `stategraph serve`
-// (tests/integration/langgraph_api.rs starts it with CORS open):
+// (tests/integration/server_api/langgraph_api.rs starts it with CORS open):
 // usestream/app.jsx is bundled with esbuild, served from a page of its own
 // origin, and driven with playwright-core.
 //

@@ -1,0 +1,281 @@
+//! Our LangGraph API stream against LangGraph's own, recorded from
+//! `langgraph dev` (langgraph-api 0.16.7, langgraph 1.2.24; fixtures and
+//! how to record them again: tests/fixtures/langgraph_wire/record.sh)
+//! serving graph.py, the example graph (examples/langgraph_api) written in
+//! LangGraph with a fake model. The same requests go to `stategraph
+//! serve`; the streams must have the same events in the same order (runs
+//! of `messages` tokens counted as one: the models split text differently)
+//! and the same shapes: the keys of every event's data, of the messages
+//! in state, of a token's `[chunk, metadata]`, of an interrupt; CRLF line
+//! ends; `{detail}` errors.
+
+use std::collections::BTreeSet;
+
+use serde_json::{Value, json};
+
+use crate::support::root;
+
+/// `(event, data)` of each SSE event, checking the CRLF framing
+/// (`langgraph_api/sse.py`: `SEP = b"\r\n"`).
+fn parse(raw: &str) -> Vec<(String, Value)> {
+    assert!(raw.contains("\r\n\r\n"), "CRLF framing: {raw:.200}");
+    raw.split("\r\n\r\n")
+        .filter(|b| !b.trim().is_empty() && !b.starts_with(':'))
+        .map(|b| {
+            let field = |name: &str| {
+                b.split("\r\n")
+                    .find_map(|l| l.strip_prefix(name))
+                    .unwrap_or_else(|| panic!("no `{name}` in {b:?}"))
+            };
+            let data = serde_json::from_str(field("data: ")).expect("JSON data");
+            (field("event: ").to_owned(), data)
+        })
+        .collect()
+}
+
+/// The event names, debug events left out (their order around a step
+/// differs with the executor) and each run of tokens as one.
+fn outline(events: &[(String, Value)]) -> Vec<String> {
+    let mut out: Vec<String> = Vec::new();
+    for (e, data) in events {
+        let name = match e.as_str() {
+            "debug" => continue,
+            "updates" => format!(
+                "updates:{}",
+                keys(data).into_iter().collect::<Vec<_>>().join(",")
+            ),
+            "values" if data.get("__interrupt__").is_some() => "values:__interrupt__".into(),
+            other => other.to_owned(),
+        };
+        if name == "messages" && out.last().is_some_and(|l| l == "messages") {
+            continue;
+        }
+        out.push(name);
+    }
+    out
+}
+
+fn keys(v: &Value) -> BTreeSet<String> {
+    v.as_object()
+        .map(|m| m.keys().cloned().collect())
+        .unwrap_or_default()
+}
+
+/// Every key LangGraph's data has, ours has (ours may have more: our state
+/// shows unset fields at their initial values).
+fn covers(ours: &Value, theirs: &Value, what: &str) {
+    let missing: Vec<_> = keys(theirs).difference(&keys(ours)).cloned().collect();
+    assert!(
+        missing.is_empty(),
+        "{what}: missing {missing:?}\nours: {ours}\ntheirs: {theirs}"
+    );
+}
+
+/// The messages in a state, by LangChain type.
+fn message_shapes(values: &Value, ours: &Value, what: &str) {
+    for theirs in values["messages"].as_array().into_iter().flatten() {
+        let ty = &theirs["type"];
+        let mine = ours["messages"]
+            .as_array()
+            .and_then(|l| l.iter().find(|m| &m["type"] == ty))
+            .unwrap_or_else(|| panic!("{what}: no {ty} message in {ours}"));
+        covers(mine, theirs, &format!("{what}: a {ty} message"));
+    }
+}
+
+/// The metadata keys of a token the SDKs and `useStream` read (the rest
+/// describe LangGraph's deployment: host, plan, versions).
+const TOKEN_METADATA: &[&str] = &[
+    "langgraph_node",
+    "langgraph_step",
+    "langgraph_triggers",
+    "langgraph_path",
+    "langgraph_checkpoint_ns",
+    "checkpoint_ns",
+    "thread_id",
+    "run_id",
+    "graph_id",
+    "assistant_id",
+    "run_attempt",
+    "created_by",
+    "ls_provider",
+    "ls_model_type",
+];
+
+fn compare(ours: &[(String, Value)], theirs: &[(String, Value)], what: &str) {
+    assert_eq!(
+        outline(ours),
+        outline(theirs),
+        "{what}: the events in order"
+    );
+    assert_eq!(ours[0].0, "metadata", "{what}: metadata first");
+    assert_eq!(keys(&ours[0].1), keys(&theirs[0].1), "{what}: metadata");
+    let first = |events: &[(String, Value)], name: &str| {
+        events
+            .iter()
+            .find(|(e, _)| e == name)
+            .map(|(_, d)| d.clone())
+    };
+    for name in ["values", "updates"] {
+        let pairs = ours
+            .iter()
+            .filter(|(e, _)| e == name)
+            .zip(theirs.iter().filter(|(e, _)| e == name));
+        for ((_, o), (_, t)) in pairs {
+            covers(o, t, &format!("{what}: {name}"));
+            for (node, written) in t.as_object().into_iter().flatten() {
+                if name == "updates" && node != "__interrupt__" {
+                    covers(&o[node], written, &format!("{what}: updates of {node}"));
+                }
+            }
+            if name == "values" {
+                message_shapes(t, o, &format!("{what}: values"));
+            }
+        }
+    }
+    if let (Some(o), Some(t)) = (first(ours, "messages"), first(theirs, "messages")) {
+        assert_eq!(keys(&o[0]), keys(&t[0]), "{what}: a token's chunk");
+        assert_eq!(o[0]["type"], t[0]["type"]);
+        for k in TOKEN_METADATA {
+            assert!(t[1].get(*k).is_some(), "the recording has {k}");
+            assert!(
+                o[1].get(*k).is_some(),
+                "{what}: a token's metadata has no {k}: {}",
+                o[1]
+            );
+        }
+        assert_eq!(o[1]["langgraph_node"], t[1]["langgraph_node"]);
+        assert_eq!(o[1]["langgraph_step"], t[1]["langgraph_step"]);
+    }
+    let interrupt = |events: &[(String, Value)]| {
+        events.iter().find_map(|(e, d)| {
+            (e == "values")
+                .then(|| d.get("__interrupt__").cloned())
+                .flatten()
+        })
+    };
+    if let Some(t) = interrupt(theirs) {
+        let o = interrupt(ours).unwrap_or_else(|| panic!("{what}: no interrupt"));
+        assert_eq!(keys(&o[0]), keys(&t[0]), "{what}: an interrupt");
+        assert_eq!(
+            keys(&o[0]["value"]),
+            keys(&t[0]["value"]),
+            "{what}: the interrupt's value"
+        );
+    }
+    let debug = |events: &[(String, Value)]| -> BTreeSet<String> {
+        events
+            .iter()
+            .filter(|(e, _)| e == "debug")
+            .map(|(_, d)| d["type"].as_str().unwrap_or("").to_owned())
+            .collect()
+    };
+    assert_eq!(debug(ours), debug(theirs), "{what}: debug event types");
+    for ty in ["task", "task_result", "checkpoint"] {
+        let payload = |events: &[(String, Value)]| {
+            events
+                .iter()
+                .find(|(e, d)| e == "debug" && d["type"] == ty)
+                .map(|(_, d)| d.clone())
+        };
+        if let (Some(o), Some(t)) = (payload(ours), payload(theirs)) {
+            covers(&o, &t, &format!("{what}: debug {ty}"));
+            covers(
+                &o["payload"],
+                &t["payload"],
+                &format!("{what}: debug {ty} payload"),
+            );
+        }
+    }
+}
+
+fn fixture(name: &str) -> String {
+    std::fs::read_to_string(root().join("tests/fixtures/langgraph_wire").join(name)).unwrap()
+}
+
+#[tokio::test]
+async fn our_stream_has_langgraphs_events_in_its_shapes() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut child, base) = super::langgraph_api::serve_example(dir.path()).await;
+    let http = reqwest::Client::new();
+    let post = |path: String, body: Value| {
+        http.post(format!("{base}{path}"))
+            .header("x-api-key", "key-a")
+            .json(&body)
+            .send()
+    };
+    let modes = json!(["values", "updates", "messages-tuple", "custom", "debug"]);
+    let thread = |v: Value| v["thread_id"].as_str().unwrap().to_owned();
+    let stream = |t: &str, body: Value| post(format!("/threads/{t}/runs/stream"), body);
+
+    let t = thread(
+        post("/threads".into(), json!({}))
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap(),
+    );
+    let turn = stream(&t, json!({"assistant_id": "agent", "input": {"messages": [{"type": "human", "content": "hello there"}]}, "stream_mode": modes}))
+        .await.unwrap().text().await.unwrap();
+    compare(&parse(&turn), &parse(&fixture("turn.sse")), "a turn");
+
+    let t = thread(
+        post("/threads".into(), json!({}))
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap(),
+    );
+    let paused = stream(&t, json!({"assistant_id": "agent", "input": {"messages": [{"type": "human", "content": "please approve"}]}, "stream_mode": modes}))
+        .await.unwrap().text().await.unwrap();
+    compare(
+        &parse(&paused),
+        &parse(&fixture("interrupt.sse")),
+        "an interrupt",
+    );
+    let resumed = stream(
+        &t,
+        json!({"assistant_id": "agent", "command": {"resume": "ship it"}, "stream_mode": modes}),
+    )
+    .await
+    .unwrap()
+    .text()
+    .await
+    .unwrap();
+    compare(&parse(&resumed), &parse(&fixture("resume.sse")), "a resume");
+
+    let state: Value = http
+        .get(format!("{base}/threads/{t}/state"))
+        .header("x-api-key", "key-a")
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let theirs: Value = serde_json::from_str(&fixture("state.json")).unwrap();
+    covers(&state, &theirs, "thread state");
+    covers(&state["values"], &theirs["values"], "thread state values");
+    message_shapes(&theirs["values"], &state["values"], "thread state");
+    covers(&state["checkpoint"], &theirs["checkpoint"], "a checkpoint");
+
+    // LangGraph's 404: `{"detail": "Thread with ID … not found"}`.
+    let recorded = fixture("not_found.txt");
+    let (body, code) = recorded.trim().rsplit_once('\n').unwrap();
+    let theirs: Value = serde_json::from_str(body).unwrap();
+    let r = http
+        .get(format!(
+            "{base}/threads/00000000-0000-4000-8000-000000000000"
+        ))
+        .header("x-api-key", "key-a")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status().as_u16().to_string(), code);
+    let ours: Value = r.json().await.unwrap();
+    covers(&ours, &theirs, "a 404");
+    assert!(ours["detail"].is_string());
+    let _ = child.kill().await;
+}
