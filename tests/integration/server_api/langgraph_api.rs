@@ -135,6 +135,7 @@ async fn langgraphs_js_sdk_works_against_stategraph_serve() {
         "errors are LangGraph's detail everywhere",
         "rejoin with the last event id",
         "cancel",
+        "multitask_strategy enqueue",
         "404s",
         "another key sees nothing",
         "a wrong key is 401 with LangGraph's detail",
@@ -201,6 +202,7 @@ async fn langgraphs_python_sdk_works_against_stategraph_serve() {
         "run from a checkpoint",
         "rejoin with the last event id",
         "cancel",
+        "multitask_strategy enqueue",
         "404s",
         "another key sees nothing",
     ] {

@@ -348,6 +348,30 @@ await check("cancel", async () => {
   assert.match(next.messages.at(-1).content, /after the cancel/);
 });
 
+// LangGraph's enqueue (langgraph_api/api/runs.py: a run on a busy thread is
+// created `pending` and returned at once; the queue starts runs in order).
+await check("multitask_strategy enqueue", async () => {
+  const t = await a.threads.create();
+  const busy = await a.runs.create(t.thread_id, "agent", { input: human("slow enqueue") });
+  const queued = await a.runs.create(t.thread_id, "agent", { input: human("queued one"), multitaskStrategy: "enqueue" });
+  assert.equal(queued.status, "pending");
+  const dropped = await a.runs.create(t.thread_id, "agent", { input: human("queued two"), multitaskStrategy: "enqueue" });
+  assert.equal(dropped.status, "pending");
+  assert.notEqual(dropped.run_id, queued.run_id);
+  const listed = await a.runs.list(t.thread_id);
+  assert.ok(listed.some((r) => r.run_id === queued.run_id && r.status === "pending"), "the queued run is listed pending");
+  assert.equal((await a.runs.get(t.thread_id, queued.run_id)).status, "pending");
+  await a.runs.cancel(t.thread_id, dropped.run_id);
+  const values = await a.runs.join(t.thread_id, queued.run_id);
+  assert.equal((await a.runs.get(t.thread_id, busy.run_id)).status, "success");
+  assert.equal((await a.runs.get(t.thread_id, queued.run_id)).status, "success");
+  assert.notEqual((await a.runs.get(t.thread_id, dropped.run_id)).status, "success", "a cancelled pending run never runs");
+  const humans = values.messages.filter((m) => m.type === "human").map((m) => m.content);
+  assert.deepEqual(humans, ["slow enqueue", "queued one"], "in order, the cancelled one left out");
+  const state = await a.threads.getState(t.thread_id);
+  assert.ok(!state.values.messages.some((m) => m.content === "queued two"));
+});
+
 await check("404s", async () => {
   await status404(() => a.threads.get("00000000-0000-4000-8000-000000000000"));
   await status404(() => a.assistants.get("no-such-graph"));

@@ -245,6 +245,24 @@ async def main():
         await a.runs.join(t["thread_id"], run["run_id"])
         assert (await a.runs.get(t["thread_id"], run["run_id"]))["status"] == "interrupted"
 
+    async def enqueue():
+        # langgraph_api/api/runs.py: a run on a busy thread with enqueue is
+        # created pending and returned at once; runs start in order.
+        t = (await a.threads.create())["thread_id"]
+        busy = await a.runs.create(t, "agent", input=human("slow, then a queue"))
+        queued = await a.runs.create(t, "agent", input=human("after the slow one"), multitask_strategy="enqueue")
+        assert queued["status"] == "pending", queued
+        dropped = await a.runs.create(t, "agent", input=human("never run"), multitask_strategy="enqueue")
+        assert dropped["status"] == "pending", dropped
+        assert any(r["run_id"] == queued["run_id"] and r["status"] == "pending" for r in await a.runs.list(t))
+        await a.runs.cancel(t, dropped["run_id"])
+        values = await a.runs.join(t, queued["run_id"])
+        assert (await a.runs.get(t, busy["run_id"]))["status"] == "success"
+        assert (await a.runs.get(t, queued["run_id"]))["status"] == "success"
+        assert (await a.runs.get(t, dropped["run_id"]))["status"] != "success"
+        humans = [m["content"] for m in values["messages"] if m["type"] == "human"]
+        assert humans == ["slow, then a queue", "after the slow one"], humans
+
     async def not_found():
         await status(404, a.threads.get("00000000-0000-4000-8000-000000000000"))
         await status(404, a.assistants.get("no-such-graph"))
@@ -271,6 +289,7 @@ async def main():
         ("run from a checkpoint", from_checkpoint),
         ("rejoin with the last event id", rejoin),
         ("cancel", cancel),
+        ("multitask_strategy enqueue", enqueue),
         ("404s", not_found),
         ("another key sees nothing", isolation),
     ]:
