@@ -329,17 +329,7 @@ async fn stop_cancels_the_active_run_and_its_stream_ends_cleanly() {
     let server =
         TestServer::start(chat_model(false, Some(Duration::from_millis(40))), |_| {}).await;
     let client = reqwest::Client::new();
-    let url = server.url("/api/chat");
-    let stream = tokio::spawn({
-        let client = client.clone();
-        async move {
-            post_json(&client, &url, &chat_body("stop-1", "research a lot"))
-                .await
-                .text()
-                .await
-                .unwrap()
-        }
-    });
+    let stream = spawn_chat(&client, &server, "stop-1");
     tokio::time::sleep(Duration::from_millis(300)).await;
     let stop = client
         .post(server.url("/api/chat/stop-1/stop"))
@@ -877,17 +867,7 @@ async fn shutdown_lets_runs_in_flight_finish() {
     let server =
         TestServer::start(chat_model(false, Some(Duration::from_millis(20))), |_| {}).await;
     let client = reqwest::Client::new();
-    let url = server.url("/api/chat");
-    let stream = tokio::spawn({
-        let client = client.clone();
-        async move {
-            post_json(&client, &url, &chat_body("sd-1", "research a lot"))
-                .await
-                .text()
-                .await
-                .unwrap()
-        }
-    });
+    let stream = spawn_chat(&client, &server, "sd-1");
     tokio::time::sleep(Duration::from_millis(200)).await;
     let state = Arc::clone(&server.state);
     tokio::time::timeout(Duration::from_secs(20), server.shutdown())
@@ -946,4 +926,16 @@ async fn a_request_naming_no_graph_runs_the_configured_default() {
             .contains("nonexistent"),
         "{e}"
     );
+}
+
+/// Posts a long chat turn in a task of its own; its handle yields the
+/// whole SSE body once the stream ends.
+fn spawn_chat(
+    client: &reqwest::Client,
+    server: &TestServer,
+    chat_id: &str,
+) -> tokio::task::JoinHandle<String> {
+    let (client, url) = (client.clone(), server.url("/api/chat"));
+    let body = chat_body(chat_id, "research a lot");
+    tokio::spawn(async move { post_json(&client, &url, &body).await.text().await.unwrap() })
 }
