@@ -15,7 +15,7 @@
 //! Nth frame made from event SEQ) are then the same for every client of a
 //! run, so `Last-Event-ID` works across modes and reconnects.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
 use serde_json::{Map, Value, json};
@@ -28,6 +28,7 @@ use crate::nodes::Graph;
 use crate::state::DynState;
 
 mod astream;
+mod message_mode;
 
 /// The stream modes a client asked for.
 #[derive(Clone, Debug, Default)]
@@ -81,12 +82,19 @@ impl Modes {
         Self(KNOWN.iter().map(|m| (*m).to_owned()).collect())
     }
 
+    fn has(&self, mode: &str) -> bool {
+        self.0.iter().any(|m| m == mode)
+    }
+
     /// Whether frames of SSE event `event` go out.
     pub(super) fn wants(&self, event: &str) -> bool {
         match event {
             "metadata" | "error" => true,
-            "messages" => self.0.iter().any(|m| m == "messages-tuple"),
-            "messages/metadata" | "messages/partial" => self.0.iter().any(|m| m == "messages"),
+            "messages" => self.has("messages-tuple"),
+            // Both asked: LangGraph sends the tuples alone (message_mode.rs).
+            "messages/metadata" | "messages/partial" | "messages/complete" => {
+                self.has("messages") && !self.has("messages-tuple")
+            }
             e => self.0.iter().any(|m| m == e),
         }
     }
@@ -163,6 +171,8 @@ pub(super) struct Wire {
     pub(super) interrupts: Vec<Value>,
     /// Each streamed message's text so far, by id (the `messages` mode).
     partials: HashMap<String, String>,
+    /// The tasks (step, task) whose tokens were streamed.
+    streamed: HashSet<(u32, u32)>,
     /// `{error, message}` when it failed.
     pub(super) error: Option<Value>,
 }
@@ -183,40 +193,9 @@ impl Wire {
             last_values: json!({}),
             interrupts: Vec::new(),
             partials: HashMap::new(),
+            streamed: HashSet::new(),
             error: None,
         }
-    }
-
-    /// The `messages` mode (not the tuple one), as `langgraph_api`'s
-    /// stream.py writes it: `messages/metadata {id: {metadata}}` when a
-    /// message starts, then per chunk `messages/partial [message]`, the
-    /// chunks of its id added up as an `AIMessage`. (A streamed message gets
-    /// no `messages/complete`: LangGraph's handler has seen its id.)
-    fn partial(&mut self, tuple: &Value, out: &mut Vec<(&'static str, Value)>) {
-        let id = tuple[0]["id"].as_str().unwrap_or_default().to_owned();
-        let delta = tuple[0]["content"].as_str().unwrap_or_default();
-        let so_far = match self.partials.get_mut(&id) {
-            Some(text) => {
-                text.push_str(delta);
-                text.clone()
-            }
-            None => {
-                out.push((
-                    "messages/metadata",
-                    json!({ id.clone(): {"metadata": tuple[1]} }),
-                ));
-                self.partials.insert(id.clone(), delta.to_owned());
-                delta.to_owned()
-            }
-        };
-        out.push((
-            "messages/partial",
-            json!([{
-                "content": so_far, "additional_kwargs": {}, "response_metadata": {},
-                "type": "ai", "name": null, "id": id, "example": false,
-                "tool_calls": [], "invalid_tool_calls": [], "usage_metadata": null,
-            }]),
-        ));
     }
 
     /// The first frame of every stream.
@@ -302,6 +281,7 @@ impl Wire {
                 out.push(("debug", self.debug("task", ev.step, task)));
             }
             EventKind::NodeFinished { patch, .. } => {
+                self.unstreamed(ev, node, patch, &mut out);
                 self.apply(patch);
                 self.open = Some(ev.step);
                 let written = serde_json::to_value(patch).unwrap_or(Value::Null);
@@ -324,6 +304,7 @@ impl Wire {
                 if self.ctx.graph.surface(node) != Surface::Hidden =>
             {
                 let tuple = self.chunk(ev, node, *call, delta);
+                self.streamed.insert((ev.step, ev.task));
                 self.partial(&tuple, &mut out);
                 out.push(("messages", tuple));
             }
@@ -390,7 +371,16 @@ impl Wire {
             "tool_call_chunks": [],
             "chunk_position": null,
         });
-        let meta = json!({
+        let mut meta = self.node_metadata(ev, node);
+        meta["ls_provider"] = json!("stategraph");
+        meta["ls_model_name"] = json!(self.models.get(node).cloned().unwrap_or_default());
+        meta["ls_model_type"] = json!("chat");
+        json!([chunk, meta])
+    }
+
+    /// The metadata of a message a node makes (LangGraph's node run's).
+    fn node_metadata(&self, ev: &Event, node: &str) -> Value {
+        json!({
             "thread_id": self.ctx.thread_id,
             "run_id": self.ctx.run_id,
             "graph_id": self.ctx.graph.id.as_ref(),
@@ -403,11 +393,7 @@ impl Wire {
             "langgraph_path": ["__pregel_pull", node],
             "langgraph_checkpoint_ns": format!("{node}:{}", ev.task),
             "checkpoint_ns": format!("{node}:{}", ev.task),
-            "ls_provider": "stategraph",
-            "ls_model_name": self.models.get(node).cloned().unwrap_or_default(),
-            "ls_model_type": "chat",
-        });
-        json!([chunk, meta])
+        })
     }
 }
 
@@ -697,6 +683,41 @@ edges:
             w.error,
             Some(json!({"error": "boom", "message": "it broke"}))
         );
+    }
+
+    /// A message a node writes without streaming it goes out whole
+    /// (`messages/complete`), as LangGraph sends a node's returned message;
+    /// a streamed reply's stored message and the input's do not.
+    #[test]
+    fn an_unstreamed_message_goes_out_complete() {
+        let mut w = wire();
+        first_step_with_a_hidden_router(&mut w);
+        let note = json!([{"id": "note-1", "role": "assistant", "content": "noted"},
+                          {"id": "h", "role": "user", "content": "hi"}]);
+        let finished = EventKind::NodeFinished {
+            patch: Patch::new().set("messages", note),
+            duration_us: 1,
+        };
+        let f = w.feed(&ev(5, 2, Some("reply"), finished));
+        let names = names(&f);
+        assert_eq!(
+            &names[3..7],
+            [
+                "messages",
+                "messages/metadata",
+                "messages/complete",
+                "updates"
+            ],
+            "only note-1: h is the input's"
+        );
+        assert_eq!(f[3].data[0]["type"], "ai");
+        assert_eq!(f[3].data[1]["langgraph_node"], "reply");
+        assert_eq!(f[5].data[0]["id"], "note-1");
+        assert_eq!(f[5].data[0]["content"], "noted");
+        let both = Modes::parse(Some(&json!(["messages", "messages-tuple"]))).unwrap();
+        assert!(both.wants("messages") && !both.wants("messages/complete"));
+        let one = Modes::parse(Some(&json!(["messages"]))).unwrap();
+        assert!(!one.wants("messages") && one.wants("messages/complete"));
     }
 
     #[test]

@@ -20,6 +20,11 @@ use crate::support::{root, spawn_serving};
 /// `stategraph serve` of the example with two API keys (CORS open, for the
 /// `useStream` page served from an origin of its own), in `dir`.
 pub(crate) async fn serve_example(dir: &Path) -> (tokio::process::Child, String) {
+    serve_graphs(dir, &root().join("examples/langgraph_api/graphs")).await
+}
+
+/// The same with the graphs of `graphs` (the example's prompts).
+pub(crate) async fn serve_graphs(dir: &Path, graphs: &Path) -> (tokio::process::Child, String) {
     let example = root().join("examples/langgraph_api");
     let config = format!(
         r#"[paths]
@@ -38,7 +43,7 @@ local_user = ""
 [llm.offline]
 token_delay = "20ms"
 "#,
-        graphs = example.join("graphs").display(),
+        graphs = graphs.display(),
         prompts = example.join("prompts").display(),
         data = dir.join("data").display(),
     );

@@ -34,7 +34,8 @@ fn parse(raw: &str) -> Vec<(String, Value)> {
 }
 
 /// The event names, debug events left out (their order around a step
-/// differs with the executor) and each run of tokens as one.
+/// differs with the executor) and each run of tokens (`messages`,
+/// `messages/partial`) as one.
 fn outline(events: &[(String, Value)]) -> Vec<String> {
     let mut out: Vec<String> = Vec::new();
     for (e, data) in events {
@@ -47,7 +48,8 @@ fn outline(events: &[(String, Value)]) -> Vec<String> {
             "values" if data.get("__interrupt__").is_some() => "values:__interrupt__".into(),
             other => other.to_owned(),
         };
-        if name == "messages" && out.last().is_some_and(|l| l == "messages") {
+        let tokens = name == "messages" || name == "messages/partial";
+        if tokens && out.last().is_some_and(|l| *l == name) {
             continue;
         }
         out.push(name);
@@ -137,6 +139,9 @@ fn compare(ours: &[(String, Value)], theirs: &[(String, Value)], what: &str) {
         assert_eq!(keys(&o[0]), keys(&t[0]), "{what}: a token's chunk");
         assert_eq!(o[0]["type"], t[0]["type"]);
         for k in TOKEN_METADATA {
+            if t[0]["type"] != "AIMessageChunk" && t[1].get(*k).is_none() {
+                continue; // a node's whole message: no model's, no checkpoint_ns
+            }
             assert!(t[1].get(*k).is_some(), "the recording has {k}");
             assert!(
                 o[1].get(*k).is_some(),
@@ -163,6 +168,7 @@ fn compare(ours: &[(String, Value)], theirs: &[(String, Value)], what: &str) {
             "{what}: the interrupt's value"
         );
     }
+    message_mode(ours, theirs, what);
     let debug = |events: &[(String, Value)]| -> BTreeSet<String> {
         events
             .iter()
@@ -189,14 +195,112 @@ fn compare(ours: &[(String, Value)], theirs: &[(String, Value)], what: &str) {
     }
 }
 
+/// The `messages` mode's events: a message's metadata, a partial and a
+/// complete message in LangGraph's shapes.
+fn message_mode(ours: &[(String, Value)], theirs: &[(String, Value)], what: &str) {
+    let first = |events: &[(String, Value)], name: &str| {
+        events
+            .iter()
+            .find(|(e, _)| e == name)
+            .map(|(_, d)| d.clone())
+    };
+    if let (Some(o), Some(t)) = (
+        first(ours, "messages/metadata"),
+        first(theirs, "messages/metadata"),
+    ) {
+        let meta = |v: &Value| v.as_object().unwrap().values().next().unwrap()["metadata"].clone();
+        let (o, t) = (meta(&o), meta(&t));
+        for k in ["langgraph_node", "langgraph_step"] {
+            assert_eq!(o[k], t[k], "{what}: messages/metadata {k}");
+        }
+        for k in TOKEN_METADATA.iter().filter(|k| t.get(**k).is_some()) {
+            assert!(o.get(*k).is_some(), "{what}: messages/metadata has no {k}");
+        }
+    }
+    for name in ["messages/partial", "messages/complete"] {
+        if let (Some(o), Some(t)) = (first(ours, name), first(theirs, name)) {
+            covers(&o[0], &t[0], &format!("{what}: {name}"));
+            assert_eq!(o[0]["type"], t[0]["type"], "{what}: {name}'s type");
+        }
+    }
+}
+
 fn fixture(name: &str) -> String {
     std::fs::read_to_string(root().join("tests/fixtures/langgraph_wire").join(name)).unwrap()
+}
+
+/// A run on a new thread (`t`: none) or on thread `t`, its SSE events.
+async fn run_on(
+    http: &reqwest::Client,
+    base: &str,
+    t: Option<&str>,
+    body: Value,
+) -> (String, Vec<(String, Value)>) {
+    let post = |path: String, body: Value| {
+        http.post(format!("{base}{path}"))
+            .header("x-api-key", "key-a")
+            .json(&body)
+            .send()
+    };
+    let t = match t {
+        Some(t) => t.to_owned(),
+        None => {
+            let v: Value = post("/threads".into(), json!({}))
+                .await
+                .unwrap()
+                .json()
+                .await
+                .unwrap();
+            v["thread_id"].as_str().unwrap().to_owned()
+        }
+    };
+    let r = post(format!("/threads/{t}/runs/stream"), body)
+        .await
+        .unwrap();
+    (t, parse(&r.text().await.unwrap()))
+}
+
+/// The `messages` mode (messages/metadata, messages/partial,
+/// messages/complete) on a turn, an interrupt and its resume, and on the
+/// `note` graph, whose message is written whole: alone, and with
+/// `messages-tuple` (then LangGraph sends the tuples alone).
+async fn messages_mode(http: &reqwest::Client, base: &str) {
+    let modes = json!(["messages", "updates"]);
+    let says = |graph: &str, text: &str, modes: &Value| json!({"assistant_id": graph, "input": {"messages": [{"type": "human", "content": text}]}, "stream_mode": modes});
+    let (_, turn) = run_on(http, base, None, says("agent", "hello there", &modes)).await;
+    compare(
+        &turn,
+        &parse(&fixture("messages_turn.sse")),
+        "messages: a turn",
+    );
+    let (t, paused) = run_on(http, base, None, says("agent", "please approve", &modes)).await;
+    let theirs = parse(&fixture("messages_interrupt.sse"));
+    compare(&paused, &theirs, "messages: an interrupt");
+    let resume =
+        json!({"assistant_id": "agent", "command": {"resume": "ship it"}, "stream_mode": modes});
+    let (_, resumed) = run_on(http, base, Some(&t), resume).await;
+    let theirs = parse(&fixture("messages_resume.sse"));
+    compare(&resumed, &theirs, "messages: a resume");
+    let (_, note) = run_on(http, base, None, says("note", "hello there", &modes)).await;
+    let theirs = parse(&fixture("messages_note.sse"));
+    assert!(outline(&theirs).contains(&"messages/complete".to_owned()));
+    compare(&note, &theirs, "messages: a message written whole");
+    let both = json!(["messages", "messages-tuple", "updates"]);
+    let (_, note) = run_on(http, base, None, says("note", "hello there", &both)).await;
+    let theirs = parse(&fixture("messages_note_both.sse"));
+    compare(&note, &theirs, "messages and messages-tuple");
 }
 
 #[tokio::test]
 async fn our_stream_has_langgraphs_events_in_its_shapes() {
     let dir = tempfile::tempdir().unwrap();
-    let (mut child, base) = super::langgraph_api::serve_example(dir.path()).await;
+    // The example's graph and note.yaml (note.py's stategraph twin).
+    let graphs = dir.path().join("graphs");
+    std::fs::create_dir_all(&graphs).unwrap();
+    let example = root().join("examples/langgraph_api/graphs/agent.yaml");
+    std::fs::copy(example, graphs.join("agent.yaml")).unwrap();
+    std::fs::write(graphs.join("note.yaml"), fixture("note.yaml")).unwrap();
+    let (mut child, base) = super::langgraph_api::serve_graphs(dir.path(), &graphs).await;
     let http = reqwest::Client::new();
     let post = |path: String, body: Value| {
         http.post(format!("{base}{path}"))
@@ -245,6 +349,8 @@ async fn our_stream_has_langgraphs_events_in_its_shapes() {
     .await
     .unwrap();
     compare(&parse(&resumed), &parse(&fixture("resume.sse")), "a resume");
+
+    messages_mode(&http, &base).await;
 
     let state: Value = http
         .get(format!("{base}/threads/{t}/state"))
