@@ -9,6 +9,10 @@
 //! like any run (to the same state, doing nothing). A thread paused at an
 //! interrupt or a breakpoint stays paused: the edit run waits before the
 //! paused node(s) (a breakpoint), and `input: null` continues from there.
+//! An edit `as_node` routes from that node on the edited state, as if it
+//! had just run (paused or not: a question it asked is then answered by
+//! the edit): the edit run waits before the nodes it routes to (the
+//! thread's `next`, as LangGraph's), and `input: null` runs them.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -23,7 +27,8 @@ use super::super::error::ApiError;
 use super::super::{AppState, RequestId};
 use super::start::{Turn, input_state, make_way, start_turn};
 use super::{Body, frontier, ids, invalid, messages, owned_thread, wire};
-use crate::events::{Breakpoints, ForkMode, ForkOrigin};
+use crate::events::{Breakpoints, ForkMode, ForkOrigin, PendingTask};
+use crate::nodes::Graph;
 
 /// How long the edit's run may take (it runs no node).
 const EDIT_WAIT: Duration = Duration::from_secs(10);
@@ -81,8 +86,22 @@ pub(super) async fn update(
     .map_err(invalid)?;
     let base = frontier::base_at(&state, &graph, &at.run, at.step).await;
     let input = input_state(&graph, base, b.values.as_ref(), None)?;
-    // A paused thread stays paused before the node(s) it waits at.
-    let paused = wire::next_of(&super::state::waiting(&state, &at.run).await?);
+    // Edited `as_node`, the thread waits before what that node routes to
+    // (as if it had just run, paused or not); otherwise a paused thread
+    // stays paused before the node(s) it waits at.
+    let (paused, next) = match &b.as_node {
+        Some(node) => {
+            let next = routed_from(&graph, &input, node)?;
+            let mut names: Vec<String> = next.iter().map(|t| t.node.clone()).collect();
+            names.dedup();
+            (names, next)
+        }
+        None => {
+            let paused = wire::next_of(&super::state::waiting(&state, &at.run).await?);
+            let next = frontier::tasks(&paused);
+            (paused, next)
+        }
+    };
     let origin = ForkOrigin {
         run_id: at.run.id,
         step: at.step,
@@ -91,7 +110,7 @@ pub(super) async fn update(
         set,
         alternative_of: None,
     };
-    let from = frontier::from_state(&graph, &input, frontier::tasks(&paused), origin)?;
+    let from = frontier::from_state(&graph, &input, next, origin)?;
     make_way(&state, &chat, "reject").await?;
     let t = Turn {
         chat: &chat,
@@ -110,6 +129,24 @@ pub(super) async fn update(
     Ok(Json(json!({
         "checkpoint": {"thread_id": tid, "checkpoint_ns": "", "checkpoint_id": id, "checkpoint_map": {}},
     })))
+}
+
+/// What runs after `node` on state `input`: the graph's edges and routes
+/// from it, as the executor routes after a step (LangGraph's
+/// `update_state(as_node=…)` sets the thread's `next` so). A route that
+/// finds no target for the edited state is 422.
+fn routed_from(graph: &Graph, input: &Value, node: &str) -> Result<Vec<PendingTask>, ApiError> {
+    let s = graph
+        .state
+        .from_json(input)
+        .map_err(|e| invalid(format!("invalid state: {e}")))?;
+    let ran = [PendingTask {
+        node: node.to_owned(),
+        item: None,
+    }];
+    let routed = crate::runtime::next_after(graph, &*s, &ran, &[])
+        .map_err(|e| invalid(format!("as_node `{node}`: {e}")))?;
+    Ok(routed.next)
 }
 
 /// The checkpoint the body names, if any.

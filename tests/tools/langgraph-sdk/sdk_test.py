@@ -169,6 +169,14 @@ async def main():
         await status(422, a.threads.update_state(tid, {"rounds": "many"}))
         await status(422, a.threads.update_state(tid, {"decision": "x"}, as_node="nope"))
         assert (await a.threads.get_state(tid))["values"]["decision"] == "edited"
+        # as_node on a thread that is not paused: `next` is where that node routes the edited state.
+        await a.threads.update_state(tid, {"query": "please approve"}, as_node="triage")
+        assert (await a.threads.get_state(tid))["next"] == ["ask"]
+        await a.threads.update_state(tid, {"query": "just hello"}, as_node="triage")
+        assert (await a.threads.get_state(tid))["next"] == ["reply"], "routed again, waiting or not"
+        await a.runs.wait(tid, "agent", input=None)
+        st = await a.threads.get_state(tid)
+        assert st["next"] == [] and st["values"]["messages"][-1]["type"] == "ai", st
 
     async def update_paused():
         # update_state on a thread paused at a breakpoint: it stays paused, and goes on with the edit.
