@@ -442,8 +442,8 @@ pub async fn reexecute(
         forked_from: forked_from.clone(),
         ..Default::default()
     };
-    match (frontier, forked_from) {
-        (Some(f), Some(_)) => {
+    match (frontier, forked_from.as_ref()) {
+        (Some(f), _) => {
             let state = graph
                 .state
                 .from_json(&input)

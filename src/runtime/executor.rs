@@ -121,11 +121,13 @@ pub async fn run(
 
 /// Continues a run from a checkpoint (crash recovery, forks).
 ///
-/// A fork starts here: with `opts.forked_from` set and nothing of the run
+/// A fork starts here, and so does a run started at given nodes of an
+/// empty thread (the LangGraph API's `goto` or state edit with no run
+/// before it: `opts.forked_from` is then `None`): with nothing of the run
 /// logged yet (`from.last_seq` 0), it emits `run_started` (the state as its
 /// input, the frontier it starts from) and stores that as its first
 /// checkpoint (step `from.step`, a snapshot) before the first step, so the
-/// fork can itself be replayed, re-executed, recovered and forked.
+/// run can itself be replayed, re-executed, recovered and forked.
 ///
 /// # Errors
 /// As [`run`]; also a frontier naming nodes the graph no longer has.
@@ -159,7 +161,7 @@ pub async fn resume(
         None => services,
     };
     record_breakpoints(&sink, &opts, from.step + 1).await;
-    let starts_fork = opts.forked_from.is_some() && from.last_seq == 0;
+    let starts_fork = from.last_seq == 0;
     if starts_fork {
         sink.emit(
             from.step,

@@ -63,8 +63,9 @@ pub struct TurnFrom {
     /// The state and the tasks to run first (none: the run ends at once,
     /// having recorded the state as its one checkpoint).
     pub resume: Resume,
-    /// The run (and step) it continues from, and the edit.
-    pub origin: ForkOrigin,
+    /// The run (and step) it continues from, and the edit (none: a start
+    /// at given nodes of a thread with no run yet).
+    pub origin: Option<ForkOrigin>,
 }
 
 /// A started turn.
@@ -173,7 +174,7 @@ impl Runs {
                     from: f.resume,
                     history: Vec::new(),
                 };
-                (begin, Some(f.origin), step)
+                (begin, f.origin, step)
             }
             None => (Begin::Fresh(turn.input.clone()), None, 0),
         };

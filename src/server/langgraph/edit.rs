@@ -56,21 +56,7 @@ pub(super) async fn update(
 ) -> Result<Json<Value>, ApiError> {
     let chat = owned_thread(&state, &user, &tid).await?;
     let b = body.0.unwrap_or_default();
-    let at = match checkpoint_named(&b) {
-        Some(id) => frontier::find(&state, &tid, &id).await?,
-        None => match super::state::latest_run(&state, &tid).await? {
-            Some(run) => frontier::At {
-                step: run.last_step,
-                run,
-            },
-            None => {
-                return Err(invalid(
-                    "this thread has no state yet to update: start it with a run first",
-                ));
-            }
-        },
-    };
-    let graph = state.graph_of(&at.run)?;
+    let (graph, at) = edited(&state, &user, &tid, &b).await?;
     if let Some(n) = &b.as_node
         && graph.node_index(n).is_none()
     {
@@ -84,7 +70,10 @@ pub(super) async fn update(
         b.values.as_ref().unwrap_or(&Value::Null),
     )
     .map_err(invalid)?;
-    let base = frontier::base_at(&state, &graph, &at.run, at.step).await;
+    let base = match &at {
+        Some(at) => frontier::base_at(&state, &graph, &at.run, at.step).await,
+        None => serde_json::Map::new(),
+    };
     let input = input_state(&graph, base, b.values.as_ref(), None)?;
     // Edited `as_node`, the thread waits before what that node routes to
     // (as if it had just run, paused or not); otherwise a paused thread
@@ -97,19 +86,22 @@ pub(super) async fn update(
             (names, next)
         }
         None => {
-            let paused = wire::next_of(&super::state::waiting(&state, &at.run).await?);
+            let paused = match &at {
+                Some(at) => wire::next_of(&super::state::waiting(&state, &at.run).await?),
+                None => Vec::new(),
+            };
             let next = frontier::tasks(&paused);
             (paused, next)
         }
     };
-    let origin = ForkOrigin {
+    let origin = at.map(|at| ForkOrigin {
         run_id: at.run.id,
         step: at.step,
         mode: Some(ForkMode::After),
         nodes: b.as_node.clone().into_iter().collect(),
         set,
         alternative_of: None,
-    };
+    });
     let from = frontier::from_state(&graph, &input, next, origin)?;
     make_way(&state, &chat, "reject").await?;
     let t = Turn {
@@ -129,6 +121,39 @@ pub(super) async fn update(
     Ok(Json(json!({
         "checkpoint": {"thread_id": tid, "checkpoint_ns": "", "checkpoint_id": id, "checkpoint_map": {}},
     })))
+}
+
+/// The graph and the checkpoint an edit starts from: the one the body
+/// names, else the thread's newest. A thread with no run yet has none: its
+/// graph is its metadata's `graph_id` (LangGraph's `threads.create(graph_id)`
+/// sets it), and the edit starts from the empty state, as LangGraph's does;
+/// without one it is 422 (LangGraph: 400), there being no graph to edit.
+async fn edited(
+    state: &AppState,
+    user: &User,
+    tid: &str,
+    b: &Update,
+) -> Result<(Arc<Graph>, Option<frontier::At>), ApiError> {
+    let at = match checkpoint_named(b) {
+        Some(id) => Some(frontier::find(state, tid, &id).await?),
+        None => super::state::latest_run(state, tid)
+            .await?
+            .map(|run| frontier::At {
+                step: run.last_step,
+                run,
+            }),
+    };
+    if let Some(at) = at {
+        return Ok((state.graph_of(&at.run)?, Some(at)));
+    }
+    let metadata = super::threads::metadata_of(state, user, tid).await?;
+    let Some(graph_id) = metadata["graph_id"].as_str() else {
+        return Err(invalid(format!(
+            "thread {tid} has no run and no `graph_id` in its metadata: \
+             create it with a graph_id or start it with a run first"
+        )));
+    };
+    Ok((super::assistants::graph_of(state, graph_id)?, None))
 }
 
 /// What runs after `node` on state `input`: the graph's edges and routes

@@ -149,10 +149,11 @@ pub(super) async fn turn_from(
                 step: run.last_step,
                 run,
             },
+            // An empty thread: the run starts at the nodes on the input
+            // alone, a run of its own (no fork), as LangGraph's does.
             None => {
-                return Err(invalid(
-                    "command.goto on a thread with no state yet: start it with `input` first",
-                ));
+                let next = tasks(goto.as_deref().unwrap_or_default());
+                return from_state(graph, input, next, None).map(Some);
             }
         },
     };
@@ -183,7 +184,7 @@ pub(super) async fn turn_from(
         set: Map::new(),
         alternative_of: None,
     };
-    from_state(graph, input, next, origin).map(Some)
+    from_state(graph, input, next, Some(origin)).map(Some)
 }
 
 /// Tasks for `nodes`, one each.
@@ -203,7 +204,7 @@ pub(super) fn from_state(
     graph: &Graph,
     input: &Value,
     next: Vec<PendingTask>,
-    origin: ForkOrigin,
+    origin: Option<ForkOrigin>,
 ) -> Result<TurnFrom, ApiError> {
     let state = graph
         .state

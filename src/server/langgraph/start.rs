@@ -392,8 +392,9 @@ pub(super) fn input_state(
     // The newest user text, for graphs that read it from a field of its own.
     if let (Some(text_field), Some(h)) = (&graph.chat.text, &history)
         && input.is_none_or(|i| i.get(&**text_field).is_none())
-        && let Some(last) = values[h.as_str()]
-            .as_array()
+        && let Some(last) = values
+            .get(h.as_str())
+            .and_then(Value::as_array)
             .and_then(|l| l.iter().rev().find(|m| m["role"] == "user"))
     {
         values.insert(text_field.to_string(), last["content"].clone());

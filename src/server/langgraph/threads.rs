@@ -72,7 +72,11 @@ pub(super) fn thread_json(
     t
 }
 
-async fn metadata_of(state: &AppState, user: &User, id: &str) -> Result<Value, ApiError> {
+pub(super) async fn metadata_of(
+    state: &AppState,
+    user: &User,
+    id: &str,
+) -> Result<Value, ApiError> {
     let mut all = state.store.chats_metadata(&user.0).await?;
     Ok(all.remove(id).unwrap_or_else(|| json!({})))
 }
@@ -99,6 +103,11 @@ pub(super) struct Create {
     metadata: Option<Map<String, Value>>,
     #[serde(default)]
     if_exists: Option<String>,
+    /// The graph the thread is for (LangGraph keeps it as the metadata's
+    /// `graph_id`; an update or a `goto` on the thread before any run
+    /// reads it).
+    #[serde(default)]
+    graph_id: Option<String>,
 }
 
 /// Creates the chat of a new thread (with `metadata`), or — `if_exists:
@@ -165,7 +174,11 @@ pub(super) async fn create(
             "if_exists must be `raise` or `do_nothing`, not `{if_exists}`"
         )));
     }
-    let chat = create_thread(&state, &user, &id, b.metadata.as_ref(), if_exists).await?;
+    let mut metadata = b.metadata.unwrap_or_default();
+    if let Some(g) = b.graph_id {
+        metadata.insert("graph_id".into(), Value::String(g));
+    }
+    let chat = create_thread(&state, &user, &id, Some(&metadata), if_exists).await?;
     Ok(Json(full(&state, &user, &chat).await?))
 }
 

@@ -204,6 +204,7 @@ async fn langgraphs_python_sdk_works_against_stategraph_serve() {
         "interrupt_before and interrupt_after",
         "update_state",
         "command.goto",
+        "update_state and goto before any run",
         "run from a checkpoint",
         "rejoin with the last event id",
         "cancel",

@@ -204,6 +204,29 @@ async def main():
         assert "straight to reply" in final["values"]["messages"][-1]["content"]
         await status(422, a.runs.wait(tid, "agent", command={"goto": "nope"}))
 
+    async def empty_thread():
+        # update_state and command.goto before any run, as LangGraph accepts them.
+        tid = (await a.threads.create(graph_id="agent"))["thread_id"]
+        assert (await a.threads.get(tid))["metadata"]["graph_id"] == "agent"
+        r = await a.threads.update_state(tid, {"decision": "preset"})
+        s = await a.threads.get_state(tid)
+        assert s["checkpoint"]["checkpoint_id"] == r["checkpoint"]["checkpoint_id"], s
+        assert s["values"]["decision"] == "preset" and s["next"] == [], s
+        assert s["parent_checkpoint"] is None, s["parent_checkpoint"]
+        await a.threads.update_state(tid, {"query": "please approve"}, as_node="triage")
+        assert (await a.threads.get_state(tid))["next"] == ["ask"]
+        bare = (await a.threads.create())["thread_id"]
+        await status(422, a.threads.update_state(bare, {"decision": "x"}))
+        parts = await collect(a.runs.stream(bare, "agent", input=human("goto first"),
+                                            command={"goto": "reply"}, stream_mode="updates"))
+        nodes = [k for p in parts if p.event == "updates" for k in p.data]
+        assert nodes == ["reply"], nodes
+        final = (await a.threads.get_state(bare))["values"]["messages"]
+        assert [m["type"] for m in final] == ["human", "ai"], final
+        assert "goto first" in final[-1]["content"], final[-1]
+        runs = await a.runs.list(bare)
+        assert len(runs) == 1 and runs[0]["status"] == "success", runs
+
     async def from_checkpoint():
         # checkpoint_id: the thread goes on from that point.
         tid = (await a.threads.create())["thread_id"]
@@ -294,6 +317,7 @@ async def main():
         ("update_state", update_state),
         ("update_state while paused", update_paused),
         ("command.goto", goto),
+        ("update_state and goto before any run", empty_thread),
         ("run from a checkpoint", from_checkpoint),
         ("rejoin with the last event id", rejoin),
         ("cancel", cancel),
