@@ -21,37 +21,67 @@ use crate::runs::TurnFrom;
 use crate::runtime::Resume;
 use crate::store::{ChatRecord, RunRecord};
 
-/// `command.goto`: a node name or a list of them (`Send`-like objects
-/// `{node, …}` name theirs); an unknown node is 422.
+/// `command.goto`: a node name, a `Send` (`{node, input}`, as the SDKs
+/// send LangGraph's `Send(node, arg)`), or a list of them; an unknown node
+/// is 422. A `Send`'s `input` is the task's own input, as LangGraph gives
+/// `arg` to the node: here the task's item, which a map edge's target
+/// reads as `item` (with the state; our nodes always read the state). A
+/// node that no map edge leads to has no `item` in its expressions and
+/// prompt (they are compiled without it), so a `Send` with `input` to it
+/// is 422 rather than its input silently dropped.
 pub(super) fn goto_of(
     graph: &Graph,
     goto: Option<&Value>,
-) -> Result<Option<Vec<String>>, ApiError> {
-    let name = |v: &Value| -> Option<String> {
+) -> Result<Option<Vec<PendingTask>>, ApiError> {
+    let task = |v: &Value| -> Option<PendingTask> {
         match v {
-            Value::String(s) => Some(s.clone()),
-            Value::Object(m) => m.get("node").and_then(Value::as_str).map(str::to_owned),
+            Value::String(s) => Some(PendingTask {
+                node: s.clone(),
+                item: None,
+            }),
+            Value::Object(m) => Some(PendingTask {
+                node: m.get("node")?.as_str()?.to_owned(),
+                item: m.get("input").filter(|i| !i.is_null()).cloned(),
+            }),
             _ => None,
         }
     };
-    let nodes: Vec<String> = match goto {
+    let tasks: Vec<PendingTask> = match goto {
         None | Some(Value::Null) => return Ok(None),
-        Some(Value::Array(items)) => items.iter().map(name).collect::<Option<_>>(),
-        Some(one) => name(one).map(|n| vec![n]),
+        Some(Value::Array(items)) => items.iter().map(task).collect::<Option<_>>(),
+        Some(one) => task(one).map(|t| vec![t]),
     }
-    .ok_or_else(|| invalid("command.goto must be a node name or a list of node names"))?;
-    if nodes.is_empty() {
+    .ok_or_else(|| {
+        invalid("command.goto must be a node name, a Send {node, input} or a list of them")
+    })?;
+    if tasks.is_empty() {
         return Err(invalid("command.goto names no node"));
     }
-    for n in &nodes {
-        if graph.node_index(n).is_none() {
+    for t in &tasks {
+        let Some(idx) = graph.node_index(&t.node) else {
             return Err(invalid(format!(
-                "command.goto: graph `{}` has no node `{n}`",
-                graph.id
+                "command.goto: graph `{}` has no node `{}`",
+                graph.id, t.node
+            )));
+        };
+        if t.item.is_some() && !is_map_target(graph, idx) {
+            return Err(invalid(format!(
+                "command.goto: a Send's input goes to its node as its map item, and no map edge \
+                 leads to `{}`, so it has none to read (send it without input)",
+                t.node
             )));
         }
     }
-    Ok(Some(nodes))
+    Ok(Some(tasks))
+}
+
+/// Whether a map edge leads to node `idx` (its expressions read `item`).
+fn is_map_target(graph: &Graph, idx: crate::graph::NodeIdx) -> bool {
+    graph
+        .nodes
+        .iter()
+        .flat_map(|n| &n.out)
+        .any(|t| matches!(t, crate::graph::Transition::Map { to, .. } if *to == idx))
 }
 
 /// A checkpoint of one of the thread's runs.
@@ -137,7 +167,7 @@ pub(super) async fn turn_from(
     graph: &Graph,
     chat: &ChatRecord,
     input: &Value,
-    goto: Option<Vec<String>>,
+    goto: Option<Vec<PendingTask>>,
     at: Option<At>,
     given: Option<&Value>,
 ) -> Result<Option<TurnFrom>, ApiError> {
@@ -152,13 +182,13 @@ pub(super) async fn turn_from(
             // An empty thread: the run starts at the nodes on the input
             // alone, a run of its own (no fork), as LangGraph's does.
             None => {
-                let next = tasks(goto.as_deref().unwrap_or_default());
+                let next = goto.unwrap_or_default();
                 return from_state(graph, input, next, None).map(Some);
             }
         },
     };
     let next = match goto {
-        Some(nodes) => tasks(&nodes),
+        Some(tasks) => tasks,
         None if given.is_none_or(Value::is_null) => {
             let cps = state.store.checkpoints(at.run.id, at.step).await?;
             cps.into_iter()

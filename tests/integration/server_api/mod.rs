@@ -4,6 +4,7 @@ mod binary;
 mod failed_turns;
 mod hostile;
 mod langgraph_api;
+mod langgraph_send;
 mod langgraph_wire;
 mod limits;
 mod memory;
