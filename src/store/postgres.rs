@@ -48,6 +48,7 @@ mod calls;
 mod listen;
 mod notify;
 mod rows;
+mod turns;
 mod upkeep;
 mod verdicts;
 
@@ -449,75 +450,7 @@ fn pool_error(e: PoolError) -> StoreError {
 
 impl ChatStore for PostgresStore {
     fn begin_turn(&self, turn: TurnStart) -> BoxFuture<'_, StoreResult<TurnOutcome>> {
-        Box::pin(async move {
-            let c = &turn.chat;
-            let (created, updated) = (
-                sql::i64_of(c.created_at, "chat time")?,
-                sql::i64_of(c.updated_at, "chat time")?,
-            );
-            let until = sql::i64_of(turn.lease_until, "lease time")?;
-            let cols = MessageColumns::new(&c.id, &turn.messages)?;
-            let run_cols = RunColumns::new(&turn.run)?;
-            let mut client = self.client().await?;
-            let tx = client.transaction().await?;
-            tx.execute(
-                &format!(
-                    "INSERT INTO chats ({CHAT_COLS}) VALUES ($1, $2, $3, $4, $5, NULL) ON CONFLICT (id) DO NOTHING"
-                ),
-                &[&c.id, &c.user_id, &c.title, &created, &updated],
-            )
-            .await?;
-            // The row lock serializes concurrent turns of this chat across
-            // every instance: the second waits, then sees the first's run.
-            let row = tx
-                .query_one(
-                    &format!("SELECT {CHAT_COLS} FROM chats WHERE id = $1 FOR UPDATE"),
-                    &[&c.id],
-                )
-                .await?;
-            let stored = chat_of(&row)?;
-            if stored.user_id != c.user_id {
-                return Ok(TurnOutcome::NotOwner);
-            }
-            if let Some(active) = stored.active_run {
-                let running = tx
-                    .query_opt(
-                        "SELECT 1 FROM runs WHERE id = $1 AND status = 'running'",
-                        &[&active],
-                    )
-                    .await?;
-                if running.is_some() {
-                    return Ok(TurnOutcome::Busy(active));
-                }
-            }
-            tx.execute("DELETE FROM messages WHERE chat_id = $1", &[&c.id])
-                .await?;
-            tx.execute(UPSERT_MESSAGES, &cols.params()).await?;
-            let mut params: Vec<&(dyn ToSql + Sync)> = run_cols.params().to_vec();
-            params.push(&turn.owner);
-            params.push(&until);
-            tx.execute(
-                &format!(
-                    "INSERT INTO runs ({RUN_COLS}, lease_owner, lease_until)
-                     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21, $22)"
-                ),
-                &params,
-            )
-            .await?;
-            let now = sql::i64_of(now_micros(), "time")?;
-            let row = tx
-                .query_one(
-                    &format!(
-                        "UPDATE chats SET active_run = $2, updated_at = greatest($3, updated_at + 1)
-                         WHERE id = $1 RETURNING {CHAT_COLS}"
-                    ),
-                    &[&c.id, &turn.run.id, &now],
-                )
-                .await?;
-            let chat = chat_of(&row)?;
-            tx.commit().await?;
-            Ok(TurnOutcome::Started(chat))
-        })
+        Box::pin(async move { turns::begin_turn(self, &turn).await })
     }
 
     fn ensure_chat(&self, chat: ChatRecord) -> BoxFuture<'_, StoreResult<ChatRecord>> {
@@ -708,44 +641,7 @@ impl ChatStore for PostgresStore {
     }
 
     fn end_turn(&self, end: TurnEnd) -> BoxFuture<'_, StoreResult<()>> {
-        Box::pin(async move {
-            let chat = &end.message.chat_id;
-            let cols = MessageColumns::new(chat, std::slice::from_ref(&end.message))?;
-            let (prompt, completion, cost) = (
-                sql::i64_of(end.usage.prompt_tokens, "token count")?,
-                sql::i64_of(end.usage.completion_tokens, "token count")?,
-                sql::i64_of(end.usage.cost_nano_usd, "cost")?,
-            );
-            let now = sql::i64_of(now_micros(), "time")?;
-            let mut client = self.client().await?;
-            let tx = client.transaction().await?;
-            // The row lock keeps a concurrent delete from racing the upsert.
-            let exists = tx
-                .query_opt("SELECT 1 FROM chats WHERE id = $1 FOR UPDATE", &[chat])
-                .await?
-                .is_some();
-            if exists {
-                tx.execute(UPSERT_MESSAGES, &cols.params()).await?;
-            }
-            let finish: [&(dyn ToSql + Sync); 7] = [
-                &end.run_id,
-                &sql::status_name(end.status),
-                &end.error.as_ref().map(Json),
-                &prompt,
-                &completion,
-                &now,
-                &cost,
-            ];
-            let finished = tx.execute(FINISH_RUN, &finish).await?;
-            if end.release {
-                tx.execute(RELEASE_CHAT, &[chat, &end.run_id, &now]).await?;
-            }
-            tx.commit().await?;
-            match finished {
-                0 => Err(StoreError::NotFound(format!("run {}", end.run_id))),
-                _ => Ok(()),
-            }
-        })
+        Box::pin(async move { turns::end_turn(self, &end).await })
     }
 }
 

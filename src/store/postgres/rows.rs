@@ -118,6 +118,19 @@ impl<'a> MessageColumns<'a> {
         })
     }
 
+    /// The messages' arrays alone (id, role, parts, metadata, position,
+    /// created_at), for statements with other parameters around them.
+    pub(super) fn columns(&self) -> [&(dyn ToSql + Sync); 6] {
+        [
+            &self.id,
+            &self.role,
+            &self.parts,
+            &self.metadata,
+            &self.position,
+            &self.created_at,
+        ]
+    }
+
     pub(super) fn params(&self) -> [&(dyn ToSql + Sync); 8] {
         [
             &self.chat,
