@@ -14,6 +14,10 @@
 //! CTEs of that statement. A statement is its own transaction, so the batch is
 //! atomic (a duplicate seq stores nothing), and with the statement cached it
 //! is one Bind/Execute/Sync exchange: one round trip, however many events.
+//! Appends of different runs waiting at the same time share one such
+//! statement (the `group` module: cross-run group commit). A chat turn's
+//! start and end are one statement each too (the `turns` module), so a
+//! chat run costs one round trip per superstep plus those two.
 //!
 //! JSON columns are `json`, not `jsonb`: the text serde wrote is kept
 //! verbatim, so patches (ordered maps) keep their key order, and every
@@ -45,6 +49,7 @@
 //! server that vanished without closing its sockets is noticed too.
 
 mod calls;
+mod group;
 mod listen;
 mod notify;
 mod rows;
@@ -75,8 +80,8 @@ use crate::events::{PendingTask, RunStatus, StepBatch, TaskWrite};
 
 use super::pages::{self, EVENTS_AFTER, EncodedPage};
 use rows::{
-    APPEND, CHAT_COLS, MESSAGE_COLS, MessageColumns, RUN_COLS, RunColumns, UPSERT_MESSAGES,
-    chat_of, message_of, run_of,
+    CHAT_COLS, MESSAGE_COLS, MessageColumns, RUN_COLS, RunColumns, UPSERT_MESSAGES, chat_of,
+    message_of, run_of,
 };
 
 /// The schema, in order. Append new files; never edit an applied one.
@@ -161,6 +166,8 @@ pub struct PostgresStore {
     notify: broadcast::Sender<Appended>,
     /// Notifications of committed appends, to send.
     outbox: notify::Outbox,
+    /// Appends, grouped across runs.
+    appender: group::Appender,
     /// Stops the listening task when the store is dropped.
     _listener: DropGuard,
 }
@@ -198,6 +205,7 @@ impl PostgresStore {
         let listener = listen::start(config, notify.clone()).await?;
         Ok(Self {
             outbox,
+            appender: group::Appender::start(pool.clone()),
             pool,
             notify,
             _listener: listener,
@@ -213,36 +221,19 @@ impl PostgresStore {
         self.pool.get().await.map_err(pool_error)
     }
 
-    /// Runs a cached statement on a pooled connection; the rows.
-    /// One append statement: a page of events and/or checkpoints.
+    /// One append: a page of events and/or checkpoints, grouped with the
+    /// appends of other runs waiting at the same time (the `group` module).
     fn append_page(&self, encoded: StoreResult<EncodedPage>) -> BoxFuture<'_, StoreResult<()>> {
         Box::pin(async move {
             let b = encoded?;
-            let params: [&(dyn ToSql + Sync); 12] = [
-                &b.run_id,
-                &b.first_seq,
-                &b.last_seq,
-                &b.events,
-                &b.steps,
-                &b.writes,
-                &b.next,
-                &b.joins,
-                &b.snapshots,
-                &b.last_step,
-                &b.status,
-                &b.now,
-            ];
-            let last_seq: i64 = self
-                .query_opt(APPEND, &params)
-                .await?
-                .ok_or_else(|| StoreError::Backend("the append statement answered no row".into()))?
-                .try_get(0)?;
-            self.outbox
-                .send((b.run_id, sql::u64_of(last_seq, "event seq")?));
+            let run = b.run_id;
+            let last_seq = self.appender.append(b).await?;
+            self.outbox.send((run, sql::u64_of(last_seq, "event seq")?));
             Ok(())
         })
     }
 
+    /// Runs a cached statement on a pooled connection; the rows.
     async fn query(&self, sql: &str, params: &[&(dyn ToSql + Sync)]) -> StoreResult<Vec<Row>> {
         let client = self.client().await?;
         let stmt = client.prepare_cached(sql).await?;
