@@ -532,7 +532,7 @@ fn print_trips(count: &WireCount, before: &std::collections::HashMap<String, u64
         .map(|(sql, n)| (sql.clone(), n - before.get(&sql).copied().unwrap_or(0)))
         .filter(|(_, n)| *n > 0)
         .collect();
-    by.sort_by(|a, b| b.1.cmp(&a.1));
+    by.sort_by_key(|b| std::cmp::Reverse(b.1));
     let total: u64 = by.iter().map(|(_, n)| n).sum();
     println!(
         "  round trips per chat   {:.2} (counted on the wire)",
