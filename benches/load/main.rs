@@ -42,7 +42,8 @@
 //!    slow HTTP model (issue #37 item 2).
 //!
 //! Arguments: `paced`, `throughput` (default both), `afterload`, `report`, `slow`; `--chats N`,
-//! `--seconds S`, `--clients C`, `--store memory|sqlite|postgres`,
+//! `--seconds S`, `--clients C`, `--store memory|sqlite|postgres` (`paced` too),
+//! `--count-trips` (PostgreSQL round trips per chat, counted by a proxy),
 //! `--model http|offline`, `--ramp MS` (chats start spread evenly over this
 //! time; default 1000, 0 starts them all at once); for `paced`, `--settle`
 //! (also measure the RSS after the load) and `--server-config 'KEY = VALUE'`
@@ -75,7 +76,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use support::pg::{TempDb, cpu_time, threads_cpu};
+use support::pg::{self as pgsup, TempDb, WireCount, cpu_time, threads_cpu};
 use tokio::io::{AsyncBufReadExt, BufReader};
 
 fn arg<T: std::str::FromStr>(name: &str) -> Option<T> {
@@ -355,10 +356,12 @@ async fn paced(chats: u64, model: Model, ramp: Duration, settle_rss: bool) -> Pa
         ),
         Model::Offline => "[llm.offline]\ntoken_delay = \"50ms\"\nanswer_tokens = 50\n".to_owned(),
     };
+    let store = arg::<String>("--store").unwrap_or_else(|| "sqlite".into());
+    let (db, store_config, _) = store_config(&store).await;
     let server = start_server(&format!(
-        "[server]\nmax_concurrent_runs = 100000\nkeep_alive = \"15s\"\n{}\n{llm}\n[store]\nbackend = \"{}\"\n",
+        "[server]\nmax_concurrent_runs = 100000\nkeep_alive = \"15s\"\n{}\n{llm}\n[store]\n{}\n",
         arg::<String>("--server-config").unwrap_or_default(),
-        arg::<String>("--store").unwrap_or_else(|| "sqlite".into())
+        store_config.unwrap_or_default()
     ))
     .await;
     let client = reqwest::Client::builder()
@@ -494,7 +497,52 @@ async fn paced(chats: u64, model: Model, ramp: Duration, settle_rss: bool) -> Pa
         println!("  server RSS 45 s after  {:.1} MB", server.rss_mb("VmRSS:"));
     }
     server.stop().await;
+    drop(db);
     figures
+}
+
+/// The `[store]` table for `store`: a throwaway database for `postgres`
+/// (`None` when no server runs), reached through a proxy counting round
+/// trips with `--count-trips` (it runs in this process: CPU figures of
+/// such a run include its parsing on this machine).
+async fn store_config(store: &str) -> (Option<TempDb>, Option<String>, Option<Arc<WireCount>>) {
+    if store != "postgres" {
+        return (None, Some(format!("backend = \"{store}\"")), None);
+    }
+    let Some(db) = TempDb::create("load").await else {
+        return (None, None, None);
+    };
+    let (url, trips) = if std::env::args().any(|a| a == "--count-trips") {
+        let count = Arc::new(WireCount::default());
+        let port = pgsup::counting_proxy(Arc::clone(&count)).await;
+        let url = format!("postgres://postgres@127.0.0.1:{port}/{}", db.name);
+        (url, Some(count))
+    } else {
+        (db.url.clone(), None)
+    };
+    let config = format!("backend = \"postgres\"\ndatabase_url = \"{url}\"");
+    (Some(db), Some(config), trips)
+}
+
+/// Round trips per chat since `before`, by statement (the most frequent).
+fn print_trips(count: &WireCount, before: &std::collections::HashMap<String, u64>, chats: u64) {
+    let mut by: Vec<(String, u64)> = count
+        .snapshot()
+        .into_iter()
+        .map(|(sql, n)| (sql.clone(), n - before.get(&sql).copied().unwrap_or(0)))
+        .filter(|(_, n)| *n > 0)
+        .collect();
+    by.sort_by_key(|b| std::cmp::Reverse(b.1));
+    let total: u64 = by.iter().map(|(_, n)| n).sum();
+    println!(
+        "  round trips per chat   {:.2} (counted on the wire)",
+        total as f64 / chats.max(1) as f64
+    );
+    for (sql, n) in by.iter().take(12) {
+        let text: String = sql.split_whitespace().collect::<Vec<_>>().join(" ");
+        let short: String = text.chars().take(90).collect();
+        println!("    {:>6.2}  {short}", *n as f64 / chats.max(1) as f64);
+    }
 }
 
 /// What a throughput run measured (for `report`).
@@ -509,18 +557,10 @@ struct ThroughputFigures {
 
 async fn throughput(seconds: u64, clients: u64, store: &str) -> ThroughputFigures {
     let load = load_average();
-    let db = if store == "postgres" {
-        TempDb::create("load").await
-    } else {
-        None
-    };
-    let store_config = match &db {
-        Some(db) => format!("backend = \"postgres\"\ndatabase_url = \"{}\"", db.url),
-        None if store == "postgres" => {
-            println!("\nthroughput: PostgreSQL is not running on 127.0.0.1:5432: skipped");
-            return ThroughputFigures::default();
-        }
-        None => format!("backend = \"{store}\""),
+    let (db, store_config, trips) = store_config(store).await;
+    let Some(store_config) = store_config else {
+        println!("\nthroughput: PostgreSQL is not running on 127.0.0.1:5432: skipped");
+        return ThroughputFigures::default();
     };
     let server = start_server(&format!(
         "[server]\nmax_concurrent_runs = 100000\n[store]\n{store_config}\n"
@@ -539,6 +579,7 @@ async fn throughput(seconds: u64, clients: u64, store: &str) -> ThroughputFigure
     let next = Arc::new(AtomicU64::new(0));
     let (server_cpu0, own_cpu0) = (server.cpu(), cpu_time("self").unwrap_or_default());
     let writer_cpu0 = server.writer_cpu();
+    let trips0 = trips.as_ref().map(|t| t.snapshot());
     let deadline = Instant::now() + Duration::from_secs(seconds);
     let started = Instant::now();
     let workers: Vec<_> = (0..clients)
@@ -586,6 +627,9 @@ async fn throughput(seconds: u64, clients: u64, store: &str) -> ThroughputFigure
         verdict(cpu_ms_per_chat <= 1.0)
     );
     print_writer(writer_cpu, server_cpu, n);
+    if let (Some(t), Some(before)) = (&trips, &trips0) {
+        print_trips(t, before, n);
+    }
     println!(
         "  server RSS peak        {:.1} MB (VmHWM)",
         server.rss_mb("VmHWM:")

@@ -14,6 +14,10 @@
 //! CTEs of that statement. A statement is its own transaction, so the batch is
 //! atomic (a duplicate seq stores nothing), and with the statement cached it
 //! is one Bind/Execute/Sync exchange: one round trip, however many events.
+//! Appends of different runs waiting at the same time share one such
+//! statement (the `group` module: cross-run group commit). A chat turn's
+//! start and end are one statement each too (the `turns` module), so a
+//! chat run costs one round trip per superstep plus those two.
 //!
 //! JSON columns are `json`, not `jsonb`: the text serde wrote is kept
 //! verbatim, so patches (ordered maps) keep their key order, and every
@@ -45,9 +49,11 @@
 //! server that vanished without closing its sockets is noticed too.
 
 mod calls;
+mod group;
 mod listen;
 mod notify;
 mod rows;
+mod turns;
 mod upkeep;
 mod verdicts;
 
@@ -74,8 +80,8 @@ use crate::events::{PendingTask, RunStatus, StepBatch, TaskWrite};
 
 use super::pages::{self, EVENTS_AFTER, EncodedPage};
 use rows::{
-    APPEND, CHAT_COLS, MESSAGE_COLS, MessageColumns, RUN_COLS, RunColumns, UPSERT_MESSAGES,
-    chat_of, message_of, run_of,
+    CHAT_COLS, MESSAGE_COLS, MessageColumns, RUN_COLS, RunColumns, UPSERT_MESSAGES, chat_of,
+    message_of, run_of,
 };
 
 /// The schema, in order. Append new files; never edit an applied one.
@@ -160,6 +166,8 @@ pub struct PostgresStore {
     notify: broadcast::Sender<Appended>,
     /// Notifications of committed appends, to send.
     outbox: notify::Outbox,
+    /// Appends, grouped across runs.
+    appender: group::Appender,
     /// Stops the listening task when the store is dropped.
     _listener: DropGuard,
 }
@@ -197,6 +205,7 @@ impl PostgresStore {
         let listener = listen::start(config, notify.clone()).await?;
         Ok(Self {
             outbox,
+            appender: group::Appender::start(pool.clone()),
             pool,
             notify,
             _listener: listener,
@@ -212,36 +221,19 @@ impl PostgresStore {
         self.pool.get().await.map_err(pool_error)
     }
 
-    /// Runs a cached statement on a pooled connection; the rows.
-    /// One append statement: a page of events and/or checkpoints.
+    /// One append: a page of events and/or checkpoints, grouped with the
+    /// appends of other runs waiting at the same time (the `group` module).
     fn append_page(&self, encoded: StoreResult<EncodedPage>) -> BoxFuture<'_, StoreResult<()>> {
         Box::pin(async move {
             let b = encoded?;
-            let params: [&(dyn ToSql + Sync); 12] = [
-                &b.run_id,
-                &b.first_seq,
-                &b.last_seq,
-                &b.events,
-                &b.steps,
-                &b.writes,
-                &b.next,
-                &b.joins,
-                &b.snapshots,
-                &b.last_step,
-                &b.status,
-                &b.now,
-            ];
-            let last_seq: i64 = self
-                .query_opt(APPEND, &params)
-                .await?
-                .ok_or_else(|| StoreError::Backend("the append statement answered no row".into()))?
-                .try_get(0)?;
-            self.outbox
-                .send((b.run_id, sql::u64_of(last_seq, "event seq")?));
+            let run = b.run_id;
+            let last_seq = self.appender.append(b).await?;
+            self.outbox.send((run, sql::u64_of(last_seq, "event seq")?));
             Ok(())
         })
     }
 
+    /// Runs a cached statement on a pooled connection; the rows.
     async fn query(&self, sql: &str, params: &[&(dyn ToSql + Sync)]) -> StoreResult<Vec<Row>> {
         let client = self.client().await?;
         let stmt = client.prepare_cached(sql).await?;
@@ -449,75 +441,7 @@ fn pool_error(e: PoolError) -> StoreError {
 
 impl ChatStore for PostgresStore {
     fn begin_turn(&self, turn: TurnStart) -> BoxFuture<'_, StoreResult<TurnOutcome>> {
-        Box::pin(async move {
-            let c = &turn.chat;
-            let (created, updated) = (
-                sql::i64_of(c.created_at, "chat time")?,
-                sql::i64_of(c.updated_at, "chat time")?,
-            );
-            let until = sql::i64_of(turn.lease_until, "lease time")?;
-            let cols = MessageColumns::new(&c.id, &turn.messages)?;
-            let run_cols = RunColumns::new(&turn.run)?;
-            let mut client = self.client().await?;
-            let tx = client.transaction().await?;
-            tx.execute(
-                &format!(
-                    "INSERT INTO chats ({CHAT_COLS}) VALUES ($1, $2, $3, $4, $5, NULL) ON CONFLICT (id) DO NOTHING"
-                ),
-                &[&c.id, &c.user_id, &c.title, &created, &updated],
-            )
-            .await?;
-            // The row lock serializes concurrent turns of this chat across
-            // every instance: the second waits, then sees the first's run.
-            let row = tx
-                .query_one(
-                    &format!("SELECT {CHAT_COLS} FROM chats WHERE id = $1 FOR UPDATE"),
-                    &[&c.id],
-                )
-                .await?;
-            let stored = chat_of(&row)?;
-            if stored.user_id != c.user_id {
-                return Ok(TurnOutcome::NotOwner);
-            }
-            if let Some(active) = stored.active_run {
-                let running = tx
-                    .query_opt(
-                        "SELECT 1 FROM runs WHERE id = $1 AND status = 'running'",
-                        &[&active],
-                    )
-                    .await?;
-                if running.is_some() {
-                    return Ok(TurnOutcome::Busy(active));
-                }
-            }
-            tx.execute("DELETE FROM messages WHERE chat_id = $1", &[&c.id])
-                .await?;
-            tx.execute(UPSERT_MESSAGES, &cols.params()).await?;
-            let mut params: Vec<&(dyn ToSql + Sync)> = run_cols.params().to_vec();
-            params.push(&turn.owner);
-            params.push(&until);
-            tx.execute(
-                &format!(
-                    "INSERT INTO runs ({RUN_COLS}, lease_owner, lease_until)
-                     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21, $22)"
-                ),
-                &params,
-            )
-            .await?;
-            let now = sql::i64_of(now_micros(), "time")?;
-            let row = tx
-                .query_one(
-                    &format!(
-                        "UPDATE chats SET active_run = $2, updated_at = greatest($3, updated_at + 1)
-                         WHERE id = $1 RETURNING {CHAT_COLS}"
-                    ),
-                    &[&c.id, &turn.run.id, &now],
-                )
-                .await?;
-            let chat = chat_of(&row)?;
-            tx.commit().await?;
-            Ok(TurnOutcome::Started(chat))
-        })
+        Box::pin(async move { turns::begin_turn(self, &turn).await })
     }
 
     fn ensure_chat(&self, chat: ChatRecord) -> BoxFuture<'_, StoreResult<ChatRecord>> {
@@ -708,44 +632,7 @@ impl ChatStore for PostgresStore {
     }
 
     fn end_turn(&self, end: TurnEnd) -> BoxFuture<'_, StoreResult<()>> {
-        Box::pin(async move {
-            let chat = &end.message.chat_id;
-            let cols = MessageColumns::new(chat, std::slice::from_ref(&end.message))?;
-            let (prompt, completion, cost) = (
-                sql::i64_of(end.usage.prompt_tokens, "token count")?,
-                sql::i64_of(end.usage.completion_tokens, "token count")?,
-                sql::i64_of(end.usage.cost_nano_usd, "cost")?,
-            );
-            let now = sql::i64_of(now_micros(), "time")?;
-            let mut client = self.client().await?;
-            let tx = client.transaction().await?;
-            // The row lock keeps a concurrent delete from racing the upsert.
-            let exists = tx
-                .query_opt("SELECT 1 FROM chats WHERE id = $1 FOR UPDATE", &[chat])
-                .await?
-                .is_some();
-            if exists {
-                tx.execute(UPSERT_MESSAGES, &cols.params()).await?;
-            }
-            let finish: [&(dyn ToSql + Sync); 7] = [
-                &end.run_id,
-                &sql::status_name(end.status),
-                &end.error.as_ref().map(Json),
-                &prompt,
-                &completion,
-                &now,
-                &cost,
-            ];
-            let finished = tx.execute(FINISH_RUN, &finish).await?;
-            if end.release {
-                tx.execute(RELEASE_CHAT, &[chat, &end.run_id, &now]).await?;
-            }
-            tx.commit().await?;
-            match finished {
-                0 => Err(StoreError::NotFound(format!("run {}", end.run_id))),
-                _ => Ok(()),
-            }
-        })
+        Box::pin(async move { turns::end_turn(self, &end).await })
     }
 }
 

@@ -50,6 +50,37 @@ WITH events AS (
 )
 SELECT coalesce((SELECT last_seq FROM progress), $3::bigint, 0)";
 
+/// [`APPEND`] for several runs at once (the `group` module): one element
+/// per append in `$1`–`$7` (run, first and last seq, events, highest step,
+/// status, now; each run once), one per checkpoint in `$8`–`$13` (run,
+/// step, writes, next, joins, snapshot). Answers, per append, its position
+/// in the arrays (from 1) and the run's highest seq.
+pub(super) const APPEND_MANY: &str = "
+WITH a AS MATERIALIZED (
+    SELECT * FROM unnest($1::uuid[], $2::bigint[], $3::bigint[], $4::text[], $5::int[], $6::text[],
+        $7::bigint[]) WITH ORDINALITY AS a(run_id, first_seq, last_seq, events, last_step, status, now, i)
+), events AS (
+    INSERT INTO run_event_pages (run_id, first_seq, last_seq, events)
+    SELECT run_id, first_seq, last_seq, events FROM a WHERE first_seq IS NOT NULL
+), checkpoint AS (
+    INSERT INTO checkpoints (run_id, step, writes, next, joins, snapshot)
+    SELECT c.run_id, c.step, c.writes::json, c.next::json, c.joins::json, c.snapshot::json
+    FROM unnest($8::uuid[], $9::int[], $10::text[], $11::text[], $12::text[], $13::text[])
+        AS c(run_id, step, writes, next, joins, snapshot)
+    ON CONFLICT (run_id, step) DO UPDATE SET writes = excluded.writes, next = excluded.next,
+        joins = excluded.joins, snapshot = excluded.snapshot
+), progress AS (
+    UPDATE runs SET last_seq = greatest(runs.last_seq, a.last_seq),
+        last_step = greatest(runs.last_step, a.last_step),
+        status = CASE WHEN a.status = 'running' THEN runs.status ELSE a.status END,
+        finished_at = CASE WHEN a.status = 'running' THEN runs.finished_at ELSE a.now END,
+        lease_owner = CASE WHEN a.status = 'running' THEN runs.lease_owner END,
+        lease_until = CASE WHEN a.status = 'running' THEN runs.lease_until END
+    FROM a WHERE runs.id = a.run_id
+    RETURNING runs.id, runs.last_seq
+)
+SELECT a.i::int, coalesce(p.last_seq, a.last_seq, 0) FROM a LEFT JOIN progress p ON p.id = a.run_id";
+
 pub(super) const CHAT_COLS: &str = "id, user_id, title, created_at, updated_at, active_run";
 
 pub(super) fn chat_of(r: &Row) -> StoreResult<ChatRecord> {
@@ -116,6 +147,19 @@ impl<'a> MessageColumns<'a> {
                 .collect::<StoreResult<_>>()?,
             now: sql::i64_of(now_micros(), "time")?,
         })
+    }
+
+    /// The messages' arrays alone (id, role, parts, metadata, position,
+    /// created_at), for statements with other parameters around them.
+    pub(super) fn columns(&self) -> [&(dyn ToSql + Sync); 6] {
+        [
+            &self.id,
+            &self.role,
+            &self.parts,
+            &self.metadata,
+            &self.position,
+            &self.created_at,
+        ]
     }
 
     pub(super) fn params(&self) -> [&(dyn ToSql + Sync); 8] {

@@ -38,6 +38,7 @@ mod calls;
 mod chats;
 mod flaky;
 mod graph_run;
+mod group;
 mod leases;
 mod log;
 mod outage;
