@@ -13,6 +13,11 @@
 //! token in the server's SSE subtracts it from the time it read it — the
 //! whole path from the model's socket to the client's, on one machine and
 //! one clock.
+//!
+//! It speaks HTTP/1.1 and h2c (HTTP/2 with prior knowledge, for endpoints
+//! set `http2 = true`): over h2 every call of a server is a stream of one
+//! connection, and [`MAX_STREAMS`] of them may be open at once — beyond
+//! hyper's default of 200 a client would queue the rest.
 
 use std::convert::Infallible;
 use std::sync::Arc;
@@ -25,8 +30,14 @@ use axum::http::header;
 use axum::response::Response;
 use axum::routing::post;
 use bytes::Bytes;
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use hyper_util::server::conn::auto;
+use hyper_util::service::TowerToHyperService;
 use serde_json::{Value, json};
 use stategraph::internals::events::now_micros;
+
+/// Concurrent h2 streams per connection: more than the chats of any mode.
+const MAX_STREAMS: u32 = 100_000;
 
 /// How a call streams.
 #[derive(Clone, Copy, Debug)]
@@ -53,8 +64,29 @@ pub async fn start_paced(pace: Pace, answer: Pace) -> String {
         .await
         .expect("bind the model");
     let addr = listener.local_addr().expect("model address");
-    tokio::spawn(async move { axum::serve(listener, app).await });
+    tokio::spawn(serve(listener, app));
     format!("http://{addr}/v1")
+}
+
+/// Serves each connection as HTTP/1.1 or h2c, whichever its first bytes say.
+async fn serve(listener: tokio::net::TcpListener, app: Router) {
+    let mut builder = auto::Builder::new(TokioExecutor::new());
+    builder.http2().max_concurrent_streams(MAX_STREAMS);
+    let builder = Arc::new(builder);
+    loop {
+        let Ok((socket, _)) = listener.accept().await else {
+            // Out of descriptors, say: try again rather than spin.
+            tokio::time::sleep(Duration::from_millis(10)).await;
+            continue;
+        };
+        let _ = socket.set_nodelay(true);
+        let (builder, service) = (Arc::clone(&builder), TowerToHyperService::new(app.clone()));
+        tokio::spawn(async move {
+            let _ = builder
+                .serve_connection(TokioIo::new(socket), service)
+                .await;
+        });
+    }
 }
 
 /// What one call answers, before it is cut into chunks.

@@ -10,10 +10,15 @@
 //!
 //! The model runs on its own runtime (threads `bench-model`), so this
 //! process's CPU splits into the model's and the client's; all three share
-//! the machine's cores with the server. Each chat holds two sockets in the
-//! server (client and model) and two here: a process may open at most its
-//! hard `RLIMIT_NOFILE` (20,000 in the development container, which may not
-//! raise it), so the server caps the chats at about half of that.
+//! the machine's cores with the server. The server calls the model over h2c
+//! (`http2 = true`): one connection carries every call's stream, so a chat
+//! holds one socket in the server (its client's) and one here, plus the
+//! model's single connection. A process may open at most its hard
+//! `RLIMIT_NOFILE` (20,000 in the development container, which may not
+//! raise it); with HTTP/1.1 to the model each chat held two sockets in each
+//! process and about 9,900 chats was the most either could hold. The model
+//! stays in this process: with one connection it costs one descriptor, and
+//! its CPU is still told apart by its threads' names.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -85,7 +90,7 @@ pub async fn slow(chats: u64) {
     let load = load_average();
     let (soft, hard) = open_files();
     let llm = format!(
-        "[llm]\nmodel = \"bench\"\n[llm.endpoints.default]\nbase_url = \"{}\"\napi_key = \"bench\"\n",
+        "[llm]\nmodel = \"bench\"\n[llm.endpoints.default]\nbase_url = \"{}\"\napi_key = \"bench\"\nhttp2 = true\n",
         start_model()
     );
     let server = start_server(&format!(

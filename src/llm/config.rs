@@ -10,6 +10,7 @@
 //! api_key_env = "OPENAI_API_KEY"         # or api_key = "…"
 //! [llm.endpoints.backup]
 //! base_url = "http://127.0.0.1:11434/v1"
+//! http2 = true                           # h2c: all calls over one connection
 //! [llm.roles.chat]
 //! endpoint = "default"
 //! model = "gpt-4o"
@@ -140,6 +141,11 @@ pub struct EndpointConfig {
     /// match). Default: where structured output is `json_schema` — a
     /// server that takes strict schemas. Anthropic takes tools as declared.
     pub strict_tools: Option<bool>,
+    /// HTTP/2 with prior knowledge (h2c) on a plain `http://` URL: every
+    /// call's stream shares one connection. Over `https://` the client
+    /// offers h2 anyway and the server chooses (ALPN); there, `true`
+    /// requires h2. Default `false`: plain-http servers get HTTP/1.1.
+    pub http2: bool,
 }
 
 impl fmt::Debug for EndpointConfig {
@@ -152,6 +158,7 @@ impl fmt::Debug for EndpointConfig {
             .field("api_version", &self.api_version)
             .field("structured", &self.structured)
             .field("strict_tools", &self.strict_tools)
+            .field("http2", &self.http2)
             .finish()
     }
 }
@@ -457,6 +464,7 @@ impl LlmConfig {
                     retry: retry.clone(),
                     api: ep.api,
                     api_version: ep.api_version.clone(),
+                    http2: ep.http2,
                 },
             );
         }

@@ -125,6 +125,10 @@ pub struct EndpointSettings {
     /// `{base}/openai/deployments/{model}/chat/completions`; without it, to
     /// Azure's v1 path `{base}/chat/completions`).
     pub api_version: Option<String>,
+    /// HTTP/2 only (prior knowledge: h2c on `http://`): one connection
+    /// carries every concurrent call's stream. Without it `https://`
+    /// endpoints still get h2 when the server picks it (ALPN).
+    pub http2: bool,
 }
 
 impl fmt::Debug for EndpointSettings {
@@ -136,6 +140,7 @@ impl fmt::Debug for EndpointSettings {
             .field("retry", &self.retry)
             .field("api", &self.api)
             .field("api_version", &self.api_version)
+            .field("http2", &self.http2)
             .finish()
     }
 }
@@ -172,6 +177,17 @@ const POOL_MAX_IDLE: usize = 64;
 /// in which a server's memory should be back near its idle size, and
 /// longer than the pause between one chat's model calls.
 const POOL_IDLE_TIMEOUT: Duration = Duration::from_secs(15);
+
+/// HTTP/2 flow control: what one call may have received and not yet read.
+/// A model writes a few KB a second; a run behind on reading (its store is
+/// slow) holds at most this much before the model's side waits.
+const H2_STREAM_WINDOW: u32 = 256 * 1024;
+
+/// What all the calls on one HTTP/2 connection may have received and not
+/// yet read. Unread data on any stream counts against it, so with thousands
+/// of streams on a connection hyper's default (5 MB: ~500 bytes each for
+/// 10,000 streams) would let a few slow readers stall every call's tokens.
+const H2_CONNECTION_WINDOW: u32 = 64 * 1024 * 1024;
 
 /// One OpenAI-compatible endpoint: a connection pool, credentials and
 /// policies shared by every model served from it. Cheap to clone.
@@ -224,10 +240,19 @@ impl OpenAiEndpoint {
         if reqwest::header::HeaderValue::from_str(&format!("Bearer {key}")).is_err() {
             return Err(EndpointError::ApiKey);
         }
-        let http = reqwest::Client::builder()
+        let mut http = reqwest::Client::builder()
             .connect_timeout(settings.timeouts.connect)
             .pool_idle_timeout(POOL_IDLE_TIMEOUT)
             .pool_max_idle_per_host(POOL_MAX_IDLE)
+            .http2_initial_stream_window_size(H2_STREAM_WINDOW)
+            .http2_initial_connection_window_size(H2_CONNECTION_WINDOW);
+        if settings.http2 {
+            // Calls beyond the server's concurrent-stream limit wait in
+            // the client for a stream to end (h2 queues them): a server
+            // meant for many slow calls must allow that many streams.
+            http = http.http2_prior_knowledge();
+        }
+        let http = http
             .build()
             .map_err(|e| EndpointError::Http(error_chain(&e)))?;
         // Organisation and project stay empty: async-openai would otherwise

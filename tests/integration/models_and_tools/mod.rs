@@ -3,6 +3,7 @@
 mod calls;
 mod data_tools;
 mod degrade;
+mod h2c;
 mod mcp;
 mod openai_client;
 mod providers;
