@@ -93,7 +93,7 @@ async fn concurrent_calls_share_one_h2c_connection_and_answer_right() {
         .unwrap();
     let model = models.for_role("chat");
     let calls = (0..CALLS).map(|i| {
-        let model = Arc::clone(&model);
+        let model = Arc::clone(model);
         async move {
             let request = ChatRequest {
                 messages: vec![ChatMessage::User {
@@ -129,8 +129,7 @@ async fn concurrent_calls_share_one_h2c_connection_and_answer_right() {
 #[test]
 fn http2_takes_a_boolean_and_says_so() {
     let error = config("http://127.0.0.1:1/v1", "http2 = \"yes\"")
-        .err()
-        .expect("a string is refused")
+        .expect_err("a string is refused")
         .to_string();
     assert!(
         error.contains("http2") && error.contains("boolean"),
