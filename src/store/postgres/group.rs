@@ -171,14 +171,14 @@ fn take(waiting: &mut VecDeque<Pending>, busy: &mut HashSet<Uuid>, most: usize) 
 async fn write(pool: &Pool, batch: Vec<Pending>) {
     if batch.len() > 1 {
         let pages: Vec<&EncodedPage> = batch.iter().map(|p| &p.page).collect();
+        // `many` answers one seq per append, or fails.
         match many(pool, &pages).await {
-            Ok(seqs) if seqs.len() == batch.len() => {
+            Ok(seqs) => {
                 for (p, seq) in batch.into_iter().zip(seqs) {
                     let _ = p.reply.send(Ok(seq));
                 }
                 return;
             }
-            Ok(_) => tracing::warn!("the grouped append answered a wrong number of rows"),
             Err(e) => {
                 tracing::debug!(error = %e, appends = batch.len(), "grouped append failed; each alone")
             }

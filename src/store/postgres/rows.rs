@@ -162,16 +162,11 @@ impl<'a> MessageColumns<'a> {
         ]
     }
 
+    /// The chat, the messages' arrays ([`Self::columns`]) and now.
     pub(super) fn params(&self) -> [&(dyn ToSql + Sync); 8] {
+        let [id, role, parts, metadata, position, created_at] = self.columns();
         [
-            &self.chat,
-            &self.id,
-            &self.role,
-            &self.parts,
-            &self.metadata,
-            &self.position,
-            &self.created_at,
-            &self.now,
+            &self.chat, id, role, parts, metadata, position, created_at, &self.now,
         ]
     }
 }

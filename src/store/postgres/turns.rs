@@ -30,6 +30,8 @@
 //! deletes). Here the delete takes only the ids the turn does not carry,
 //! so the two sets of rows are disjoint; the stored result is the same.
 
+use std::sync::LazyLock;
+
 use tokio_postgres::Row;
 use tokio_postgres::types::{Json, ToSql};
 
@@ -48,7 +50,9 @@ const ATTEMPTS: usize = 8;
 /// id, role, parts, metadata, position, created_at). Answers one row: the
 /// started chat's columns (null when not started), then what the snapshot
 /// saw: the chat's user, its active run, whether that run is running.
-fn begin_sql() -> String {
+/// Built once: a turn's start sends the same text, prepared once per
+/// connection.
+static BEGIN_TURN: LazyLock<String> = LazyLock::new(|| {
     format!(
         "
 WITH seen AS (
@@ -72,14 +76,7 @@ WITH seen AS (
 ), cleared AS (
     DELETE FROM messages
     WHERE chat_id = $23 AND id <> ALL($29::text[]) AND EXISTS (SELECT 1 FROM started)
-), upserted AS (
-    INSERT INTO messages (chat_id, id, role, parts, metadata, position, created_at)
-    SELECT $23, m.id, m.role, m.parts, m.metadata, m.position, m.created_at
-    FROM unnest($29::text[], $30::text[], $31::json[], $32::json[], $33::bigint[], $34::bigint[])
-        AS m(id, role, parts, metadata, position, created_at)
-    WHERE EXISTS (SELECT 1 FROM started)
-    ON CONFLICT (chat_id, id) DO UPDATE SET role = excluded.role, parts = excluded.parts,
-        metadata = excluded.metadata, position = excluded.position, created_at = excluded.created_at
+), upserted AS ({upsert}
 ), run AS (
     INSERT INTO runs ({RUN_COLS}, lease_owner, lease_until)
     SELECT $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20,
@@ -88,7 +85,27 @@ WITH seen AS (
 )
 SELECT s.id, s.user_id, s.title, s.created_at, s.updated_at, s.active_run,
     seen.user_id, seen.active_run, seen.busy
-FROM (SELECT 1) AS one LEFT JOIN started s ON true LEFT JOIN seen ON true"
+FROM (SELECT 1) AS one LEFT JOIN started s ON true LEFT JOIN seen ON true",
+        upsert = upsert_messages(23, 29, "started"),
+    )
+});
+
+/// The CTE body that writes a turn's messages (arrays at `$first`…
+/// `$first+5`: id, role, parts, metadata, position, created_at) into chat
+/// `$chat`, when the CTE `guard` has a row: the same upsert for a turn's
+/// start and its end.
+fn upsert_messages(chat: u8, first: u8, guard: &str) -> String {
+    let [id, role, parts, metadata, position, created] =
+        std::array::from_fn(|i| first as usize + i);
+    format!(
+        "
+    INSERT INTO messages (chat_id, id, role, parts, metadata, position, created_at)
+    SELECT ${chat}, m.id, m.role, m.parts, m.metadata, m.position, m.created_at
+    FROM unnest(${id}::text[], ${role}::text[], ${parts}::json[], ${metadata}::json[], ${position}::bigint[], ${created}::bigint[])
+        AS m(id, role, parts, metadata, position, created_at)
+    WHERE EXISTS (SELECT 1 FROM {guard})
+    ON CONFLICT (chat_id, id) DO UPDATE SET role = excluded.role, parts = excluded.parts,
+        metadata = excluded.metadata, position = excluded.position, created_at = excluded.created_at"
     )
 }
 
@@ -106,7 +123,6 @@ pub(super) async fn begin_turn(
     let until = sql::i64_of(turn.lease_until, "lease time")?;
     let messages = MessageColumns::new(&c.id, &turn.messages)?;
     let run = RunColumns::new(&turn.run)?;
-    let statement = begin_sql();
     for _ in 0..ATTEMPTS {
         let now = sql::i64_of(now_micros(), "time")?;
         let mut params: Vec<&(dyn ToSql + Sync)> = run.params().to_vec();
@@ -114,7 +130,7 @@ pub(super) async fn begin_turn(
         params.extend_from_slice(&[&created, &updated, &now]);
         params.extend_from_slice(&messages.columns());
         let row = store
-            .query_opt(&statement, &params)
+            .query_opt(&BEGIN_TURN, &params)
             .await?
             .ok_or_else(|| StoreError::Backend("the turn statement answered no row".into()))?;
         if let Some(outcome) = outcome_of(&row, &c.user_id)? {
@@ -156,27 +172,25 @@ fn outcome_of(row: &Row, user: &str) -> StoreResult<Option<TurnOutcome>> {
 /// message's columns as [`MessageColumns::params`] ($1–$8, `$8` now), the
 /// run, status, error, prompt and completion tokens, cost ($9–$14), release
 /// ($15). Answers how many runs it finished (0 or 1).
-const END_TURN: &str = "
+static END_TURN: LazyLock<String> = LazyLock::new(|| {
+    format!(
+        "
 WITH touched AS (
     UPDATE chats SET updated_at = greatest($8::bigint, updated_at + 1),
         active_run = CASE WHEN $15::boolean AND active_run = $9 THEN NULL ELSE active_run END
     WHERE id = $1
     RETURNING id
-), upserted AS (
-    INSERT INTO messages (chat_id, id, role, parts, metadata, position, created_at)
-    SELECT $1, m.id, m.role, m.parts, m.metadata, m.position, m.created_at
-    FROM unnest($2::text[], $3::text[], $4::json[], $5::json[], $6::bigint[], $7::bigint[])
-        AS m(id, role, parts, metadata, position, created_at)
-    WHERE EXISTS (SELECT 1 FROM touched)
-    ON CONFLICT (chat_id, id) DO UPDATE SET role = excluded.role, parts = excluded.parts,
-        metadata = excluded.metadata, position = excluded.position, created_at = excluded.created_at
+), upserted AS ({upsert}
 ), finished AS (
     UPDATE runs SET status = $10, error = $11, prompt_tokens = $12, completion_tokens = $13,
         finished_at = $8, cost_nano_usd = $14, lease_owner = NULL, lease_until = NULL
     WHERE id = $9
     RETURNING 1
 )
-SELECT count(*) FROM finished";
+SELECT count(*) FROM finished",
+        upsert = upsert_messages(1, 2, "touched"),
+    )
+});
 
 /// Ends a turn (see [`END_TURN`] and
 /// [`ChatStore::end_turn`](crate::store::ChatStore::end_turn)).
@@ -193,7 +207,7 @@ pub(super) async fn end_turn(store: &PostgresStore, end: &TurnEnd) -> StoreResul
     params.extend_from_slice(&[&end.run_id, &status, &error, &prompt, &completion, &cost]);
     params.push(&end.release);
     let finished: i64 = store
-        .query_opt(END_TURN, &params)
+        .query_opt(&END_TURN, &params)
         .await?
         .ok_or_else(|| StoreError::Backend("the end statement answered no row".into()))?
         .try_get(0)?;
