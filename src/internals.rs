@@ -83,6 +83,7 @@ pub mod llm {
     pub use crate::llm::ChatModel;
     pub use crate::llm::ChatRequest;
     pub use crate::llm::ChunkStream;
+    pub use crate::llm::DEFAULT_H2_STREAMS_PER_CONNECTION;
     pub use crate::llm::EndpointSettings;
     pub use crate::llm::FallbackModel;
     pub use crate::llm::JsonSchemaFormat;

@@ -10,7 +10,8 @@
 //! api_key_env = "OPENAI_API_KEY"         # or api_key = "…"
 //! [llm.endpoints.backup]
 //! base_url = "http://127.0.0.1:11434/v1"
-//! http2 = true                           # h2c: all calls over one connection
+//! http2 = true                           # h2c: calls share connections
+//! http2_streams_per_connection = 1000    # then another connection
 //! [llm.roles.chat]
 //! endpoint = "default"
 //! model = "gpt-4o"
@@ -146,6 +147,11 @@ pub struct EndpointConfig {
     /// offers h2 anyway and the server chooses (ALPN); there, `true`
     /// requires h2. Default `false`: plain-http servers get HTTP/1.1.
     pub http2: bool,
+    /// Calls in flight per HTTP/2 connection before another is opened
+    /// (default [`DEFAULT_H2_STREAMS_PER_CONNECTION`](crate::llm::DEFAULT_H2_STREAMS_PER_CONNECTION)):
+    /// a connection the server ends loses only its own calls. Set it to
+    /// the server's limit of concurrent streams when that is lower.
+    pub http2_streams_per_connection: Option<std::num::NonZeroU32>,
 }
 
 impl fmt::Debug for EndpointConfig {
@@ -159,6 +165,10 @@ impl fmt::Debug for EndpointConfig {
             .field("structured", &self.structured)
             .field("strict_tools", &self.strict_tools)
             .field("http2", &self.http2)
+            .field(
+                "http2_streams_per_connection",
+                &self.http2_streams_per_connection,
+            )
             .finish()
     }
 }
@@ -465,6 +475,9 @@ impl LlmConfig {
                     api: ep.api,
                     api_version: ep.api_version.clone(),
                     http2: ep.http2,
+                    http2_streams_per_connection: ep
+                        .http2_streams_per_connection
+                        .map_or(0, std::num::NonZeroU32::get),
                 },
             );
         }

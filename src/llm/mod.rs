@@ -39,7 +39,9 @@ pub use call::{LlmReply, ModelCall, call_model};
 pub use config::LlmConfig;
 pub use fallback::FallbackModel;
 pub(crate) use keywords::ValueKeywords;
-pub use openai::{EndpointSettings, OpenAiModel, RetryPolicy, Timeouts};
+pub use openai::{
+    DEFAULT_H2_STREAMS_PER_CONNECTION, EndpointSettings, OpenAiModel, RetryPolicy, Timeouts,
+};
 pub(crate) use record::CallRecorder;
 #[cfg(feature = "server")]
 pub(crate) use record::{CallStart, NoRedaction, RegexRedactor};

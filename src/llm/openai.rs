@@ -21,6 +21,7 @@
 //! A call never panics; every failure arrives as an error in the stream.
 
 mod call;
+mod conns;
 mod error_body;
 mod retry;
 mod stream;
@@ -129,7 +130,22 @@ pub struct EndpointSettings {
     /// carries every concurrent call's stream. Without it `https://`
     /// endpoints still get h2 when the server picks it (ALPN).
     pub http2: bool,
+    /// Calls in flight per HTTP/2 connection before another connection is
+    /// opened ([`DEFAULT_H2_STREAMS_PER_CONNECTION`] when 0). Counted over
+    /// HTTP/1.1 too, where it only spreads calls over more connection pools.
+    pub http2_streams_per_connection: u32,
 }
+
+/// Calls per HTTP/2 connection by default. A connection the server ends
+/// (GOAWAY, e.g. h2's `too_many_data_frames` guard, or a restart) loses
+/// every call on it: at 10,000 slow streams this bounds the loss to a
+/// tenth, for ten sockets. h2 serializes a connection's frames under one
+/// lock, so several connections also spread the reading over cores. It is
+/// above what most servers allow per connection (hyper 200, nginx 128,
+/// Go 250): reqwest does not expose the server's
+/// `SETTINGS_MAX_CONCURRENT_STREAMS`, and calls beyond it wait in the client
+/// for a stream to end, so set the cap to the server's limit when lower.
+pub const DEFAULT_H2_STREAMS_PER_CONNECTION: u32 = 1_000;
 
 impl fmt::Debug for EndpointSettings {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -141,6 +157,10 @@ impl fmt::Debug for EndpointSettings {
             .field("api", &self.api)
             .field("api_version", &self.api_version)
             .field("http2", &self.http2)
+            .field(
+                "http2_streams_per_connection",
+                &self.http2_streams_per_connection,
+            )
             .finish()
     }
 }
@@ -179,15 +199,39 @@ const POOL_MAX_IDLE: usize = 64;
 const POOL_IDLE_TIMEOUT: Duration = Duration::from_secs(15);
 
 /// HTTP/2 flow control: what one call may have received and not yet read.
-/// A model writes a few KB a second; a run behind on reading (its store is
-/// slow) holds at most this much before the model's side waits.
-const H2_STREAM_WINDOW: u32 = 256 * 1024;
+/// A model streams a few KB a second, so this is seconds of tokens; a run
+/// behind on reading (its store is slow) holds at most this much before
+/// the model's side waits. At 100 ms round trip it still passes 160 KB/s.
+/// Small on purpose: unread data is memory (16 KB × 10,000 streams is
+/// 160 MB; the former 256 KB allowed 2.5 GB) and spends h2's budget for
+/// small DATA frames (see [`h2_connection_window`]).
+const H2_STREAM_WINDOW: u32 = 16 * 1024;
 
 /// What all the calls on one HTTP/2 connection may have received and not
-/// yet read. Unread data on any stream counts against it, so with thousands
-/// of streams on a connection hyper's default (5 MB: ~500 bytes each for
-/// 10,000 streams) would let a few slow readers stall every call's tokens.
-const H2_CONNECTION_WINDOW: u32 = 64 * 1024 * 1024;
+/// yet read: 4 × `streams` × [`H2_STREAM_WINDOW`] (62.5 MiB for 1,000
+/// streams), at least hyper's 5 MB, at most h2's 2³¹ − 1.
+///
+/// It is sized for h2's guard against buffered small DATA frames (h2
+/// 0.4.20 `proto/streams/counts.rs` `Counts::record_data_frame`): every
+/// DATA frame received and not yet read by the application whose payload
+/// `p` is under 256 bytes spends `256 − p` of a per-connection budget
+/// (given back when the frame is read, `Streams::poll_data`); spent out,
+/// the connection gets GOAWAY `ENHANCE_YOUR_CALM` "too_many_data_frames"
+/// and every call on it dies. The budget is half the target connection
+/// window (`DataFrameBudget::resolve` in `proto/connection.rs`; reqwest
+/// and hyper leave it on auto). What is unread is at most `streams` ×
+/// stream window, so with this window the budget is never spent while
+/// frames carry at least 86 bytes: (256 − 86) / 86 ≤ 2. An OpenAI chunk
+/// (`chat.completion.chunk` JSON with id, model and `created`) is over
+/// 100 bytes, one SSE event per frame. Before, 256 KB per stream against a
+/// 32 MB budget let ~200 streams backed up with 140-byte chunks kill the
+/// one connection every call shared (the 10,000-stream run of Nov 28).
+fn h2_connection_window(streams: usize) -> u32 {
+    let window = (streams as u64)
+        .saturating_mul(4 * u64::from(H2_STREAM_WINDOW))
+        .clamp(5 * 1024 * 1024, (1 << 31) - 1);
+    u32::try_from(window).unwrap_or(u32::MAX >> 1)
+}
 
 /// One OpenAI-compatible endpoint: a connection pool, credentials and
 /// policies shared by every model served from it. Cheap to clone.
@@ -197,7 +241,7 @@ pub struct OpenAiEndpoint {
 }
 
 struct EndpointInner {
-    http: reqwest::Client,
+    http: conns::Connections,
     config: OpenAIConfig,
     base_url: String,
     timeouts: Timeouts,
@@ -240,20 +284,26 @@ impl OpenAiEndpoint {
         if reqwest::header::HeaderValue::from_str(&format!("Bearer {key}")).is_err() {
             return Err(EndpointError::ApiKey);
         }
-        let mut http = reqwest::Client::builder()
-            .connect_timeout(settings.timeouts.connect)
-            .pool_idle_timeout(POOL_IDLE_TIMEOUT)
-            .pool_max_idle_per_host(POOL_MAX_IDLE)
-            .http2_initial_stream_window_size(H2_STREAM_WINDOW)
-            .http2_initial_connection_window_size(H2_CONNECTION_WINDOW);
-        if settings.http2 {
-            // Calls beyond the server's concurrent-stream limit wait in
-            // the client for a stream to end (h2 queues them): a server
-            // meant for many slow calls must allow that many streams.
-            http = http.http2_prior_knowledge();
-        }
-        let http = http
-            .build()
+        let cap = match settings.http2_streams_per_connection {
+            0 => DEFAULT_H2_STREAMS_PER_CONNECTION as usize,
+            n => n as usize,
+        };
+        let (http2, connect) = (settings.http2, settings.timeouts.connect);
+        let connection_window = h2_connection_window(cap);
+        let builder = move || {
+            let http = reqwest::Client::builder()
+                .connect_timeout(connect)
+                .pool_idle_timeout(POOL_IDLE_TIMEOUT)
+                .pool_max_idle_per_host(POOL_MAX_IDLE)
+                .http2_initial_stream_window_size(H2_STREAM_WINDOW)
+                .http2_initial_connection_window_size(connection_window);
+            if http2 {
+                http.http2_prior_knowledge().build()
+            } else {
+                http.build()
+            }
+        };
+        let http = conns::Connections::new(cap, Box::new(builder))
             .map_err(|e| EndpointError::Http(error_chain(&e)))?;
         // Organisation and project stay empty: async-openai would otherwise
         // read them from the environment and `unwrap` them into headers.
@@ -568,6 +618,21 @@ mod tests {
             );
             assert!(p.backoff(30) <= Duration::from_secs(1));
         }
+    }
+
+    #[test]
+    fn connection_window_covers_h2s_small_frame_budget_for_the_cap() {
+        // h2 budgets half the connection window; the cap's streams, each
+        // with a full window of 86-byte frames, spend (256 - 86) / 86 < 2
+        // per byte of it.
+        for cap in [1, 200, 1_000, 5_000] {
+            let budget = u64::from(h2_connection_window(cap)) / 2;
+            let unread = cap as u64 * u64::from(H2_STREAM_WINDOW);
+            assert!(unread * (256 - 86) / 86 <= budget, "cap {cap}");
+        }
+        assert_eq!(h2_connection_window(1_000), 1_000 * 64 * 1024);
+        assert_eq!(h2_connection_window(1), 5 * 1024 * 1024);
+        assert_eq!(h2_connection_window(usize::MAX), (1 << 31) - 1);
     }
 
     #[test]

@@ -271,7 +271,10 @@ async fn open(
         deadline,
         Arc::clone(model),
     );
-    let (http, prepared) = (ep.http.clone(), Arc::clone(prepared));
+    // The connection for this attempt (and the retry layer's, before a
+    // response); held by the body, so the call counts until it ends.
+    let lease = ep.http.lease();
+    let (http, prepared) = (ep.http.any().clone(), Arc::clone(prepared));
     // Called once per attempt.
     let factory = HttpRequestFactory::new(move || {
         let request = http
@@ -284,14 +287,15 @@ async fn open(
         async move { request.map_err(OpenAIError::Reqwest) }
     });
     let response = layer
-        .layer(ReqwestService::new(ep.http.clone()))
+        .layer(ReqwestService::new(lease.client().clone()))
         .oneshot(factory)
         .await?;
     let bytes = response
         .bytes_stream()
         .map(|r| r.map_err(std::io::Error::other));
     Ok(EventStream::new(bytes)
-        .map(|event| {
+        .map(move |event| {
+            let _held = &lease;
             event.map_err(|e| {
                 OpenAIError::StreamError(Box::new(StreamError::EventStream(e.to_string())))
             })
