@@ -11,13 +11,13 @@
 //! The model runs on its own runtime (threads `bench-model`), so this
 //! process's CPU splits into the model's and the client's; all three share
 //! the machine's cores with the server. The server calls the model over h2c
-//! (`http2 = true`): one connection carries every call's stream, so a chat
-//! holds one socket in the server (its client's) and one here, plus the
-//! model's single connection. A process may open at most its hard
+//! (`http2 = true`): a connection carries up to 1,000 calls' streams, so a
+//! chat holds one socket in the server (its client's) and one here, plus
+//! one per 1,000 calls for the model. A process may open at most its hard
 //! `RLIMIT_NOFILE` (20,000 in the development container, which may not
 //! raise it); with HTTP/1.1 to the model each chat held two sockets in each
 //! process and about 9,900 chats was the most either could hold. The model
-//! stays in this process: with one connection it costs one descriptor, and
+//! stays in this process: with a few connections it costs a few descriptors, and
 //! its CPU is still told apart by its threads' names.
 
 use std::sync::Arc;

@@ -142,8 +142,8 @@ pub struct EndpointConfig {
     /// match). Default: where structured output is `json_schema` — a
     /// server that takes strict schemas. Anthropic takes tools as declared.
     pub strict_tools: Option<bool>,
-    /// HTTP/2 with prior knowledge (h2c) on a plain `http://` URL: every
-    /// call's stream shares one connection. Over `https://` the client
+    /// HTTP/2 with prior knowledge (h2c) on a plain `http://` URL: calls'
+    /// streams share a few connections. Over `https://` the client
     /// offers h2 anyway and the server chooses (ALPN); there, `true`
     /// requires h2. Default `false`: plain-http servers get HTTP/1.1.
     pub http2: bool,

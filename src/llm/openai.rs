@@ -126,8 +126,8 @@ pub struct EndpointSettings {
     /// `{base}/openai/deployments/{model}/chat/completions`; without it, to
     /// Azure's v1 path `{base}/chat/completions`).
     pub api_version: Option<String>,
-    /// HTTP/2 only (prior knowledge: h2c on `http://`): one connection
-    /// carries every concurrent call's stream. Without it `https://`
+    /// HTTP/2 only (prior knowledge: h2c on `http://`): a connection
+    /// carries many concurrent calls' streams. Without it `https://`
     /// endpoints still get h2 when the server picks it (ALPN).
     pub http2: bool,
     /// Calls in flight per HTTP/2 connection before another connection is
