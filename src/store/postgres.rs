@@ -168,6 +168,8 @@ pub struct PostgresStore {
     outbox: notify::Outbox,
     /// Appends, grouped across runs.
     appender: group::Appender,
+    /// Model call records, grouped.
+    calls: calls::Writer,
     /// Stops the listening task when the store is dropped.
     _listener: DropGuard,
 }
@@ -206,6 +208,7 @@ impl PostgresStore {
         Ok(Self {
             outbox,
             appender: group::Appender::start(pool.clone()),
+            calls: calls::Writer::start(pool.clone()),
             pool,
             notify,
             _listener: listener,

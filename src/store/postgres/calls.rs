@@ -1,13 +1,34 @@
 //! Model call records in PostgreSQL (`model_calls`, `call_parts`, schema
 //! version 13).
 
+//!
+//! # Written in groups
+//! Every call of every chat lists the same few parts (the system prompt,
+//! the tool definitions), so every record's statement updated the same
+//! `call_parts` rows (`last_used`) and held their row locks until its
+//! commit (a WAL flush): concurrent records queued on those rows one commit
+//! after another, each holding a pooled connection meanwhile. Under the
+//! load bench (32 clients, PostgreSQL) half of the 16 connections were
+//! waiting there (`Lock:transactionid` in `pg_stat_activity`), and appends
+//! and turns waited for connections. So records go through one task
+//! ([`Writer`]) that writes every record waiting as one statement
+//! ([`ADD_CALLS`]), one statement at a time: the shared parts are locked by
+//! one transaction at a time, once per group. When a group's statement
+//! fails, each of its records is written alone and answered with its own
+//! result.
+
+use std::collections::BTreeMap;
+
+use deadpool_postgres::Pool;
 use futures::future::BoxFuture;
+use tokio::sync::{mpsc, oneshot};
 use tokio_postgres::Row;
+use tokio_postgres::types::ToSql;
 use uuid::Uuid;
 
 use super::PostgresStore;
 use crate::store::calls::{CallPart, CallRecord, CallStorage, Calls, ExpiredCalls};
-use crate::store::{StoreResult, sql};
+use crate::store::{StoreError, StoreResult, sql};
 
 /// Stores a call's parts (`$1` hashes, `$2` bodies, used at `$3`) and its
 /// record (run `$4`, seq `$5`, at `$3`, expired `$6`, request `$7`).
@@ -23,37 +44,139 @@ VALUES ($4, $5, $3, $6, $7)
 ON CONFLICT (run_id, seq) DO UPDATE
   SET created_at = excluded.created_at, expired = excluded.expired, request = excluded.request";
 
+/// [`ADD_CALL`] for several records at once: the parts of all of them
+/// (`$1` hashes, each once, in hash order; `$2` bodies; `$3` the newest
+/// record using each) and one element per record in `$4`–`$8` (run, seq,
+/// at, expired, request; each (run, seq) once).
+const ADD_CALLS: &str = "
+WITH parts AS (
+    INSERT INTO call_parts (hash, body, last_used)
+    SELECT h, b, u FROM unnest($1::text[], $2::text[], $3::bigint[]) AS p(h, b, u)
+    ON CONFLICT (hash) DO UPDATE
+      SET last_used = greatest(call_parts.last_used, excluded.last_used)
+)
+INSERT INTO model_calls (run_id, seq, created_at, expired, request)
+SELECT * FROM unnest($4::uuid[], $5::bigint[], $6::bigint[], $7::bool[], $8::text[])
+ON CONFLICT (run_id, seq) DO UPDATE
+  SET created_at = excluded.created_at, expired = excluded.expired, request = excluded.request";
+
+/// At most this many records share a statement.
+const MAX_GROUP: usize = 64;
+
+/// A record ready for a statement, and where to answer it.
+struct Pending {
+    run: Uuid,
+    seq: i64,
+    at: i64,
+    expired: bool,
+    request: String,
+    parts: Vec<CallPart>,
+    reply: oneshot::Sender<StoreResult<()>>,
+}
+
+/// The queue of records to write (see the module docs); the task ends
+/// once it is dropped and the queued records are written.
+#[derive(Debug)]
+pub(super) struct Writer(mpsc::Sender<Pending>);
+
+impl Writer {
+    /// Starts the task, which takes connections from `pool`.
+    pub(super) fn start(pool: Pool) -> Self {
+        let (tx, rx) = mpsc::channel(MAX_GROUP);
+        tokio::spawn(write_all(pool, rx));
+        Self(tx)
+    }
+
+    async fn add(&self, call: CallRecord, parts: Vec<CallPart>) -> StoreResult<()> {
+        let (reply, answer) = oneshot::channel();
+        let pending = Pending {
+            run: call.run_id,
+            seq: sql::i64_of(call.seq, "seq")?,
+            at: sql::i64_of(call.created_at, "time")?,
+            expired: call.expired,
+            request: sql::to_json(&call.request, "call request")?,
+            parts,
+            reply,
+        };
+        let stopped = || StoreError::Unavailable("PostgreSQL: the call writer stopped".into());
+        self.0.send(pending).await.map_err(|_| stopped())?;
+        answer.await.map_err(|_| stopped())?
+    }
+}
+
+/// The task: every record waiting as one statement, one at a time.
+async fn write_all(pool: Pool, mut rx: mpsc::Receiver<Pending>) {
+    let mut group = Vec::with_capacity(MAX_GROUP);
+    while rx.recv_many(&mut group, MAX_GROUP).await > 0 {
+        if group.len() > 1 {
+            match many(&pool, &group).await {
+                Ok(()) => {
+                    for p in group.drain(..) {
+                        let _ = p.reply.send(Ok(()));
+                    }
+                    continue;
+                }
+                Err(e) => {
+                    tracing::debug!(error = %e, records = group.len(), "grouped call records failed; each alone")
+                }
+            }
+        }
+        for p in group.drain(..) {
+            let result = one(&pool, &p).await;
+            let _ = p.reply.send(result);
+        }
+    }
+}
+
+/// One record, as [`ADD_CALL`]: the parts in hash order (concurrent
+/// statements sharing parts lock them in one order), then the record.
+async fn one(pool: &Pool, p: &Pending) -> StoreResult<()> {
+    let mut parts: Vec<&CallPart> = p.parts.iter().collect();
+    parts.sort_by(|a, b| a.hash.cmp(&b.hash));
+    parts.dedup_by(|a, b| a.hash == b.hash);
+    let hashes: Vec<&str> = parts.iter().map(|c| c.hash.as_str()).collect();
+    let bodies: Vec<&str> = parts.iter().map(|c| c.body.as_str()).collect();
+    let params: [&(dyn ToSql + Sync); 7] = [
+        &hashes, &bodies, &p.at, &p.run, &p.seq, &p.expired, &p.request,
+    ];
+    let client = pool.get().await.map_err(super::pool_error)?;
+    let stmt = client.prepare_cached(ADD_CALL).await?;
+    client.execute(&stmt, &params).await?;
+    Ok(())
+}
+
+/// Several records as one [`ADD_CALLS`].
+async fn many(pool: &Pool, group: &[Pending]) -> StoreResult<()> {
+    // Each part once, in hash order, with the newest record using it.
+    let mut parts: BTreeMap<&str, (&str, i64)> = BTreeMap::new();
+    for p in group {
+        for c in &p.parts {
+            let e = parts
+                .entry(c.hash.as_str())
+                .or_insert((c.body.as_str(), p.at));
+            e.1 = e.1.max(p.at);
+        }
+    }
+    let hashes: Vec<&str> = parts.keys().copied().collect();
+    let bodies: Vec<&str> = parts.values().map(|v| v.0).collect();
+    let used: Vec<i64> = parts.values().map(|v| v.1).collect();
+    let runs: Vec<Uuid> = group.iter().map(|p| p.run).collect();
+    let seqs: Vec<i64> = group.iter().map(|p| p.seq).collect();
+    let ats: Vec<i64> = group.iter().map(|p| p.at).collect();
+    let expired: Vec<bool> = group.iter().map(|p| p.expired).collect();
+    let requests: Vec<&str> = group.iter().map(|p| p.request.as_str()).collect();
+    let params: [&(dyn ToSql + Sync); 8] = [
+        &hashes, &bodies, &used, &runs, &seqs, &ats, &expired, &requests,
+    ];
+    let client = pool.get().await.map_err(super::pool_error)?;
+    let stmt = client.prepare_cached(ADD_CALLS).await?;
+    client.execute(&stmt, &params).await?;
+    Ok(())
+}
+
 impl Calls for PostgresStore {
     fn add_call(&self, call: CallRecord, parts: Vec<CallPart>) -> BoxFuture<'_, StoreResult<()>> {
-        Box::pin(async move {
-            let at = sql::i64_of(call.created_at, "time")?;
-            let seq = sql::i64_of(call.seq, "seq")?;
-            let request = sql::to_json(&call.request, "call request")?;
-            // One statement: the parts, in hash order (concurrent calls
-            // sharing parts then lock them in the same order), then the
-            // record — one round trip instead of a four-statement
-            // transaction (three model calls per chat made these the chat
-            // path's largest share of round trips).
-            let mut parts = parts;
-            parts.sort_by(|a, b| a.hash.cmp(&b.hash));
-            parts.dedup_by(|a, b| a.hash == b.hash);
-            let hashes: Vec<&str> = parts.iter().map(|p| p.hash.as_str()).collect();
-            let bodies: Vec<&str> = parts.iter().map(|p| p.body.as_str()).collect();
-            self.execute(
-                ADD_CALL,
-                &[
-                    &hashes,
-                    &bodies,
-                    &at,
-                    &call.run_id,
-                    &seq,
-                    &call.expired,
-                    &request,
-                ],
-            )
-            .await?;
-            Ok(())
-        })
+        Box::pin(self.calls.add(call, parts))
     }
 
     fn calls(&self, run: Uuid) -> BoxFuture<'_, StoreResult<Vec<CallRecord>>> {

@@ -24,8 +24,10 @@
 //! A run has at most one append in flight: a second append of a run
 //! waits for the first's answer. So a statement updates each run row
 //! once (a statement cannot change a row twice), two statements never lock
-//! the same run rows (no deadlock between them), and a run's appends
-//! commit in the order they were made.
+//! the same run rows, and a run's appends commit in the order they were
+//! made. The lease renewal locks every run row its instance holds: it and
+//! [`APPEND_MANY`] lock rows in id order, so neither waits for the other in
+//! a cycle (orphan claims skip locked rows and never wait).
 //!
 //! # Failures stay with their append
 //! When the statement fails (a duplicate seq after a lost reply, a

@@ -55,6 +55,12 @@ SELECT coalesce((SELECT last_seq FROM progress), $3::bigint, 0)";
 /// status, now; each run once), one per checkpoint in `$8`–`$13` (run,
 /// step, writes, next, joins, snapshot). Answers, per append, its position
 /// in the arrays (from 1) and the run's highest seq.
+///
+/// It locks its run rows in id order (`locked`; the update only reaches a
+/// row through it), as the lease renewal does (`upkeep`): an `UPDATE … FROM`
+/// locks rows in whatever order its join yields them, and a grouped append
+/// and a renewal locking the same rows in two orders deadlocked (PostgreSQL
+/// then aborts one; the group was retried append by append).
 pub(super) const APPEND_MANY: &str = "
 WITH a AS MATERIALIZED (
     SELECT * FROM unnest($1::uuid[], $2::bigint[], $3::bigint[], $4::text[], $5::int[], $6::text[],
@@ -69,6 +75,8 @@ WITH a AS MATERIALIZED (
         AS c(run_id, step, writes, next, joins, snapshot)
     ON CONFLICT (run_id, step) DO UPDATE SET writes = excluded.writes, next = excluded.next,
         joins = excluded.joins, snapshot = excluded.snapshot
+), locked AS (
+    SELECT id FROM runs WHERE id IN (SELECT run_id FROM a) ORDER BY id FOR UPDATE
 ), progress AS (
     UPDATE runs SET last_seq = greatest(runs.last_seq, a.last_seq),
         last_step = greatest(runs.last_step, a.last_step),
@@ -76,7 +84,7 @@ WITH a AS MATERIALIZED (
         finished_at = CASE WHEN a.status = 'running' THEN runs.finished_at ELSE a.now END,
         lease_owner = CASE WHEN a.status = 'running' THEN runs.lease_owner END,
         lease_until = CASE WHEN a.status = 'running' THEN runs.lease_until END
-    FROM a WHERE runs.id = a.run_id
+    FROM a JOIN locked l ON l.id = a.run_id WHERE runs.id = l.id
     RETURNING runs.id, runs.last_seq
 )
 SELECT a.i::int, coalesce(p.last_seq, a.last_seq, 0) FROM a LEFT JOIN progress p ON p.id = a.run_id";

@@ -34,6 +34,16 @@ WHERE id IN (
     FOR UPDATE SKIP LOCKED)
 RETURNING ";
 
+/// Extends every lease `$1` holds to `$2`, locking the rows in id order
+/// first, as grouped appends do (`rows::APPEND_MANY`). Without the order, an
+/// `UPDATE … WHERE lease_owner = $1` locks rows in its scan's order, which
+/// changes as updates move row versions: two renewals, or a renewal and a
+/// grouped append, deadlocked (`store_conformance::group`).
+const RENEW: &str = "
+UPDATE runs SET lease_until = $2
+WHERE id IN (SELECT id FROM runs WHERE lease_owner = $1 AND status = 'running' ORDER BY id FOR UPDATE)
+RETURNING id";
+
 /// Up to `$2` runs over and created before `$1`, with their events,
 /// checkpoints and verdicts (a data-modifying `WITH` runs to completion
 /// though nothing reads it); answers the three counts.
@@ -126,12 +136,7 @@ impl Leases for PostgresStore {
         let owner = owner.to_owned();
         Box::pin(async move {
             let until = sql::i64_of(until, "lease time")?;
-            let rows = self
-                .query(
-                    "UPDATE runs SET lease_until = $2 WHERE lease_owner = $1 AND status = 'running' RETURNING id",
-                    &[&owner, &until],
-                )
-                .await?;
+            let rows = self.query(RENEW, &[&owner, &until]).await?;
             let mut held = rows
                 .iter()
                 .map(|r| r.try_get(0))

@@ -111,6 +111,7 @@ conformance!(
     the_checkpointer_fails_on_real_errors_and_long_outages,
     verdicts_are_kept_per_run_and_pruned_with_it,
     call_parts_are_stored_once_and_expire_by_last_use,
+    call_records_made_at_once_share_parts,
 );
 
 // ---------------------------------------------------------------- fixtures

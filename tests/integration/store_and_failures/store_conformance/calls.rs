@@ -99,3 +99,40 @@ pub(super) async fn call_parts_are_stored_once_and_expire_by_last_use(store: Arc
     assert!(store.calls(old.id).await.unwrap().is_empty());
     assert_eq!(store.call_storage().await.unwrap().calls, 0);
 }
+
+/// Records made at once (on PostgreSQL they share a statement) sharing
+/// parts: every record is stored, each part once, its last use the newest
+/// record's.
+pub(super) async fn call_records_made_at_once_share_parts(store: Arc<dyn Store>) {
+    let r = run(None, 1);
+    store.create_run(r.clone()).await.unwrap();
+    let system = part(r#"{"role":"system","content":"shared"}"#);
+    let own: Vec<CallPart> = (0..20).map(|i| part(&format!("{{\"n\":{i}}}"))).collect();
+    let adds = own.iter().enumerate().map(|(i, p)| {
+        let rec = record(r.id, i as u64 + 1, 1_000 + i as u64, &[&system, p]);
+        let (store, parts) = (Arc::clone(&store), vec![system.clone(), p.clone()]);
+        async move { store.add_call(rec, parts).await }
+    });
+    let results = futures::future::join_all(adds).await;
+    assert!(results.iter().all(Result::is_ok), "{results:?}");
+    assert_eq!(store.calls(r.id).await.unwrap().len(), 20);
+    assert_eq!(
+        store.call_storage().await.unwrap().parts,
+        21,
+        "each part once"
+    );
+    // The shared part was last used by the newest record (at 1,019): it
+    // stays when expiring before 1,019; the own parts of the 19 older go.
+    let e = store.expire_calls(1_019).await.unwrap();
+    assert_eq!((e.calls, e.parts), (19, 19));
+    assert_eq!(
+        store
+            .call_parts(vec![system.hash.clone()])
+            .await
+            .unwrap()
+            .len(),
+        1
+    );
+    let e = store.expire_calls(1_020).await.unwrap();
+    assert_eq!((e.calls, e.parts), (1, 2));
+}

@@ -148,3 +148,103 @@ async fn postgres_grouped_final_batches_end_their_runs_and_clear_leases() {
     })
     .await;
 }
+
+/// The deadlocks PostgreSQL counted in the database at `url`, read once
+/// its other connections are ended (a backend reports its counts as it
+/// exits; before, only about once a second).
+async fn deadlocks(url: &str) -> i64 {
+    let (client, conn) = tokio_postgres::connect(url, tokio_postgres::NoTls)
+        .await
+        .unwrap();
+    tokio::spawn(conn);
+    let others = "SELECT pid FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()";
+    client
+        .execute(
+            &format!("SELECT pg_terminate_backend(pid) FROM ({others}) o"),
+            &[],
+        )
+        .await
+        .unwrap();
+    for _ in 0..50 {
+        if client.query(others, &[]).await.unwrap().is_empty() {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    client
+        .query_one(
+            "SELECT deadlocks FROM pg_stat_database WHERE datname = current_database()",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0)
+}
+
+/// Grouped appends lock their runs' rows, and the lease renewal locks every
+/// row its instance holds: both in one order (by run id), so neither waits
+/// for the other in a cycle. Many runs append in parallel groups while
+/// the renewal runs over and over for ~2.5 s; with `deadlock_timeout` at
+/// 20 ms PostgreSQL would find (and count) any cycle.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_grouped_appends_and_lease_renewals_never_deadlock() {
+    const MANY: usize = 64;
+    PgDb::with(|url| async move {
+        let (admin, conn) = tokio_postgres::connect(&url, tokio_postgres::NoTls)
+            .await
+            .unwrap();
+        tokio::spawn(conn);
+        admin
+            .batch_execute(
+                "DO $$ BEGIN EXECUTE format('ALTER DATABASE %I SET deadlock_timeout = ''20ms''', current_database()); END $$",
+            )
+            .await
+            .unwrap();
+        drop(admin);
+        let store = Arc::new(PostgresStore::connect(&url, 16).await.unwrap());
+        let runs: Vec<_> = (0..MANY as u64).map(|i| run(None, i)).collect();
+        for r in &runs {
+            store
+                .create_leased_run(r.clone(), "me", u64::MAX / 2)
+                .await
+                .unwrap();
+        }
+        let until = std::time::Instant::now() + std::time::Duration::from_millis(2500);
+        let renewals = (0..2)
+        .map(|_| {
+            let store = Arc::clone(&store);
+            tokio::spawn(async move {
+                let mut n = 0u32;
+                while std::time::Instant::now() < until {
+                    let held = store.renew_leases("me", u64::MAX / 2).await.unwrap();
+                    assert_eq!(held.len(), MANY);
+                    n += 1;
+                }
+                n
+            })
+        })
+        .collect::<Vec<_>>();
+        let appends = runs.iter().map(|r| {
+            let (store, id) = (Arc::clone(&store), r.id);
+            tokio::spawn(async move {
+                let mut step = 1u32;
+                while std::time::Instant::now() < until {
+                    let seq = u64::from(step);
+                    store
+                        .append(&batch(id, step, vec![text(id, seq, step)]))
+                        .await
+                        .unwrap();
+                    step += 1;
+                }
+                step - 1
+            })
+        })
+        .collect::<Vec<_>>();
+        let renewed: Vec<u32> = futures::future::try_join_all(renewals).await.unwrap();
+        let appended: Vec<u32> = futures::future::try_join_all(appends).await.unwrap();
+        assert!(renewed.iter().all(|&n| n > 0), "renewals: {renewed:?}");
+        assert!(appended.iter().all(|&n| n > 0), "appends: {appended:?}");
+        assert_eq!(deadlocks(&url).await, 0, "PostgreSQL detected deadlocks");
+    })
+    .await;
+}
