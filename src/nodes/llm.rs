@@ -9,6 +9,7 @@
 //! part once the answer is complete, in the order first cited — only the
 //! sources the answer uses.
 
+use crate::events::SourceRef;
 use std::sync::Arc;
 
 use futures::FutureExt;
@@ -270,14 +271,14 @@ async fn emit_citations(cx: &NodeContext<'_>, text: &str, sources: &Value) {
             continue;
         };
         cx.events
-            .emit(EventKind::Source {
+            .emit(EventKind::Source(Box::new(SourceRef {
                 source_id: n.to_string(),
                 url: url.to_owned(),
                 title: source
                     .get("title")
                     .and_then(Value::as_str)
                     .map(str::to_owned),
-            })
+            })))
             .await;
     }
 }

@@ -26,6 +26,8 @@
 //! own `retry` setting, because only it knows that the last failure is to
 //! become data rather than an error.
 
+use crate::events::ToolFault;
+use crate::events::{ToolReady, ToolReturn};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -219,11 +221,11 @@ impl ToolNode {
             cx.attempt
         );
         cx.events
-            .emit(EventKind::ToolCallReady {
+            .emit(EventKind::ToolCallReady(Box::new(ToolReady {
                 call_id: call_id.clone(),
                 tool: self.tool.clone(),
                 args: args.clone(),
-            })
+            })))
             .await;
         let started = Instant::now();
         let tools = &cx.services.tools;
@@ -236,25 +238,25 @@ impl ToolNode {
         match cx.tool(&call_id, &self.tool, args.clone(), &allowed).await {
             Ok(outcome) => {
                 cx.events
-                    .emit(EventKind::ToolResult {
+                    .emit(EventKind::ToolResult(Box::new(ToolReturn {
                         call_id,
                         tool: self.tool.clone(),
                         output: outcome.output.clone(),
                         cached: outcome.cached,
                         display: outcome.display,
                         duration_us: started.elapsed().as_micros() as u64,
-                    })
+                    })))
                     .await;
                 self.success(&cx, &args, &outcome.output).await
             }
             Err(error) => {
                 let failure = error.to_failure();
                 cx.events
-                    .emit(EventKind::ToolError {
+                    .emit(EventKind::ToolError(Box::new(ToolFault {
                         call_id,
                         tool: self.tool.clone(),
-                        error: Box::new(failure.clone()),
-                    })
+                        error: failure.clone(),
+                    })))
                     .await;
                 let last_attempt = !is_transient(&error) || cx.attempt >= self.attempts;
                 if self.keep_going && last_attempt {

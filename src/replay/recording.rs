@@ -9,6 +9,8 @@
 //! attempts, and a failed primary call then its fallback (same call
 //! number), each with the name of the model that made it.
 
+use crate::events::{LlmFailure, LlmStart, ToolReturn};
+use crate::events::{LlmFinish, ToolFault};
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Mutex, PoisonError};
 
@@ -171,7 +173,8 @@ impl Reader {
             EventKind::Thinking { text } if text.starts_with(crate::nodes::BUDGET_NOTE) => {
                 self.budget_noted.insert(task);
             }
-            EventKind::LlmStarted { call, model, .. } => {
+            EventKind::LlmStarted(llm_start) => {
+                let LlmStart { call, model, .. } = &**llm_start;
                 let key = (node, ev.step, ev.task, *call);
                 if self.budget_noted.remove(&task) {
                     self.rec.past_budget.insert(key.clone());
@@ -187,7 +190,8 @@ impl Reader {
                     .answers
                     .extend(answers.iter().map(|(k, v)| (k.clone(), v.clone())));
             }
-            EventKind::LlmFinished { output, usage, .. } => {
+            EventKind::LlmFinished(llm_finish) => {
+                let LlmFinish { output, usage, .. } = &**llm_finish;
                 if let Some((key, model, mut chunks, _)) = self.open.remove(&task) {
                     unstreamed_text(&mut chunks, &output.text);
                     chunks.push(Ok(LlmChunk::Finish(output.finish_reason.clone())));
@@ -195,7 +199,8 @@ impl Reader {
                     self.recorded_call(key, model, chunks);
                 }
             }
-            EventKind::LlmFailed { error, usage, .. } => {
+            EventKind::LlmFailed(llm_failure) => {
+                let LlmFailure { error, usage, .. } = &**llm_failure;
                 if let Some((key, model, mut chunks, _)) = self.open.remove(&task) {
                     // The usage it reported before failing, so the
                     // re-executed call records the same spend.
@@ -206,13 +211,14 @@ impl Reader {
                     self.recorded_call(key, model, chunks);
                 }
             }
-            EventKind::ToolResult {
-                call_id,
-                output,
-                cached,
-                display,
-                ..
-            } => {
+            EventKind::ToolResult(tool_return) => {
+                let ToolReturn {
+                    call_id,
+                    output,
+                    cached,
+                    display,
+                    ..
+                } = &**tool_return;
                 let outcome = ToolOutcome {
                     output: output.clone(),
                     cached: *cached,
@@ -220,8 +226,9 @@ impl Reader {
                 };
                 self.recorded_tool(task, call_id, RecordedTool::Ok(outcome));
             }
-            EventKind::ToolError { call_id, error, .. } => {
-                self.recorded_tool(task, call_id, RecordedTool::Err((**error).clone()));
+            EventKind::ToolError(tool_fault) => {
+                let ToolFault { call_id, error, .. } = &**tool_fault;
+                self.recorded_tool(task, call_id, RecordedTool::Err(error.clone()));
             }
             other => self.streamed(&task, other),
         }

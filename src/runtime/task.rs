@@ -1,6 +1,7 @@
 //! Running one task: attempts, retry with backoff, timeout, and — when the
 //! last attempt fails — the node's own recovery (`on_error`).
 
+use crate::events::CustomData;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -169,22 +170,22 @@ async fn recovered(events: &NodeEvents, r: Recovery, started: Instant) -> Arc<Ev
     events.thinking(r.note).await;
     if let Some(message) = r.refused {
         let _ = events
-            .emit(EventKind::Custom {
+            .emit(EventKind::Custom(Box::new(CustomData {
                 name: crate::events::REFUSAL.into(),
                 data: serde_json::json!({ "node": &**events.node(), "message": message }),
                 id: None,
                 transient: false,
-            })
+            })))
             .await;
     }
     if let Some(reason) = r.truncated {
         let _ = events
-            .emit(EventKind::Custom {
+            .emit(EventKind::Custom(Box::new(CustomData {
                 name: crate::events::TRUNCATED.into(),
                 data: serde_json::json!({ "node": &**events.node(), "reason": reason }),
                 id: None,
                 transient: false,
-            })
+            })))
             .await;
     }
     let duration_us = started.elapsed().as_micros() as u64;

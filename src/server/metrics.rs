@@ -5,6 +5,8 @@
 //! run manager; node, model and tool figures are read off each run's events
 //! (`observe_event`), so they cost nothing on the executor's hot path.
 
+use crate::events::ToolReturn;
+use crate::events::{LlmFinish, ToolFault};
 use std::collections::BTreeMap;
 use std::fmt::Write;
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
@@ -165,9 +167,10 @@ impl Metrics {
                     Histogram::new,
                 )
                 .observe(*duration_us as f64 / 1e6),
-            EventKind::LlmFinished {
-                usage, duration_us, ..
-            } => {
+            EventKind::LlmFinished(llm_finish) => {
+                let LlmFinish {
+                    usage, duration_us, ..
+                } = &**llm_finish;
                 self.llm_seconds
                     .get(
                         vec![("graph", graph.to_owned()), ("node", node.to_owned())],
@@ -191,7 +194,8 @@ impl Metrics {
                         .fetch_add(n, Ordering::Relaxed);
                 }
             }
-            EventKind::ToolResult { tool, cached, .. } => {
+            EventKind::ToolResult(tool_return) => {
+                let ToolReturn { tool, cached, .. } = &**tool_return;
                 let outcome = if *cached { "cached" } else { "ok" };
                 self.tool_calls
                     .get(
@@ -200,7 +204,8 @@ impl Metrics {
                     )
                     .fetch_add(1, Ordering::Relaxed);
             }
-            EventKind::ToolError { tool, error, .. } => {
+            EventKind::ToolError(tool_fault) => {
+                let ToolFault { tool, error, .. } = &**tool_fault;
                 self.tool_calls
                     .get(
                         vec![("tool", tool.clone()), ("outcome", error.kind.clone())],

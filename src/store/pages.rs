@@ -258,6 +258,7 @@ pub(crate) fn read_page(
 #[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
+    use crate::events::CustomData;
     use crate::events::RunStatus;
     use serde_json::json;
 
@@ -269,12 +270,12 @@ mod tests {
             step: 2,
             node: node.map(Arc::from),
             task,
-            event: EventKind::Custom {
+            event: EventKind::Custom(Box::new(CustomData {
                 name: "n".into(),
                 data: json!({"seq": seq}),
                 id: None,
                 transient: false,
-            },
+            })),
         }
     }
 

@@ -14,6 +14,7 @@
 //!
 //! A run that paused and continued is compared up to its first pause.
 
+use crate::events::LlmStart;
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
@@ -485,7 +486,8 @@ impl Asked {
     fn new(events: &[Event]) -> Self {
         let mut requests: HashMap<CallKey, VecDeque<String>> = HashMap::new();
         for e in events {
-            if let EventKind::LlmStarted { call, request, .. } = &e.event {
+            if let EventKind::LlmStarted(llm_start) = &e.event {
+                let LlmStart { call, request, .. } = &**llm_start;
                 let node = e.node.as_deref().unwrap_or("").to_owned();
                 requests
                     .entry((node, e.step, e.task, *call))

@@ -15,6 +15,7 @@
 //! Nth frame made from event SEQ) are then the same for every client of a
 //! run, so `Last-Event-ID` works across modes and reconnects.
 
+use crate::events::{CustomData, LlmStart};
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
@@ -297,7 +298,8 @@ impl Wire {
                 out.push(("tasks", done.clone()));
                 out.push(("debug", self.debug("task_result", ev.step, done)));
             }
-            EventKind::LlmStarted { model, .. } => {
+            EventKind::LlmStarted(llm_start) => {
+                let LlmStart { model, .. } = &**llm_start;
                 self.models.insert(node.to_owned(), model.clone());
             }
             EventKind::TextDelta { call, delta }
@@ -308,7 +310,8 @@ impl Wire {
                 self.partial(&tuple, &mut out);
                 out.push(("messages", tuple));
             }
-            EventKind::Custom { name, data, .. } => {
+            EventKind::Custom(custom_data) => {
+                let CustomData { name, data, .. } = &**custom_data;
                 out.push(("custom", json!({"name": name, "data": data})));
             }
             EventKind::RunInterrupted { interrupts } => {

@@ -2,6 +2,7 @@
 //! determinism, joins, map fan-out, cycles and the recursion limit, retries,
 //! timeouts, cancellation, checkpoints, resume and subgraphs.
 
+use stategraph::internals::events::CustomData;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
@@ -898,7 +899,8 @@ edges:
     let custom: Vec<(String, Option<String>, Value)> = events
         .iter()
         .filter_map(|e| match &e.event {
-            EventKind::Custom { name, id, data, .. } => {
+            EventKind::Custom(custom_data) => {
+                let CustomData { name, id, data, .. } = &**custom_data;
                 Some((name.clone(), id.clone(), data.clone()))
             }
             _ => None,

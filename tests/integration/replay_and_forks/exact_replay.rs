@@ -5,6 +5,7 @@
 //! served a call under the wrong model's name would diverge (the test that
 //! existed passed only because both of its models were named `scripted`).
 
+use stategraph::internals::events::LlmStart;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
@@ -82,7 +83,10 @@ fn started_models(events: &[Event]) -> Vec<String> {
     events
         .iter()
         .filter_map(|e| match &e.event {
-            EventKind::LlmStarted { model, .. } => Some(model.clone()),
+            EventKind::LlmStarted(llm_start) => {
+                let LlmStart { model, .. } = &**llm_start;
+                Some(model.clone())
+            }
             _ => None,
         })
         .collect()

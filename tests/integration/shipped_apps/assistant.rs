@@ -10,6 +10,7 @@
 //!
 //! Needs the test venv (tests/run.sh; `STATEGRAPH_TEST_PYTHON`).
 
+use stategraph::internals::events::ToolReturn;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -212,13 +213,16 @@ async fn tool_results(server: &TestServer, run: Uuid) -> Vec<(String, Value, boo
     events
         .into_iter()
         .filter_map(|e| match e.event {
-            EventKind::ToolResult {
-                tool,
-                output,
-                cached,
-                display,
-                ..
-            } => Some((tool, output, cached, display)),
+            EventKind::ToolResult(tool_return) => {
+                let ToolReturn {
+                    tool,
+                    output,
+                    cached,
+                    display,
+                    ..
+                } = *tool_return;
+                Some((tool, output, cached, display))
+            }
             _ => None,
         })
         .collect()

@@ -7,6 +7,7 @@
 //! an absent argument before the tool runs. Anthropic gets tools as
 //! declared.
 
+use stategraph::internals::events::{ToolReady, ToolReturn};
 use std::sync::Arc;
 
 use serde_json::{Value, json};
@@ -232,7 +233,10 @@ async fn a_null_for_an_optional_parameter_reaches_the_tool_as_absent() {
     let ready: Vec<&Value> = events
         .iter()
         .filter_map(|e| match &e.event {
-            EventKind::ToolCallReady { args, .. } => Some(args),
+            EventKind::ToolCallReady(tool_ready) => {
+                let ToolReady { args, .. } = &**tool_ready;
+                Some(args)
+            }
             _ => None,
         })
         .collect();
@@ -240,7 +244,10 @@ async fn a_null_for_an_optional_parameter_reaches_the_tool_as_absent() {
     let results: Vec<&Value> = events
         .iter()
         .filter_map(|e| match &e.event {
-            EventKind::ToolResult { output, .. } => Some(output),
+            EventKind::ToolResult(tool_return) => {
+                let ToolReturn { output, .. } = &**tool_return;
+                Some(output)
+            }
             _ => None,
         })
         .collect();
