@@ -28,8 +28,7 @@
 
 mod support;
 
-use stategraph::internals::events::LlmFinish;
-use stategraph::internals::events::{LlmStart, ToolReady, ToolReturn};
+use stategraph::internals::events::{LlmFinish, LlmStart, ToolReady, ToolReturn};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 

@@ -1,6 +1,5 @@
 //! `stategraph run GRAPH "message"`: run a graph once, streaming events.
 
-use crate::events::ToolFault;
 use crate::events::{
     CustomData, LlmFailure, LlmStart, SourceRef, ToolDenial, ToolReady, ToolReturn,
 };
@@ -13,7 +12,7 @@ use tokio::sync::mpsc;
 use uuid::Uuid;
 
 use super::setup::Ctx;
-use crate::events::{Event, EventKind};
+use crate::events::{Event, EventKind, ToolFault};
 use crate::graph::ChatIo;
 use crate::runs::RunStart;
 use crate::runtime::{self, RunOptions};

@@ -1,7 +1,5 @@
 //! Driving one model call and turning it into run events.
 
-use crate::events::LlmFinish;
-use crate::events::{LlmFailure, LlmStart};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -9,7 +7,9 @@ use futures::StreamExt;
 
 use super::record::{CallRecorder, CallStart};
 use super::{ChatModel, ChatRequest, LlmChunk, LlmError};
-use crate::events::{Event, EventKind, LlmOutput, NodeEvents, ToolCallRecord, Usage};
+use crate::events::{
+    Event, EventKind, LlmFailure, LlmFinish, LlmOutput, LlmStart, NodeEvents, ToolCallRecord, Usage,
+};
 
 /// What a node passes to [`call_model`] besides the request.
 #[derive(Debug)]

@@ -21,8 +21,6 @@
 //! `http`), so a re-executed run reuses the recorded answer instead of
 //! calling the endpoint again.
 
-use crate::events::ToolFault;
-use crate::events::{ToolReady, ToolReturn};
 use std::sync::{Arc, LazyLock};
 use std::time::{Duration, Instant};
 
@@ -31,7 +29,7 @@ use futures::future::BoxFuture;
 use serde_json::{Map, Value, json};
 
 use super::{BuildCx, Kind, Node, NodeContext, NodeError};
-use crate::events::{EventKind, ToolFailure};
+use crate::events::{EventKind, ToolFailure, ToolFault, ToolReady, ToolReturn};
 use crate::graph::expr::{ValueExpr, from_json};
 use crate::graph::kinds::schema;
 use crate::graph::spec::Surface;

@@ -9,7 +9,6 @@
 //! part once the answer is complete, in the order first cited — only the
 //! sources the answer uses.
 
-use crate::events::SourceRef;
 use std::sync::Arc;
 
 use futures::FutureExt;
@@ -20,7 +19,7 @@ use super::convo::{self, Conversation};
 use super::model::{self, INPUT, PROMPT, QUIET, ROLE_SETTINGS};
 use super::structured::{self, Structured};
 use super::{BuildCx, Kind, Node, NodeContext, NodeError, Roles};
-use crate::events::EventKind;
+use crate::events::{EventKind, SourceRef};
 use crate::graph::kinds::schema;
 use crate::graph::spec::Surface;
 use crate::graph::{PromptRef, SettingDoc};

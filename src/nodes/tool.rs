@@ -26,8 +26,6 @@
 //! own `retry` setting, because only it knows that the last failure is to
 //! become data rather than an error.
 
-use crate::events::ToolFault;
-use crate::events::{ToolReady, ToolReturn};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -37,7 +35,7 @@ use serde_json::{Value, json};
 
 use super::extract::{self, Extract};
 use super::{BuildCx, Kind, Node, NodeContext, NodeError};
-use crate::events::EventKind;
+use crate::events::{EventKind, ToolFault, ToolReady, ToolReturn};
 use crate::graph::diagnostic::name_hint;
 use crate::graph::expr::{ValueExpr, from_json};
 use crate::graph::kinds::schema;

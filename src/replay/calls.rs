@@ -7,15 +7,13 @@
 //! which. The answer (text, reasoning, tool calls, usage, finish reason,
 //! latency) is the call's `llm_finished` event — or its `llm_failed` error.
 
-use crate::events::LlmFinish;
-use crate::events::LlmStart;
 use std::collections::HashMap;
 
 use serde::Serialize;
 use serde_json::{Value, json};
 use uuid::Uuid;
 
-use crate::events::{Event, EventKind};
+use crate::events::{Event, EventKind, LlmFinish, LlmStart};
 use crate::store::{CallRecord, Store, StoreError};
 
 /// One model call.

@@ -19,8 +19,9 @@ mod tasks;
 #[cfg(feature = "server")]
 mod timing;
 
-use crate::events::{LlmFailure, LlmStart, ToolDenial, ToolReady, ToolReturn};
-use crate::events::{LlmFinish, ToolFault};
+use crate::events::{
+    LlmFailure, LlmFinish, LlmStart, ToolDenial, ToolFault, ToolReady, ToolReturn,
+};
 use std::fmt::Write;
 use std::sync::Arc;
 

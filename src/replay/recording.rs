@@ -9,14 +9,12 @@
 //! attempts, and a failed primary call then its fallback (same call
 //! number), each with the name of the model that made it.
 
-use crate::events::{LlmFailure, LlmStart, ToolReturn};
-use crate::events::{LlmFinish, ToolFault};
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Mutex, PoisonError};
 
 use futures::StreamExt;
 
-use crate::events::{Event, EventKind};
+use crate::events::{Event, EventKind, LlmFailure, LlmFinish, LlmStart, ToolFault, ToolReturn};
 use crate::llm::{ChunkStream, LlmChunk, LlmError, ToolDef};
 use crate::tools::{ToolError, ToolOutcome};
 

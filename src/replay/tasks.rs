@@ -3,13 +3,13 @@
 //! `GET /api/runs/{id}/timeline` serves it to the studio; [`super::timeline`]
 //! prints the same story as text for the CLI.
 
-use crate::events::{LlmFailure, LlmStart, ToolReady, ToolReturn};
-use crate::events::{LlmFinish, ToolFault};
 use std::collections::{BTreeMap, HashMap};
 
 use serde::Serialize;
 
-use crate::events::{Event, EventKind};
+use crate::events::{
+    Event, EventKind, LlmFailure, LlmFinish, LlmStart, ToolFault, ToolReady, ToolReturn,
+};
 
 /// Supersteps in order, with the events they span.
 #[derive(Clone, Debug, Default, PartialEq, Serialize)]
@@ -295,14 +295,13 @@ fn tool_call<'a>(t: &'a mut TaskSpan, call_id: &str, tool: &str) -> &'a mut Tool
 
 #[cfg(test)]
 mod tests {
-    use crate::events::ToolFault;
     use std::sync::Arc;
 
     use serde_json::json;
     use uuid::Uuid;
 
     use super::*;
-    use crate::events::{ToolFailure, Usage};
+    use crate::events::{ToolFailure, ToolFault, Usage};
 
     fn ev(seq: u64, step: u32, node: Option<&str>, task: u32, event: EventKind) -> Event {
         Event {

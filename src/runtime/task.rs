@@ -1,14 +1,13 @@
 //! Running one task: attempts, retry with backoff, timeout, and — when the
 //! last attempt fails — the node's own recovery (`on_error`).
 
-use crate::events::CustomData;
 use std::sync::Arc;
 use std::time::Instant;
 
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
-use crate::events::{Event, EventKind, NodeEvents};
+use crate::events::{CustomData, Event, EventKind, NodeEvents};
 use crate::graph::CompiledNode;
 use crate::graph::prompts::Prompts;
 use crate::graph::spec::Surface;

@@ -5,14 +5,12 @@
 //! run manager; node, model and tool figures are read off each run's events
 //! (`observe_event`), so they cost nothing on the executor's hot path.
 
-use crate::events::ToolReturn;
-use crate::events::{LlmFinish, ToolFault};
 use std::collections::BTreeMap;
 use std::fmt::Write;
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 
-use crate::events::{Event, EventKind};
+use crate::events::{Event, EventKind, LlmFinish, ToolFault, ToolReturn};
 
 const BUCKETS: &[f64] = &[
     0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0,

@@ -24,14 +24,14 @@
 //! `usage` (`data-usage`), `pause` (interrupts and resumes), `failed`
 //! (a failed run) and `metadata` (`finish.messageMetadata`).
 
-use crate::events::LlmFinish;
-use crate::events::{CustomData, LlmStart, SourceRef, ToolDenial};
 use std::collections::{BTreeMap, HashMap, HashSet};
 
 use serde_json::Value;
 
 use super::chunk::Chunk;
-use crate::events::{Event, EventKind, Usage};
+use crate::events::{
+    CustomData, Event, EventKind, LlmFinish, LlmStart, SourceRef, ToolDenial, Usage,
+};
 use crate::graph::spec::Surface;
 
 mod config;

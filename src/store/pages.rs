@@ -258,8 +258,7 @@ pub(crate) fn read_page(
 #[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
-    use crate::events::CustomData;
-    use crate::events::RunStatus;
+    use crate::events::{CustomData, RunStatus};
     use serde_json::json;
 
     fn event(run: Uuid, seq: u64, node: Option<&str>, task: u32) -> Event {

@@ -14,7 +14,6 @@
 //!
 //! A run that paused and continued is compared up to its first pause.
 
-use crate::events::LlmStart;
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
@@ -28,7 +27,7 @@ use uuid::Uuid;
 use super::matching::text_diff;
 use super::observe::{Observation, observe};
 use super::spec::Status;
-use crate::events::{Event, EventKind, StepBatch};
+use crate::events::{Event, EventKind, LlmStart, StepBatch};
 use crate::graph::loc::{Loc, Sp};
 use crate::llm::{ChatRequest, ChunkStream, Models, ToolDef};
 use crate::nodes::{Graph, GraphCatalog, Playback, Services};

@@ -4,8 +4,6 @@
 //! checked against this; `--from-run` and `eval` read the same from a
 //! stored run.
 
-use crate::events::{LlmFinish, ToolFault};
-use crate::events::{ToolReady, ToolReturn};
 use std::collections::BTreeMap;
 
 use serde::Serialize;
@@ -13,7 +11,9 @@ use serde_json::Value;
 
 use super::aisdk::{StreamReport, check_stream};
 use super::spec::Status;
-use crate::events::{Event, EventKind, StepBatch, Usage};
+use crate::events::{
+    Event, EventKind, LlmFinish, StepBatch, ToolFault, ToolReady, ToolReturn, Usage,
+};
 use crate::graph::Transition;
 use crate::nodes::Graph;
 use crate::runtime::rebuild_state;

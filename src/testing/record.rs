@@ -7,8 +7,6 @@
 //! A run that paused and continued becomes a case of two turns: the input,
 //! then `resume` with the answers it was given.
 
-use crate::events::{LlmFailure, LlmStart, ToolReady, ToolReturn};
-use crate::events::{LlmFinish, ToolFault};
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
@@ -16,7 +14,10 @@ use serde_json::{Map, Value, json};
 
 use super::observe::{Call, Observation, observe};
 use super::spec::Status;
-use crate::events::{Event, EventKind, StepBatch, ToolDef};
+use crate::events::{
+    Event, EventKind, LlmFailure, LlmFinish, LlmStart, StepBatch, ToolDef, ToolFault, ToolReady,
+    ToolReturn,
+};
 use crate::nodes::Graph;
 use crate::sse::BridgeConfig;
 use crate::tools::ToolRegistry;

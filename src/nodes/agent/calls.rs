@@ -2,8 +2,6 @@
 //! and gated (approval, client-side) before it runs, its result or
 //! failure streamed and traced; a `once` tool's repeats are not run.
 
-use crate::events::ToolFault;
-use crate::events::{ToolDenial, ToolReady, ToolReturn};
 use std::time::Instant;
 
 use serde_json::{Value, json};
@@ -11,7 +9,9 @@ use serde_json::{Value, json};
 use super::super::bind;
 use super::super::pauses::{self, Gate};
 use super::{Agent, NodeContext};
-use crate::events::{EventKind, Interrupt, ToolCallRecord};
+use crate::events::{
+    EventKind, Interrupt, ToolCallRecord, ToolDenial, ToolFault, ToolReady, ToolReturn,
+};
 use crate::llm::{ToolDef, strict};
 use crate::tools::{ToolError, ToolOutcome, failure_payload, parse_arguments};
 

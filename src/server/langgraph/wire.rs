@@ -15,7 +15,6 @@
 //! Nth frame made from event SEQ) are then the same for every client of a
 //! run, so `Last-Event-ID` works across modes and reconnects.
 
-use crate::events::{CustomData, LlmStart};
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
@@ -23,7 +22,7 @@ use serde_json::{Map, Value, json};
 use uuid::Uuid;
 
 use super::messages;
-use crate::events::{Event, EventKind, Interrupt};
+use crate::events::{CustomData, Event, EventKind, Interrupt, LlmStart};
 use crate::graph::spec::Surface;
 use crate::nodes::Graph;
 use crate::state::DynState;

@@ -3,13 +3,11 @@
 //! thinking part as an entry of its `toolCalls`; a pass-through result is
 //! also answer text.
 
-use crate::events::ToolFault;
-use crate::events::{ToolReady, ToolReturn};
 use serde_json::{Value, json};
 
 use super::thinking::emit;
 use super::{At, Bridge, Chunk, text_part};
-use crate::events::{EventKind, ToolFailure};
+use crate::events::{EventKind, ToolFailure, ToolFault, ToolReady, ToolReturn};
 use crate::graph::spec::Surface;
 
 /// Which UI surface a tool call was shown on.

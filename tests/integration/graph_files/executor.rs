@@ -2,7 +2,6 @@
 //! determinism, joins, map fan-out, cycles and the recursion limit, retries,
 //! timeouts, cancellation, checkpoints, resume and subgraphs.
 
-use stategraph::internals::events::CustomData;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
@@ -10,7 +9,7 @@ use std::time::Duration;
 use futures::future::BoxFuture;
 use proptest::prelude::*;
 use serde_json::{Value, json};
-use stategraph::internals::events::{Event, EventKind};
+use stategraph::internals::events::{CustomData, Event, EventKind};
 use stategraph::internals::graph::prompts::Prompts;
 use stategraph::internals::llm::Models;
 use stategraph::internals::llm::offline::OfflineModel;

@@ -5,13 +5,12 @@
 //! served a call under the wrong model's name would diverge (the test that
 //! existed passed only because both of its models were named `scripted`).
 
-use stategraph::internals::events::LlmStart;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use futures::future::BoxFuture;
 use serde_json::{Value, json};
-use stategraph::internals::events::{Event, EventKind};
+use stategraph::internals::events::{Event, EventKind, LlmStart};
 use stategraph::internals::graph::prompts::Prompts;
 use stategraph::internals::llm::scripted::{ScriptedModel, Turn};
 use stategraph::internals::llm::{LlmError, Models};

@@ -3,11 +3,10 @@
 //! divergence after a prompt edit), forks start from a checkpoint with
 //! edited state.
 
-use stategraph::internals::events::ToolReturn;
 use std::sync::Arc;
 
 use serde_json::{Value, json};
-use stategraph::internals::events::EventKind;
+use stategraph::internals::events::{EventKind, ToolReturn};
 use stategraph::internals::graph::prompts::Prompts;
 use stategraph::internals::llm::scripted::ScriptedModel;
 use stategraph::internals::llm::scripted::Turn;

@@ -8,13 +8,12 @@
 //! part instead), even after the client sends its copy back with the next
 //! message; the run keeps every token it spent, the failed call's included.
 
-use stategraph::internals::events::LlmFailure;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Mutex, PoisonError};
 
 use serde_json::{Value, json};
-use stategraph::internals::events::{EventKind, Usage};
+use stategraph::internals::events::{EventKind, LlmFailure, Usage};
 use stategraph::internals::llm::scripted::{ScriptedModel, Turn};
 use stategraph::internals::llm::{ChatMessage, ChatRequest, LlmChunk, LlmError};
 use stategraph::internals::runtime::RunStatus;

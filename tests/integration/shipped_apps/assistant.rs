@@ -10,7 +10,6 @@
 //!
 //! Needs the test venv (tests/run.sh; `STATEGRAPH_TEST_PYTHON`).
 
-use stategraph::internals::events::ToolReturn;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -19,7 +18,7 @@ use std::time::Duration;
 use serde_json::{Value, json};
 use stategraph::internals::config::Config;
 use stategraph::internals::engine::{Engine, Graphs};
-use stategraph::internals::events::EventKind;
+use stategraph::internals::events::{EventKind, ToolReturn};
 use stategraph::internals::llm::scripted::{ScriptedModel, Turn};
 use stategraph::internals::llm::{ChatMessage, ChatRequest, Models};
 use stategraph::internals::runtime::Services;

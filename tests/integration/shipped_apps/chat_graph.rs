@@ -2,11 +2,10 @@
 //! model: every intent's path, the router's override / forced / fallback
 //! rules, the summarizer thresholds and the agent's iteration cap.
 
-use stategraph::internals::events::ToolFault;
 use std::sync::{Arc, Mutex};
 
 use serde_json::{Value, json};
-use stategraph::internals::events::{Event, EventKind};
+use stategraph::internals::events::{Event, EventKind, ToolFault};
 use stategraph::internals::llm::scripted::{ScriptedModel, Turn};
 use stategraph::internals::llm::{ChatMessage, ChatRequest, LlmError};
 use stategraph::internals::runtime::{self, RunOptions};

@@ -11,13 +11,11 @@
 //! ids are derived from the run id, the step, the task and the call, so a
 //! replayed stream has the same ids.
 
-use crate::events::LlmFinish;
-use crate::events::{LlmStart, ToolReady, ToolReturn};
 use serde_json::{Value, json};
 use uuid::Uuid;
 
 use super::Wire;
-use crate::events::{Event, EventKind};
+use crate::events::{Event, EventKind, LlmFinish, LlmStart, ToolReady, ToolReturn};
 use crate::graph::spec::Surface;
 
 /// What a derived run id stands for (its low 16 bits).

@@ -7,11 +7,10 @@
 //! an absent argument before the tool runs. Anthropic gets tools as
 //! declared.
 
-use stategraph::internals::events::{ToolReady, ToolReturn};
 use std::sync::Arc;
 
 use serde_json::{Value, json};
-use stategraph::internals::events::EventKind;
+use stategraph::internals::events::{EventKind, ToolReady, ToolReturn};
 use stategraph::internals::graph::prompts::Prompts;
 use stategraph::internals::llm::{ChatModel, ChatRequest, ToolDef};
 use stategraph::internals::runtime::{self, RunOptions};

@@ -1,8 +1,9 @@
 //! Conformance checks for the event log and checkpoints.
 
 use super::*;
-use stategraph::internals::events::{CustomData, LlmFailure, LlmStart, ToolReady, ToolReturn};
-use stategraph::internals::events::{LlmFinish, ToolFault};
+use stategraph::internals::events::{
+    CustomData, LlmFailure, LlmFinish, LlmStart, ToolFault, ToolReady, ToolReturn,
+};
 
 pub(super) async fn events_page_and_checkpoints_filter_by_step(store: Arc<dyn Store>) {
     let r = run(None, 1);
