@@ -28,6 +28,7 @@
 
 mod support;
 
+use stategraph::internals::events::{LlmFinish, LlmStart, ToolReady, ToolReturn};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -114,12 +115,12 @@ impl Emitter {
         out.push(self.emit(
             step,
             n,
-            EventKind::LlmStarted {
+            EventKind::LlmStarted(Box::new(LlmStart {
                 call,
                 role: "chat".into(),
                 model: "gpt-4o-mini".into(),
                 request: "9f2c4e1a77b0d3e5".into(),
-            },
+            })),
         ));
         let toks = tokens(deltas);
         for t in &toks {
@@ -146,12 +147,12 @@ impl Emitter {
         out.push(self.emit(
             step,
             n,
-            EventKind::LlmFinished {
+            EventKind::LlmFinished(Box::new(LlmFinish {
                 call,
-                output: Box::new(output),
+                output,
                 usage,
                 duration_us: 850_000,
-            },
+            })),
         ));
         let patch = Patch::new().set("answer", text);
         out.push(self.emit(
@@ -253,12 +254,12 @@ fn chat_run(run: Uuid) -> Vec<Append> {
             events.push(em.emit(
                 step,
                 n,
-                EventKind::LlmStarted {
+                EventKind::LlmStarted(Box::new(LlmStart {
                     call: 0,
                     role: "chat".into(),
                     model: "gpt-4o-mini".into(),
                     request: "77aa".into(),
-                },
+                })),
             ));
             events.push(em.emit(
                 step,
@@ -295,33 +296,33 @@ fn chat_run(run: Uuid) -> Vec<Append> {
             events.push(em.emit(
                 step,
                 n,
-                EventKind::LlmFinished {
+                EventKind::LlmFinished(Box::new(LlmFinish {
                     call: 0,
-                    output: Box::new(output),
+                    output,
                     usage,
                     duration_us: 400_000,
-                },
+                })),
             ));
             events.push(em.emit(
                 step,
                 n,
-                EventKind::ToolCallReady {
+                EventKind::ToolCallReady(Box::new(ToolReady {
                     call_id: "call_1".into(),
                     tool: "calculator".into(),
                     args: json!({"expression": "6*7"}),
-                },
+                })),
             ));
             events.push(em.emit(
                 step,
                 n,
-                EventKind::ToolResult {
+                EventKind::ToolResult(Box::new(ToolReturn {
                     display: false,
                     call_id: "call_1".into(),
                     tool: "calculator".into(),
                     output: json!({"result": 42}),
                     cached: false,
                     duration_us: 120,
-                },
+                })),
             ));
         }
         let call = u32::from(node == "research");

@@ -21,6 +21,7 @@ pub mod engine {
 
 /// The top-level module `events`, as far as tests use it.
 pub mod events {
+    pub use crate::events::CustomData;
     pub use crate::events::ErrorInfo;
     pub use crate::events::Event;
     pub use crate::events::EventKind;
@@ -28,14 +29,22 @@ pub mod events {
     pub use crate::events::ForkMode;
     pub use crate::events::ForkOrigin;
     pub use crate::events::Frontier;
+    pub use crate::events::LlmFailure;
+    pub use crate::events::LlmFinish;
     pub use crate::events::LlmOutput;
+    pub use crate::events::LlmStart;
     pub use crate::events::NodeEvents;
     pub use crate::events::PendingTask;
     pub use crate::events::RunStart;
     pub use crate::events::RunStatus;
+    pub use crate::events::SourceRef;
     pub use crate::events::StepBatch;
     pub use crate::events::ToolCallRecord;
+    pub use crate::events::ToolDenial;
     pub use crate::events::ToolFailure;
+    pub use crate::events::ToolFault;
+    pub use crate::events::ToolReady;
+    pub use crate::events::ToolReturn;
     pub use crate::events::Usage;
     pub use crate::events::now_micros;
 }

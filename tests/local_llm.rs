@@ -25,6 +25,7 @@
 #[allow(dead_code, unreachable_pub)]
 mod db;
 
+use stategraph::internals::events::LlmFinish;
 use std::sync::Arc;
 
 use futures::StreamExt;
@@ -277,12 +278,12 @@ async fn call_model_assembles_the_text_and_records_usage_in_events() {
     let usage = reply.usage();
     assert!(usage.prompt_tokens > 0 && (1..=16).contains(&usage.completion_tokens));
     assert!(
-        matches!(&events[0], EventKind::LlmStarted { role, model, .. } if &**role == "chat" && model == MODEL),
+        matches!(&events[0], EventKind::LlmStarted(s) if &*s.role == "chat" && s.model == MODEL),
         "{:?}",
         events[0]
     );
     assert!(
-        matches!(events.last(), Some(EventKind::LlmFinished { usage: u, .. }) if *u == usage),
+        matches!(events.last(), Some(EventKind::LlmFinished(f)) if f.usage == usage),
         "{:?}",
         events.last()
     );
@@ -598,11 +599,11 @@ async fn stategraph_run_streams_llm_events_from_the_server() {
         "{stdout}"
     );
     let position = |f: &dyn Fn(&EventKind) -> bool| kinds.iter().position(|k| f(k));
-    let started = position(&|k| {
-        matches!(k, EventKind::LlmStarted { role, model, .. } if &**role == "narrator" && model == MODEL)
-    })
+    let started = position(
+        &|k| matches!(k, EventKind::LlmStarted(s) if &*s.role == "narrator" && s.model == MODEL),
+    )
     .unwrap_or_else(|| panic!("llm_started: {stdout}"));
-    let finished = position(&|k| matches!(k, EventKind::LlmFinished { .. }))
+    let finished = position(&|k| matches!(k, EventKind::LlmFinished(_)))
         .unwrap_or_else(|| panic!("llm_finished: {stdout}"));
     let deltas: Vec<(usize, &str)> = kinds
         .iter()
@@ -619,9 +620,10 @@ async fn stategraph_run_streams_llm_events_from_the_server() {
             .iter()
             .all(|e| e.node.as_deref() == Some("answer"))
     );
-    let EventKind::LlmFinished { output, usage, .. } = kinds[finished] else {
+    let EventKind::LlmFinished(llm_finish) = kinds[finished] else {
         unreachable!()
     };
+    let LlmFinish { output, usage, .. } = &**llm_finish;
     let text: String = deltas.iter().map(|(_, d)| *d).collect();
     assert_eq!(output.text, text);
     assert!(

@@ -274,7 +274,7 @@ async fn restart_mid_run(url: String) {
     );
     assert!(
         live.iter()
-            .any(|e| matches!(e.event, EventKind::ToolResult { .. }))
+            .any(|e| matches!(e.event, EventKind::ToolResult(_)))
     );
 
     // The listening connection reconnected: appends are heard again.

@@ -1,5 +1,8 @@
 //! `stategraph run GRAPH "message"`: run a graph once, streaming events.
 
+use crate::events::{
+    CustomData, LlmFailure, LlmStart, SourceRef, ToolDenial, ToolReady, ToolReturn,
+};
 use std::io::Write;
 use std::sync::Arc;
 
@@ -9,7 +12,7 @@ use tokio::sync::mpsc;
 use uuid::Uuid;
 
 use super::setup::Ctx;
-use crate::events::{Event, EventKind};
+use crate::events::{Event, EventKind, ToolFault};
 use crate::graph::ChatIo;
 use crate::runs::RunStart;
 use crate::runtime::{self, RunOptions};
@@ -233,22 +236,39 @@ fn readable(
             delay_ms,
         } => format!("  {node}: attempt {attempt} failed ({error}); retrying in {delay_ms} ms"),
         EventKind::NodeFailed { error, .. } => format!("  {node} failed: {error}"),
-        EventKind::LlmStarted { model, role, .. } => {
+        EventKind::LlmStarted(llm_start) => {
+            let LlmStart { model, role, .. } = &**llm_start;
             format!("  {node}: model {model} (role {role})")
         }
-        EventKind::LlmFailed { error, .. } => format!("  {node}: model call failed: {error}"),
-        EventKind::ToolCallReady { tool, args, .. } => format!("  {node}: tool {tool}({args})"),
-        EventKind::ToolResult { tool, output, .. } => format!(
-            "  {node}: tool {tool} → {}",
-            truncate(&output.to_string(), 200)
-        ),
-        EventKind::ToolError { tool, error, .. } => format!(
-            "  {node}: tool {tool} failed [{}]: {}",
-            error.kind, error.message
-        ),
+        EventKind::LlmFailed(llm_failure) => {
+            let LlmFailure { error, .. } = &**llm_failure;
+            format!("  {node}: model call failed: {error}")
+        }
+        EventKind::ToolCallReady(tool_ready) => {
+            let ToolReady { tool, args, .. } = &**tool_ready;
+            format!("  {node}: tool {tool}({args})")
+        }
+        EventKind::ToolResult(tool_return) => {
+            let ToolReturn { tool, output, .. } = &**tool_return;
+            format!(
+                "  {node}: tool {tool} → {}",
+                truncate(&output.to_string(), 200)
+            )
+        }
+        EventKind::ToolError(tool_fault) => {
+            let ToolFault { tool, error, .. } = &**tool_fault;
+            format!(
+                "  {node}: tool {tool} failed [{}]: {}",
+                error.kind, error.message
+            )
+        }
         EventKind::Thinking { text } => format!("  {node} thinks: {text}"),
-        EventKind::Source { source_id, url, .. } => format!("  {node} cites [{source_id}] {url}"),
-        EventKind::Custom { name, data, .. } => {
+        EventKind::Source(source_ref) => {
+            let SourceRef { source_id, url, .. } = &**source_ref;
+            format!("  {node} cites [{source_id}] {url}")
+        }
+        EventKind::Custom(custom_data) => {
+            let CustomData { name, data, .. } = &**custom_data;
             format!("  {node} data-{name}: {}", truncate(&data.to_string(), 200))
         }
         _ => match run_line(ev) {
@@ -306,7 +326,8 @@ fn run_line(ev: &Event) -> Option<String> {
             "run resumed with {}",
             serde_json::to_string(answers).unwrap_or_default()
         ),
-        EventKind::ToolDenied { tool, .. } => {
+        EventKind::ToolDenied(tool_denial) => {
+            let ToolDenial { tool, .. } = &**tool_denial;
             format!("step {} ✗ {node} tool {tool} denied", ev.step)
         }
         _ => return None,

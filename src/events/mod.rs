@@ -364,6 +364,128 @@ pub struct RunStart {
     pub user: Option<String>,
 }
 
+/// What [`EventKind::LlmStarted`] records.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct LlmStart {
+    /// Call number within the task, from 0.
+    pub call: u32,
+    /// Model role from the graph file.
+    pub role: Arc<str>,
+    /// Model name actually used.
+    pub model: String,
+    /// Fingerprint of the request (messages, tools, format), to detect
+    /// when a re-execution asks something different.
+    pub request: String,
+}
+
+/// What [`EventKind::LlmFinished`] records.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct LlmFinish {
+    /// The call.
+    pub call: u32,
+    /// What it produced (recorded for re-execution).
+    pub output: LlmOutput,
+    /// Tokens used.
+    pub usage: Usage,
+    /// Wall time.
+    pub duration_us: u64,
+}
+
+/// What [`EventKind::LlmFailed`] records.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct LlmFailure {
+    /// The call.
+    pub call: u32,
+    /// What went wrong.
+    pub error: String,
+    /// Tokens the model reported before it failed (a stream that broke
+    /// after its usage chunk): they were spent and count for the run.
+    #[serde(default, skip_serializing_if = "Usage::is_zero")]
+    pub usage: Usage,
+}
+
+/// What [`EventKind::ToolCallReady`] records.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ToolReady {
+    /// The call id.
+    pub call_id: String,
+    /// Tool name.
+    pub tool: String,
+    /// Parsed arguments.
+    pub args: Value,
+}
+
+/// What [`EventKind::ToolResult`] records.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ToolReturn {
+    /// The call id.
+    pub call_id: String,
+    /// Tool name.
+    pub tool: String,
+    /// The result given to the model.
+    pub output: Value,
+    /// Served from the result cache.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub cached: bool,
+    /// Display-ready: shown to the user verbatim (pass-through).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub display: bool,
+    /// Wall time.
+    pub duration_us: u64,
+}
+
+/// What [`EventKind::ToolError`] records.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ToolFault {
+    /// The call id.
+    pub call_id: String,
+    /// Tool name.
+    pub tool: String,
+    /// The structured failure.
+    pub error: ToolFailure,
+}
+
+/// What [`EventKind::ToolDenied`] records.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ToolDenial {
+    /// The call id.
+    pub call_id: String,
+    /// Tool name.
+    pub tool: String,
+    /// The reason given, if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+}
+
+/// What [`EventKind::Custom`] records.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct CustomData {
+    /// Data name.
+    pub name: String,
+    /// Payload.
+    pub data: Value,
+    /// The UI part's id, when the data replaces an earlier part with
+    /// the same id (progress); otherwise one part per node task.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub id: Option<String>,
+    /// Shown while streaming but not kept in the stored message
+    /// (progress that means nothing once the answer is there).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub transient: bool,
+}
+
+/// What [`EventKind::Source`] records.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct SourceRef {
+    /// The number the answer cites it by (`[2]` → `2`).
+    pub source_id: String,
+    /// Where it is.
+    pub url: String,
+    /// Its title.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub title: Option<String>,
+}
+
 /// What happened. Serialized with a `type` tag in snake_case.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
@@ -438,18 +560,9 @@ pub enum EventKind {
         /// The last error.
         error: String,
     },
-    /// A model call began.
-    LlmStarted {
-        /// Call number within the task, from 0.
-        call: u32,
-        /// Model role from the graph file.
-        role: Arc<str>,
-        /// Model name actually used.
-        model: String,
-        /// Fingerprint of the request (messages, tools, format), to detect
-        /// when a re-execution asks something different.
-        request: String,
-    },
+    /// A model call began (boxed, as are the other kinds below whose
+    /// fields pass 48 bytes: an [`Event`] is sized by its largest kind).
+    LlmStarted(Box<LlmStart>),
     /// The tools a model-calling node offers its model (once per task,
     /// before its first call): recorded so that a re-execution offers the
     /// same ones when the tools' providers (an MCP server, say) are absent.
@@ -472,28 +585,9 @@ pub enum EventKind {
         delta: String,
     },
     /// A model call completed.
-    LlmFinished {
-        /// The call.
-        call: u32,
-        /// What it produced (recorded for re-execution; boxed, so that
-        /// this once-per-call variant does not size every event).
-        output: Box<LlmOutput>,
-        /// Tokens used.
-        usage: Usage,
-        /// Wall time.
-        duration_us: u64,
-    },
+    LlmFinished(Box<LlmFinish>),
     /// A model call failed.
-    LlmFailed {
-        /// The call.
-        call: u32,
-        /// What went wrong.
-        error: String,
-        /// Tokens the model reported before it failed (a stream that broke
-        /// after its usage chunk): they were spent and count for the run.
-        #[serde(default, skip_serializing_if = "Usage::is_zero")]
-        usage: Usage,
-    },
+    LlmFailed(Box<LlmFailure>),
     /// The model started a tool call.
     ToolCallStarted {
         /// The model's call id.
@@ -509,81 +603,23 @@ pub enum EventKind {
         delta: String,
     },
     /// Arguments are complete and about to be executed.
-    ToolCallReady {
-        /// The call id.
-        call_id: String,
-        /// Tool name.
-        tool: String,
-        /// Parsed arguments.
-        args: Value,
-    },
+    ToolCallReady(Box<ToolReady>),
     /// A tool returned.
-    ToolResult {
-        /// The call id.
-        call_id: String,
-        /// Tool name.
-        tool: String,
-        /// The result given to the model.
-        output: Value,
-        /// Served from the result cache.
-        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
-        cached: bool,
-        /// Display-ready: shown to the user verbatim (pass-through).
-        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
-        display: bool,
-        /// Wall time.
-        duration_us: u64,
-    },
+    ToolResult(Box<ToolReturn>),
     /// A tool failed; the failure is given to the model as data.
-    ToolError {
-        /// The call id.
-        call_id: String,
-        /// Tool name.
-        tool: String,
-        /// The structured failure (boxed: see `LlmFinished::output`).
-        error: Box<ToolFailure>,
-    },
+    ToolError(Box<ToolFault>),
     /// A tool call a person denied: it did not run; the model was told.
-    ToolDenied {
-        /// The call id.
-        call_id: String,
-        /// Tool name.
-        tool: String,
-        /// The reason given, if any.
-        #[serde(default, skip_serializing_if = "Option::is_none")]
-        reason: Option<String>,
-    },
+    ToolDenied(Box<ToolDenial>),
     /// A node explains what it is doing (the thinking panel).
     Thinking {
         /// The explanation.
         text: String,
     },
     /// Application data from a node (`data-<name>` in the UI stream).
-    Custom {
-        /// Data name.
-        name: String,
-        /// Payload.
-        data: Value,
-        /// The UI part's id, when the data replaces an earlier part with
-        /// the same id (progress); otherwise one part per node task.
-        #[serde(default, skip_serializing_if = "Option::is_none")]
-        id: Option<String>,
-        /// Shown while streaming but not kept in the stored message
-        /// (progress that means nothing once the answer is there).
-        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
-        transient: bool,
-    },
+    Custom(Box<CustomData>),
     /// A source the answer cites (`source-url` in the UI stream, whatever
     /// the node's surface).
-    Source {
-        /// The number the answer cites it by (`[2]` → `2`).
-        source_id: String,
-        /// Where it is.
-        url: String,
-        /// Its title.
-        #[serde(default, skip_serializing_if = "Option::is_none")]
-        title: Option<String>,
-    },
+    Source(Box<SourceRef>),
     /// The state after a step was handed to the checkpoint store.
     CheckpointSaved {
         /// The step stored.
@@ -610,7 +646,8 @@ impl EventKind {
     /// finished or failed after reporting its usage. Run totals add these.
     pub fn spent(&self) -> Usage {
         match self {
-            EventKind::LlmFinished { usage, .. } | EventKind::LlmFailed { usage, .. } => *usage,
+            EventKind::LlmFinished(f) => f.usage,
+            EventKind::LlmFailed(f) => f.usage,
             _ => Usage::default(),
         }
     }
@@ -625,9 +662,9 @@ impl EventKind {
                 | EventKind::ReasoningDelta { .. }
                 | EventKind::Thinking { .. }
                 | EventKind::ToolCallStarted { .. }
-                | EventKind::ToolCallReady { .. }
-                | EventKind::Custom { .. }
-                | EventKind::Source { .. }
+                | EventKind::ToolCallReady(_)
+                | EventKind::Custom(_)
+                | EventKind::Source(_)
         )
     }
 
@@ -681,5 +718,37 @@ mod tests {
             "event": {"type": "hologram", "beam": 1}});
         let parsed: Event = serde_json::from_value(future).unwrap();
         assert_eq!(parsed.event, EventKind::Unknown);
+    }
+
+    #[test]
+    fn an_event_is_sized_by_its_small_kinds() {
+        // Every event, a token's included, is built at this size and moved
+        // on its way to the hub (#37): kinds past 48 bytes of fields are boxed.
+        let (kind, event) = (
+            std::mem::size_of::<EventKind>(),
+            std::mem::size_of::<Event>(),
+        );
+        assert!(
+            kind <= 56 && event <= 112,
+            "EventKind {kind}, Event {event}"
+        );
+    }
+
+    #[test]
+    fn boxed_kinds_serialize_their_fields_beside_the_tag() {
+        let k = EventKind::ToolResult(Box::new(ToolReturn {
+            call_id: "c1".into(),
+            tool: "search".into(),
+            output: json!({"hits": 2}),
+            cached: true,
+            display: false,
+            duration_us: 5,
+        }));
+        let text = serde_json::to_string(&k).unwrap();
+        assert_eq!(
+            text,
+            r#"{"type":"tool_result","call_id":"c1","tool":"search","output":{"hits":2},"cached":true,"duration_us":5}"#
+        );
+        assert_eq!(serde_json::from_str::<EventKind>(&text).unwrap(), k);
     }
 }

@@ -7,6 +7,7 @@
 //! even when parallel tasks emit at once; a full channel makes emitters wait
 //! (backpressure) instead of growing memory.
 
+use crate::events::CustomData;
 use std::collections::{HashMap, VecDeque};
 use std::future::Future;
 use std::pin::Pin;
@@ -353,12 +354,12 @@ impl NodeEvents {
         data: serde_json::Value,
     ) {
         let _ = self
-            .emit(EventKind::Custom {
+            .emit(EventKind::Custom(Box::new(CustomData {
                 name: name.into(),
                 data,
                 id,
                 transient: false,
-            })
+            })))
             .await;
     }
 
@@ -366,12 +367,12 @@ impl NodeEvents {
     /// each newer stage) saying what the run is doing now.
     pub async fn stage(&self, status: impl Into<String>) {
         let _ = self
-            .emit(EventKind::Custom {
+            .emit(EventKind::Custom(Box::new(CustomData {
                 name: "stage".into(),
                 data: serde_json::json!({ "node": &**self.node(), "status": status.into() }),
                 id: Some("stage".into()),
                 transient: true,
-            })
+            })))
             .await;
     }
 }

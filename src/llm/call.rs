@@ -7,7 +7,9 @@ use futures::StreamExt;
 
 use super::record::{CallRecorder, CallStart};
 use super::{ChatModel, ChatRequest, LlmChunk, LlmError};
-use crate::events::{Event, EventKind, LlmOutput, NodeEvents, ToolCallRecord, Usage};
+use crate::events::{
+    Event, EventKind, LlmFailure, LlmFinish, LlmOutput, LlmStart, NodeEvents, ToolCallRecord, Usage,
+};
 
 /// What a node passes to [`call_model`] besides the request.
 #[derive(Debug)]
@@ -36,7 +38,10 @@ impl LlmReply {
     /// What the model produced.
     pub fn output(&self) -> &LlmOutput {
         match &self.0.event {
-            EventKind::LlmFinished { output, .. } => output,
+            EventKind::LlmFinished(llm_finish) => {
+                let LlmFinish { output, .. } = &**llm_finish;
+                output
+            }
             _ => &EMPTY_OUTPUT,
         }
     }
@@ -44,7 +49,10 @@ impl LlmReply {
     /// Tokens used.
     pub fn usage(&self) -> Usage {
         match &self.0.event {
-            EventKind::LlmFinished { usage, .. } => *usage,
+            EventKind::LlmFinished(llm_finish) => {
+                let LlmFinish { usage, .. } = &**llm_finish;
+                *usage
+            }
             _ => Usage::default(),
         }
     }
@@ -110,12 +118,12 @@ pub(crate) async fn stream_call(
     out.tool_calls = calls.0.into_iter().map(|(_, c)| c).collect();
     let ev = cx
         .events
-        .emit(EventKind::LlmFinished {
+        .emit(EventKind::LlmFinished(Box::new(LlmFinish {
             call,
-            output: Box::new(out),
+            output: out,
             usage,
             duration_us: started.elapsed().as_micros() as u64,
-        })
+        })))
         .await;
     Ok(LlmReply(ev))
 }
@@ -125,12 +133,12 @@ pub(crate) async fn stream_call(
 async fn begin(model: &str, cx: &ModelCall<'_>, request: &ChatRequest) {
     let begun = cx
         .events
-        .emit(EventKind::LlmStarted {
+        .emit(EventKind::LlmStarted(Box::new(LlmStart {
             call: cx.call,
             role: Arc::clone(cx.role),
             model: model.to_owned(),
             request: request.fingerprint(),
-        })
+        })))
         .await;
     if let Some(recorder) = cx.recorder {
         recorder.record(CallStart {
@@ -206,11 +214,11 @@ async fn receive<'q>(
 /// Emits `llm_failed` for `e`, and returns it.
 async fn failed(cx: &ModelCall<'_>, e: LlmError, usage: Usage) -> LlmError {
     cx.events
-        .emit(EventKind::LlmFailed {
+        .emit(EventKind::LlmFailed(Box::new(LlmFailure {
             call: cx.call,
             error: e.to_string(),
             usage,
-        })
+        })))
         .await;
     e
 }

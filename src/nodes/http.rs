@@ -29,7 +29,7 @@ use futures::future::BoxFuture;
 use serde_json::{Map, Value, json};
 
 use super::{BuildCx, Kind, Node, NodeContext, NodeError};
-use crate::events::{EventKind, ToolFailure};
+use crate::events::{EventKind, ToolFailure, ToolFault, ToolReady, ToolReturn};
 use crate::graph::expr::{ValueExpr, from_json};
 use crate::graph::kinds::schema;
 use crate::graph::spec::Surface;
@@ -180,11 +180,11 @@ impl HttpNode {
         );
         let args = json!({ "method": self.method.as_str(), "url": url, "body": body });
         cx.events
-            .emit(EventKind::ToolCallReady {
+            .emit(EventKind::ToolCallReady(Box::new(ToolReady {
                 call_id: call_id.clone(),
                 tool: "http".into(),
                 args,
-            })
+            })))
             .await;
         let started = Instant::now();
         let recorded = cx.services.playback.as_ref().and_then(|p| {
@@ -203,14 +203,14 @@ impl HttpNode {
         match result {
             Ok(answer) => {
                 cx.events
-                    .emit(EventKind::ToolResult {
+                    .emit(EventKind::ToolResult(Box::new(ToolReturn {
                         call_id,
                         tool: "http".into(),
                         output: answer.clone(),
                         cached: false,
                         display: false,
                         duration_us: started.elapsed().as_micros() as u64,
-                    })
+                    })))
                     .await;
                 patch_from(&url, answer)
             }
@@ -221,15 +221,15 @@ impl HttpNode {
                     "validation_error"
                 };
                 cx.events
-                    .emit(EventKind::ToolError {
+                    .emit(EventKind::ToolError(Box::new(ToolFault {
                         call_id,
                         tool: "http".into(),
-                        error: Box::new(ToolFailure {
+                        error: ToolFailure {
                             kind: kind.into(),
                             message: e.to_string(),
                             details: Value::Null,
-                        }),
-                    })
+                        },
+                    })))
                     .await;
                 Err(e)
             }

@@ -19,7 +19,7 @@ use super::convo::{self, Conversation};
 use super::model::{self, INPUT, PROMPT, QUIET, ROLE_SETTINGS};
 use super::structured::{self, Structured};
 use super::{BuildCx, Kind, Node, NodeContext, NodeError, Roles};
-use crate::events::EventKind;
+use crate::events::{EventKind, SourceRef};
 use crate::graph::kinds::schema;
 use crate::graph::spec::Surface;
 use crate::graph::{PromptRef, SettingDoc};
@@ -270,14 +270,14 @@ async fn emit_citations(cx: &NodeContext<'_>, text: &str, sources: &Value) {
             continue;
         };
         cx.events
-            .emit(EventKind::Source {
+            .emit(EventKind::Source(Box::new(SourceRef {
                 source_id: n.to_string(),
                 url: url.to_owned(),
                 title: source
                     .get("title")
                     .and_then(Value::as_str)
                     .map(str::to_owned),
-            })
+            })))
             .await;
     }
 }

@@ -35,7 +35,7 @@ use serde_json::{Value, json};
 
 use super::extract::{self, Extract};
 use super::{BuildCx, Kind, Node, NodeContext, NodeError};
-use crate::events::EventKind;
+use crate::events::{EventKind, ToolFault, ToolReady, ToolReturn};
 use crate::graph::diagnostic::name_hint;
 use crate::graph::expr::{ValueExpr, from_json};
 use crate::graph::kinds::schema;
@@ -219,11 +219,11 @@ impl ToolNode {
             cx.attempt
         );
         cx.events
-            .emit(EventKind::ToolCallReady {
+            .emit(EventKind::ToolCallReady(Box::new(ToolReady {
                 call_id: call_id.clone(),
                 tool: self.tool.clone(),
                 args: args.clone(),
-            })
+            })))
             .await;
         let started = Instant::now();
         let tools = &cx.services.tools;
@@ -236,25 +236,25 @@ impl ToolNode {
         match cx.tool(&call_id, &self.tool, args.clone(), &allowed).await {
             Ok(outcome) => {
                 cx.events
-                    .emit(EventKind::ToolResult {
+                    .emit(EventKind::ToolResult(Box::new(ToolReturn {
                         call_id,
                         tool: self.tool.clone(),
                         output: outcome.output.clone(),
                         cached: outcome.cached,
                         display: outcome.display,
                         duration_us: started.elapsed().as_micros() as u64,
-                    })
+                    })))
                     .await;
                 self.success(&cx, &args, &outcome.output).await
             }
             Err(error) => {
                 let failure = error.to_failure();
                 cx.events
-                    .emit(EventKind::ToolError {
+                    .emit(EventKind::ToolError(Box::new(ToolFault {
                         call_id,
                         tool: self.tool.clone(),
-                        error: Box::new(failure.clone()),
-                    })
+                        error: failure.clone(),
+                    })))
                     .await;
                 let last_attempt = !is_transient(&error) || cx.attempt >= self.attempts;
                 if self.keep_going && last_attempt {

@@ -13,7 +13,7 @@ use serde::Serialize;
 use serde_json::{Value, json};
 use uuid::Uuid;
 
-use crate::events::{Event, EventKind};
+use crate::events::{Event, EventKind, LlmFinish, LlmStart};
 use crate::store::{CallRecord, Store, StoreError};
 
 /// One model call.
@@ -165,12 +165,12 @@ pub(crate) async fn expand(
 fn started(events: &[Event]) -> Vec<CallView> {
     let mut out = Vec::new();
     for (i, e) in events.iter().enumerate() {
-        let EventKind::LlmStarted {
-            call, role, model, ..
-        } = &e.event
-        else {
+        let EventKind::LlmStarted(llm_start) = &e.event else {
             continue;
         };
+        let LlmStart {
+            call, role, model, ..
+        } = &**llm_start;
         let (status, response) = answer(&events[i + 1..], e, *call);
         out.push(CallView {
             index: out.len(),
@@ -197,12 +197,13 @@ fn answer(after: &[Event], started: &Event, call: u32) -> (&'static str, Option<
         |e: &Event| e.step == started.step && e.task == started.task && e.node == started.node;
     for e in after.iter().filter(|e| same(e)) {
         match &e.event {
-            EventKind::LlmFinished {
-                call: c,
-                output,
-                usage,
-                duration_us,
-            } if *c == call => {
+            EventKind::LlmFinished(f) if f.call == call => {
+                let LlmFinish {
+                    output,
+                    usage,
+                    duration_us,
+                    ..
+                } = &**f;
                 return (
                     "finished",
                     Some(json!({
@@ -215,16 +216,13 @@ fn answer(after: &[Event], started: &Event, call: u32) -> (&'static str, Option<
                     })),
                 );
             }
-            EventKind::LlmFailed {
-                call: c,
-                error,
-                usage,
-            } if *c == call => {
-                return ("failed", Some(json!({ "error": error, "usage": usage })));
+            EventKind::LlmFailed(f) if f.call == call => {
+                let usage = &f.usage;
+                return ("failed", Some(json!({ "error": f.error, "usage": usage })));
             }
             // The same call number started again (a retry): this one never
             // answered.
-            EventKind::LlmStarted { call: c, .. } if *c == call => break,
+            EventKind::LlmStarted(s) if s.call == call => break,
             _ => {}
         }
     }

@@ -19,6 +19,9 @@ mod tasks;
 #[cfg(feature = "server")]
 mod timing;
 
+use crate::events::{
+    LlmFailure, LlmFinish, LlmStart, ToolDenial, ToolFault, ToolReady, ToolReturn,
+};
 use std::fmt::Write;
 use std::sync::Arc;
 
@@ -211,52 +214,69 @@ fn line(ev: &Event) -> Option<String> {
             "step {:>2}  {node} FAILED after {attempts} attempt(s): {error}",
             ev.step
         )),
-        EventKind::LlmStarted {
-            call, role, model, ..
-        } => Some(format!(
-            "          {node} model call {call}: {model} (role {role})"
-        )),
-        EventKind::LlmFinished {
-            usage,
-            duration_us,
-            output,
-            ..
-        } => Some(format!(
-            "          {node} model done in {}: {} prompt + {} completion tokens, {} tool call(s), {}",
-            ms(*duration_us),
-            usage.prompt_tokens,
-            usage.completion_tokens,
-            output.tool_calls.len(),
-            output.finish_reason
-        )),
-        EventKind::LlmFailed { error, .. } => {
+        EventKind::LlmStarted(llm_start) => {
+            let LlmStart {
+                call, role, model, ..
+            } = &**llm_start;
+            Some(format!(
+                "          {node} model call {call}: {model} (role {role})"
+            ))
+        }
+        EventKind::LlmFinished(llm_finish) => {
+            let LlmFinish {
+                usage,
+                duration_us,
+                output,
+                ..
+            } = &**llm_finish;
+            Some(format!(
+                "          {node} model done in {}: {} prompt + {} completion tokens, {} tool call(s), {}",
+                ms(*duration_us),
+                usage.prompt_tokens,
+                usage.completion_tokens,
+                output.tool_calls.len(),
+                output.finish_reason
+            ))
+        }
+        EventKind::LlmFailed(llm_failure) => {
+            let LlmFailure { error, .. } = &**llm_failure;
             Some(format!("          {node} model call FAILED: {error}"))
         }
-        EventKind::ToolCallReady { tool, args, .. } => {
+        EventKind::ToolCallReady(tool_ready) => {
+            let ToolReady { tool, args, .. } = &**tool_ready;
             Some(format!("          {node} tool {tool}({args})"))
         }
-        EventKind::ToolResult {
-            tool,
-            duration_us,
-            cached,
-            ..
-        } => Some(format!(
-            "          {node} tool {tool} ok in {}{}",
-            ms(*duration_us),
-            if *cached { " (cached)" } else { "" }
-        )),
-        EventKind::ToolError { tool, error, .. } => Some(format!(
-            "          {node} tool {tool} error [{}]: {}",
-            error.kind, error.message
-        )),
+        EventKind::ToolResult(tool_return) => {
+            let ToolReturn {
+                tool,
+                duration_us,
+                cached,
+                ..
+            } = &**tool_return;
+            Some(format!(
+                "          {node} tool {tool} ok in {}{}",
+                ms(*duration_us),
+                if *cached { " (cached)" } else { "" }
+            ))
+        }
+        EventKind::ToolError(tool_fault) => {
+            let ToolFault { tool, error, .. } = &**tool_fault;
+            Some(format!(
+                "          {node} tool {tool} error [{}]: {}",
+                error.kind, error.message
+            ))
+        }
         EventKind::Thinking { text } => Some(format!("          {node}: {text}")),
-        EventKind::ToolDenied { tool, reason, .. } => Some(format!(
-            "          {node} tool {tool} DENIED by the user{}",
-            reason
-                .as_deref()
-                .map(|r| format!(": {r}"))
-                .unwrap_or_default()
-        )),
+        EventKind::ToolDenied(tool_denial) => {
+            let ToolDenial { tool, reason, .. } = &**tool_denial;
+            Some(format!(
+                "          {node} tool {tool} DENIED by the user{}",
+                reason
+                    .as_deref()
+                    .map(|r| format!(": {r}"))
+                    .unwrap_or_default()
+            ))
+        }
         _ => run_line(&ev.event),
     }
 }

@@ -14,7 +14,7 @@ use std::sync::{Mutex, PoisonError};
 
 use futures::StreamExt;
 
-use crate::events::{Event, EventKind};
+use crate::events::{Event, EventKind, LlmFailure, LlmFinish, LlmStart, ToolFault, ToolReturn};
 use crate::llm::{ChunkStream, LlmChunk, LlmError, ToolDef};
 use crate::tools::{ToolError, ToolOutcome};
 
@@ -171,7 +171,8 @@ impl Reader {
             EventKind::Thinking { text } if text.starts_with(crate::nodes::BUDGET_NOTE) => {
                 self.budget_noted.insert(task);
             }
-            EventKind::LlmStarted { call, model, .. } => {
+            EventKind::LlmStarted(llm_start) => {
+                let LlmStart { call, model, .. } = &**llm_start;
                 let key = (node, ev.step, ev.task, *call);
                 if self.budget_noted.remove(&task) {
                     self.rec.past_budget.insert(key.clone());
@@ -187,7 +188,8 @@ impl Reader {
                     .answers
                     .extend(answers.iter().map(|(k, v)| (k.clone(), v.clone())));
             }
-            EventKind::LlmFinished { output, usage, .. } => {
+            EventKind::LlmFinished(llm_finish) => {
+                let LlmFinish { output, usage, .. } = &**llm_finish;
                 if let Some((key, model, mut chunks, _)) = self.open.remove(&task) {
                     unstreamed_text(&mut chunks, &output.text);
                     chunks.push(Ok(LlmChunk::Finish(output.finish_reason.clone())));
@@ -195,7 +197,8 @@ impl Reader {
                     self.recorded_call(key, model, chunks);
                 }
             }
-            EventKind::LlmFailed { error, usage, .. } => {
+            EventKind::LlmFailed(llm_failure) => {
+                let LlmFailure { error, usage, .. } = &**llm_failure;
                 if let Some((key, model, mut chunks, _)) = self.open.remove(&task) {
                     // The usage it reported before failing, so the
                     // re-executed call records the same spend.
@@ -206,13 +209,14 @@ impl Reader {
                     self.recorded_call(key, model, chunks);
                 }
             }
-            EventKind::ToolResult {
-                call_id,
-                output,
-                cached,
-                display,
-                ..
-            } => {
+            EventKind::ToolResult(tool_return) => {
+                let ToolReturn {
+                    call_id,
+                    output,
+                    cached,
+                    display,
+                    ..
+                } = &**tool_return;
                 let outcome = ToolOutcome {
                     output: output.clone(),
                     cached: *cached,
@@ -220,8 +224,9 @@ impl Reader {
                 };
                 self.recorded_tool(task, call_id, RecordedTool::Ok(outcome));
             }
-            EventKind::ToolError { call_id, error, .. } => {
-                self.recorded_tool(task, call_id, RecordedTool::Err((**error).clone()));
+            EventKind::ToolError(tool_fault) => {
+                let ToolFault { call_id, error, .. } = &**tool_fault;
+                self.recorded_tool(task, call_id, RecordedTool::Err(error.clone()));
             }
             other => self.streamed(&task, other),
         }

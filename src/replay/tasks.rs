@@ -7,7 +7,9 @@ use std::collections::{BTreeMap, HashMap};
 
 use serde::Serialize;
 
-use crate::events::{Event, EventKind};
+use crate::events::{
+    Event, EventKind, LlmFailure, LlmFinish, LlmStart, ToolFault, ToolReady, ToolReturn,
+};
 
 /// Supersteps in order, with the events they span.
 #[derive(Clone, Debug, Default, PartialEq, Serialize)]
@@ -210,55 +212,63 @@ fn apply(t: &mut TaskSpan, e: &Event) {
 /// A model or tool call event of the task.
 fn apply_call(t: &mut TaskSpan, event: &EventKind) {
     match event {
-        EventKind::LlmStarted {
-            call, role, model, ..
-        } => t.llm.push(LlmCall {
-            call: *call,
-            role: role.to_string(),
-            model: model.clone(),
-            duration_us: None,
-            prompt_tokens: 0,
-            completion_tokens: 0,
-            error: None,
-        }),
-        EventKind::LlmFinished {
-            call,
-            usage,
-            duration_us,
-            ..
-        } => {
+        EventKind::LlmStarted(llm_start) => {
+            let LlmStart {
+                call, role, model, ..
+            } = &**llm_start;
+            t.llm.push(LlmCall {
+                call: *call,
+                role: role.to_string(),
+                model: model.clone(),
+                duration_us: None,
+                prompt_tokens: 0,
+                completion_tokens: 0,
+                error: None,
+            })
+        }
+        EventKind::LlmFinished(llm_finish) => {
+            let LlmFinish {
+                call,
+                usage,
+                duration_us,
+                ..
+            } = &**llm_finish;
             if let Some(c) = t.llm.iter_mut().rev().find(|c| c.call == *call) {
                 c.duration_us = Some(*duration_us);
                 c.prompt_tokens = usage.prompt_tokens;
                 c.completion_tokens = usage.completion_tokens;
             }
         }
-        EventKind::LlmFailed { call, error, usage } => {
+        EventKind::LlmFailed(llm_failure) => {
+            let LlmFailure { call, error, usage } = &**llm_failure;
             if let Some(c) = t.llm.iter_mut().rev().find(|c| c.call == *call) {
                 c.error = Some(error.clone());
                 c.prompt_tokens = usage.prompt_tokens;
                 c.completion_tokens = usage.completion_tokens;
             }
         }
-        EventKind::ToolCallReady { call_id, tool, .. } => {
+        EventKind::ToolCallReady(tool_ready) => {
+            let ToolReady { call_id, tool, .. } = &**tool_ready;
             tool_call(t, call_id, tool);
         }
-        EventKind::ToolResult {
-            call_id,
-            tool,
-            cached,
-            duration_us,
-            ..
-        } => {
+        EventKind::ToolResult(tool_return) => {
+            let ToolReturn {
+                call_id,
+                tool,
+                cached,
+                duration_us,
+                ..
+            } = &**tool_return;
             let c = tool_call(t, call_id, tool);
             c.duration_us = Some(*duration_us);
             c.cached = *cached;
         }
-        EventKind::ToolError {
-            call_id,
-            tool,
-            error,
-        } => {
+        EventKind::ToolError(tool_fault) => {
+            let ToolFault {
+                call_id,
+                tool,
+                error,
+            } = &**tool_fault;
             tool_call(t, call_id, tool).error = Some(format!("{}: {}", error.kind, error.message));
         }
         _ => {}
@@ -291,7 +301,7 @@ mod tests {
     use uuid::Uuid;
 
     use super::*;
-    use crate::events::{ToolFailure, Usage};
+    use crate::events::{ToolFailure, ToolFault, Usage};
 
     fn ev(seq: u64, step: u32, node: Option<&str>, task: u32, event: EventKind) -> Event {
         Event {
@@ -334,38 +344,38 @@ mod tests {
             ),
             a(
                 4,
-                EventKind::LlmStarted {
+                EventKind::LlmStarted(Box::new(LlmStart {
                     call: 0,
                     role: Arc::from("chat"),
                     model: "m".into(),
                     request: String::new(),
-                },
+                })),
             ),
             a(
                 5,
-                EventKind::LlmFailed {
+                EventKind::LlmFailed(Box::new(LlmFailure {
                     call: 0,
                     error: "boom".into(),
                     usage: Usage {
                         prompt_tokens: 7,
                         ..Usage::default()
                     },
-                },
+                })),
             ),
             ev(
                 6,
                 1,
                 Some("b"),
                 1,
-                EventKind::ToolError {
+                EventKind::ToolError(Box::new(ToolFault {
                     call_id: "c1".into(),
                     tool: "t".into(),
-                    error: Box::new(ToolFailure {
+                    error: ToolFailure {
                         kind: "timeout".into(),
                         message: "slow".into(),
                         details: json!(null),
-                    }),
-                },
+                    },
+                })),
             ),
             a(
                 7,

@@ -7,7 +7,7 @@ use std::time::Instant;
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
-use crate::events::{Event, EventKind, NodeEvents};
+use crate::events::{CustomData, Event, EventKind, NodeEvents};
 use crate::graph::CompiledNode;
 use crate::graph::prompts::Prompts;
 use crate::graph::spec::Surface;
@@ -169,22 +169,22 @@ async fn recovered(events: &NodeEvents, r: Recovery, started: Instant) -> Arc<Ev
     events.thinking(r.note).await;
     if let Some(message) = r.refused {
         let _ = events
-            .emit(EventKind::Custom {
+            .emit(EventKind::Custom(Box::new(CustomData {
                 name: crate::events::REFUSAL.into(),
                 data: serde_json::json!({ "node": &**events.node(), "message": message }),
                 id: None,
                 transient: false,
-            })
+            })))
             .await;
     }
     if let Some(reason) = r.truncated {
         let _ = events
-            .emit(EventKind::Custom {
+            .emit(EventKind::Custom(Box::new(CustomData {
                 name: crate::events::TRUNCATED.into(),
                 data: serde_json::json!({ "node": &**events.node(), "reason": reason }),
                 id: None,
                 transient: false,
-            })
+            })))
             .await;
     }
     let duration_us = started.elapsed().as_micros() as u64;

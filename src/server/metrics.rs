@@ -10,7 +10,7 @@ use std::fmt::Write;
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 
-use crate::events::{Event, EventKind};
+use crate::events::{Event, EventKind, LlmFinish, ToolFault, ToolReturn};
 
 const BUCKETS: &[f64] = &[
     0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0,
@@ -165,9 +165,10 @@ impl Metrics {
                     Histogram::new,
                 )
                 .observe(*duration_us as f64 / 1e6),
-            EventKind::LlmFinished {
-                usage, duration_us, ..
-            } => {
+            EventKind::LlmFinished(llm_finish) => {
+                let LlmFinish {
+                    usage, duration_us, ..
+                } = &**llm_finish;
                 self.llm_seconds
                     .get(
                         vec![("graph", graph.to_owned()), ("node", node.to_owned())],
@@ -191,7 +192,8 @@ impl Metrics {
                         .fetch_add(n, Ordering::Relaxed);
                 }
             }
-            EventKind::ToolResult { tool, cached, .. } => {
+            EventKind::ToolResult(tool_return) => {
+                let ToolReturn { tool, cached, .. } = &**tool_return;
                 let outcome = if *cached { "cached" } else { "ok" };
                 self.tool_calls
                     .get(
@@ -200,7 +202,8 @@ impl Metrics {
                     )
                     .fetch_add(1, Ordering::Relaxed);
             }
-            EventKind::ToolError { tool, error, .. } => {
+            EventKind::ToolError(tool_fault) => {
+                let ToolFault { tool, error, .. } = &**tool_fault;
                 self.tool_calls
                     .get(
                         vec![("tool", tool.clone()), ("outcome", error.kind.clone())],

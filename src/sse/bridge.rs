@@ -29,7 +29,9 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use serde_json::Value;
 
 use super::chunk::Chunk;
-use crate::events::{Event, EventKind, Usage};
+use crate::events::{
+    CustomData, Event, EventKind, LlmFinish, LlmStart, SourceRef, ToolDenial, Usage,
+};
 use crate::graph::spec::Surface;
 
 mod config;
@@ -154,22 +156,25 @@ impl Bridge {
             | EventKind::NodeFinished { .. }
             | EventKind::NodeFailed { .. }
             | EventKind::Thinking { .. } => self.on_node(&at, out),
-            EventKind::LlmStarted { .. }
+            EventKind::LlmStarted(_)
             | EventKind::TextDelta { .. }
             | EventKind::ReasoningDelta { .. }
-            | EventKind::LlmFinished { .. } => self.on_model(&at, out),
+            | EventKind::LlmFinished(_) => self.on_model(&at, out),
             EventKind::ToolCallStarted { .. }
             | EventKind::ToolCallDelta { .. }
-            | EventKind::ToolCallReady { .. }
-            | EventKind::ToolError { .. } => self.on_tool_call(&at, out),
-            EventKind::ToolResult { .. } => self.on_tool_result(&at, out),
-            EventKind::Custom { .. } | EventKind::Source { .. } => self.on_data(&at, out),
+            | EventKind::ToolCallReady(_)
+            | EventKind::ToolError(_) => self.on_tool_call(&at, out),
+            EventKind::ToolResult(_) => self.on_tool_result(&at, out),
+            EventKind::Custom(_) | EventKind::Source(_) => self.on_data(&at, out),
             EventKind::RunFinished { .. }
             | EventKind::RunFailed { .. }
             | EventKind::RunCancelled { .. } => self.on_end(&at, out),
             EventKind::RunInterrupted { interrupts } => self.on_pause(ev, interrupts, out),
             EventKind::RunResumed { .. } => self.on_resume(out),
-            EventKind::ToolDenied { call_id, .. } => self.on_denied(&at, call_id, out),
+            EventKind::ToolDenied(tool_denial) => {
+                let ToolDenial { call_id, .. } = &**tool_denial;
+                self.on_denied(&at, call_id, out)
+            }
             _ => {}
         }
     }
@@ -294,11 +299,12 @@ impl Bridge {
     fn on_model(&mut self, at: &At<'_>, out: &mut Vec<Chunk>) {
         let (ev, node, surface) = (at.ev, at.node, at.surface);
         let key = || at.key();
-        if let EventKind::LlmStarted { model, .. } = &ev.event {
+        if let EventKind::LlmStarted(llm_start) = &ev.event {
+            let LlmStart { model, .. } = &**llm_start;
             model.clone_into(&mut self.usage.entry(node.to_owned()).or_default().0);
         }
         match &ev.event {
-            EventKind::LlmStarted { .. } if surface == Surface::Answer => {
+            EventKind::LlmStarted(_) if surface == Surface::Answer => {
                 self.close_parts(out);
                 if !(std::mem::take(&mut self.resume_step) && self.step_open) {
                     self.close_step(out);
@@ -306,7 +312,7 @@ impl Bridge {
                     self.step_open = true;
                 }
             }
-            EventKind::LlmStarted { .. } if surface == Surface::Hidden => {
+            EventKind::LlmStarted(_) if surface == Surface::Hidden => {
                 // A hidden node waiting on a model (a router on a slow
                 // model) shows as working from its first call, so the
                 // panel is never silent while it thinks.
@@ -318,7 +324,8 @@ impl Bridge {
             }
             EventKind::TextDelta { delta, .. } => self.on_text(at, delta, out),
             EventKind::ReasoningDelta { delta, .. } => self.on_reasoning(at, delta, out),
-            EventKind::LlmFinished { output, usage, .. } => {
+            EventKind::LlmFinished(llm_finish) => {
+                let LlmFinish { output, usage, .. } = &**llm_finish;
                 self.usage.entry(node.to_owned()).or_default().1 += *usage;
                 if surface == Surface::Answer {
                     self.close_parts(out);
@@ -403,12 +410,13 @@ impl Bridge {
     fn on_data(&mut self, at: &At<'_>, out: &mut Vec<Chunk>) {
         let (ev, node) = (at.ev, at.node);
         match &ev.event {
-            EventKind::Custom {
-                name,
-                data,
-                id,
-                transient,
-            } => {
+            EventKind::Custom(custom_data) => {
+                let CustomData {
+                    name,
+                    data,
+                    id,
+                    transient,
+                } = &**custom_data;
                 if name == crate::events::TRUNCATED {
                     self.finish_reason = "length";
                 } else if name == crate::events::REFUSAL {
@@ -425,15 +433,18 @@ impl Bridge {
                 })
             }
             // Cited sources reach the UI whatever the node's surface, like custom data.
-            EventKind::Source {
-                source_id,
-                url,
-                title,
-            } => out.push(Chunk::SourceUrl {
-                source_id: source_id.clone(),
-                url: url.clone(),
-                title: title.clone(),
-            }),
+            EventKind::Source(source_ref) => {
+                let SourceRef {
+                    source_id,
+                    url,
+                    title,
+                } = &**source_ref;
+                out.push(Chunk::SourceUrl {
+                    source_id: source_id.clone(),
+                    url: url.clone(),
+                    title: title.clone(),
+                })
+            }
             _ => {}
         }
     }

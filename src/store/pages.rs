@@ -258,7 +258,7 @@ pub(crate) fn read_page(
 #[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
-    use crate::events::RunStatus;
+    use crate::events::{CustomData, RunStatus};
     use serde_json::json;
 
     fn event(run: Uuid, seq: u64, node: Option<&str>, task: u32) -> Event {
@@ -269,12 +269,12 @@ mod tests {
             step: 2,
             node: node.map(Arc::from),
             task,
-            event: EventKind::Custom {
+            event: EventKind::Custom(Box::new(CustomData {
                 name: "n".into(),
                 data: json!({"seq": seq}),
                 id: None,
                 transient: false,
-            },
+            })),
         }
     }
 

@@ -27,7 +27,7 @@ use uuid::Uuid;
 use super::matching::text_diff;
 use super::observe::{Observation, observe};
 use super::spec::Status;
-use crate::events::{Event, EventKind, StepBatch};
+use crate::events::{Event, EventKind, LlmStart, StepBatch};
 use crate::graph::loc::{Loc, Sp};
 use crate::llm::{ChatRequest, ChunkStream, Models, ToolDef};
 use crate::nodes::{Graph, GraphCatalog, Playback, Services};
@@ -485,7 +485,8 @@ impl Asked {
     fn new(events: &[Event]) -> Self {
         let mut requests: HashMap<CallKey, VecDeque<String>> = HashMap::new();
         for e in events {
-            if let EventKind::LlmStarted { call, request, .. } = &e.event {
+            if let EventKind::LlmStarted(llm_start) = &e.event {
+                let LlmStart { call, request, .. } = &**llm_start;
                 let node = e.node.as_deref().unwrap_or("").to_owned();
                 requests
                     .entry((node, e.step, e.task, *call))

@@ -11,7 +11,9 @@ use serde_json::Value;
 
 use super::aisdk::{StreamReport, check_stream};
 use super::spec::Status;
-use crate::events::{Event, EventKind, StepBatch, Usage};
+use crate::events::{
+    Event, EventKind, LlmFinish, StepBatch, ToolFault, ToolReady, ToolReturn, Usage,
+};
 use crate::graph::Transition;
 use crate::nodes::Graph;
 use crate::runtime::rebuild_state;
@@ -102,15 +104,18 @@ pub(crate) fn observe(
                 started.push((node.to_owned(), ev.step));
             }
             EventKind::NodeFinished { .. } if top => finished.push((node.to_owned(), ev.step)),
-            EventKind::LlmStarted { .. } => o.model_calls += 1,
-            EventKind::LlmFinished { usage, .. } | EventKind::LlmFailed { usage, .. } => {
-                add(&mut o.usage, usage);
+            EventKind::LlmStarted(_) => o.model_calls += 1,
+            EventKind::LlmFinished(llm_finish) => {
+                let LlmFinish { usage, .. } = &**llm_finish;
+                add(&mut o.usage, usage)
             }
-            EventKind::ToolCallReady {
-                call_id,
-                tool,
-                args,
-            } => {
+            EventKind::LlmFailed(f) => add(&mut o.usage, &f.usage),
+            EventKind::ToolCallReady(tool_ready) => {
+                let ToolReady {
+                    call_id,
+                    tool,
+                    args,
+                } = &**tool_ready;
                 pending.insert(call_id.clone(), o.tool_calls.len());
                 o.tool_calls.push(Call {
                     node: node.to_owned(),
@@ -119,14 +124,16 @@ pub(crate) fn observe(
                     result: Value::Null,
                 });
             }
-            EventKind::ToolResult {
-                call_id, output, ..
-            } => {
+            EventKind::ToolResult(tool_return) => {
+                let ToolReturn {
+                    call_id, output, ..
+                } = &**tool_return;
                 if let Some(&i) = pending.get(call_id) {
                     o.tool_calls[i].result = output.clone();
                 }
             }
-            EventKind::ToolError { call_id, error, .. } => {
+            EventKind::ToolError(tool_fault) => {
+                let ToolFault { call_id, error, .. } = &**tool_fault;
                 if let Some(&i) = pending.get(call_id) {
                     o.tool_calls[i].result = crate::tools::failure_payload(error);
                 }

@@ -14,7 +14,10 @@ use serde_json::{Map, Value, json};
 
 use super::observe::{Call, Observation, observe};
 use super::spec::Status;
-use crate::events::{Event, EventKind, StepBatch, ToolDef};
+use crate::events::{
+    Event, EventKind, LlmFailure, LlmFinish, LlmStart, StepBatch, ToolDef, ToolFault, ToolReady,
+    ToolReturn,
+};
 use crate::nodes::Graph;
 use crate::sse::BridgeConfig;
 use crate::tools::ToolRegistry;
@@ -150,11 +153,13 @@ fn models(seg: &[Event], out: &mut String, ind: &str) {
     for e in seg {
         let task = (e.node.as_deref(), e.step, e.task);
         let mut reply = match &e.event {
-            EventKind::LlmStarted { request, .. } => {
+            EventKind::LlmStarted(llm_start) => {
+                let LlmStart { request, .. } = &**llm_start;
                 asked.insert(task, request);
                 continue;
             }
-            EventKind::LlmFinished { output, .. } => {
+            EventKind::LlmFinished(llm_finish) => {
+                let LlmFinish { output, .. } = &**llm_finish;
                 let mut r = Map::new();
                 if !output.reasoning.is_empty() {
                     r.insert("reasoning".into(), json!(output.reasoning));
@@ -182,7 +187,10 @@ fn models(seg: &[Event], out: &mut String, ind: &str) {
                 }
                 Value::Object(r)
             }
-            EventKind::LlmFailed { error, .. } => failure_reply(error),
+            EventKind::LlmFailed(llm_failure) => {
+                let LlmFailure { error, .. } = &**llm_failure;
+                failure_reply(error)
+            }
             _ => continue,
         };
         if let Some(r) = asked.remove(&task).filter(|r| !r.is_empty()) {
@@ -234,16 +242,18 @@ fn stubs(rec: Recorded<'_>, seg: &[Event], out: &mut String, ind: &str) {
                     offered.entry(t.name.clone()).or_insert_with(|| t.clone());
                 }
             }
-            EventKind::ToolCallReady {
-                call_id,
-                tool,
-                args,
-            } => {
+            EventKind::ToolCallReady(tool_ready) => {
+                let ToolReady {
+                    call_id,
+                    tool,
+                    args,
+                } = &**tool_ready;
                 pending.insert(call_id, (node.to_owned(), tool.clone(), args.clone()));
             }
-            EventKind::ToolResult {
-                call_id, output, ..
-            } => {
+            EventKind::ToolResult(tool_return) => {
+                let ToolReturn {
+                    call_id, output, ..
+                } = &**tool_return;
                 if let Some((node, name, args)) = pending.remove(call_id.as_str()) {
                     list.push(stub(
                         rec,
@@ -255,7 +265,8 @@ fn stubs(rec: Recorded<'_>, seg: &[Event], out: &mut String, ind: &str) {
                     ));
                 }
             }
-            EventKind::ToolError { call_id, error, .. } => {
+            EventKind::ToolError(tool_fault) => {
+                let ToolFault { call_id, error, .. } = &**tool_fault;
                 if let Some((node, name, args)) = pending.remove(call_id.as_str()) {
                     let kind = if super::spec::STUB_ERRORS.contains(&error.kind.as_str()) {
                         error.kind.as_str()

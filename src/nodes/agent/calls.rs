@@ -9,7 +9,9 @@ use serde_json::{Value, json};
 use super::super::bind;
 use super::super::pauses::{self, Gate};
 use super::{Agent, NodeContext};
-use crate::events::{EventKind, Interrupt, ToolCallRecord};
+use crate::events::{
+    EventKind, Interrupt, ToolCallRecord, ToolDenial, ToolFault, ToolReady, ToolReturn,
+};
 use crate::llm::{ToolDef, strict};
 use crate::tools::{ToolError, ToolOutcome, failure_payload, parse_arguments};
 
@@ -77,11 +79,11 @@ impl Agent {
                 }
                 tracing::info!(tool = %tc.name, call_id = %tc.id, filled = ?filled, "tool arguments parsed");
                 cx.events
-                    .emit(EventKind::ToolCallReady {
+                    .emit(EventKind::ToolCallReady(Box::new(ToolReady {
                         call_id: tc.id.clone(),
                         tool: tc.name.clone(),
                         args: args.clone(),
-                    })
+                    })))
                     .await;
                 match self.pauses.gate(cx, tc, &args, offered) {
                     Gate::Run => cx
@@ -122,11 +124,11 @@ impl Agent {
         tracing::info!(tool = %tc.name, call_id = %tc.id, "a `once` tool called again; not run");
         if let Ok(args) = parse_arguments(&tc.arguments) {
             cx.events
-                .emit(EventKind::ToolCallReady {
+                .emit(EventKind::ToolCallReady(Box::new(ToolReady {
                     call_id: tc.id.clone(),
                     tool: tc.name.clone(),
                     args,
-                })
+                })))
                 .await;
         }
         let started = Instant::now();
@@ -156,14 +158,14 @@ impl Agent {
                     other => serde_json::to_string_pretty(other).unwrap_or_default(),
                 });
                 cx.events
-                    .emit(EventKind::ToolResult {
+                    .emit(EventKind::ToolResult(Box::new(ToolReturn {
                         call_id: tc.id.clone(),
                         tool: tc.name.clone(),
                         output: output.clone(),
                         cached: outcome.cached,
                         display: display.is_some(),
                         duration_us: started.elapsed().as_micros() as u64,
-                    })
+                    })))
                     .await;
                 let record = json!({ "node": &**cx.events.node(), "tool": tc.name, "args": args, "output": output });
                 (content, record, display)
@@ -172,11 +174,11 @@ impl Agent {
                 let failure = e.to_failure();
                 let payload = failure_payload(&failure);
                 cx.events
-                    .emit(EventKind::ToolError {
+                    .emit(EventKind::ToolError(Box::new(ToolFault {
                         call_id: tc.id.clone(),
                         tool: tc.name.clone(),
-                        error: Box::new(failure),
-                    })
+                        error: failure,
+                    })))
                     .await;
                 (
                     payload.to_string(),
@@ -198,11 +200,11 @@ async fn denied(
     tracing::info!(tool = %tc.name, call_id = %tc.id, "tool call denied by the user");
     let content = pauses::denied_content(reason.as_deref());
     cx.events
-        .emit(EventKind::ToolDenied {
+        .emit(EventKind::ToolDenied(Box::new(ToolDenial {
             call_id: tc.id.clone(),
             tool: tc.name.clone(),
             reason,
-        })
+        })))
         .await;
     let record = json!({ "node": &**cx.events.node(), "tool": tc.name, "args": args, "denied": true, "error": content["error"] });
     (content.to_string(), record, None)

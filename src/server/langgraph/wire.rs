@@ -22,7 +22,7 @@ use serde_json::{Map, Value, json};
 use uuid::Uuid;
 
 use super::messages;
-use crate::events::{Event, EventKind, Interrupt};
+use crate::events::{CustomData, Event, EventKind, Interrupt, LlmStart};
 use crate::graph::spec::Surface;
 use crate::nodes::Graph;
 use crate::state::DynState;
@@ -297,7 +297,8 @@ impl Wire {
                 out.push(("tasks", done.clone()));
                 out.push(("debug", self.debug("task_result", ev.step, done)));
             }
-            EventKind::LlmStarted { model, .. } => {
+            EventKind::LlmStarted(llm_start) => {
+                let LlmStart { model, .. } = &**llm_start;
                 self.models.insert(node.to_owned(), model.clone());
             }
             EventKind::TextDelta { call, delta }
@@ -308,7 +309,8 @@ impl Wire {
                 self.partial(&tuple, &mut out);
                 out.push(("messages", tuple));
             }
-            EventKind::Custom { name, data, .. } => {
+            EventKind::Custom(custom_data) => {
+                let CustomData { name, data, .. } = &**custom_data;
                 out.push(("custom", json!({"name": name, "data": data})));
             }
             EventKind::RunInterrupted { interrupts } => {

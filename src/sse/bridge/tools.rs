@@ -7,7 +7,7 @@ use serde_json::{Value, json};
 
 use super::thinking::emit;
 use super::{At, Bridge, Chunk, text_part};
-use crate::events::{EventKind, ToolFailure};
+use crate::events::{EventKind, ToolFailure, ToolFault, ToolReady, ToolReturn};
 use crate::graph::spec::Surface;
 
 /// Which UI surface a tool call was shown on.
@@ -34,11 +34,12 @@ impl Bridge {
                     });
                 }
             }
-            EventKind::ToolCallReady {
-                call_id,
-                tool,
-                args,
-            } => {
+            EventKind::ToolCallReady(tool_ready) => {
+                let ToolReady {
+                    call_id,
+                    tool,
+                    args,
+                } = &**tool_ready;
                 if !self.tools.contains_key(call_id) {
                     self.tool_started(surface, &key(), call_id, tool, out);
                 }
@@ -61,11 +62,12 @@ impl Bridge {
                     None => {}
                 }
             }
-            EventKind::ToolError {
-                call_id,
-                tool,
-                error,
-            } => {
+            EventKind::ToolError(tool_fault) => {
+                let ToolFault {
+                    call_id,
+                    tool,
+                    error,
+                } = &**tool_fault;
                 if !self.tools.contains_key(call_id) {
                     self.tool_started(surface, &key(), call_id, tool, out);
                 }
@@ -102,17 +104,17 @@ impl Bridge {
     /// A tool's result; a pass-through result is also answer text.
     pub(super) fn on_tool_result(&mut self, at: &At<'_>, out: &mut Vec<Chunk>) {
         let ev = at.ev;
-        let EventKind::ToolResult {
+        let EventKind::ToolResult(tool_return) = &ev.event else {
+            return;
+        };
+        let ToolReturn {
             call_id,
             tool,
             output,
             display,
             cached,
             ..
-        } = &ev.event
-        else {
-            return;
-        };
+        } = &**tool_return;
         // A cache hit says so: on the answer's tool part as provider
         // metadata, in the thinking panel's tool entry as `cached`.
         match self.tools.get(call_id).cloned() {

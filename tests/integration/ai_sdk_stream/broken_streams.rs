@@ -184,7 +184,7 @@ async fn a_research_stream_broken_mid_answer_gives_no_data_and_no_figure_reaches
         let failed = r
             .events
             .iter()
-            .filter(|e| matches!(&e.event, EventKind::LlmFailed { .. }))
+            .filter(|e| matches!(&e.event, EventKind::LlmFailed(_)))
             .count();
         assert_eq!(failed, 2, "each broken stream is a failed call");
         // The client's message has the narrated answer, not the half one.

@@ -49,8 +49,8 @@ async fn card_noted(tool: &str, args: Value, output: Value) -> (Value, Option<Va
     let (mut sent, mut notes) = (None, String::new());
     while let Some(e) = rx.recv().await {
         match &e.event {
-            EventKind::Custom { name, data, .. } if name == "quickAnswerCard" => {
-                sent = Some(data.clone());
+            EventKind::Custom(c) if c.name == "quickAnswerCard" => {
+                sent = Some(c.data.clone());
             }
             EventKind::Thinking { text } => notes.push_str(text),
             _ => {}

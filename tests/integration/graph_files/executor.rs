@@ -9,7 +9,7 @@ use std::time::Duration;
 use futures::future::BoxFuture;
 use proptest::prelude::*;
 use serde_json::{Value, json};
-use stategraph::internals::events::{Event, EventKind};
+use stategraph::internals::events::{CustomData, Event, EventKind};
 use stategraph::internals::graph::prompts::Prompts;
 use stategraph::internals::llm::Models;
 use stategraph::internals::llm::offline::OfflineModel;
@@ -898,7 +898,8 @@ edges:
     let custom: Vec<(String, Option<String>, Value)> = events
         .iter()
         .filter_map(|e| match &e.event {
-            EventKind::Custom { name, id, data, .. } => {
+            EventKind::Custom(custom_data) => {
+                let CustomData { name, id, data, .. } = &**custom_data;
                 Some((name.clone(), id.clone(), data.clone()))
             }
             _ => None,

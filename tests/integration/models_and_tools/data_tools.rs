@@ -806,12 +806,12 @@ async fn the_analyst_recovers_from_a_wrong_source_name_and_answers() {
         // The wrong name failed as data, listing the sources; then the right call succeeded.
         let error_at = events
             .iter()
-            .position(|e| matches!(&e.event, EventKind::ToolError { tool, error, .. }
-                if tool == "query_source" && error.kind == "not_found" && error.details["available"] == json!(["bpc_reporting", "fi_reporting", "fi_totals"])))
+            .position(|e| matches!(&e.event, EventKind::ToolError(f)
+                if f.tool == "query_source" && f.error.kind == "not_found" && f.error.details["available"] == json!(["bpc_reporting", "fi_reporting", "fi_totals"])))
             .expect("a not_found tool error listing the sources");
         let result_at = events
             .iter()
-            .position(|e| matches!(&e.event, EventKind::ToolResult { tool, output, .. } if tool == "compare_sources" && output["summary"]["major"] == 3))
+            .position(|e| matches!(&e.event, EventKind::ToolResult(r) if r.tool == "compare_sources" && r.output["summary"]["major"] == 3))
             .expect("a compare_sources result");
         assert!(error_at < result_at, "the error came first, then the corrected call");
 

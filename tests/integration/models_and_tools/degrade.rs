@@ -98,7 +98,7 @@ fn truncated(events: &[Event]) -> Vec<Value> {
     events
         .iter()
         .filter_map(|e| match &e.event {
-            EventKind::Custom { name, data, .. } if name == "truncated" => Some(data.clone()),
+            EventKind::Custom(c) if c.name == "truncated" => Some(c.data.clone()),
             _ => None,
         })
         .collect()
@@ -351,7 +351,7 @@ async fn a_hidden_node_is_visible_while_it_waits_for_the_model() {
     let (_, events, report) = run(&graph(ROUTER), slow(2, 5)).await;
     let first_llm = events
         .iter()
-        .position(|e| matches!(e.event, EventKind::LlmStarted { .. }))
+        .position(|e| matches!(e.event, EventKind::LlmStarted(_)))
         .unwrap();
     let before: Vec<Event> = events[..=first_llm].to_vec();
     let early = sse::render(
@@ -407,7 +407,7 @@ edges: [a -> END]
     assert_eq!(field(&outcome, "answer"), "Done.");
     let calls = events
         .iter()
-        .filter(|e| matches!(e.event, EventKind::LlmStarted { .. }))
+        .filter(|e| matches!(e.event, EventKind::LlmStarted(_)))
         .count();
     assert!(
         (2..50).contains(&calls),

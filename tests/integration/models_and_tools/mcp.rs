@@ -560,7 +560,7 @@ async fn mcp_agent_run_calls_an_mcp_tool_end_to_end() {
         let events = collector.await.unwrap();
         assert_eq!(out.state.to_json()["answer"], "done");
         let result = events.iter().find_map(|e| match &e.event {
-            EventKind::ToolResult { tool, output, .. } if tool == "everything__echo" => Some(output.clone()),
+            EventKind::ToolResult(r) if r.tool == "everything__echo" => Some(r.output.clone()),
             _ => None,
         });
         assert_eq!(result, Some(json!("Echo: hello mcp")), "events: {events:#?}");

@@ -894,7 +894,7 @@ async fn call_model_turns_the_stream_into_run_events() {
         kinds.push(event.event.clone());
     }
     assert!(
-        matches!(&kinds[0], EventKind::LlmStarted { role, model, .. } if &**role == "chat" && model == "mock-model")
+        matches!(&kinds[0], EventKind::LlmStarted(s) if &*s.role == "chat" && s.model == "mock-model")
     );
     assert!(matches!(&kinds[1], EventKind::TextDelta { delta, .. } if delta == "Checking."));
     assert!(
@@ -909,7 +909,7 @@ async fn call_model_turns_the_stream_into_run_events() {
         .collect();
     assert_eq!(deltas, ["{\"ci", "ty\": \"Paris\"}", "{}"]);
     assert!(
-        matches!(kinds.last(), Some(EventKind::LlmFinished { output: o, usage, .. }) if o.tool_calls == calls && usage.total() == 48)
+        matches!(kinds.last(), Some(EventKind::LlmFinished(f)) if f.output.tool_calls == calls && f.usage.total() == 48)
     );
     assert_eq!(kinds.len(), 8);
 }

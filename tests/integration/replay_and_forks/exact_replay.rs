@@ -10,7 +10,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 use futures::future::BoxFuture;
 use serde_json::{Value, json};
-use stategraph::internals::events::{Event, EventKind};
+use stategraph::internals::events::{Event, EventKind, LlmStart};
 use stategraph::internals::graph::prompts::Prompts;
 use stategraph::internals::llm::scripted::{ScriptedModel, Turn};
 use stategraph::internals::llm::{LlmError, Models};
@@ -82,7 +82,10 @@ fn started_models(events: &[Event]) -> Vec<String> {
     events
         .iter()
         .filter_map(|e| match &e.event {
-            EventKind::LlmStarted { model, .. } => Some(model.clone()),
+            EventKind::LlmStarted(llm_start) => {
+                let LlmStart { model, .. } = &**llm_start;
+                Some(model.clone())
+            }
             _ => None,
         })
         .collect()

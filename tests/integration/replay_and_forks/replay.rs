@@ -6,7 +6,7 @@
 use std::sync::Arc;
 
 use serde_json::{Value, json};
-use stategraph::internals::events::EventKind;
+use stategraph::internals::events::{EventKind, ToolReturn};
 use stategraph::internals::graph::prompts::Prompts;
 use stategraph::internals::llm::scripted::ScriptedModel;
 use stategraph::internals::llm::scripted::Turn;
@@ -159,7 +159,10 @@ async fn reexecution_serves_every_call_from_the_recording_and_matches() {
     // The clock tool was not called again: its recorded answer came back.
     let time = |evs: &[stategraph::internals::events::Event]| {
         evs.iter().find_map(|e| match &e.event {
-            EventKind::ToolResult { output, .. } => Some(output.clone()),
+            EventKind::ToolResult(tool_return) => {
+                let ToolReturn { output, .. } = &**tool_return;
+                Some(output.clone())
+            }
             _ => None,
         })
     };
@@ -203,8 +206,8 @@ async fn after_a_prompt_edit_reexecution_reports_the_first_divergence() {
     let (recorded, now) = (recorded.unwrap(), now.unwrap());
     assert_eq!(recorded.node.as_deref(), Some("narrator"));
     assert!(
-        matches!(recorded.event, EventKind::LlmStarted { .. })
-            && matches!(now.event, EventKind::LlmStarted { .. })
+        matches!(recorded.event, EventKind::LlmStarted(_))
+            && matches!(now.event, EventKind::LlmStarted(_))
     );
     assert!(r.report().contains("first divergence"), "{}", r.report());
 }
@@ -511,7 +514,7 @@ async fn a_run_answered_by_the_fallback_model_reexecutes_without_divergence() {
     }
     let failed = events
         .iter()
-        .filter(|e| matches!(e.event, EventKind::LlmFailed { .. }))
+        .filter(|e| matches!(e.event, EventKind::LlmFailed(_)))
         .count();
     assert!(failed >= 1, "the primary's failures are recorded");
     let services = Services::new(Models::single(unreachable_model()), Arc::clone(&reg.tools));

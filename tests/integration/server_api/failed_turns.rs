@@ -13,7 +13,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Mutex, PoisonError};
 
 use serde_json::{Value, json};
-use stategraph::internals::events::{EventKind, Usage};
+use stategraph::internals::events::{EventKind, LlmFailure, Usage};
 use stategraph::internals::llm::scripted::{ScriptedModel, Turn};
 use stategraph::internals::llm::{ChatMessage, ChatRequest, LlmChunk, LlmError};
 use stategraph::internals::runtime::RunStatus;
@@ -180,7 +180,8 @@ async fn a_failed_turn_stores_no_half_answer_and_keeps_its_usage(store: Arc<dyn 
     let mut broken = Vec::new();
     for e in &events {
         spent += e.event.spent();
-        if let EventKind::LlmFailed { usage, .. } = &e.event {
+        if let EventKind::LlmFailed(llm_failure) = &e.event {
+            let LlmFailure { usage, .. } = &**llm_failure;
             broken.push(*usage);
         }
     }
@@ -190,7 +191,7 @@ async fn a_failed_turn_stores_no_half_answer_and_keeps_its_usage(store: Arc<dyn 
     );
     let finished_calls = events
         .iter()
-        .filter(|e| matches!(e.event, EventKind::LlmFinished { .. }))
+        .filter(|e| matches!(e.event, EventKind::LlmFinished(_)))
         .count();
     assert_eq!(finished_calls, 1, "the tool call came first");
     assert_eq!(run.usage, spent, "the run's usage is every call's");

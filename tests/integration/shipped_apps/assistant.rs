@@ -18,7 +18,7 @@ use std::time::Duration;
 use serde_json::{Value, json};
 use stategraph::internals::config::Config;
 use stategraph::internals::engine::{Engine, Graphs};
-use stategraph::internals::events::EventKind;
+use stategraph::internals::events::{EventKind, ToolReturn};
 use stategraph::internals::llm::scripted::{ScriptedModel, Turn};
 use stategraph::internals::llm::{ChatMessage, ChatRequest, Models};
 use stategraph::internals::runtime::Services;
@@ -212,13 +212,16 @@ async fn tool_results(server: &TestServer, run: Uuid) -> Vec<(String, Value, boo
     events
         .into_iter()
         .filter_map(|e| match e.event {
-            EventKind::ToolResult {
-                tool,
-                output,
-                cached,
-                display,
-                ..
-            } => Some((tool, output, cached, display)),
+            EventKind::ToolResult(tool_return) => {
+                let ToolReturn {
+                    tool,
+                    output,
+                    cached,
+                    display,
+                    ..
+                } = *tool_return;
+                Some((tool, output, cached, display))
+            }
             _ => None,
         })
         .collect()

@@ -5,7 +5,7 @@
 use std::sync::{Arc, Mutex};
 
 use serde_json::{Value, json};
-use stategraph::internals::events::{Event, EventKind};
+use stategraph::internals::events::{Event, EventKind, ToolFault};
 use stategraph::internals::llm::scripted::{ScriptedModel, Turn};
 use stategraph::internals::llm::{ChatMessage, ChatRequest, LlmError};
 use stategraph::internals::runtime::{self, RunOptions};
@@ -163,7 +163,7 @@ async fn every_intent_takes_its_path_through_the_chat_graph() {
                 "the agent's tool call ran"
             );
             assert!(out.events.iter().any(
-                |e| matches!(&e.event, EventKind::ToolResult { tool, .. } if tool == "indicator_value")
+                |e| matches!(&e.event, EventKind::ToolResult(r) if r.tool == "indicator_value")
             ));
             assert_eq!(out.state["findings"], format!("{} findings: 42", path[2]));
         }
@@ -324,7 +324,7 @@ async fn the_agent_stops_at_its_iteration_cap() {
     let results = out
         .events
         .iter()
-        .filter(|e| matches!(e.event, EventKind::ToolResult { .. }))
+        .filter(|e| matches!(e.event, EventKind::ToolResult(_)))
         .count();
     assert_eq!(results, 3);
     assert!(out.events.iter().any(
@@ -345,7 +345,10 @@ async fn a_tool_outside_the_nodes_list_is_refused_as_data() {
         .events
         .iter()
         .find_map(|e| match &e.event {
-            EventKind::ToolError { tool, error, .. } => Some((tool.clone(), error.clone())),
+            EventKind::ToolError(tool_fault) => {
+                let ToolFault { tool, error, .. } = &**tool_fault;
+                Some((tool.clone(), error.clone()))
+            }
             _ => None,
         })
         .expect("a tool error event");
@@ -471,6 +474,6 @@ async fn an_answer_broken_mid_stream_is_not_streamed_twice() {
     assert!(
         events
             .iter()
-            .any(|e| matches!(&e.event, EventKind::Custom { name, .. } if name == "truncated"))
+            .any(|e| matches!(&e.event, EventKind::Custom(c) if c.name == "truncated"))
     );
 }

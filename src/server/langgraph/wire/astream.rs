@@ -15,7 +15,7 @@ use serde_json::{Value, json};
 use uuid::Uuid;
 
 use super::Wire;
-use crate::events::{Event, EventKind};
+use crate::events::{Event, EventKind, LlmFinish, LlmStart, ToolReady, ToolReturn};
 use crate::graph::spec::Surface;
 
 /// What a derived run id stands for (its low 16 bits).
@@ -69,12 +69,15 @@ impl Wire {
                 )
             }
             _ if self.ctx.graph.surface(node) == Surface::Hidden => return,
-            EventKind::LlmStarted { call, model, .. } => (
-                "on_chat_model_start",
-                model.clone(),
-                Part::Model(*call),
-                json!({"input": {}}),
-            ),
+            EventKind::LlmStarted(llm_start) => {
+                let LlmStart { call, model, .. } = &**llm_start;
+                (
+                    "on_chat_model_start",
+                    model.clone(),
+                    Part::Model(*call),
+                    json!({"input": {}}),
+                )
+            }
             EventKind::TextDelta { call, delta } => {
                 let chunk = self.chunk(ev, node, *call, delta);
                 let name = self.models.get(node).cloned().unwrap_or_default();
@@ -85,7 +88,8 @@ impl Wire {
                     json!({"chunk": chunk[0]}),
                 )
             }
-            EventKind::LlmFinished { call, output, .. } => {
+            EventKind::LlmFinished(llm_finish) => {
+                let LlmFinish { call, output, .. } = &**llm_finish;
                 let name = self.models.get(node).cloned().unwrap_or_default();
                 let message = json!({"type": "ai", "content": output.text,
                     "id": format!("run-{}-{}-{node}-{call}", self.ctx.run_id.simple(), ev.step),
@@ -97,18 +101,24 @@ impl Wire {
                     json!({"output": message}),
                 )
             }
-            EventKind::ToolCallReady { tool, args, .. } => (
-                "on_tool_start",
-                tool.clone(),
-                Part::Tool,
-                json!({"input": args}),
-            ),
-            EventKind::ToolResult { tool, output, .. } => (
-                "on_tool_end",
-                tool.clone(),
-                Part::Tool,
-                json!({"output": output}),
-            ),
+            EventKind::ToolCallReady(tool_ready) => {
+                let ToolReady { tool, args, .. } = &**tool_ready;
+                (
+                    "on_tool_start",
+                    tool.clone(),
+                    Part::Tool,
+                    json!({"input": args}),
+                )
+            }
+            EventKind::ToolResult(tool_return) => {
+                let ToolReturn { tool, output, .. } = &**tool_return;
+                (
+                    "on_tool_end",
+                    tool.clone(),
+                    Part::Tool,
+                    json!({"output": output}),
+                )
+            }
             _ => return,
         };
         let node_run = self.sub_run(ev, Part::Node).to_string();
@@ -161,7 +171,8 @@ impl Wire {
 /// A tool call's id, hashed (FNV-1a: stable across builds).
 fn tool_hash(kind: &EventKind) -> u64 {
     let id = match kind {
-        EventKind::ToolCallReady { call_id, .. } | EventKind::ToolResult { call_id, .. } => call_id,
+        EventKind::ToolCallReady(ready) => &ready.call_id,
+        EventKind::ToolResult(ret) => &ret.call_id,
         _ => return 0,
     };
     id.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {

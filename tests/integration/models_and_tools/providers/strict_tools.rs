@@ -10,7 +10,7 @@
 use std::sync::Arc;
 
 use serde_json::{Value, json};
-use stategraph::internals::events::EventKind;
+use stategraph::internals::events::{EventKind, ToolReady, ToolReturn};
 use stategraph::internals::graph::prompts::Prompts;
 use stategraph::internals::llm::{ChatModel, ChatRequest, ToolDef};
 use stategraph::internals::runtime::{self, RunOptions};
@@ -232,7 +232,10 @@ async fn a_null_for_an_optional_parameter_reaches_the_tool_as_absent() {
     let ready: Vec<&Value> = events
         .iter()
         .filter_map(|e| match &e.event {
-            EventKind::ToolCallReady { args, .. } => Some(args),
+            EventKind::ToolCallReady(tool_ready) => {
+                let ToolReady { args, .. } = &**tool_ready;
+                Some(args)
+            }
             _ => None,
         })
         .collect();
@@ -240,7 +243,10 @@ async fn a_null_for_an_optional_parameter_reaches_the_tool_as_absent() {
     let results: Vec<&Value> = events
         .iter()
         .filter_map(|e| match &e.event {
-            EventKind::ToolResult { output, .. } => Some(output),
+            EventKind::ToolResult(tool_return) => {
+                let ToolReturn { output, .. } = &**tool_return;
+                Some(output)
+            }
             _ => None,
         })
         .collect();

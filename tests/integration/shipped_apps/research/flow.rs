@@ -386,7 +386,7 @@ impl HeatPumps {
         let stage_seq = |status: &str| {
             out.events
                 .iter()
-                .find(|e| matches!(&e.event, EventKind::Custom { name, data, .. } if name == "stage" && data["status"] == status))
+                .find(|e| matches!(&e.event, EventKind::Custom(c) if c.name == "stage" && c.data["status"] == status))
                 .unwrap_or_else(|| panic!("stage {status}"))
                 .seq
         };

@@ -119,7 +119,7 @@ async fn graph_run(checkpoints: Arc<dyn Store>, store: Arc<dyn Store>) {
     );
     assert!(
         live.iter()
-            .any(|e| matches!(e.event, EventKind::ToolResult { .. }))
+            .any(|e| matches!(e.event, EventKind::ToolResult(_)))
     );
 
     let stored = all_events(&*store, run_id).await;

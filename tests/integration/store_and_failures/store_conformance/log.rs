@@ -1,6 +1,9 @@
 //! Conformance checks for the event log and checkpoints.
 
 use super::*;
+use stategraph::internals::events::{
+    CustomData, LlmFailure, LlmFinish, LlmStart, ToolFault, ToolReady, ToolReturn,
+};
 
 pub(super) async fn events_page_and_checkpoints_filter_by_step(store: Arc<dyn Store>) {
     let r = run(None, 1);
@@ -302,12 +305,12 @@ fn every_kind() -> Vec<EventKind> {
             error: "timeout".into(),
             delay_ms: 250,
         },
-        EventKind::LlmStarted {
+        EventKind::LlmStarted(Box::new(LlmStart {
             call: 0,
             role: "chat".into(),
             model: "gpt-x".into(),
             request: "f00d".into(),
-        },
+        })),
         EventKind::ReasoningDelta {
             call: 0,
             delta: "hmm…".into(),
@@ -324,28 +327,28 @@ fn every_kind() -> Vec<EventKind> {
             call_id: "call_1".into(),
             delta: "{\"expr".into(),
         },
-        EventKind::ToolCallReady {
+        EventKind::ToolCallReady(Box::new(ToolReady {
             call_id: "call_1".into(),
             tool: "calculator".into(),
             args: json!({"expression": "6*7"}),
-        },
-        EventKind::ToolResult {
+        })),
+        EventKind::ToolResult(Box::new(ToolReturn {
             call_id: "call_1".into(),
             tool: "calculator".into(),
             output: json!(42),
             cached: true,
             display: false,
             duration_us: 9,
-        },
-        EventKind::ToolError {
+        })),
+        EventKind::ToolError(Box::new(ToolFault {
             call_id: "call_2".into(),
             tool: "search".into(),
-            error: Box::new(ToolFailure {
+            error: ToolFailure {
                 kind: "not_found".into(),
                 message: "no such tool".into(),
                 details: json!({"choices": ["a", "b"]}),
-            }),
-        },
+            },
+        })),
     ]
     .into_iter()
     .chain(call_ends_and_run_ends())
@@ -359,9 +362,9 @@ fn call_ends_and_run_ends() -> Vec<EventKind> {
         .set("zeta", 1)
         .set("alpha", json!({"nested": [1, 2.5, null, true]}));
     vec![
-        EventKind::LlmFinished {
+        EventKind::LlmFinished(Box::new(LlmFinish {
             call: 0,
-            output: Box::new(LlmOutput {
+            output: LlmOutput {
                 text: "42".into(),
                 reasoning: "because".into(),
                 tool_calls: vec![ToolCallRecord {
@@ -370,15 +373,15 @@ fn call_ends_and_run_ends() -> Vec<EventKind> {
                     arguments: "{not json".into(),
                 }],
                 finish_reason: "tool_calls".into(),
-            }),
+            },
             usage: Usage {
                 prompt_tokens: 10,
                 completion_tokens: 2,
                 ..Default::default()
             },
             duration_us: 1500,
-        },
-        EventKind::LlmFailed {
+        })),
+        EventKind::LlmFailed(Box::new(LlmFailure {
             call: 1,
             error: "rate limited".into(),
             usage: Usage {
@@ -389,16 +392,16 @@ fn call_ends_and_run_ends() -> Vec<EventKind> {
                 cache_write_tokens: 0,
                 cost_nano_usd: 0,
             },
-        },
+        })),
         EventKind::Thinking {
             text: "Looking things up…".into(),
         },
-        EventKind::Custom {
+        EventKind::Custom(Box::new(CustomData {
             name: "sources".into(),
             data: json!([{"url": "https://example.com/ü", "title": "Ü"}]),
             id: None,
             transient: false,
-        },
+        })),
         EventKind::NodeFinished {
             patch,
             duration_us: 77,
@@ -454,12 +457,12 @@ pub(super) async fn large_unicode_and_every_kind_of_event_round_trip(store: Arc<
             id,
             n + 2,
             2,
-            EventKind::Custom {
+            EventKind::Custom(Box::new(CustomData {
                 name: "blob".into(),
                 data: json!({"text": big, "list": vec![1; 5000]}),
                 id: None,
                 transient: false,
-            },
+            })),
         ))
         .clone()
     }));
