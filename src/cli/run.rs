@@ -1,8 +1,5 @@
 //! `stategraph run GRAPH "message"`: run a graph once, streaming events.
 
-use crate::events::{
-    CustomData, LlmFailure, LlmStart, SourceRef, ToolDenial, ToolReady, ToolReturn,
-};
 use std::io::Write;
 use std::sync::Arc;
 
@@ -12,7 +9,10 @@ use tokio::sync::mpsc;
 use uuid::Uuid;
 
 use super::setup::Ctx;
-use crate::events::{Event, EventKind, ToolFault};
+use crate::events::{
+    CustomData, Event, EventKind, LlmFailure, LlmStart, SourceRef, ToolDenial, ToolFault,
+    ToolReady, ToolReturn,
+};
 use crate::graph::ChatIo;
 use crate::runs::RunStart;
 use crate::runtime::{self, RunOptions};

@@ -7,7 +7,6 @@
 //! even when parallel tasks emit at once; a full channel makes emitters wait
 //! (backpressure) instead of growing memory.
 
-use crate::events::CustomData;
 use std::collections::{HashMap, VecDeque};
 use std::future::Future;
 use std::pin::Pin;
@@ -19,7 +18,7 @@ use tokio::sync::mpsc;
 use tokio::sync::mpsc::error::TrySendError;
 use uuid::Uuid;
 
-use super::{Event, EventKind, Usage};
+use super::{CustomData, Event, EventKind, Usage};
 
 /// Per-run event stamping and delivery. Cheap to share behind an `Arc`.
 #[derive(Debug)]

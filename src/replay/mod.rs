@@ -19,9 +19,6 @@ mod tasks;
 #[cfg(feature = "server")]
 mod timing;
 
-use crate::events::{
-    LlmFailure, LlmFinish, LlmStart, ToolDenial, ToolFault, ToolReady, ToolReturn,
-};
 use std::fmt::Write;
 use std::sync::Arc;
 
@@ -29,7 +26,9 @@ use serde_json::Value;
 use tokio::sync::mpsc;
 use uuid::Uuid;
 
-use crate::events::{Event, EventKind};
+use crate::events::{
+    Event, EventKind, LlmFailure, LlmFinish, LlmStart, ToolDenial, ToolFault, ToolReady, ToolReturn,
+};
 use crate::nodes::Graph;
 use crate::runtime::{self, Resume, RunError, RunOptions, Services, rebuild_state};
 use crate::sse::{self, BridgeConfig};
