@@ -30,6 +30,7 @@
 mod batch;
 mod calls;
 mod lane;
+mod recent;
 mod rows;
 mod upkeep;
 mod verdicts;
@@ -40,6 +41,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use futures::future::BoxFuture;
+use futures::{FutureExt, TryFutureExt};
 use rusqlite::{Connection, ErrorCode, OptionalExtension, TransactionBehavior, params};
 use tokio::sync::{broadcast, oneshot};
 use uuid::Uuid;
@@ -55,6 +57,7 @@ use crate::events::{ErrorInfo, Event, Usage, now_micros};
 use crate::events::{RunStatus, StepBatch};
 
 use lane::Lane;
+use recent::Recent;
 use rows::{
     CHAT_COLS, MESSAGE_COLS, RELEASE_CHAT, RUN_COLS, TOUCH_CHAT, append_all, append_each, chat_of,
     finish_run, insert_run, message_of, now, run_of, text, upsert_message,
@@ -127,6 +130,11 @@ const MIGRATIONS: &[Migration] = &[
         name: "model_calls",
         sql: include_str!("migrations/sqlite/0013_model_calls.sql"),
     },
+    Migration {
+        version: 14,
+        name: "recent_events",
+        sql: include_str!("migrations/sqlite/0014_recent_events.sql"),
+    },
 ];
 
 /// Settings for [`SqliteStore::open_with`].
@@ -154,6 +162,8 @@ impl Default for SqliteOptions {
 pub struct SqliteStore {
     /// Event pages waiting for the next group commit.
     grouped: Arc<Mutex<Vec<Grouped>>>,
+    /// This process's rows in the recent event log (`recent`).
+    recent: Arc<Recent>,
     writer: Lane,
     readers: Lane,
     path: PathBuf,
@@ -168,10 +178,11 @@ type Grouped = (EncodedPage, oneshot::Sender<StoreResult<()>>);
 /// once that committed, notifies subscribers and answers each waiter.
 struct GroupCommit {
     grouped: Arc<Mutex<Vec<Grouped>>>,
+    recent: Arc<Recent>,
     notify: broadcast::Sender<Appended>,
     /// The pages it took, from its first run on.
     taken: Option<Vec<Grouped>>,
-    results: Option<StoreResult<Vec<StoreResult<u64>>>>,
+    results: Option<StoreResult<Vec<StoreResult<rows::Appended>>>>,
 }
 
 impl batch::Write for GroupCommit {
@@ -184,9 +195,9 @@ impl batch::Write for GroupCommit {
         let pages: Vec<&EncodedPage> = taken.iter().map(|(page, _)| page).collect();
         let r = if again {
             // Run again, in a savepoint: a page's failure is its own.
-            append_each(conn, &pages)
+            append_each(conn, &pages, &self.recent)
         } else {
-            append_all(conn, &pages).map(|lasts| lasts.into_iter().map(Ok).collect())
+            append_all(conn, &pages, &self.recent).map(|lasts| lasts.into_iter().map(Ok).collect())
         };
         let ok = r.is_ok();
         self.results = Some(r);
@@ -212,7 +223,9 @@ impl batch::Write for GroupCommit {
             (Ok(_), Err(e)) => return answer_all(taken, e),
         };
         for ((page, reply), r) in taken.into_iter().zip(results) {
-            if let Ok(last) = r {
+            if let Ok((last, effect)) = r {
+                // Before the notification: a reader it wakes finds the row.
+                self.recent.apply(page.run_id, effect);
                 // No subscriber is not an error.
                 let _ = self.notify.send((page.run_id, last));
             }
@@ -256,6 +269,7 @@ impl SqliteStore {
         let (writer, readers) = blocking(move || {
             let mut writer = connect(&p, &o, false)?;
             apply_migrations(&mut writer)?;
+            fold_left_over(&mut writer)?;
             let readers = (0..o.readers.max(1))
                 .map(|_| connect(&p, &o, true))
                 .collect::<StoreResult<Vec<_>>>()?;
@@ -267,6 +281,7 @@ impl SqliteStore {
         let nudge: lane::After = Arc::new(move || sync.nudge());
         Ok(Self {
             grouped: Arc::default(),
+            recent: Arc::default(),
             writer: Lane::start("sqlite-writer", vec![writer], depth, Some(nudge))?,
             readers: Lane::start("sqlite-reader", readers, depth, None)?,
             path,
@@ -277,6 +292,16 @@ impl SqliteStore {
     /// The database file.
     pub fn path(&self) -> &Path {
         &self.path
+    }
+
+    /// `run` with its `last_seq` counting the events it streamed into the
+    /// recent log (the row and the pages know only those before its last
+    /// step). A run another process streams reads as of its last step.
+    fn with_recent(&self, mut run: RunRecord) -> RunRecord {
+        if let Some(last) = self.recent.last(run.id).and_then(|l| u64::try_from(l).ok()) {
+            run.last_seq = run.last_seq.max(last);
+        }
+        run
     }
 
     /// Appends `page` in the next group commit and waits for it: the first
@@ -293,6 +318,7 @@ impl SqliteStore {
         if first {
             let commit = GroupCommit {
                 grouped: Arc::clone(&self.grouped),
+                recent: Arc::clone(&self.recent),
                 notify: self.notify.clone(),
                 taken: None,
                 results: None,
@@ -303,6 +329,18 @@ impl SqliteStore {
             .await
             .map_err(|_| StoreError::Unavailable("the SQLite writer stopped".into()))?
     }
+}
+
+/// Folds the recent event log's rows left by a process that stopped (this
+/// store streams nothing yet, so every row there is someone else's).
+fn fold_left_over(conn: &mut Connection) -> StoreResult<()> {
+    let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+    let runs = recent::fold_all(&tx)?;
+    tx.commit()?;
+    if runs > 0 {
+        tracing::info!(runs, "folded the recent events a stopped process left");
+    }
+    Ok(())
 }
 
 /// Brings the database at `path` (created if missing) to the schema this
@@ -698,7 +736,9 @@ impl ChatStore for SqliteStore {
         Box::pin(async move {
             // A run that is not found still records the message and
             // releases the chat: the write succeeds and says so after.
-            self.writer
+            let (run, recent) = (end.run_id, Arc::clone(&self.recent));
+            let finished = self
+                .writer
                 .write(move |tx| {
                     let chat = &end.message.chat_id;
                     let exists: bool = tx
@@ -709,12 +749,17 @@ impl ChatStore for SqliteStore {
                         tx.prepare_cached(TOUCH_CHAT)?
                             .execute(params![chat, now()?])?;
                     }
-                    let finished =
-                        match finish_run(tx, end.run_id, end.status, end.error.as_ref(), end.usage)
-                        {
-                            Err(e) if !matches!(e, StoreError::NotFound(_)) => return Err(e),
-                            other => other,
-                        };
+                    let finished = match finish_run(
+                        tx,
+                        &recent,
+                        end.run_id,
+                        end.status,
+                        end.error.as_ref(),
+                        end.usage,
+                    ) {
+                        Err(e) if !matches!(e, StoreError::NotFound(_)) => return Err(e),
+                        other => other,
+                    };
                     if end.release {
                         tx.prepare_cached(RELEASE_CHAT)?.execute(params![
                             chat,
@@ -724,7 +769,9 @@ impl ChatStore for SqliteStore {
                     }
                     Ok(finished)
                 })
-                .await?
+                .await?;
+            self.recent.forget(run);
+            finished
         })
     }
 }
@@ -741,6 +788,8 @@ impl RunStore for SqliteStore {
             let mut rows = stmt.query([id.to_string()])?;
             rows.next()?.map(run_of).transpose()
         }))
+        .map_ok(|run| run.map(|r| self.with_recent(r)))
+        .boxed()
     }
 
     fn list_runs(&self, query: &RunQuery) -> BoxFuture<'_, StoreResult<Vec<RunRecord>>> {
@@ -762,6 +811,8 @@ impl RunStore for SqliteStore {
             }
             Ok(out)
         }))
+        .map_ok(|runs| runs.into_iter().map(|r| self.with_recent(r)).collect())
+        .boxed()
     }
 
     fn newest_run_status_by_chat(
@@ -792,10 +843,14 @@ impl RunStore for SqliteStore {
         error: Option<ErrorInfo>,
         usage: Usage,
     ) -> BoxFuture<'_, StoreResult<()>> {
-        Box::pin(
+        let recent = Arc::clone(&self.recent);
+        Box::pin(async move {
             self.writer
-                .write(move |conn| finish_run(conn, id, status, error.as_ref(), usage)),
-        )
+                .write(move |conn| finish_run(conn, &recent, id, status, error.as_ref(), usage))
+                .await?;
+            self.recent.forget(id);
+            Ok(())
+        })
     }
     fn usage_since(&self, user: &str, since: u64) -> BoxFuture<'_, StoreResult<Usage>> {
         let user = user.to_owned();
@@ -844,16 +899,28 @@ impl EventLog for SqliteStore {
         after: u64,
         limit: usize,
     ) -> BoxFuture<'_, StoreResult<Vec<Event>>> {
+        // Taken before the snapshot: a row committed since is newer than
+        // what the caller was told of, a row folded since is in the pages.
+        let recent = self.recent.rows(run);
         Box::pin(self.readers.run(move |conn| {
             let Ok(after_sql) = i64::try_from(after) else {
                 return Ok(Vec::new());
             };
-            let mut stmt = conn.prepare_cached(EVENTS_AFTER)?;
-            let mut rows = stmt.query(params![run.to_string(), after_sql, sql::limit_of(limit)])?;
+            // One snapshot for both tables: a fold moves rows between them.
+            let tx = conn.transaction()?;
             let mut out = Vec::new();
-            while let Some(r) = rows.next()? {
-                pages::read_page(run, text(r, 0)?, after, limit, &mut out)?;
+            {
+                let mut stmt = tx.prepare_cached(EVENTS_AFTER)?;
+                let mut rows =
+                    stmt.query(params![run.to_string(), after_sql, sql::limit_of(limit)])?;
+                while let Some(r) = rows.next()? {
+                    pages::read_page(run, text(r, 0)?, after, limit, &mut out)?;
+                }
             }
+            if out.len() < limit {
+                recent::read(&tx, run, recent.as_deref(), after, limit, &mut out)?;
+            }
+            tx.commit()?;
             Ok(out)
         }))
     }

@@ -4,6 +4,7 @@
 use rusqlite::{Connection, ErrorCode, OptionalExtension, Row, params};
 use uuid::Uuid;
 
+use super::recent::{self, Effect, FOLD_AT, Recent};
 use crate::events::RunStatus;
 use crate::events::{ErrorInfo, ForkOrigin, Usage, now_micros};
 use crate::store::pages::EncodedPage;
@@ -68,14 +69,22 @@ pub(super) const TOUCH_CHAT: &str =
 pub(super) const RELEASE_CHAT: &str = "UPDATE chats SET active_run = NULL, updated_at = max(?3, updated_at + 1) WHERE id = ?1 AND active_run = ?2";
 
 /// Records how run `id` ended (and drops its lease), and brings the row's
-/// `last_seq` up to its streamed events (see [`RUN_COLS`]).
+/// `last_seq` up to its streamed events (see [`RUN_COLS`]), folding the
+/// run's recent rows first. The caller forgets the run in `recent` once the
+/// write committed (the closure may run twice: it must find them again).
 pub(super) fn finish_run(
     conn: &Connection,
+    recent: &Recent,
     id: Uuid,
     status: RunStatus,
     error: Option<&ErrorInfo>,
     usage: Usage,
 ) -> StoreResult<()> {
+    if let Some(rows) = recent.rows(id)
+        && !rows.is_empty()
+    {
+        recent::fold(conn, &id.to_string(), &rows)?;
+    }
     let n = conn
         .prepare_cached(
             "UPDATE runs SET status = ?2, error = ?3, prompt_tokens = ?4, completion_tokens = ?5, finished_at = ?6,
@@ -127,7 +136,9 @@ const RUN_INSERT_COLS: &str = "id, chat_id, user_id, graph, graph_version, statu
 /// the run runs, because a page of streamed events leaves the row alone
 /// (see [`append_in`]), so a read takes the higher of it and the run's last
 /// stored page — one seek at the end of the run's range in the pages'
-/// primary key `(run_id, last_seq)`. Every write that touches the row for
+/// primary key `(run_id, last_seq)`; tokens streamed since the run's last
+/// step are in the recent log, which the store adds from what it knows
+/// (`SqliteStore::with_recent`). Every write that touches the row for
 /// another reason (a checkpoint, the run's end) brings `last_seq` up to
 /// date, so the row alone is exact once the run is over.
 pub(super) const RUN_COLS: &str = "id, chat_id, user_id, graph, graph_version, status, input, created_at, finished_at, error, \
@@ -232,8 +243,15 @@ pub(super) fn insert_run(conn: &Connection, run: &RunRecord) -> StoreResult<()> 
 ///
 /// No savepoint per page: a conflict is rare (a repeated append after a
 /// crash), and a savepoint makes SQLite journal every page it changes.
-pub(super) fn append_all(conn: &Connection, pages: &[&EncodedPage]) -> StoreResult<Vec<u64>> {
-    pages.iter().map(|page| append_in(conn, page)).collect()
+pub(super) fn append_all(
+    conn: &Connection,
+    pages: &[&EncodedPage],
+    recent: &Recent,
+) -> StoreResult<Vec<Appended>> {
+    pages
+        .iter()
+        .map(|page| append_in(conn, page, recent))
+        .collect()
 }
 
 /// As [`append_all`], each page in its own savepoint, so that one page's
@@ -241,11 +259,12 @@ pub(super) fn append_all(conn: &Connection, pages: &[&EncodedPage]) -> StoreResu
 pub(super) fn append_each(
     conn: &Connection,
     pages: &[&EncodedPage],
-) -> StoreResult<Vec<StoreResult<u64>>> {
+    recent: &Recent,
+) -> StoreResult<Vec<StoreResult<Appended>>> {
     let mut out = Vec::with_capacity(pages.len());
     for page in pages {
         conn.execute_batch("SAVEPOINT append_page")?;
-        let r = append_in(conn, page);
+        let r = append_in(conn, page, recent);
         if r.is_err() {
             conn.execute_batch("ROLLBACK TO append_page")?;
         }
@@ -255,10 +274,75 @@ pub(super) fn append_each(
     Ok(out)
 }
 
+/// What one page's append stored: the run's highest stored seq (for the
+/// notification) and what it did to the run's recent rows.
+pub(super) type Appended = (u64, Effect);
+
 /// One page (events and/or checkpoints) inside an open transaction. A
 /// page that overlaps a stored one fails before it writes anything.
-fn append_in(tx: &Connection, b: &EncodedPage) -> StoreResult<u64> {
+///
+/// A page of streamed events of a run this process streams goes to the
+/// recent log (`recent`: the right edge of one table, not its run's own
+/// index leaf); any other page first folds the run's recent rows into the
+/// pages, so a step's end leaves the run's whole log in `run_event_pages`.
+fn append_in(tx: &Connection, b: &EncodedPage, recent: &Recent) -> StoreResult<Appended> {
     let run = b.run_id.to_string();
+    let running = b.status == sql::status_name(RunStatus::Running);
+    let known = recent.rows(b.run_id);
+    if let (Some(rows), true, true, Some(first), Some(last), Some(events)) = (
+        &known,
+        running && b.steps.is_empty(),
+        known.as_ref().is_some_and(|rows| rows.len() < FOLD_AT),
+        b.first_seq,
+        b.last_seq,
+        &b.events,
+    ) {
+        let clash: Option<(i64, i64)> = tx
+            .prepare_cached(
+                "SELECT first_seq, last_seq FROM run_event_pages
+                 WHERE run_id = ?1 AND last_seq >= ?2 AND first_seq <= ?3 ORDER BY last_seq LIMIT 1",
+            )?
+            .query_row(params![run, first, last], |r| Ok((r.get(0)?, r.get(1)?)))
+            .optional()?;
+        if let Some((f, l)) = clash {
+            return Err(StoreError::Conflict(format!(
+                "events {first}..={last} of run {} overlap stored events {f}..={l}",
+                b.run_id
+            )));
+        }
+        recent::check_overlap(b.run_id, rows, first, last)?;
+        let row = recent::insert(tx, &run, first, last, events)?;
+        let stored = stored_last(tx, &run)?.max(last);
+        let stored = rows.iter().map(|r| r.last).fold(stored, i64::max);
+        return Ok((sql::u64_of(stored, "last seq")?, Effect::Added(row)));
+    }
+    if let Some(rows) = &known
+        && !rows.is_empty()
+    {
+        recent::fold(tx, &run, rows)?;
+    }
+    let effect = if running {
+        Effect::Folded
+    } else {
+        Effect::Ended
+    };
+    append_paged(tx, b, &run, running).map(|last| (last, effect))
+}
+
+/// The run's highest seq in its row and pages (0 for an unknown run).
+fn stored_last(tx: &Connection, run: &str) -> StoreResult<i64> {
+    let stored: Option<i64> = tx
+        .prepare_cached(
+            "SELECT max(last_seq, coalesce((SELECT max(p.last_seq) FROM run_event_pages p WHERE p.run_id = ?1), 0))
+             FROM runs WHERE id = ?1",
+        )?
+        .query_row(params![run], |r| r.get(0))
+        .optional()?;
+    Ok(stored.unwrap_or(0))
+}
+
+/// [`append_in`] for a page that goes to `run_event_pages`.
+fn append_paged(tx: &Connection, b: &EncodedPage, run: &str, running: bool) -> StoreResult<u64> {
     if let (Some(first), Some(last), Some(events)) = (b.first_seq, b.last_seq, &b.events) {
         // The overlap check rides in the insert: ranges of a run never
         // overlap (the `pages` module), so a stored page overlaps this one
@@ -312,16 +396,9 @@ fn append_in(tx: &Connection, b: &EncodedPage) -> StoreResult<u64> {
     // pages instead (`RUN_COLS`). What the notification needs is only
     // read: the run's highest stored seq, which for a page stored out of
     // order is not its own last, and which counts the row's own value.
-    let running = b.status == sql::status_name(RunStatus::Running);
     if b.steps.is_empty() && running {
-        let stored: Option<i64> = tx
-            .prepare_cached(
-                "SELECT max(last_seq, coalesce((SELECT max(p.last_seq) FROM run_event_pages p WHERE p.run_id = ?1), 0))
-                 FROM runs WHERE id = ?1",
-            )?
-            .query_row(params![run], |r| r.get(0))
-            .optional()?;
-        return sql::u64_of(stored.or(b.last_seq).unwrap_or(0), "last seq");
+        let stored = stored_last(tx, run)?.max(b.last_seq.unwrap_or(0));
+        return sql::u64_of(stored, "last seq");
     }
     // A checkpoint or the run's end: the row advances, and its `last_seq`
     // catches up with the pages streamed since it last did (this page is

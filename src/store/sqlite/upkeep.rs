@@ -16,6 +16,7 @@ use tokio::sync::broadcast;
 use uuid::Uuid;
 
 use super::SqliteStore;
+use super::recent;
 use super::rows::{RUN_COLS, insert_run, run_of, text, uuid_of};
 use crate::store::sql;
 use crate::store::{
@@ -63,6 +64,11 @@ impl Leases for SqliteStore {
                     sql::i64_of(now, "time")?,
                     sql::i64_of(until, "lease time")?
                 ])?;
+            if n > 0 {
+                // Taken over: what the last owner streamed is read from the
+                // pages from now on (`recent`).
+                recent::fold_run(conn, &run.to_string())?;
+            }
             Ok(n > 0)
         }))
     }
@@ -92,6 +98,22 @@ impl Leases for SqliteStore {
     ) -> BoxFuture<'_, StoreResult<Vec<RunRecord>>> {
         let owner = owner.to_owned();
         Box::pin(self.writer.write(move |conn| {
+            // The runs' last owners may have died streaming: their recent
+            // rows are folded first, so the records read back are exact.
+            let orphans: Vec<String> = {
+                let mut stmt = conn.prepare_cached(
+                    "SELECT id FROM runs WHERE status = 'running' AND (lease_until IS NULL OR lease_until < ?1)
+                     ORDER BY created_at, id LIMIT ?2",
+                )?;
+                let rows = stmt.query_map(
+                    params![sql::i64_of(now, "time")?, sql::limit_of(limit)],
+                    |r| r.get(0),
+                )?;
+                rows.collect::<Result<_, _>>()?
+            };
+            for run in &orphans {
+                recent::fold_run(conn, run)?;
+            }
             let mut stmt = conn.prepare_cached(&format!(
                 "UPDATE runs SET lease_owner = ?1, lease_until = ?3
                  WHERE id IN (SELECT id FROM runs

@@ -44,6 +44,7 @@ mod log;
 mod outage;
 mod pg;
 mod proxy;
+mod recent;
 mod upkeep;
 mod verdicts;
 

@@ -11,12 +11,12 @@ async fn sqlite_migrates_once_runs_in_wal_mode_and_refuses_a_newer_schema() {
     let first = store::sqlite::migrate(&path).await.unwrap();
     assert_eq!(
         (first.from, first.applied.as_slice()),
-        (0, &[1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13][..])
+        (0, &[1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14][..])
     );
     let second = store::sqlite::migrate(&path).await.unwrap();
     assert_eq!(
         (second.from, second.to, second.applied.len()),
-        (13, 13, 0),
+        (14, 14, 0),
         "a second migrate is a no-op"
     );
     let s = SqliteStore::open(&path).await.unwrap();
@@ -31,7 +31,7 @@ async fn sqlite_migrates_once_runs_in_wal_mode_and_refuses_a_newer_schema() {
     let versions: i64 = conn
         .query_row("SELECT count(*) FROM schema_migrations", [], |r| r.get(0))
         .unwrap();
-    assert_eq!(versions, 13);
+    assert_eq!(versions, 14);
     conn.execute(
         "INSERT INTO schema_migrations (version, name, applied_at) VALUES (99, 'future', 0)",
         [],
