@@ -146,10 +146,11 @@ fn config(base_url: &str, http2: &str) -> Result<LlmConfig, toml::de::Error> {
     ))
 }
 
-#[tokio::test]
-async fn concurrent_calls_share_one_h2c_connection_and_answer_right() {
+/// Makes [`CALLS`] calls at once with the endpoint `settings`, asserts every
+/// answer, and returns how many connections the server accepted.
+async fn connections_for(settings: &str) -> usize {
     let (url, accepted) = h2c_server(CALLS, false).await;
-    let models = config(&url, "http2 = true")
+    let models = config(&url, settings)
         .unwrap()
         .build_models_with(|_| None)
         .unwrap();
@@ -157,8 +158,13 @@ async fn concurrent_calls_share_one_h2c_connection_and_answer_right() {
     for (i, text) in answers.into_iter().enumerate() {
         assert_eq!(text.unwrap(), format!("call {i} over h2"));
     }
+    accepted.load(Ordering::SeqCst)
+}
+
+#[tokio::test]
+async fn concurrent_calls_share_one_h2c_connection_and_answer_right() {
     assert_eq!(
-        accepted.load(Ordering::SeqCst),
+        connections_for("http2 = true").await,
         1,
         "one connection for every call"
     );
@@ -166,17 +172,8 @@ async fn concurrent_calls_share_one_h2c_connection_and_answer_right() {
 
 #[tokio::test]
 async fn calls_beyond_the_stream_cap_open_another_connection() {
-    let (url, accepted) = h2c_server(CALLS, false).await;
-    let models = config(&url, "http2 = true\nhttp2_streams_per_connection = 3")
-        .unwrap()
-        .build_models_with(|_| None)
-        .unwrap();
-    let answers = call_all(models.for_role("chat"), CALLS).await;
-    for (i, text) in answers.into_iter().enumerate() {
-        assert_eq!(text.unwrap(), format!("call {i} over h2"));
-    }
     assert_eq!(
-        accepted.load(Ordering::SeqCst),
+        connections_for("http2 = true\nhttp2_streams_per_connection = 3").await,
         CALLS.div_ceil(3),
         "8 calls at 3 per connection"
     );
