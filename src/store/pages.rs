@@ -1,6 +1,9 @@
 //! The event log as *pages*: one `run_event_pages` row per append, holding
 //! its events as one JSON array, keyed by the run and the append's seq range
 //! — on PostgreSQL and on SQLite alike (the memory store keeps events).
+//! SQLite puts a streaming run's token pages in a recent log first, in
+//! append order, and folds them into one page here at the step's end
+//! (`sqlite::recent` says why); readers see one log either way.
 //!
 //! # Why pages and not a row per event
 //! The log is written far more than it is queried, and always read as a
