@@ -66,39 +66,61 @@ pub(super) struct Row {
 pub(super) enum Effect {
     /// The page went to `run_event_recent` as this row.
     Added(Row),
-    /// The run's rows (if any) were folded; it keeps streaming here.
-    Folded,
+    /// The run's rows (if any) were folded; it keeps streaming here. The
+    /// run's highest seq in its row and pages after the append.
+    Folded(i64),
     /// The run's rows were folded and the run ended.
     Ended,
 }
 
+/// A run this process streams.
+#[derive(Clone, Debug, Default)]
+pub(super) struct Entry {
+    /// The run's highest seq in its row and pages (the run's own appends
+    /// are the only ones that move it while this process holds its lease):
+    /// a token page after it overlaps no page, and the notification's seq
+    /// is known without a read.
+    pub(super) floor: i64,
+    /// Its rows in `run_event_recent`, in append order.
+    pub(super) rows: Vec<Row>,
+}
+
 /// The rows this process has in `run_event_recent`, by run.
 #[derive(Debug, Default)]
-pub(super) struct Recent(Mutex<HashMap<Uuid, Vec<Row>>>);
+pub(super) struct Recent(Mutex<HashMap<Uuid, Entry>>);
 
 impl Recent {
-    fn map(&self) -> std::sync::MutexGuard<'_, HashMap<Uuid, Vec<Row>>> {
+    fn map(&self) -> std::sync::MutexGuard<'_, HashMap<Uuid, Entry>> {
         self.0.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// The run's entry, or `None` when this process does not stream it.
+    pub(super) fn entry(&self, run: Uuid) -> Option<Entry> {
+        self.map().get(&run).cloned()
     }
 
     /// The run's rows, or `None` when this process does not stream it.
     pub(super) fn rows(&self, run: Uuid) -> Option<Vec<Row>> {
-        self.map().get(&run).cloned()
+        self.map().get(&run).map(|e| e.rows.clone())
     }
 
     /// The highest seq of the run's recent rows.
     pub(super) fn last(&self, run: Uuid) -> Option<i64> {
         self.map()
             .get(&run)
-            .and_then(|rows| rows.iter().map(|r| r.last).max())
+            .and_then(|e| e.rows.iter().map(|r| r.last).max())
     }
 
     /// Records a committed append's effect.
     pub(super) fn apply(&self, run: Uuid, effect: Effect) {
         let mut map = self.map();
         match effect {
-            Effect::Added(row) => map.entry(run).or_default().push(row),
-            Effect::Folded => map.entry(run).or_default().clear(),
+            Effect::Added(row) => map.entry(run).or_default().rows.push(row),
+            Effect::Folded(floor) => {
+                let entry = map.entry(run).or_default();
+                entry.rows.clear();
+                entry.floor = floor;
+            }
             Effect::Ended => {
                 map.remove(&run);
             }
@@ -153,11 +175,13 @@ struct Stored {
 pub(super) fn fold(tx: &Connection, run: &str, rows: &[Row]) -> StoreResult<()> {
     let mut stored = Vec::with_capacity(rows.len());
     {
-        let mut get = tx.prepare_cached(
-            "SELECT first_seq, last_seq, events FROM run_event_recent WHERE rowid = ?1 AND run_id = ?2",
+        // Read and deleted in one seek.
+        let mut take = tx.prepare_cached(
+            "DELETE FROM run_event_recent WHERE rowid = ?1 AND run_id = ?2
+             RETURNING first_seq, last_seq, events",
         )?;
         for row in rows {
-            let found = get
+            let found = take
                 .query_row(params![row.id, run], |r| {
                     Ok(Stored {
                         id: row.id,
@@ -170,13 +194,13 @@ pub(super) fn fold(tx: &Connection, run: &str, rows: &[Row]) -> StoreResult<()> 
             stored.extend(found);
         }
     }
-    write_page(tx, run, stored)
+    write_page(tx, run, &mut stored)
 }
 
 /// Folds every row the table holds for `run` (found by scanning): for a
 /// run this process did not stream, before it takes the run over.
 pub(super) fn fold_run(tx: &Connection, run: &str) -> StoreResult<()> {
-    let stored = {
+    let mut stored = {
         let mut scan = tx.prepare_cached(
             "SELECT rowid, first_seq, last_seq, events FROM run_event_recent WHERE run_id = ?1",
         )?;
@@ -190,7 +214,12 @@ pub(super) fn fold_run(tx: &Connection, run: &str) -> StoreResult<()> {
         })?;
         rows.collect::<Result<Vec<_>, _>>()?
     };
-    write_page(tx, run, stored)
+    write_page(tx, run, &mut stored)?;
+    let mut delete = tx.prepare_cached("DELETE FROM run_event_recent WHERE rowid = ?1")?;
+    for s in &stored {
+        delete.execute([s.id])?;
+    }
+    Ok(())
 }
 
 /// Folds every run's rows (the store opening: what is there was left by a
@@ -208,8 +237,8 @@ pub(super) fn fold_all(tx: &Connection) -> StoreResult<usize> {
     Ok(runs.len())
 }
 
-/// Writes `stored` as one page of `run` and deletes the rows.
-fn write_page(tx: &Connection, run: &str, mut stored: Vec<Stored>) -> StoreResult<()> {
+/// Writes `stored` as one page of `run`.
+fn write_page(tx: &Connection, run: &str, stored: &mut [Stored]) -> StoreResult<()> {
     let (Some(first), Some(last)) = (
         stored.iter().map(|s| s.first).min(),
         stored.iter().map(|s| s.last).max(),
@@ -237,10 +266,6 @@ fn write_page(tx: &Connection, run: &str, mut stored: Vec<Stored>) -> StoreResul
         "INSERT INTO run_event_pages (run_id, first_seq, last_seq, events) VALUES (?1, ?2, ?3, ?4)",
     )?
     .execute(params![run, first, last, page])?;
-    let mut delete = tx.prepare_cached("DELETE FROM run_event_recent WHERE rowid = ?1")?;
-    for s in &stored {
-        delete.execute([s.id])?;
-    }
     Ok(())
 }
 

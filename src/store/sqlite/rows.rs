@@ -288,45 +288,51 @@ pub(super) type Appended = (u64, Effect);
 fn append_in(tx: &Connection, b: &EncodedPage, recent: &Recent) -> StoreResult<Appended> {
     let run = b.run_id.to_string();
     let running = b.status == sql::status_name(RunStatus::Running);
-    let known = recent.rows(b.run_id);
-    if let (Some(rows), true, true, Some(first), Some(last), Some(events)) = (
+    let known = recent.entry(b.run_id);
+    if let (Some(entry), true, Some(first), Some(last), Some(events)) = (
         &known,
-        running && b.steps.is_empty(),
-        known.as_ref().is_some_and(|rows| rows.len() < FOLD_AT),
+        running && b.steps.is_empty() && known.as_ref().is_some_and(|e| e.rows.len() < FOLD_AT),
         b.first_seq,
         b.last_seq,
         &b.events,
     ) {
-        let clash: Option<(i64, i64)> = tx
-            .prepare_cached(
-                "SELECT first_seq, last_seq FROM run_event_pages
-                 WHERE run_id = ?1 AND last_seq >= ?2 AND first_seq <= ?3 ORDER BY last_seq LIMIT 1",
-            )?
-            .query_row(params![run, first, last], |r| Ok((r.get(0)?, r.get(1)?)))
-            .optional()?;
-        if let Some((f, l)) = clash {
-            return Err(StoreError::Conflict(format!(
-                "events {first}..={last} of run {} overlap stored events {f}..={l}",
-                b.run_id
-            )));
+        // A page after the run's highest stored seq overlaps no page.
+        if first <= entry.floor {
+            let clash: Option<(i64, i64)> = tx
+                .prepare_cached(
+                    "SELECT first_seq, last_seq FROM run_event_pages
+                     WHERE run_id = ?1 AND last_seq >= ?2 AND first_seq <= ?3 ORDER BY last_seq LIMIT 1",
+                )?
+                .query_row(params![run, first, last], |r| Ok((r.get(0)?, r.get(1)?)))
+                .optional()?;
+            if let Some((f, l)) = clash {
+                return Err(StoreError::Conflict(format!(
+                    "events {first}..={last} of run {} overlap stored events {f}..={l}",
+                    b.run_id
+                )));
+            }
         }
-        recent::check_overlap(b.run_id, rows, first, last)?;
+        recent::check_overlap(b.run_id, &entry.rows, first, last)?;
         let row = recent::insert(tx, &run, first, last, events)?;
-        let stored = stored_last(tx, &run)?.max(last);
-        let stored = rows.iter().map(|r| r.last).fold(stored, i64::max);
+        let stored = entry
+            .rows
+            .iter()
+            .map(|r| r.last)
+            .fold(entry.floor.max(last), i64::max);
         return Ok((sql::u64_of(stored, "last seq")?, Effect::Added(row)));
     }
-    if let Some(rows) = &known
-        && !rows.is_empty()
+    if let Some(entry) = &known
+        && !entry.rows.is_empty()
     {
-        recent::fold(tx, &run, rows)?;
+        recent::fold(tx, &run, &entry.rows)?;
     }
+    let stored = append_paged(tx, b, &run, running)?;
     let effect = if running {
-        Effect::Folded
+        Effect::Folded(sql::i64_of(stored, "last seq")?)
     } else {
         Effect::Ended
     };
-    append_paged(tx, b, &run, running).map(|last| (last, effect))
+    Ok((stored, effect))
 }
 
 /// The run's highest seq in its row and pages (0 for an unknown run).
