@@ -123,8 +123,97 @@ impl Message {
     }
 }
 
+/// Messages from a JSON list, as `Vec::<Message>::deserialize` reads them.
+///
+/// A message of only `id`, `role` and `content` (strings; what a chat's
+/// history mostly is) is read directly, without serde's field-by-field
+/// struct visitor over the map (~800 instructions a message, the largest
+/// cost of turning a chat's input into its state); any other message, and
+/// any error, goes through serde, so the result and the errors are the same.
+///
+/// # Errors
+/// Not a list of messages (serde's error).
+pub(crate) fn messages_from_json(value: &Value) -> Result<Vec<Message>, serde_json::Error> {
+    let Value::Array(items) = value else {
+        return Vec::<Message>::deserialize(value);
+    };
+    items
+        .iter()
+        .map(|item| plain_message(item).map_or_else(|| Message::deserialize(item), Ok))
+        .collect()
+}
+
+/// `item` if it is an object of a string `role` that names a role and at
+/// most a string `id` and a string `content` besides.
+fn plain_message(item: &Value) -> Option<Message> {
+    let Value::Object(map) = item else {
+        return None;
+    };
+    let (mut id, mut role, mut content) = (None, None, None);
+    for (key, value) in map {
+        let Value::String(text) = value else {
+            return None;
+        };
+        match key.as_str() {
+            "id" => id = Some(text),
+            "content" => content = Some(text),
+            "role" => {
+                role = Some(match text.as_str() {
+                    "system" => Role::System,
+                    "user" => Role::User,
+                    "assistant" => Role::Assistant,
+                    "tool" => Role::Tool,
+                    _ => return None,
+                });
+            }
+            _ => return None,
+        }
+    }
+    Some(Message::new(
+        id.cloned().unwrap_or_default(),
+        role?,
+        content.cloned().unwrap_or_default(),
+    ))
+}
+
 impl HasId for Message {
     fn id(&self) -> &str {
         &self.id
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    /// The direct read and serde's agree on plain messages, and every other
+    /// shape (more fields, a wrong type, an unknown role, no role) goes to
+    /// serde, errors included.
+    #[test]
+    fn plain_messages_read_as_serde_reads_them() {
+        let cases = [
+            json!([{"id": "m1", "role": "user", "content": "hi"}, {"role": "assistant"}]),
+            json!([{"role": "tool", "content": "{}", "tool_call_id": "c1", "name": "search"}]),
+            json!([{"role": "assistant", "content": "x", "reasoning": "why", "extra": 1}]),
+            json!([{"role": "system", "content": "s"}, {"role": "user", "images": ["data:x"]}]),
+            json!([{"id": 1, "role": "user", "content": "hi"}]),
+            json!([{"role": "robot", "content": "hi"}]),
+            json!([{"id": "m1", "content": "hi"}]),
+            json!([{"role": "user", "content": null}]),
+            json!([1]),
+            json!({"role": "user"}),
+            json!(null),
+        ];
+        for case in &cases {
+            let ours = messages_from_json(case).map_err(|e| e.to_string());
+            let serde = Vec::<Message>::deserialize(case).map_err(|e| e.to_string());
+            assert_eq!(ours, serde, "{case}");
+        }
+        let read = messages_from_json(&cases[0]).expect("plain messages");
+        assert_eq!(read[0], Message::user("m1", "hi"));
+        assert_eq!(read[1], Message::assistant("", ""));
+        assert_eq!(read[1].role, Role::Assistant);
     }
 }
