@@ -10,6 +10,7 @@
 
 use std::sync::Arc;
 
+use serde::Deserialize as _;
 use serde_json::{Map, Value};
 
 use super::reduce::{self, apply_value};
@@ -73,7 +74,7 @@ impl DeclaredState {
             let slot = if spec.ty.is_messages() {
                 // From the borrowed value: `from_value` would need a deep
                 // copy of it first (a fifth of a chat run's instructions).
-                super::message::messages_from_json(v)
+                Vec::<Message>::deserialize(v)
                     .map(Slot::Messages)
                     .map_err(|e| e.to_string())
             } else if *v == spec.ty.zero() {
