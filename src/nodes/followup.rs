@@ -50,6 +50,20 @@ pub(super) fn kind() -> Kind {
     )
 }
 
+/// `{questions: [...]}` with 2 to `count` questions of at most 160 characters.
+fn format(count: usize) -> JsonSchemaFormat {
+    JsonSchemaFormat::new(
+        "followups",
+        json!({
+            "type": "object",
+            "properties": {"questions": {"type": "array", "minItems": 2, "maxItems": count,
+                "items": {"type": "string", "maxLength": 160}}},
+            "required": ["questions"],
+            "additionalProperties": false
+        }),
+    )
+}
+
 /// Follow-up question generator.
 #[derive(Debug)]
 struct Followup {
@@ -61,6 +75,9 @@ struct Followup {
     count: usize,
     generation: Generation,
     on_error: OnError,
+    /// The structured-output format, built once: its strict form costs
+    /// ~19,000 instructions, 9 % of a chat run, when built per call.
+    format: JsonSchemaFormat,
 }
 
 impl Followup {
@@ -74,6 +91,7 @@ impl Followup {
         let generation = Generation::build(cx, 256);
         // A nicety: one that fails is skipped, never fails the run.
         let on_error = OnError::build(cx, OnError::Skip, false);
+        let count = count.ok()? as usize;
         Some(Self {
             generation: generation.ok()?,
             on_error: on_error.ok()?,
@@ -82,7 +100,8 @@ impl Followup {
             input: input.ok()?,
             history: history.ok()?,
             output: output?.1,
-            count: count.ok()? as usize,
+            count,
+            format: format(count),
         })
     }
 
@@ -101,18 +120,8 @@ impl Followup {
         messages.push(ChatMessage::User {
             content: cx.render(&self.prompt)?,
         });
-        let format = JsonSchemaFormat::new(
-            "followups",
-            json!({
-                "type": "object",
-                "properties": {"questions": {"type": "array", "minItems": 2, "maxItems": self.count,
-                    "items": {"type": "string", "maxLength": 160}}},
-                "required": ["questions"],
-                "additionalProperties": false
-            }),
-        );
         let mut request = self.generation.request(messages);
-        request.response_format = Some(format);
+        request.response_format = Some(self.format.clone());
         let questions = match cx.llm(&self.roles, 0, &request).await {
             Ok(reply) => parse_questions(&reply.output().text, self.count),
             Err(e) => {
