@@ -50,7 +50,7 @@ use crate::store::{StoreError, StoreResult};
 /// A run's rows in the table before its step ends; the next token page of
 /// a run that has this many folds them instead (one page per this many
 /// tokens even in a step that streams for minutes).
-pub(super) const FOLD_AT: usize = 64;
+const FOLD_AT: usize = 64;
 
 /// One of a run's rows in `run_event_recent`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -74,15 +74,15 @@ pub(super) enum Effect {
 }
 
 /// A run this process streams.
-#[derive(Clone, Debug, Default)]
-pub(super) struct Entry {
+#[derive(Debug, Default)]
+struct Entry {
     /// The run's highest seq in its row and pages (the run's own appends
     /// are the only ones that move it while this process holds its lease):
     /// a token page after it overlaps no page, and the notification's seq
     /// is known without a read.
-    pub(super) floor: i64,
+    floor: i64,
     /// Its rows in `run_event_recent`, in append order.
-    pub(super) rows: Vec<Row>,
+    rows: Vec<Row>,
 }
 
 /// The rows this process has in `run_event_recent`, by run.
@@ -94,9 +94,41 @@ impl Recent {
         self.0.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// The run's entry, or `None` when this process does not stream it.
-    pub(super) fn entry(&self, run: Uuid) -> Option<Entry> {
-        self.map().get(&run).cloned()
+    /// For a token page `first..=last` of `run`: `Some((floor, stored))`
+    /// when it goes to the recent log — this process streams the run and
+    /// its rows have room — with the run's highest seq in its row and
+    /// pages before it and the run's highest seq with it; `None` when it
+    /// goes to the pages. Decided under the lock, without copying the
+    /// run's rows (this is every token's path).
+    ///
+    /// # Errors
+    /// [`StoreError::Conflict`] when it overlaps one of the run's rows.
+    pub(super) fn streams(
+        &self,
+        run: Uuid,
+        first: i64,
+        last: i64,
+    ) -> StoreResult<Option<(i64, i64)>> {
+        let map = self.map();
+        let Some(entry) = map.get(&run).filter(|e| e.rows.len() < FOLD_AT) else {
+            return Ok(None);
+        };
+        if let Some(r) = entry
+            .rows
+            .iter()
+            .find(|r| r.last >= first && r.first <= last)
+        {
+            return Err(StoreError::Conflict(format!(
+                "events {first}..={last} of run {run} overlap stored events {}..={}",
+                r.first, r.last
+            )));
+        }
+        let stored = entry
+            .rows
+            .iter()
+            .map(|r| r.last)
+            .fold(entry.floor.max(last), i64::max);
+        Ok(Some((entry.floor, stored)))
     }
 
     /// The run's rows, or `None` when this process does not stream it.
@@ -150,17 +182,6 @@ pub(super) fn insert(
         first,
         last,
     })
-}
-
-/// A conflict when `first..=last` overlaps one of `rows`.
-pub(super) fn check_overlap(run: Uuid, rows: &[Row], first: i64, last: i64) -> StoreResult<()> {
-    match rows.iter().find(|r| r.last >= first && r.first <= last) {
-        Some(r) => Err(StoreError::Conflict(format!(
-            "events {first}..={last} of run {run} overlap stored events {}..={}",
-            r.first, r.last
-        ))),
-        None => Ok(()),
-    }
 }
 
 /// A row as read back for a fold or a read.
@@ -312,6 +333,8 @@ pub(super) fn read(
         }
     }
     texts.sort_by_key(|(first, _)| *first);
+    // A rowid another process folded and this run's own later row reused
+    // stands twice in the entry: one row, read once.
     texts.dedup_by_key(|(first, _)| *first);
     for (_, text) in &texts {
         if out.len() >= limit {

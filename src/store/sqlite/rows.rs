@@ -4,7 +4,7 @@
 use rusqlite::{Connection, ErrorCode, OptionalExtension, Row, params};
 use uuid::Uuid;
 
-use super::recent::{self, Effect, FOLD_AT, Recent};
+use super::recent::{self, Effect, Recent};
 use crate::events::RunStatus;
 use crate::events::{ErrorInfo, ForkOrigin, Usage, now_micros};
 use crate::store::pages::EncodedPage;
@@ -288,16 +288,15 @@ pub(super) type Appended = (u64, Effect);
 fn append_in(tx: &Connection, b: &EncodedPage, recent: &Recent) -> StoreResult<Appended> {
     let run = b.run_id.to_string();
     let running = b.status == sql::status_name(RunStatus::Running);
-    let known = recent.entry(b.run_id);
-    if let (Some(entry), true, Some(first), Some(last), Some(events)) = (
-        &known,
-        running && b.steps.is_empty() && known.as_ref().is_some_and(|e| e.rows.len() < FOLD_AT),
+    if let (true, Some(events), Some(first), Some(last)) = (
+        running && b.steps.is_empty(),
+        &b.events,
         b.first_seq,
         b.last_seq,
-        &b.events,
-    ) {
+    ) && let Some((floor, stored)) = recent.streams(b.run_id, first, last)?
+    {
         // A page after the run's highest stored seq overlaps no page.
-        if first <= entry.floor {
+        if first <= floor {
             let clash: Option<(i64, i64)> = tx
                 .prepare_cached(
                     "SELECT first_seq, last_seq FROM run_event_pages
@@ -312,19 +311,13 @@ fn append_in(tx: &Connection, b: &EncodedPage, recent: &Recent) -> StoreResult<A
                 )));
             }
         }
-        recent::check_overlap(b.run_id, &entry.rows, first, last)?;
         let row = recent::insert(tx, &run, first, last, events)?;
-        let stored = entry
-            .rows
-            .iter()
-            .map(|r| r.last)
-            .fold(entry.floor.max(last), i64::max);
         return Ok((sql::u64_of(stored, "last seq")?, Effect::Added(row)));
     }
-    if let Some(entry) = &known
-        && !entry.rows.is_empty()
+    if let Some(rows) = recent.rows(b.run_id)
+        && !rows.is_empty()
     {
-        recent::fold(tx, &run, &entry.rows)?;
+        recent::fold(tx, &run, &rows)?;
     }
     let stored = append_paged(tx, b, &run, running)?;
     let effect = if running {

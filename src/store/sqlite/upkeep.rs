@@ -23,6 +23,13 @@ use crate::store::{
     Appended, Lease, Leases, Maintenance, PRUNE_BATCH, PruneReport, RunRecord, StoreResult,
 };
 
+/// The runs `claim_orphans` takes: running, lease expired (`?2` now) or
+/// never taken, oldest first, at most `?4` (`?1`, the owner, and `?3`, the
+/// new lease's end, belong to the claim; bound but unused here).
+const ORPHANS: &str = "SELECT id FROM runs
+     WHERE status = 'running' AND (lease_until IS NULL OR lease_until < ?2)
+     ORDER BY created_at, id LIMIT ?4";
+
 impl Leases for SqliteStore {
     fn create_leased_run(
         &self,
@@ -100,33 +107,24 @@ impl Leases for SqliteStore {
         Box::pin(self.writer.write(move |conn| {
             // The runs' last owners may have died streaming: their recent
             // rows are folded first, so the records read back are exact.
+            let values = params![
+                owner,
+                sql::i64_of(now, "time")?,
+                sql::i64_of(until, "lease time")?,
+                sql::limit_of(limit)
+            ];
             let orphans: Vec<String> = {
-                let mut stmt = conn.prepare_cached(
-                    "SELECT id FROM runs WHERE status = 'running' AND (lease_until IS NULL OR lease_until < ?1)
-                     ORDER BY created_at, id LIMIT ?2",
-                )?;
-                let rows = stmt.query_map(
-                    params![sql::i64_of(now, "time")?, sql::limit_of(limit)],
-                    |r| r.get(0),
-                )?;
+                let mut stmt = conn.prepare_cached(ORPHANS)?;
+                let rows = stmt.query_map(values, |r| r.get(0))?;
                 rows.collect::<Result<_, _>>()?
             };
             for run in &orphans {
                 recent::fold_run(conn, run)?;
             }
             let mut stmt = conn.prepare_cached(&format!(
-                "UPDATE runs SET lease_owner = ?1, lease_until = ?3
-                 WHERE id IN (SELECT id FROM runs
-                              WHERE status = 'running' AND (lease_until IS NULL OR lease_until < ?2)
-                              ORDER BY created_at, id LIMIT ?4)
-                 RETURNING {RUN_COLS}"
+                "UPDATE runs SET lease_owner = ?1, lease_until = ?3 WHERE id IN ({ORPHANS}) RETURNING {RUN_COLS}"
             ))?;
-            let mut rows = stmt.query(params![
-                owner,
-                sql::i64_of(now, "time")?,
-                sql::i64_of(until, "lease time")?,
-                sql::limit_of(limit)
-            ])?;
+            let mut rows = stmt.query(values)?;
             let mut claimed = Vec::new();
             while let Some(r) = rows.next()? {
                 claimed.push(run_of(r)?);
