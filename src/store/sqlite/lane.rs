@@ -17,8 +17,8 @@ enum Job {
     Write(Box<dyn Write>),
 }
 
-/// Called on a lane's thread after each job (the writer nudges the WAL
-/// sync thread with it, `wal`).
+/// Called on a lane's thread after each job (the writer nudges the
+/// checkpoint thread with it, `wal`).
 pub(super) type After = Arc<dyn Fn() + Send + Sync>;
 
 /// A bounded queue of jobs served by threads that each own a connection.

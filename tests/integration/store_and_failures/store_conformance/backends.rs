@@ -152,31 +152,43 @@ fn threads_named(name: &str) -> usize {
         .count()
 }
 
-/// The thread that fsyncs the WAL ahead of checkpoints (`store::sqlite`'s
-/// `wal` module) runs while the store is open, and ends with it.
+/// The thread that checkpoints ahead of the writer (`store::sqlite`'s `wal`
+/// module) runs while the store is open, copies committed pages into the
+/// database file long before the writer's own checkpoint (at 10,000 log
+/// pages) would, and ends with the store.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn sqlite_wal_sync_thread_lives_as_long_as_the_store() {
-    let before = threads_named("sqlite-wal-sync");
+async fn sqlite_checkpoint_thread_copies_ahead_and_lives_as_long_as_the_store() {
+    let before = threads_named("sqlite-ckpt");
     let dir = tempfile::tempdir().unwrap();
-    let s = SqliteStore::open(dir.path().join("stategraph.db"))
-        .await
-        .unwrap();
+    let path = dir.path().join("stategraph.db");
+    let s = SqliteStore::open(&path).await.unwrap();
+    // Until a checkpoint, what is committed lives in the log only.
+    let opened = std::fs::read(&path).unwrap();
     let r = run(Some("c1"), 1);
     s.create_run(r.clone()).await.unwrap();
     for seq in 1..=20 {
         s.append_events(r.id, &[text(r.id, seq, 0)]).await.unwrap();
     }
-    assert_eq!(threads_named("sqlite-wal-sync"), before + 1);
+    assert_eq!(threads_named("sqlite-ckpt"), before + 1);
     assert_eq!(s.get_run(r.id).await.unwrap().unwrap().last_seq, 20);
+    let until = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    while std::fs::read(&path).unwrap() == opened && std::time::Instant::now() < until {
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    assert_ne!(
+        std::fs::read(&path).unwrap(),
+        opened,
+        "nothing reached the database file: no checkpoint ran ahead of the writer"
+    );
     drop(s);
     let until = std::time::Instant::now() + std::time::Duration::from_secs(5);
-    while threads_named("sqlite-wal-sync") > before && std::time::Instant::now() < until {
+    while threads_named("sqlite-ckpt") > before && std::time::Instant::now() < until {
         tokio::time::sleep(std::time::Duration::from_millis(20)).await;
     }
     assert_eq!(
-        threads_named("sqlite-wal-sync"),
+        threads_named("sqlite-ckpt"),
         before,
-        "the sync thread outlived its store"
+        "the checkpoint thread outlived its store"
     );
 }
 
