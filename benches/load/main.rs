@@ -41,7 +41,11 @@
 //! 5. `slow` (`slow.rs`): 10,000 chats held open for 30 s answers from a
 //!    slow HTTP model (issue #37 item 2).
 //!
-//! Arguments: `paced`, `throughput` (default both), `afterload`, `report`, `slow`; `--chats N`,
+//! 6. `floor` (`floor.rs`): the CPU that writing `slow`'s 200,000 tokens a
+//!    second to thousands of loopback streams costs with no runtime, store
+//!    or model at all — the least any design with one write per token pays.
+//!
+//! Arguments: `paced`, `throughput` (default both), `afterload`, `report`, `slow`, `floor`; `--chats N`,
 //! `--seconds S`, `--clients C`, `--store memory|sqlite|postgres` (`paced` too),
 //! `--count-trips` (PostgreSQL round trips per chat, counted by a proxy),
 //! `--model http|offline`, `--ramp MS` (chats start spread evenly over this
@@ -65,6 +69,7 @@
 
 mod afterload;
 mod client;
+mod floor;
 mod model;
 mod slow;
 #[path = "../support/mod.rs"]
@@ -76,7 +81,10 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use support::pg::{self as pgsup, TempDb, WireCount, cpu_time, threads_cpu};
+use support::pg::{self as pgsup, TempDb, WireCount, cpu_time, threads_cpu, threads_waited};
+
+/// The server runtime's worker threads, as `comm` shows their name (cut to 15 bytes).
+const WORKERS: &str = "tokio-runtime-w";
 use tokio::io::{AsyncBufReadExt, BufReader};
 
 fn arg<T: std::str::FromStr>(name: &str) -> Option<T> {
@@ -141,6 +149,13 @@ impl Server {
     /// CPU time of the SQLite writer thread (zero with another store).
     fn writer_cpu(&self) -> Duration {
         threads_cpu(&self.pid.to_string(), "sqlite-writer").unwrap_or_default()
+    }
+
+    /// Time the runtime's workers and the SQLite writer spent runnable
+    /// but waiting for a core.
+    fn waited(&self) -> [Duration; 2] {
+        let pid = self.pid.to_string();
+        [WORKERS, "sqlite-writer"].map(|n| threads_waited(&pid, n).unwrap_or_default())
     }
 
     fn rss_mb(&self, key: &str) -> f64 {
@@ -372,6 +387,7 @@ async fn paced(chats: u64, model: Model, ramp: Duration, settle_rss: bool) -> Pa
     let (peak, sampler) = rss_sampler(server.pid);
     let (server_cpu0, own_cpu0) = (server.cpu(), cpu_time("self").unwrap_or_default());
     let writer_cpu0 = server.writer_cpu();
+    let waited0 = server.waited();
     let started = Instant::now();
     let t0 = tokio::time::Instant::now();
     let tasks: Vec<_> = (0..chats)
@@ -397,6 +413,7 @@ async fn paced(chats: u64, model: Model, ramp: Duration, settle_rss: bool) -> Pa
         cpu_time("self").unwrap_or_default() - own_cpu0,
     );
     let writer_cpu = server.writer_cpu() - writer_cpu0;
+    let waited = server.waited();
     sampler.abort();
     let metrics = server.metrics(&client).await;
     let hist = buckets(&metrics, "stategraph_sse_token_delay_seconds");
@@ -479,6 +496,12 @@ async fn paced(chats: u64, model: Model, ramp: Duration, settle_rss: bool) -> Pa
     );
     figures.writer_ms_per_chat = writer_cpu.as_secs_f64() * 1e3 / chats.max(1) as f64;
     print_writer(writer_cpu, server_cpu, chats);
+    let per_s = |i: usize| (waited[i] - waited0[i]).as_secs_f64() * 1e3 / elapsed.as_secs_f64();
+    println!(
+        "  waiting for a core     runtime workers {:.0} ms/s, SQLite writer {:.0} ms/s (runnable, not running: the machine's cores are busy)",
+        per_s(0),
+        per_s(1)
+    );
     figures.idle_mb = idle_rss;
     figures.peak_mb = hwm;
     figures.cpu_ms_per_chat = server_cpu.as_secs_f64() * 1e3 / chats.max(1) as f64;
@@ -810,7 +833,12 @@ fn main() {
         .iter()
         .skip(1)
         .map(String::as_str)
-        .filter(|a| matches!(*a, "paced" | "throughput" | "report" | "afterload" | "slow"))
+        .filter(|a| {
+            matches!(
+                *a,
+                "paced" | "throughput" | "report" | "afterload" | "slow" | "floor"
+            )
+        })
         .collect();
     let all = which.is_empty();
     let ramp = Duration::from_millis(arg("--ramp").unwrap_or(1000));
@@ -822,6 +850,10 @@ fn main() {
     rt.block_on(async {
         if which.contains(&"report") {
             report(chats, clients, seconds, ramp).await;
+            return;
+        }
+        if which.contains(&"floor") {
+            floor::floor().await;
             return;
         }
         if which.contains(&"slow") {

@@ -246,6 +246,16 @@ pub fn cpu_time(pid: &str) -> Option<Duration> {
 /// name starts with `name` (e.g. `sqlite-writer`), from each thread's
 /// `schedstat` (nanoseconds, unlike the 10 ms ticks of `stat`).
 pub fn threads_cpu(pid: &str, name: &str) -> Option<Duration> {
+    schedstat(pid, name, 0)
+}
+
+/// Time the same threads spent runnable but waiting for a CPU (the second
+/// field of `schedstat`): contention for the machine's cores, not locks.
+pub fn threads_waited(pid: &str, name: &str) -> Option<Duration> {
+    schedstat(pid, name, 1)
+}
+
+fn schedstat(pid: &str, name: &str, field: usize) -> Option<Duration> {
     let mut ns = 0u64;
     let mut found = false;
     for task in std::fs::read_dir(format!("/proc/{pid}/task"))
@@ -258,12 +268,12 @@ pub fn threads_cpu(pid: &str, name: &str) -> Option<Duration> {
             continue;
         }
         let stat = std::fs::read_to_string(path.join("schedstat")).unwrap_or_default();
-        if let Some(run) = stat
+        if let Some(v) = stat
             .split_whitespace()
-            .next()
+            .nth(field)
             .and_then(|v| v.parse::<u64>().ok())
         {
-            ns += run;
+            ns += v;
             found = true;
         }
     }
