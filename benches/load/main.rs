@@ -36,7 +36,10 @@
 //!    baseline), throughput on SQLite (chats/s, server CPU per chat) and
 //!    the runtime's CPU per RESEARCH run (`benches/figures.rs` measures it
 //!    the same way), each with the machine's load average, since on a
-//!    shared 2-core machine every figure moves with it.
+//!    shared 2-core machine every figure moves with it. With
+//!    `STATEGRAPH_LOAD_AB=<a previous build's stategraph binary>` every
+//!    server measurement runs that build first, then this one, and a
+//!    summary is printed for each: an A/B in one run, on one machine.
 //!
 //! 5. `slow` (`slow.rs`): 10,000 chats held open for 30 s answers from a
 //!    slow HTTP model (issue #37 item 2).
@@ -83,8 +86,8 @@ use std::time::{Duration, Instant};
 
 use support::pg::{self as pgsup, TempDb, WireCount, cpu_time, threads_cpu, threads_waited};
 
-/// The server runtime's worker threads, as `comm` shows their name (cut to 15 bytes).
-const WORKERS: &str = "tokio-runtime-w";
+/// The server runtime's worker threads (tokio names them so).
+const WORKERS: &str = "tokio-rt-worker";
 use tokio::io::{AsyncBufReadExt, BufReader};
 
 fn arg<T: std::str::FromStr>(name: &str) -> Option<T> {
@@ -189,6 +192,26 @@ impl Server {
     }
 }
 
+/// The server binary `start_server` runs: this build's, or for an A/B
+/// in `report` the previous build named by `STATEGRAPH_LOAD_AB`.
+static SERVER_BINARY: std::sync::Mutex<Option<String>> = std::sync::Mutex::new(None);
+
+fn server_binary() -> String {
+    SERVER_BINARY
+        .lock()
+        .unwrap()
+        .clone()
+        .unwrap_or_else(|| env!("CARGO_BIN_EXE_stategraph").to_owned())
+}
+
+/// Runs `f` with `binary` (or this build's when `None`) as the server.
+async fn with_binary<T>(binary: Option<&str>, f: impl std::future::Future<Output = T>) -> T {
+    *SERVER_BINARY.lock().unwrap() = binary.map(str::to_owned);
+    let r = f.await;
+    *SERVER_BINARY.lock().unwrap() = None;
+    r
+}
+
 async fn start_server(config: &str) -> Server {
     let dir = tempfile::tempdir().expect("tempdir");
     let path = dir.path().join("stategraph.toml");
@@ -202,9 +225,8 @@ async fn start_server(config: &str) -> Server {
     // A profiler to run the server under, e.g. `perf record -g -o FILE`
     // (the RSS and CPU figures are then the wrapper's).
     let wrapper = std::env::var("STATEGRAPH_LOAD_SERVER_WRAPPER").unwrap_or_default();
-    let mut command = wrapper
-        .split_whitespace()
-        .chain([env!("CARGO_BIN_EXE_stategraph")]);
+    let binary = server_binary();
+    let mut command = wrapper.split_whitespace().chain([binary.as_str()]);
     let mut child = tokio::process::Command::new(command.next().unwrap_or_default())
         .args(command)
         .args([
@@ -710,16 +732,47 @@ fn runtime_cpu_us(tokens: usize) -> f64 {
 /// `report`: every figure, then one summary table.
 async fn report(chats: u64, clients: u64, seconds: u64, ramp: Duration) {
     println!("report: load average at start {}", load_average());
-    let offline = paced(chats, Model::Offline, ramp, true).await;
-    let http = paced(chats, Model::Http, ramp, true).await;
-    let thr = throughput(seconds, clients, "sqlite").await;
+    // An A/B in one run: each measurement runs the previous build's server
+    // first, then this build's, so both see the same machine.
+    let previous = std::env::var("STATEGRAPH_LOAD_AB").ok();
+    let mut builds: Vec<(String, Option<String>)> = Vec::new();
+    if let Some(p) = &previous {
+        builds.push((format!("previous build ({p})"), Some(p.clone())));
+    }
+    builds.push(("this build".to_owned(), None));
+    let (mut offline, mut http, mut thr) = (Vec::new(), Vec::new(), Vec::new());
+    for (_, bin) in &builds {
+        offline.push(with_binary(bin.as_deref(), paced(chats, Model::Offline, ramp, true)).await);
+    }
+    for (_, bin) in &builds {
+        http.push(with_binary(bin.as_deref(), paced(chats, Model::Http, ramp, true)).await);
+    }
+    for (_, bin) in &builds {
+        thr.push(with_binary(bin.as_deref(), throughput(seconds, clients, "sqlite")).await);
+    }
     let rt_load = load_average();
-    let (with_tokens, without) =
-        tokio::task::spawn_blocking(|| (runtime_cpu_us(50), runtime_cpu_us(0)))
-            .await
-            .expect("runtime measurement");
+    let runtime = tokio::task::spawn_blocking(|| (runtime_cpu_us(50), runtime_cpu_us(0)))
+        .await
+        .expect("runtime measurement");
+    for (i, (label, _)) in builds.iter().enumerate() {
+        // The runtime is this build's library, measured in this process
+        // (`benches/figures.rs` has its own A/B, `FIGURES_AB`).
+        let rt = (i + 1 == builds.len()).then_some(runtime);
+        summary(label, chats, (&offline[i], &http[i], &thr[i]), rt, &rt_load);
+    }
+    println!("report: load average at end {}", load_average());
+}
+
+/// The summary table of one build's figures.
+fn summary(
+    label: &str,
+    chats: u64,
+    (offline, http, thr): (&PacedFigures, &PacedFigures, &ThroughputFigures),
+    runtime: Option<(f64, f64)>,
+    rt_load: &str,
+) {
     println!(
-        "\nsummary (load average when each began; targets from issue #20, throughput and runtime from #37)"
+        "\nsummary, {label} (load average when each began; targets from issue #20, throughput and runtime from #37)"
     );
     let q = |f: &PacedFigures| {
         format!(
@@ -765,31 +818,17 @@ async fn report(chats: u64, clients: u64, seconds: u64, ramp: Duration) {
         ),
         (
             "3. token → SSE, offline model (server)".to_owned(),
-            q(&offline),
+            q(offline),
             "p99 ≤ 5 ms",
-            p99_ok(&offline, 0.005),
+            p99_ok(offline, 0.005),
             &offline.load,
         ),
         (
             "3. token → SSE, HTTP model (server)".to_owned(),
-            q(&http),
+            q(http),
             "p99 ≤ 10 ms",
-            p99_ok(&http, 0.010),
+            p99_ok(http, 0.010),
             &http.load,
-        ),
-        (
-            "4. runtime CPU, RESEARCH, 50 tokens/call".to_owned(),
-            format!("{with_tokens:.0} µs"),
-            "≤ 30 µs",
-            with_tokens <= 30.0,
-            &rt_load,
-        ),
-        (
-            "4. runtime CPU, RESEARCH, no tokens".to_owned(),
-            format!("{without:.0} µs"),
-            "≤ 12 µs",
-            without <= 12.0,
-            &rt_load,
         ),
     ];
     for (name, value, target, ok, load) in rows {
@@ -797,6 +836,23 @@ async fn report(chats: u64, clients: u64, seconds: u64, ramp: Duration) {
             "  {name:<46} {value:<34} {target:<12} {:<7} load {load}",
             verdict(ok)
         );
+    }
+    if let Some((with_tokens, without)) = runtime {
+        for (name, us, target) in [
+            (
+                "4. runtime CPU, RESEARCH, 50 tokens/call",
+                with_tokens,
+                30.0,
+            ),
+            ("4. runtime CPU, RESEARCH, no tokens", without, 12.0),
+        ] {
+            println!(
+                "  {name:<46} {:<34} {:<12} {:<7} load {rt_load}",
+                format!("{us:.0} µs"),
+                format!("≤ {target:.0} µs"),
+                verdict(us <= target)
+            );
+        }
     }
     if let Some([p50, p99, p999]) = http.end_to_end {
         println!(
@@ -811,7 +867,6 @@ async fn report(chats: u64, clients: u64, seconds: u64, ramp: Duration) {
         "  SQLite writer thread per chat: paced {:.2} / {:.2} ms, throughput {:.2} ms",
         offline.writer_ms_per_chat, http.writer_ms_per_chat, thr.writer_ms_per_chat
     );
-    println!("report: load average at end {}", load_average());
 }
 
 fn main() {
